@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 machine: Debian packages, the Python package
+# (editable, in .venv), the valgrind tool, tracefs. Safe to run again: each step is
+# skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  binutils gcc g++ make lld mold valgrind          # linkers and compilers
+  llvm-16 libllvm16                                 # real target: libLLVM-16.so.1, llc-16, opt-16
+  python3 python3-venv python3-pip                  # Debian's python if none other is first on PATH
+  fuse3 libfuse3-dev pkg-config                     # slow-storage emulation
+  chromium sqlite3 file                             # report rendering test, history db
+)
+
+need=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bootstrap: installing Debian packages: ${need[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# Python: a venv so Debian's externally-managed python accepts the install too.
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.elflayout-installed
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing elflayout and its Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[test]'
+  touch "$stamp"
+fi
+
+# The valgrind tool (C, out of tree).
+if [ -f tools/firsttouch/Makefile ]; then
+  make -s -C tools/firsttouch
+fi
+
+# tracefs for the trace backend and the harness (root only; others get a clear message later).
+if [ "$(id -u)" -eq 0 ] && [ ! -d /sys/kernel/tracing/instances ]; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || echo "bootstrap: note: could not mount tracefs"
+fi
+echo "bootstrap: ready"

@@ -1,0 +1,3 @@
+from elflayout.cli import main
+
+raise SystemExit(main())

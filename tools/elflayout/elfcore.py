@@ -1,0 +1,334 @@
+"""Fast, read-only access to an ELF file for every stage.
+
+pyelftools parses headers, sections and segments (lazily); bulk tables that can be
+hundreds of thousands of entries long (relocations) are read with numpy straight from
+an mmap of the file, because a Python loop over libLLVM's 407k relocations is seconds.
+Errors come out as ``ElflayoutError`` naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from elftools.common.exceptions import ELFError, ELFParseError
+from elftools.elf.elffile import ELFFile
+
+from elflayout.errors import ElflayoutError
+
+PAGE = 4096
+
+# Elf64_Rela / Elf32_Rel(a) layouts (System V gABI, "Relocation Entries").
+RELA64 = np.dtype([("r_offset", "<u8"), ("r_info", "<u8"), ("r_addend", "<i8")])
+REL64 = np.dtype([("r_offset", "<u8"), ("r_info", "<u8")])
+RELA32 = np.dtype([("r_offset", "<u4"), ("r_info", "<u4"), ("r_addend", "<i4")])
+REL32 = np.dtype([("r_offset", "<u4"), ("r_info", "<u4")])
+
+# R_*_RELATIVE per machine: the only relocation RELR can express.
+RELATIVE_TYPE = {"EM_X86_64": 8, "EM_386": 8, "EM_AARCH64": 1027, "EM_ARM": 23, "EM_RISCV": 3, "EM_PPC64": 22}
+
+
+@dataclass(frozen=True)
+class Section:
+    index: int
+    name: str
+    type: str
+    offset: int
+    size: int
+    addr: int
+    flags: int
+    align: int
+    entsize: int
+
+    @property
+    def occupies_file(self) -> bool:
+        return self.type != "SHT_NOBITS" and self.size > 0
+
+
+@dataclass(frozen=True)
+class Segment:
+    index: int
+    type: str
+    flags: int
+    offset: int
+    filesz: int
+    vaddr: int
+    memsz: int
+    align: int
+
+
+def page_range(offset: int, size: int) -> tuple[int, int]:
+    """First and last 4 KiB page of the file bytes [offset, offset+size) (inclusive)."""
+    if size <= 0:
+        return (offset // PAGE, offset // PAGE - 1)
+    return (offset // PAGE, (offset + size - 1) // PAGE)
+
+
+class ElfImage:
+    """An ELF file opened read-only (mmap) with cached tables."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        p = self.path
+        if not p.exists():
+            raise ElflayoutError(f"{p}: no such file")
+        if p.is_dir():
+            raise ElflayoutError(f"{p}: is a directory, not an ELF file")
+        try:
+            self._f = open(p, "rb")
+        except OSError as e:
+            raise ElflayoutError(f"{p}: cannot open: {e.strerror}") from None
+        self.size = os.fstat(self._f.fileno()).st_size
+        if self.size < 16 or self._f.read(4) != b"\x7fELF":
+            self._f.close()
+            raise ElflayoutError(f"{p}: not an ELF file")
+        self._f.seek(0)
+        self.mm = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.buf = np.frombuffer(self.mm, dtype=np.uint8)
+        try:
+            self.elf = ELFFile(self._f)
+            hdr = self.elf.header
+            shend = hdr["e_shoff"] + hdr["e_shnum"] * hdr["e_shentsize"]
+            phend = hdr["e_phoff"] + hdr["e_phnum"] * hdr["e_phentsize"]
+            if shend > self.size or phend > self.size:
+                raise ElflayoutError(f"{p}: truncated ELF file (headers end at {max(shend, phend)}, file has {self.size} bytes)")
+            self.sections  # parse now so a damaged file fails here, in one place
+            for s in self.sections:
+                if s.occupies_file and s.offset + s.size > self.size:
+                    raise ElflayoutError(
+                        f"{p}: truncated ELF file (section {s.name} ends at {s.offset + s.size}, file has {self.size} bytes)"
+                    )
+        except (ELFError, ELFParseError, AssertionError, KeyError, ValueError) as e:
+            raise ElflayoutError(f"{p}: malformed ELF file ({e})") from None
+        except Exception as e:  # pyelftools raises bare struct/construct errors on garbage
+            if isinstance(e, ElflayoutError):
+                raise
+            raise ElflayoutError(f"{p}: malformed or truncated ELF file ({type(e).__name__}: {e})") from None
+
+    # -- identity -----------------------------------------------------------------
+    @property
+    def machine(self) -> str:
+        return self.elf.header["e_machine"]
+
+    @property
+    def elfclass(self) -> int:
+        return self.elf.elfclass
+
+    @property
+    def wordsize(self) -> int:
+        return self.elfclass // 8
+
+    @property
+    def is_x86_64(self) -> bool:
+        return self.machine == "EM_X86_64" and self.elfclass == 64
+
+    @functools.cached_property
+    def build_id(self) -> str | None:
+        for s in self.elf.iter_sections():
+            if s["sh_type"] == "SHT_NOTE":
+                for n in s.iter_notes():
+                    if n["n_type"] == "NT_GNU_BUILD_ID":
+                        return n["n_desc"]
+        return None
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.mm).hexdigest()
+
+    def identity(self) -> dict:
+        """What ties data to this exact file (docs/formats.md, "target identity")."""
+        return {
+            "path": str(self.path.resolve()),
+            "build_id": self.build_id,
+            "size": self.size,
+            "sha256": self.sha256,
+        }
+
+    # -- tables ---------------------------------------------------------------------
+    @functools.cached_property
+    def sections(self) -> list[Section]:
+        out = []
+        for i, s in enumerate(self.elf.iter_sections()):
+            h = s.header
+            out.append(
+                Section(i, s.name, h["sh_type"], h["sh_offset"], h["sh_size"], h["sh_addr"], h["sh_flags"],
+                        h["sh_addralign"], h["sh_entsize"])
+            )
+        return out
+
+    def section(self, name: str) -> Section | None:
+        for s in self.sections:
+            if s.name == name:
+                return s
+        return None
+
+    @functools.cached_property
+    def segments(self) -> list[Segment]:
+        out = []
+        for i, s in enumerate(self.elf.iter_segments()):
+            h = s.header
+            out.append(Segment(i, h["p_type"], h["p_flags"], h["p_offset"], h["p_filesz"], h["p_vaddr"], h["p_memsz"], h["p_align"]))
+        return out
+
+    @functools.cached_property
+    def loads(self) -> list[Segment]:
+        return [s for s in self.segments if s.type == "PT_LOAD"]
+
+    @functools.cached_property
+    def dynamic(self) -> list[tuple[str, int]]:
+        """DT_* entries in file order as (tag name, value); unknown tags as 'DT_0x...'."""
+        for s in self.elf.iter_sections():
+            if s["sh_type"] == "SHT_DYNAMIC":
+                out = []
+                for t in s.iter_tags():
+                    tag = t.entry.d_tag
+                    out.append((tag if isinstance(tag, str) else f"DT_{tag:#x}", t.entry.d_val))
+                return out
+        return []
+
+    def dt(self, tag: str) -> int | None:
+        for t, v in self.dynamic:
+            if t == tag:
+                return v
+        return None
+
+    # -- address translation ----------------------------------------------------------
+    def vaddr_to_offset(self, vaddr):
+        """File offsets of virtual addresses (scalar or array); -1 where not file-backed."""
+        v = np.atleast_1d(np.asarray(vaddr, dtype=np.uint64))
+        out = np.full(v.shape, -1, dtype=np.int64)
+        for seg in self.loads:
+            m = (v >= seg.vaddr) & (v < seg.vaddr + seg.filesz)
+            out[m] = (v[m] - seg.vaddr + seg.offset).astype(np.int64)
+        return out if np.ndim(vaddr) else int(out[0])
+
+    def offset_to_vaddr(self, offset):
+        """Virtual addresses of file offsets (scalar or array); -1 where not in a PT_LOAD."""
+        o = np.atleast_1d(np.asarray(offset, dtype=np.int64))
+        out = np.full(o.shape, -1, dtype=np.int64)
+        for seg in self.loads:
+            m = (o >= seg.offset) & (o < seg.offset + seg.filesz)
+            out[m] = o[m] - seg.offset + seg.vaddr
+        return out if np.ndim(offset) else int(out[0])
+
+    def section_of_offsets(self, offsets) -> np.ndarray:
+        """Index into ``self.sections`` of the allocated section holding each file offset (-1: none)."""
+        secs = [s for s in self.sections if s.occupies_file and (s.flags & 2)]  # SHF_ALLOC
+        secs.sort(key=lambda s: s.offset)
+        starts = np.array([s.offset for s in secs], dtype=np.int64)
+        ends = np.array([s.offset + s.size for s in secs], dtype=np.int64)
+        idx = np.array([s.index for s in secs], dtype=np.int64)
+        o = np.asarray(offsets, dtype=np.int64)
+        k = np.searchsorted(starts, o, side="right") - 1
+        ok = (k >= 0) & (o < ends[np.clip(k, 0, None)])
+        return np.where(ok, idx[np.clip(k, 0, None)], -1)
+
+    # -- relocations --------------------------------------------------------------------
+    def reloc_tables(self) -> dict[str, np.ndarray]:
+        """Dynamic relocation tables as numpy record arrays, keyed by section name.
+
+        Found through SHT_RELA/SHT_REL sections that are SHF_ALLOC (the ones the loader
+        reads), i.e. .rela.dyn and .rela.plt on x86-64.
+        """
+        out = {}
+        for s in self.sections:
+            if s.type not in ("SHT_RELA", "SHT_REL") or not (s.flags & 2) or s.size == 0:
+                continue
+            if self.elfclass == 64:
+                dt = RELA64 if s.type == "SHT_RELA" else REL64
+            else:
+                dt = RELA32 if s.type == "SHT_RELA" else REL32
+            n = s.size // dt.itemsize
+            out[s.name] = np.frombuffer(self.mm, dtype=dt, count=n, offset=s.offset)
+        return out
+
+    def reloc_types(self, rel: np.ndarray) -> np.ndarray:
+        info = rel["r_info"]
+        return (info & 0xFFFFFFFF) if self.elfclass == 64 else (info & 0xFF)
+
+    def relative_type(self) -> int | None:
+        return RELATIVE_TYPE.get(self.machine)
+
+    def close(self) -> None:
+        # numpy views keep the mmap exported; drop ours first.
+        self.buf = None
+        try:
+            self.mm.close()
+        except BufferError:
+            pass
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def relr_encode(offsets: np.ndarray, wordsize: int = 8) -> np.ndarray:
+    """Encode relocation addresses as a DT_RELR table (gABI proposal, as lld writes it).
+
+    The table is a sequence of words: an even word is an address (relocated, and the
+    start of a run); an odd word is a bitmap whose bit i (1..nbits) says that
+    ``where + (i-1)*wordsize`` is relocated, where ``where`` starts one word past the
+    last address and advances nbits words per bitmap (nbits = 8*wordsize-1, 63 on
+    64-bit). Greedy encoding, identical to lld's ``RelrSection::updateAllocSize``.
+
+    ``offsets`` must be word-aligned addresses. The Python loop runs once per output
+    word (tens of thousands), not once per relocation (hundreds of thousands).
+    """
+    a = np.unique(np.asarray(offsets, dtype=np.uint64))
+    if a.size and np.any(a % wordsize):
+        raise ValueError("RELR can only encode word-aligned addresses")
+    nbits = wordsize * 8 - 1
+    span = nbits * wordsize
+    dtype = np.uint64 if wordsize == 8 else np.uint32
+    words: list = []
+    i, n = 0, a.size
+    ws = np.uint64(wordsize)
+    while i < n:
+        base = a[i]
+        words.append(base)
+        i += 1
+        where = base + ws
+        while i < n:
+            j = int(np.searchsorted(a, where + np.uint64(span), side="left"))
+            if j == i:
+                break
+            bits = (a[i:j] - where) // ws
+            bitmap = int(np.bitwise_or.reduce(np.left_shift(np.uint64(1), bits)))
+            words.append((bitmap << 1) | 1)
+            i = j
+            where = where + np.uint64(span)
+    return np.array(words, dtype=dtype)
+
+
+def relr_decode(words: np.ndarray, wordsize: int = 8) -> np.ndarray:
+    """Addresses encoded by a DT_RELR table (the inverse of :func:`relr_encode`)."""
+    out = []
+    nbits = wordsize * 8 - 1
+    where = 0
+    for w in np.asarray(words).tolist():
+        if w & 1 == 0:
+            out.append(w)
+            where = w + wordsize
+        else:
+            bm = w >> 1
+            k = 0
+            while bm:
+                if bm & 1:
+                    out.append(where + k * wordsize)
+                bm >>= 1
+                k += 1
+            where += nbits * wordsize
+    return np.array(out, dtype=np.uint64)
+
+
+def relr_size(offsets: np.ndarray, wordsize: int = 8) -> int:
+    """Bytes of the optimal RELR table for these word-aligned addresses."""
+    return int(relr_encode(offsets, wordsize).size) * wordsize
