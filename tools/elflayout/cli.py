@@ -60,7 +60,12 @@ def _top_parser() -> argparse.ArgumentParser:
 def verb_parser(verb: str) -> tuple[argparse.ArgumentParser, object]:
     """The argparse parser of one verb and its module (used by main and the docs check)."""
     modname, summary = VERBS[verb]
-    mod = importlib.import_module(modname)
+    try:
+        mod = importlib.import_module(modname)
+    except ModuleNotFoundError as e:
+        if e.name and modname.startswith(e.name):
+            raise ElflayoutError(f"verb {verb!r} is not available in this installation ({e.name} missing)") from None
+        raise ElflayoutError(f"verb {verb!r} needs the Python module {e.name!r}: run 'make bootstrap'") from None
     p = argparse.ArgumentParser(
         prog=f"elflayout {verb}",
         description=getattr(mod, "SUMMARY", summary),
@@ -109,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"elflayout: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # a bug of ours: still one line, with a way to see more
+        if os.environ.get("ELFLAYOUT_DEBUG"):
+            raise
+        print(f"elflayout: internal error: {type(e).__name__}: {e} (set ELFLAYOUT_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":
