@@ -1,0 +1,126 @@
+"""Targets: the libraries elflayout is developed and measured on.
+
+* ``synthetic`` -- a generated shared library whose exact first-call order is known
+  (ground truth for profilers and orderers);
+* ``libpython`` -- Debian's ``libpython3.11.so.1.0`` relinked from ``libpython3.11-pic.a``;
+* ``libllvm`` -- Debian's ``libLLVM-16.so.1`` as shipped, and relinked from LLVM 16's
+  static archives.
+
+Everything downloaded or built lives in the cache directory (``cache_dir()``), never
+in the repository. Debian packages are fetched with ``apt-get download`` and unpacked
+with ``dpkg-deb -x``; nothing is installed system-wide except with ``ensure_installed``
+(runtime dependencies that a relinked library needs, like libz3).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from elflayout.errors import ElflayoutError
+
+LINKERS = ("bfd", "gold", "lld", "mold")
+
+
+def cache_dir(*parts: str) -> Path:
+    """``${ELFLAYOUT_CACHE:-~/.cache/elflayout}/PARTS...``, created if missing."""
+    root = Path(os.environ.get("ELFLAYOUT_CACHE") or Path.home() / ".cache" / "elflayout")
+    p = root.joinpath(*parts)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def param_key(*values) -> str:
+    """Short stable hash of JSON-able parameters (cache directory names)."""
+    blob = json.dumps(values, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Exclusive lock on ``path`` (a lock file): concurrent test runs of several
+    engineers share one cache, and must not build the same thing twice at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def run(cmd: list, *, cwd=None, env=None, what: str | None = None) -> subprocess.CompletedProcess:
+    """Run a command; on failure raise ElflayoutError with the tail of its output."""
+    try:
+        r = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True)
+    except FileNotFoundError as e:
+        raise ElflayoutError(f"{cmd[0]}: not found ({e.strerror}); run: make bootstrap") from None
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-6:]
+        raise ElflayoutError(f"{what or cmd[0]}: exit {r.returncode}: " + " | ".join(tail))
+    return r
+
+
+def linker_flag(linker: str) -> str:
+    """The gcc driver flag selecting ``linker`` (bfd = GNU ld)."""
+    if linker not in LINKERS:
+        raise ElflayoutError(f"{linker}: unknown linker (choose from {', '.join(LINKERS)})")
+    if linker != "bfd" and shutil.which(f"ld.{linker}") is None and shutil.which(linker) is None:
+        raise ElflayoutError(f"ld.{linker}: not installed (run: make bootstrap)")
+    return f"-fuse-ld={linker}"
+
+
+def fetch_debs(packages: Iterable[str], name: str) -> Path:
+    """Download Debian ``packages`` with ``apt-get download`` and unpack them all into
+    ``cache_dir("debs", name)``; return that root. Done once: a stamp records the
+    package list, so later calls cost nothing."""
+    packages = list(packages)
+    root = cache_dir("debs", name)
+    stamp = root / ".unpacked.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == packages:
+        return root
+    with locked(cache_dir("debs") / f".{name}.lock"):
+        if stamp.exists() and json.loads(stamp.read_text()) == packages:
+            return root
+        dl = cache_dir("debs", "download")
+        debs = []
+        for pkg in packages:
+            have = sorted(dl.glob(f"{pkg}_*.deb"))
+            if not have:
+                r = subprocess.run(["apt-get", "download", pkg], cwd=dl, capture_output=True, text=True)
+                if r.returncode != 0:
+                    # A stale package list is the usual cause on a fresh machine.
+                    subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
+                    run(["apt-get", "download", pkg], cwd=dl, what=f"apt-get download {pkg}")
+                have = sorted(dl.glob(f"{pkg}_*.deb"))
+            if not have:
+                raise ElflayoutError(f"{pkg}: apt-get download produced no .deb in {dl}")
+            debs.append(have[-1])
+        for deb in debs:
+            run(["dpkg-deb", "-x", deb, root], what=f"dpkg-deb -x {deb.name}")
+        stamp.write_text(json.dumps(packages))
+    return root
+
+
+def ensure_installed(packages: Iterable[str]) -> None:
+    """Install missing Debian runtime packages (root only; bootstrap normally did it)."""
+    need = []
+    for p in packages:
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True)
+        if "install ok installed" not in r.stdout:
+            need.append(p)
+    if not need:
+        return
+    if os.geteuid() != 0:
+        raise ElflayoutError(f"missing Debian packages {' '.join(need)} (run: make bootstrap, or apt-get install them)")
+    subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *need], env=env,
+        what=f"apt-get install {' '.join(need)}")
