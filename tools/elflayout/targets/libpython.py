@@ -1,0 +1,161 @@
+"""libpython: Debian's ``libpython3.11.so.1.0`` relinked from ``libpython3.11-pic.a``.
+
+Debian ships the 179 PIC objects its shared libpython is linked from (package
+libpython3.11-dev). We unpack them in archive order (the baseline order), link
+``libpython3.11.so.1.0`` with GNU ld, gold, lld (or mold), each with a link map,
+soname ``libpython3.11.so.1.0`` and NEEDED libm, libz, libexpat like Debian's, and a
+launcher ``python3.11`` (``Py_BytesMain``) with RUNPATH ``$ORIGIN``, so the launcher
+loads the relinked library (LD_LIBRARY_PATH still overrides RUNPATH, for packed
+copies). The standard library and its extension modules (``lib-dynload``: _decimal,
+_json, _asyncio ...) come from Debian's installed libpython3.11-stdlib, same 3.11 ABI;
+the extension modules resolve their Python symbols against our library.
+
+The objects are extracted as ``NNN-name.o`` (archive position + member name): the
+archive has two members named ``token.o`` and two ``getbuildinfo.o``, and the prefix
+keeps the archive order visible in link maps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from elflayout.errors import ElflayoutError
+from elflayout.fileio import atomic_write_text
+from elflayout.targets import cache_dir, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
+
+SONAME = "libpython3.11.so.1.0"
+ARCHIVE = "usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11-pic.a"
+DEV_PACKAGES = ["libpython3.11-dev"]
+RUNTIME_PACKAGES = ["libpython3.11-stdlib", "libexpat1", "zlib1g"]
+LIBS = ["-lexpat", "-lz", "-lm"]
+WORKLOADS = {"pass": ["-c", "pass"], "imports": ["-c", "import json, decimal, asyncio, re"]}
+# Proves the C accelerators were loaded through our library (not pure-Python fallbacks).
+CHECK = ("import sys, json, decimal, asyncio, re, _decimal, _json, _asyncio; "
+         "print(sys.version_info[:2], decimal.Decimal is _decimal.Decimal, json.scanner.c_make_scanner is not None)")
+LAUNCHER_C = """/* elflayout launcher: the whole of Debian's python3.11 main() */
+extern int Py_BytesMain(int argc, char **argv);
+int main(int argc, char **argv) { return Py_BytesMain(argc, argv); }
+"""
+
+
+def _read_ar(path: Path) -> list[tuple[str, bytes]]:
+    """Members of a System V/GNU ``ar`` archive, in order (names may repeat)."""
+    data = path.read_bytes()
+    if not data.startswith(b"!<arch>\n"):
+        raise ElflayoutError(f"{path}: not an ar archive")
+    pos, longnames, out = 8, b"", []
+    while pos + 60 <= len(data):
+        hdr = data[pos:pos + 60]
+        name = hdr[:16].decode().rstrip()
+        size = int(hdr[48:58].decode().strip())
+        body = data[pos + 60:pos + 60 + size]
+        pos += 60 + size + (size & 1)
+        if name == "//":
+            longnames = body
+        elif name in ("/", "/SYM64/"):
+            continue
+        else:
+            if name.startswith("/") and name[1:].isdigit():
+                off = int(name[1:])
+                name = longnames[off:longnames.index(b"/\n", off)].decode()
+            out.append((name.rstrip("/"), body))
+    return out
+
+
+def objects() -> list[Path]:
+    """The PIC objects of libpython3.11-pic.a, unpacked once, in archive order."""
+    root = fetch_debs(DEV_PACKAGES, "libpython3.11")
+    dest = cache_dir("libpython", "objects")
+    stamp = dest / ".members.json"
+    with locked(cache_dir("libpython") / ".objects.lock"):
+        if stamp.exists():
+            return [dest / n for n in json.loads(stamp.read_text())]
+        members = _read_ar(root / ARCHIVE)
+        names = []
+        for k, (name, body) in enumerate(members):
+            fn = f"{k:03d}-{name}"
+            (dest / fn).write_bytes(body)
+            names.append(fn)
+        atomic_write_text(stamp, json.dumps(names))
+    return [dest / n for n in names]
+
+
+def _ordered(objs: list[Path], object_order) -> list[Path]:
+    if object_order is None:
+        return objs
+    by = {}
+    for o in objs:
+        by[str(o)] = o
+        by[o.name] = o
+    out = []
+    for x in object_order:
+        o = by.get(str(x)) or by.get(Path(x).name)
+        if o is None:
+            raise ElflayoutError(f"object order: {x} is not one of the libpython3.11-pic.a objects")
+        out.append(o)
+    if sorted(map(str, out)) != sorted(map(str, objs)):
+        raise ElflayoutError(f"object order: must list each of the {len(objs)} objects exactly once (got {len(out)})")
+    return out
+
+
+def prepare(linker: str = "bfd", extra_link_args=(), object_order=None, outdir=None) -> dict:
+    """Link libpython3.11.so.1.0 (and the launcher) with ``linker``; cached by
+    (linker, extra args, object order). Returns ``dict(lib, map, launcher, objects,
+    link_cmd, env, workloads={"pass": argv, "imports": argv}, outdir, linker)``;
+    run a workload as ``subprocess.run(d["workloads"]["imports"], env=os.environ | d["env"])``.
+    """
+    flag = linker_flag(linker)
+    ensure_installed(RUNTIME_PACKAGES)
+    objs = _ordered(objects(), object_order)
+    extra = [str(a) for a in extra_link_args]
+    key = param_key(linker, extra, [o.name for o in objs])
+    out = Path(outdir) if outdir else cache_dir("libpython", f"link-{linker}-{key}")
+    out = out.resolve()
+    result_file = out / "built.json"
+    with locked(out.parent / f".{out.name}.lock"):
+        if result_file.exists():
+            d = json.loads(result_file.read_text())
+            if d.get("key") == key:
+                return _as_paths(d)
+        out.mkdir(parents=True, exist_ok=True)
+        lib, lmap, launcher = out / SONAME, out / f"{SONAME}.map", out / "python3.11"
+        for p in (lib, lmap, launcher, result_file):
+            p.unlink(missing_ok=True)
+        link_cmd = ["gcc", "-shared", flag, f"-Wl,-soname,{SONAME}", "-Wl,-z,relro", f"-Wl,-Map={lmap}",
+                    "-o", str(lib), *map(str, objs), *extra, *LIBS]
+        run(link_cmd, what=f"link {SONAME} with {linker}")
+        (out / "launcher.c").write_text(LAUNCHER_C)
+        run(["gcc", "-O1", "-o", launcher, out / "launcher.c", f"-L{out}", f"-l:{SONAME}", "-Wl,-rpath,$ORIGIN"],
+            what="link python3.11 launcher")
+        env = {"PYTHONHOME": "/usr", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        workloads = {k: [str(launcher), *v] for k, v in WORKLOADS.items()}
+        renv = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "LD_LIBRARY_PATH"} | env
+        r = run([launcher, "-c", CHECK], env=renv, what=f"{launcher} self-check")
+        if "True True" not in r.stdout:
+            raise ElflayoutError(f"{launcher}: C accelerators not in use: {r.stdout.strip()}")
+        r = run([launcher, "-c", f"import ctypes, sys; print(sys.version)"], env=renv)
+        d = dict(lib=str(lib), map=str(lmap), launcher=str(launcher), objects=[str(o) for o in objs],
+                 link_cmd=link_cmd, env=env, workloads=workloads, outdir=str(out), linker=linker, key=key,
+                 version=r.stdout.strip())
+        atomic_write_text(result_file, json.dumps(d, indent=1))
+    return _as_paths(d)
+
+
+def _as_paths(d: dict) -> dict:
+    d = dict(d)
+    for k in ("lib", "map", "launcher", "outdir"):
+        d[k] = Path(d[k])
+    d["objects"] = [Path(o) for o in d["objects"]]
+    return d
+
+
+def system() -> dict:
+    """Debian's own libpython3.11.so.1.0 and /usr/bin/python3.11 (not relinkable: no map)."""
+    lib = Path("/usr/lib/x86_64-linux-gnu") / SONAME
+    exe = shutil.which("python3.11") or "/usr/bin/python3.11"
+    if not lib.exists():
+        raise ElflayoutError(f"{lib}: not installed (apt-get install libpython3.11)")
+    return dict(lib=lib, launcher=Path(exe), workloads={k: [exe, *v] for k, v in WORKLOADS.items()}, env={})
