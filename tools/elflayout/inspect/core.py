@@ -1,0 +1,263 @@
+"""What ``elflayout inspect`` reports, as data (the ``elflayout-inspect`` v1 body).
+
+Everything here returns plain dicts/lists ready for JSON; ``inspect.cli`` prints them.
+Bulk tables (relocations, symbols, FDEs) are read with numpy; see elfcore/symbols.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import numpy as np
+from elftools.elf import enums
+
+from elflayout import __version__
+from elflayout.elfcore import PAGE, ElfImage, page_range, relr_decode, relr_size
+from elflayout.errors import ElflayoutError
+
+FORMAT_KIND = "inspect"
+FORMAT_VERSION = 1
+
+_RELOC_NAMES = {
+    "EM_X86_64": enums.ENUM_RELOC_TYPE_x64,
+    "EM_386": enums.ENUM_RELOC_TYPE_i386,
+    "EM_AARCH64": enums.ENUM_RELOC_TYPE_AARCH64,
+    "EM_ARM": enums.ENUM_RELOC_TYPE_ARM,
+    "EM_MIPS": enums.ENUM_RELOC_TYPE_MIPS,
+    "EM_PPC": enums.ENUM_RELOC_TYPE_PPC,
+    "EM_PPC64": enums.ENUM_RELOC_TYPE_PPC64,
+    "EM_S390": enums.ENUM_RELOC_TYPE_S390X,
+    "EM_LOONGARCH": enums.ENUM_RELOC_TYPE_LOONGARCH,
+}
+
+# Section flags as readelf prints them.
+_SHF = [(0x1, "W"), (0x2, "A"), (0x4, "X"), (0x10, "M"), (0x20, "S"), (0x40, "I"), (0x80, "L"), (0x200, "G"),
+        (0x400, "T"), (0x800, "C"), (0x80000000, "E")]
+SHT_RELR = 19
+
+
+def shflags(f: int) -> str:
+    return "".join(c for bit, c in _SHF if f & bit)
+
+
+def pflags(f: int) -> str:
+    return ("R" if f & 4 else " ") + ("W" if f & 2 else " ") + ("E" if f & 1 else " ")
+
+
+def _pages(offset: int, size: int, occupies: bool = True):
+    if not occupies or size <= 0:
+        return None
+    a, b = page_range(offset, size)
+    return [a, b]
+
+
+def reloc_type_name(machine: str, t: int) -> str:
+    names = _RELOC_NAMES.get(machine)
+    if names is not None:
+        for k, v in names.items():
+            if v == t and not k.startswith("_"):
+                return k
+    return f"type {t}"
+
+
+def file_info(img: ElfImage) -> dict:
+    h = img.elf.header
+    return {
+        **img.identity(),
+        "class": img.elfclass,
+        "endian": "little" if img.elf.little_endian else "big",
+        "type": h["e_type"],
+        "machine": img.machine,
+        "x86_64": img.is_x86_64,
+        "entry": h["e_entry"],
+        "pages": -(-img.size // PAGE),
+    }
+
+
+def segments(img: ElfImage) -> list[dict]:
+    return [{
+        "index": s.index, "type": s.type, "flags": pflags(s.flags).replace(" ", "") or "-", "offset": s.offset,
+        "filesz": s.filesz, "vaddr": s.vaddr, "memsz": s.memsz, "align": s.align,
+        "pages": _pages(s.offset, s.filesz),
+    } for s in img.segments]
+
+
+def _containing_load(img: ElfImage, sec) -> int | None:
+    """Program-header index of the PT_LOAD holding a section (by address if NOBITS)."""
+    if not sec.flags & 2:  # not SHF_ALLOC: not loaded
+        return None
+    for seg in img.loads:
+        if sec.type == "SHT_NOBITS" or sec.size == 0:
+            if seg.vaddr <= sec.addr <= seg.vaddr + seg.memsz and sec.addr + sec.size <= seg.vaddr + seg.memsz:
+                return seg.index
+        elif seg.offset <= sec.offset and sec.offset + sec.size <= seg.offset + seg.filesz:
+            return seg.index
+    return None
+
+
+def sections(img: ElfImage) -> list[dict]:
+    out = []
+    for s in img.sections:
+        if s.index == 0:
+            continue
+        out.append({
+            "index": s.index, "name": s.name, "type": s.type if isinstance(s.type, str) else f"SHT_{s.type:#x}",
+            "flags": shflags(s.flags), "addr": s.addr, "offset": s.offset, "size": s.size, "align": s.align,
+            "entsize": s.entsize, "pages": _pages(s.offset, s.size, s.occupies_file),
+            "segment": _containing_load(img, s),
+        })
+    return out
+
+
+def relocations(img: ElfImage) -> dict:
+    """Dynamic relocations by table and by type, and the optimal RELR size of the RELATIVE ones."""
+    tabs = img.reloc_tables()
+    rel_t = img.relative_type()
+    tables, by_type = [], {}
+    rel_offsets = []
+    for name, r in tabs.items():
+        ent = r.dtype.itemsize
+        tables.append({"section": name, "count": int(r.size), "entsize": ent, "bytes": int(r.size) * ent})
+        ty = img.reloc_types(r)
+        u, c = np.unique(ty, return_counts=True)
+        for t, n in zip(u.tolist(), c.tolist()):
+            d = by_type.setdefault(t, {"type": reloc_type_name(img.machine, t), "number": t, "count": 0, "bytes": 0})
+            d["count"] += n
+            d["bytes"] += n * ent
+        if rel_t is not None:
+            rel_offsets.append(r["r_offset"][ty == rel_t].astype(np.uint64))
+    # An existing DT_RELR table (already packed): its addresses count as RELATIVE too.
+    relr_existing = None
+    for s in img.sections:
+        if (s.type == "SHT_RELR" or s.type == SHT_RELR or s.name == ".relr.dyn") and s.size:
+            words = np.frombuffer(img.mm, dtype=np.uint64 if img.wordsize == 8 else np.uint32,
+                                  count=s.size // img.wordsize, offset=s.offset)
+            addrs = relr_decode(words, img.wordsize)
+            relr_existing = {"section": s.name, "bytes": s.size, "count": int(addrs.size)}
+            rel_offsets.append(addrs.astype(np.uint64))
+    relative = None
+    if rel_t is not None:
+        offs = np.concatenate(rel_offsets) if rel_offsets else np.zeros(0, np.uint64)
+        aligned = offs[offs % np.uint64(img.wordsize) == 0]
+        n_rel = int(sum(d["count"] for t, d in by_type.items() if t == rel_t))
+        rela_ent = max((t["entsize"] for t in tables), default=3 * img.wordsize)
+        relr = relr_size(aligned, img.wordsize) if aligned.size else 0
+        relative = {
+            "type": reloc_type_name(img.machine, rel_t), "count": n_rel,
+            "word_aligned": int(aligned.size), "relr_bytes": relr, "relr_words": relr // img.wordsize,
+            "rel_bytes": n_rel * rela_ent,
+            # bytes freed if every RELATIVE relocation (and any existing RELR table) became one optimal RELR table
+            "saved_bytes": n_rel * rela_ent + (relr_existing["bytes"] if relr_existing else 0) - relr,
+        }
+    return {
+        "tables": tables,
+        "by_type": sorted(by_type.values(), key=lambda d: -d["count"]),
+        "relative": relative,
+        "relr_existing": relr_existing,
+        "count": int(sum(t["count"] for t in tables)),
+        "bytes": int(sum(t["bytes"] for t in tables)),
+    }
+
+
+def symbol_counts(img: ElfImage) -> dict:
+    from elflayout.symbols import SYM32, SYM64
+
+    out = {}
+    dt = SYM64 if img.elfclass == 64 else SYM32
+    for key, want in (("symtab", "SHT_SYMTAB"), ("dynsym", "SHT_DYNSYM")):
+        sec = next((s for s in img.sections if s.type == want), None)
+        if sec is None:
+            out[key] = None
+            continue
+        n = sec.size // dt.itemsize
+        syms = np.frombuffer(img.mm, dtype=dt, count=n, offset=sec.offset)[1:]  # entry 0 is null
+        typ = syms["st_info"] & 0xF
+        bind = syms["st_info"] >> 4
+        undef = syms["st_shndx"] == 0
+        out[key] = {
+            "section": sec.name, "bytes": sec.size, "count": int(syms.size),
+            "defined": int((~undef).sum()), "undefined": int(undef.sum()),
+            "functions": int(((typ == 2) | (typ == 10))[~undef].sum()), "objects": int((typ == 1)[~undef].sum()),
+            "global": int((bind == 1).sum()), "weak": int((bind == 2).sum()), "local": int((bind == 0).sum()),
+        }
+    return out
+
+
+def function_summary(img: ElfImage) -> dict:
+    from elflayout.symbols import functions
+
+    ft = functions(img)
+    c = ft.counts()
+    return {
+        "count": len(ft), "from_symtab": c["symtab"], "from_dynsym": c["dynsym"], "from_eh_frame": c["eh_frame"],
+        "fde_count": ft.fde_count, "bytes": int(ft.size.sum()),
+    }
+
+
+def map_summary(img: ElfImage, map_path) -> dict:
+    from elflayout import linkmap
+
+    lm = linkmap.parse(map_path, img)
+    _check_map_matches(img, lm)
+    objs = lm.object_summary()
+    for o in objs:
+        o["pages"] = None if o["offset_start"] is None else list(page_range(o["offset_start"], o["offset_end"] - o["offset_start"]))
+    ins = []
+    for i in range(len(lm)):
+        off, size = int(lm.offset[i]), int(lm.size[i])
+        ins.append({"output": lm.output[i], "name": lm.name[i], "object": lm.object[i], "vaddr": int(lm.vaddr[i]),
+                    "size": size, "offset": off if off >= 0 else None,
+                    "pages": _pages(off, size) if off >= 0 else None})
+    return {
+        "path": str(lm.path), "flavour": lm.flavour, "output_sections": len(lm.output_sections),
+        "input_sections": ins, "objects": objs, "symbols": len(lm.sym_name), "discarded": lm.discarded,
+    }
+
+
+def _check_map_matches(img: ElfImage, lm) -> None:
+    """A map of a different link would attribute bytes wrongly: refuse it."""
+    secs = {s.name: s for s in img.sections if s.flags & 2 and s.size}
+    compared = 0
+    for o in lm.output_sections:
+        s = secs.get(o["name"])
+        if s is None or not o["size"]:
+            continue
+        compared += 1
+        if s.addr != o["vaddr"] or s.size != o["size"]:
+            raise ElflayoutError(
+                f"{lm.path}: link map does not match {img.path}: {o['name']} is {o['size']:#x} bytes at "
+                f"{o['vaddr']:#x} in the map, {s.size:#x} bytes at {s.addr:#x} in the file")
+    if compared == 0:
+        raise ElflayoutError(f"{lm.path}: link map shares no output section with {img.path}")
+
+
+def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, argv=None) -> dict:
+    """The full ``elflayout-inspect`` v1 document of one ELF file."""
+    from elflayout.fileio import envelope
+
+    with ElfImage(path) as img:
+        notes = []
+        if not img.is_x86_64:
+            notes.append(f"{img.machine} ELF{img.elfclass}: marked fields are x86-64-specific elsewhere in elflayout "
+                         "(profile, order, pack-relocs); relocation names use pyelftools' table for this machine")
+        if img.relative_type() is None:
+            notes.append(f"no R_*_RELATIVE type known for {img.machine}: RELR size not computed")
+        info = file_info(img)
+        body = {
+            "file": info,
+            "segments": segments(img),
+            "sections": sections(img),
+            "relocations": relocations(img),
+            "symbols": symbol_counts(img),
+            "functions": function_summary(img),
+            "map": map_summary(img, map_path) if map_path else None,
+            "notes": notes,
+        }
+    meta = {
+        "tool": f"elflayout {__version__}",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "argv": list(argv) if argv is not None else None,
+        "page_size": PAGE,
+    }
+    return envelope(FORMAT_KIND, FORMAT_VERSION, meta, **body)
