@@ -11,6 +11,8 @@ The flavour is detected from the text:
 
 - GNU ld: a "Memory Configuration" / "Linker script and memory map" header; input
   sections are `` NAME 0xADDR 0xSIZE OBJECT`` (NAME on its own line when long);
+  sections GNU ld makes itself (.dynsym, .rela.*, .plt, .got, ...) are printed under
+  the first input file and reported here as ``<internal>``;
 - gold: a "Memory map" header and the same line shapes, plus `` ** KIND`` lines for
   linker-made sections;
 - lld: a column header ``VMA LMA Size Align Out In Symbol`` (older lld: ``Address Size
@@ -35,6 +37,11 @@ from elflayout.errors import ElflayoutError
 
 FLAVOURS = ("bfd", "gold", "lld", "mold")
 INTERNAL = "<internal>"
+
+# GNU ld prints sections it creates itself under the first input file (usually crti.o);
+# no object file of a final link contributes these, so they are reported as <internal>.
+_LINKER_MADE = re.compile(r"^\.(dynsym|dynstr|gnu\.hash|hash|gnu\.version(_[dr])?|rela?\..*|plt(\..*)?|iplt|got(\.plt)?|"
+                          r"igot(\.plt)?|dynamic|interp|eh_frame_hdr|dynbss|note\.gnu\.build-id|relr\.dyn)$")
 
 
 @dataclass
@@ -288,6 +295,8 @@ def _parse_gnu(path: Path, lines: list[str], start: int, flavour: str) -> LinkMa
                 continue
             if len(tok) >= 3 and _is_hex(tok[1]):
                 obj = ln.split(None, 3)[3].strip() if len(tok) >= 4 else INTERNAL
+                if flavour == "bfd" and _LINKER_MADE.match(tok[0]):
+                    obj = INTERNAL
                 b.in_section(tok[0], obj, _hex(tok[1], path, lineno), _hex(tok[2], path, lineno))
                 pending_in = None
             elif len(tok) == 1:
@@ -314,6 +323,8 @@ def _parse_gnu(path: Path, lines: list[str], start: int, flavour: str) -> LinkMa
             pending_in = None
             if len(tok) >= 2 and _is_hex(tok[1]):
                 obj = INTERNAL if internal or len(tok) < 3 else ln.split(None, 2)[2].strip()
+                if flavour == "bfd" and _LINKER_MADE.match(name):
+                    obj = INTERNAL
                 b.in_section(name, obj, _hex(tok[0], path, lineno), _hex(tok[1], path, lineno))
                 continue
             if not internal:
