@@ -1,0 +1,171 @@
+"""Which files does a startup read? (Hommey's list for the selectively-cold state.)
+
+One run is traced with every file recorded (``TraceSession(None)``, limited to our
+process tree) and page-cache insertions are grouped by (device, inode):
+
+- method ``drop``: caches are dropped first (sync + drop_caches), so every file the
+  startup needs is read and seen. Used when the cold state is measured anyway.
+- method ``evict`` (default, gentler on a shared machine): a first, warm run is traced
+  for faults and fault-around mappings, which reveals every *mapped* file even when it
+  is cached; those files are evicted and a second run is traced for reads. Files that
+  are only ``read()`` and already cached are missed by this method; say ``--census drop``
+  to catch them too.
+
+Inodes are turned into paths without racing the process (its /proc/PID/maps vanish when
+it exits): first by stat-ing likely candidates (the command's words, its executable and
+``ldd`` dependencies, library and /etc directories), then, for what is left, with one
+``find MOUNTPOINT -xdev -inum ...`` per device. What still has no name is listed as
+``dev:ino``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from elflayout.measure import cache
+from elflayout.measure.runner import child_events
+from elflayout.tracefs import TraceSession, kdev
+
+SCAN_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib", "/lib64", "/etc",
+             "/usr/lib/locale", "/usr/lib/x86_64-linux-gnu/gconv", "/usr/share/locale")
+FIND_TIMEOUT = 180
+
+
+def _mounts() -> dict[int, str]:
+    """kernel dev -> a mount point of it (from /proc/self/mountinfo)."""
+    out = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        f = line.split()
+        maj, mnr = map(int, f[2].split(":"))
+        out.setdefault((maj << 20) | mnr, f[4].replace("\\040", " "))
+    return out
+
+
+def candidates(command: str, env: dict) -> list[str]:
+    words = [w.split("=", 1)[-1] for w in shlex.split(command, posix=True)] if command else []
+    paths = set()
+    for w in words:
+        for part in w.split(":"):
+            if part.startswith("/"):
+                paths.add(part)
+        exe = shutil.which(w, path=env.get("PATH", os.defpath)) if w and "/" not in w else None
+        if exe:
+            paths.add(exe)
+    for p in list(paths):
+        if os.path.isfile(p):
+            try:
+                r = subprocess.run(["ldd", p], capture_output=True, text=True, timeout=20)
+                for line in r.stdout.splitlines():
+                    if "=>" in line and "/" in line.split("=>")[1]:
+                        paths.add(line.split("=>")[1].split()[0])
+                    elif line.strip().startswith("/"):
+                        paths.add(line.split()[0])
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+    dirs = list(SCAN_DIRS) + [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    dirs += [os.path.dirname(p) for p in paths]
+    for d in dirs:
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.is_file():
+                        paths.add(e.path)
+        except OSError:
+            pass
+        if os.path.isdir(d):
+            paths.add(d)
+    return sorted(paths)
+
+
+def resolve(keys: set[tuple[int, int]], command: str, env: dict) -> dict[tuple[int, int], str]:
+    """(kernel dev, ino) -> path, see module docstring."""
+    found: dict[tuple[int, int], str] = {}
+    for p in candidates(command, env) + ["/etc/ld.so.cache"]:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        k = (kdev(st.st_dev), st.st_ino)
+        if k in keys and k not in found:
+            found[k] = os.path.realpath(p)
+    left = keys - set(found)
+    mounts = _mounts()
+    for dev in sorted({d for d, _ in left}):
+        mp = mounts.get(dev)
+        inos = sorted(i for d, i in left if d == dev)
+        if not mp or not inos:
+            continue
+        expr = []
+        for i in inos:
+            expr += ["-inum", str(i), "-o"]
+        try:
+            r = subprocess.run(["find", mp, "-xdev", "(", *expr[:-1], ")", "-print"], capture_output=True, text=True,
+                               timeout=FIND_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        for line in r.stdout.splitlines():
+            try:
+                st = os.stat(line)
+            except OSError:
+                continue
+            k = (kdev(st.st_dev), st.st_ino)
+            if k in left and k not in found:
+                found[k] = line
+    return found
+
+
+def _traced_run(runner, variant, kinds):
+    from elflayout.measure.runner import _enable_pid_filter
+
+    with TraceSession(None, kinds=kinds) as ts:
+        _enable_pid_filter(ts)
+        ts.clear()
+        m = runner.spawn(variant)
+        res = ts.stop()
+    return m, res
+
+
+def census(runner, variant, method: str = "evict") -> dict:
+    """Files read by one startup of ``variant``, in order of first read."""
+    env = runner.envctl.build(runner.variant_env.get(variant.name))
+    if method == "drop":
+        cache.drop_caches()
+    else:
+        # warm run: which files are mapped or read at all (faults show cached files too)
+        _, res = _traced_run(runner, variant, ("add", "fault", "map"))
+        ev = child_events(res)
+        keys = {(int(d), int(i)) for d, i in zip(ev["dev"], ev["ino"]) if d != 0}
+        names = resolve(keys, variant.command, env)
+        for path in names.values():
+            if os.path.isfile(path):
+                try:
+                    cache.evict(path, verify=False)
+                except OSError:
+                    pass
+    m, res = _traced_run(runner, variant, ("add",))
+    ev = child_events(res)
+    ev = ev[(ev["kind"] == 0) & (ev["dev"] != 0)]
+    keys = {(int(d), int(i)) for d, i in zip(ev["dev"], ev["ino"])}
+    names = resolve(keys, variant.command, env)
+    files = []
+    if len(ev):
+        k = ev["dev"].astype(np.uint64) << np.uint64(32) | ev["ino"].astype(np.uint64)
+        uniq, first = np.unique(k, return_index=True)
+        for idx in np.argsort(first):
+            u = uniq[idx]
+            sel = ev[k == u]
+            d, i = int(sel["dev"][0]), int(sel["ino"][0])
+            pages = int(sel["npages"].sum())
+            path = names.get((d, i))
+            files.append({"path": path or f"{d >> 20}:{d & 0xFFFFF}:{i}", "resolved": path is not None,
+                          "dev": f"{d >> 20}:{d & 0xFFFFF}", "ino": i, "pages": pages, "bytes": pages * cache.PAGE,
+                          "first_t": round(float(sel["t"][0] - m["t0"]), 6),
+                          "is_dir": bool(path and os.path.isdir(path))})
+    return {"variant": variant.name, "method": method, "files": files, "lost_events": int(res.lost),
+            "wall_s": m["wall_s"]}

@@ -1,0 +1,266 @@
+"""System controls for measurements, pyperf-style.
+
+Each control answers four questions: ``available()`` (None or why not), ``show()``
+(current value), ``apply()`` and ``undo()``. Controls that act on the measured child
+only (ASLR, CPU pinning, environment) contribute to ``child_setup`` / ``env`` instead
+of changing the system, so there is nothing to restore for them; read-ahead and the
+CPU governor are system-wide and are restored by ``ControlSet`` on exit, on exceptions,
+on Ctrl-C and on SIGTERM (which is turned into KeyboardInterrupt while active).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+from pathlib import Path
+
+from elflayout.errors import ElflayoutError
+
+ADDR_NO_RANDOMIZE = 0x0040000
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.personality.argtypes = [ctypes.c_ulong]
+_libc.personality.restype = ctypes.c_int
+
+
+def block_device_dir(path: str | os.PathLike) -> Path | None:
+    """sysfs directory (with ``queue/``) of the block device holding ``path``.
+
+    Partitions have no queue of their own: their parent disk's is used.
+    """
+    st = os.stat(path)
+    d = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    if not d.exists():
+        return None  # tmpfs, overlay without a block device, FUSE...
+    d = d.resolve()
+    if (d / "queue").is_dir():
+        return d
+    if (d / "partition").exists() and (d.parent / "queue").is_dir():
+        return d.parent
+    return None
+
+
+class Control:
+    name = "control"
+
+    def available(self) -> str | None:
+        return None
+
+    def show(self):
+        return None
+
+    def apply(self) -> None:
+        pass
+
+    def undo(self) -> None:
+        pass
+
+    # what the child process needs (called in the forked child before exec)
+    def child_setup(self) -> None:
+        pass
+
+    def record(self) -> dict:
+        return {"name": self.name, "available": self.available() is None, "reason": self.available(),
+                "before": getattr(self, "before", None), "applied": getattr(self, "applied", None)}
+
+
+class ReadAhead(Control):
+    """``queue/read_ahead_kb`` of the device holding the files under test."""
+
+    name = "read_ahead_kb"
+
+    def __init__(self, path: str | os.PathLike, kb: int | None):
+        self.path = str(path)
+        self.kb = kb
+        self.dev = block_device_dir(path)
+        self.knob = self.dev / "queue" / "read_ahead_kb" if self.dev else None
+        self.before = self.show() if self.knob else None
+        self.applied = None
+        self.device = self.dev.name if self.dev else None
+
+    def available(self):
+        if self.knob is None:
+            return f"{self.path}: not on a block device with a read-ahead setting"
+        if not os.access(self.knob, os.W_OK):
+            return f"{self.knob}: not writable (needs root)"
+        return None
+
+    def show(self):
+        return int(self.knob.read_text()) if self.knob else None
+
+    def apply(self):
+        if self.kb is None or self.available():
+            self.applied = self.before
+            return
+        self.knob.write_text(str(self.kb))
+        self.applied = self.show()
+
+    def undo(self):
+        if self.knob is not None and self.before is not None and self.show() != self.before:
+            self.knob.write_text(str(self.before))
+
+    def record(self):
+        r = super().record()
+        r["device"] = self.device
+        return r
+
+
+class Aslr(Control):
+    """ASLR off for the measured child only: personality(ADDR_NO_RANDOMIZE) before exec."""
+
+    name = "aslr"
+
+    def __init__(self, disable: bool):
+        self.disable = disable
+        self.before = self.show()
+        self.applied = "off (personality ADDR_NO_RANDOMIZE in child)" if disable else self.before
+
+    def show(self):
+        v = Path("/proc/sys/kernel/randomize_va_space").read_text().strip()
+        return {"0": "off", "1": "on (conservative)", "2": "on"}.get(v, v)
+
+    def child_setup(self):
+        if self.disable:
+            cur = _libc.personality(0xFFFFFFFF)
+            _libc.personality(cur | ADDR_NO_RANDOMIZE)
+
+
+class CpuPin(Control):
+    """Pin the measured child (and its descendants) to CPUs via sched_setaffinity."""
+
+    name = "cpu_affinity"
+
+    def __init__(self, cpus: list[int] | None):
+        self.cpus = cpus
+        self.before = sorted(os.sched_getaffinity(0))
+        self.applied = sorted(cpus) if cpus else self.before
+        if cpus:
+            bad = set(cpus) - set(self.before)
+            if bad:
+                raise ElflayoutError(f"--pin: CPU {sorted(bad)[0]} is not available (allowed: {self.before})")
+
+    def child_setup(self):
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
+
+
+class Governor(Control):
+    """cpufreq scaling governor (set to 'performance' when asked and present)."""
+
+    name = "cpu_governor"
+
+    def __init__(self, governor: str | None):
+        self.governor = governor
+        self.knobs = sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor"))
+        self.before = self.show()
+        self.applied = self.before
+
+    def available(self):
+        return None if self.knobs else "no cpufreq scaling_governor on this machine (VM or fixed frequency)"
+
+    def show(self):
+        return {k.parent.parent.name: k.read_text().strip() for k in self.knobs} or None
+
+    def apply(self):
+        if self.governor and not self.available():
+            for k in self.knobs:
+                k.write_text(self.governor)
+            self.applied = self.show()
+
+    def undo(self):
+        if self.governor and self.before:
+            for k in self.knobs:
+                with contextlib.suppress(OSError):
+                    k.write_text(self.before[k.parent.parent.name])
+
+
+# Variables kept from the caller's environment; everything else is dropped so the
+# measured process sees the same environment whoever runs it (seed 000: environment
+# size moves stack alignment and hence timings).
+KEEP_ENV = ("PATH", "HOME", "TERM", "TMPDIR", "USER")
+ENV_SIZE = 4096
+
+
+class FixedEnv(Control):
+    """A fixed-size environment: a few kept variables + user ones, padded to ENV_SIZE bytes."""
+
+    name = "environment"
+
+    def __init__(self, extra: dict[str, str] | None = None, size: int = ENV_SIZE):
+        self.extra = dict(extra or {})
+        self.size = size
+        self.before = len(_env_bytes(os.environ))
+        self.env = self.build()
+        self.applied = {"bytes": len(_env_bytes(self.env)), "variables": sorted(k for k in self.env if k != "ELFLAYOUT_PAD")}
+
+    def build(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
+        env["LC_ALL"] = "C"
+        env.update(self.extra)
+        env.update(extra or {})
+        used = len(_env_bytes(env)) + len("ELFLAYOUT_PAD=") + 1
+        if used > self.size:
+            raise ElflayoutError(f"environment needs {used} bytes, more than the fixed size {self.size}")
+        env["ELFLAYOUT_PAD"] = "x" * (self.size - used)
+        return env
+
+
+def _env_bytes(env) -> bytes:
+    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+
+
+class ControlSet(contextlib.AbstractContextManager):
+    """Apply controls on enter; undo them (reverse order) on exit, errors, Ctrl-C, SIGTERM."""
+
+    def __init__(self, controls: list[Control]):
+        self.controls = controls
+        self._applied: list[Control] = []
+        self._old_term = None
+
+    def __enter__(self):
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            for c in self.controls:
+                c.apply()
+                self._applied.append(c)
+        except BaseException:
+            self.undo()
+            raise
+        return self
+
+    def undo(self):
+        errors = []
+        while self._applied:
+            c = self._applied.pop()
+            try:
+                c.undo()
+            except OSError as e:
+                errors.append(f"{c.name}: {e}")
+        if self._old_term is not None:
+            signal.signal(signal.SIGTERM, self._old_term)
+            self._old_term = None
+        if errors:
+            raise ElflayoutError("could not restore " + "; ".join(errors))
+
+    def __exit__(self, *exc):
+        # Ignore a second Ctrl-C while restoring: restoring matters more.
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self.undo()
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+        return False
+
+    def child_setup(self):
+        for c in self.controls:
+            c.child_setup()
+
+    def records(self) -> dict:
+        return {c.name: c.record() for c in self.controls}
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt

@@ -1,0 +1,290 @@
+"""The interleaved run loop.
+
+Every round runs each variant x state once, in an order shuffled with a recorded seed
+(never all of A then all of B), after preparing the state:
+
+- ``cold``: sync + drop_caches (the whole system's cache: biased, system libraries too);
+- ``selective``: evict only the files under test and verify with mincore;
+- ``hot``: one untimed run just before the timed one.
+
+Each timed run: ``time.monotonic()`` just before spawning (the trace clock is mono, so
+event times are relative to the spawn), ``os.wait4`` for wall/user/sys/faults/inblock
+of the whole child tree, and page-cache insertions traced in a private tracefs instance
+limited to our process tree (``set_event_pid`` + ``event-fork``) so the other users of
+the machine do not leak into the counts. Without tracefs, pages read are mincore
+residency after the run (flagged ``source: mincore``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import resource  # noqa: F401  imported now: os.wait4 would import it mid-run (file reads)
+
+import numpy as np
+
+from elflayout.errors import ElflayoutError
+from elflayout.measure import cache
+from elflayout.measure.controls import ControlSet, FixedEnv
+from elflayout.tracefs import TraceSession, file_key, tracefs_status
+
+STATES = ("selective", "cold", "hot")
+# A jump larger than this between the end of one read and the start of the next counts
+# as a seek: 32 pages = 128 KiB, the read-ahead window the harness sets by default, so
+# anything read-ahead could have bridged is not a seek.
+SEEK_PAGES = 32
+_SHELL_CHARS = re.compile(r"[|&;<>()$`\\*?\[\]{}~!#\n]")
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass
+class Variant:
+    name: str
+    command: str
+
+    def argv(self, env: dict) -> tuple[list[str], dict, bool]:
+        """(argv, extra env, via_shell): direct exec unless the command needs a shell.
+
+        Leading ``NAME=VALUE`` words become environment variables, as in a shell.
+        """
+        if _SHELL_CHARS.search(self.command):
+            return ["/bin/sh", "-c", self.command], {}, True
+        words = shlex.split(self.command)
+        extra = {}
+        while words and _ASSIGN.match(words[0]):
+            k, v = words.pop(0).split("=", 1)
+            extra[k] = v
+        if not words:
+            raise ElflayoutError(f"variant {self.name}: empty command")
+        exe = shutil.which(words[0], path=env.get("PATH", os.defpath))
+        if exe is None:
+            raise ElflayoutError(f"variant {self.name}: command not found: {words[0]}")
+        return [exe, *words[1:]], extra, False
+
+
+@dataclass
+class Plan:
+    variants: list[Variant]
+    states: list[str]
+    runs: int
+    warmup: int = 0
+    seed: int = 0
+    files: list[str] = field(default_factory=list)
+
+    def schedule(self) -> list[tuple[int, str, str]]:
+        """[(round, variant, state)] in run order, shuffled per round with ``seed``."""
+        rng = random.Random(self.seed)
+        cells = [(v.name, s) for v in self.variants for s in self.states]
+        out = []
+        for r in range(self.runs):
+            order = cells[:]
+            rng.shuffle(order)
+            out.extend((r, v, s) for v, s in order)
+        return out
+
+
+def _enable_pid_filter(ts: TraceSession) -> bool:
+    """Limit the session to this process and its descendants (True if done)."""
+    try:
+        (ts.dir / "options" / "event-fork").write_text("1")
+        (ts.dir / "set_event_pid").write_text(str(os.getpid()))
+        return True
+    except OSError:
+        return False
+
+
+def own_tids() -> np.ndarray:
+    """Thread ids of this process: its events (the pid filter includes us) are not the child's."""
+    return np.array([int(t) for t in os.listdir("/proc/self/task")], dtype=np.int64)
+
+
+def child_events(res) -> np.ndarray:
+    ev = res.events
+    return ev[~np.isin(ev["pid"], own_tids())]
+
+
+def seeks_of(pages: np.ndarray, npages: np.ndarray) -> int:
+    """Jumps of more than SEEK_PAGES pages between consecutive reads (in time order)."""
+    if len(pages) < 2:
+        return 0
+    ends = pages[:-1] + npages[:-1]
+    return int(np.count_nonzero(np.abs(pages[1:] - ends) > SEEK_PAGES))
+
+
+class Runner:
+    """Runs a Plan; ``run()`` returns the list of run records (results format v1)."""
+
+    def __init__(self, plan: Plan, controls: ControlSet, env: FixedEnv, *, trace: bool = True,
+                 on_event: Callable[[str, dict], None] | None = None, capture_dir: str | None = None,
+                 variant_env: dict[str, dict] | None = None):
+        self.plan = plan
+        self.controls = controls
+        self.envctl = env
+        self.trace = trace and tracefs_status() is None
+        self.on_event = on_event or (lambda kind, info: None)
+        self.keys = {f: file_key(f) for f in plan.files}
+        self.warnings: list[str] = []
+        self.evictions: list[dict] = []
+        self.variant_env = variant_env or {}
+        self.ts: TraceSession | None = None
+        self.pid_filter = False
+        self._child: subprocess.Popen | None = None
+        self._errfile = tempfile.TemporaryFile(prefix="elflayout-measure-")
+        self._warned_evict: set[str] = set()
+        self.page = cache.PAGE
+
+    # -- one child ----------------------------------------------------------------
+    def spawn(self, variant: Variant) -> dict:
+        """Run one command to completion; return timing and rusage (no tracing here)."""
+        env = self.envctl.build(self.variant_env.get(variant.name))
+        argv, extra, via_shell = variant.argv(env)
+        if extra:
+            env = self.envctl.build({**self.variant_env.get(variant.name, {}), **extra})
+        self._errfile.seek(0)
+        self._errfile.truncate()
+        t0 = time.monotonic()
+        try:
+            p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=self._errfile, preexec_fn=self.controls.child_setup, start_new_session=True,
+                                 close_fds=True)
+        except OSError as e:
+            raise ElflayoutError(f"variant {variant.name}: cannot run {argv[0]}: {e.strerror}") from None
+        self._child = p
+        try:
+            _, status, ru = os.wait4(p.pid, 0)
+        except BaseException:
+            self.kill_child()
+            raise
+        t1 = time.monotonic()
+        p.returncode = os.waitstatus_to_exitcode(status)
+        self._child = None
+        # Descendants left behind (daemons) would skew the next run: end the group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+        if p.returncode != 0:
+            self._errfile.seek(0)
+            err = self._errfile.read(400).decode(errors="replace").strip().splitlines()
+            raise ElflayoutError(
+                f"variant {variant.name}: command exited with status {p.returncode}"
+                + (f": {err[-1]}" if err else "") + f" (command: {variant.command})")
+        return {"t0": t0, "wall_s": t1 - t0, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
+                "major_faults": ru.ru_majflt, "minor_faults": ru.ru_minflt, "read_bytes": ru.ru_inblock * 512,
+                "via_shell": via_shell}
+
+    def kill_child(self):
+        p = self._child
+        if p is not None and p.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(p.pid, 0)
+            p.returncode = -9
+        self._child = None
+
+    # -- states ----------------------------------------------------------------------
+    def prepare(self, variant: Variant, state: str) -> dict:
+        info = {}
+        if state == "cold":
+            cache.drop_caches()
+        elif state == "selective":
+            left = {}
+            for f in self.plan.files:
+                r = cache.evict(f)
+                if r["left"]:
+                    left[f] = r["left"]
+                    if f not in self._warned_evict:
+                        self._warned_evict.add(f)
+                        msg = f"{f}: {r['left']} page(s) stayed resident after eviction (pages {r['pages']}): {r['why']}"
+                        self.warnings.append(msg)
+                        self.on_event("warning", {"message": msg})
+            if left:
+                info["evict_left"] = left
+        elif state == "hot":
+            self.spawn(variant)
+        else:
+            raise ElflayoutError(f"unknown state {state!r} (choose from {', '.join(STATES)})")
+        return info
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> list[dict]:
+        variants = {v.name: v for v in self.plan.variants}
+        records: list[dict] = []
+        with contextlib.ExitStack() as stack:
+            stack.callback(self.kill_child)
+            if self.trace:
+                # All files of our tree: per-file figures for the files under test, plus
+                # the tree's total pages inserted.
+                self.ts = stack.enter_context(TraceSession(None, kinds=("add", "fault")))
+                self.pid_filter = _enable_pid_filter(self.ts)
+                if not self.pid_filter:
+                    self.warnings.append("tracefs set_event_pid/event-fork unavailable: counts include other processes")
+            for i in range(self.plan.warmup):
+                for v in self.plan.variants:
+                    self.on_event("warmup", {"variant": v.name, "i": i})
+                    self.spawn(v)
+            sched = self.plan.schedule()
+            for seq, (rnd, vname, state) in enumerate(sched):
+                v = variants[vname]
+                self.on_event("start", {"seq": seq, "total": len(sched), "variant": vname, "state": state, "round": rnd})
+                rec = self.one(v, state, rnd, seq)
+                records.append(rec)
+                self.on_event("run", rec)
+        return records
+
+    def one(self, v: Variant, state: str, rnd: int, seq: int) -> dict:
+        info = self.prepare(v, state)
+        if self.ts is not None:
+            self.ts.clear()
+        m = self.spawn(v)
+        res = self.ts.stop() if self.ts is not None else None
+        rec = {"variant": v.name, "state": state, "round": rnd, "seq": seq,
+               "wall_s": m["wall_s"], "user_s": m["user_s"], "sys_s": m["sys_s"],
+               "major_faults": m["major_faults"], "minor_faults": m["minor_faults"],
+               "read_bytes": m["read_bytes"], "source": "trace" if res is not None else "mincore"}
+        rec.update(info)
+        files = {}
+        if res is not None:
+            ev = child_events(res)
+            adds = ev[ev["kind"] == 0]
+            rec["traced_pages_all"] = int(adds["npages"].sum())
+            rec["lost_events"] = int(res.lost)
+            if res.lost:
+                self.warnings.append(f"run {seq}: the kernel dropped {res.lost} trace events; counts are low")
+        for f in self.plan.files:
+            resident = cache.resident_pages(f)
+            if res is not None:
+                key = self.keys[f]
+                mine = ev[(ev["dev"] == key[0]) & (ev["ino"] == key[1])]
+                a = mine[mine["kind"] == 0]
+                fl = mine[mine["kind"] == 1]
+                pages = int(a["npages"].sum())
+                files[f] = {
+                    "pages_read": pages, "bytes_read": pages * self.page,
+                    "seeks": seeks_of(a["page"], a["npages"]), "resident_after": resident,
+                    "reads": [[round(float(t - m["t0"]), 6), int(p), int(n)] for t, p, n in zip(a["t"], a["page"], a["npages"])],
+                    "faults": [[round(float(t - m["t0"]), 6), int(p)] for t, p in zip(fl["t"], fl["page"])],
+                }
+            else:
+                # Fallback: what is resident after the run was read during it (only
+                # meaningful when the state evicted the file first).
+                files[f] = {"pages_read": resident, "bytes_read": resident * self.page, "seeks": None,
+                            "resident_after": resident, "estimated": state != "hot"}
+        rec["files"] = files
+        rec["pages_read"] = int(sum(x["pages_read"] for x in files.values()))
+        rec["bytes_read"] = int(sum(x["bytes_read"] for x in files.values()))
+        return rec
+
+    def close(self):
+        self._errfile.close()
