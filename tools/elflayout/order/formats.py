@@ -1,0 +1,125 @@
+"""Writers: one ``Layout`` → the file each linker understands (docs/formats/order.md).
+
+- ``objects``: object files, one per line, for the link command line (GNU ld, gold, lld
+  and mold all lay out input sections in command-line order; the only lever for mold
+  and for objects built without -ffunction-sections).
+- ``lld``: ``--symbol-ordering-file``: symbol names, one per line; lld moves each input
+  section holding a listed symbol to the front of its output section, in file order.
+- ``gold``: ``--section-ordering-file``: input section names, one per line (globs
+  allowed). gold sorts *unlisted* sections first (order index 0), so each ordered output
+  section ends with a catch-all glob (``.text*``) that gives the rest one shared index,
+  i.e. their original order after the listed ones.
+- ``ld-script``: GNU ld 2.40 script passed with ``-T``: each ``SECTIONS`` block adds an
+  output section before the default one and ``INSERT`` keeps the default script.
+  Named ``.text.elflayout`` etc.: an output section called ``.text`` inserted before
+  ``.text`` is ambiguous to ld, and ``INSERT BEFORE .init`` would put code in the
+  read-only segment and make it executable (both tried with ld 2.40).
+"""
+
+from __future__ import annotations
+
+import re
+
+from elflayout.order.algorithms import Layout
+from elflayout.order.resolve import object_member, same_object
+
+FORMATS = ("objects", "lld", "gold", "ld-script")
+
+# Output sections an input section name goes to (GNU ld's default script), first match wins.
+DATA_GROUPS = (
+    (".data.rel.ro", ".data.rel.ro"),
+    (".rodata", ".rodata"),
+    (".data", ".data"),
+)
+# ld script section-name patterns: a name with these characters would be parsed as syntax
+_LD_UNSAFE = re.compile(r"[\s()*?\[\]{}\"';,=]")
+
+
+def text_sections(layout: Layout) -> list[str]:
+    out = []
+    for r in layout.functions:
+        out.extend(r.sections)
+    return list(dict.fromkeys(out))
+
+
+def write_objects(layout: Layout, all_objects: list[str] | None = None) -> tuple[str, dict]:
+    """Touched objects in first-access order, then the rest in their original order."""
+    if all_objects is None:
+        lines = list(layout.objects)
+        return _lines(lines), {"objects": len(lines), "touched": len(lines), "untouched": None}
+    ordered, used = [], set()
+    by_member: dict[str, list[int]] = {}
+    for i, a in enumerate(all_objects):
+        by_member.setdefault(object_member(a), []).append(i)
+    for o in layout.objects:
+        for i in by_member.get(object_member(o), ()):
+            if i not in used and same_object(all_objects[i], o):
+                ordered.append(all_objects[i])
+                used.add(i)
+                break
+    touched = len(ordered)
+    ordered += [a for i, a in enumerate(all_objects) if i not in used]
+    return _lines(ordered), {"objects": len(ordered), "touched": touched, "untouched": len(ordered) - touched,
+                             "profiled_not_in_link": len(layout.objects) - touched}
+
+
+def write_lld(layout: Layout) -> tuple[str, dict]:
+    names = [r.link_name for r in layout.functions if r.link_name]
+    names = list(dict.fromkeys(names + list(layout.data_symbols)))
+    return _lines(names), {"symbols": len(names), "data_symbols": len(layout.data_symbols)}
+
+
+def write_gold(layout: Layout) -> tuple[str, dict]:
+    text = text_sections(layout)
+    data = list(dict.fromkeys(n for n, _ in layout.data))
+    lines = text + ([".text*"] if text else [])
+    for prefix, _out in DATA_GROUPS:
+        grp = [n for n in data if _group(n) == prefix]
+        if grp:
+            lines += grp + [prefix + "*"]
+    return _lines(lines), {"text_sections": len(text), "data_sections": len(data)}
+
+
+def write_ld_script(layout: Layout, header: str = "") -> tuple[str, dict]:
+    text = text_sections(layout)
+    data = list(dict.fromkeys(n for n, _ in layout.data))
+    skipped = [n for n in text + data if _LD_UNSAFE.search(n)]
+    bad = set(skipped)
+    blocks = []
+    if header:
+        blocks.append("".join(f"/* {h} */\n" for h in header.splitlines()))
+    if text:
+        blocks.append(_ld_block(".text.elflayout", ".text", [n for n in text if n not in bad]))
+    for prefix, out in DATA_GROUPS:
+        grp = [n for n in data if _group(n) == prefix and n not in bad]
+        if grp:
+            blocks.append(_ld_block(out + ".elflayout", out, grp))
+    return "\n".join(blocks), {"text_sections": len(text), "data_sections": len(data), "skipped_unsafe_names": len(skipped)}
+
+
+def _ld_block(name: str, before: str, patterns: list[str]) -> str:
+    body = "".join(f"    *({p})\n" for p in patterns)
+    return f"SECTIONS\n{{\n  {name} :\n  {{\n{body}  }}\n}}\nINSERT BEFORE {before};\n"
+
+
+def _group(name: str) -> str | None:
+    for prefix, _ in DATA_GROUPS:
+        if name == prefix or name.startswith(prefix + "."):
+            return prefix
+    return None
+
+
+def _lines(items) -> str:
+    return "".join(f"{x}\n" for x in items)
+
+
+def write(fmt: str, layout: Layout, all_objects: list[str] | None = None, header: str = "") -> tuple[str, dict]:
+    if fmt == "objects":
+        return write_objects(layout, all_objects)
+    if fmt == "lld":
+        return write_lld(layout)
+    if fmt == "gold":
+        return write_gold(layout)
+    if fmt == "ld-script":
+        return write_ld_script(layout, header)
+    raise ValueError(f"unknown format {fmt!r}")

@@ -1,0 +1,283 @@
+"""Match profiled function names to the names a link knows (symbols, input sections).
+
+A profile names functions as the profiled library's symbol table did; the objects of the
+next link may call them differently:
+
+- local (``static``) functions with one name in several objects: the profile's
+  ``object`` field picks the right one when the universe knows objects;
+- compiler clones ``foo.part.0``, ``foo.cold``, ``foo.isra.0``, ``foo.constprop.0``,
+  ``foo.lto_priv.0``: matched as themselves first, then as their base ``foo``;
+- C++ thunks ``_ZThn8_N...`` / ``_ZTv0_n24_N...``: matched to the function they adjust
+  to (``_ZN...``) when they have no symbol of their own;
+- FDE-only names (a stripped library's functions, known only by ``.eh_frame`` extents)
+  cannot be matched by name: reported, never guessed.
+
+Without a universe (no link map), names are taken as they are and marked unverified:
+the linker is the judge, and ``check-order`` measures the result.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+import numpy as np
+
+# foo.part.0, foo.cold, foo.cold.12, foo.isra.0, foo.constprop.3, foo.lto_priv.0, foo.localalias
+_CLONE = re.compile(r"\.(?:part|cold|isra|constprop|lto_priv|localalias|llvm|specialized)(?:\.\d+)?$")
+# Itanium ABI call-offset thunks: _ZTh <nv-offset> _ and _ZTv <v-offset> _ <offset> _
+_THUNK = re.compile(r"^_ZT(?:h(n?\d+)_|v(n?\d+)_(n?\d+)_)")
+# names a profiler gives functions that only an FDE delimits
+_FDE_ONLY = re.compile(r"^(?:fde|FUN|sub|func)?[_@]?(?:0x)?[0-9a-fA-F]{4,}$|^(?:fde|FUN|sub)[_@]")
+
+
+def clone_base(name: str) -> str:
+    """``foo.constprop.0.isra.0`` → ``foo`` (all clone suffixes stripped)."""
+    prev = None
+    while prev != name:
+        prev, name = name, _CLONE.sub("", name)
+    return name
+
+
+def thunk_target(name: str) -> str | None:
+    m = _THUNK.match(name)
+    if not m:
+        return None
+    return "_Z" + name[m.end():]
+
+
+def is_fde_only(name: str) -> bool:
+    return bool(_FDE_ONLY.match(name))
+
+
+def text_section_of(name: str) -> str:
+    """The input section -ffunction-sections gives a function (GCC and clang naming)."""
+    if re.search(r"\.cold(?:\.\d+)?$", name):
+        return ".text.unlikely." + clone_base(name)
+    return ".text." + name
+
+
+def same_object(a: str | None, b: str | None) -> bool:
+    """Object names from different maps: ``x/libfoo.a(bar.o)`` vs ``libfoo.a(bar.o)`` vs ``bar.o``."""
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+
+    def parts(s):
+        m = re.match(r"^(.*)\((.*)\)$", s)
+        if m:
+            return PurePath(m[1]).name, PurePath(m[2]).name
+        return None, PurePath(s).name
+
+    (aa, am), (ba, bm) = parts(a), parts(b)
+    return am == bm and (aa is None or ba is None or aa == ba)
+
+
+def object_member(s: str) -> str:
+    """The file name of an object or archive member: ``a/libx.a(b/c.o)`` → ``c.o``."""
+    m = re.match(r"^.*\((.*)\)$", s)
+    return PurePath(m[1] if m else s).name
+
+
+@dataclass
+class Universe:
+    """What a link knows: symbol → [(input section, object)], input sections, objects."""
+
+    symbols: dict[str, list[tuple[str | None, str | None]]] = field(default_factory=dict)
+    sections: set[str] = field(default_factory=set)
+    objects: list[str] = field(default_factory=list)
+    source: str = ""
+    # input section extents in the linked file (from a map): offset/size arrays + names
+    extents: np.ndarray | None = None
+    extent_names: list[str] = field(default_factory=list)
+    extent_objects: list[str | None] = field(default_factory=list)
+    section_symbols: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Resolved:
+    name: str  # as profiled
+    link_name: str | None  # symbol to give the linker (None: unresolved)
+    sections: list[str]  # input section name(s) holding it
+    objects: list[str | None]
+    how: str  # exact | object | ambiguous | clone | thunk | unverified | fde-only | missing
+
+
+def universe_from_linkmap(path) -> Universe:
+    """Symbols, input sections and objects listed in a GNU ld / gold / lld map."""
+    from elflayout import linkmap  # owned by the inspect helper
+
+    lm = linkmap.parse(path)
+    u = Universe(source=str(path))
+    seen_obj = set()
+    offs, sizes = [], []
+    for sec in _iter_input_sections(lm):
+        name = _get(sec, "name", "input_section", "section")
+        obj = _get(sec, "object", "file", "obj")
+        off = _get(sec, "offset", "file_offset", default=None)
+        if name and off is not None and off >= 0:
+            offs.append(int(off))
+            sizes.append(int(_get(sec, "size", default=0) or 0))
+            u.extent_names.append(name)
+            u.extent_objects.append(obj)
+        if name:
+            u.sections.add(name)
+        if obj and obj not in seen_obj:
+            seen_obj.add(obj)
+            u.objects.append(obj)
+        for s in _get(sec, "symbols", default=()) or ():
+            sname = s if isinstance(s, str) else _get(s, "name", default=None)
+            if sname:
+                u.symbols.setdefault(sname, []).append((name, obj))
+                if name and not name.startswith(".text"):
+                    u.section_symbols.setdefault(name, []).append(sname)
+        # a -ffunction-sections section names its function even when the map lists no symbols
+        if name and name.startswith(".text.") and not _get(sec, "symbols", default=None):
+            fn = name[len(".text."):]
+            for pre in ("unlikely.", "hot.", "startup.", "exit."):
+                if fn.startswith(pre):
+                    fn = fn[len(pre):]
+            u.symbols.setdefault(fn, []).append((name, obj))
+    u.extents = np.zeros(len(offs), dtype=[("offset", "<i8"), ("size", "<i8")])
+    u.extents["offset"], u.extents["size"] = offs, sizes
+    return u
+
+
+def _iter_input_sections(lm):
+    for attr in ("input_sections", "sections", "inputs"):
+        v = getattr(lm, attr, None)
+        if v is not None:
+            return v
+    raise TypeError("link map object has no input sections")
+
+
+def _get(o, *names, default=None):
+    for n in names:
+        if isinstance(o, dict):
+            if n in o:
+                return o[n]
+        elif hasattr(o, n):
+            return getattr(o, n)
+    return default
+
+
+def resolve(entries: list[dict], universe: Universe | None) -> tuple[list[Resolved], dict]:
+    """Resolve profile function entries (``name``, optional ``object``) in order.
+
+    Returns one ``Resolved`` per entry (duplicates of an earlier link name dropped) and a
+    report: counts per outcome and a few examples of each failure.
+    """
+    out: list[Resolved] = []
+    counts: Counter = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+    taken: set[tuple[str, tuple]] = set()
+    for e in entries:
+        name = e.get("name") or ""
+        obj = e.get("object")
+        r = _resolve_one(name, obj, universe)
+        counts[r.how] += 1
+        if r.how in ("fde-only", "missing", "ambiguous") and len(examples[r.how]) < 5:
+            examples[r.how].append(name)
+        if r.link_name is None:
+            out.append(r)
+            continue
+        key = (r.link_name, tuple(r.sections))
+        if key in taken:
+            counts["duplicate"] += 1
+            continue
+        taken.add(key)
+        out.append(r)
+    total = len(entries)
+    unresolved = counts["fde-only"] + counts["missing"]
+    report = {
+        "profiled": total,
+        "matched": total - unresolved,
+        "matched_fraction": (total - unresolved) / total if total else 0.0,
+        "universe": universe.source if universe else None,
+        "by_how": dict(sorted(counts.items())),
+        "examples": {k: v for k, v in examples.items()},
+    }
+    return out, report
+
+
+def _resolve_one(name: str, obj: str | None, u: Universe | None) -> Resolved:
+    if not name:
+        return Resolved(name, None, [], [], "missing")
+    if u is None:
+        if is_fde_only(name):
+            return Resolved(name, None, [], [], "fde-only")
+        return Resolved(name, name, [text_section_of(name)], [obj], "unverified")
+    cands = u.symbols.get(name)
+    how = "exact"
+    link = name
+    if not cands:
+        if is_fde_only(name):
+            return Resolved(name, None, [], [], "fde-only")
+        base = clone_base(name)
+        tgt = thunk_target(name)
+        if base != name and u.symbols.get(base):
+            cands, how, link = u.symbols[base], "clone", base
+        elif tgt and u.symbols.get(tgt):
+            cands, how, link = u.symbols[tgt], "thunk", tgt
+        elif text_section_of(name) in u.sections:
+            return Resolved(name, name, [text_section_of(name)], [obj], "exact")
+        else:
+            return Resolved(name, None, [], [], "missing")
+    if len(cands) > 1:
+        mine = [c for c in cands if same_object(c[1], obj)]
+        if mine:
+            cands = mine
+            how = "object" if how == "exact" else how
+        elif len({c[0] for c in cands}) > 1 or len({c[1] for c in cands}) > 1:
+            how = "ambiguous" if how == "exact" else how
+    secs = list(dict.fromkeys(c[0] for c in cands if c[0])) or [text_section_of(link)]
+    return Resolved(name, link, secs, [c[1] for c in cands], how)
+
+
+def elf_symbols(img) -> tuple[np.ndarray, list[str]]:
+    """Defined symbols of an ELF file (.symtab, else .dynsym): structured array + names.
+
+    Fields: value (vaddr), size, offset (file offset; -1 if not file-backed), type
+    (STT_*), bind, shndx. Read with numpy: libLLVM has ~100k symbols.
+    """
+    dt = np.dtype([("st_name", "<u4"), ("st_info", "u1"), ("st_other", "u1"), ("st_shndx", "<u2"),
+                   ("st_value", "<u8"), ("st_size", "<u8")])
+    sec = img.section(".symtab") or img.section(".dynsym")
+    if sec is None or sec.size == 0 or img.elfclass != 64:
+        return np.zeros(0, dtype=[("value", "<u8"), ("size", "<u8"), ("offset", "<i8"), ("type", "u1"),
+                                  ("bind", "u1"), ("shndx", "<u2")]), []
+    syms = np.frombuffer(img.mm, dtype=dt, count=sec.size // dt.itemsize, offset=sec.offset)
+    strtab = img.sections[_link_of(img, sec)]
+    keep = (syms["st_shndx"] != 0) & (syms["st_shndx"] < 0xFF00) & (syms["st_name"] != 0)
+    syms = syms[keep]
+    raw = bytes(img.mm[strtab.offset:strtab.offset + strtab.size])
+    names = [raw[o:raw.index(b"\0", o)].decode("utf-8", "replace") for o in syms["st_name"].tolist()]
+    out = np.zeros(len(syms), dtype=[("value", "<u8"), ("size", "<u8"), ("offset", "<i8"), ("type", "u1"),
+                                     ("bind", "u1"), ("shndx", "<u2")])
+    out["value"] = syms["st_value"]
+    out["size"] = syms["st_size"]
+    out["offset"] = img.vaddr_to_offset(syms["st_value"]) if len(syms) else []
+    out["type"] = syms["st_info"] & 0xF
+    out["bind"] = syms["st_info"] >> 4
+    out["shndx"] = syms["st_shndx"]
+    return out, names
+
+
+def _link_of(img, sec) -> int:
+    for s in img.elf.iter_sections():
+        if s.name == sec.name:
+            return s["sh_link"]
+    raise ValueError(f"{img.path}: no section {sec.name}")
+
+
+def universe_from_elf(img) -> Universe:
+    """Function symbols of a linked library as a universe (output sections, no objects)."""
+    arr, names = elf_symbols(img)
+    u = Universe(source=str(img.path))
+    secnames = {s.index: s.name for s in img.sections}
+    for i in np.flatnonzero(arr["type"] == 2).tolist():  # STT_FUNC
+        u.symbols.setdefault(names[i], []).append((secnames.get(int(arr["shndx"][i])), None))
+    return u
