@@ -1,0 +1,11 @@
+"""Plots and the HTML report (issue 7).
+
+- ``data``: load results/profile files and turn them into numpy series and tables
+  (pure data, no matplotlib);
+- ``access``: access-pattern plots (offset in the file over time, ELF sections as bands);
+- ``timing``: violin + scatter of run times, history series with prediction intervals;
+- ``html``: one self-contained HTML file (inline PNGs, inline CSS/JS, no network);
+- ``plot_cli`` / ``cli``: the ``plot`` and ``report`` verbs.
+
+matplotlib is imported inside the drawing functions so the CLI starts fast.
+"""

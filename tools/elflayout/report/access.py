@@ -1,0 +1,357 @@
+"""Access-pattern plots: where in a file the bytes were read, and when.
+
+Modelled on Hommey's libxul graphs (seed 004): x = time since exec, y = offset in the
+file, the ELF sections as coloured bands, pages read as dots, thin lines joining
+consecutive reads so that seeks show as long strokes. A narrow margin beside each panel
+shows pages read (and touched) per slice of the file, so "where the bytes go" can be
+seen without reading a table. Variants are drawn side by side with identical axes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from elflayout.report import data as D
+
+MB = 1e6
+READ_COLOUR = "#1a1a1a"
+SEEK_COLOUR = "#d62728"
+FAULT_COLOUR = "#e6550d"
+LABEL_FONTSIZE = 9
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@dataclass
+class Panel:
+    title: str
+    acc: D.Access
+
+
+def _draw_bands(ax, bands, horizontal=True):
+    for b in bands:
+        ax.axhspan(b.start / MB, b.end / MB, color=b.colour, alpha=0.18, lw=0, zorder=0)
+        # Hairline at each band's start so neighbouring bands of similar tone separate.
+        ax.axhline(b.start / MB, color=b.colour, lw=0.4, alpha=0.6, zorder=0)
+
+
+def _spread(ys: list[float], gap: float, lo: float, hi: float) -> list[float]:
+    """Move sorted label positions apart by at least ``gap``, staying within [lo, hi]."""
+    out = list(ys)
+    for i in range(1, len(out)):
+        out[i] = max(out[i], out[i - 1] + gap)
+    if out and out[-1] > hi:
+        out[-1] = hi
+        for i in range(len(out) - 2, -1, -1):
+            out[i] = min(out[i], out[i + 1] - gap)
+    if out and out[0] < lo:  # too many labels for the height: spread evenly instead
+        step = (hi - lo) / max(len(out) - 1, 1)
+        out = [lo + i * step for i in range(len(out))]
+    return out
+
+
+def _label_bands(fig, ax, bands, ylim, height_in):
+    """Names of the bands to the right of ``ax``, spread so none overlap, with leaders."""
+    if not bands:
+        return []
+    lo, hi = ylim
+    span = hi - lo
+    # One text line ≈ fontsize × 1.35 points; convert to data units of this axes.
+    gap = (LABEL_FONTSIZE * 1.35 / 72) / max(height_in, 0.1) * span
+    # A sliver of an unclassified section (.note.gnu.build-id) is not worth a label.
+    bands = [b for b in bands if b.family != "other" or (b.end - b.start) / MB >= 0.01 * span]
+    if not bands:
+        return []
+    centres = [((b.start + b.end) / 2 / MB) for b in bands]
+    order = np.argsort(centres)
+    ys = _spread([centres[i] for i in order], gap, lo + gap / 2, hi - gap / 2)
+    texts = []
+    for y, i in zip(ys, order):
+        b = bands[i]
+        t = ax.annotate(
+            b.label, xy=(1.0, centres[i]), xycoords=("axes fraction", "data"),
+            xytext=(1.12, y), textcoords=("axes fraction", "data"),
+            va="center", ha="left", fontsize=LABEL_FONTSIZE, color=b.colour, fontweight="bold",
+            annotation_clip=False,
+            arrowprops=dict(arrowstyle="-", color=b.colour, lw=0.8, shrinkA=0, shrinkB=0),
+        )
+        texts.append(t)
+    return texts
+
+
+def _margin(ax, panels_pages, touched_pages, ylim, bin_mb):
+    """Horizontal bars: pages read and touched per ``bin_mb`` of file offset."""
+    lo, hi = ylim
+    edges = np.arange(max(lo, 0), hi + bin_mb, bin_mb)
+    if edges.size < 2:
+        edges = np.array([lo, hi])
+    r, _ = np.histogram(panels_pages * D.PAGE / MB, bins=edges)
+    t, _ = np.histogram(touched_pages * D.PAGE / MB, bins=edges)
+    h = np.diff(edges)
+    ax.barh(edges[:-1], r, height=h, align="edge", color="#525252", alpha=0.75, lw=0, label="read")
+    ax.barh(edges[:-1], t, height=h, align="edge", color=FAULT_COLOUR, alpha=0.9, lw=0, label="touched")
+    return r.max() if r.size else 0
+
+
+def access_figure(panels: list[Panel], bands: list[D.Band], file_size: int | None = None,
+                  title: str | None = None, time_unit: str = "ms"):
+    """One figure: a panel (plus a margin histogram) per variant, identical axes.
+
+    Returns the matplotlib Figure (the caller saves it).
+    """
+    plt = _plt()
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    n = max(len(panels), 1)
+    height = 6.4
+    fig = plt.figure(figsize=(4.6 * n + 2.4, height), dpi=100)
+    ratios = []
+    for _ in range(n):
+        ratios += [5, 1.1, 0.45]
+    ratios[-1] = 1.9  # room for band labels at the right
+    gs = fig.add_gridspec(1, 3 * n, width_ratios=ratios, wspace=0.02, left=0.06, right=0.99,
+                          top=0.84, bottom=0.2)
+    tscale = 1e3 if time_unit == "ms" else 1.0
+
+    ymax = max([b.end for b in bands] + [file_size or 0]) / MB
+    for p in panels:
+        if p.acc.page.size:
+            ymax = max(ymax, float((p.acc.page + p.acc.npages).max()) * D.PAGE / MB)
+        if p.acc.fpage.size:
+            ymax = max(ymax, float(p.acc.fpage.max() + 1) * D.PAGE / MB)
+    ymax = ymax or 1.0
+    ylim = (0.0, ymax * 1.01)
+    tmax = max([float(p.acc.t.max()) for p in panels if p.acc.t.size] +
+               [float(p.acc.ft.max()) for p in panels if p.acc.ft.size] + [1e-3]) * tscale
+    xlim = (0.0, tmax * 1.03)
+    bin_mb = max(ymax / 120, D.PAGE / MB)
+
+    axes, margins = [], []
+    mmax = 1
+    for i, p in enumerate(panels):
+        ax = fig.add_subplot(gs[0, 3 * i], sharey=axes[0] if axes else None)
+        mx = fig.add_subplot(gs[0, 3 * i + 1], sharey=ax)
+        axes.append(ax)
+        margins.append(mx)
+        _draw_bands(ax, bands)
+        _draw_bands(mx, bands)
+        a = p.acc
+        if a.t.size:
+            ax.plot(a.t * tscale, (a.page + a.npages / 2) * D.PAGE / MB, color=SEEK_COLOUR, lw=0.5, alpha=0.45,
+                    zorder=2)
+            ax.scatter(a.t * tscale, (a.page + a.npages / 2) * D.PAGE / MB, s=3 + 2.0 * np.sqrt(a.npages),
+                       color=READ_COLOUR, lw=0, alpha=0.8, zorder=3)
+        if a.ft.size:
+            # Under the reads: a touch that also read shows as a dot; a touch without a
+            # read (the page was already cached) stays visible as a bare cross.
+            ax.scatter(a.ft * tscale, (a.fpage + 0.5) * D.PAGE / MB, s=14, marker="x", color=FAULT_COLOUR,
+                       lw=0.7, alpha=0.9, zorder=2.5)
+        mmax = max(mmax, _margin(mx, a.read_pages(), np.unique(a.fpage), ylim, bin_mb))
+        ax.set_xlim(*xlim)
+        ax.set_ylim(*ylim)
+        ax.set_xlabel(f"time since exec ({time_unit})")
+        if i == 0:
+            ax.set_ylabel("file offset (MB)")
+        else:
+            ax.tick_params(labelleft=False)
+        mx.tick_params(labelleft=False, left=False, labelsize=7)
+        mx.set_xlabel("pages per\n%.2g MB" % bin_mb, fontsize=8)
+        ax.set_title(p.title, fontsize=11, fontweight="bold", loc="left")
+        ax.text(0.0, -0.13, "\n".join(_wrap(D.caption(a), 62)), transform=ax.transAxes, va="top", ha="left",
+                fontsize=8.5)
+        ax.grid(axis="x", color="#dddddd", lw=0.5)
+    for mx in margins:
+        mx.set_xlim(0, mmax * 1.05)
+        mx.set_xticks([mmax], [f"{int(mmax)}"])  # one tick: the scale, no '0' beside the time axis
+    if margins:
+        bbox = axes[0].get_position()
+        _label_bands(fig, margins[-1], bands, ylim, bbox.height * height)
+    handles = [
+        Line2D([], [], marker="o", ls="-", lw=0.6, color=READ_COLOUR, mfc=READ_COLOUR, markersize=4,
+               label="pages read (dot size ∝ folio pages); line to next read"),
+        Line2D([], [], marker="x", ls="", color=FAULT_COLOUR, markersize=5, label="page faults (touches)"),
+        Patch(color="#525252", alpha=0.75, label="margin: pages read per slice"),
+        Patch(color=FAULT_COLOUR, alpha=0.9, label="margin: pages touched"),
+    ]
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.06, 0.955), ncol=4, fontsize=8.5,
+               frameon=False)
+    if title:
+        fig.suptitle(title, x=0.06, y=0.995, ha="left", va="top", fontsize=12)
+    return fig
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width) or [""]
+
+
+def results_panels(doc: dict, path: str, variants: list[str] | None = None, state: str | None = None,
+                   run: int | None = None) -> tuple[list[Panel], str]:
+    """Panels for ``path`` in each variant (the median-pages run unless ``run``)."""
+    from elflayout.errors import ElflayoutError
+
+    names = D.variants(doc)
+    if variants:
+        bad = [v for v in variants if v not in names]
+        if bad:
+            raise ElflayoutError(f"--variant {bad[0]}: not in the results (variants: {', '.join(names)})")
+        names = list(variants)
+    state = state or D.default_state(doc, path)
+    if state not in D.states(doc):
+        raise ElflayoutError(f"--state {state}: not in the results (states: {', '.join(map(str, D.states(doc)))})")
+    panels = []
+    for v in names:
+        got = D.pick_run(doc, v, state, path, run)
+        if got is None:
+            continue
+        k, r = got
+        panels.append(Panel(f"{v} · {state} · run {k}", D.access_of(r, path)))
+    if not panels:
+        raise ElflayoutError(f"no runs of state {state!r} for the chosen variants")
+    return panels, state
+
+
+def results_figure(doc: dict, path: str, variants=None, state=None, run=None):
+    panels, state = results_panels(doc, path, variants, state, run)
+    meta = ((doc.get("metadata") or {}).get("files") or {}).get(path) or {}
+    bands = D.bands(D.sections_of(doc, path))
+    title = f"Access pattern of {path}"
+    return access_figure(panels, bands, meta.get("size"), title=title)
+
+
+# ----------------------------------------------------------------------------------
+# profiles
+
+PROFILE_KINDS = {  # kind -> (label, colour, marker)
+    "x": ("executed", "#377eb8", "o"),
+    "r": ("read", "#4daf4a", "o"),
+    "w": ("written", "#e41a1c", "o"),
+    "t": ("touched (fault)", "#e6550d", "x"),
+}
+
+
+def profile_sections(target: dict) -> list[dict]:
+    """ELF sections of a profile target: from the target record, the file, or its functions."""
+    secs = D.file_sections(target.get("elf_sections") or [])
+    if secs:
+        return secs
+    path = target.get("path")
+    import os
+
+    if path and os.path.isfile(path):
+        try:
+            size_ok = target.get("size") in (None, os.path.getsize(path))
+            if size_ok:
+                return D.sections_from_elf(path)
+        except Exception:  # noqa: BLE001 - a damaged file just means no bands
+            pass
+    # Last resort: extents of the output sections named by the functions.
+    ext: dict[str, list[int]] = {}
+    for f in target.get("functions") or []:
+        s, o, z = f.get("section"), f.get("offset"), f.get("size") or 0
+        if s and isinstance(o, int):
+            e = ext.setdefault(s, [o, o + z])
+            e[0], e[1] = min(e[0], o), max(e[1], o + z)
+    return [{"name": k, "offset": v[0], "size": v[1] - v[0]} for k, v in ext.items()]
+
+
+def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
+    """First-touch order over the file: x = order of first touch (or time), y = offset."""
+    plt = _plt()
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    pages = target.get("pages") or []
+    reads = target.get("reads") or []
+    bands = D.bands(profile_sections(target))
+    size = int(target.get("size") or 0)
+    pg = np.array([p.get("page", -1) for p in pages], dtype=np.int64)
+    first = np.array([p.get("first", i) for i, p in enumerate(pages)], dtype=float)
+    tt = np.array([p.get("t") if isinstance(p.get("t"), (int, float)) else np.nan for p in pages], dtype=float)
+    kind = np.array([str(p.get("kind", "t")) for p in pages])
+    use_t = x == "time" and pages and not np.isnan(tt).all()
+    xs = tt * 1e3 if use_t else first
+    xlabel = "time since exec (ms)" if use_t else "first-access sequence number"
+
+    height = 6.4
+    fig = plt.figure(figsize=(8.6, height), dpi=100)
+    gs = fig.add_gridspec(1, 3, width_ratios=[5, 1.1, 1.9], wspace=0.0, left=0.09, right=0.99, top=0.84, bottom=0.2)
+    ax = fig.add_subplot(gs[0, 0])
+    mx = fig.add_subplot(gs[0, 1], sharey=ax)
+    ymax = max([b.end for b in bands] + [size, int((pg.max() + 1) * D.PAGE) if pg.size else 0]) / MB or 1.0
+    ylim = (0.0, ymax * 1.01)
+    _draw_bands(ax, bands)
+    _draw_bands(mx, bands)
+    if reads:
+        rp = np.array([r.get("page", 0) for r in reads], dtype=np.int64)
+        rn = np.array([r.get("npages", 1) for r in reads], dtype=np.int64)
+        rf = np.array([r.get("first", 0) for r in reads], dtype=float)
+        rt = np.array([r.get("t") if isinstance(r.get("t"), (int, float)) else np.nan for r in reads], dtype=float)
+        rx = rt * 1e3 if use_t else rf
+        ax.scatter(rx, (rp + rn / 2) * D.PAGE / MB, s=3 + 2 * np.sqrt(rn), color="#9e9e9e", lw=0, alpha=0.6,
+                   zorder=2, label="read")
+    handles = []
+    for k, (label, colour, marker) in PROFILE_KINDS.items():
+        m = kind == k
+        if m.any():
+            ax.scatter(xs[m], (pg[m] + 0.5) * D.PAGE / MB, s=6 if marker == "o" else 9, marker=marker, color=colour,
+                       lw=0 if marker == "o" else 0.6, alpha=0.85, zorder=3)
+            handles.append(Line2D([], [], marker=marker, ls="", color=colour, markersize=5,
+                                  label=f"{label}: {int(m.sum()):,} pages"))
+    if reads:
+        handles.append(Line2D([], [], marker="o", ls="", color="#9e9e9e", markersize=5, label="read from disk"))
+    # Margin: touched vs untouched pages per slice of the file.
+    bin_mb = max(ymax / 120, D.PAGE / MB)
+    edges = np.arange(0, ylim[1] + bin_mb, bin_mb)
+    touched, _ = np.histogram(np.unique(pg) * D.PAGE / MB, bins=edges)
+    cap = np.diff(edges) * MB / D.PAGE
+    mx.barh(edges[:-1], np.full(touched.shape, 1.0), height=np.diff(edges), align="edge", color="#d9d9d9", lw=0)
+    mx.barh(edges[:-1], touched / cap, height=np.diff(edges), align="edge", color="#3f007d", lw=0)
+    mx.set_xlim(0, 1)
+    mx.set_xticks([0, 1], ["0", "100%"])
+    mx.tick_params(labelleft=False, left=False, labelsize=7)
+    mx.set_xlabel("touched\nshare", fontsize=8)
+    handles += [Patch(color="#3f007d", label="margin: touched share of slice"),
+                Patch(color="#d9d9d9", label="untouched")]
+    ax.set_ylim(*ylim)
+    if xs.size:
+        ax.set_xlim(float(np.nanmin(xs)) - 0.5, float(np.nanmax(xs)) * 1.02 + 0.5)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("file offset (MB)")
+    ax.grid(axis="x", color="#dddddd", lw=0.5)
+    total = (size + D.PAGE - 1) // D.PAGE if size else None
+    cap_text = f"{np.unique(pg).size:,} pages touched"
+    if total:
+        cap_text += f" of {total:,} in the file ({np.unique(pg).size / total:.1%})"
+    nf = len(target.get("functions") or [])
+    if nf:
+        cap_text += f"; {nf:,} functions"
+    if reads:
+        cap_text += f"; {int(sum(r.get('npages', 1) for r in reads)):,} pages read"
+    ax.text(0.0, -0.13, cap_text, transform=ax.transAxes, va="top", ha="left", fontsize=8.5)
+    _label_bands(fig, mx, bands, ylim, ax.get_position().height * height)
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.09, 0.955), ncol=3, fontsize=8, frameon=False)
+    fig.suptitle(title or f"First-access order in {target.get('path', '?')}", x=0.09, y=0.995, ha="left", va="top",
+                 fontsize=12)
+    return fig
+
+
+def save(fig, out, fmt: str | None = None, dpi: int = 110) -> None:
+    """Save a figure to a path or binary file object, then free it."""
+    plt = _plt()
+    try:
+        # 'tight' keeps band labels that stick out to the right inside the image.
+        fig.savefig(out, format=fmt, dpi=dpi, bbox_inches="tight", pad_inches=0.15)
+    finally:
+        plt.close(fig)

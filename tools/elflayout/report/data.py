@@ -1,0 +1,392 @@
+"""Inputs of the plots and the report, as plain data (no matplotlib here).
+
+Reads results v1 (``elflayout-results``) and profile v1 (``elflayout-profile``) files
+(docs/formats/results.md, docs/formats/profile.md) and derives what the plots need:
+the ordered reads and faults of one file in one run, its ELF sections grouped into
+labelled bands, per-section counts, and the caption figures (pages and bytes read,
+seeks, read efficiency).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from elflayout import fileio
+from elflayout.errors import ElflayoutError
+
+PAGE = 4096
+# A jump of more than this many pages between consecutive reads counts as a seek
+# (the measurement harness uses the same threshold, issue 6).
+SEEK_PAGES = 32
+
+KINDS = ("results", "profile")
+
+
+def load(path: str | os.PathLike) -> tuple[str, dict]:
+    """(kind, document) of a results or profile file; one-line error otherwise."""
+    p = Path(path)
+    kind = _peek_kind(p)
+    if kind not in KINDS:
+        raise ElflayoutError(f"{p}: expected an elflayout-results or elflayout-profile file, found {kind!r}")
+    doc = fileio.load_json(p, kind, (1,))
+    if kind == "results":
+        if not isinstance(doc.get("runs"), list):
+            raise ElflayoutError(f"{p}: results file has no 'runs' list")
+    elif not isinstance(doc.get("targets"), list):
+        raise ElflayoutError(f"{p}: profile file has no 'targets' list")
+    return kind, doc
+
+
+def _peek_kind(p: Path):
+    # fileio.load_json needs the kind up front; find it from the envelope first.
+    try:
+        raw = p.read_bytes()
+    except IsADirectoryError:
+        raise ElflayoutError(f"{p}: is a directory, expected a results or profile JSON file") from None
+    except FileNotFoundError:
+        raise ElflayoutError(f"{p}: no such file") from None
+    except OSError as e:
+        raise ElflayoutError(f"{p}: cannot read: {e.strerror}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError):
+            raise ElflayoutError(f"{p}: truncated or corrupt gzip file") from None
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ElflayoutError(f"{p}: not valid JSON ({e})") from None
+    fmt = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+    if isinstance(fmt, str) and fmt.startswith("elflayout-"):
+        return fmt[len("elflayout-"):]
+    return fmt
+
+
+# ----------------------------------------------------------------------------------
+# ELF sections as bands
+
+# Section families, in the spirit of Hommey's graphs: relocations, dynamic symbols,
+# code, read-only data, unwind tables, relocated read-only data, writable data.
+FAMILIES = [
+    ("relocations", (".rela.dyn", ".rel.dyn", ".relr.dyn", ".rela.plt", ".rel.plt", ".rela.", ".rel.", ".relr."),
+     "#e41a1c"),
+    ("dynamic symbols", (".dynsym", ".dynstr", ".gnu.hash", ".hash", ".gnu.version", ".gnu.version_d",
+                         ".gnu.version_r", ".gnu.version_"), "#984ea3"),
+    ("code", (".init", ".plt", ".plt.got", ".plt.sec", ".text", ".fini", ".text."), "#377eb8"),
+    ("read-only data", (".rodata", ".rodata."), "#4daf4a"),
+    ("unwind", (".eh_frame", ".eh_frame_hdr", ".gcc_except_table", ".sframe"), "#ff7f00"),
+    ("relro data", (".data.rel.ro", ".init_array", ".fini_array", ".dynamic", ".got", ".tdata", ".preinit_array",
+                    ".data.rel.ro."), "#a65628"),
+    ("data", (".data", ".got.plt", ".bss", ".tbss", ".data."), "#7f7f7f"),
+    # Not loaded at run time (unstripped libraries): normally never read at startup.
+    ("not loaded", (".symtab", ".strtab", ".shstrtab", ".comment", ".debug_", ".zdebug_", ".gnu_debuglink",
+                    ".gnu_debugaltlink", ".note.stapsdt", ".stapsdt.base"), "#bcbddc"),
+]
+OTHER = ("other", (), "#bdbdbd")
+
+
+def family_of(name: str) -> tuple[str, str]:
+    """(family, colour) of a section name; prefixes end with '.' (e.g. '.text.hot')."""
+    for fam, names, colour in FAMILIES:
+        for n in names:
+            if name == n or (n.endswith((".", "_")) and name.startswith(n)):
+                return fam, colour
+    return OTHER[0], OTHER[2]
+
+
+@dataclass
+class Band:
+    """Consecutive sections of one family, drawn as one coloured band."""
+
+    family: str
+    colour: str
+    start: int  # file offset, bytes
+    end: int
+    members: list[tuple[str, int, int]] = field(default_factory=list)  # (name, offset, size)
+
+    @property
+    def label(self) -> str:
+        # Name the members that matter; tiny ones (.gnu.version, .init) would only clutter.
+        size = max(self.end - self.start, 1)
+        big = [m for m in self.members if m[2] >= 0.05 * size] or [max(self.members, key=lambda m: m[2])]
+        names = [m[0] for m in big]
+        if len(names) > 3:
+            names = names[:3] + ["…"]
+        return "/".join(names)
+
+
+def file_sections(sections) -> list[dict]:
+    """Allocated, file-backed sections sorted by offset: [{name, offset, size}]."""
+    out = []
+    for s in sections or []:
+        try:
+            name, off, size = str(s["name"]), int(s["offset"]), int(s["size"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if size > 0 and name:
+            out.append({"name": name, "offset": off, "size": size})
+    out.sort(key=lambda s: s["offset"])
+    return out
+
+
+def sections_from_elf(path: str) -> list[dict]:
+    """Sections read from the ELF file itself (fallback when metadata lacks them)."""
+    from elflayout.elfcore import ElfImage
+
+    with ElfImage(path) as img:
+        return [{"name": s.name, "offset": s.offset, "size": s.size}
+                for s in img.sections if s.occupies_file and (s.flags & 2)]
+
+
+def bands(sections: list[dict]) -> list[Band]:
+    out: list[Band] = []
+    for s in file_sections(sections):
+        fam, colour = family_of(s["name"])
+        end = s["offset"] + s["size"]
+        if out and out[-1].family == fam and s["offset"] - out[-1].end <= PAGE:
+            b = out[-1]
+            b.end = max(b.end, end)
+        else:
+            b = Band(fam, colour, s["offset"], end)
+            out.append(b)
+        b.members.append((s["name"], s["offset"], s["size"]))
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# results: runs, series, figures
+
+def variants(doc: dict) -> list[str]:
+    names = [v.get("name") for v in doc.get("variants") or [] if isinstance(v, dict)]
+    for r in doc["runs"]:
+        if r.get("variant") not in names:
+            names.append(r.get("variant"))
+    return [n for n in names if n is not None]
+
+
+def states(doc: dict) -> list[str]:
+    order = ["cold", "selective", "hot"]
+    seen = []
+    for r in doc["runs"]:
+        s = r.get("state")
+        if s not in seen:
+            seen.append(s)
+    return sorted(seen, key=lambda s: (order.index(s) if s in order else len(order), str(s)))
+
+
+def traced_files(doc: dict) -> list[str]:
+    """Files that have an ordered read sequence in at least one run."""
+    out = []
+    for r in doc["runs"]:
+        for path, f in (r.get("files") or {}).items():
+            if isinstance(f, dict) and f.get("reads") and path not in out:
+                out.append(path)
+    return out
+
+
+def all_files(doc: dict) -> list[str]:
+    out = list((doc.get("metadata") or {}).get("files") or {})
+    for r in doc["runs"]:
+        for path in r.get("files") or {}:
+            if path not in out:
+                out.append(path)
+    return out
+
+
+def choose_file(doc: dict, file: str | None, src: str) -> str:
+    files = traced_files(doc)
+    if file is not None:
+        if file in files:
+            return file
+        # Accept a basename or a path with symlinks when it is unambiguous.
+        cands = [f for f in files if os.path.basename(f) == os.path.basename(file)]
+        try:
+            real = os.path.realpath(file)
+            cands += [f for f in files if os.path.realpath(f) == real and f not in cands]
+        except OSError:
+            pass
+        if len(cands) == 1:
+            return cands[0]
+        known = ", ".join(files) or "none"
+        raise ElflayoutError(f"{src}: no read sequence recorded for {file} (files with one: {known})")
+    if not files:
+        raise ElflayoutError(f"{src}: no run has an ordered read sequence ('reads'); was it measured with tracing?")
+    if len(files) > 1:
+        raise ElflayoutError(f"{src}: several files were traced; choose one with --file ({', '.join(files)})")
+    return files[0]
+
+
+def sections_of(doc: dict, path: str) -> list[dict]:
+    meta = ((doc.get("metadata") or {}).get("files") or {}).get(path) or {}
+    secs = file_sections(meta.get("sections"))
+    if secs:
+        return secs
+    if os.path.isfile(path):
+        try:
+            return sections_from_elf(path)
+        except ElflayoutError:
+            return []
+    return []
+
+
+def runs_of(doc: dict, variant: str, state: str) -> list[dict]:
+    return [r for r in doc["runs"] if r.get("variant") == variant and r.get("state") == state]
+
+
+def default_state(doc: dict, path: str) -> str:
+    """The state to plot: the first (cold before selective before hot) with reads of ``path``."""
+    for s in states(doc):
+        if any(((r.get("files") or {}).get(path) or {}).get("reads") for r in doc["runs"] if r.get("state") == s):
+            return s
+    return states(doc)[0]
+
+
+def pick_run(doc: dict, variant: str, state: str, path: str, k: int | None = None) -> tuple[int, dict] | None:
+    """The run to draw: the k-th of variant×state, else the one with the median pages read."""
+    rs = runs_of(doc, variant, state)
+    if not rs:
+        return None
+    if k is not None:
+        if not 0 <= k < len(rs):
+            raise ElflayoutError(f"--run {k}: variant {variant!r} state {state!r} has runs 0..{len(rs) - 1}")
+        return k, rs[k]
+    pages = np.array([((r.get("files") or {}).get(path) or {}).get("pages_read") or 0 for r in rs], dtype=float)
+    order = np.argsort(pages, kind="stable")
+    i = int(order[(len(order) - 1) // 2])
+    return i, rs[i]
+
+
+@dataclass
+class Access:
+    """The access pattern of one file in one run (times in seconds since exec)."""
+
+    t: np.ndarray  # reads
+    page: np.ndarray
+    npages: np.ndarray
+    ft: np.ndarray  # faults
+    fpage: np.ndarray
+    seeks_reported: int | None = None
+
+    @property
+    def pages_read(self) -> int:
+        return int(self.npages.sum())
+
+    @property
+    def bytes_read(self) -> int:
+        return self.pages_read * PAGE
+
+    @property
+    def seeks(self) -> int:
+        if self.seeks_reported is not None:
+            return self.seeks_reported
+        return count_seeks(self.page, self.npages)
+
+    @property
+    def touched(self) -> int:
+        return int(np.unique(self.fpage).size)
+
+    @property
+    def efficiency(self) -> float | None:
+        """Pages touched (faulted) ÷ pages read; None when nothing was read."""
+        return self.touched / self.pages_read if self.pages_read else None
+
+    def read_pages(self) -> np.ndarray:
+        """Every page read (folios expanded)."""
+        if not self.npages.size:
+            return np.zeros(0, dtype=np.int64)
+        starts = np.repeat(self.page, self.npages)
+        within = np.arange(starts.size) - np.repeat(np.cumsum(self.npages) - self.npages, self.npages)
+        return starts + within
+
+
+def count_seeks(page: np.ndarray, npages: np.ndarray, gap: int = SEEK_PAGES) -> int:
+    if page.size < 2:
+        return 0
+    jump = page[1:] - (page[:-1] + npages[:-1])
+    return int(np.count_nonzero(np.abs(jump) > gap))
+
+
+def access_of(run: dict, path: str) -> Access:
+    f = (run.get("files") or {}).get(path) or {}
+    reads = np.asarray(f.get("reads") or np.zeros((0, 3)), dtype=float).reshape(-1, 3)
+    faults = np.asarray(f.get("faults") or np.zeros((0, 2)), dtype=float).reshape(-1, 2)
+    order = np.argsort(reads[:, 0], kind="stable")
+    reads = reads[order]
+    faults = faults[np.argsort(faults[:, 0], kind="stable")]
+    seeks = f.get("seeks")
+    return Access(reads[:, 0], reads[:, 1].astype(np.int64), np.maximum(reads[:, 2], 1).astype(np.int64),
+                  faults[:, 0], faults[:, 1].astype(np.int64),
+                  int(seeks) if isinstance(seeks, (int, float)) else None)
+
+
+def section_table(sections: list[dict], acc: Access) -> list[dict]:
+    """Per section: its pages, pages read, pages touched (a page shared by two sections
+    counts for both, so a column may sum to a little more than the file's total)."""
+    read = np.unique(acc.read_pages())
+    touched = np.unique(acc.fpage)
+    rows = []
+    for s in file_sections(sections):
+        lo, hi = s["offset"] // PAGE, (s["offset"] + s["size"] - 1) // PAGE
+        nr = int(np.searchsorted(read, hi, "right") - np.searchsorted(read, lo, "left"))
+        nt = int(np.searchsorted(touched, hi, "right") - np.searchsorted(touched, lo, "left"))
+        rows.append({"name": s["name"], "offset": s["offset"], "size": s["size"], "pages": hi - lo + 1,
+                     "read": nr, "touched": nt})
+    return rows
+
+
+def caption(acc: Access) -> str:
+    eff = acc.efficiency
+    e = f"{eff:.0%}" if eff is not None else "n/a"
+    return (f"{acc.pages_read:,} pages read ({acc.bytes_read / 1e6:,.1f} MB), {acc.seeks:,} seeks, "
+            f"read efficiency {e} ({acc.touched:,} touched ÷ {acc.pages_read:,} read)")
+
+
+# ----------------------------------------------------------------------------------
+# results: per-run metrics and summary
+
+METRICS = {  # metric -> (label, unit scale, unit)
+    "wall_s": ("wall time", 1e3, "ms"),
+    "user_s": ("user CPU", 1e3, "ms"),
+    "sys_s": ("system CPU", 1e3, "ms"),
+    "major_faults": ("major faults", 1, ""),
+    "minor_faults": ("minor faults", 1, ""),
+    "pages_read": ("pages read", 1, "pages"),
+    "bytes_read": ("bytes read", 1e-6, "MB"),
+    "seeks": ("seeks", 1, ""),
+}
+
+
+def run_value(run: dict, metric: str, files: list[str] | None = None) -> float | None:
+    """A metric of one run; per-file metrics are summed over ``files`` (default: all)."""
+    if metric in ("pages_read", "bytes_read", "seeks"):
+        fs = run.get("files") or {}
+        keys = files if files is not None else list(fs)
+        vals = [(fs.get(k) or {}).get(metric) for k in keys]
+        vals = [v for v in vals if isinstance(v, (int, float))]
+        return float(sum(vals)) if vals else None
+    v = run.get(metric)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def values(doc: dict, variant: str, state: str, metric: str, files: list[str] | None = None) -> np.ndarray:
+    vs = [run_value(r, metric, files) for r in runs_of(doc, variant, state)]
+    return np.array([v for v in vs if v is not None], dtype=float)
+
+
+def summary_row(doc: dict, variant: str, state: str, metric: str) -> dict | None:
+    """The results file's own summary row if present (computed by `compare`)."""
+    for s in doc.get("summary") or []:
+        if s.get("variant") == variant and s.get("state") == state and s.get("metric") == metric:
+            return s
+    return None
+
+
+def comparisons(doc: dict, variant: str, state: str) -> list[dict]:
+    return [c for c in doc.get("comparisons") or []
+            if c.get("b") == variant and c.get("state") == state]

@@ -1,0 +1,128 @@
+"""``elflayout plot``: access-pattern, timing and history plots as PNG or SVG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SUMMARY = "access-pattern and timing plots of results or profiles"
+EPILOG = """\
+examples:
+  # where and when libLLVM was read during startup, one panel per variant (same axes),
+  # ELF sections as coloured bands, reads as dots, seeks as long strokes
+  elflayout plot R.json --file /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 -o llvm.png
+
+  # only two variants, the hot state, the third run of each (default: the run with
+  # the median pages read)
+  elflayout plot R.json --variant before --variant after --state hot --run 2 -o ab.svg
+
+  # a profile: order of first access over the file, touched vs untouched pages
+  elflayout plot P.json -o profile.png
+
+  # violin + scatter of wall time (or another metric) per variant and state
+  elflayout plot R.json --kind timing --metric wall_s -o wall.png
+
+  # a history series with its 95% prediction interval ({"series": [{"name", "values"}]})
+  elflayout plot --kind history series.json -o history.png
+"""
+
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("input", metavar="R.json|P.json", help="results (elflayout measure) or profile (elflayout profile) "
+                   "file; with --kind history, a history database or JSON series")
+    p.add_argument("-o", "--output", metavar="OUT.png|svg", required=True, help="image to write (.png, .svg or .pdf)")
+    p.add_argument("--kind", choices=("access", "timing", "history"),
+                   help="access pattern (default for results and profiles), timing violins, or history series")
+    p.add_argument("--file", metavar="PATH",
+                   help="file whose accesses to plot (results: a traced file; profile: a target); needed when "
+                        "there are several")
+    p.add_argument("--variant", metavar="NAME", action="append", help="variant(s) to draw, in this order (default: all)")
+    p.add_argument("--state", metavar="S", help="state to draw (default: the first of cold/selective/hot with reads)")
+    p.add_argument("--run", metavar="K", type=int,
+                   help="index of the run within each variant×state (default: the run with the median pages read)")
+    p.add_argument("--metric", default="wall_s", metavar="M",
+                   help="timing plot metric: wall_s, user_s, sys_s, major_faults, pages_read, bytes_read, seeks")
+    p.add_argument("--x", choices=("sequence", "time"), default="sequence",
+                   help="profile plots: x is the first-access sequence number (default) or time")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
+
+def run(args) -> int:
+    from elflayout import fileio
+    from elflayout.errors import ElflayoutError
+
+    out = Path(args.output)
+    fmt = FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        raise ElflayoutError(f"{out}: unknown image type (use .png, .svg or .pdf)")
+    fileio.check_output(out, force=args.force, inputs=(args.input,))
+    fig = build_figure(args)
+    from elflayout.report.access import save
+
+    with fileio.atomic_output(out) as tmp:
+        save(fig, tmp, fmt=fmt)
+    return 0
+
+
+def build_figure(args):
+    from elflayout.errors import ElflayoutError
+    from elflayout.report import data as D
+
+    if args.kind == "history" or (args.kind is None and _is_sqlite(args.input)):
+        from elflayout.report import timing
+
+        series = timing.load_history(args.input)
+        return timing.history_figure(series, title=f"History: {Path(args.input).name}")
+    kind, doc = D.load(args.input)
+    if kind == "profile":
+        if args.kind == "timing":
+            raise ElflayoutError(f"{args.input}: a profile has no timings; --kind timing needs a results file")
+        from elflayout.report import access
+
+        target = choose_target(doc, args.file, args.input)
+        return access.profile_figure(target, x=args.x)
+    if args.kind == "timing":
+        from elflayout.report import timing
+
+        states = [args.state] if args.state else None
+        if args.state and args.state not in D.states(doc):
+            raise ElflayoutError(f"--state {args.state}: not in the results (states: {', '.join(map(str, D.states(doc)))})")
+        if args.variant:
+            bad = [v for v in args.variant if v not in D.variants(doc)]
+            if bad:
+                raise ElflayoutError(f"--variant {bad[0]}: not in the results (variants: {', '.join(D.variants(doc))})")
+        files = [D.choose_file(doc, args.file, args.input)] if args.file else None
+        return timing.violin_figure(doc, args.metric, args.variant, states, files)
+    from elflayout.report import access
+
+    path = D.choose_file(doc, args.file, args.input)
+    return access.results_figure(doc, path, args.variant, args.state, args.run)
+
+
+def choose_target(doc: dict, file: str | None, src: str) -> dict:
+    from elflayout.errors import ElflayoutError
+
+    targets = [t for t in doc["targets"] if isinstance(t, dict)]
+    if not targets:
+        raise ElflayoutError(f"{src}: profile has no targets")
+    if file is None:
+        if len(targets) > 1:
+            names = ", ".join(str(t.get("path")) for t in targets)
+            raise ElflayoutError(f"{src}: several targets; choose one with --file ({names})")
+        return targets[0]
+    import os
+
+    for t in targets:
+        p = str(t.get("path"))
+        if p == file or os.path.basename(p) == os.path.basename(file):
+            return t
+    raise ElflayoutError(f"{src}: no target {file} (targets: {', '.join(str(t.get('path')) for t in targets)})")
+
+
+def _is_sqlite(path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16).startswith(b"SQLite format 3")
+    except OSError:
+        return False

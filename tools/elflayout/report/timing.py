@@ -1,0 +1,195 @@
+"""Timing plots: violin + scatter of per-run values, and history series.
+
+The hybrid violin-scatter plot follows Flater (NIST TN 1855, seed 002): the violin shows
+the shape of the distribution (long tails, second modes), the dots show every run so a
+small sample cannot pass for a smooth distribution, and the median with its confidence
+interval is drawn on top. History series carry the one-step-ahead 95% prediction
+interval of an exponential-smoothing model (seed 000); points outside it are marked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from elflayout.report import data as D
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None = None,
+                  states: list[str] | None = None, files: list[str] | None = None):
+    """One panel per state, one violin+scatter per variant (each state on its own scale)."""
+    from elflayout.errors import ElflayoutError
+
+    plt = _plt()
+    if metric not in D.METRICS:
+        raise ElflayoutError(f"--metric {metric}: unknown (one of: {', '.join(D.METRICS)})")
+    label, scale, unit = D.METRICS[metric]
+    vnames = variants or D.variants(doc)
+    snames = states or D.states(doc)
+    if not vnames or not snames:
+        raise ElflayoutError("results have no runs to plot")
+    n = len(snames)
+    fig, axes = plt.subplots(1, n, figsize=(max(3.6, 1.5 + 1.3 * len(vnames)) * n, 4.6), dpi=100, squeeze=False)
+    rng = np.random.default_rng(0)  # jitter only; fixed so the image is reproducible
+    for ax, state in zip(axes[0], snames):
+        for i, v in enumerate(vnames):
+            x = D.values(doc, v, state, metric, files) * scale
+            colour = PALETTE[i % len(PALETTE)]
+            if x.size >= 2 and np.ptp(x) > 0:
+                parts = ax.violinplot([x], positions=[i], widths=0.8, showextrema=False, showmedians=False)
+                for body in parts["bodies"]:
+                    body.set_facecolor(colour)
+                    body.set_edgecolor(colour)
+                    body.set_alpha(0.25)
+            if x.size:
+                jitter = rng.uniform(-0.12, 0.12, x.size)
+                ax.scatter(i + jitter, x, s=16, color=colour, alpha=0.85, lw=0.3, edgecolor="white", zorder=3)
+                med, lo, hi = _median_ci(doc, v, state, metric, x, scale)
+                ax.hlines(med, i - 0.3, i + 0.3, color="black", lw=1.6, zorder=4)
+                if lo is not None and hi is not None and hi > lo:
+                    ax.vlines(i + 0.34, lo, hi, color="black", lw=2.2, zorder=4)
+        ax.set_xticks(range(len(vnames)),
+                      [f"{v}\nn={D.values(doc, v, state, metric, files).size}" for v in vnames])
+        ax.set_xlim(-0.6, len(vnames) - 0.4)
+        ax.set_title(f"{state}", fontsize=11, fontweight="bold")
+        ax.set_ylabel(f"{label} ({unit})" if unit else label)
+        ax.set_xlabel("variant")
+        ax.grid(axis="y", color="#dddddd", lw=0.5)
+        lo_, hi_ = ax.get_ylim()
+        ax.set_ylim(min(0, lo_) if metric != "wall_s" else lo_, hi_)
+    fig.suptitle(f"{label} per run: violin = distribution, dots = runs, bar = median, "
+                 f"stick = 95% CI of the median", fontsize=10, x=0.02, ha="left")
+    fig.tight_layout()
+    return fig
+
+
+def _median_ci(doc, variant, state, metric, x, scale):
+    """Median and its CI: from the results' summary when it has them, else the sample median only."""
+    row = D.summary_row(doc, variant, state, metric)
+    med = float(np.median(x))
+    if row and isinstance(row.get("ci_low"), (int, float)) and isinstance(row.get("ci_high"), (int, float)):
+        # The summary's CI may be of the mean or the median; prefer explicit median fields.
+        lo = row.get("median_ci_low", row["ci_low"])
+        hi = row.get("median_ci_high", row["ci_high"])
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+            return med, lo * scale, hi * scale
+    return med, None, None
+
+
+# ----------------------------------------------------------------------------------
+# history
+
+def prediction_band(values, alpha: float = 0.05):
+    """One-step-ahead prediction and (1-alpha) interval for each point after the first,
+    and for the next point, from an additive-error exponential-smoothing model (ETS A,N,N).
+
+    Returns (mean, lower, upper) arrays of length len(values) + 1 (index 0 is NaN);
+    None when there are too few points (< 4) or the series is constant.
+    """
+    y = np.asarray(values, dtype=float)
+    if y.size < 4 or np.ptp(y) == 0:
+        return None
+    import warnings
+
+    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pandas as pd  # statsmodels' prediction results need an indexed series
+
+        fit = ETSModel(pd.Series(y), error="add", trend=None, seasonal=None).fit(disp=False)
+        frame = fit.get_prediction(start=1, end=y.size).summary_frame(alpha=alpha)
+    mean = np.r_[np.nan, frame["mean"].to_numpy()]
+    lower = np.r_[np.nan, frame["pi_lower"].to_numpy()]
+    upper = np.r_[np.nan, frame["pi_upper"].to_numpy()]
+    return mean, lower, upper
+
+
+def history_figure(series: list[dict], title: str | None = None):
+    """series: [{"name", "values": [...], "labels": [...] (optional), "unit": "" (optional)}]."""
+    plt = _plt()
+    n = max(len(series), 1)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 2.9 * n + 0.6), dpi=100, squeeze=False)
+    for ax, s in zip(axes[:, 0], series):
+        y = np.asarray(s.get("values") or [], dtype=float)
+        x = np.arange(y.size)
+        band = prediction_band(y)
+        if band is not None:
+            mean, lo, hi = band
+            xx = np.arange(y.size + 1)
+            ax.fill_between(xx[1:], lo[1:], hi[1:], color="#9ecae1", alpha=0.5, lw=0, step=None,
+                            label="95% prediction interval (one step ahead)")
+            ax.plot(xx[1:], mean[1:], color="#3182bd", lw=1, label="ETS prediction")
+            out = (y[1:] < lo[1:y.size]) | (y[1:] > hi[1:y.size])
+            if out.any():
+                ax.scatter(x[1:][out], y[1:][out], s=60, facecolor="none", edgecolor="#d62728", lw=1.5, zorder=4,
+                           label="outside the interval")
+        ax.plot(x, y, marker="o", ms=4, color="#252525", lw=0.8, zorder=3, label="measured")
+        labels = s.get("labels")
+        if labels and len(labels) == y.size and y.size <= 30:
+            ax.set_xticks(x, [str(v) for v in labels], rotation=30, ha="right", fontsize=7)
+        ax.set_xlabel("entry in history")
+        unit = s.get("unit") or ""
+        ax.set_ylabel(f"{s.get('name', 'value')}" + (f" ({unit})" if unit else ""))
+        ax.set_title(s.get("title") or s.get("name") or "", fontsize=10, loc="left")
+        ax.grid(color="#eeeeee", lw=0.5)
+        ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def load_history(path) -> list[dict]:
+    """Series from a history source: the measure helper's SQLite database (when its API
+    exists) or a JSON file ``{"series": [{"name", "values", "labels"?, "unit"?}]}``
+    (also a bare list of such objects, or a bare list of numbers)."""
+    import json
+    from pathlib import Path
+
+    from elflayout.errors import ElflayoutError
+
+    p = Path(path)
+    try:
+        head = p.read_bytes()[:16]
+    except OSError as e:
+        raise ElflayoutError(f"{p}: cannot read: {e.strerror}") from None
+    if head.startswith(b"SQLite format 3"):
+        return _history_from_db(p)
+    try:
+        doc = json.loads(p.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ElflayoutError(f"{p}: not a history database or JSON series ({e})") from None
+    if isinstance(doc, dict):
+        doc = doc.get("series")
+    if isinstance(doc, list) and doc and all(isinstance(v, (int, float)) for v in doc):
+        doc = [{"name": p.stem, "values": doc}]
+    if not isinstance(doc, list) or not all(isinstance(s, dict) and isinstance(s.get("values"), list) for s in doc):
+        raise ElflayoutError(f"{p}: expected {{\"series\": [{{\"name\", \"values\": [...]}}]}}")
+    for s in doc:
+        if not all(isinstance(v, (int, float)) for v in s["values"]):
+            raise ElflayoutError(f"{p}: series {s.get('name')!r} has non-numeric values")
+    return doc
+
+
+def _history_from_db(p) -> list[dict]:
+    from elflayout.errors import ElflayoutError
+
+    try:
+        from elflayout.measure import history  # owned by the measure helper
+    except ImportError:
+        raise ElflayoutError(f"{p}: reading a history database needs elflayout.measure.history") from None
+    fn = getattr(history, "series_for_plot", None)
+    if fn is None:
+        raise ElflayoutError(f"{p}: elflayout.measure.history has no series_for_plot(); export the series as JSON")
+    return fn(p)
