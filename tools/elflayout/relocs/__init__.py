@@ -1,0 +1,1 @@
+"""Dynamic relocations: analysis (``relocs``) and post-link RELR packing (``pack-relocs``)."""

@@ -1,0 +1,139 @@
+"""What the loader has to do for a library's dynamic relocations, and what RELR would save.
+
+Returns plain data (the ``relocs`` JSON, docs/formats/relocs.md); cli.py prints it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from elflayout import __version__, elfcore
+from elflayout.fileio import envelope
+from elflayout.relocs import elfraw as R
+from elflayout.relocs.arch import arch_of
+
+FORMAT_VERSION = 1
+
+
+def _vaddr_sections(img):
+    """(starts, ends, names) of allocated sections by address, NOBITS included (.bss)."""
+    secs = sorted((s for s in img.sections if s.flags & R.SHF_ALLOC and s.size > 0 and s.addr),
+                  key=lambda s: s.addr)
+    return (np.array([s.addr for s in secs], np.uint64), np.array([s.addr + s.size for s in secs], np.uint64),
+            [s.name for s in secs])
+
+
+def section_names_of_vaddrs(img, vaddrs) -> np.ndarray:
+    starts, ends, names = _vaddr_sections(img)
+    v = np.asarray(vaddrs, np.uint64)
+    k = np.searchsorted(starts, v, side="right").astype(np.int64) - 1
+    ok = (k >= 0) & (v < ends[np.clip(k, 0, None)])
+    lab = np.array(names + ["(none)"], dtype=object)
+    return lab[np.where(ok, k, len(names))]
+
+
+def relr_table(img) -> np.ndarray | None:
+    """Addresses in the DT_RELR table, if the library has one."""
+    sec = next((s for s in img.sections if s.type in ("SHT_RELR", 19) or s.name == ".relr.dyn"), None)
+    addr, size = img.dt("DT_RELR"), img.dt("DT_RELRSZ")
+    if addr is None and sec is None:
+        return None
+    if addr is not None:
+        off = img.vaddr_to_offset(addr)
+        size = size or 0
+    else:
+        off, size = sec.offset, sec.size
+    words = np.frombuffer(img.mm, np.uint64, count=size // 8, offset=off)
+    return relr_decode_fast(words)
+
+
+def relr_decode_fast(words: np.ndarray, wordsize: int = 8) -> np.ndarray:
+    """Vectorised DT_RELR decoding (same result as elfcore.relr_decode)."""
+    w = np.asarray(words, np.uint64)
+    if w.size == 0:
+        return np.zeros(0, np.uint64)
+    is_addr = (w & np.uint64(1)) == 0
+    if not is_addr[0]:
+        raise ValueError("RELR table starts with a bitmap")
+    idx = np.arange(w.size)
+    last = np.maximum.accumulate(np.where(is_addr, idx, 0))
+    nbits = wordsize * 8 - 1
+    k = (idx - last - 1).astype(np.uint64)  # bitmap number since the last address word
+    where = w[last] + np.uint64(wordsize) + k * np.uint64(nbits * wordsize)
+    bm = ~is_addr
+    bits = (w[bm, None] >> np.arange(1, nbits + 1, dtype=np.uint64)) & np.uint64(1)
+    addrs = where[bm, None] + np.arange(nbits, dtype=np.uint64) * np.uint64(wordsize)
+    return np.sort(np.concatenate([w[is_addr], addrs[bits.astype(bool)]]))
+
+
+def _relr_summary(img, relr) -> dict:
+    if relr is None:
+        return dict(present=False, count=0, bytes=0, pages=0)
+    size = int(img.dt("DT_RELRSZ") or 0)
+    off = img.vaddr_to_offset(img.dt("DT_RELR")) if img.dt("DT_RELR") is not None else 0
+    lo, hi = elfcore.page_range(off, size)
+    return dict(present=True, count=int(relr.size), bytes=size, offset=int(off), pages=int(hi - lo + 1))
+
+
+def analyze(img: elfcore.ElfImage) -> dict:
+    arch = arch_of(img)
+    tables = img.reloc_tables()
+    rows, by_target = [], {}
+    tables_out = []
+    rel_offsets = np.zeros(0, np.uint64)
+    target_pages = set()
+    all_targets = []
+    for name, t in tables.items():
+        sec = img.section(name)
+        types = img.reloc_types(t)
+        lo, hi = elfcore.page_range(sec.offset, sec.size)
+        tables_out.append(dict(section=name, offset=sec.offset, bytes=int(t.nbytes), count=int(t.size),
+                               pages=int(hi - lo + 1)))
+        tsec = section_names_of_vaddrs(img, t["r_offset"])
+        ut, cnt = np.unique(types, return_counts=True)
+        for ty, c in zip(ut.tolist(), cnt.tolist()):
+            rows.append(dict(table=name, type=arch.name(ty), type_number=int(ty), count=int(c),
+                             bytes=int(c * t.dtype.itemsize)))
+            m = types == ty
+            s_u, s_c = np.unique(tsec[m].astype(str), return_counts=True)
+            for s, c2 in zip(s_u.tolist(), s_c.tolist()):
+                by_target.setdefault(s, {}).setdefault(arch.name(ty), 0)
+                by_target[s][arch.name(ty)] += int(c2)
+        if name == ".rela.dyn" or name == ".rel.dyn":
+            rel_offsets = t["r_offset"][types == arch.relative]
+        all_targets.append(t["r_offset"])
+    relr = relr_table(img)
+    if relr is not None and relr.size:
+        all_targets.append(relr)
+        s_u, s_c = np.unique(section_names_of_vaddrs(img, relr).astype(str), return_counts=True)
+        for s, c in zip(s_u.tolist(), s_c.tolist()):
+            by_target.setdefault(s, {}).setdefault("RELR", 0)
+            by_target[s]["RELR"] += int(c)
+    tgt = np.concatenate(all_targets) if all_targets else np.zeros(0, np.uint64)
+    off = img.vaddr_to_offset(tgt) if tgt.size else np.zeros(0, np.int64)
+    target_pages = np.unique(off[off >= 0] // elfcore.PAGE)
+    word = arch.word
+    fileback = img.vaddr_to_offset(rel_offsets) >= 0 if rel_offsets.size else np.zeros(0, bool)
+    packable = rel_offsets[(rel_offsets % word == 0) & fileback]
+    relr_bytes = elfcore.relr_size(packable, word) if packable.size else 0
+    main = next((t for t in tables_out if t["section"] in (".rela.dyn", ".rel.dyn")), None)
+    entsize = 24 if arch.rela and arch.elfclass == 64 else (12 if arch.rela else 8)
+    rel_summary = dict(
+        count=int(rel_offsets.size), word_aligned=int((rel_offsets % word == 0).sum()),
+        file_backed=int(fileback.sum()), packable=int(packable.size),
+        relr_bytes=int(relr_bytes),
+        rela_bytes=int(rel_offsets.size * entsize),
+        table_bytes_after_packing=(int(main["bytes"] - packable.size * entsize + relr_bytes) if main else 0),
+    )
+    return envelope(
+        "relocs", FORMAT_VERSION,
+        dict(tool=f"elflayout {__version__}", machine=img.machine, elfclass=img.elfclass, page_size=elfcore.PAGE),
+        target=img.identity(),
+        tables=tables_out,
+        relr=_relr_summary(img, relr),
+        types=rows,
+        by_target_section=by_target,
+        relative=rel_summary,
+        pages=dict(targets=int(target_pages.size),
+                   tables=int(sum(t["pages"] for t in tables_out)) + _relr_summary(img, relr)["pages"]),
+    )
