@@ -1,0 +1,270 @@
+"""libLLVM-16: Debian's ``libLLVM-16.so.1`` as shipped, and relinked from LLVM 16's
+static archives.
+
+``system()`` describes the shipped library (package libllvm16) and its workloads.
+``relink()`` links ``libLLVM-16.so.1`` from the archives of llvm-16-dev and
+libpolly-16-dev (PIC, built with ``-ffunction-sections -fdata-sections``, so a
+symbol or section ordering file reorders every function) with the same exported
+symbols as Debian's: a version script ``LLVM_16 { global: <defined dynsym names of the
+shipped library>; local: *; };``. What is left out and why:
+
+* BOLT*, Exegesis*, TableGen*, CFIVerify, Diff and DWARFLinkerParallel: tool
+  libraries that are not part of Debian's dylib (TableGen's ``-o`` option would even
+  collide with llc's). FuzzMutate and FuzzerCLI stay in: Debian's dylib exports them
+  (checked: the relink must export every name the shipped library does);
+* libPolly.a and libPollyISL.a are added: opt registers Polly's passes.
+
+Link flags follow the shipped library: soname, ``-z nodelete``,
+``-Bsymbolic-functions`` (Debian's has only 487 PLT slots: internal calls are
+direct), NEEDED libffi, libedit, libz3, libz, libzstd, libtinfo, libxml2.
+``relink`` checks that ``llc-16`` and ``opt-16 -O2`` give byte-identical output with
+the relinked library (``LD_LIBRARY_PATH=<outdir>``, which overrides the tools'
+RUNPATH) and with the shipped one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from elflayout.errors import ElflayoutError
+from elflayout.fileio import atomic_write_text
+from elflayout.targets import cache_dir, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
+
+SONAME = "libLLVM-16.so.1"
+SYSTEM_LIB = Path("/usr/lib/x86_64-linux-gnu") / SONAME
+DEV_PACKAGES = ["llvm-16-dev", "libpolly-16-dev"]
+TOOLS_PACKAGES = ["llvm-16", "libllvm16"]
+RUNTIME_PACKAGES = ["libffi8", "libedit2", "zlib1g", "libzstd1", "libtinfo6", "libxml2", "libz3-4"]
+ARCHIVE_DIR = "usr/lib/llvm-16/lib"
+EXCLUDE_PREFIXES = ("libLLVMBOLT", "libLLVMExegesis", "libLLVMTableGen")
+# FuzzMutate and FuzzerCLI are *not* left out, unlike the notes from the hand-made link
+# said: Debian's dylib exports their symbols (RandomIRBuilder, parseFuzzerCLOpts, ...).
+EXCLUDE = {"libLLVMCFIVerify.a", "libLLVMDiff.a", "libLLVMDWARFLinkerParallel.a"}
+EXTRA_ARCHIVES = ["libPolly.a", "libPollyISL.a"]
+# -l: with sonames, so only the runtime packages are needed (no -dev symlinks).
+LIBS = ["-l:libffi.so.8", "-l:libedit.so.2", "-l:libz.so.1", "-l:libzstd.so.1", "-l:libtinfo.so.6",
+        "-l:libxml2.so.2", "-l:libz3.so.4"]
+LINK_FLAGS = [f"-Wl,-soname,{SONAME}", "-Wl,-z,nodelete", "-Wl,-Bsymbolic-functions", "-Wl,-z,relro"]
+
+# A small module with a loop, a switch (a jump table in .rodata), a call chain and a
+# global, so opt -O2 and llc exercise a fair set of passes.
+EXAMPLE_LL = """; elflayout example module for opt-16 -O2 / llc-16
+target triple = "x86_64-pc-linux-gnu"
+
+@table = global [8 x i32] [i32 3, i32 1, i32 4, i32 1, i32 5, i32 9, i32 2, i32 6]
+
+define internal i32 @square(i32 %x) {
+entry:
+  %m = mul i32 %x, %x
+  ret i32 %m
+}
+
+define i32 @sum_squares(i32 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i32 [ 0, %entry ], [ %i.next, %loop ]
+  %acc = phi i32 [ 0, %entry ], [ %acc.next, %loop ]
+  %idx = and i32 %i, 7
+  %p = getelementptr [8 x i32], ptr @table, i32 0, i32 %idx
+  %v = load i32, ptr %p
+  %s = call i32 @square(i32 %v)
+  %acc.next = add i32 %acc, %s
+  %i.next = add i32 %i, 1
+  %done = icmp eq i32 %i.next, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret i32 %acc.next
+}
+
+define i32 @classify(i32 %x) {
+entry:
+  switch i32 %x, label %other [
+    i32 0, label %a
+    i32 1, label %b
+    i32 2, label %c
+    i32 3, label %d
+    i32 4, label %e
+  ]
+a:
+  ret i32 10
+b:
+  ret i32 27
+c:
+  ret i32 31
+d:
+  ret i32 44
+e:
+  ret i32 59
+other:
+  %r = call i32 @sum_squares(i32 %x)
+  ret i32 %r
+}
+"""
+
+
+def example_ll() -> Path:
+    """The small .ll file of the ``opt`` workload (written once into the cache)."""
+    p = cache_dir("libllvm") / "example.ll"
+    if not p.exists() or p.read_text() != EXAMPLE_LL:
+        atomic_write_text(p, EXAMPLE_LL)
+    return p
+
+
+def _tool(name: str) -> Path:
+    p = Path(f"/usr/bin/{name}-16")
+    if not p.exists():
+        raise ElflayoutError(f"{p}: not installed (apt-get install llvm-16)")
+    return p
+
+
+def system() -> dict:
+    """The shipped library and its workloads: ``dict(lib, llc, opt, workloads)``."""
+    if not SYSTEM_LIB.exists():
+        raise ElflayoutError(f"{SYSTEM_LIB}: not installed (apt-get install libllvm16)")
+    llc, opt = _tool("llc"), _tool("opt")
+    ll = example_ll()
+    return dict(lib=SYSTEM_LIB, llc=llc, opt=opt, example_ll=ll,
+                workloads={"version": [str(llc), "--version"],
+                           "opt": [str(opt), "-O2", str(ll), "-S", "-o", "-"]})
+
+
+def archives() -> list[Path]:
+    """The static archives linked into the dylib, in the default (sorted) order."""
+    root = fetch_debs(DEV_PACKAGES, "llvm-16") / ARCHIVE_DIR
+    names = sorted(p.name for p in root.glob("libLLVM*.a"))
+    keep = [n for n in names if n not in EXCLUDE and not n.startswith(EXCLUDE_PREFIXES)]
+    for n in EXTRA_ARCHIVES:
+        if not (root / n).exists():
+            raise ElflayoutError(f"{root / n}: missing (package libpolly-16-dev)")
+    return [root / n for n in keep + EXTRA_ARCHIVES]
+
+
+def version_script() -> Path:
+    """``LLVM_16 { global: ...; local: *; };`` from the shipped library's dynsym."""
+    out = cache_dir("libllvm") / "libLLVM-16.map"
+    if out.exists():
+        return out
+    names = _dynsym_defined(SYSTEM_LIB)
+    if not names:
+        raise ElflayoutError(f"{SYSTEM_LIB}: no defined dynamic symbols")
+    body = "".join(f'    "{n}";\n' for n in sorted(names))
+    atomic_write_text(out, f"LLVM_16 {{\n  global:\n{body}  local: *;\n}};\n")
+    return out
+
+
+def _dynsym_defined(path) -> set[str]:
+    from elftools.elf.elffile import ELFFile
+
+    names = set()
+    with open(path, "rb") as f:
+        dynsym = ELFFile(f).get_section_by_name(".dynsym")
+        for s in dynsym.iter_symbols():
+            if s["st_shndx"] not in ("SHN_UNDEF", "SHN_ABS") and s["st_info"]["bind"] != "STB_LOCAL" and s.name:
+                names.add(s.name)
+    return names
+
+
+def _missing_exports(lib) -> list[str]:
+    """Names the shipped library exports and ``lib`` does not (sorted)."""
+    # Linker-defined markers: GNU ld exports them, lld does not; nothing uses them.
+    markers = {"__bss_start", "_edata", "_end"}
+    return sorted(_dynsym_defined(SYSTEM_LIB) - _dynsym_defined(lib) - markers)
+
+
+def _verify_env(libdir: Path | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    if libdir is not None:
+        env["LD_LIBRARY_PATH"] = str(libdir)
+    return env
+
+
+def verify(outdir) -> dict:
+    """Run llc-16/opt-16 with the library in ``outdir`` and with the shipped one;
+    raise unless every output is byte-identical. Returns {check: bytes of output}."""
+    s = system()
+    ll = s["example_ll"]
+    checks = {
+        "llc --version": [s["llc"], "--version"],
+        "opt -O2": [s["opt"], "-O2", ll, "-S", "-o", "-"],
+        "llc -O2": [s["llc"], "-O2", ll, "-o", "-"],
+        "opt -O2 | llc": None,
+    }
+    sizes = {}
+    outdir = Path(outdir)
+    for name, argv in checks.items():
+        got = []
+        for libdir in (outdir, None):
+            env = _verify_env(libdir)
+            if argv is None:
+                ir = subprocess.run([str(s["opt"]), "-O2", str(ll), "-o", "-"], env=env, capture_output=True)
+                r = subprocess.run([str(s["llc"]), "-O2", "-o", "-"], input=ir.stdout, env=env, capture_output=True)
+            else:
+                r = subprocess.run([str(a) for a in argv], env=env, capture_output=True)
+            if r.returncode != 0:
+                where = outdir if libdir else SYSTEM_LIB
+                raise ElflayoutError(f"{where}: {name} failed (exit {r.returncode}): "
+                                     f"{r.stderr.decode(errors='replace').strip()[-300:]}")
+            got.append(r.stdout)
+        if got[0] != got[1]:
+            raise ElflayoutError(f"{outdir / SONAME}: {name} output differs from the shipped library's")
+        sizes[name] = len(got[0])
+    # The relinked library must really be the one loaded.
+    r = subprocess.run(["ldd", str(s["llc"])], env=_verify_env(outdir), capture_output=True, text=True)
+    if str(outdir / SONAME) not in r.stdout:
+        raise ElflayoutError(f"{outdir}: llc-16 does not load {SONAME} from there (ldd: {r.stdout.strip()[:200]})")
+    return sizes
+
+
+def relink(linker: str = "lld", extra_link_args=(), outdir=None, archive_order=None, check: bool = True) -> dict:
+    """Link libLLVM-16.so.1 from the static archives with ``linker`` (lld or gold;
+    bfd works but takes minutes), ``extra_link_args`` (e.g.
+    ``-Wl,--symbol-ordering-file=F`` or ``-Wl,--section-ordering-file=F``) into
+    ``outdir`` (default: a cache directory keyed by linker and arguments), with a
+    link map. Cached. Returns ``dict(lib, map, link_cmd, outdir, linker, workloads,
+    env)``: run a workload with ``os.environ | env`` to load the relinked library.
+    """
+    flag = linker_flag(linker)
+    ensure_installed(RUNTIME_PACKAGES + TOOLS_PACKAGES)
+    arch = archives() if archive_order is None else [Path(a) for a in archive_order]
+    extra = [str(a) for a in extra_link_args]
+    vs = version_script()
+    key = param_key(linker, extra, [a.name for a in arch])
+    out = Path(outdir) if outdir else cache_dir("libllvm", f"link-{linker}-{key}")
+    out = out.resolve()
+    result_file = out / "built.json"
+    with locked(out.parent / f".{out.name}.lock"):
+        if result_file.exists():
+            d = json.loads(result_file.read_text())
+            if d.get("key") == key:
+                return _as_paths(d)
+        out.mkdir(parents=True, exist_ok=True)
+        lib, lmap = out / SONAME, out / f"{SONAME}.map"
+        for p in (lib, lmap, result_file):
+            p.unlink(missing_ok=True)
+        link_cmd = ["g++", "-shared", flag, *LINK_FLAGS, f"-Wl,--version-script={vs}", f"-Wl,-Map={lmap}",
+                    "-o", str(lib), "-Wl,--whole-archive", *map(str, arch), "-Wl,--no-whole-archive",
+                    *extra, *LIBS]
+        run(link_cmd, what=f"link {SONAME} with {linker}")
+        missing = _missing_exports(lib)
+        if missing:
+            raise ElflayoutError(f"{lib}: {len(missing)} symbols of the shipped library are not exported "
+                                 f"(e.g. {missing[0]})")
+        sizes = verify(out) if check else {}
+        s = system()
+        d = dict(lib=str(lib), map=str(lmap), link_cmd=link_cmd, outdir=str(out), linker=linker, key=key,
+                 archives=[str(a) for a in arch], env={"LD_LIBRARY_PATH": str(out)},
+                 workloads=s["workloads"] | {}, verified=sizes)
+        d["workloads"] = {k: [str(x) for x in v] for k, v in d["workloads"].items()}
+        atomic_write_text(result_file, json.dumps(d, indent=1))
+    return _as_paths(d)
+
+
+def _as_paths(d: dict) -> dict:
+    d = dict(d)
+    for k in ("lib", "map", "outdir"):
+        d[k] = Path(d[k])
+    return d
