@@ -165,3 +165,28 @@ def summary_lines(res: dict) -> list[str]:
     if res["missing_examples"]:
         lines.append("missing:   " + ", ".join(res["missing_examples"][:5]) + (" …" if res["missing"] > 5 else ""))
     return lines
+
+
+def object_order_fraction(lib, target: dict, objects=None) -> float | None:
+    """Share of touched objects (LIS) whose code starts in the profile's object order.
+
+    An object's place is the lowest address of its profiled functions in ``lib``;
+    functions whose name is defined more than once are left out. ``objects`` (the link's
+    object arguments), when given, restricts the check to objects of this link.
+    """
+    from elflayout.order.resolve import same_object
+
+    with ElfImage(lib) as img:
+        funcs = lib_functions(img)
+    where: dict[str, int] = {}
+    for e in by_first([f for f in target.get("functions", []) if isinstance(f, dict)]):
+        o, c = e.get("object"), funcs.get(e.get("name") or "")
+        if o and c and len(c) == 1:
+            where[o] = min(where.get(o, c[0][0]), c[0][0])
+    order = [o.get("object") for o in by_first([o for o in target.get("objects", []) if isinstance(o, dict)])]
+    order = [o for o in dict.fromkeys(order + list(where)) if o in where]
+    if objects is not None:
+        order = [o for o in order if any(same_object(o, a) for a in objects)]
+    if not order:
+        return None
+    return lis_length([where[o] for o in order]) / len(order)

@@ -59,7 +59,7 @@ def build(args) -> tuple[str, dict]:
             w = check_identity(t, img.identity(), args.profile, args.force)
         if w:
             warnings.append(w)
-    universe, note = load_universe(args.objects_from, t.get("map"))
+    universe, note = load_universe(args.objects_from, t.get("map"), t.get("path"))
     if note:
         warnings.append(note)
     alg = algorithms.get(args.algorithm)
@@ -70,7 +70,7 @@ def build(args) -> tuple[str, dict]:
     return text, report
 
 
-def load_universe(objects_from, profiled_map):
+def load_universe(objects_from, profiled_map, profiled_lib=None):
     """Names from the map of the link to order; section extents from the profiled build's map."""
     from elflayout.order.resolve import universe_from_linkmap
 
@@ -82,9 +82,9 @@ def load_universe(objects_from, profiled_map):
         u = _load_map(objects_from, required=True)
     if profiled_map and os.path.exists(profiled_map):
         if u is None:
-            u, note = _load_map(profiled_map, required=False), None
+            u, note = _load_map(profiled_map, required=False, image=profiled_lib), None
         elif os.path.realpath(profiled_map) != os.path.realpath(objects_from):
-            pu = _load_map(profiled_map, required=False)
+            pu = _load_map(profiled_map, required=False, image=profiled_lib)
             if pu is not None:  # data pages are offsets in the profiled build
                 u.extents, u.extent_names, u.extent_objects = pu.extents, pu.extent_names, pu.extent_objects
     elif profiled_map:
@@ -92,11 +92,11 @@ def load_universe(objects_from, profiled_map):
     return u, note
 
 
-def _load_map(path, required: bool):
+def _load_map(path, required: bool, image=None):
     from elflayout.order.resolve import universe_from_linkmap
 
     try:
-        return universe_from_linkmap(path)
+        return universe_from_linkmap(path, image)
     except ImportError:
         if required:
             raise ElflayoutError(f"{path}: reading link maps needs elflayout.linkmap, which is not installed") from None

@@ -18,6 +18,7 @@ the linker is the judge, and ``check-order`` measures the result.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -106,62 +107,50 @@ class Resolved:
     how: str  # exact | object | ambiguous | clone | thunk | unverified | fde-only | missing
 
 
-def universe_from_linkmap(path) -> Universe:
-    """Symbols, input sections and objects listed in a GNU ld / gold / lld map."""
-    from elflayout import linkmap  # owned by the inspect helper
+def universe_from_linkmap(path, image=None) -> Universe:
+    """Symbols, input sections and objects listed in a GNU ld / gold / lld / mold map.
 
-    lm = linkmap.parse(path)
+    With ``image`` (the file that link produced) input sections also get file offsets,
+    so a profile's data pages of that build can be mapped to input sections.
+    """
+    from elflayout import linkmap  # owned by the inspect helper
+    from elflayout.elfcore import ElfImage
+
+    if image is not None and os.path.exists(image):
+        with ElfImage(image) as img:
+            lm = linkmap.parse(path, img)
+    else:
+        lm = linkmap.parse(path)
     u = Universe(source=str(path))
-    seen_obj = set()
-    offs, sizes = [], []
-    for sec in _iter_input_sections(lm):
-        name = _get(sec, "name", "input_section", "section")
-        obj = _get(sec, "object", "file", "obj")
-        off = _get(sec, "offset", "file_offset", default=None)
-        if name and off is not None and off >= 0:
-            offs.append(int(off))
-            sizes.append(int(_get(sec, "size", default=0) or 0))
-            u.extent_names.append(name)
-            u.extent_objects.append(obj)
-        if name:
-            u.sections.add(name)
-        if obj and obj not in seen_obj:
-            seen_obj.add(obj)
-            u.objects.append(obj)
-        for s in _get(sec, "symbols", default=()) or ():
-            sname = s if isinstance(s, str) else _get(s, "name", default=None)
-            if sname:
-                u.symbols.setdefault(sname, []).append((name, obj))
-                if name and not name.startswith(".text"):
-                    u.section_symbols.setdefault(name, []).append(sname)
-        # a -ffunction-sections section names its function even when the map lists no symbols
-        if name and name.startswith(".text.") and not _get(sec, "symbols", default=None):
-            fn = name[len(".text."):]
-            for pre in ("unlikely.", "hot.", "startup.", "exit."):
+    names, objs = lm.name, lm.object
+    u.sections = set(names)
+    u.objects = lm.objects
+    has_sym = np.zeros(len(names), dtype=bool)
+    for sname, k in zip(lm.sym_name, lm.sym_section.tolist()):
+        if k < 0:
+            continue
+        has_sym[k] = True
+        sec = names[k]
+        u.symbols.setdefault(sname, []).append((sec, objs[k]))
+        if not sec.startswith(".text"):
+            u.section_symbols.setdefault(sec, []).append(sname)
+    # a -ffunction-sections section names its function even when the map lists no
+    # symbol in it (gold and GNU ld list globals only)
+    for k in np.flatnonzero(~has_sym).tolist():
+        sec = names[k]
+        if sec.startswith(".text.") and len(sec) > 6:
+            fn = sec[6:]
+            for pre in ("unlikely.", "hot.", "startup.", "exit.", "split."):
                 if fn.startswith(pre):
                     fn = fn[len(pre):]
-            u.symbols.setdefault(fn, []).append((name, obj))
-    u.extents = np.zeros(len(offs), dtype=[("offset", "<i8"), ("size", "<i8")])
-    u.extents["offset"], u.extents["size"] = offs, sizes
+                    break
+            u.symbols.setdefault(fn, []).append((sec, objs[k]))
+    ok = np.flatnonzero(lm.offset >= 0)
+    u.extents = np.zeros(len(ok), dtype=[("offset", "<i8"), ("size", "<i8")])
+    u.extents["offset"], u.extents["size"] = lm.offset[ok], lm.size[ok]
+    u.extent_names = [names[k] for k in ok.tolist()]
+    u.extent_objects = [objs[k] for k in ok.tolist()]
     return u
-
-
-def _iter_input_sections(lm):
-    for attr in ("input_sections", "sections", "inputs"):
-        v = getattr(lm, attr, None)
-        if v is not None:
-            return v
-    raise TypeError("link map object has no input sections")
-
-
-def _get(o, *names, default=None):
-    for n in names:
-        if isinstance(o, dict):
-            if n in o:
-                return o[n]
-        elif hasattr(o, n):
-            return getattr(o, n)
-    return default
 
 
 def resolve(entries: list[dict], universe: Universe | None) -> tuple[list[Resolved], dict]:
