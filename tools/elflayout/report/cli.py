@@ -1,0 +1,43 @@
+"""``elflayout report``: one self-contained HTML file from results and profiles."""
+
+from __future__ import annotations
+
+SUMMARY = "self-contained HTML report of results and profiles"
+EPILOG = """\
+examples:
+  # results of `elflayout measure` (before/after) and the profile used for the order:
+  # summary table with verdicts, access-pattern plots per traced file, per-section
+  # pages read/touched, run-time violins, environment; images inline, no network
+  elflayout report R.json P.json -o report.html
+
+  # several measurement sessions in one page; replace an existing report
+  elflayout report llvm.json python.json -o report.html --force
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("inputs", nargs="+", metavar="R.json|P.json",
+                   help="results (elflayout measure) and/or profile (elflayout profile) files, in the order to show")
+    p.add_argument("-o", "--output", metavar="report.html", required=True, help="HTML file to write")
+    p.add_argument("--force", action="store_true", help="replace report.html if it exists")
+
+
+def run(args) -> int:
+    import sys
+
+    from elflayout import fileio
+    from elflayout.errors import ElflayoutError
+    from elflayout.report import data as D
+    from elflayout.report import html
+
+    if not str(args.output).lower().endswith((".html", ".htm")):
+        raise ElflayoutError(f"{args.output}: the report is HTML; name it *.html")
+    out = fileio.check_output(args.output, force=args.force, inputs=tuple(args.inputs))
+    docs = []
+    for src in args.inputs:
+        kind, doc = D.load(src)
+        docs.append((src, kind, doc))
+    text = html.build(docs)
+    fileio.atomic_write_text(out, text)
+    print(f"{out}: {len(text.encode()) / 1e6:.1f} MB, {len(docs)} input(s)", file=sys.stderr)
+    return 0

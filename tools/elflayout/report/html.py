@@ -1,0 +1,408 @@
+"""One self-contained HTML report of results and profiles.
+
+Everything is inline (PNG images as base64 data URIs, CSS and a few lines of JS to sort
+tables), so the file can be mailed or attached to a bug and opens without a network.
+Every string that comes from an input file goes through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import io
+import json
+from html import escape
+from pathlib import Path
+
+import numpy as np
+
+from elflayout import __version__
+from elflayout.report import data as D
+
+CSS = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;color:#222;background:#fafafa}
+main{max-width:1320px;margin:0 auto;padding:12px 22px 40px}
+h1{font-size:1.5em;margin:.4em 0 .1em} h2{font-size:1.25em;margin:1.6em 0 .4em;border-bottom:2px solid #ddd;padding-bottom:.15em}
+h3{font-size:1.05em;margin:1.2em 0 .3em} .sub{color:#666;font-size:.9em}
+table{border-collapse:collapse;margin:.4em 0 1em;background:#fff;font-size:.88em;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
+th{background:#f0f0f0;position:sticky;top:0} td.t,th.t{text-align:left}
+table.sortable th{cursor:pointer;user-select:none} table.sortable th:after{content:" \\2195";color:#aaa;font-size:.8em}
+tr:nth-child(even) td{background:#fbfbfb}
+.v-faster,.v-fewer{color:#0a7a28;font-weight:600} .v-slower,.v-more{color:#b3141b;font-weight:600} .v-no{color:#777}
+.ci{color:#777;font-size:.9em} figure{margin:.6em 0 1.2em} figure img{max-width:100%;height:auto;border:1px solid #e3e3e3;background:#fff}
+figcaption{font-size:.88em;color:#555} .warn{color:#8a5a00} code{font-size:.92em}
+details{margin:.4em 0} summary{cursor:pointer;color:#225}
+nav a{margin-right:1em}
+"""
+
+# Click a header to sort by that column (numbers by data-v, else text); click again to reverse.
+JS = """
+document.querySelectorAll('table.sortable').forEach(function(t){
+ t.querySelectorAll('th').forEach(function(th,i){th.addEventListener('click',function(){
+  var b=t.tBodies[0],rows=Array.from(b.rows),asc=th.dataset.dir!=='asc';
+  t.querySelectorAll('th').forEach(function(h){delete h.dataset.dir});th.dataset.dir=asc?'asc':'desc';
+  function key(r){var c=r.cells[i];if(!c)return '';var v=c.dataset.v;if(v!==undefined&&v!=='')return parseFloat(v);return c.textContent.trim().toLowerCase()}
+  rows.sort(function(x,y){var a=key(x),c=key(y);if(typeof a==='number'&&typeof c==='number')return asc?a-c:c-a;
+   a=String(a);c=String(c);return asc?a.localeCompare(c):c.localeCompare(a)});
+  rows.forEach(function(r){b.appendChild(r)});});});});
+"""
+
+
+# ----------------------------------------------------------------------------------
+# small HTML helpers
+
+def _num(v, digits: int = 0) -> str:
+    if v is None or (isinstance(v, float) and not np.isfinite(v)):
+        return "–"
+    return f"{v:,.{digits}f}"
+
+
+def td(text, v=None, cls: str | None = None) -> str:
+    attrs = ""
+    if v is not None and isinstance(v, (int, float)) and np.isfinite(v):
+        attrs += f' data-v="{float(v):.10g}"'
+    if cls:
+        attrs += f' class="{escape(cls)}"'
+    return f"<td{attrs}>{text}</td>"
+
+
+def table(headers: list[str], rows: list[list[str]], sortable: bool = True, cls: str = "") -> str:
+    """headers are plain text (escaped here); rows are lists of ready <td> strings."""
+    h = "".join(f'<th class="t">{escape(x)}</th>' if i == 0 else f"<th>{escape(x)}</th>"
+                for i, x in enumerate(headers))
+    body = "".join("<tr>" + "".join(r) + "</tr>" for r in rows)
+    c = " ".join(x for x in ("sortable" if sortable else "", cls) if x)
+    return f'<table class="{c}"><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def figure_png(fig, caption: str = "", alt: str = "") -> str:
+    from elflayout.report.access import save
+
+    buf = io.BytesIO()
+    save(fig, buf, fmt="png", dpi=100)
+    b64 = base64.b64encode(buf.getvalue()).decode()
+    cap = f"<figcaption>{escape(caption)}</figcaption>" if caption else ""
+    return f'<figure><img alt="{escape(alt or caption)}" src="data:image/png;base64,{b64}">{cap}</figure>'
+
+
+def _verdict_cls(v: str) -> str:
+    return "v-no" if not v or v.startswith("no") else f"v-{v}"
+
+
+# ----------------------------------------------------------------------------------
+# results
+
+def _median_ci(doc, variant, state, metric, files=None):
+    """(median, lo, hi) in base units: the summary's median CI when there is one."""
+    x = D.values(doc, variant, state, metric, files)
+    if not x.size:
+        return None, None, None
+    med = float(np.median(x))
+    row = D.summary_row(doc, variant, state, metric) if files is None else None
+    lo = hi = None
+    if row:
+        lo = row.get("median_ci_low", row.get("ci_low"))
+        hi = row.get("median_ci_high", row.get("ci_high"))
+    return med, lo, hi
+
+
+def summary_table(doc: dict, files: list[str] | None) -> str:
+    """variant × state: median wall time with CI, pages and bytes read, major faults, seeks, verdicts."""
+    headers = ["variant", "state", "n", "wall ms (median)", "95% CI", "pages read", "MB read", "major faults",
+               "seeks", "verdicts vs baseline"]
+    rows = []
+    for v in D.variants(doc):
+        for s in D.states(doc):
+            rs = D.runs_of(doc, v, s)
+            if not rs:
+                continue
+            med, lo, hi = _median_ci(doc, v, s, "wall_s")
+            ci = f'<span class="ci">[{_num(lo * 1e3, 1)}, {_num(hi * 1e3, 1)}]</span>' if lo is not None and hi is not None else "–"
+            pages = D.values(doc, v, s, "pages_read", files)
+            byts = D.values(doc, v, s, "bytes_read", files)
+            maj = D.values(doc, v, s, "major_faults")
+            seeks = D.values(doc, v, s, "seeks", files)
+            pm = float(np.median(pages)) if pages.size else None
+            bm = float(np.median(byts)) / 1e6 if byts.size else None
+            mm = float(np.median(maj)) if maj.size else None
+            sm = float(np.median(seeks)) if seeks.size else None
+            verdicts = []
+            for c in D.comparisons(doc, v, s):
+                vd = str(c.get("verdict") or "")
+                ratio = c.get("ratio")
+                rt = f" ×{ratio:.3f}" if isinstance(ratio, (int, float)) else ""
+                label = D.METRICS.get(c.get("metric"), (c.get("metric"),))[0]
+                verdicts.append(f'<span class="{_verdict_cls(vd)}">{escape(str(label))}: {escape(vd)}{escape(rt)}</span>')
+            rows.append([
+                td(escape(str(v)), cls="t"), td(escape(str(s)), cls="t"), td(str(len(rs)), len(rs)),
+                td(_num(med * 1e3 if med is not None else None, 1), med), td(ci),
+                td(_num(pm), pm), td(_num(bm, 1), bm), td(_num(mm), mm), td(_num(sm), sm),
+                td("<br>".join(verdicts) or "–", cls="t"),
+            ])
+    return table(headers, rows, cls="summary")
+
+
+def comparisons_table(doc: dict) -> str:
+    comps = doc.get("comparisons") or []
+    if not comps:
+        return ""
+    headers = ["metric", "a → b", "state", "ratio b/a", "95% CI", "p Welch", "p Mann–Whitney", "p Brown–Forsythe",
+               "verdict", "warnings"]
+    rows = []
+    for c in comps:
+        ratio, lo, hi = c.get("ratio"), c.get("ci_low"), c.get("ci_high")
+        ci = f"[{_num(lo, 3)}, {_num(hi, 3)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else "–"
+        vd = str(c.get("verdict") or "")
+        warns = c.get("warnings") or []
+        rows.append([
+            td(escape(str(c.get("metric"))), cls="t"),
+            td(escape(f"{c.get('a')} → {c.get('b')}"), cls="t"), td(escape(str(c.get("state"))), cls="t"),
+            td(_num(ratio, 3), ratio), td(ci),
+            td(_pfmt(c.get("p_welch")), c.get("p_welch")), td(_pfmt(c.get("p_mwu")), c.get("p_mwu")),
+            td(_pfmt(c.get("p_brown_forsythe")), c.get("p_brown_forsythe")),
+            td(escape(vd), cls=_verdict_cls(vd)),
+            td("; ".join(escape(str(w)) for w in warns) if isinstance(warns, list) else escape(str(warns)), cls="t"),
+        ])
+    return table(headers, rows)
+
+
+def _pfmt(p) -> str:
+    return f"{p:.3g}" if isinstance(p, (int, float)) else "–"
+
+
+def io_bound_table(doc: dict) -> str:
+    rows = []
+    for r in doc.get("io_bound") or []:
+        if "variant" in r and isinstance(r.get("value"), (int, float)):
+            lo, hi = r.get("ci_low"), r.get("ci_high")
+            ci = f"[{_num(lo * 1e3, 1)}, {_num(hi * 1e3, 1)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else "–"
+            rows.append([td(escape(str(r["variant"])), cls="t"),
+                         td(escape(f"{r.get('cold_state')} − hot"), cls="t"),
+                         td(_num(r["value"] * 1e3, 1), r["value"]), td(ci)])
+        elif "change" in r and isinstance((r.get("change") or {}).get("value"), (int, float)):
+            ch = r["change"]
+            lo, hi = ch.get("ci_low"), ch.get("ci_high")
+            ci = f"[{_num(lo * 1e3, 1)}, {_num(hi * 1e3, 1)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else "–"
+            rows.append([td(escape(f"change {r.get('a')} → {r.get('b')}"), cls="t"),
+                         td(escape(f"{r.get('cold_state')} − hot"), cls="t"),
+                         td(_num(ch["value"] * 1e3, 1), ch["value"]), td(ci)])
+    if not rows:
+        return ""
+    return ("<h3>Time spent waiting for I/O (Hommey's cold − hot)</h3>"
+            + table(["variant", "difference", "ms", "95% CI"], rows))
+
+
+def files_table(doc: dict, state: str | None = None) -> str:
+    """Each file measured: its size and the median pages / bytes read and seeks per variant × state."""
+    meta_files = (doc.get("metadata") or {}).get("files") or {}
+    rows = []
+    for path in D.all_files(doc):
+        md = meta_files.get(path) or {}
+        for v in D.variants(doc):
+            for s in D.states(doc):
+                pages = D.values(doc, v, s, "pages_read", [path])
+                if not pages.size:
+                    continue
+                seeks = D.values(doc, v, s, "seeks", [path])
+                size = md.get("size")
+                pm = float(np.median(pages))
+                rows.append([td(escape(path), cls="t"), td(escape(str(v)), cls="t"), td(escape(str(s)), cls="t"),
+                             td(_num(size / 1e6 if isinstance(size, (int, float)) else None, 1), size),
+                             td(_num(pm), pm), td(_num(pm * D.PAGE / 1e6, 1), pm),
+                             td(_num(float(np.median(seeks))) if seeks.size else "–",
+                                float(np.median(seeks)) if seeks.size else None)])
+    if not rows:
+        return ""
+    return table(["file", "variant", "state", "size MB", "pages read (median)", "MB read", "seeks"], rows)
+
+
+def section_table_html(doc: dict, path: str, panels) -> str:
+    """Per ELF section: pages read and touched in each variant's plotted run."""
+    secs = D.sections_of(doc, path)
+    if not secs or not panels:
+        return ""
+    per = [D.section_table(secs, p.acc) for p in panels]
+    headers = ["section", "MB", "pages"]
+    for p in panels:
+        name = p.title.split(" · ")[0]
+        headers += [f"{name}: read", f"{name}: touched"]
+    if len(panels) > 1:
+        headers += [f"read Δ {panels[-1].title.split(' · ')[0]} − {panels[0].title.split(' · ')[0]}"]
+    rows = []
+    for i, s in enumerate(per[0]):
+        if all(t[i]["read"] == 0 and t[i]["touched"] == 0 for t in per) and s["pages"] < 2:
+            continue  # a sliver never read in any variant is noise in this table
+        fam, colour = D.family_of(s["name"])
+        row = [td(f'<span style="color:{colour}">■</span> {escape(s["name"])}', cls="t"),
+               td(_num(s["size"] / 1e6, 2), s["size"]), td(_num(s["pages"]), s["pages"])]
+        for t in per:
+            row += [td(_num(t[i]["read"]), t[i]["read"]), td(_num(t[i]["touched"]), t[i]["touched"])]
+        if len(panels) > 1:
+            d = per[-1][i]["read"] - per[0][i]["read"]
+            cls = "v-fewer" if d < 0 else "v-more" if d > 0 else "v-no"
+            row.append(td(f"{d:+,}", d, cls))
+        rows.append(row)
+    tot = ["<td class=\"t\"><b>whole file (distinct pages)</b></td>", td(""), td("")]
+    for p in panels:
+        tot += [td(f"<b>{_num(p.acc.pages_read)}</b>", p.acc.pages_read), td(f"<b>{_num(p.acc.touched)}</b>")]
+    if len(panels) > 1:
+        tot.append(td(f"<b>{panels[-1].acc.pages_read - panels[0].acc.pages_read:+,}</b>"))
+    out = table(headers, rows)
+    out = out.replace("</tbody>", "</tbody><tfoot><tr>" + "".join(tot) + "</tr></tfoot>")
+    return (out + '<p class="sub">Pages of the plotted run of each variant. "touched" = distinct pages that '
+            "faulted (fault-around maps neighbours without a fault, so true touches are more). A page shared by "
+            "two sections counts for both.</p>")
+
+
+def metadata_table(meta: dict, skip=("files",)) -> str:
+    rows = []
+    for k, v in _flatten(meta):
+        if k.split(".")[0] in skip:
+            continue
+        text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        if len(text) > 400:
+            text = text[:400] + " …"
+        rows.append([td(escape(k), cls="t"), td(escape(text), cls="t")])
+    return table(["key", "value"], rows)
+
+
+def _flatten(d, prefix=""):
+    for k, v in (d or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v and len(v) <= 40:
+            yield from _flatten(v, key + ".")
+        else:
+            yield key, v
+
+
+def identity_table(doc: dict) -> str:
+    rows = []
+    for path, md in ((doc.get("metadata") or {}).get("files") or {}).items():
+        if not isinstance(md, dict):
+            continue
+        rows.append([td(escape(path), cls="t"), td(_num(md.get("size")), md.get("size")),
+                     td(escape(str(md.get("build_id") or "–")), cls="t"),
+                     td(escape(str(md.get("sha256") or "–")[:16]), cls="t")])
+    if not rows:
+        return ""
+    return table(["file", "bytes", "build-id", "sha256 (prefix)"], rows)
+
+
+def results_section(src: str, doc: dict, idx: int) -> str:
+    from elflayout.report import access, timing
+
+    out = [f'<h2 id="r{idx}">Results: {escape(Path(src).name)}</h2>']
+    meta = doc.get("metadata") or {}
+    vs = ", ".join(f"<b>{escape(str(v.get('name')))}</b>: <code>{escape(str(v.get('command')))}</code>"
+                   for v in doc.get("variants") or [] if isinstance(v, dict))
+    out.append(f'<p class="sub">{len(doc["runs"])} runs. Variants: {vs or "–"}</p>')
+    traced = D.traced_files(doc)
+    out.append("<h3>Summary</h3>")
+    out.append(summary_table(doc, traced or None))
+    out.append('<p class="sub">Medians over the runs; pages/MB read and seeks are summed over the traced files. '
+               "Verdicts come from the results file's comparisons (each variant against the baseline).</p>")
+    for w in meta.get("warnings") or []:
+        out.append(f'<p class="warn">⚠ {escape(str(w if not isinstance(w, dict) else w.get("message", w)))}</p>')
+    ct = comparisons_table(doc)
+    if ct:
+        out.append("<details open><summary>All comparisons</summary>" + ct + "</details>")
+    out.append(io_bound_table(doc))
+    ft = files_table(doc)
+    if ft:
+        out.append("<h3>Files read</h3>" + ft)
+    for path in traced:
+        state = D.default_state(doc, path)
+        panels, state = access.results_panels(doc, path, None, state, None)
+        bands = D.bands(D.sections_of(doc, path))
+        size = (((meta.get("files") or {}).get(path)) or {}).get("size")
+        fig = access.access_figure(panels, bands, size, title=f"Access pattern of {path}")
+        out.append(f"<h3>Where the bytes of {escape(Path(path).name)} go ({escape(str(state))})</h3>")
+        out.append(figure_png(fig, "x: time since exec; y: offset in the file; bands: ELF sections; dots: pages read "
+                                   "(bigger = larger folio); lines: order of reads (long strokes are seeks); crosses: "
+                                   "page faults. Margin: pages read and touched per slice of the file. Each variant's "
+                                   "run with the median pages read.", alt=f"access pattern of {path}"))
+        out.append(section_table_html(doc, path, panels))
+    out.append("<h3>Run-to-run distribution</h3>")
+    out.append(figure_png(timing.violin_figure(doc, "wall_s"), "Wall time of every run, per variant and state.",
+                          alt="wall time violin plot"))
+    pages_vary = any(np.ptp(D.values(doc, v, s, "pages_read", traced or None)) > 0
+                     for v in D.variants(doc) for s in D.states(doc) if D.values(doc, v, s, "pages_read").size)
+    if traced and pages_vary:
+        out.append(figure_png(timing.violin_figure(doc, "pages_read", files=traced),
+                              "Pages read per run (should be identical run to run under control; spread means "
+                              "something else read or held the file).", alt="pages read violin plot"))
+    out.append("<h3>Environment</h3>")
+    out.append(identity_table(doc))
+    out.append("<details><summary>All metadata</summary>" + metadata_table(meta) + "</details>")
+    return "\n".join(x for x in out if x)
+
+
+# ----------------------------------------------------------------------------------
+# profiles
+
+def profile_section(src: str, doc: dict, idx: int) -> str:
+    from elflayout.report import access
+
+    out = [f'<h2 id="p{idx}">Profile: {escape(Path(src).name)}</h2>']
+    meta = doc.get("metadata") or {}
+    argv = meta.get("argv")
+    if argv:
+        cmd = " ".join(map(str, argv)) if isinstance(argv, list) else str(argv)
+        out.append(f'<p class="sub">Workload: <code>{escape(cmd)}</code>; backend {escape(str(meta.get("backend")))}, '
+                   f'granularity {escape(str(meta.get("granularity")))}</p>')
+    for t in doc["targets"]:
+        if not isinstance(t, dict):
+            continue
+        path = str(t.get("path"))
+        pages = t.get("pages") or []
+        kinds: dict[str, int] = {}
+        for p in pages:
+            k = str(p.get("kind"))
+            kinds[k] = kinds.get(k, 0) + 1
+        rows = [[td(escape(path), cls="t"), td(escape(str(t.get("build_id") or "–")), cls="t"),
+                 td(_num(len(t.get("functions") or [])), len(t.get("functions") or [])),
+                 td(_num(len(t.get("objects") or [])), len(t.get("objects") or [])),
+                 td(_num(len(pages)), len(pages)),
+                 td(escape(", ".join(f"{access.PROFILE_KINDS.get(k, (k,))[0]} {n:,}" for k, n in kinds.items())),
+                    cls="t")]]
+        out.append(f"<h3>{escape(Path(path).name)}</h3>")
+        out.append(table(["target", "build-id", "functions", "objects", "pages", "pages by kind"], rows))
+        if pages:
+            out.append(figure_png(access.profile_figure(t), "x: order of first access; y: offset in the file; "
+                                  "bands: ELF sections. Margin: share of each slice of the file that was touched.",
+                                  alt=f"first-access order in {path}"))
+        objs = t.get("objects") or []
+        if objs:
+            orow = [[td(_num(i + 1), i + 1), td(escape(str(o.get("object"))), cls="t"),
+                     td(_num(o.get("first")), o.get("first"))] for i, o in enumerate(objs[:60])]
+            more = f" (first 60 of {len(objs):,})" if len(objs) > 60 else ""
+            out.append(f"<details><summary>Objects in first-access order{more}</summary>"
+                       + table(["#", "object", "first"], orow) + "</details>")
+    out.append("<details><summary>Profile metadata</summary>" + metadata_table(meta, skip=()) + "</details>")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------------
+
+def build(inputs: list[tuple[str, str, dict]]) -> str:
+    """The report for [(source path, kind, document)], as an HTML string."""
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts, nav = [], []
+    for i, (src, kind, doc) in enumerate(inputs):
+        if kind == "results":
+            parts.append(results_section(src, doc, i))
+            nav.append(f'<a href="#r{i}">results: {escape(Path(src).name)}</a>')
+        else:
+            parts.append(profile_section(src, doc, i))
+            nav.append(f'<a href="#p{i}">profile: {escape(Path(src).name)}</a>')
+    srcs = ", ".join(escape(s) for s, _, _ in inputs)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>elflayout report</title><style>{CSS}</style></head><body><main>"
+        f"<h1>elflayout report</h1><p class=\"sub\">{now} · elflayout {escape(__version__)} · inputs: {srcs}</p>"
+        f"<nav>{''.join(nav)}</nav>"
+        + "\n".join(parts)
+        + f"</main><script>{JS}</script></body></html>\n"
+    )
