@@ -40,6 +40,7 @@
 #define K_MAP 'm'      /* addr=start, len=size, aux=file offset, flags=prot */
 #define K_UNMAP 'u'    /* addr=start, len=size */
 #define K_ENTRY 'E'    /* first execution in the main executable: addr */
+#define K_MARK 'M'     /* first execution of a --ft-mark offset of the executable: flags=index */
 #define K_END 'Z'      /* trailer: aux = exit code */
 
 typedef struct {
@@ -79,6 +80,10 @@ static const HChar* clo_targets[MAX_TARGETS];
 static Int n_clo_targets = 0;
 static const HChar* clo_out = NULL;
 static Bool clo_data = False;
+#define MAX_MARKS 8
+static ULong clo_marks[MAX_MARKS];
+static Int n_marks = 0;
+static UChar mark_seen[MAX_MARKS];
 
 static Target targets[MAX_TARGETS];
 static Int n_targets = 0;
@@ -300,6 +305,13 @@ static VG_REGPARM(1) void ft_exe_hit(Addr a)
    emit(K_ENTRY, a, 0, -1, now_ns(), 0);
 }
 
+static VG_REGPARM(2) void ft_mark_hit(Addr a, UWord j)
+{
+   if (mark_seen[j]) return;
+   mark_seen[j] = 1;
+   emit(K_MARK, a, 0, -1, now_ns(), (UShort)j);
+}
+
 static VG_REGPARM(2) void ft_data_hit(Addr a, UWord isw)
 {
    if (!dspan_np || a < dspan_lo) return;
@@ -310,7 +322,8 @@ static VG_REGPARM(2) void ft_data_hit(Addr a, UWord isw)
    bits[k] = 1;
    Int m = find_map(a);
    if (m < 0) return;
-   emit(isw ? K_WRITE : K_READ, a & ~(Addr)4095, 4096, maps[m].target, now_ns(), 0);
+   /* the exact address: Python attributes the first access to a section/object */
+   emit(isw ? K_WRITE : K_READ, a, 1, maps[m].target, now_ns(), 0);
 }
 
 /* ---------------------------------------------------------------- instrumentation */
@@ -407,7 +420,7 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
    }
    ng = cur + 1;
    Bool want_exe = exe_known && !exe_seen;
-   if (!any && !clo_data && !want_exe) return sbIn;
+   if (!any && !clo_data && !want_exe && !n_marks) return sbIn;
 
    IRSB* sbOut = deepCopyIRSBExceptStmts(sbIn);
    Int i = 0;
@@ -431,6 +444,22 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
             groups_made++;
             add_guarded_call(sbOut, &g->done, "ft_code_hit", &ft_code_hit, mkIRExpr_HWord((HWord)g));
             group_called = True;
+         }
+         if (n_marks && a >= exe_lo && a < exe_hi) {
+            NSegment const* seg = VG_(am_find_nsegment)(a);
+            if (seg && seg->kind == SkFileC) {
+               ULong off = seg->offset + (a - seg->start);
+               for (Int j = 0; j < n_marks; j++)
+                  if (off == clo_marks[j] && !mark_seen[j]) {
+                     IRDirty* di;
+                     IRTemp b = assign(sbOut, Ity_I8, IRExpr_Load(Iend_LE, Ity_I8, mkIRExpr_HWord((HWord)&mark_seen[j])));
+                     IRTemp g = assign(sbOut, Ity_I1, IRExpr_Binop(Iop_CmpEQ8, IRExpr_RdTmp(b), IRExpr_Const(IRConst_U8(0))));
+                     di = unsafeIRDirty_0_N(2, "ft_mark_hit", VG_(fnptr_to_fnentry)(&ft_mark_hit),
+                                            mkIRExprVec_2(mkIRExpr_HWord((HWord)a), mkIRExpr_HWord((HWord)j)));
+                     di->guard = IRExpr_RdTmp(g);
+                     addStmtToIRSB(sbOut, IRStmt_Dirty(di));
+                  }
+            }
          }
          if (want_exe && !group_exe && a >= exe_lo && a < exe_hi) {
             add_guarded_call(sbOut, &exe_seen, "ft_exe_hit", &ft_exe_hit, mkIRExpr_HWord((HWord)a));
@@ -496,6 +525,10 @@ static Bool ft_process_cmd_line_option(const HChar* arg)
       if (n_clo_targets >= MAX_TARGETS) VG_(fmsg_bad_option)(arg, "at most 32 targets\n");
       clo_targets[n_clo_targets++] = s;
    }
+   else if VG_STR_CLO(arg, "--ft-mark", s) {
+      if (n_marks >= MAX_MARKS) VG_(fmsg_bad_option)(arg, "at most 8 marks\n");
+      clo_marks[n_marks++] = VG_(strtoull16)(s, NULL);
+   }
    else if VG_STR_CLO(arg, "--ft-out", clo_out) {}
    else if VG_BOOL_CLO(arg, "--ft-data", clo_data) {}
    else return False;
@@ -507,6 +540,7 @@ static void ft_print_usage(void)
    VG_(printf)(
 "    --ft-target=PATH          record first accesses to this file's mappings (repeatable)\n"
 "    --ft-out=FILE             write the log here [firsttouch.out.<pid>]\n"
+"    --ft-mark=HEXOFF          log the first execution of this file offset of the executable\n"
 "    --ft-data=no|yes          also record first read/write of each data page [no]\n");
 }
 
@@ -515,8 +549,8 @@ static void ft_print_debug_usage(void) {}
 static void write_header(void)
 {
    HChar line[4352];
-   VG_(snprintf)(line, sizeof line, "FIRSTTOUCH 1\nrecsize %d\ndata %d\npid %d\nexe %s\n",
-                 (Int)sizeof(Rec), clo_data ? 1 : 0, VG_(getpid)(),
+   VG_(snprintf)(line, sizeof line, "FIRSTTOUCH 1\nrecsize %d\ndata %d\npid %d\nt0 %llu\nexe %s\n",
+                 (Int)sizeof(Rec), clo_data ? 1 : 0, VG_(getpid)(), now_ns(),
                  VG_(args_the_exename) ? VG_(args_the_exename) : "?");
    VG_(write)(out_fd, line, VG_(strlen)(line));
    for (Int i = 0; i < n_targets; i++) {

@@ -1,0 +1,262 @@
+"""Raw first-access events of one target → functions, sections, objects, pages.
+
+Address → function: ``elflayout.symbols`` (symtab, dynsym, then ``.eh_frame`` FDE
+extents, so stripped libraries still get function boundaries). Function/address →
+input section and object file: ``elflayout.linkmap`` (GNU ld, gold, lld, mold maps),
+when ``--map`` is given. Address → ELF output section: the section headers.
+
+Phases (valgrind backend): ``loader`` until the first execution of one of the target's
+ELF initialisers (DT_INIT, DT_INIT_ARRAY entries), ``init`` from then until the main
+executable's first instruction (ld.so hands over after running the initialisers of
+the libraries loaded at start-up), ``main`` afterwards. A target opened later by
+dlopen gets ``loader`` then ``main`` (its initialisers run inside main).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from elflayout.elfcore import PAGE, ElfImage
+from elflayout.profile.model import EVENT_DTYPE
+
+PHASE_NAMES = np.array(["loader", "init", "main"], dtype=object)
+
+
+def init_entries(img: ElfImage) -> np.ndarray:
+    """File offsets of the target's ELF initialisers (DT_INIT and DT_INIT_ARRAY entries)."""
+    out = []
+    v = img.dt("DT_INIT")
+    if v:
+        out.append(v)
+    ia, sz = img.dt("DT_INIT_ARRAY"), img.dt("DT_INIT_ARRAYSZ")
+    if ia and sz:
+        w = img.wordsize
+        off = img.vaddr_to_offset(ia)
+        if off >= 0:
+            words = np.frombuffer(img.mm, dtype="<u8" if w == 8 else "<u4", count=sz // w, offset=off).astype(np.int64)
+            vals = words.copy()
+            # RELA libraries (and lld) keep the value in the relocation addend, not in place.
+            rtype = img.relative_type()
+            for rel in img.reloc_tables().values():
+                if "r_addend" not in rel.dtype.names:
+                    continue
+                m = (rel["r_offset"] >= ia) & (rel["r_offset"] < ia + sz) & (img.reloc_types(rel) == rtype)
+                if m.any():
+                    slot = ((rel["r_offset"][m] - ia) // w).astype(np.int64)
+                    vals[slot] = rel["r_addend"][m]
+            out.extend(int(x) for x in vals if x not in (0, -1))
+    if not out:
+        return np.zeros(0, dtype=np.int64)
+    offs = img.vaddr_to_offset(np.array(out, dtype=np.uint64))
+    return np.unique(offs[offs >= 0])
+
+
+def phases(events: np.ndarray, init_offsets: np.ndarray, entry_seq: int | None,
+           first_map_seq: int | None = None) -> tuple[np.ndarray, dict]:
+    """Phase index (0 loader, 1 init, 2 main) per event, and the boundaries used."""
+    x = events[events["kind"] == b"x"]
+    init_seq = None
+    if init_offsets.size and x.size:
+        lo, hi = x["offset"], x["offset"] + x["length"]
+        k = np.searchsorted(init_offsets, lo, side="left")
+        hit = (k < init_offsets.size) & (init_offsets[np.clip(k, 0, init_offsets.size - 1)] < hi)
+        if hit.any():
+            init_seq = int(x["seq"][hit].min())
+    main_seq = entry_seq
+    dlopened = entry_seq is not None and first_map_seq is not None and first_map_seq > entry_seq
+    seq = events["seq"]
+    ph = np.full(seq.shape, 2, dtype=np.int8)
+    if dlopened:
+        if init_seq is not None:
+            ph[seq < init_seq] = 0
+    else:
+        if main_seq is not None:
+            ph[seq < main_seq] = 1
+        if init_seq is not None:
+            ph[seq < init_seq] = 0
+        elif main_seq is not None:
+            ph[seq < main_seq] = 0
+    return ph, {"init_start": init_seq, "main_start": main_seq, "dlopened": dlopened}
+
+
+def _first_per_key(keys: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Indices of the earliest (by seq) row for each distinct key, in first-access order."""
+    if keys.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    o = np.lexsort((seq, keys))
+    k = keys[o]
+    first = np.ones(k.size, dtype=bool)
+    first[1:] = k[1:] != k[:-1]
+    idx = o[first]
+    return idx[np.argsort(seq[idx], kind="stable")]
+
+
+def _explode_runs(start: np.ndarray, end: np.ndarray, table_start: np.ndarray, table_end: np.ndarray):
+    """Pairs (run index, table index) for every table extent intersecting a run [start, end)."""
+    if start.size == 0 or table_start.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    si = np.searchsorted(table_start, start, side="right") - 1
+    ei = np.searchsorted(table_start, end - 1, side="right") - 1
+    si = np.clip(si, 0, None)
+    cnt = np.where(ei >= si, ei - si + 1, 0)
+    run = np.repeat(np.arange(start.size), cnt)
+    base = np.repeat(np.cumsum(cnt) - cnt, cnt)
+    tab = si[run] + (np.arange(run.size) - base)
+    ok = (table_start[tab] < end[run]) & (table_end[tab] > start[run])
+    return run[ok], tab[ok]
+
+
+def _r6(x) -> float:
+    return round(float(x), 6)
+
+
+def build_target(img: ElfImage, events: np.ndarray, *, functions=None, linkmap=None, phase_idx=None,
+                 map_path=None) -> tuple[dict, dict]:
+    """The profile's target entry for ``img`` from its events (EVENT_DTYPE, any order).
+
+    Returns (target dict, stats dict). ``functions`` is a ``symbols.FunctionTable``
+    (computed when None); ``linkmap`` a parsed and attached ``LinkMap`` or None.
+    """
+    from elflayout import symbols
+
+    assert events.dtype == EVENT_DTYPE
+    order = np.argsort(events["seq"], kind="stable")
+    ev = events[order]
+    ph = phase_idx[order] if phase_idx is not None else None
+    ft = functions if functions is not None else symbols.functions(img)
+    secs = img.sections
+    out_name = lambda i: secs[i].name if i >= 0 else None  # noqa: E731
+
+    tgt = img.identity()
+    tgt["map"] = str(map_path) if map_path else None
+
+    def phase_of(i):
+        return None if ph is None else PHASE_NAMES[ph[i]]
+
+    # -- code: runs → functions ---------------------------------------------------------
+    xm = np.flatnonzero(ev["kind"] == b"x")
+    xs, xe = ev["offset"][xm], ev["offset"][xm] + np.maximum(ev["length"][xm], 1)
+    fst, fen = ft.offset, ft.offset + np.maximum(ft.size, 1)
+    run, fidx = _explode_runs(xs, xe, fst, fen)
+    fun_seq = ev["seq"][xm][run]
+    pick = _first_per_key(fidx, fun_seq)
+    fsel = fidx[pick]
+    fev = xm[run[pick]]  # event index of each function's first execution
+    covered = np.zeros(xm.size, dtype=bool)
+    covered[run] = True
+
+    lm_sec_of_fun = None
+    if linkmap is not None and fsel.size:
+        lm_sec_of_fun = linkmap.lookup_offsets(ft.offset[fsel])
+    fout = img.section_of_offsets(ft.offset[fsel]) if fsel.size else np.zeros(0, np.int64)
+    funs = []
+    for j in range(fsel.size):
+        f, e = int(fsel[j]), int(fev[j])
+        d = {"name": ft.names[f], "offset": int(ft.offset[f]), "size": int(ft.size[f])}
+        osec = out_name(int(fout[j]))
+        if lm_sec_of_fun is not None and lm_sec_of_fun[j] >= 0:
+            s = int(lm_sec_of_fun[j])
+            d["section"], d["object"] = linkmap.name[s], linkmap.object[s]
+        else:
+            d["section"], d["object"] = osec, None
+        d["output_section"] = osec
+        d["source"] = symbols.SOURCES[int(ft.source[f])]
+        d["first"] = int(ev["seq"][e])
+        d["phase"] = phase_of(e)
+        d["t"] = _r6(ev["t"][e])
+        funs.append(d)
+
+    # -- sections and objects (code first access) -----------------------------------------
+    sections, objects = [], []
+    if linkmap is not None and xm.size:
+        run2, sidx = _explode_runs(xs, xe, *_lm_extents(linkmap))
+        sidx = _lm_order(linkmap)[sidx] if sidx.size else sidx
+        sseq = ev["seq"][xm][run2]
+        for p in _first_per_key(sidx, sseq):
+            s, e = int(sidx[p]), int(xm[run2[p]])
+            sections.append({"name": linkmap.name[s], "object": linkmap.object[s], "output_section": linkmap.output[s],
+                             "first": int(ev["seq"][e]), "phase": phase_of(e), "t": _r6(ev["t"][e])})
+        seen = {}
+        for s in sections:
+            if s["object"] not in seen:
+                seen[s["object"]] = {"object": s["object"], "first": s["first"], "phase": s["phase"], "t": s["t"]}
+        objects = list(seen.values())
+    elif xm.size:
+        so = img.section_of_offsets(xs)
+        for p in _first_per_key(so, ev["seq"][xm]):
+            e = int(xm[p])
+            sections.append({"name": out_name(int(so[p])), "object": None, "output_section": out_name(int(so[p])),
+                             "first": int(ev["seq"][e]), "phase": phase_of(e), "t": _r6(ev["t"][e])})
+
+    # -- pages --------------------------------------------------------------------------
+    pk, pseq, pev = [], [], []
+    if xm.size:
+        p0, p1 = xs // PAGE, (xe - 1) // PAGE
+        cnt = p1 - p0 + 1
+        r = np.repeat(np.arange(xm.size), cnt)
+        pages = p0[r] + (np.arange(r.size) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        pk.append(pages * 4 + 0)
+        pseq.append(ev["seq"][xm][r])
+        pev.append(xm[r])
+    for code, kind in ((1, b"r"), (2, b"w"), (3, b"t")):
+        m = np.flatnonzero(ev["kind"] == kind)
+        if m.size:
+            pk.append(ev["offset"][m] // PAGE * 4 + code)
+            pseq.append(ev["seq"][m])
+            pev.append(m)
+    pages = []
+    data_objects = []
+    if pk:
+        keys, seqs, evs = np.concatenate(pk), np.concatenate(pseq), np.concatenate(pev)
+        sel = _first_per_key(keys, seqs)
+        first_off = ev["offset"][evs[sel]]
+        psec = img.section_of_offsets(first_off)
+        kinds = "xrwt"
+        for j, p in enumerate(sel):
+            e = int(evs[p])
+            pages.append({"page": int(keys[p] // 4), "kind": kinds[int(keys[p] % 4)], "first": int(seqs[p]),
+                          "section": out_name(int(psec[j])), "phase": phase_of(e), "t": _r6(ev["t"][e])})
+        if linkmap is not None:
+            # first data access of each object (valgrind --data: exact address of a page's first access)
+            dm = np.isin(keys[sel] % 4, (1, 2))
+            if dm.any():
+                ls = linkmap.lookup_offsets(first_off[dm])
+                seen = {}
+                for j, s in zip(np.flatnonzero(dm).tolist(), ls.tolist()):
+                    if s >= 0 and linkmap.object[s] not in seen:
+                        seen[linkmap.object[s]] = {"object": linkmap.object[s], "first": pages[j]["first"],
+                                                   "kind": pages[j]["kind"], "phase": pages[j]["phase"]}
+                data_objects = list(seen.values())
+
+    # -- reads (trace backend) ------------------------------------------------------------
+    reads = []
+    am = np.flatnonzero(ev["kind"] == b"a")
+    for e in am.tolist():
+        reads.append({"page": int(ev["offset"][e] // PAGE), "npages": int(max(1, ev["length"][e] // PAGE)),
+                      "first": int(ev["seq"][e]), "t": _r6(ev["t"][e])})
+
+    tgt.update(functions=funs, sections=sections, objects=objects, pages=pages, reads=reads)
+    if data_objects:
+        tgt["data_objects"] = data_objects
+    named = sum(1 for f in funs if f["source"] != "eh_frame")
+    stats = {
+        "code_runs": int(xm.size),
+        "code_runs_outside_functions": int((~covered).sum()),
+        "functions": len(funs),
+        "functions_named": named,
+        "function_table": ft.counts(),
+        "pages": {k: sum(1 for p in pages if p["kind"] == k) for k in "xrwt"},
+        "reads": len(reads),
+    }
+    tgt["stats"] = stats
+    return tgt, stats
+
+
+def _lm_order(lm):
+    keep = np.flatnonzero((lm.size > 0) & (lm.offset >= 0))
+    return keep[np.argsort(lm.offset[keep], kind="stable")]
+
+
+def _lm_extents(lm):
+    o = _lm_order(lm)
+    return lm.offset[o], lm.offset[o] + lm.size[o]

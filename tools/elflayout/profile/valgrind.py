@@ -1,0 +1,225 @@
+"""valgrind backend: run the workload under our tool ``firsttouch`` and read its log.
+
+The tool (C, ``tools/firsttouch/``, built by ``make bootstrap`` into ``build/valgrind``)
+records the first execution of each code block of every target mapping and, with
+``--data``, the first read and first write of each page, from ld.so's first
+instruction. Its raw log (docs/formats/profile.md, "raw log") is converted here to
+file offsets using the mapping records in the same log.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from elflayout.errors import ElflayoutError
+from elflayout.profile.model import EVENT_DTYPE
+
+ROOT = Path(__file__).resolve().parents[3]
+TOOL_NAME = "firsttouch"
+
+REC_DTYPE = np.dtype([("seq", "<u8"), ("t_ns", "<u8"), ("addr", "<u8"), ("len", "<u4"), ("kind", "u1"),
+                      ("target", "u1"), ("flags", "<u2")])
+K = {c: ord(c) for c in "xrwmuEMZ"}
+
+
+def tool_dir() -> Path:
+    return Path(os.environ.get("ELFLAYOUT_VALGRIND_LIB", ROOT / "build" / "valgrind"))
+
+
+def tool_status() -> str | None:
+    """None when the tool can run, else what to do."""
+    if shutil.which("valgrind") is None:
+        return "valgrind is not installed (run: make bootstrap, or apt-get install valgrind)"
+    d = tool_dir()
+    if not (d / f"{TOOL_NAME}-amd64-linux").is_file():
+        return f"the valgrind tool {TOOL_NAME} is not built in {d} (run: make bootstrap)"
+    if not (d / "vgpreload_core-amd64-linux.so").exists():
+        return f"{d} lacks valgrind's own run-time files (run: make bootstrap)"
+    return None
+
+
+@dataclass
+class RawLog:
+    header: dict
+    targets: list[str]
+    recs: np.ndarray
+    complete: bool
+    exit_code: int | None
+    notes: list[str] = field(default_factory=list)
+
+
+def read_log(path) -> RawLog:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ElflayoutError(f"{p}: cannot read the firsttouch log: {e.strerror}") from None
+    end = raw.find(b"\n--\n")
+    if not raw.startswith(b"FIRSTTOUCH 1\n") or end < 0:
+        raise ElflayoutError(f"{p}: not a firsttouch log (bad header)")
+    header, targets = {}, []
+    for line in raw[:end].decode(errors="replace").splitlines()[1:]:
+        line = line.strip()
+        if not line:
+            continue
+        k, _, v = line.partition(" ")
+        if k == "target":
+            i, dev, ino, path_ = v.split(" ", 3)
+            targets.append(path_)
+        else:
+            header[k] = v
+    if int(header.get("recsize", 0)) != REC_DTYPE.itemsize:
+        raise ElflayoutError(f"{p}: firsttouch record size {header.get('recsize')} != {REC_DTYPE.itemsize}")
+    body = raw[end + 4:]
+    n = len(body) // REC_DTYPE.itemsize
+    recs = np.frombuffer(body, dtype=REC_DTYPE, count=n)
+    notes = []
+    if len(body) % REC_DTYPE.itemsize:
+        notes.append("log ends with a partial record (truncated)")
+    complete = bool(n and recs["kind"][-1] == K["Z"])
+    exit_code = int(recs["addr"][-1].astype(np.int64)) if complete else None
+    return RawLog(header, targets, recs, complete, exit_code, notes)
+
+
+def to_events(log: RawLog) -> tuple[np.ndarray, dict]:
+    """Events (EVENT_DTYPE, file offsets) of all targets, and per-target marks.
+
+    marks: {"entry_seq": seq of the executable's first instruction or None,
+            "first_map_seq": {target: seq}, "maps": {target: [...]}}.
+    """
+    r = log.recs
+    t0 = int(log.header.get("t0", 0)) or (int(r["t_ns"][r["t_ns"] > 0].min()) if r.size else 0)
+    kinds = r["kind"]
+    ent = r[kinds == K["E"]]
+    mk = r[kinds == K["M"]]
+    marks = {"entry_seq": int(ent["seq"][0]) if ent.size else None, "first_map_seq": {}, "maps": {},
+             "main_seq": int(mk["seq"][0]) if mk.size else None}
+    acc = np.isin(kinds, (K["x"], K["r"], K["w"]))
+    a = r[acc]
+    off = np.full(a.size, -1, dtype=np.int64)
+    # Mapping history: for each access, the latest map record (by seq) that covers it.
+    mrec = r[np.isin(kinds, (K["m"], K["u"]))]
+    for m in mrec:  # tens of records; vectorised over the accesses
+        lo, hi = int(m["addr"]), int(m["addr"]) + int(m["len"])
+        cover = (a["addr"] >= lo) & (a["addr"] < hi) & (a["seq"] > m["seq"])
+        if m["kind"] == K["u"]:
+            off[cover] = -1
+            continue
+        cover &= a["target"] == m["target"]
+        off[cover] = (a["addr"][cover] - np.uint64(lo)).astype(np.int64) + int(m["t_ns"])
+        tgt = int(m["target"])
+        marks["first_map_seq"].setdefault(tgt, int(m["seq"]))
+        marks["maps"].setdefault(tgt, []).append({"start": lo, "size": int(m["len"]), "offset": int(m["t_ns"]),
+                                                  "prot": "".join(c if int(m["flags"]) & b else "-"
+                                                                  for c, b in (("r", 1), ("w", 2), ("x", 4)))})
+    ev = np.zeros(a.size, dtype=EVENT_DTYPE)
+    ev["seq"] = a["seq"].astype(np.int64)
+    ev["t"] = (a["t_ns"].astype(np.int64) - t0) / 1e9
+    kk = np.where(a["kind"] == K["x"], b"x", np.where(a["kind"] == K["r"], b"r", b"w")).astype("S1")
+    ev["kind"] = kk
+    ev["target"] = a["target"].astype(np.int16)
+    ev["offset"] = off
+    ev["length"] = a["len"].astype(np.int64)
+    lost = int((off < 0).sum())
+    if lost:
+        log.notes.append(f"{lost} accesses fell outside any recorded target mapping and were dropped")
+    return ev[off >= 0], marks
+
+
+@dataclass
+class Run:
+    log: RawLog
+    events: np.ndarray
+    marks: dict
+    returncode: int
+    duration_s: float
+    command: list[str]
+
+
+def main_offset(exe: str) -> int | None:
+    """File offset of the executable's ``main`` (symbol, or the address _start hands to
+    __libc_start_main), so the profile can tell constructors from main. None if unknown."""
+    from elflayout.elfcore import ElfImage
+
+    try:
+        img = ElfImage(exe)
+    except ElflayoutError:
+        return None
+    try:
+        for tab in (".symtab", ".dynsym"):
+            s = img.elf.get_section_by_name(tab)
+            if s is not None:
+                for sym in s.iter_symbols():
+                    if sym.name == "main" and sym["st_value"] and sym["st_info"]["type"] == "STT_FUNC":
+                        return int(img.vaddr_to_offset(sym["st_value"]))
+        if not img.is_x86_64:
+            return None
+        import capstone
+
+        entry = img.elf.header["e_entry"]
+        off = img.vaddr_to_offset(entry)
+        if off < 0:
+            return None
+        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        md.detail = True
+        for ins in md.disasm(bytes(img.mm[off:off + 96]), entry):
+            if ins.mnemonic == "call":
+                break
+            ops = ins.operands
+            if ins.mnemonic == "lea" and len(ops) == 2 and ins.reg_name(ops[0].reg) == "rdi" \
+                    and ops[1].type == capstone.x86.X86_OP_MEM and ins.reg_name(ops[1].mem.base) == "rip":
+                o = img.vaddr_to_offset(ins.address + ins.size + ops[1].mem.disp)
+                return int(o) if o >= 0 else None
+            if ins.mnemonic == "mov" and len(ops) == 2 and ins.reg_name(ops[0].reg) in ("rdi", "edi") \
+                    and ops[1].type == capstone.x86.X86_OP_IMM:
+                o = img.vaddr_to_offset(ops[1].imm)
+                return int(o) if o >= 0 else None
+    except Exception:  # a heuristic: never fail the profile for it
+        return None
+    finally:
+        img.close()
+    return None
+
+
+def valgrind_command(targets: list[str], out: str, data: bool, marks=()) -> list[str]:
+    cmd = ["valgrind", "-q", f"--tool={TOOL_NAME}", f"--ft-out={out}", f"--ft-data={'yes' if data else 'no'}"]
+    cmd += [f"--ft-mark={m:x}" for m in marks]
+    cmd += [f"--ft-target={os.path.realpath(t)}" for t in targets]
+    return cmd
+
+
+def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | None = None,
+        stdout=None, stderr=None, log_path: str | None = None) -> Run:
+    """Run ``argv`` under firsttouch; return the parsed log and the workload's status."""
+    why = tool_status()
+    if why:
+        raise ElflayoutError(why)
+    exe = shutil.which(argv[0])
+    if exe is None:
+        raise ElflayoutError(f"{argv[0]}: command not found")
+    e = dict(os.environ if env is None else env)
+    e["VALGRIND_LIB"] = str(tool_dir().resolve())
+    with tempfile.TemporaryDirectory(prefix="elflayout-ft-") as td:
+        out = log_path or os.path.join(td, "firsttouch.log")
+        mo = main_offset(os.path.realpath(exe))
+        cmd = valgrind_command(targets, out, data, [mo] if mo is not None else []) + [os.path.realpath(exe), *argv[1:]]
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run(cmd, env=e, stdout=stdout, stderr=stderr)
+        except OSError as err:
+            raise ElflayoutError(f"cannot run valgrind: {err.strerror}") from None
+        dt = time.monotonic() - t0
+        if not os.path.exists(out):
+            raise ElflayoutError(f"valgrind exited with status {r.returncode} without writing a log "
+                                 f"(is build/valgrind up to date? run: make bootstrap)")
+        log = read_log(out)
+    ev, marks = to_events(log)
+    return Run(log, ev, marks, r.returncode, dt, cmd)
