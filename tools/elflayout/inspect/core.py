@@ -239,8 +239,8 @@ def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, 
     with ElfImage(path) as img:
         notes = []
         if not img.is_x86_64:
-            notes.append(f"{img.machine} ELF{img.elfclass}: marked fields are x86-64-specific elsewhere in elflayout "
-                         "(profile, order, pack-relocs); relocation names use pyelftools' table for this machine")
+            notes.append(f"not x86-64 ({img.machine}, ELF{img.elfclass}): relocation names and the RELATIVE type come "
+                         f"from the {img.machine} table; profile, order and pack-relocs are x86-64-specific")
         if img.relative_type() is None:
             notes.append(f"no R_*_RELATIVE type known for {img.machine}: RELR size not computed")
         info = file_info(img)
