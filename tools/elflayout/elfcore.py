@@ -277,35 +277,62 @@ def relr_encode(offsets: np.ndarray, wordsize: int = 8) -> np.ndarray:
     start of a run); an odd word is a bitmap whose bit i (1..nbits) says that
     ``where + (i-1)*wordsize`` is relocated, where ``where`` starts one word past the
     last address and advances nbits words per bitmap (nbits = 8*wordsize-1, 63 on
-    64-bit). Greedy encoding, identical to lld's ``RelrSection::updateAllocSize``.
+    64-bit). Greedy encoding, identical to lld's ``RelrSection::updateAllocSize``: a
+    run goes on while each next window of nbits words holds an address.
 
-    ``offsets`` must be word-aligned addresses. The Python loop runs once per output
-    word (tens of thousands), not once per relocation (hundreds of thousands).
+    ``offsets`` must be word-aligned addresses. Vectorised: the Python loop runs once
+    per run (an address word), over chunks of addresses, and the bitmaps are built
+    with numpy; gaps of two windows or more always end a run, so runs are searched
+    only inside the segments between such gaps.
     """
-    a = np.unique(np.asarray(offsets, dtype=np.uint64))
-    if a.size and np.any(a % wordsize):
+    a = np.sort(np.asarray(offsets, dtype=np.uint64), kind="stable")
+    if a.size:
+        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
+    if a.size and np.any(a % np.uint64(wordsize)):
         raise ValueError("RELR can only encode word-aligned addresses")
-    nbits = wordsize * 8 - 1
-    span = nbits * wordsize
     dtype = np.uint64 if wordsize == 8 else np.uint32
-    words: list = []
-    i, n = 0, a.size
+    n = a.size
+    if n == 0:
+        return np.zeros(0, dtype=dtype)
+    nbits = wordsize * 8 - 1
+    span = np.uint64(nbits * wordsize)
     ws = np.uint64(wordsize)
+    # Segment ends: after a gap of >= 2 windows no run can continue.
+    brk = np.flatnonzero(np.diff(a) >= np.uint64(2) * span) + 1
+    seg_end = np.repeat(np.append(brk, n), np.diff(np.concatenate(([0], brk, [n]))))
+    chunk = 4096
+    starts = []
+    i = 0
     while i < n:
-        base = a[i]
-        words.append(base)
-        i += 1
-        where = base + ws
-        while i < n:
-            j = int(np.searchsorted(a, where + np.uint64(span), side="left"))
-            if j == i:
+        starts.append(i)
+        b, end, prev, k = a[i], int(seg_end[i]), -1, i + 1
+        while k < end:
+            hi = min(end, k + chunk)
+            m = ((a[k:hi] - b - ws) // span).astype(np.int64)
+            gaps = np.flatnonzero(np.diff(m, prepend=prev) >= 2)
+            if gaps.size:
+                k += int(gaps[0])
                 break
-            bits = (a[i:j] - where) // ws
-            bitmap = int(np.bitwise_or.reduce(np.left_shift(np.uint64(1), bits)))
-            words.append((bitmap << 1) | 1)
-            i = j
-            where = where + np.uint64(span)
-    return np.array(words, dtype=dtype)
+            prev, k = int(m[-1]), hi
+        i = k
+    st = np.array(starts, dtype=np.int64)
+    is_start = np.zeros(n, dtype=bool)
+    is_start[st] = True
+    rid = np.cumsum(is_start) - 1
+    rel = a - a[st][rid]                       # 0 for the run's address itself
+    fol = ~is_start
+    m = np.zeros(n, dtype=np.int64)
+    m[fol] = ((rel[fol] - ws) // span).astype(np.int64)
+    nwin = np.zeros(st.size, dtype=np.int64)
+    np.maximum.at(nwin, rid[fol], m[fol] + 1)
+    word_at = np.concatenate(([0], np.cumsum(1 + nwin)[:-1]))
+    out = np.zeros(int((1 + nwin).sum()), dtype=np.uint64)
+    out[word_at] = a[st]
+    widx = word_at[rid[fol]] + 1 + m[fol]
+    bit = ((rel[fol] - ws) % span) // ws + np.uint64(1)
+    np.bitwise_or.at(out, widx, np.left_shift(np.uint64(1), bit))
+    out[widx] |= np.uint64(1)
+    return out.astype(dtype)
 
 
 def relr_decode(words: np.ndarray, wordsize: int = 8) -> np.ndarray:

@@ -152,9 +152,10 @@ def plan_pack(img) -> Plan:
     other = np.concatenate([r_off[~packable]] + [t["r_offset"] for n, t in img.reloc_tables().items()
                                                  if n != ".rela.dyn"])
     packable &= ~np.isin(r_off, other)
-    u, cnt = np.unique(r_off[packable], return_counts=True)
-    if np.any(cnt > 1):
-        packable &= ~np.isin(r_off, u[cnt > 1])
+    srt = np.sort(r_off[packable])
+    dup = srt[1:][srt[1:] == srt[:-1]]  # sort-based: numpy 2's hash unique is slow here
+    if dup.size:
+        packable &= ~np.isin(r_off, dup)
     n_pack = int(packable.sum())
     if n_pack == 0:
         raise AlreadyPacked(f"{img.path}: no packable RELATIVE relocations (nothing to do)")
@@ -384,47 +385,52 @@ def plan_pack(img) -> Plan:
                 blocks, tail_at, tail, stats)
 
 
-def write_plan(plan: Plan, src, out) -> None:
-    """Copy ``src`` once to a temporary file beside ``out``, patch it, rename it over ``out``."""
-    with atomic_output(out, mode=os.stat(src).st_mode & 0o777) as tmp:
-        shutil.copyfile(src, tmp)
-        with open(tmp, "r+b") as f:
-            f.truncate(plan.truncate_at)
-            f.seek(plan.truncate_at)
-            f.write(plan.tail)
-            f.flush()
-            mm = mmap.mmap(f.fileno(), 0)
-            try:
-                buf = np.frombuffer(mm, np.uint8)
-                offs = plan.addend_offsets
-                aligned = offs % 8 == 0
-                w = buf[: buf.size // 8 * 8].view("<u8")
-                w[offs[aligned] // 8] = plan.addend_values[aligned]
-                for o, v in zip(offs[~aligned].tolist(), plan.addend_values[~aligned].tolist()):
-                    buf[o:o + 8] = np.frombuffer(int(v).to_bytes(8, "little"), np.uint8)
-                for o, data in plan.blocks:
-                    buf[o:o + len(data)] = np.frombuffer(data, np.uint8)
-                del w, buf
-                mm.flush()
-            finally:
-                mm.close()
-            os.fsync(f.fileno())
+def write_plan(plan: Plan, src, dst) -> None:
+    """Copy ``src`` once to ``dst`` (a fresh temporary file) and patch it in place."""
+    shutil.copyfile(src, dst)
+    with open(dst, "r+b") as f:
+        f.truncate(plan.truncate_at)
+        f.seek(plan.truncate_at)
+        f.write(plan.tail)
+        f.flush()
+        mm = mmap.mmap(f.fileno(), 0)
+        try:
+            buf = np.frombuffer(mm, np.uint8)
+            offs = plan.addend_offsets
+            aligned = offs % 8 == 0
+            w = buf[: buf.size // 8 * 8].view("<u8")
+            w[offs[aligned] // 8] = plan.addend_values[aligned]
+            for o, v in zip(offs[~aligned].tolist(), plan.addend_values[~aligned].tolist()):
+                buf[o:o + 8] = np.frombuffer(int(v).to_bytes(8, "little"), np.uint8)
+            for o, data in plan.blocks:
+                buf[o:o + len(data)] = np.frombuffer(data, np.uint8)
+            del w, buf
+            mm.flush()
+        finally:
+            mm.close()
+        os.fsync(f.fileno())
 
 
-def pack(src, out) -> dict:
-    """Pack ``src`` into ``out``; returns the plan's statistics plus timings.
+def pack(src, out, verify=None) -> dict:
+    """Pack ``src`` into ``out`` atomically; returns the plan's statistics plus timings.
 
-    Raises AlreadyPacked when there is nothing to do (the caller decides what that means).
+    ``verify(src, tmp)`` (optional) runs on the finished temporary file before it is
+    renamed to ``out``; if it raises, ``out`` is left as it was. Raises AlreadyPacked
+    when there is nothing to do (the caller decides what that means).
     """
     t0 = time.perf_counter()
     img = elfcore.ElfImage(src)
     try:
         plan = plan_pack(img)
-        t1 = time.perf_counter()
-        write_plan(plan, src, out)
     finally:
         img.close()
+    t1 = time.perf_counter()
     st = dict(plan.stats)
-    st.update(plan_s=round(t1 - t0, 3), write_s=round(time.perf_counter() - t1, 3),
+    with atomic_output(out, mode=os.stat(src).st_mode & 0o777) as tmp:
+        write_plan(plan, src, tmp)
+        t2 = time.perf_counter()
+        if verify is not None:
+            st["check"] = verify(src, tmp)
+    st.update(plan_s=round(t1 - t0, 3), write_s=round(t2 - t1, 3), pack_s=round(t2 - t0, 3),
               total_s=round(time.perf_counter() - t0, 3))
     return st

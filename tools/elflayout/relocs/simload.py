@@ -1,0 +1,300 @@
+"""A simulated dynamic loader: proof that a packed library relocates to the same bytes.
+
+``relocated_image(path, base)`` maps the PT_LOAD segments of a file into a flat image
+(index = link-time address, bss zero) and applies its dynamic relocations the way
+glibc's ld.so does, in glibc's order: DT_RELR first, then the DT_RELA range, then
+DT_JMPREL (eager binding). Tables are found through the dynamic array, as the loader
+finds them, never through section headers. Values:
+
+  RELATIVE  B + A            RELR       word += B
+  64        S + A            GLOB_DAT, JUMP_SLOT   S
+  IRELATIVE mix(B + A)       (stands for "call the resolver at B + A")
+  TLS       fixed fake module id / offsets derived from S and A
+
+where B is the load base and S a fixed fake address derived from the symbol's *name*
+(so input and output agree even if their symbol tables sit at different places).
+
+``compare(a, b)`` relocates both files at two bases and compares every byte of the
+images, except the dynamic-linking tables themselves (relocation tables, dynamic
+array, symbol/version/hash tables), which the packer legitimately rewrites; those are
+checked field by field instead (``compare_tables``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from elflayout import elfcore
+from elflayout.errors import ElflayoutError
+from elflayout.relocs import arch as A
+from elflayout.relocs import elfraw as R
+from elflayout.relocs.analyze import relr_decode_fast
+
+BASES = (0x7F3A_5C00_0000, 0x0000_5555_0000_0000)  # two page-aligned bases, different high bits
+MASK = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+_MIX = np.uint64(0x9E37_79B9_7F4A_7C15)
+FAKE_MODID = np.uint64(0x4D0D)
+FAKE_TP = np.uint64(0xFFFF_FFFF_FFF0_0000)  # "TLS block offset" of symbol 0 (this module)
+# Section types that are dynamic-linking metadata (rewritten by the packer, compared apart).
+META_TYPES = {R.SHT_RELA, R.SHT_RELR, R.SHT_DYNAMIC, R.SHT_DYNSYM, R.SHT_HASH, R.SHT_GNU_HASH,
+              R.SHT_GNU_VERDEF, R.SHT_GNU_VERNEED, R.SHT_GNU_VERSYM, 9}  # 9 = SHT_REL
+
+
+def _fake(name: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "little") & ~0xF
+
+
+class Loaded:
+    """One file opened for simulation: its dynamic array, tables and symbol names."""
+
+    def __init__(self, path):
+        self.img = elfcore.ElfImage(path)
+        img = self.img
+        self.arch = A.arch_of(img)
+        if self.arch.elfclass != 64:
+            raise ElflayoutError(f"{img.path}: the simulated loader handles ELF64 only")
+        hdr = img.elf.header
+        ph = np.frombuffer(img.mm, R.PHDR64, hdr["e_phnum"], hdr["e_phoff"])
+        self.phdrs = ph.copy()
+        d = np.nonzero(ph["p_type"] == R.PT_DYNAMIC)[0]
+        if d.size != 1:
+            raise ElflayoutError(f"{img.path}: no PT_DYNAMIC")
+        dyn = np.frombuffer(img.mm, R.DYN64, int(ph["p_filesz"][d[0]]) // 16, int(ph["p_offset"][d[0]])).copy()
+        n = int(np.argmax(dyn["d_tag"] == 0)) if np.any(dyn["d_tag"] == 0) else dyn.size
+        self.dyn = dyn[:n]
+        self.dyn_range = (int(ph["p_vaddr"][d[0]]), int(ph["p_vaddr"][d[0]] + ph["p_memsz"][d[0]]))
+
+    def tag(self, t, default=None):
+        m = np.nonzero(self.dyn["d_tag"] == t)[0]
+        return int(self.dyn["d_val"][m[0]]) if m.size else default
+
+    def at(self, vaddr, nbytes, dtype=np.uint8):
+        off = self.img.vaddr_to_offset(vaddr)
+        if off < 0 or off + nbytes > self.img.size:
+            raise ElflayoutError(f"{self.img.path}: dynamic table at {vaddr:#x} is not in the file")
+        return np.frombuffer(self.img.mm, dtype, nbytes // np.dtype(dtype).itemsize, off)
+
+    def rela(self, tag_addr, tag_size):
+        a, n = self.tag(tag_addr), self.tag(tag_size, 0)
+        if a is None or n == 0:
+            return np.zeros(0, elfcore.RELA64)
+        return self.at(a, n, elfcore.RELA64)
+
+    def relr(self) -> np.ndarray:
+        a, n = self.tag(R.DT_RELR), self.tag(R.DT_RELRSZ, 0)
+        if a is None or n == 0:
+            return np.zeros(0, np.uint64)
+        return relr_decode_fast(self.at(a, n, np.uint64))
+
+    def sym_fake(self, symidx: np.ndarray) -> np.ndarray:
+        """Fake address per symbol index, from the symbol's name (0 for index 0)."""
+        out = np.zeros(symidx.size, np.uint64)
+        u, inv = np.unique(symidx, return_inverse=True)
+        if not u.size:
+            return out
+        st, sy = self.tag(R.DT_STRTAB), self.tag(R.DT_SYMTAB)
+        strsz = self.tag(R.DT_STRSZ, 0)
+        strtab = self.at(st, strsz).tobytes()
+        syms = self.at(sy, (int(u.max()) + 1) * R.SYM64.itemsize, R.SYM64)
+        vals = np.array([0 if i == 0 else _fake(R.cstr(strtab, int(syms["st_name"][i]))) for i in u.tolist()],
+                        np.uint64)
+        return vals[inv]
+
+    def image(self, base: int) -> np.ndarray:
+        """The relocated image at load base ``base`` (uint8, index = link-time vaddr)."""
+        loads = self.phdrs[self.phdrs["p_type"] == R.PT_LOAD]
+        size = R.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), 8)
+        im = np.zeros(size, np.uint8)
+        buf = self.img.buf
+        for p in loads:
+            v, o, n = int(p["p_vaddr"]), int(p["p_offset"]), int(p["p_filesz"])
+            im[v:v + n] = buf[o:o + n]
+        w = im.view("<u8")
+        B = np.uint64(base)
+        relr = self.relr()
+        if relr.size:
+            if np.any(relr % 8) or relr.max() + 8 > size:
+                raise ElflayoutError(f"{self.img.path}: DT_RELR address outside the image or misaligned")
+            w[(relr // 8).astype(np.int64)] += B
+        for t in (self.rela(R.DT_RELA, R.DT_RELASZ), self.rela(R.DT_JMPREL, R.DT_PLTRELSZ)):
+            self._apply(im, w, t, B)
+        return im
+
+    def _apply(self, im, w, t, B):
+        if not t.size:
+            return
+        arch = self.arch
+        types = (t["r_info"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        syms = (t["r_info"] >> np.uint64(32)).astype(np.int64)
+        P = t["r_offset"]
+        Aa = t["r_addend"].view(np.uint64)
+        S = self.sym_fake(syms)
+        kinds = np.array([arch.types[x].kind if x in arch.types else "?" for x in range(max(types.max() + 1, 1))],
+                         dtype=object)
+        k = kinds[types]
+        if np.any(k == "?"):
+            bad = int(types[k == "?"][0])
+            raise ElflayoutError(f"{self.img.path}: relocation type {bad} is not known to the simulated loader")
+        with np.errstate(over="ignore"):
+            val = np.select(
+                [k == A.RELATIVE, k == A.ABS, k == A.ABS_NOADD, k == A.IRELATIVE, k == A.TPOFF,
+                 k == A.DTPMOD, k == A.DTPOFF, k == A.PCREL],
+                [B + Aa, S + Aa, S, (B + Aa) * _MIX, np.where(syms == 0, FAKE_TP, S ^ FAKE_TP) + Aa,
+                 np.where(syms == 0, FAKE_MODID, S >> np.uint64(20)), (S & np.uint64(0xFFFF)) + Aa,
+                 S + Aa - (B + P)], default=np.uint64(0)).astype(np.uint64)
+        width = np.array([arch.types[x].width if x in arch.types else 0 for x in range(types.max() + 1)])[types]
+        fast = (width == 8) & (P % 8 == 0) & (P + 8 <= im.size)
+        idx = (P[fast] // 8).astype(np.int64)
+        v = val[fast]
+        # Several relocations of one word: the last one wins, as in the loader.
+        u, first = np.unique(idx[::-1], return_index=True)
+        w[u] = v[::-1][first]
+        for i in np.nonzero(~fast & (width > 0))[0].tolist():  # rare: narrow, unaligned or TLSDESC
+            p, n = int(P[i]), int(width[i])
+            if p + n > im.size:
+                raise ElflayoutError(f"{self.img.path}: relocation at {p:#x} is outside the image")
+            data = int(val[i]).to_bytes(8, "little") * 2
+            im[p:p + n] = np.frombuffer(data[:n], np.uint8)
+
+    def meta_ranges(self) -> list[tuple[int, int]]:
+        """Address ranges of dynamic-linking metadata in this file (excluded from the byte compare)."""
+        # ELF header (e_shoff/e_shnum change) and program headers: checked in compare_tables.
+        hdr = self.img.elf.header
+        out = [self.dyn_range, (0, hdr["e_ehsize"]),
+               (hdr["e_phoff"], hdr["e_phoff"] + hdr["e_phnum"] * hdr["e_phentsize"])]
+        for s in self.img.sections:
+            t = s.type if isinstance(s.type, int) else _SHT.get(s.type, -1)
+            alloc_strtab = t == R.SHT_STRTAB and s.flags & R.SHF_ALLOC
+            if (t in META_TYPES or alloc_strtab) and s.flags & R.SHF_ALLOC:
+                out.append((s.addr, s.addr + s.size))
+        return out
+
+    def close(self):
+        self.img.close()
+
+
+_SHT = {"SHT_RELA": R.SHT_RELA, "SHT_RELR": R.SHT_RELR, "SHT_DYNAMIC": R.SHT_DYNAMIC, "SHT_DYNSYM": R.SHT_DYNSYM,
+        "SHT_HASH": R.SHT_HASH, "SHT_GNU_HASH": R.SHT_GNU_HASH, "SHT_GNU_verdef": R.SHT_GNU_VERDEF,
+        "SHT_GNU_verneed": R.SHT_GNU_VERNEED, "SHT_GNU_versym": R.SHT_GNU_VERSYM, "SHT_STRTAB": R.SHT_STRTAB,
+        "SHT_REL": 9}
+
+
+def _section_at(img, vaddr) -> str:
+    for s in img.sections:
+        if s.flags & R.SHF_ALLOC and s.addr <= vaddr < s.addr + s.size:
+            return s.name
+    return "(no section)"
+
+
+def compare_tables(a: Loaded, b: Loaded) -> list[str]:
+    """Field-by-field checks of what the byte compare leaves out; returns problems found."""
+    bad = []
+    ha, hb = a.img.mm[:0x28], b.img.mm[:0x28]
+    if ha != hb or a.img.mm[0x30:0x3C] != b.img.mm[0x30:0x3C]:
+        bad.append("ELF header differs in more than e_shoff/e_shnum")
+    pa, pb = a.phdrs, b.phdrs
+    if pa.size != pb.size or not np.array_equal(pa[pa["p_type"] != R.PT_DYNAMIC], pb[pb["p_type"] != R.PT_DYNAMIC]):
+        bad.append("program headers other than PT_DYNAMIC differ")
+    same_tags = {R.DT_NEEDED, 14, 15, 29, R.DT_PLTRELSZ, R.DT_JMPREL, 3, 12, 13, 25, 26, 27, 28, 30,
+                 0x6FFFFFFB, R.DT_VERDEFNUM, 20}
+    for t in sorted(same_tags):
+        va = a.dyn["d_val"][a.dyn["d_tag"] == t].tolist()
+        vb = b.dyn["d_val"][b.dyn["d_tag"] == t].tolist()
+        if va != vb:
+            bad.append(f"dynamic tag {t:#x} differs: {va} vs {vb}")
+    tables = [(R.DT_GNU_HASH, None), (R.DT_HASH, None), (R.DT_VERDEF, None)]
+    sa = {s.addr: s for s in a.img.sections}
+    sb = {s.addr: s for s in b.img.sections}
+    for t, _ in tables:
+        x, y = a.tag(t), b.tag(t)
+        if (x is None) != (y is None):
+            bad.append(f"dynamic tag {t:#x} present in one file only")
+        elif x is not None and x in sa and y in sb:
+            n = sa[x].size
+            if sb[y].size != n or not np.array_equal(a.at(x, n), b.at(y, n)):
+                bad.append(f"table of dynamic tag {t:#x} ({sa[x].name}) differs")
+    nsym = next((s.size for s in a.img.sections if s.type == "SHT_DYNSYM"), 0)
+    if nsym:
+        ya, yb = a.at(a.tag(R.DT_SYMTAB), nsym, R.SYM64), b.at(b.tag(R.DT_SYMTAB), nsym, R.SYM64)
+        for f in ("st_name", "st_info", "st_other", "st_shndx", "st_size"):
+            if not np.array_equal(ya[f], yb[f]):
+                bad.append(f".dynsym field {f} differs")
+        va = ya["st_value"]
+        if np.count_nonzero(va != yb["st_value"]) > np.count_nonzero(ya["st_info"] & 0xF == 3):
+            bad.append(".dynsym values of non-section symbols differ")
+        sz_a = a.tag(R.DT_STRSZ, 0)
+        if not np.array_equal(a.at(a.tag(R.DT_STRTAB), sz_a), b.at(b.tag(R.DT_STRTAB), sz_a)):
+            bad.append(".dynstr of the input is not a prefix of the output's")
+        vs = next((s.size for s in a.img.sections if s.type == "SHT_GNU_versym"), 0)
+        if vs and not np.array_equal(a.at(a.tag(R.DT_VERSYM), vs), b.at(b.tag(R.DT_VERSYM), vs)):
+            bad.append(".gnu.version differs")
+    return bad
+
+
+def compare(path_a, path_b, bases=BASES) -> dict:
+    """Relocate both files at each base and compare the images; returns a result dict."""
+    a, b = Loaded(path_a), Loaded(path_b)
+    try:
+        excl = sorted(a.meta_ranges() + b.meta_ranges())
+        res = dict(bases=[hex(x) for x in bases], equal=True, first_difference=None,
+                   excluded_bytes=0, compared_bytes=0, table_problems=compare_tables(a, b),
+                   relocations=dict(input=_counts(a), output=_counts(b)))
+        for base in bases:
+            ia, ib = a.image(base), b.image(base)
+            if ia.size != ib.size:
+                res.update(equal=False, first_difference=dict(base=hex(base), reason="image sizes differ"))
+                break
+            keep = np.ones(ia.size, bool)
+            for lo, hi in excl:
+                keep[lo:hi] = False
+            diff = np.nonzero((ia != ib) & keep)[0]
+            res["excluded_bytes"] = int((~keep).sum())
+            res["compared_bytes"] = int(keep.sum())
+            del ia, ib
+            if diff.size:
+                v = int(diff[0])
+                res.update(equal=False, first_difference=dict(
+                    base=hex(base), vaddr=hex(v), section=_section_at(a.img, v), bytes_differing=int(diff.size)))
+                break
+        if res["table_problems"]:
+            res["equal"] = False
+        return res
+    finally:
+        a.close()
+        b.close()
+
+
+def _counts(l: Loaded) -> dict:
+    return dict(rela=int(l.rela(R.DT_RELA, R.DT_RELASZ).size), jmprel=int(l.rela(R.DT_JMPREL, R.DT_PLTRELSZ).size),
+                relr=int(l.relr().size))
+
+
+_DLOPEN = """
+import ctypes, sys
+try:
+    ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL | 2)  # RTLD_NOW: bind and version-check everything
+except OSError as e:
+    print(e); sys.exit(1)
+"""
+
+
+def dlopen_check(path, timeout: float = 120) -> str | None:
+    """Load ``path`` with the real glibc loader in a subprocess; None if it loaded, else why not."""
+    p = Path(path).resolve()
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(p.parent) + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    try:
+        r = subprocess.run([sys.executable, "-c", _DLOPEN, str(p)], capture_output=True, text=True, env=env,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"dlopen did not return within {timeout:.0f} s"
+    if r.returncode == 0:
+        return None
+    msg = (r.stdout.strip() or r.stderr.strip().splitlines()[-1:] or [f"exit status {r.returncode}"])
+    return msg if isinstance(msg, str) else msg[0]
