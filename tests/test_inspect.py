@@ -81,7 +81,7 @@ def check_symbols(doc: dict, lib: Path) -> None:
         m = re.match(r"Symbol table '(\.\w+)' contains (\d+) entr", part.strip())
         if not m:
             continue
-        rows = re.findall(r"^\s+\d+: [0-9a-f]+\s+\d+\s+(\w+)\s+\w+\s+\w+\s+(\w+)", part, re.M)[1:]
+        rows = re.findall(r"^\s+\d+: [0-9a-f]+\s+(?:0x[0-9a-f]+|\d+)\s+(\w+)\s+\w+\s+\w+\s+(\w+)", part, re.M)[1:]
         got = doc["symbols"][m.group(1).lstrip(".")]
         assert got["count"] == int(m.group(2)) - 1
         assert got["defined"] == sum(ndx != "UND" for _, ndx in rows)
