@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="trace: drop the targets from the page cache first, so their reads are recorded")
     p.add_argument("--allow-failure", action="store_true",
                    help="exit 0 even when the workload exits non-zero or crashes")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="set an environment variable for the workload only; repeatable")
     p.add_argument("--keep-log", metavar="FILE", help="valgrind: also keep the tool's raw log here")
     p.add_argument("-o", "--output", required=True, help="profile to write (JSON; .gz compresses)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
@@ -81,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
             raise ElflayoutError(f"{m}: no such link map")
     if args.data and args.backend != "valgrind":
         raise ElflayoutError("--data needs --backend valgrind (the trace backend sees pages, not accesses)")
+    env = dict(os.environ)
+    for kv in args.env:
+        k, sep, v = kv.partition("=")
+        if not sep or not k:
+            raise ElflayoutError(f"--env {kv!r}: expected NAME=VALUE")
+        env[k] = v
     out = fileio.check_output(args.output, force=args.force, inputs=targets + maps)
 
     if args.backend == "valgrind":
@@ -102,12 +110,14 @@ def run(args: argparse.Namespace) -> int:
     meta = model.base_metadata(cmd, args.backend, "block" if args.backend == "valgrind" else "page", targets[0])
     with _progress(f"running the workload under {args.backend} ..."):
         if args.backend == "valgrind":
-            r = be.run(targets, cmd, data=args.data, log_path=args.keep_log)
+            r = be.run(targets, cmd, data=args.data, log_path=args.keep_log, env=env)
         else:
-            r = be.run(targets, cmd, evict_first=args.evict)
+            r = be.run(targets, cmd, evict_first=args.evict, env=env)
     meta["duration_s"] = round(r.duration_s, 4)
     meta["exit_status"] = r.returncode
     meta["command"] = r.command
+    if args.env:
+        meta["env"] = list(args.env)
 
     if args.backend == "valgrind":
         meta["data"] = bool(args.data)
