@@ -48,7 +48,8 @@ def add_arguments(p) -> None:
 def build(args) -> tuple[str, dict]:
     """Compute the layout and render it; returns (text, report). Shared with ``link``."""
     doc = load_profile(args.profile)
-    want = args.target or getattr(args, "lib", None)
+    lib = getattr(args, "lib", None)
+    want = args.target or (lib if lib and len(doc["targets"]) > 1 else None)
     t = pick_target(doc, args.profile, want)
     require_touches(t, args.profile)
     warnings = []

@@ -42,8 +42,21 @@ def text_sections(layout: Layout) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def linkable_objects(objects: list[str]) -> list[str]:
+    """Objects a link command names itself: not archive members, not the driver's crt files."""
+    out = []
+    for o in objects:
+        name = o.rsplit("/", 1)[-1]
+        if o.endswith(")") or o.startswith("<") or re.match(r"^crt\w*\.o$", name) or o.startswith(("/usr/lib/gcc/", "/lib/")):
+            continue
+        out.append(o)
+    return out
+
+
 def write_objects(layout: Layout, all_objects: list[str] | None = None) -> tuple[str, dict]:
     """Touched objects in first-access order, then the rest in their original order."""
+    if all_objects is not None:
+        all_objects = linkable_objects(all_objects)
     if all_objects is None:
         lines = list(layout.objects)
         return _lines(lines), {"objects": len(lines), "touched": len(lines), "untouched": None}

@@ -1,0 +1,214 @@
+"""order / link / check-order on a small synthetic library linked with the real linkers.
+
+The library (elflayout.order.testlib) has a known first-call order; its ground truth is
+turned into a profile v1 as the profiler would record it. Each linker relinks the same
+objects with the generated ordering and check-order must find the order honoured; the
+default link must not pass.
+"""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import need_tool, run_cli
+from elflayout.order import testlib
+from elflayout.order.check import lis_length
+from elflayout.order.resolve import Universe, clone_base, resolve, same_object, thunk_target
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    need_tool("gcc")
+    wd = tmp_path_factory.mktemp("synth")
+    d = testlib.build(wd, n_objects=6, funcs_per_object=8, seed=3)
+    prof = testlib.truth_profile(d["lib"], d["truth"])
+    pp = wd / "p.json"
+    pp.write_text(json.dumps(prof))
+    d["profile"] = pp
+    d["prof"] = prof
+    d["wd"] = wd
+    return d
+
+
+def _objs(d):
+    return [str(o) for o in d["objects"]]
+
+
+# -- name resolution -------------------------------------------------------------------
+
+def test_clone_and_thunk_names():
+    assert clone_base("foo.constprop.0.isra.0") == "foo"
+    assert clone_base("foo.part.3") == "foo"
+    assert clone_base("foo.cold") == "foo"
+    assert clone_base("foo.bar") == "foo.bar"
+    assert thunk_target("_ZThn8_N3Foo3barEv") == "_ZN3Foo3barEv"
+    assert thunk_target("_ZTv0_n24_N3Foo3barEv") == "_ZN3Foo3barEv"
+    assert thunk_target("_ZN3Foo3barEv") is None
+    assert same_object("/x/libLLVMCore.a(Value.cpp.o)", "libLLVMCore.a(Value.cpp.o)")
+    assert not same_object("libA.a(x.o)", "libB.a(x.o)")
+    assert same_object("build/obj3.o", "obj3.o")
+
+
+def test_resolve_against_universe():
+    u = Universe(symbols={
+        "helper": [(".text.helper", "a.o"), (".text.helper", "b.o")],
+        "foo": [(".text.foo", "a.o")],
+        "_ZN3Foo3barEv": [(".text._ZN3Foo3barEv", "b.o")],
+    }, sections={".text.helper", ".text.foo", ".text._ZN3Foo3barEv"}, source="test")
+    entries = [{"name": "foo.part.0"}, {"name": "helper", "object": "b.o"}, {"name": "_ZThn8_N3Foo3barEv"},
+               {"name": "fde_e2f680"}, {"name": "nothere"}, {"name": "helper"}]
+    res, rep = resolve(entries, u)
+    hows = [r.how for r in res]
+    assert hows[:5] == ["clone", "object", "thunk", "fde-only", "missing"]
+    assert res[0].link_name == "foo" and res[2].link_name == "_ZN3Foo3barEv"
+    assert res[1].objects == ["b.o"]
+    assert rep["profiled"] == 6 and rep["matched"] == 4
+    assert rep["by_how"]["fde-only"] == 1 and rep["by_how"]["missing"] == 1
+    assert "nothere" in rep["examples"]["missing"]
+
+
+def test_lis():
+    assert lis_length([]) == 0
+    assert lis_length([1, 2, 3]) == 3
+    assert lis_length([3, 2, 1]) == 1
+    assert lis_length([5, 1, 6, 2, 7, 3, 8]) == 4
+
+
+# -- order + real linkers ----------------------------------------------------------------
+
+LINKS = [("lld", "lld", "--symbol-ordering-file"), ("gold", "gold", "--section-ordering-file"),
+         ("bfd", "ld-script", "-T")]
+
+
+@pytest.mark.parametrize("linker,fmt,flag", LINKS)
+def test_order_file_honoured_by_linker(synth, tmp_path, linker, fmt, flag):
+    need_tool({"lld": "ld.lld", "gold": "ld.gold", "bfd": "ld.bfd"}[linker])
+    out = tmp_path / f"order.{fmt}"
+    run_cli("order", synth["profile"], "--format", fmt, "--lib", synth["lib"], "-o", out, check=0)
+    text = out.read_text()
+    assert "synth_entry" in text
+    lib = tmp_path / "libo.so"
+    opt = f"{flag},{out}" if flag == "-T" else f"{flag}={out}"
+    subprocess.run(["gcc", "-shared", f"-fuse-ld={linker}", "-o", str(lib), *_objs(synth), f"-Wl,{opt}"], check=True)
+    r = run_cli("check-order", lib, "--profile", synth["profile"], "--json", "--fail-under", "0.99", check=0)
+    res = json.loads(r.stdout)
+    assert res["in_order_fraction"] == 1.0
+    assert res["pages"] <= res["pages_min"] + 1
+    assert not res["same_build"] and res["missing"] == 0
+
+
+def test_default_link_is_not_ordered(synth):
+    r = run_cli("check-order", synth["lib"], "--profile", synth["profile"], "--json", "--fail-under", "0.9")
+    assert r.returncode == 1, r.stderr
+    res = json.loads(r.stdout)
+    assert res["same_build"] and res["in_order_fraction"] < 0.9
+    assert "profile order" in r.stderr
+
+
+def test_objects_format_keeps_untouched_objects(synth, tmp_path):
+    out = tmp_path / "objs.txt"
+    run_cli("order", synth["profile"], "--format", "objects", "--objects-from", synth["map"], "-o", out, check=0)
+    lines = out.read_text().split()
+    assert sorted(lines) == sorted(o for o in _objs(synth))  # every object, once
+    touched = [o["object"] for o in synth["prof"]["targets"][0]["objects"]]
+    assert [l.rsplit("/", 1)[-1] for l in lines[:len(touched)]] == touched
+
+
+def test_ld_script_keeps_default_script(synth, tmp_path):
+    out = tmp_path / "o.ld"
+    run_cli("order", synth["profile"], "--format", "ld-script", "-o", out, check=0)
+    text = out.read_text()
+    assert "INSERT BEFORE .text;" in text and ".text.elflayout" in text
+    lib = tmp_path / "libo.so"
+    subprocess.run(["gcc", "-shared", "-o", str(lib), *_objs(synth), f"-Wl,-T,{out}"], check=True)
+    # the default script still applies: the usual sections and an executable text segment
+    r = subprocess.run(["readelf", "-lW", str(lib)], capture_output=True, text=True, check=True).stdout
+    assert "GNU_RELRO" in r and "R E" in r
+    drv = subprocess.run([str(synth["driver"])], capture_output=True, text=True,
+                         env={"LD_LIBRARY_PATH": str(tmp_path)})
+    ref = subprocess.run([str(synth["driver"])], capture_output=True, text=True)
+    assert drv.returncode == 0 and drv.stdout == ref.stdout
+
+
+@pytest.mark.parametrize("linker", ["lld", "gold", "bfd", "mold"])
+def test_link_verb(synth, tmp_path, linker):
+    need_tool({"lld": "ld.lld", "gold": "ld.gold", "bfd": "ld.bfd", "mold": "mold"}[linker])
+    lib = tmp_path / "libsynth.so"
+    r = run_cli("link", "--profile", synth["profile"], "--linker", linker, "--",
+                "gcc", "-shared", "-o", lib, *_objs(synth), check=0)
+    assert "in profile order" in r.stderr
+    if linker == "mold":
+        assert "100.0% of touched objects placed in profile order" in r.stderr
+    else:
+        res = json.loads(run_cli("check-order", lib, "--profile", synth["profile"], "--json", check=0).stdout)
+        assert res["in_order_fraction"] == 1.0
+
+
+def test_link_verb_direct_linker(synth, tmp_path):
+    need_tool("ld.lld")
+    lib = tmp_path / "libd.so"
+    run_cli("link", "--profile", synth["profile"], "--linker", "lld", "--",
+            "ld.lld", "-shared", "-o", lib, *_objs(synth), check=0)
+    assert lib.exists()
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+def test_profile_of_another_library_is_refused(synth, tmp_path):
+    other = tmp_path / "other.so"
+    subprocess.run(["gcc", "-shared", "-o", str(other), str(synth["objects"][1])], check=True)
+    r = run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x", check=2)
+    assert "profile is of build" in r.stderr and "--force" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x").exists()
+    run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x", "--force", check=0)
+
+
+def test_empty_profile(synth, tmp_path):
+    doc = json.loads(synth["profile"].read_text())
+    for k in ("functions", "sections", "objects", "pages"):
+        doc["targets"][0][k] = []
+    p = tmp_path / "empty.json"
+    p.write_text(json.dumps(doc))
+    r = run_cli("order", p, "--format", "lld", "-o", tmp_path / "x", check=2)
+    assert "is empty" in r.stderr
+    r = run_cli("check-order", synth["lib"], "--profile", p, check=2)
+    assert "is empty" in r.stderr
+
+
+def test_output_exists_needs_force(synth, tmp_path):
+    out = tmp_path / "o.txt"
+    out.write_text("mine\n")
+    r = run_cli("order", synth["profile"], "--format", "lld", "-o", out, check=2)
+    assert "--force" in r.stderr and out.read_text() == "mine\n"
+
+
+def test_failing_link_command_passes_output_and_status(synth, tmp_path):
+    r = run_cli("link", "--profile", synth["profile"], "--linker", "bfd", "--",
+                "gcc", "-shared", "-o", tmp_path / "l.so", *_objs(synth), "-lnosuchlibrary_xyz")
+    assert r.returncode == 1  # gcc's own exit status
+    assert "nosuchlibrary_xyz" in r.stderr and "link command failed (exit 1)" in r.stderr
+    r = run_cli("link", "--profile", synth["profile"], "--linker", "bfd", "--", "sh", "-c", "exit 7", "-o", "x")
+    assert r.returncode == 7
+
+
+def test_linker_ignoring_the_order_is_reported(synth, tmp_path):
+    """Objects without -ffunction-sections: lld cannot move functions; link must say so (exit 1)."""
+    need_tool("ld.lld")
+    objs = []
+    for o in synth["objects"]:
+        c = o.with_suffix(".c")
+        n = tmp_path / o.name
+        subprocess.run(["gcc", "-O1", "-fPIC", "-fno-inline", "-c", str(c), "-o", str(n)], check=True)
+        objs.append(str(n))
+    r = run_cli("link", "--profile", synth["profile"], "--linker", "lld", "--",
+                "gcc", "-shared", "-o", tmp_path / "l.so", *objs)
+    assert r.returncode == 1, r.stderr
+    assert "did not honour the ordering" in r.stderr
+
+
+def test_linker_mismatch(synth, tmp_path):
+    r = run_cli("link", "--profile", synth["profile"], "--linker", "gold", "--",
+                "gcc", "-fuse-ld=lld", "-shared", "-o", tmp_path / "l.so", *_objs(synth), check=2)
+    assert "--linker says gold" in r.stderr
