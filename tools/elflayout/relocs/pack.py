@@ -267,7 +267,7 @@ def plan_pack(img) -> Plan:
     for k in range(new_live.size):
         t = int(new_live["d_tag"][k])
         if t in R.DT_TABLE_PTRS and int(new_live["d_val"][k]) in addr_of_old:
-            new_live["d_val"][k] += shift[addr_of_old[int(new_live["d_val"][k])]]
+            new_live["d_val"][k] = int(new_live["d_val"][k]) + shift[addr_of_old[int(new_live["d_val"][k])]]
     dt = new_live["d_tag"]
     new_live["d_val"][dt == R.DT_RELASZ] = len(kept_bytes)
     new_live["d_val"][dt == R.DT_RELACOUNT] = lead
@@ -302,11 +302,15 @@ def plan_pack(img) -> Plan:
     if new_dyn_off is not None:
         blk[new_dyn_off - run_start:new_dyn_off - run_start + new_dyn.nbytes] = new_dyn.view(np.uint8)
         shift[dyn_i] = new_dyn_off - int(shdrs[dyn_i]["sh_offset"])
+    # Address shifts equal offset shifts inside the run's PT_LOAD; .dynamic changes segment.
+    ashift = dict(shift)
+    if new_dyn_off is not None:
+        ashift[dyn_i] = new_dyn_off + vshift - int(shdrs[dyn_i]["sh_addr"])
 
     # -- 5. symbols that belong to moved sections (section symbols, _DYNAMIC) ----------
     blocks = []
     moved_idx = np.array([i for i, s in shift.items() if s], dtype=np.int64)
-    moved_shift = np.array([shift[i] for i in moved_idx], dtype=np.int64)
+    moved_shift = np.array([ashift[i] for i in moved_idx], dtype=np.int64)
     for si, s in enumerate(shdrs):
         if s["sh_type"] not in (R.SHT_DYNSYM, R.SHT_SYMTAB) or not moved_idx.size:
             continue
@@ -338,8 +342,8 @@ def plan_pack(img) -> Plan:
         blocks.append((hdr["e_phoff"], ph.tobytes()))
     sh = shdrs.copy()
     for i, s in shift.items():
-        sh["sh_offset"][i] += s
-        sh["sh_addr"][i] += s
+        sh["sh_offset"][i] = int(sh["sh_offset"][i]) + s  # s < 0 for a .dynamic moved down
+        sh["sh_addr"][i] = int(sh["sh_addr"][i]) + ashift[i]
     for i, (_, n) in moved.items():
         sh["sh_size"][i] = n
     sh["sh_size"][rela_i] = len(kept_bytes)
