@@ -28,6 +28,9 @@ def _plt():
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
+    # SVG text stays text (searchable, testable, smaller) instead of glyph paths.
+    matplotlib.rcParams["svg.fonttype"] = "none"
+
     return plt
 
 
@@ -299,14 +302,14 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
         rf = np.array([r.get("first", 0) for r in reads], dtype=float)
         rt = np.array([r.get("t") if isinstance(r.get("t"), (int, float)) else np.nan for r in reads], dtype=float)
         rx = rt * 1e3 if use_t else rf
-        ax.scatter(rx, (rp + rn / 2) * D.PAGE / MB, s=3 + 2 * np.sqrt(rn), color="#9e9e9e", lw=0, alpha=0.6,
+        ax.scatter(rx, (rp + rn / 2) * D.PAGE / MB, s=10 + 4 * np.sqrt(rn), color="#9e9e9e", lw=0, alpha=0.5,
                    zorder=2, label="read")
     handles = []
     for k, (label, colour, marker) in PROFILE_KINDS.items():
         m = kind == k
         if m.any():
-            ax.scatter(xs[m], (pg[m] + 0.5) * D.PAGE / MB, s=6 if marker == "o" else 9, marker=marker, color=colour,
-                       lw=0 if marker == "o" else 0.6, alpha=0.85, zorder=3)
+            ax.scatter(xs[m], (pg[m] + 0.5) * D.PAGE / MB, s=6 if marker == "o" else 8, marker=marker, color=colour,
+                       lw=0 if marker == "o" else 0.5, alpha=0.85, zorder=3)
             handles.append(Line2D([], [], marker=marker, ls="", color=colour, markersize=5,
                                   label=f"{label}: {int(m.sum()):,} pages"))
     if reads:
@@ -341,7 +344,7 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
         cap_text += f"; {int(sum(r.get('npages', 1) for r in reads)):,} pages read"
     ax.text(0.0, -0.13, cap_text, transform=ax.transAxes, va="top", ha="left", fontsize=8.5)
     _label_bands(fig, mx, bands, ylim, ax.get_position().height * height)
-    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.09, 0.955), ncol=3, fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.09, 0.955), ncol=2, fontsize=8, frameon=False)
     fig.suptitle(title or f"First-access order in {target.get('path', '?')}", x=0.09, y=0.995, ha="left", va="top",
                  fontsize=12)
     return fig

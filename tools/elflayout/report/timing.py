@@ -17,12 +17,9 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 
 
 def _plt():
-    import matplotlib
+    from elflayout.report.access import _plt as plt
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return plt()
 
 
 def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None = None,
