@@ -77,6 +77,16 @@ def linker_flag(linker: str) -> str:
     return f"-fuse-ld={linker}"
 
 
+def driver_args(args) -> list[str]:
+    """Extra link arguments for the gcc/g++ driver: bare linker options
+    (``--symbol-ordering-file=F``, ``--section-ordering-file=F``) get ``-Wl,``."""
+    out = []
+    for a in args:
+        a = str(a)
+        out.append(f"-Wl,{a}" if a.startswith("--") else a)
+    return out
+
+
 def fetch_debs(packages: Iterable[str], name: str) -> Path:
     """Download Debian ``packages`` with ``apt-get download`` and unpack them all into
     ``cache_dir("debs", name)``; return that root. Done once: a stamp records the

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
-from elflayout.targets import cache_dir, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
+from elflayout.targets import cache_dir, driver_args, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
 
 SONAME = "libLLVM-16.so.1"
 SYSTEM_LIB = Path("/usr/lib/x86_64-linux-gnu") / SONAME
@@ -219,18 +219,21 @@ def verify(outdir) -> dict:
     return sizes
 
 
-def relink(linker: str = "lld", extra_link_args=(), outdir=None, archive_order=None, check: bool = True) -> dict:
+def relink(linker: str = "lld", extra_link_args=(), outdir=None, archive_order=None, check: bool = True,
+           order_args=()) -> dict:
     """Link libLLVM-16.so.1 from the static archives with ``linker`` (lld or gold;
     bfd works but takes minutes), ``extra_link_args`` (e.g.
     ``-Wl,--symbol-ordering-file=F`` or ``-Wl,--section-ordering-file=F``) into
     ``outdir`` (default: a cache directory keyed by linker and arguments), with a
-    link map. Cached. Returns ``dict(lib, map, link_cmd, outdir, linker, workloads,
+    link map (``order_args`` is a synonym appended to ``extra_link_args``; an
+    ``archive_order`` list replaces the default sorted archive order). Cached and
+    verified (``check``) once per parameters. Returns ``dict(lib, map, link_cmd, outdir, linker, workloads,
     env)``: run a workload with ``os.environ | env`` to load the relinked library.
     """
     flag = linker_flag(linker)
     ensure_installed(RUNTIME_PACKAGES + TOOLS_PACKAGES)
     arch = archives() if archive_order is None else [Path(a) for a in archive_order]
-    extra = [str(a) for a in extra_link_args]
+    extra = driver_args((*extra_link_args, *order_args))
     vs = version_script()
     key = param_key(linker, extra, [a.name for a in arch])
     out = Path(outdir) if outdir else cache_dir("libllvm", f"link-{linker}-{key}")
