@@ -270,6 +270,12 @@ def run(args) -> int:
                     if not plan.files:
                         raise ElflayoutError("the census found no file read at startup (all cached and mapped "
                                              "elsewhere?): name the files with --files or use --census drop")
+                # identity (sha256 reads whole files) before the runs, so the page cache
+                # after the session shows only what the last run read
+                files_md = {}
+                for f in plan.files:
+                    files_md[f] = model.file_metadata(f)
+                    files_md[f].update(fs_of(f))
                 runs = runner.run()
         finally:
             runner.close()
@@ -277,10 +283,6 @@ def run(args) -> int:
     duration = time.monotonic() - t_start
     analysis = stats.analyse(runs, [v.name for v in variants], states, seed=args.seed)
     hint_list = hints(runs, analysis["summary"])
-    files_md = {}
-    for f in plan.files:
-        files_md[f] = model.file_metadata(f) if os.path.exists(f) else {"path": f}
-        files_md[f].update(fs_of(f) if os.path.exists(f) else {})
     u = os.uname()
     metadata = {
         "argv": sys.argv, "started": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
