@@ -263,30 +263,29 @@ def _prepare_sources(workdir: Path, n_objects, funcs_per_object, seed, jobs) -> 
 
 def _init_array_ctors(lib: Path) -> list[str]:
     """Names of the functions in the library's .init_array, in execution order."""
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.relocation import RelocationSection
-    from elftools.elf.sections import SymbolTableSection
+    import numpy as np
 
-    with open(lib, "rb") as f:
-        elf = ELFFile(f)
-        ia = elf.get_section_by_name(".init_array")
+    from elflayout.elfcore import ElfImage
+
+    with ElfImage(lib) as img:
+        ia = img.section(".init_array")
         if ia is None:
             return []
-        lo, hi = ia["sh_addr"], ia["sh_addr"] + ia["sh_size"]
-        raw = ia.data()
-        words = {lo + 8 * k: int.from_bytes(raw[8 * k:8 * k + 8], "little") for k in range(len(raw) // 8)}
-        for sec in elf.iter_sections():
-            if isinstance(sec, RelocationSection) and sec.is_RELA() and sec["sh_flags"] & 2:
-                for r in sec.iter_relocations():
-                    if lo <= r["r_offset"] < hi and r["r_info_type"] == 8:  # R_X86_64_RELATIVE
-                        words[r["r_offset"]] = r["r_addend"]
-        addr2name = {}
-        for sec in elf.iter_sections():
-            if isinstance(sec, SymbolTableSection):
-                for s in sec.iter_symbols():
-                    if s["st_info"]["type"] == "STT_FUNC" and s["st_value"]:
-                        addr2name.setdefault(s["st_value"], s.name)
-    return [addr2name.get(words[a], f"0x{words[a]:x}") for a in sorted(words)]
+        lo, hi = ia.addr, ia.addr + ia.size
+        raw = np.frombuffer(img.elf.get_section_by_name(".init_array").data(), "<u8").copy()
+        for rel in img.reloc_tables().values():       # RELA: the addend is the pointer
+            if "r_addend" not in (rel.dtype.names or ()):
+                continue
+            sel = (rel["r_offset"] >= lo) & (rel["r_offset"] < hi) & (img.reloc_types(rel) == img.relative_type())
+            raw[(rel["r_offset"][sel] - lo) // 8] = rel["r_addend"][sel].astype("<u8")
+    want = set(int(x) for x in raw)
+    addr2name = {}
+    nm = run(["nm", "--defined-only", lib], what=f"nm {lib}").stdout
+    for line in nm.splitlines():
+        f = line.split()
+        if len(f) == 3 and f[1] in "tTwW" and int(f[0], 16) in want:
+            addr2name.setdefault(int(f[0], 16), f[2])
+    return [addr2name.get(int(a), f"0x{int(a):x}") for a in raw]
 
 
 def predict_truth(plan: dict, init_order: list[str]) -> list[tuple[int, int]]:
