@@ -17,23 +17,31 @@
  * files are opened with keep_cache and without direct_io, so hot reads never reach us,
  * mmap works, and read-ahead/read-around (bdi read_ahead_kb) shape the requests.
  *
+ * A request that was already waiting in /dev/fuse when the previous one was answered
+ * starts at the modelled completion of its predecessor (a disk's queue), so our own
+ * reply overhead and wake-up lateness do not accumulate over a stream of requests.
+ * --realtime (SCHED_FIFO) makes the wake-ups punctual in the first place.
+ *
  * Counters live in a small shared file (--stats) so the controller can read them live;
  * --log appends one binary record per read request (struct slowfs_rec).
  */
 #define FUSE_USE_VERSION 35
 #define _GNU_SOURCE
 #include <fuse.h>
+#include <fuse_lowlevel.h>
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -56,6 +64,9 @@ struct slowfs_stats {
 	uint64_t requests, bytes, delay_ns, overrun_ns;
 	uint64_t sequential, seeks, files_switched, max_request;
 	uint64_t opens, errors;
+	uint32_t realtime;       /* SCHED_FIFO priority, 0 = normal scheduling */
+	uint32_t pad;
+	uint64_t late_ns;        /* overhead not passed on to queued requests (see serve) */
 };
 
 struct slowfs_rec {          /* --log record, 48 bytes, native endian */
@@ -75,12 +86,43 @@ static struct slowfs_stats *st;
 static int log_fd = -1;
 static double p_seek, p_short, p_span, p_bw;  /* seconds, seconds, bytes, bytes/s */
 static uint64_t prev_ino = 0, prev_end = 0;
+/* The device's own timeline: when the previous read completed in the model, and whether
+ * the request being served was already waiting in /dev/fuse when we became free. */
+static uint64_t last_deadline = 0;
+static int queued = 0;
 
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* Timer wake-ups in a VM arrive tens of microseconds late (more from an idle CPU), a
+ * third of an SSD's whole latency.  So: sleep until a little before the deadline (the
+ * margin follows the lateness seen so far), then spin.  Spinning is bounded by
+ * max_spin_ns per request. */
+static uint64_t max_spin_ns = 200000;
+static double late_ewma = 20000; /* ns */
+
+static void wait_until(uint64_t deadline)
+{
+	uint64_t spin = (uint64_t)(2 * late_ewma) + 10000;
+	if (spin > max_spin_ns)
+		spin = max_spin_ns;
+	uint64_t wake = deadline > spin ? deadline - spin : 0;
+	uint64_t t = now_ns();
+	if (wake > t) {
+		struct timespec ts = { .tv_sec = wake / 1000000000ULL, .tv_nsec = wake % 1000000000ULL };
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		t = now_ns();
+		late_ewma = 0.9 * late_ewma + 0.1 * (double)(t - wake);
+	}
+	while (t < deadline) {
+		__builtin_ia32_pause();
+		t = now_ns();
+	}
 }
 
 static const char *rel(const char *path)
@@ -196,13 +238,17 @@ static int sf_read(const char *path, char *buf, size_t size, off_t off, struct f
 	}
 	double lat = model(h->ino, (uint64_t)off, (uint64_t)got);
 	uint64_t lat_ns = (uint64_t)(lat * 1e9 + 0.5);
-	uint64_t deadline = t0 + lat_ns;
-	if (lat_ns) {
-		struct timespec ts = { .tv_sec = deadline / 1000000000ULL, .tv_nsec = deadline % 1000000000ULL };
-		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-			;
+	uint64_t start = t0;
+	if (queued && last_deadline && last_deadline < t0) {
+		/* Waiting when the device became free: it starts at the modelled completion of
+		 * its predecessor; our reply overhead and wake-up lateness are not passed on. */
+		start = last_deadline;
+		if (st) st->late_ns += t0 - last_deadline;
 	}
+	uint64_t deadline = start + lat_ns;
+	wait_until(deadline);
 	uint64_t t1 = now_ns();
+	last_deadline = deadline;
 	prev_ino = h->ino;
 	prev_end = (uint64_t)off + (uint64_t)got;
 	if (st) {
@@ -295,6 +341,27 @@ static const struct fuse_operations ops = {
 	.access = sf_access,
 };
 
+/* fuse_session_loop, plus: note whether the next request was already queued. */
+static int serve(struct fuse_session *se)
+{
+	struct fuse_buf fbuf = { .mem = NULL };
+	struct pollfd pfd = { .fd = fuse_session_fd(se), .events = POLLIN };
+	int res = 0;
+	while (!fuse_session_exited(se)) {
+		pfd.revents = 0;
+		int ready = poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN);
+		res = fuse_session_receive_buf(se, &fbuf);
+		if (res == -EINTR)
+			continue;
+		if (res <= 0)
+			break;
+		queued = ready;
+		fuse_session_process_buf(se, &fbuf);
+	}
+	free(fbuf.mem);
+	return res < 0 && res != -ENODEV ? res : 0; /* ENODEV: unmounted */
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -307,6 +374,8 @@ static void usage(FILE *f)
 		"  --stats FILE        shared counters (struct slowfs_stats)\n"
 		"  --log FILE          append one 48-byte record per read request\n"
 		"  --die-with-parent   unmount and exit when the parent process dies\n"
+		"  --spin-us N         spin at most N us before each deadline (timer lateness) [200]\n"
+		"  --realtime PRIO     serve with SCHED_FIFO priority PRIO (root): punctual wake-ups\n"
 		"  -d                  FUSE debug output\n"
 		"Runs in the foreground; SIGINT/SIGTERM unmount.  A crashed server is unmounted\n"
 		"by fusermount3 (auto_unmount).\n");
@@ -327,7 +396,7 @@ int main(int argc, char **argv)
 {
 	double seek_ms = 0, short_ms = -1, span_mb = 0, bw = 0, max_read_kb = 0;
 	const char *stats_path = NULL, *log_path = NULL, *src = NULL, *mnt = NULL;
-	int debug = 0, die_with_parent = 0;
+	int debug = 0, die_with_parent = 0, rt_prio = 0;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -340,6 +409,8 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--stats") && v) stats_path = v, i++;
 		else if (!strcmp(a, "--log") && v) log_path = v, i++;
 		else if (!strcmp(a, "--die-with-parent")) die_with_parent = 1;
+		else if (!strcmp(a, "--realtime")) rt_prio = (int)num(a, v), i++;
+		else if (!strcmp(a, "--spin-us")) max_spin_ns = (uint64_t)(num(a, v) * 1000), i++;
 		else if (!strcmp(a, "-d")) debug = 1;
 		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
 		else if (a[0] == '-') { fprintf(stderr, "slowfs: unknown option %s\n", a); usage(stderr); return 2; }
@@ -370,6 +441,16 @@ int main(int argc, char **argv)
 	}
 	/* Sleep precision: the default 50 us timer slack is half an SSD seek. */
 	prctl(PR_SET_TIMERSLACK, 1UL);
+	/* On a busy machine a normal-priority sleeper wakes milliseconds late; the helper
+	 * only copies <= 1 MiB per request and sleeps, so SCHED_FIFO costs others little. */
+	if (rt_prio > 0) {
+		struct sched_param sp = { .sched_priority = rt_prio };
+		if (sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) != 0) {
+			fprintf(stderr, "slowfs: warning: SCHED_FIFO %d: %s (serving at normal priority)\n",
+				rt_prio, strerror(errno));
+			rt_prio = 0;
+		}
+	}
 
 	src_fd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (src_fd < 0) {
@@ -395,6 +476,7 @@ int main(int argc, char **argv)
 		st->short_seek_s = p_short;
 		st->seek_span = p_span;
 		st->bandwidth = p_bw;
+		st->realtime = (uint32_t)rt_prio;
 	}
 	if (log_path) {
 		log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -432,7 +514,7 @@ int main(int argc, char **argv)
 		fuse_destroy(f);
 		return 2;
 	}
-	int rc = fuse_loop(f); /* single-threaded: one request at a time */
+	int rc = serve(se); /* single-threaded: one request at a time */
 	fuse_remove_signal_handlers(se);
 	fuse_unmount(f);
 	fuse_destroy(f);

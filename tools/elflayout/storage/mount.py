@@ -28,6 +28,9 @@ from elflayout.storage.model import PRESETS, DeviceModel, resolve
 
 _seq = itertools.count()
 DEFAULT_READ_AHEAD_KB = 128  # what the measure harness sets on the real disk
+# SCHED_FIFO priority of the helper (root only): on a busy machine a normal-priority
+# sleeper wakes up to milliseconds late, which would add to every modelled latency.
+DEFAULT_RT_PRIO = 10
 
 
 class SlowStorage:
@@ -38,10 +41,12 @@ class SlowStorage:
     under /run/elflayout/storage). ``read_ahead_kb``: the mount's bdi read-ahead (None:
     leave the kernel's). ``log``: keep a per-request log (see :meth:`requests`).
     ``max_read_kb``: limit the size of read requests (mount option max_read).
+    ``realtime``: SCHED_FIFO priority of the helper when root (None/0: normal).
     """
 
     def __init__(self, src_dir, preset: str = "hdd", read_ahead_kb: int | None = DEFAULT_READ_AHEAD_KB,
-                 mountpoint=None, log: bool = False, max_read_kb: int | None = None, **overrides):
+                 mountpoint=None, log: bool = False, max_read_kb: int | None = None,
+                 realtime: int | None = DEFAULT_RT_PRIO, **overrides):
         self.src = Path(src_dir).resolve()
         if not self.src.is_dir():
             raise ElflayoutError(f"{src_dir}: not a directory")
@@ -53,6 +58,7 @@ class SlowStorage:
         self.max_read_kb = max_read_kb
         self._user_mnt = Path(mountpoint).absolute() if mountpoint else None
         self._log = log
+        self._rt = int(realtime or 0) if os.geteuid() == 0 else 0
         self._proc: subprocess.Popen | None = None
         self._run: Path | None = None
         self._mount: server.Mount | None = None
@@ -97,6 +103,8 @@ class SlowStorage:
         cmd = [str(exe), *self.model.helper_args(), "--stats", str(stats), "--die-with-parent"]
         if self._log:
             cmd += ["--log", str(self._run / "log")]
+        if self._rt > 0:
+            cmd += ["--realtime", str(self._rt)]
         if self.max_read_kb:
             cmd += ["--max-read-kb", str(int(self.max_read_kb))]
         cmd += [str(self.src), self.path]
@@ -176,11 +184,12 @@ class SlowStorage:
                 "bdi": str(server.bdi_of(m)) if m else None,
                 "max_readahead": int(init.get("max_readahead", 0)),
                 "max_write": max_write,
-                "max_background": int(init.get("max_background", 0)),
+                "max_background": int(init.get("max_background", 0)) or None,  # None: kernel default
                 "async_read": bool(want & server.FUSE_CAP_ASYNC_READ),
                 "splice_read": bool(want & server.FUSE_CAP_SPLICE_READ),
                 "auto_inval_data": bool(want & server.FUSE_CAP_AUTO_INVAL_DATA),
                 "keep_cache": True,
+                "realtime_priority": int(init.get("realtime", 0)),
                 "direct_io": False,
                 "options": m.options if m else None,
             },
@@ -196,6 +205,7 @@ class SlowStorage:
             "bytes": int(st.get("bytes", 0)),
             "delay_s": st.get("delay_ns", 0) / 1e9,
             "overrun_s": st.get("overrun_ns", 0) / 1e9,
+            "late_credit_s": st.get("late_ns", 0) / 1e9,
             "sequential": int(st.get("sequential", 0)),
             "seeks": int(st.get("seeks", 0)),
             "files_switched": int(st.get("files_switched", 0)),

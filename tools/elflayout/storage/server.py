@@ -30,11 +30,11 @@ SLOWFS_DIR = Path(__file__).resolve().parents[2] / "slowfs"
 RUN_BASE = Path(os.environ.get("ELFLAYOUT_STORAGE_RUN", "/run/elflayout/storage"))
 
 # struct slowfs_stats in tools/slowfs/slowfs.c (keep in sync).
-_STATS = struct.Struct("<QII Q II IIII II dddd QQQQ QQQQ QQ")
+_STATS = struct.Struct("<QII Q II IIII II dddd QQQQ QQQQ QQ II Q")
 _STATS_FIELDS = ("magic", "version", "ready", "pid", "proto_major", "proto_minor", "max_read", "max_readahead",
                  "max_write", "max_background", "capable", "want", "seek_s", "short_seek_s", "seek_span",
                  "bandwidth", "requests", "bytes", "delay_ns", "overrun_ns", "sequential", "seeks",
-                 "files_switched", "max_request", "opens", "errors")
+                 "files_switched", "max_request", "opens", "errors", "realtime", "pad", "late_ns")
 MAGIC = 0x53464C4F57465331
 # struct slowfs_rec: one per read request in the --log file.
 LOG_DTYPE = np.dtype([("t_ns", "<u8"), ("ino", "<u8"), ("offset", "<u8"), ("size", "<u4"), ("got", "<u4"),
