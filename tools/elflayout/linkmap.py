@@ -92,25 +92,44 @@ class LinkMap:
                 seen.setdefault(o, None)
         return list(seen)
 
+    def object_codes(self) -> tuple[np.ndarray, list[str]]:
+        """(per input section: index into the returned names, names in first-placement order)."""
+        ids: dict = {}
+        codes = np.fromiter((ids.setdefault(o, len(ids)) for o in self.object), dtype=np.int64, count=len(self.object))
+        return codes, list(ids)
+
     def object_summary(self) -> list[dict]:
-        """Per object: input section count, bytes, and the lowest/highest vaddr and file offset."""
-        out: dict = {}
-        for i, o in enumerate(self.object):
-            if o == INTERNAL or self.size[i] == 0:
+        """Per object (first-placement order, ``<internal>`` and empty sections left out): input
+        section count, bytes, and the lowest/highest vaddr and file offset (None when unknown)."""
+        codes, names = self.object_codes()
+        keep = self.size > 0
+        if INTERNAL in names:
+            keep &= codes != names.index(INTERNAL)
+        c, v, sz, f = codes[keep], self.vaddr[keep], self.size[keep], self.offset[keep]
+        n = len(names)
+        big = np.iinfo(np.int64).max
+        cnt = np.bincount(c, minlength=n)
+        tot = np.bincount(c, weights=sz, minlength=n)
+        vs = np.full(n, big, np.int64)
+        ve = np.full(n, -1, np.int64)
+        np.minimum.at(vs, c, v)
+        np.maximum.at(ve, c, v + sz)
+        fk = f >= 0
+        fs = np.full(n, big, np.int64)
+        fe = np.full(n, -1, np.int64)
+        np.minimum.at(fs, c[fk], f[fk])
+        np.maximum.at(fe, c[fk], (f + sz)[fk])
+        first = np.full(n, big, np.int64)
+        np.minimum.at(first, c, np.flatnonzero(keep))
+        out = []
+        for i in np.argsort(first, kind="stable").tolist():
+            if cnt[i] == 0:
                 continue
-            d = out.get(o)
-            v, s, f = int(self.vaddr[i]), int(self.size[i]), int(self.offset[i])
-            if d is None:
-                out[o] = d = {"object": o, "sections": 0, "bytes": 0, "vaddr_start": v, "vaddr_end": v + s,
-                              "offset_start": f if f >= 0 else None, "offset_end": f + s if f >= 0 else None}
-            d["sections"] += 1
-            d["bytes"] += s
-            d["vaddr_start"] = min(d["vaddr_start"], v)
-            d["vaddr_end"] = max(d["vaddr_end"], v + s)
-            if f >= 0:
-                d["offset_start"] = f if d["offset_start"] is None else min(d["offset_start"], f)
-                d["offset_end"] = f + s if d["offset_end"] is None else max(d["offset_end"], f + s)
-        return list(out.values())
+            has_f = fe[i] >= 0
+            out.append({"object": names[i], "sections": int(cnt[i]), "bytes": int(tot[i]),
+                        "vaddr_start": int(vs[i]), "vaddr_end": int(ve[i]),
+                        "offset_start": int(fs[i]) if has_f else None, "offset_end": int(fe[i]) if has_f else None})
+        return out
 
     def symbols(self) -> list[tuple[str, int, int]]:
         """(name, vaddr, input section index) in map order."""

@@ -203,12 +203,14 @@ def map_summary(img: ElfImage, map_path) -> dict:
     objs = lm.object_summary()
     for o in objs:
         o["pages"] = None if o["offset_start"] is None else list(page_range(o["offset_start"], o["offset_end"] - o["offset_start"]))
-    ins = []
-    for i in range(len(lm)):
-        off, size = int(lm.offset[i]), int(lm.size[i])
-        ins.append({"output": lm.output[i], "name": lm.name[i], "object": lm.object[i], "vaddr": int(lm.vaddr[i]),
-                    "size": size, "offset": off if off >= 0 else None,
-                    "pages": _pages(off, size) if off >= 0 else None})
+    off, size = lm.offset, lm.size
+    ok = (off >= 0) & (size > 0)
+    p0 = np.where(ok, off // PAGE, -1).tolist()
+    p1 = np.where(ok, (off + size - 1) // PAGE, -1).tolist()
+    offl = np.where(off >= 0, off, -1).tolist()
+    ins = [{"output": o, "name": n, "object": ob, "vaddr": v, "size": s, "offset": f if f >= 0 else None,
+            "pages": [a, b] if a >= 0 else None}
+           for o, n, ob, v, s, f, a, b in zip(lm.output, lm.name, lm.object, lm.vaddr.tolist(), size.tolist(), offl, p0, p1)]
     return {
         "path": str(lm.path), "flavour": lm.flavour, "output_sections": len(lm.output_sections),
         "input_sections": ins, "objects": objs, "symbols": len(lm.sym_name), "discarded": lm.discarded,
