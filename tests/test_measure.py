@@ -238,3 +238,28 @@ def test_interrupt_restores_read_ahead_aslr_and_tracefs(tmp_path, libpair, sig):
     assert Path("/proc/sys/kernel/randomize_va_space").read_text() == aslr
     assert not mine()
     assert not (tmp_path / "r.json").exists()
+
+
+def test_storage_serves_files_from_slow_mount(tmp_path, libpair):
+    need_root_tracefs()
+    from elflayout.storage.server import fuse_status
+
+    why = fuse_status()
+    if why:
+        pytest.skip(why)
+    lib = str(libpair["scattered"] / "libdata.so")
+    out = tmp_path / "st.json"
+    # the driver's RUNPATH is not set: LD_LIBRARY_PATH (mount first) finds the served copy
+    run_cli("measure", "--name", "hdd", str(libpair["driver"]), "--files", lib, "--storage", "hdd", "--runs", "2",
+            "--census", "none", "--quiet", "-o", out, check=0)
+    doc = json.loads(out.read_text())
+    st = doc["metadata"]["storage"]
+    assert st["preset"] == "hdd" and st["mount"]
+    served = list(doc["metadata"]["files"])[0]
+    assert served.startswith(st["mount"]) and doc["metadata"]["files"][served]["served_from"] == lib
+    sel = [r for r in doc["runs"] if r["state"] == "selective"]
+    assert all(r["files"][served]["pages_read"] > 500 for r in sel)
+    assert st["stats"]["requests"] > 0
+    from elflayout.storage.server import fuse_mounts
+
+    assert not [m for m in fuse_mounts() if m.path == st["mount"]]  # unmounted afterwards

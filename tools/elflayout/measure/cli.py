@@ -156,21 +156,22 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
 
 
 def _storage_ctx(args, files):
-    """(context manager yielding mount or None, dirs served). Integration with elflayout.storage."""
+    """(context manager yielding a SlowStorage or None, dirs served)."""
     import contextlib
 
     if not args.storage:
         return contextlib.nullcontext(None), []
+    if not files:
+        raise ElflayoutError("--storage needs --files: it serves the directory holding them")
     try:
-        from elflayout.storage import SlowStorage  # noqa: F401
+        from elflayout.storage import SlowStorage
     except ImportError:
         raise ElflayoutError("--storage: elflayout.storage is not available in this build") from None
     dirs = sorted({os.path.dirname(os.path.realpath(f)) for f in files})
     if len(dirs) != 1:
         raise ElflayoutError(f"--storage serves one directory; --files are in {len(dirs)}: {', '.join(dirs)}")
-    from elflayout.storage import SlowStorage
-
-    return SlowStorage(dirs[0], args.storage), dirs
+    ra = None if args.read_ahead_kb == -1 else args.read_ahead_kb
+    return SlowStorage(dirs[0], args.storage, read_ahead_kb=ra), dirs
 
 
 def run(args) -> int:
@@ -180,7 +181,7 @@ def run(args) -> int:
     from elflayout.measure import model, stats
     from elflayout.measure.controls import Aslr, ControlSet, CpuPin, FixedEnv, Governor, ReadAhead
     from elflayout.measure.runner import Plan, Runner, Variant
-    from elflayout.tracefs import tracefs_status
+    from elflayout.tracefs import file_key, tracefs_status
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -240,8 +241,10 @@ def run(args) -> int:
             progress.update(task, description=f"warm-up {info['variant']} #{info['i'] + 1}")
 
     storage_cm, storage_dirs = _storage_ctx(args, args.files)
-    with ControlSet(controls) as cs, storage_cm as mount:
+    source_of = {}  # path under test -> the original file (differs with --storage)
+    with ControlSet(controls) as cs, storage_cm as storage:
         variant_env = {}
+        mount = storage.path if storage is not None else None
         if mount is not None:
             # Files under test are served from the slow mount: {mount} in commands, and
             # the mount first in LD_LIBRARY_PATH so the dynamic loader finds them there.
@@ -250,6 +253,7 @@ def run(args) -> int:
                 variant_env[v.name] = {"LD_LIBRARY_PATH": ":".join(
                     [str(mount)] + [p for p in extra_env.get("LD_LIBRARY_PATH", "").split(":") if p])}
             plan.files = [os.path.join(str(mount), os.path.basename(f)) for f in args.files]
+            source_of = dict(zip(plan.files, args.files))
         runner = Runner(plan, cs, envctl, trace=not trace_why, on_event=on_event, variant_env=variant_env)
         try:
             with progress:
@@ -265,8 +269,7 @@ def run(args) -> int:
                             if f["resolved"] and not f["is_dir"] and os.path.isfile(f["path"]):
                                 seen.setdefault(f["path"], None)
                     plan.files = list(seen)
-                    runner.keys = {f: __import__("elflayout.tracefs", fromlist=["file_key"]).file_key(f)
-                                   for f in plan.files}
+                    runner.keys = {f: file_key(f) for f in plan.files}
                     if not plan.files:
                         raise ElflayoutError("the census found no file read at startup (all cached and mapped "
                                              "elsewhere?): name the files with --files or use --census drop")
@@ -274,11 +277,22 @@ def run(args) -> int:
                 # after the session shows only what the last run read
                 files_md = {}
                 for f in plan.files:
-                    files_md[f] = model.file_metadata(f)
+                    # identity from the original: hashing through a slow mount costs minutes
+                    files_md[f] = model.file_metadata(source_of.get(f, f))
                     files_md[f].update(fs_of(f))
+                    if f in source_of:
+                        files_md[f]["served_from"] = os.path.realpath(source_of[f])
                 runs = runner.run()
         finally:
             runner.close()
+            storage_md = None
+            if storage is not None:
+                storage_md = {"preset": args.storage, "dirs": storage_dirs, "mount": mount}
+                for k in ("info", "stats"):
+                    try:
+                        storage_md[k] = getattr(storage, k)()
+                    except Exception as e:  # metadata only: never lose the results for it
+                        storage_md[k] = {"error": str(e)}
         control_records = cs.records()
     duration = time.monotonic() - t_start
     analysis = stats.analyse(runs, [v.name for v in variants], states, seed=args.seed)
@@ -294,7 +308,7 @@ def run(args) -> int:
         "aslr": control_records["aslr"]["applied"], "controls": control_records,
         "source": "mincore" if trace_why else "trace", "trace_pid_filter": runner.pid_filter,
         "census_method": census_method, "census": census, "files": files_md,
-        "storage": {"preset": args.storage, "dirs": storage_dirs} if args.storage else None,
+        "storage": storage_md,
         "notes": notes, "warnings": runner.warnings, "hints": hint_list,
     }
     doc = model.build(metadata, [{"name": v.name, "command": v.command} for v in variants], runs, analysis)
