@@ -175,3 +175,21 @@ def test_cli_reports_malformed_map(objects, tmp_path):
     r = run_cli("inspect", lib, "--map", bad, check=2)
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("elflayout: error: ")
     assert "trunc.map:3" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("linker", ["bfd", "gold", "lld"])
+def test_cxx_symbols_are_listed_demangled(tmp_path, linker):
+    need_tool("g++")
+    need_tool(f"ld.{linker}")
+    (tmp_path / "c.cc").write_text("namespace ns { int f(int a, char b) { return a + b; }\n"
+                                   "struct A { int v; A &operator=(const A &o) { v = o.v + 1; return *this; } };\n"
+                                   "A &assign(A &x, const A &y) { return x = y; } }\n")
+    lib, mp = tmp_path / "libc.so", tmp_path / "c.map"
+    subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-ffunction-sections", "-fno-inline", f"-fuse-ld={linker}",
+                    f"-Wl,-Map={mp}", "-o", str(lib), str(tmp_path / "c.cc")], check=True)
+    lm = linkmap.parse(mp)
+    syms = nm(lib)
+    listed = {n: (v, k) for n, v, k in lm.symbols()}
+    assert listed["ns::f(int, char)"][0] == syms["_ZN2ns1fEic"][0]
+    assert lm.name[listed["ns::f(int, char)"][1]] == ".text._ZN2ns1fEic"
+    assert not any(" = " in n for n in listed)

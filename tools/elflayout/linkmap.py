@@ -4,7 +4,9 @@
 (output section, input section name such as ``.text.foo``, object file as the linker
 printed it — ``foo.o``, ``dir/libx.a(foo.o)`` or ``<internal>`` for linker-made
 sections — virtual address and size) and the symbols the map lists inside them.
-File offsets are not in any of these maps; ``attach(img)`` (or ``parse(path, img)``)
+Symbol names are as the map prints them: all four linkers print C++ names demangled
+(``ns::f(int, char)``); the input section name keeps the mangled one
+(``.text._ZN2ns1fEic``). File offsets are not in any of these maps; ``attach(img)`` (or ``parse(path, img)``)
 derives them from the linked file's section headers.
 
 The flavour is detected from the text:
@@ -264,6 +266,13 @@ def _hex(tok: str, path, lineno) -> int:
         raise _err(path, lineno, f"bad number {tok!r}") from None
 
 
+def _is_assignment(text: str) -> bool:
+    """Linker-script statements printed among symbols; C++ names (demangled by every
+    linker here, e.g. ``ns::A::operator=(ns::A const&)``) never contain " = "."""
+    t = text.strip()
+    return " = " in t or t.startswith(("PROVIDE", "ASSERT", "HIDDEN"))
+
+
 def _is_hex(tok: str) -> bool:
     return tok.startswith("0x")
 
@@ -350,7 +359,7 @@ def _parse_gnu(path: Path, lines: list[str], start: int, flavour: str) -> LinkMa
                 raise _err(path, lineno, f"expected the address and size of input section {name}")
         if len(tok) >= 2 and not _is_hex(tok[1]):
             rest = ln.split(None, 1)[1]
-            if "=" in rest or rest.startswith("PROVIDE") or rest.startswith("ASSERT") or " " in rest.strip():
+            if _is_assignment(rest):
                 continue  # ". = ALIGN(...)", "PROVIDE (x = .)"
             b.symbol(rest.strip(), _hex(tok[0], path, lineno))
     if not b.outs:
@@ -396,7 +405,7 @@ def _parse_columns(path: Path, lines: list[str], start: int, flavour: str) -> Li
                 name = name[:p]
             b.in_section(name, rest[:k], vaddr, size)
         else:
-            if "=" in rest:
+            if _is_assignment(rest):
                 continue
             b.symbol(rest, vaddr)
     if not b.outs:
