@@ -170,3 +170,12 @@ def test_libllvm_fdes_vs_readelf():
     assert np.array_equal(begin, np.array([a for a, _ in fdes])) and np.array_equal(rng, np.array([s for _, s in fdes]))
     c = ft.counts()
     assert c["symtab"] == 0 and c["dynsym"] > 30_000 and c["eh_frame"] > 50_000
+
+
+def test_fde_extents_without_eh_frame_hdr(tmp_path):
+    """No .eh_frame_hdr (--no-eh-frame-hdr): the pyelftools walk of .eh_frame is used."""
+    lib = build_lib(tmp_path, "bfd", extra=("-Wl,--no-eh-frame-hdr",))
+    with ElfImage(lib) as img:
+        assert img.section(".eh_frame_hdr") is None and symbols._eh_frame_hdr_table(img) is None
+        begin, rng = symbols.fde_extents(img)
+    assert list(zip(begin.tolist(), rng.tolist())) == readelf_fdes(lib) and begin.size >= 6
