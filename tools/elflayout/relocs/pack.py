@@ -286,6 +286,9 @@ def plan_pack(img) -> Plan:
         dyn_patch = (dyn_off, new_dyn.tobytes())
     else:
         # lld: no spare slots. Rebuild the array in the freed space, read-only.
+        if np.any(dt == R.DT_DEBUG):
+            _fail(img, "no spare DT_NULL slot and DT_DEBUG present (an executable): ld.so writes DT_DEBUG, so the "
+                       "dynamic array cannot move to read-only memory; relink with -z pack-relative-relocs")
         if lead == 0 and np.any(dt == R.DT_RELACOUNT):
             new_live = new_live[dt != R.DT_RELACOUNT]
         new_dyn = np.concatenate([new_live, add, np.zeros(1 + EXTRA_DYN_SLOTS, R.DYN64)])

@@ -284,6 +284,16 @@ except OSError as e:
 """
 
 
+def is_executable(path) -> bool:
+    """A PIE (DF_1_PIE or PT_INTERP): glibc refuses to dlopen it."""
+    l = Loaded(path)
+    try:
+        interp = np.any(l.phdrs["p_type"] == 3)  # PT_INTERP
+        return bool(interp or (l.tag(R.DT_FLAGS_1, 0) & R.DF_1_PIE))
+    finally:
+        l.close()
+
+
 def dlopen_check(path, timeout: float = 120) -> str | None:
     """Load ``path`` with the real glibc loader in a subprocess; None if it loaded, else why not."""
     p = Path(path).resolve()
