@@ -1,0 +1,151 @@
+"""Readahead model: kernel mechanics on hand-made mappings, and the simulate verb."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import need_root_tracefs, need_tool, run_cli
+from elflayout.order.readahead import Simulator, Vma, _init_ra_size, _next_ra_size
+
+
+def sim(npages=1000, ra=32, exec_end=600):
+    # file pages [0, exec_end) mapped r-x, [exec_end, npages) rw- (delta 1 page, like ld.so)
+    return Simulator(npages, [Vma(0, exec_end, True, False, 0), Vma(exec_end, npages, False, True, 1)], ra)
+
+
+def pages(s):
+    return set(np.flatnonzero(s.cached).tolist())
+
+
+def test_ra_size_rules():
+    assert _init_ra_size(1, 32) == 4  # ld.so's 832-byte header read
+    assert _init_ra_size(1, 2048) == 4
+    assert _init_ra_size(16, 32) == 32
+    assert _next_ra_size(32, 32) == 32
+    assert _next_ra_size(4, 128) == 16 and _next_ra_size(32, 128) == 64
+
+
+def test_exec_fault_reads_forward_within_vma():
+    s = sim()
+    s.touch(100, "x")
+    assert pages(s) == set(range(100, 132))
+    s.touch(590, "x")  # clamped to the end of the r-x mapping
+    assert pages(s) >= set(range(590, 600)) and 600 not in pages(s)
+    assert not s.mark.any()  # VM_EXEC: no async part
+
+
+def test_data_fault_reads_around_and_marks():
+    s = sim()
+    s.touch(700, "w")
+    assert pages(s) == set(range(684, 716))
+    assert s.mark[708] and s.mark.sum() == 1  # start + size - async_size
+    s.touch(708, "w")  # async readahead: the window moves on
+    assert set(range(716, 748)) <= pages(s)
+    assert len(pages(s)) == 64
+
+
+def test_sequential_writes_stream_through_async_readahead():
+    s = sim(npages=2000, exec_end=100)
+    for p in range(200, 1000):
+        s.touch(p, "w")
+    # one sync read, the rest async; never a page read twice, nothing behind the start
+    assert s.major == 1
+    assert min(pages(s)) == 184 and sum(n for _, n, _ in s.reads) == len(pages(s))
+    assert max(pages(s)) >= 999
+
+
+def test_fault_around_maps_cached_neighbours():
+    s = sim()
+    s.touch(100, "x")  # reads 100..131
+    s.touch(101, "x")  # minor: fault-around maps 96..111 that are cached
+    assert s.mapped[0][100:112].all() and not s.mapped[0][96:100].any()
+    minor = s.minor
+    s.touch(105, "x")  # already mapped: no fault at all
+    assert s.minor == minor
+
+
+def test_mmap_miss_stops_read_around():
+    s = sim(npages=100000, exec_end=100000)
+    for i in range(150):  # random misses, far apart, never hitting cached pages
+        s.touch(i * 500, "x")
+    sizes = [n for _, n, c in s.reads]
+    assert sizes[0] == 32 and sizes[-1] == 1  # after MMAP_LOTSAMISS misses: one page each
+
+
+def test_header_read_and_eof():
+    s = sim(npages=50, exec_end=40)
+    s.touch(0, "R")
+    assert pages(s) == {0, 1, 2, 3}
+    s.touch(45, "w")  # window [29, 61) clipped at EOF
+    assert max(pages(s)) == 49
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    need_tool("gcc")
+    from elflayout.order import testlib
+
+    wd = tmp_path_factory.mktemp("sim")
+    d = testlib.build(wd, n_objects=6, funcs_per_object=8, seed=5)
+    p = wd / "p.json"
+    p.write_text(json.dumps(testlib.truth_profile(d["lib"], d["truth"])))
+    d["profile"] = p
+    return d
+
+
+def test_simulate_verb_same_build_and_relink(synth, tmp_path):
+    r = run_cli("simulate", synth["profile"], "--lib", synth["lib"], "--read-ahead-kb", "16", "--json", check=0)
+    same = json.loads(r.stdout)
+    assert same["metadata"]["same_build"] and same["pages"] > 0 and same["metadata"]["loader_model"]
+    # the ordered relink must need no more pages than the default one
+    order = tmp_path / "o.lld"
+    run_cli("order", synth["profile"], "--format", "lld", "-o", order, check=0)
+    lib = tmp_path / "libsynth.so"
+    subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(lib), *map(str, synth["objects"]),
+                    f"-Wl,--symbol-ordering-file={order}"], check=True)
+    r = run_cli("simulate", synth["profile"], "--lib", lib, "--read-ahead-kb", "16", "--json", check=0)
+    other = json.loads(r.stdout)
+    assert not other["metadata"]["same_build"] and other["metadata"]["functions_unplaced"] == 0
+    assert other["by_section"].get(".text", 0) <= same["by_section"].get(".text", 0)
+
+
+def test_simulate_bad_input(synth, tmp_path):
+    r = run_cli("simulate", synth["profile"], "--lib", tmp_path / "nope.so", check=2)
+    assert "no such file" in r.stderr
+    r = run_cli("simulate", synth["profile"], "--lib", synth["lib"], "--read-ahead-kb", "-4", check=2)
+    assert "must be" in r.stderr
+
+
+@pytest.mark.root
+def test_prediction_matches_measurement_on_synthetic(synth):
+    """Trace a cold start of the driver; the model replaying its faults must predict the pages read."""
+    need_root_tracefs()
+    from elflayout.measure.cache import evict
+    from elflayout.order.readahead import simulate
+    from elflayout.elfcore import ElfImage
+    from elflayout.tracefs import TraceSession, file_key
+
+    lib = synth["lib"]
+    ev = evict(lib)
+    if ev["left"]:
+        pytest.skip(f"cannot evict {lib}: {ev['why']}")
+    from elflayout.measure.controls import block_device_dir
+
+    dev = block_device_dir(lib)
+    if dev is None:
+        pytest.skip(f"{lib} is not on a block device")
+    dev_ra = int((dev / "queue" / "read_ahead_kb").read_text())  # what the file's f_ra starts from
+    with TraceSession([lib], kinds=("add", "fault")) as ts:
+        subprocess.run([str(synth["driver"])], capture_output=True, check=True)
+    evs = ts.result.of(file_key(lib))
+    measured = int(evs[evs["kind"] == 0]["npages"].sum())
+    faults = evs[evs["kind"] == 1]
+    _, first = np.unique(faults["page"], return_index=True)
+    first.sort()
+    with ElfImage(lib) as img:
+        res = simulate(img, faults["page"][first], np.full(len(first), b"t"), dev_ra, loader=False)
+    assert measured > 0
+    assert abs(res["pages"] - measured) <= max(2, 0.1 * measured), (res["pages"], measured, dev_ra)
