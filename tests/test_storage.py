@@ -336,3 +336,22 @@ def test_dead_server_mount_is_detected(srcdir, tmp_path):
         st.stop()
     assert not mounted(mnt)
     assert mnt.is_dir()  # a user's mount point is kept
+
+
+def test_files_mapping_serves_chosen_files(srcdir, tmp_path):
+    need_fuse()
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "lib.so").write_bytes(b"B" * 10000)
+    files = {"a/lib.so": srcdir / "big.bin", "b/lib.so": other / "lib.so", "note.txt": srcdir / "small.txt"}
+    with SlowStorage(files, preset="sata-ssd") as m:
+        assert sorted(os.listdir(m.path)) == ["a", "b", "note.txt"]
+        for rel, orig in files.items():
+            p = m.path_of(rel)
+            assert not os.path.islink(p)  # served as regular files
+            assert Path(p).read_bytes() == Path(orig).read_bytes()
+        assert m.stats()["requests"] > 0 and m.info()["files"]["b/lib.so"] == str(other / "lib.so")
+    with pytest.raises(ElflayoutError, match="relative path"):
+        SlowStorage({"../x": srcdir / "small.txt"})
+    with pytest.raises(ElflayoutError, match="not a regular file"):
+        SlowStorage({"x": srcdir})

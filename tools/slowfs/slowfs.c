@@ -82,6 +82,7 @@ struct slowfs_rec {          /* --log record, 48 bytes, native endian */
 struct handle { int fd; uint64_t ino; };
 
 static int src_fd = -1;
+static int follow = 0;   /* --follow-symlinks: serve what symlinks point to, as regular files */
 static struct slowfs_stats *st;
 static int log_fd = -1;
 static double p_seek, p_short, p_span, p_bw;  /* seconds, seconds, bytes, bytes/s */
@@ -189,7 +190,7 @@ static void *sf_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 static int sf_getattr(const char *path, struct stat *sb, struct fuse_file_info *fi)
 {
 	int r = fi ? fstat(((struct handle *)(uintptr_t)fi->fh)->fd, sb)
-		   : fstatat(src_fd, rel(path), sb, AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH);
+		   : fstatat(src_fd, rel(path), sb, (follow ? 0 : AT_SYMLINK_NOFOLLOW) | AT_EMPTY_PATH);
 	return r < 0 ? -errno : 0;
 }
 
@@ -301,6 +302,8 @@ static int sf_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 	rewinddir(d);
 	while ((e = readdir(d))) {
 		struct stat sb = { .st_ino = e->d_ino, .st_mode = (mode_t)DTTOIF(e->d_type) };
+		if (follow && e->d_type == DT_LNK && fstatat(dirfd(d), e->d_name, &sb, 0) != 0)
+			continue; /* dangling */
 		if (fill(buf, e->d_name, &sb, 0, 0))
 			break;
 	}
@@ -373,6 +376,7 @@ static void usage(FILE *f)
 		"  --max-read-kb N     mount option max_read (largest read request)\n"
 		"  --stats FILE        shared counters (struct slowfs_stats)\n"
 		"  --log FILE          append one 48-byte record per read request\n"
+		"  --follow-symlinks   serve the targets of symlinks (e.g. a farm of links to files)\n"
 		"  --die-with-parent   unmount and exit when the parent process dies\n"
 		"  --spin-us N         spin at most N us before each deadline (timer lateness) [200]\n"
 		"  --realtime PRIO     serve with SCHED_FIFO priority PRIO (root): punctual wake-ups\n"
@@ -409,6 +413,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--stats") && v) stats_path = v, i++;
 		else if (!strcmp(a, "--log") && v) log_path = v, i++;
 		else if (!strcmp(a, "--die-with-parent")) die_with_parent = 1;
+		else if (!strcmp(a, "--follow-symlinks")) follow = 1;
 		else if (!strcmp(a, "--realtime")) rt_prio = (int)num(a, v), i++;
 		else if (!strcmp(a, "--spin-us")) max_spin_ns = (uint64_t)(num(a, v) * 1000), i++;
 		else if (!strcmp(a, "-d")) debug = 1;

@@ -18,6 +18,7 @@ import platform
 import shutil
 import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,12 @@ DEFAULT_RT_PRIO = 10
 class SlowStorage:
     """Serve ``src_dir`` read-only through FUSE with a slow-device model.
 
+    ``src_dir`` is a directory (served as it is), or a mapping {path in the mount: file}
+    to serve chosen files from anywhere under names of your choice, e.g.
+    ``{"a/libLLVM-16.so.1": "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1",
+    "b/libLLVM-16.so.1": "build/relinked/libLLVM-16.so.1"}`` -> ``mnt.path_of("a/...")``;
+    all of them share the one emulated disk (one queue), as files on one device would.
+
     ``preset``: one of :data:`model.PRESETS`; ``overrides``: seek_ms, short_seek_ms,
     seek_span_mb, bandwidth_mb_s. ``mountpoint``: where to mount (default a fresh dir
     under /run/elflayout/storage). ``read_ahead_kb``: the mount's bdi read-ahead (None:
@@ -47,9 +54,14 @@ class SlowStorage:
     def __init__(self, src_dir, preset: str = "hdd", read_ahead_kb: int | None = DEFAULT_READ_AHEAD_KB,
                  mountpoint=None, log: bool = False, max_read_kb: int | None = None,
                  realtime: int | None = DEFAULT_RT_PRIO, **overrides):
-        self.src = Path(src_dir).resolve()
-        if not self.src.is_dir():
-            raise ElflayoutError(f"{src_dir}: not a directory")
+        self.files: dict[str, str] | None = None
+        if isinstance(src_dir, Mapping):
+            self.files = _check_files(src_dir)
+            self.src = None  # the symlink farm, made in start()
+        else:
+            self.src = Path(src_dir).resolve()
+            if not self.src.is_dir():
+                raise ElflayoutError(f"{src_dir}: not a directory")
         self.preset = preset
         self.model: DeviceModel = resolve(preset, **overrides)
         self.read_ahead_kb_wanted = read_ahead_kb
@@ -101,6 +113,14 @@ class SlowStorage:
         self.path = str(mnt)
         stats = self._run / "stats"
         cmd = [str(exe), *self.model.helper_args(), "--stats", str(stats), "--die-with-parent"]
+        if self.files is not None:
+            # A farm of symlinks to the chosen files; the helper serves their targets.
+            self.src = self._run / "src"
+            for rel, orig in self.files.items():
+                link = self.src / rel
+                link.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(orig, link)
+            cmd.append("--follow-symlinks")
         if self._log:
             cmd += ["--log", str(self._run / "log")]
         if self._rt > 0:
@@ -143,6 +163,12 @@ class SlowStorage:
                 shutil.rmtree(self._run, ignore_errors=True)
             self._run = None
 
+    def path_of(self, rel: str) -> str:
+        """Path in the mount of a name of the ``files`` mapping (or of a file of the directory)."""
+        if self.path is None:
+            raise ElflayoutError("storage: not mounted")
+        return os.path.join(self.path, rel)
+
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -170,7 +196,8 @@ class SlowStorage:
             "params": self.model.params(),
             "model": "latency = seek(distance from previous request end) + size / bandwidth; "
                      "single queue; see docs/storage.md",
-            "source": str(self.src),
+            "source": str(self.src) if self.files is None else None,
+            "files": dict(self.files) if self.files is not None else None,
             "mount": self.path,
             "read_ahead_kb": server.read_ahead_kb(m) if m else None,
             "max_read": max_read,
@@ -226,7 +253,27 @@ class SlowStorage:
         return server.read_log(self._run / "log")
 
     def __repr__(self) -> str:
-        return f"SlowStorage({str(self.src)!r} -> {self.path!r}, {self.preset}: {self.model.describe()})"
+        what = str(self.src) if self.files is None else f"{len(self.files)} file(s)"
+        return f"SlowStorage({what!r} -> {self.path!r}, {self.preset}: {self.model.describe()})"
+
+
+def _check_files(mapping: Mapping) -> dict[str, str]:
+    out = {}
+    for rel, orig in mapping.items():
+        r = Path(str(rel))
+        if r.is_absolute() or not r.parts or ".." in r.parts or str(r) in (".", ""):
+            raise ElflayoutError(f"{rel}: a name in the mount must be a relative path without '..'")
+        o = Path(orig)
+        if not o.is_file():
+            raise ElflayoutError(f"{orig}: not a regular file")
+        out[str(r)] = str(o.resolve())
+    names = sorted(out)
+    for a, b in zip(names, names[1:]):
+        if b.startswith(a + "/"):
+            raise ElflayoutError(f"{a}: is both a file and a directory in the mount")
+    if not out:
+        raise ElflayoutError("storage: no files to serve")
+    return out
 
 
 def FUSE_MAX_PAGES(max_write: int) -> int:
