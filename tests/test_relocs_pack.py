@@ -100,3 +100,40 @@ def test_pack_is_deterministic_and_leaves_input(tmp_path):
     # Packing the packed output again: nothing to do.
     r = run_cli("pack-relocs", tmp_path / "a.so", "-o", tmp_path / "c.so", check=0)
     assert "nothing to do" in r.stderr
+
+
+VLIB = """double cos(double);
+static const char *tab[] = {"one","two","three","four","five","six","seven","eight"};
+const char *get(int i){ return tab[i & 7]; }
+double c(double x){ return cos(x); }
+"""
+VMAIN = """#include <stdio.h>
+const char *get(int); double c(double);
+int main(){ printf("%s %s %.3f\\n", get(2), get(7), c(0.5)); return 0; }
+"""
+
+
+@pytest.mark.parametrize("linker", ["bfd", "gold"])
+def test_version_need_added_when_libc_has_no_entry(tmp_path, linker):
+    """libc.so.6 is DT_NEEDED but no libc symbol is versioned: a Verneed entry is created."""
+    need_tool("gcc")
+    (tmp_path / "v.c").write_text(VLIB)
+    (tmp_path / "m.c").write_text(VMAIN)
+    d = tmp_path / "orig"
+    d.mkdir()
+    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", "-nostartfiles", f"-fuse-ld={linker}", str(tmp_path / "v.c"),
+                    "-o", str(d / "libv.so"), "-Wl,--no-as-needed", "-lm", "-lc"], check=True)
+    subprocess.run(["gcc", str(tmp_path / "m.c"), "-o", str(d / "m"), f"-L{d}", "-lv", "-Wl,-rpath,$ORIGIN"], check=True)
+    want = subprocess.run([str(d / "m")], capture_output=True, text=True, check=True).stdout
+    assert "libc.so.6" not in _readelf("-V", d / "libv.so")
+    out, st = _pack_and_run(d / "libv.so", d / "m", want, tmp_path / "packed")
+    v = _readelf("-V", out)
+    assert "File: libc.so.6  Cnt: 1" in v and "GLIBC_ABI_DT_RELR" in v and st["check"]["dlopen"] == "ok"
+
+
+def test_check_flags_relr_without_version_need(tmp_path):
+    """lld 14's --pack-dyn-relocs=relr output lacks GLIBC_ABI_DT_RELR: the table check says so."""
+    b = testlib.build(tmp_path, "lld", extra=("-Wl,--pack-dyn-relocs=relr",), run=False)
+    res = simload.compare(b["lib"], b["lib"])
+    assert not res["equal"] and "GLIBC_ABI_DT_RELR" in res["table_problems"][0]
+    assert "GLIBC_ABI_DT_RELR" in simload.dlopen_check(b["lib"])

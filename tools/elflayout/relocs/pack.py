@@ -243,6 +243,10 @@ def plan_pack(img) -> Plan:
                 p["p_offset"] < rela_end and p["p_offset"] + p["p_filesz"] > run_start and p["p_type"] != 6:
             _fail(img, f"cannot rewrite the tables: segment type {int(p['p_type']):#x} overlaps them")
     vshift = int(load["p_vaddr"]) - int(load["p_offset"])
+    # Addends go into target words; none may sit in the bytes rewritten below.
+    tf = tgt_file[packable]
+    if np.any((tf >= run_start) & (tf < rela_end)) or np.any((tf >= dyn_off) & (tf < dyn_off + dyn.nbytes)):
+        _fail(img, "a RELATIVE relocation targets the dynamic-linking tables themselves; refusing to pack")
     blk = np.zeros(rela_end - run_start, np.uint8)
     moved = {}       # section index -> (new offset, new size)
     cur = run_start
@@ -350,6 +354,8 @@ def plan_pack(img) -> Plan:
     for i, (_, n) in moved.items():
         sh["sh_size"][i] = n
     sh["sh_size"][rela_i] = len(kept_bytes)
+    if new_verneednum is not None:
+        sh["sh_info"][vn_i] = new_verneednum  # SHT_GNU_verneed: sh_info = number of entries
     if new_dyn_off is not None:
         sh["sh_size"][dyn_i] = new_dyn.nbytes
         sh["sh_flags"][dyn_i] &= ~np.uint64(R.SHF_WRITE)

@@ -234,7 +234,36 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
         vs = next((s.size for s in a.img.sections if s.type == "SHT_GNU_versym"), 0)
         if vs and not np.array_equal(a.at(a.tag(R.DT_VERSYM), vs), b.at(b.tag(R.DT_VERSYM), vs)):
             bad.append(".gnu.version differs")
+    bad += _compare_verneed(a, b)
     return bad
+
+
+def _verneed_names(l: Loaded):
+    vn, num = l.tag(R.DT_VERNEED), l.tag(R.DT_VERNEEDNUM, 0)
+    if vn is None:
+        return []
+    sec = next((s for s in l.img.sections if s.addr == vn), None)
+    data = l.at(vn, sec.size if sec else num * 64).tobytes()
+    strtab = l.at(l.tag(R.DT_STRTAB), l.tag(R.DT_STRSZ, 0)).tobytes()
+    return [(R.cstr(strtab, e["file"]), [(R.cstr(strtab, x["name"]), x["hash"], x["other"], x["flags"]) for x in e["aux"]])
+            for e in R.parse_verneed(data, num)]
+
+
+def _compare_verneed(a: Loaded, b: Loaded) -> list[str]:
+    """The output's version needs are the input's plus at most GLIBC_ABI_DT_RELR under libc.so.6."""
+    va, vb = _verneed_names(a), _verneed_names(b)
+    relr_name = b"GLIBC_ABI_DT_RELR"
+    extra = [(f, x) for f, xs in vb for x in xs if x[0] == relr_name]
+    files_a = {f for f, _ in va}
+    rest_b = [(f, [x for x in xs if x[0] != relr_name]) for f, xs in vb]
+    rest_b = [(f, xs) for f, xs in rest_b if xs or f in files_a]  # drop a libc.so.6 entry added for it
+    rest_a = [(f, [x for x in xs if x[0] != relr_name]) for f, xs in va]
+    if rest_a != rest_b:
+        return ["version needs differ beyond GLIBC_ABI_DT_RELR"]
+    if b.tag(R.DT_RELR) is not None and b.tag(R.DT_VERNEED) is not None and \
+            not any(f == b"libc.so.6" and x[1] == 0x0FD0E42 for f, x in extra):
+        return ["DT_RELR without a GLIBC_ABI_DT_RELR version need under libc.so.6 (glibc 2.36 refuses it)"]
+    return []
 
 
 def compare(path_a, path_b, bases=BASES) -> dict:
