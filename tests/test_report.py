@@ -89,9 +89,10 @@ def test_fixture_sections_and_median_run():
 
     kind, doc = D.load(RESULTS)
     assert kind == "results"
-    path = D.choose_file(doc, None, "r")
-    assert path == LIB
-    assert D.default_state(doc, path) == "selective"
+    plan = D.choose_plan(doc, None, "r")
+    assert plan == {"llc": LIB, "opt": LIB}
+    path = LIB
+    assert D.default_state(doc, plan) == "selective"
     k, run = D.pick_run(doc, "llc", "selective", path)
     pages = sorted(r["files"][path]["pages_read"] for r in D.runs_of(doc, "llc", "selective"))
     assert run["files"][path]["pages_read"] == pages[(len(pages) - 1) // 2]
@@ -119,7 +120,7 @@ def test_access_figure_has_axes_labels_bands_and_one_scale():
     from elflayout.report import data as D
 
     _, doc = D.load(RESULTS)
-    fig = access.results_figure(doc, LIB)
+    fig = access.results_figure(doc, {"llc": LIB, "opt": LIB})
     try:
         texts = _texts(fig)
         assert "time since exec (ms)" in texts and "file offset (MB)" in texts
@@ -362,3 +363,58 @@ def test_report_tables_sort_in_chromium(report_html, tmp_path):
                                          r'<td data-v="[^"]*">[^<]*</td><td data-v="[^"]*">[^<]*</td><td>.*?</td>'
                                          r'<td data-v="([^"]*)">', table)]
     assert col and len(vals) == 4 and vals == sorted(vals, reverse=True) and vals[0] > 0
+
+
+# -- real output of `elflayout measure` (two builds, each variant reads its own library) --
+
+EXAMPLE = DATA / "results-example.json"
+
+
+def _example():
+    if not EXAMPLE.exists():
+        pytest.skip("tests/data/results-example.json (from elflayout measure) is not in this checkout")
+    from elflayout.report import data as D
+
+    return D.load(EXAMPLE)[1]
+
+
+def test_two_builds_are_paired_side_by_side():
+    from elflayout.report import access
+    from elflayout.report import data as D
+
+    doc = _example()
+    plans = D.plans(doc, None, "ex")
+    by = D.traced_by_variant(doc)
+    assert len(plans) == 1
+    plan = plans[0]
+    assert set(plan) == set(D.variants(doc))
+    assert len(set(plan.values())) == len(plan)  # a different file per variant
+    assert all(plan[v] == by[v][0] for v in plan)
+    fig = access.results_figure(doc, plan)
+    try:
+        texts = _texts(fig)
+        main = [ax for ax in fig.axes if ax.get_xlabel() == "time since exec (ms)"]
+        assert len(main) == 2 and main[0].get_ylim() == main[1].get_ylim()
+        # Each build has its own layout, so each panel carries its own band labels.
+        assert texts.count(".text") == 2 and texts.count(".rela.dyn") == 2
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def test_two_builds_plot_and_report_cli(tmp_path):
+    doc = _example()
+    files = list(doc["metadata"]["files"])
+    out = tmp_path / "ab.svg"
+    run_cli("plot", EXAMPLE, "--file", files[0], "--file", files[1], "-o", out, check=0)
+    t = out.read_text()
+    assert t.count("selective · run") == 2
+    out = tmp_path / "one.svg"
+    run_cli("plot", EXAMPLE, "--file", files[1], "-o", out, check=0)
+    assert out.read_text().count("selective · run") == 1  # only the variant that read it
+    rep = tmp_path / "r.html"
+    run_cli("report", EXAMPLE, "-o", rep, check=0)
+    h = rep.read_text()
+    for v in doc["variants"]:
+        assert f"{v['name']}: read" in h  # per-section columns for both builds

@@ -9,6 +9,7 @@ seen without reading a table. Variants are drawn side by side with identical axe
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,10 @@ def _plt():
 class Panel:
     title: str
     acc: D.Access
+    bands: list  # D.Band of this panel's file (builds of a before/after differ)
+    path: str = ""
+    variant: str = ""
+    size: int | None = None
 
 
 def _draw_bands(ax, bands, horizontal=True):
@@ -91,23 +96,29 @@ def _label_bands(fig, ax, bands, ylim, height_in):
     return texts
 
 
-def _margin(ax, panels_pages, touched_pages, ylim, bin_mb):
-    """Horizontal bars: pages read and touched per ``bin_mb`` of file offset."""
-    lo, hi = ylim
-    edges = np.arange(max(lo, 0), hi + bin_mb, bin_mb)
-    if edges.size < 2:
-        edges = np.array([lo, hi])
-    r, _ = np.histogram(panels_pages * D.PAGE / MB, bins=edges)
-    t, _ = np.histogram(touched_pages * D.PAGE / MB, bins=edges)
-    h = np.diff(edges)
-    ax.barh(edges[:-1], r, height=h, align="edge", color="#525252", alpha=0.75, lw=0, label="read")
-    ax.barh(edges[:-1], t, height=h, align="edge", color=FAULT_COLOUR, alpha=0.9, lw=0, label="touched")
-    return r.max() if r.size else 0
+def _margin(ax, read_pages, touched_pages, ylim, bin_pages: int) -> None:
+    """Horizontal bars: share of each slice of ``bin_pages`` pages that was read / touched.
+
+    Shares rather than counts, so a full bar means "all of this part of the file was
+    read" whatever the file's size.
+    """
+    top = int(np.ceil(ylim[1] * MB / D.PAGE))
+    edges = np.arange(0, top + bin_pages, bin_pages)
+    r, _ = np.histogram(read_pages, bins=edges)
+    t, _ = np.histogram(touched_pages, bins=edges)
+    y = edges[:-1] * D.PAGE / MB
+    h = bin_pages * D.PAGE / MB
+    ax.barh(y, r / bin_pages, height=h, align="edge", color="#525252", alpha=0.75, lw=0, label="read")
+    ax.barh(y, t / bin_pages, height=h, align="edge", color=FAULT_COLOUR, alpha=0.9, lw=0, label="touched")
+    ax.set_xlim(0, 1.02)
+    ax.set_xticks([1.0], ["100%"])
 
 
-def access_figure(panels: list[Panel], bands: list[D.Band], file_size: int | None = None,
-                  title: str | None = None, time_unit: str = "ms"):
+def access_figure(panels: list[Panel], title: str | None = None, time_unit: str = "ms"):
     """One figure: a panel (plus a margin histogram) per variant, identical axes.
+
+    When the panels show different files (two builds), each gets its own band labels;
+    when they show one file, the labels are drawn once, at the right.
 
     Returns the matplotlib Figure (the caller saves it).
     """
@@ -117,16 +128,20 @@ def access_figure(panels: list[Panel], bands: list[D.Band], file_size: int | Non
 
     n = max(len(panels), 1)
     height = 6.4
-    fig = plt.figure(figsize=(4.6 * n + 2.4, height), dpi=100)
-    ratios = []
-    for _ in range(n):
-        ratios += [5, 1.1, 0.45]
-    ratios[-1] = 1.9  # room for band labels at the right
-    gs = fig.add_gridspec(1, 3 * n, width_ratios=ratios, wspace=0.02, left=0.06, right=0.99,
+    same = len({tuple((b.start, b.end, b.label) for b in p.bands) for p in panels}) <= 1
+    # Widths in inches: plot, margin, then room for the band labels (sized to the longest).
+    longest = max([len(b.label) for p in panels for b in p.bands] + [4])
+    label_in = 0.45 + 0.085 * longest
+    widths = []
+    for i in range(n):
+        widths += [4.2, 0.85, label_in if (not same or i == n - 1) else 0.35]
+    total = sum(widths) + 0.8
+    fig = plt.figure(figsize=(total, height), dpi=100)
+    gs = fig.add_gridspec(1, 3 * n, width_ratios=widths, wspace=0.02, left=0.7 / total, right=0.99,
                           top=0.84, bottom=0.2)
     tscale = 1e3 if time_unit == "ms" else 1.0
 
-    ymax = max([b.end for b in bands] + [file_size or 0]) / MB
+    ymax = max([b.end for p in panels for b in p.bands] + [p.size or 0 for p in panels]) / MB
     for p in panels:
         if p.acc.page.size:
             ymax = max(ymax, float((p.acc.page + p.acc.npages).max()) * D.PAGE / MB)
@@ -137,17 +152,16 @@ def access_figure(panels: list[Panel], bands: list[D.Band], file_size: int | Non
     tmax = max([float(p.acc.t.max()) for p in panels if p.acc.t.size] +
                [float(p.acc.ft.max()) for p in panels if p.acc.ft.size] + [1e-3]) * tscale
     xlim = (0.0, tmax * 1.03)
-    bin_mb = max(ymax / 120, D.PAGE / MB)
+    bin_pages = max(1, int(round(ymax * MB / D.PAGE / 120)))
 
     axes, margins = [], []
-    mmax = 1
     for i, p in enumerate(panels):
         ax = fig.add_subplot(gs[0, 3 * i], sharey=axes[0] if axes else None)
         mx = fig.add_subplot(gs[0, 3 * i + 1], sharey=ax)
         axes.append(ax)
         margins.append(mx)
-        _draw_bands(ax, bands)
-        _draw_bands(mx, bands)
+        _draw_bands(ax, p.bands)
+        _draw_bands(mx, p.bands)
         a = p.acc
         if a.t.size:
             ax.plot(a.t * tscale, (a.page + a.npages / 2) * D.PAGE / MB, color=SEEK_COLOUR, lw=0.5, alpha=0.45,
@@ -159,7 +173,7 @@ def access_figure(panels: list[Panel], bands: list[D.Band], file_size: int | Non
             # read (the page was already cached) stays visible as a bare cross.
             ax.scatter(a.ft * tscale, (a.fpage + 0.5) * D.PAGE / MB, s=14, marker="x", color=FAULT_COLOUR,
                        lw=0.7, alpha=0.9, zorder=2.5)
-        mmax = max(mmax, _margin(mx, a.read_pages(), np.unique(a.fpage), ylim, bin_mb))
+        _margin(mx, a.read_pages(), np.unique(a.fpage), ylim, bin_pages)
         ax.set_xlim(*xlim)
         ax.set_ylim(*ylim)
         ax.set_xlabel(f"time since exec ({time_unit})")
@@ -168,28 +182,28 @@ def access_figure(panels: list[Panel], bands: list[D.Band], file_size: int | Non
         else:
             ax.tick_params(labelleft=False)
         mx.tick_params(labelleft=False, left=False, labelsize=7)
-        mx.set_xlabel("pages per\n%.2g MB" % bin_mb, fontsize=8)
+        mx.set_xlabel(f"share read\nper {bin_pages:,}-page\nslice", fontsize=8)
         ax.set_title(p.title, fontsize=11, fontweight="bold", loc="left")
         ax.text(0.0, -0.13, "\n".join(_wrap(D.caption(a), 62)), transform=ax.transAxes, va="top", ha="left",
                 fontsize=8.5)
         ax.grid(axis="x", color="#dddddd", lw=0.5)
-    for mx in margins:
-        mx.set_xlim(0, mmax * 1.05)
-        mx.set_xticks([mmax], [f"{int(mmax)}"])  # one tick: the scale, no '0' beside the time axis
     if margins:
-        bbox = axes[0].get_position()
-        _label_bands(fig, margins[-1], bands, ylim, bbox.height * height)
+        h_in = axes[0].get_position().height * height
+        for p, mx in zip(panels, margins):
+            if not same or mx is margins[-1]:
+                _label_bands(fig, mx, p.bands, ylim, h_in)
     handles = [
         Line2D([], [], marker="o", ls="-", lw=0.6, color=READ_COLOUR, mfc=READ_COLOUR, markersize=4,
                label="pages read (dot size ∝ folio pages); line to next read"),
         Line2D([], [], marker="x", ls="", color=FAULT_COLOUR, markersize=5, label="page faults (touches)"),
-        Patch(color="#525252", alpha=0.75, label="margin: pages read per slice"),
-        Patch(color=FAULT_COLOUR, alpha=0.9, label="margin: pages touched"),
+        Patch(color="#525252", alpha=0.75, label="margin: share of slice read"),
+        Patch(color=FAULT_COLOUR, alpha=0.9, label="margin: share touched"),
     ]
-    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.06, 0.955), ncol=4, fontsize=8.5,
+    x0 = 0.7 / total
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(x0, 0.955), ncol=4, fontsize=8.5,
                frameon=False)
     if title:
-        fig.suptitle(title, x=0.06, y=0.995, ha="left", va="top", fontsize=12)
+        fig.suptitle(title, x=x0, y=0.995, ha="left", va="top", fontsize=12)
     return fig
 
 
@@ -199,38 +213,53 @@ def _wrap(text: str, width: int) -> list[str]:
     return textwrap.wrap(text, width) or [""]
 
 
-def results_panels(doc: dict, path: str, variants: list[str] | None = None, state: str | None = None,
+def results_panels(doc: dict, plan: dict[str, str], state: str | None = None,
                    run: int | None = None) -> tuple[list[Panel], str]:
-    """Panels for ``path`` in each variant (the median-pages run unless ``run``)."""
+    """A panel per variant of ``plan`` ({variant: file}): the median-pages run unless ``run``."""
     from elflayout.errors import ElflayoutError
 
-    names = D.variants(doc)
-    if variants:
-        bad = [v for v in variants if v not in names]
-        if bad:
-            raise ElflayoutError(f"--variant {bad[0]}: not in the results (variants: {', '.join(names)})")
-        names = list(variants)
-    state = state or D.default_state(doc, path)
+    state = state or D.default_state(doc, plan)
     if state not in D.states(doc):
         raise ElflayoutError(f"--state {state}: not in the results (states: {', '.join(map(str, D.states(doc)))})")
+    files_md = (doc.get("metadata") or {}).get("files") or {}
     panels = []
-    for v in names:
+    for v, path in plan.items():
         got = D.pick_run(doc, v, state, path, run)
         if got is None:
             continue
         k, r = got
-        panels.append(Panel(f"{v} · {state} · run {k}", D.access_of(r, path)))
+        title = f"{v} · {state} · run {k}"
+        if len(set(plan.values())) > 1:
+            title += f"\n{_short(path)}"
+        panels.append(Panel(title, D.access_of(r, path), D.bands(D.sections_of(doc, path)), path, v,
+                            (files_md.get(path) or {}).get("size")))
     if not panels:
         raise ElflayoutError(f"no runs of state {state!r} for the chosen variants")
     return panels, state
 
 
-def results_figure(doc: dict, path: str, variants=None, state=None, run=None):
-    panels, state = results_panels(doc, path, variants, state, run)
-    meta = ((doc.get("metadata") or {}).get("files") or {}).get(path) or {}
-    bands = D.bands(D.sections_of(doc, path))
-    title = f"Access pattern of {path}"
-    return access_figure(panels, bands, meta.get("size"), title=title)
+def _short(path: str, keep: int = 46) -> str:
+    return path if len(path) <= keep else "…" + path[-(keep - 1):]
+
+
+def check_variants(doc: dict, variants: list[str] | None) -> list[str]:
+    from elflayout.errors import ElflayoutError
+
+    names = D.variants(doc)
+    for v in variants or []:
+        if v not in names:
+            raise ElflayoutError(f"--variant {v}: not in the results (variants: {', '.join(names)})")
+    return list(variants) if variants else names
+
+
+def results_figure(doc: dict, plan: dict[str, str], state=None, run=None):
+    panels, state = results_panels(doc, plan, state, run)
+    paths = sorted(set(plan.values()))
+    if len(paths) == 1:
+        title = f"Access pattern of {paths[0]}"
+    else:
+        title = "Access pattern of " + " vs ".join(sorted({os.path.basename(p) for p in paths}))
+    return access_figure(panels, title=title)
 
 
 # ----------------------------------------------------------------------------------
@@ -315,16 +344,16 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
     if reads:
         handles.append(Line2D([], [], marker="o", ls="", color="#9e9e9e", markersize=5, label="read from disk"))
     # Margin: touched vs untouched pages per slice of the file.
-    bin_mb = max(ymax / 120, D.PAGE / MB)
-    edges = np.arange(0, ylim[1] + bin_mb, bin_mb)
-    touched, _ = np.histogram(np.unique(pg) * D.PAGE / MB, bins=edges)
-    cap = np.diff(edges) * MB / D.PAGE
-    mx.barh(edges[:-1], np.full(touched.shape, 1.0), height=np.diff(edges), align="edge", color="#d9d9d9", lw=0)
-    mx.barh(edges[:-1], touched / cap, height=np.diff(edges), align="edge", color="#3f007d", lw=0)
-    mx.set_xlim(0, 1)
-    mx.set_xticks([0, 1], ["0", "100%"])
+    bin_pages = max(1, int(round(ymax * MB / D.PAGE / 120)))
+    edges = np.arange(0, int(np.ceil(ylim[1] * MB / D.PAGE)) + bin_pages, bin_pages)
+    touched, _ = np.histogram(np.unique(pg), bins=edges)
+    y, h = edges[:-1] * D.PAGE / MB, bin_pages * D.PAGE / MB
+    mx.barh(y, np.full(touched.shape, 1.0), height=h, align="edge", color="#d9d9d9", lw=0)
+    mx.barh(y, touched / bin_pages, height=h, align="edge", color="#3f007d", lw=0)
+    mx.set_xlim(0, 1.02)
+    mx.set_xticks([1.0], ["100%"])
     mx.tick_params(labelleft=False, left=False, labelsize=7)
-    mx.set_xlabel("touched\nshare", fontsize=8)
+    mx.set_xlabel(f"share touched\nper {bin_pages:,}-page\nslice", fontsize=8)
     handles += [Patch(color="#3f007d", label="margin: touched share of slice"),
                 Patch(color="#d9d9d9", label="untouched")]
     ax.set_ylim(*ylim)

@@ -180,16 +180,6 @@ def states(doc: dict) -> list[str]:
     return sorted(seen, key=lambda s: (order.index(s) if s in order else len(order), str(s)))
 
 
-def traced_files(doc: dict) -> list[str]:
-    """Files that have an ordered read sequence in at least one run."""
-    out = []
-    for r in doc["runs"]:
-        for path, f in (r.get("files") or {}).items():
-            if isinstance(f, dict) and f.get("reads") and path not in out:
-                out.append(path)
-    return out
-
-
 def all_files(doc: dict) -> list[str]:
     out = list((doc.get("metadata") or {}).get("files") or {})
     for r in doc["runs"]:
@@ -199,27 +189,92 @@ def all_files(doc: dict) -> list[str]:
     return out
 
 
-def choose_file(doc: dict, file: str | None, src: str) -> str:
-    files = traced_files(doc)
-    if file is not None:
-        if file in files:
-            return file
-        # Accept a basename or a path with symlinks when it is unambiguous.
-        cands = [f for f in files if os.path.basename(f) == os.path.basename(file)]
-        try:
-            real = os.path.realpath(file)
-            cands += [f for f in files if os.path.realpath(f) == real and f not in cands]
-        except OSError:
-            pass
-        if len(cands) == 1:
-            return cands[0]
-        known = ", ".join(files) or "none"
-        raise ElflayoutError(f"{src}: no read sequence recorded for {file} (files with one: {known})")
-    if not files:
+def _match(files: list[str], want: str) -> str | None:
+    """``want`` among ``files``: exact, same real path, or an unambiguous basename."""
+    if want in files:
+        return want
+    try:
+        real = os.path.realpath(want)
+        same = [f for f in files if os.path.realpath(f) == real]
+        if len(same) == 1:
+            return same[0]
+    except OSError:
+        pass
+    if os.sep in want:
+        return None  # a path names one file; only a bare name may match by basename
+    base = [f for f in files if os.path.basename(f) == want]
+    return base[0] if len(base) == 1 else None
+
+
+def traced_by_variant(doc: dict) -> dict[str, list[str]]:
+    """Per variant, the files with a read sequence in its runs, most pages read first."""
+    out: dict[str, dict[str, float]] = {v: {} for v in variants(doc)}
+    for r in doc["runs"]:
+        per = out.setdefault(r.get("variant"), {})
+        for path, f in (r.get("files") or {}).items():
+            if isinstance(f, dict) and f.get("reads"):
+                per[path] = per.get(path, 0) + float(f.get("pages_read") or len(f["reads"]))
+    return {v: sorted(per, key=lambda p: -per[p]) for v, per in out.items()}
+
+
+def plans(doc: dict, files: list[str] | None = None, src: str = "",
+          only: list[str] | None = None) -> list[dict[str, str]]:
+    """What to draw side by side: a list of {variant: file} maps.
+
+    A before/after of two builds reads a different file in each variant (each its own
+    path); a change elsewhere (read-ahead, environment) reads the same file. So:
+    with ``files``, each variant gets the first of them it read; without, one map pairs
+    the files that only one variant read (when each variant has exactly one), and each
+    file that every variant read gets its own map, most pages read first.
+    """
+    by = traced_by_variant(doc)
+    names = only or [v for v in variants(doc)]
+    by = {v: by.get(v, []) for v in names}
+    if not any(by.values()):
         raise ElflayoutError(f"{src}: no run has an ordered read sequence ('reads'); was it measured with tracing?")
-    if len(files) > 1:
-        raise ElflayoutError(f"{src}: several files were traced; choose one with --file ({', '.join(files)})")
-    return files[0]
+    if files:
+        plan = {}
+        for v in names:
+            for want in files:
+                got = _match(by[v], want)
+                if got:
+                    plan[v] = got
+                    break
+        if not plan:
+            known = ", ".join(sorted({f for fs in by.values() for f in fs}))
+            raise ElflayoutError(f"{src}: no read sequence recorded for {', '.join(files)} (files with one: {known})")
+        return [plan]
+    out = []
+    sets = {v: set(fs) for v, fs in by.items()}
+    common = set.intersection(*sets.values()) if sets else set()
+    specific = {v: [f for f in fs if f not in common] for v, fs in by.items()}
+    if len(names) > 1 and all(len(fs) == 1 for fs in specific.values()):
+        out.append({v: fs[0] for v, fs in specific.items()})
+    first = names[0]
+    for f in by[first]:
+        if f in common:
+            out.append({v: f for v in names})
+    if not out:  # e.g. a single variant that read several files, or uneven sets
+        for f in sorted({f for fs in by.values() for f in fs}):
+            out.append({v: f for v in names if f in sets[v]})
+    return out
+
+
+def choose_plan(doc: dict, files: list[str] | None, src: str, only: list[str] | None = None) -> dict[str, str]:
+    """The one {variant: file} map the plot verb draws; asks for --file when ambiguous."""
+    ps = plans(doc, files, src, only)
+    if len(ps) > 1:
+        listed = sorted({f for p in ps for f in p.values()})
+        raise ElflayoutError(f"{src}: several files were traced; choose with --file ({', '.join(listed)})")
+    return ps[0]
+
+
+def traced_files(doc: dict) -> list[str]:
+    """All files with a read sequence in some run."""
+    out = []
+    for fs in traced_by_variant(doc).values():
+        out += [f for f in fs if f not in out]
+    return out
 
 
 def sections_of(doc: dict, path: str) -> list[dict]:
@@ -239,10 +294,11 @@ def runs_of(doc: dict, variant: str, state: str) -> list[dict]:
     return [r for r in doc["runs"] if r.get("variant") == variant and r.get("state") == state]
 
 
-def default_state(doc: dict, path: str) -> str:
-    """The state to plot: the first (cold before selective before hot) with reads of ``path``."""
+def default_state(doc: dict, plan: dict[str, str]) -> str:
+    """The state to plot: the first (cold, selective, hot) in which the plan's files were read."""
     for s in states(doc):
-        if any(((r.get("files") or {}).get(path) or {}).get("reads") for r in doc["runs"] if r.get("state") == s):
+        if any(((r.get("files") or {}).get(plan.get(r.get("variant"))) or {}).get("reads")
+               for r in doc["runs"] if r.get("state") == s):
             return s
     return states(doc)[0]
 

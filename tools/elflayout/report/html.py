@@ -217,29 +217,40 @@ def files_table(doc: dict, state: str | None = None) -> str:
     return table(["file", "variant", "state", "size MB", "pages read (median)", "MB read", "seeks"], rows)
 
 
-def section_table_html(doc: dict, path: str, panels) -> str:
-    """Per ELF section: pages read and touched in each variant's plotted run."""
-    secs = D.sections_of(doc, path)
-    if not secs or not panels:
+def section_table_html(doc: dict, panels) -> str:
+    """Per ELF section (matched by name across builds): pages read and touched in each
+    variant's plotted run."""
+    if not panels:
         return ""
-    per = [D.section_table(secs, p.acc) for p in panels]
+    per = []
+    for p in panels:
+        secs = D.sections_of(doc, p.path)
+        per.append({_key(r, i): r for i, r in enumerate(D.section_table(secs, p.acc))} if secs else {})
+    if not any(per):
+        return ""
+    order: list = []
+    for t in per:
+        order += [k for k in t if k not in order]
     headers = ["section", "MB", "pages"]
     for p in panels:
-        name = p.title.split(" · ")[0]
-        headers += [f"{name}: read", f"{name}: touched"]
+        headers += [f"{p.variant}: read", f"{p.variant}: touched"]
     if len(panels) > 1:
-        headers += [f"read Δ {panels[-1].title.split(' · ')[0]} − {panels[0].title.split(' · ')[0]}"]
+        headers += [f"read Δ {panels[-1].variant} − {panels[0].variant}"]
     rows = []
-    for i, s in enumerate(per[0]):
-        if all(t[i]["read"] == 0 and t[i]["touched"] == 0 for t in per) and s["pages"] < 2:
+    zero = {"read": 0, "touched": 0}
+    for k in order:
+        s = next(t[k] for t in per if k in t)
+        if all(t.get(k, zero)["read"] == 0 and t.get(k, zero)["touched"] == 0 for t in per) and s["pages"] < 2:
             continue  # a sliver never read in any variant is noise in this table
         fam, colour = D.family_of(s["name"])
         row = [td(f'<span style="color:{colour}">■</span> {escape(s["name"])}', cls="t"),
                td(_num(s["size"] / 1e6, 2), s["size"]), td(_num(s["pages"]), s["pages"])]
         for t in per:
-            row += [td(_num(t[i]["read"]), t[i]["read"]), td(_num(t[i]["touched"]), t[i]["touched"])]
+            r = t.get(k)
+            row += ([td(_num(r["read"]), r["read"]), td(_num(r["touched"]), r["touched"])] if r
+                    else [td("–"), td("–")])
         if len(panels) > 1:
-            d = per[-1][i]["read"] - per[0][i]["read"]
+            d = per[-1].get(k, zero)["read"] - per[0].get(k, zero)["read"]
             cls = "v-fewer" if d < 0 else "v-more" if d > 0 else "v-no"
             row.append(td(f"{d:+,}", d, cls))
         rows.append(row)
@@ -253,6 +264,14 @@ def section_table_html(doc: dict, path: str, panels) -> str:
     return (out + '<p class="sub">Pages of the plotted run of each variant. "touched" = distinct pages that '
             "faulted (fault-around maps neighbours without a fault, so true touches are more). A page shared by "
             "two sections counts for both.</p>")
+
+
+def _key(row: dict, i: int):
+    # Section names are unique in practice; the index only separates exotic duplicates.
+    return row["name"]
+
+
+MAX_ACCESS_FIGURES = 6  # files with reads beyond this are in the tables only
 
 
 def metadata_table(meta: dict, skip=("files",)) -> str:
@@ -311,18 +330,19 @@ def results_section(src: str, doc: dict, idx: int) -> str:
     ft = files_table(doc)
     if ft:
         out.append("<h3>Files read</h3>" + ft)
-    for path in traced:
-        state = D.default_state(doc, path)
-        panels, state = access.results_panels(doc, path, None, state, None)
-        bands = D.bands(D.sections_of(doc, path))
-        size = (((meta.get("files") or {}).get(path)) or {}).get("size")
-        fig = access.access_figure(panels, bands, size, title=f"Access pattern of {path}")
-        out.append(f"<h3>Where the bytes of {escape(Path(path).name)} go ({escape(str(state))})</h3>")
+    for plan in D.plans(doc, None, src)[:MAX_ACCESS_FIGURES]:
+        panels, state = access.results_panels(doc, plan, None, None)
+        fig = access.access_figure(panels, title=None)
+        names = sorted({Path(p).name for p in plan.values()})
+        out.append(f"<h3>Where the bytes of {escape(' / '.join(names))} go ({escape(str(state))})</h3>")
+        if len(set(plan.values())) > 1:
+            out.append('<p class="sub">' + "; ".join(f"<b>{escape(v)}</b>: <code>{escape(p)}</code>"
+                                                    for v, p in plan.items()) + "</p>")
         out.append(figure_png(fig, "x: time since exec; y: offset in the file; bands: ELF sections; dots: pages read "
                                    "(bigger = larger folio); lines: order of reads (long strokes are seeks); crosses: "
                                    "page faults. Margin: pages read and touched per slice of the file. Each variant's "
-                                   "run with the median pages read.", alt=f"access pattern of {path}"))
-        out.append(section_table_html(doc, path, panels))
+                                   "run with the median pages read.", alt=f"access pattern of {', '.join(names)}"))
+        out.append(section_table_html(doc, panels))
     out.append("<h3>Run-to-run distribution</h3>")
     out.append(figure_png(timing.violin_figure(doc, "wall_s"), "Wall time of every run, per variant and state.",
                           alt="wall time violin plot"))

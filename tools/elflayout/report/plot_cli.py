@@ -11,6 +11,9 @@ examples:
   # ELF sections as coloured bands, reads as dots, seeks as long strokes
   elflayout plot R.json --file /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 -o llvm.png
 
+  # before/after of two builds (each variant reads its own library): one --file each
+  elflayout plot R.json --file build/a/libLLVM-16.so.1 --file build/b/libLLVM-16.so.1 -o ab.png
+
   # only two variants, the hot state, the third run of each (default: the run with
   # the median pages read)
   elflayout plot R.json --variant before --variant after --state hot --run 2 -o ab.svg
@@ -34,9 +37,10 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", metavar="OUT.png|svg", required=True, help="image to write (.png, .svg or .pdf)")
     p.add_argument("--kind", choices=("access", "timing", "history"),
                    help="access pattern (default for results and profiles), timing violins, or history series")
-    p.add_argument("--file", metavar="PATH",
+    p.add_argument("--file", metavar="PATH", action="append",
                    help="file whose accesses to plot (results: a traced file; profile: a target); needed when "
-                        "there are several")
+                        "there are several. Repeat for a before/after of two builds: each variant gets the "
+                        "first of them it read")
     p.add_argument("--variant", metavar="NAME", action="append", help="variant(s) to draw, in this order (default: all)")
     p.add_argument("--state", metavar="S", help="state to draw (default: the first of cold/selective/hot with reads)")
     p.add_argument("--run", metavar="K", type=int,
@@ -80,7 +84,9 @@ def build_figure(args):
             raise ElflayoutError(f"{args.input}: a profile has no timings; --kind timing needs a results file")
         from elflayout.report import access
 
-        target = choose_target(doc, args.file, args.input)
+        if args.file and len(args.file) > 1:
+            raise ElflayoutError("--file: a profile plot shows one target; give --file once")
+        target = choose_target(doc, args.file[0] if args.file else None, args.input)
         return access.profile_figure(target, x=args.x)
     if args.kind == "timing":
         from elflayout.report import timing
@@ -88,16 +94,16 @@ def build_figure(args):
         states = [args.state] if args.state else None
         if args.state and args.state not in D.states(doc):
             raise ElflayoutError(f"--state {args.state}: not in the results (states: {', '.join(map(str, D.states(doc)))})")
-        if args.variant:
-            bad = [v for v in args.variant if v not in D.variants(doc)]
-            if bad:
-                raise ElflayoutError(f"--variant {bad[0]}: not in the results (variants: {', '.join(D.variants(doc))})")
-        files = [D.choose_file(doc, args.file, args.input)] if args.file else None
-        return timing.violin_figure(doc, args.metric, args.variant, states, files)
+        from elflayout.report import access
+
+        names = access.check_variants(doc, args.variant)
+        files = sorted(set(D.choose_plan(doc, args.file, args.input, names).values())) if args.file else None
+        return timing.violin_figure(doc, args.metric, names, states, files)
     from elflayout.report import access
 
-    path = D.choose_file(doc, args.file, args.input)
-    return access.results_figure(doc, path, args.variant, args.state, args.run)
+    names = access.check_variants(doc, args.variant)
+    plan = D.choose_plan(doc, args.file, args.input, names)
+    return access.results_figure(doc, plan, args.state, args.run)
 
 
 def choose_target(doc: dict, file: str | None, src: str) -> dict:
