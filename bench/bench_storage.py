@@ -148,7 +148,7 @@ def main() -> int:
     ap.add_argument("--presets", default="hdd,emmc,sata-ssd,cloud")
     ap.add_argument("--size-mb", type=int, default=128, help="test file size, MiB (default 128)")
     ap.add_argument("--reads", type=int, default=100, help="random reads per run (default 100)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the median is shown (default 3)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per figure; the median is shown (default 5)")
     ap.add_argument("--no-rt", action="store_true",
                     help="do not run this reader at SCHED_FIFO (root): scheduler noise then adds to the figures")
     a = ap.parse_args()

@@ -82,6 +82,7 @@ struct slowfs_rec {          /* --log record, 48 bytes, native endian */
 struct handle { int fd; uint64_t ino; };
 
 static int src_fd = -1;
+static unsigned max_read_opt = 0;
 static int follow = 0;   /* --follow-symlinks: serve what symlinks point to, as regular files */
 static struct slowfs_stats *st;
 static int log_fd = -1;
@@ -173,6 +174,8 @@ static void *sf_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 	cfg->attr_timeout = 86400;
 	cfg->negative_timeout = 10;
 	cfg->nullpath_ok = 1;
+	if (max_read_opt)
+		conn->max_read = max_read_opt; /* libfuse wants init() to agree with -o max_read */
 	if (st) {
 		st->proto_major = conn->proto_major;
 		st->proto_minor = conn->proto_minor;
@@ -494,8 +497,10 @@ int main(int argc, char **argv)
 	char opts[512];
 	int n = snprintf(opts, sizeof opts,
 			 "ro,default_permissions,allow_other,auto_unmount,fsname=elflayout-slowfs,subtype=elflayout");
-	if (max_read_kb > 0)
-		snprintf(opts + n, sizeof opts - n, ",max_read=%u", (unsigned)(max_read_kb * 1024));
+	if (max_read_kb > 0) {
+		max_read_opt = (unsigned)(max_read_kb * 1024);
+		snprintf(opts + n, sizeof opts - n, ",max_read=%u", max_read_opt);
+	}
 	char *fargv[8];
 	int fargc = 0;
 	fargv[fargc++] = argv[0];

@@ -128,10 +128,13 @@ class SlowStorage:
         if self.max_read_kb:
             cmd += ["--max-read-kb", str(int(self.max_read_kb))]
         cmd += [str(self.src), self.path]
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, start_new_session=True)
+        # stderr to a file, not a pipe: nobody reads a pipe while serving, and a full one
+        # would block the helper.
+        with open(self._run / "stderr", "wb") as err:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=err, start_new_session=True)
         try:
-            self._mount, self._init = server.wait_ready(self._proc, stats, self.path)
+            self._mount, self._init = server.wait_ready(self._proc, stats, self.path, self._run / "stderr")
             if self.read_ahead_kb_wanted is not None:
                 server.set_read_ahead_kb(self._mount, self.read_ahead_kb_wanted)
         except BaseException:
@@ -150,8 +153,6 @@ class SlowStorage:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-            if proc.stderr:
-                proc.stderr.close()
         if self.path and server.mount_at(self.path) is not None:
             server.unmount(self.path, lazy=True)
         self._cleanup_run()

@@ -11,6 +11,7 @@ Our mounts are recognisable by their type ``fuse.elflayout`` (fsname ``elflayout
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import struct
@@ -61,7 +62,9 @@ def helper() -> Path:
         raise ElflayoutError(f"{exe}: slowfs helper missing (and no source to build it)")
     if shutil.which("make") is None or shutil.which("pkg-config") is None:
         raise ElflayoutError(f"{exe}: not built; needs make, pkg-config and libfuse3-dev (run: make bootstrap)")
-    r = subprocess.run(["make", "-s", "-C", str(SLOWFS_DIR)], capture_output=True, text=True)
+    with open(SLOWFS_DIR / ".build.lock", "w") as lock:  # concurrent first uses build once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = subprocess.run(["make", "-s", "-C", str(SLOWFS_DIR)], capture_output=True, text=True)
     if r.returncode != 0 or not exe.exists():
         last = (r.stderr.strip().splitlines() or ["make failed"])[-1]
         raise ElflayoutError(f"{exe}: build failed ({last}); is libfuse3-dev installed? (make bootstrap)")
@@ -242,13 +245,17 @@ def _owner_of(path: str, base: Path) -> int | None:
     return int(pid) if pid.isdigit() else None
 
 
-def wait_ready(proc: subprocess.Popen, stats_path: Path, mnt: str, timeout: float = 10.0) -> tuple[Mount, dict]:
+def wait_ready(proc: subprocess.Popen, stats_path: Path, mnt: str, stderr_path: Path | None = None,
+               timeout: float = 10.0) -> tuple[Mount, dict]:
     """Wait until the helper answered FUSE_INIT and the mount is visible."""
     deadline = time.monotonic() + timeout
     while True:
         rc = proc.poll()
         if rc is not None:
-            err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+            try:
+                err = stderr_path.read_text(errors="replace").strip() if stderr_path else ""
+            except OSError:
+                err = ""
             last = err.splitlines()[-1] if err else f"exit status {rc}"
             raise ElflayoutError(f"{mnt}: slowfs failed to mount: {last}")
         st = read_stats(stats_path)
