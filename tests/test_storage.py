@@ -355,3 +355,12 @@ def test_files_mapping_serves_chosen_files(srcdir, tmp_path):
         SlowStorage({"../x": srcdir / "small.txt"})
     with pytest.raises(ElflayoutError, match="not a regular file"):
         SlowStorage({"x": srcdir})
+
+
+def test_max_read_limits_requests(srcdir):
+    need_fuse()
+    with SlowStorage(srcdir, preset="none", max_read_kb=64, read_ahead_kb=512) as m:
+        info = m.info()
+        assert info["max_read"] == 65536 and info["max_request_bytes"] == 65536
+        Path(m.path_of("big.bin")).read_bytes()
+        assert 0 < m.stats()["max_request_bytes"] <= 65536
