@@ -80,7 +80,10 @@ def _fail(img, msg):
 
 
 def validate(img) -> tuple:
-    """Reject what cannot be packed; return (arch, shdrs, phdrs, dyn, dyn_off)."""
+    """Reject what cannot be packed; return (arch, shdrs, phdrs, dyn, dyn_off, n_used).
+
+    ``dyn`` is the whole PT_DYNAMIC array, ``n_used`` the entries before its first DT_NULL.
+    """
     hdr = img.elf.header
     if hdr["e_type"] != "ET_DYN":
         _fail(img, f"not a shared object (e_type {hdr['e_type']}); pack-relocs rewrites ET_DYN libraries")
@@ -139,7 +142,7 @@ def plan_pack(img) -> Plan:
     names = [s.name for s in img.sections]
     sec = {n: i for i, n in reversed(list(enumerate(names)))}  # first section of each name
     rela_i = sec[".rela.dyn"]
-    rela_off, rela_addr, rela_size = (int(shdrs[rela_i][k]) for k in ("sh_offset", "sh_addr", "sh_size"))
+    rela_off, rela_size = int(shdrs[rela_i]["sh_offset"]), int(shdrs[rela_i]["sh_size"])
     rel = img.reloc_tables()[".rela.dyn"]
     types = img.reloc_types(rel)
     r_off = rel["r_offset"]

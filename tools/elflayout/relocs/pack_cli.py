@@ -36,7 +36,10 @@ def _verify(src, tmp):
     from elflayout.errors import Finding
     from elflayout.relocs import simload
 
-    res = simload.compare(src, tmp)
+    from rich.console import Console
+
+    with Console(stderr=True).status("check: relocating input and output at two load bases"):
+        res = simload.compare(src, tmp)
     if not res["equal"]:
         d = res["first_difference"]
         if res["table_problems"]:
@@ -47,7 +50,8 @@ def _verify(src, tmp):
     if simload.is_executable(tmp):
         res["dlopen"] = "skipped (a PIE executable cannot be dlopen'ed: run it)"
         return res
-    err = simload.dlopen_check(tmp)
+    with Console(stderr=True).status("check: dlopen of the packed library"):
+        err = simload.dlopen_check(tmp)
     res["dlopen"] = "ok" if err is None else err
     if err is not None:
         raise Finding(f"check failed: dlopen of the packed library failed: {err} (output not written)")
