@@ -59,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--census", choices=("evict", "drop", "none"), default=None,
                    help="how to find the files a startup reads (default: drop if --state cold, else evict; "
                         "none skips it when --files is given)")
+    p.add_argument("--retries", type=int, default=2,
+                   help="repeat a cold/selective run disturbed by another process up to N times (default 2)")
     p.add_argument("--no-trace", action="store_true", help="do not use tracefs: estimate pages from mincore")
     p.add_argument("--storage", metavar="PRESET",
                    help="serve the directories holding --files from an emulated slow disk (elflayout storage); "
@@ -103,6 +105,8 @@ def validate(args) -> None:
             raise ElflayoutError(f"--name {n}: empty command")
     if args.runs < 1:
         raise ElflayoutError(f"--runs: must be at least 1 (got {args.runs})")
+    if args.retries < 0:
+        raise ElflayoutError(f"--retries: must be 0 or more (got {args.retries})")
     if args.warmup < 0:
         raise ElflayoutError(f"--warmup: must be 0 or more (got {args.warmup})")
     for f in args.files:
@@ -135,7 +139,8 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
 
     cells = {}
     for r in runs:
-        cells.setdefault((r["variant"], r["state"]), []).append(r)
+        if not r.get("interference"):
+            cells.setdefault((r["variant"], r["state"]), []).append(r)
     for (v, s), rs in cells.items():
         w = np.array([r["wall_s"] for r in sorted(rs, key=lambda r: r["round"])])
         if len(w) >= 4:
@@ -148,6 +153,10 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
         if s != "hot" and len(pages) > 1:
             out.append(f"{v}/{s}: pages read vary between runs ({min(pages)}..{max(pages)}): another process may "
                        f"be reading or mapping the files, or eviction was incomplete")
+    bad = [r for r in runs if r.get("interference")]
+    if bad:
+        out.append(f"{len(bad)} run(s) were disturbed by other processes using the files under test (see runs[]."
+                   f"interference): measure on a quiet machine, or exclude them")
     for srow in summary:
         if srow["metric"] == "wall_s" and srow.get("cov") and srow["cov"] > 0.10:
             out.append(f"{srow['variant']}/{srow['state']}: wall time CoV {srow['cov'] * 100:.0f}% > 10%: the machine "
@@ -184,6 +193,7 @@ def run(args) -> int:
     from elflayout.tracefs import file_key, tracefs_status
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     err = Console(stderr=True)
@@ -214,7 +224,7 @@ def run(args) -> int:
         notes.append(f"read_ahead_kb not set: {controls[0].available()}")
     if not args.quiet:
         for n in notes:
-            err.print(f"[yellow]note:[/] {n}")
+            err.print(f"[yellow]note:[/] {escape(n)}", soft_wrap=True, highlight=False)
     started = datetime.datetime.now(datetime.timezone.utc)
     t_start = time.monotonic()
     plan = Plan(variants, states, args.runs, args.warmup, args.seed, list(args.files))
@@ -236,7 +246,7 @@ def run(args) -> int:
             progress.update(task, advance=1, description=f"{info['variant']}/{info['state']}: median {w:.1f} ms, "
                                                          f"{pg:,} pages (n={len(rs)})")
         elif kind == "warning" and not args.quiet:
-            progress.console.print(f"[yellow]warning:[/] {info['message']}")
+            progress.console.print(f"[yellow]warning:[/] {escape(info['message'])}", soft_wrap=True, highlight=False)
         elif kind == "warmup":
             progress.update(task, description=f"warm-up {info['variant']} #{info['i'] + 1}")
 
@@ -254,7 +264,8 @@ def run(args) -> int:
                     [str(mount)] + [p for p in extra_env.get("LD_LIBRARY_PATH", "").split(":") if p])}
             plan.files = [os.path.join(str(mount), os.path.basename(f)) for f in args.files]
             source_of = dict(zip(plan.files, args.files))
-        runner = Runner(plan, cs, envctl, trace=not trace_why, on_event=on_event, variant_env=variant_env)
+        runner = Runner(plan, cs, envctl, trace=not trace_why, on_event=on_event, variant_env=variant_env,
+                        retries=args.retries)
         try:
             with progress:
                 task = progress.add_task("census", total=len(plan.schedule()))
@@ -316,6 +327,6 @@ def run(args) -> int:
     if not args.quiet:
         print(model.markdown(doc), end="")
         for h in hint_list:
-            err.print(f"[yellow]hint:[/] {h}")
+            err.print(f"[yellow]hint:[/] {escape(h)}", soft_wrap=True, highlight=False)
         err.print(f"wrote {out} ({len(runs)} runs in {duration:.1f} s)")
     return 0

@@ -29,6 +29,8 @@ def add_arguments(p):
     g.add_argument("--csv", action="store_true", help="summary and comparison tables as CSV")
     g.add_argument("--runs-csv", action="store_true", help="one CSV row per run and file under test")
     p.add_argument("--metric", action="append", help="only these metrics (repeatable)")
+    p.add_argument("--include-disturbed", action="store_true",
+                   help="keep runs flagged as disturbed by other processes (left out by default)")
     p.add_argument("--seed", type=int, help="bootstrap seed (default: the results' seed)")
     p.add_argument("--fail-on", choices=("slower", "more", "any"),
                    help="exit 1 if a comparison's verdict is slower (times), more (counts) or any change")
@@ -36,7 +38,7 @@ def add_arguments(p):
     p.add_argument("--force", action="store_true", help="replace an existing output file")
 
 
-def recompute(doc: dict, seed=None, metrics=None) -> dict:
+def recompute(doc: dict, seed=None, metrics=None, include_disturbed=False) -> dict:
     from elflayout.measure import stats
 
     if metrics:
@@ -46,7 +48,8 @@ def recompute(doc: dict, seed=None, metrics=None) -> dict:
     variants = [v["name"] for v in doc["variants"]]
     states = doc["metadata"].get("states") or sorted({r["state"] for r in doc["runs"]})
     s = doc["metadata"].get("seed", 0) if seed is None else seed
-    out = stats.analyse(doc["runs"], variants, states, seed=s, metrics=tuple(metrics or stats.METRICS))
+    out = stats.analyse(doc["runs"], variants, states, seed=s, metrics=tuple(metrics or stats.METRICS),
+                         include_disturbed=include_disturbed)
     return {**doc, **out}
 
 
@@ -57,7 +60,7 @@ def run(args) -> int:
     doc = model.load(args.results)
     if not doc["runs"]:
         raise ElflayoutError(f"{args.results}: no runs to compare")
-    doc = recompute(doc, args.seed, args.metric)
+    doc = recompute(doc, args.seed, args.metric, args.include_disturbed)
     if args.json:
         text = json.dumps({"format": "elflayout-compare", "version": 1, "source": str(args.results),
                            "summary": doc["summary"], "comparisons": doc["comparisons"],

@@ -128,8 +128,9 @@ class Runner:
 
     def __init__(self, plan: Plan, controls: ControlSet, env: FixedEnv, *, trace: bool = True,
                  on_event: Callable[[str, dict], None] | None = None, capture_dir: str | None = None,
-                 variant_env: dict[str, dict] | None = None):
+                 variant_env: dict[str, dict] | None = None, retries: int = 2):
         self.plan = plan
+        self.retries = retries
         self.controls = controls
         self.envctl = env
         self.trace = trace and tracefs_status() is None
@@ -244,6 +245,39 @@ class Runner:
         return records
 
     def one(self, v: Variant, state: str, rnd: int, seq: int) -> dict:
+        """One timed run; an evicted-state run disturbed by another process is redone.
+
+        On a shared machine another process may map a file under test (eviction leaves
+        pages), read it during our run (more resident afterwards than we read) or evict
+        it (fewer). Such a run measures the neighbours, not the layout: it is repeated up
+        to ``retries`` times and, if still disturbed, kept with ``interference`` set.
+        """
+        for attempt in range(self.retries + 1):
+            rec = self._attempt(v, state, rnd, seq)
+            why = self.interference(rec)
+            if not why:
+                break
+            self.on_event("warning", {"message": f"run {seq} ({v.name}/{state}) disturbed: {why}"
+                                                 + ("; repeating it" if attempt < self.retries else "")})
+        if why:
+            rec["interference"] = why
+        if attempt:
+            rec["attempts"] = attempt + 1
+        return rec
+
+    def interference(self, rec: dict) -> str | None:
+        if rec["state"] == "hot" or rec["source"] != "trace":
+            return None
+        left = rec.get("evict_left") or {}
+        for f, x in rec["files"].items():
+            if left.get(f):
+                return f"{f}: {left[f]} page(s) could not be evicted before the run"
+            if x["resident_after"] != x["pages_read"]:
+                return (f"{f}: {x['resident_after']} pages resident after the run but {x['pages_read']} read by it "
+                        f"(another process read or evicted the file meanwhile)")
+        return None
+
+    def _attempt(self, v: Variant, state: str, rnd: int, seq: int) -> dict:
         info = self.prepare(v, state)
         if self.ts is not None:
             self.ts.clear()

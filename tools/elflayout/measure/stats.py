@@ -196,8 +196,14 @@ def _series(runs, variant, state, metric):
 
 
 def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int = 0,
-            metrics=METRICS) -> dict:
-    """summary, comparisons (each variant against the first) and io_bound of a results file."""
+            metrics=METRICS, include_disturbed: bool = False) -> dict:
+    """summary, comparisons (each variant against the first) and io_bound of a results file.
+
+    Runs flagged ``interference`` (another process used the files under test meanwhile)
+    are left out unless ``include_disturbed``.
+    """
+    if not include_disturbed:
+        runs = [r for r in runs if not r.get("interference")]
     summary, comparisons, io = [], [], []
     for v, s, m in product(variants, states, metrics):
         x = _series(runs, v, s, m)
