@@ -143,7 +143,9 @@ def plan_pack(img) -> Plan:
     sec = {n: i for i, n in reversed(list(enumerate(names)))}  # first section of each name
     rela_i = sec[".rela.dyn"]
     rela_off, rela_size = int(shdrs[rela_i]["sh_offset"]), int(shdrs[rela_i]["sh_size"])
-    rel = img.reloc_tables()[".rela.dyn"]
+    rel = img.reloc_tables().get(".rela.dyn")
+    if rel is None:  # an empty .rela.dyn
+        raise AlreadyPacked(f"{img.path}: .rela.dyn is empty (nothing to do)")
     types = img.reloc_types(rel)
     r_off = rel["r_offset"]
 
