@@ -305,3 +305,32 @@ def test_aarch64_elf_is_inspected(tmp_path):
     assert doc["file"]["machine"] == "EM_AARCH64" and not doc["file"]["x86_64"]
     assert doc["relocations"]["relative"]["count"] == 2
     check_sections(doc, lib)
+
+
+def test_damaged_files_never_crash(tmp_path, built):
+    """Seeded random byte damage: inspect either succeeds or exits 2 with one line naming the file."""
+    import contextlib
+    import io
+    import random
+
+    from elflayout.cli import main
+
+    lib, _ = built["bfd"]
+    data = lib.read_bytes()
+    rnd = random.Random(7)
+    target = tmp_path / "damaged.so"
+    outcomes = Counter()
+    for _ in range(150):
+        d = bytearray(data)
+        for _ in range(rnd.choice([1, 4, 16, 64])):
+            k = rnd.randrange(len(d)) if rnd.random() < 0.5 else rnd.randrange(2048)  # headers are hit often
+            d[k] = rnd.randrange(256)
+        target.write_bytes(bytes(d))
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = main(["inspect", "--json", str(target)])
+        outcomes[rc] += 1
+        assert rc in (0, 2), err.getvalue()
+        if rc == 2:
+            assert err.getvalue().startswith(f"elflayout: error: {target}:") and err.getvalue().count("\n") == 1
+    assert outcomes[2] > 10 and outcomes[0] > 10  # both kinds were exercised

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import struct
 
 import numpy as np
 from elftools.elf import enums
@@ -37,6 +38,11 @@ _SHF = [(0x1, "W"), (0x2, "A"), (0x4, "X"), (0x10, "M"), (0x20, "S"), (0x40, "I"
 SHT_RELR = 19
 
 
+def _name(v, prefix: str) -> str:
+    """pyelftools gives unknown enum values as ints: name them like readelf would."""
+    return v if isinstance(v, str) else f"{prefix}_{v:#x}"
+
+
 def shflags(f: int) -> str:
     return "".join(c for bit, c in _SHF if f & bit)
 
@@ -63,12 +69,15 @@ def reloc_type_name(machine: str, t: int) -> str:
 
 def file_info(img: ElfImage) -> dict:
     h = img.elf.header
+    ident = img.identity()
+    if not isinstance(ident["build_id"], (str, type(None))):  # a damaged note: pyelftools gives raw bytes
+        ident["build_id"] = bytes(ident["build_id"]).hex()
     return {
-        **img.identity(),
+        **ident,
         "class": img.elfclass,
         "endian": "little" if img.elf.little_endian else "big",
-        "type": h["e_type"],
-        "machine": img.machine,
+        "type": _name(h["e_type"], "ET"),
+        "machine": _name(img.machine, "EM"),
         "x86_64": img.is_x86_64,
         "entry": h["e_entry"],
         "pages": -(-img.size // PAGE),
@@ -77,7 +86,7 @@ def file_info(img: ElfImage) -> dict:
 
 def segments(img: ElfImage) -> list[dict]:
     return [{
-        "index": s.index, "type": s.type, "flags": pflags(s.flags).replace(" ", "") or "-", "offset": s.offset,
+        "index": s.index, "type": _name(s.type, "PT"), "flags": pflags(s.flags).replace(" ", "") or "-", "offset": s.offset,
         "filesz": s.filesz, "vaddr": s.vaddr, "memsz": s.memsz, "align": s.align,
         "pages": _pages(s.offset, s.filesz),
     } for s in img.segments]
@@ -102,7 +111,7 @@ def sections(img: ElfImage) -> list[dict]:
         if s.index == 0:
             continue
         out.append({
-            "index": s.index, "name": s.name, "type": s.type if isinstance(s.type, str) else f"SHT_{s.type:#x}",
+            "index": s.index, "name": s.name, "type": _name(s.type, "SHT"),
             "flags": shflags(s.flags), "addr": s.addr, "offset": s.offset, "size": s.size, "align": s.align,
             "entsize": s.entsize, "pages": _pages(s.offset, s.size, s.occupies_file),
             "segment": _containing_load(img, s),
@@ -238,24 +247,17 @@ def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, 
     """The full ``elflayout-inspect`` v1 document of one ELF file."""
     from elflayout.fileio import envelope
 
-    with ElfImage(path) as img:
-        notes = []
-        if not img.is_x86_64:
-            notes.append(f"not x86-64 ({img.machine}, ELF{img.elfclass}): relocation names and the RELATIVE type come "
-                         f"from the {img.machine} table; profile, order and pack-relocs are x86-64-specific")
-        if img.relative_type() is None:
-            notes.append(f"no R_*_RELATIVE type known for {img.machine}: RELR size not computed")
-        info = file_info(img)
-        body = {
-            "file": info,
-            "segments": segments(img),
-            "sections": sections(img),
-            "relocations": relocations(img),
-            "symbols": symbol_counts(img),
-            "functions": function_summary(img),
-            "map": map_summary(img, map_path) if map_path else None,
-            "notes": notes,
-        }
+    try:
+        with ElfImage(path) as img:
+            body = _body(img, map_path)
+    except ElflayoutError:
+        raise
+    except (OverflowError, IndexError, struct.error, UnicodeDecodeError) as e:
+        raise ElflayoutError(f"{path}: malformed ELF file ({type(e).__name__}: {e})") from None
+    except Exception as e:
+        if not type(e).__module__.startswith("elftools"):
+            raise
+        raise ElflayoutError(f"{path}: malformed ELF file ({type(e).__name__}: {e})") from None
     meta = {
         "tool": f"elflayout {__version__}",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -263,3 +265,24 @@ def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, 
         "page_size": PAGE,
     }
     return envelope(FORMAT_KIND, FORMAT_VERSION, meta, **body)
+
+
+def _body(img: ElfImage, map_path) -> dict:
+    """Everything but the envelope; damaged files may raise pyelftools/numpy errors."""
+    notes = []
+    if not img.is_x86_64:
+        notes.append(f"not x86-64 ({img.machine}, ELF{img.elfclass}): relocation names and the RELATIVE type come "
+                     f"from the {img.machine} table; profile, order and pack-relocs are x86-64-specific")
+    if img.relative_type() is None:
+        notes.append(f"no R_*_RELATIVE type known for {img.machine}: RELR size not computed")
+    info = file_info(img)
+    return {
+        "file": info,
+        "segments": segments(img),
+        "sections": sections(img),
+        "relocations": relocations(img),
+        "symbols": symbol_counts(img),
+        "functions": function_summary(img),
+        "map": map_summary(img, map_path) if map_path else None,
+        "notes": notes,
+    }
