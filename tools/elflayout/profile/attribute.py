@@ -235,7 +235,14 @@ def build_target(img: ElfImage, events: np.ndarray, *, functions=None, linkmap=N
         reads.append({"page": int(ev["offset"][e] // PAGE), "npages": int(max(1, ev["length"][e] // PAGE)),
                       "first": int(ev["seq"][e]), "t": _r6(ev["t"][e])})
 
+    windows = []
+    for e in np.flatnonzero(ev["kind"] == b"m").tolist():
+        windows.append({"page": int(ev["offset"][e] // PAGE), "npages": int(max(1, ev["length"][e] // PAGE)),
+                        "first": int(ev["seq"][e]), "t": _r6(ev["t"][e])})
+
     tgt.update(functions=funs, sections=sections, objects=objects, pages=pages, reads=reads)
+    if windows or am.size:
+        tgt["windows"] = windows
     if data_objects:
         tgt["data_objects"] = data_objects
     named = sum(1 for f in funs if f["source"] != "eh_frame")

@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         s = t["stats"]
         print(f"{t['path']}: {s['functions']} functions ({s['functions_named']} named), "
               f"{len(t['objects'])} objects, pages x/r/w/t {s['pages']['x']}/{s['pages']['r']}/"
-              f"{s['pages']['w']}/{s['pages']['t']}, {s['reads']} reads")
+              f"{s['pages']['w']}/{s['pages']['t']}, {s['reads']} reads, {len(t.get('windows', []))} fault-around windows")
     print(f"wrote {out}")
     rc = r.returncode
     if rc != 0:

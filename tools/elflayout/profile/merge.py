@@ -25,6 +25,7 @@ KEYS = {
     "pages": lambda e: (e.get("page"), e.get("kind")),
     "reads": lambda e: e.get("page"),
     "data_objects": lambda e: e.get("object"),
+    "windows": lambda e: (e.get("page"), e.get("npages")),
 }
 RULES = ("concat", "rank")
 

@@ -17,11 +17,13 @@ VERSION = 1
 PHASES = ("loader", "init", "main")
 PAGE_KINDS = ("x", "r", "w", "t")
 LISTS = ("functions", "sections", "objects", "pages", "reads")
+OPTIONAL_LISTS = ("windows", "data_objects")
 
 # One raw event of either backend, after mapping to the target file:
 #   seq   global sequence number (across targets and kinds) of the first access
 #   t     seconds since the workload started
-#   kind  b"x" execute, b"r" read, b"w" write, b"t" page touched (fault), b"a" page added (read)
+#   kind  b"x" execute, b"r" read, b"w" write, b"t" page touched (fault), b"a" page added (read),
+#         b"m" fault-around window mapped
 #   target index into the profile's targets
 #   offset, length: file bytes [offset, offset+length) (length: pages*4096 for "a")
 EVENT_DTYPE = np.dtype([("seq", "<i8"), ("t", "<f8"), ("kind", "S1"), ("target", "<i2"),
@@ -73,7 +75,7 @@ def validate(doc: dict, path="profile") -> dict:
     for i, t in enumerate(ts):
         if not isinstance(t, dict) or "path" not in t:
             raise ElflayoutError(f"{path}: targets[{i}] has no path")
-        for k in LISTS:
+        for k in LISTS + OPTIONAL_LISTS:
             v = t.get(k, [])
             if not isinstance(v, list):
                 raise ElflayoutError(f"{path}: targets[{i}].{k} is not a list")

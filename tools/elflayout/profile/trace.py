@@ -3,8 +3,9 @@
 A private tracefs instance (``elflayout.tracefs.TraceSession``) records, for the targets'
 (device, inode) only, ``mm_filemap_fault`` (a page of a target mapping touched without
 being mapped yet: kind "t"), ``mm_filemap_add_to_page_cache`` (pages read from disk:
-the "reads" list, with the folio size) and ``mm_filemap_map_pages`` (pages mapped by
-fault-around, counted in the metadata). Fault-around and read-ahead hide first touches:
+the "reads" list, with the folio size) and ``mm_filemap_map_pages`` (the "windows" list:
+a fault was served by mapping cached pages around it, so some page of the window was
+touched first then). Fault-around and read-ahead hide first touches:
 a page mapped around an earlier fault, or already present, is touched with no event.
 """
 
@@ -22,8 +23,10 @@ from elflayout.errors import ElflayoutError
 from elflayout.profile.model import EVENT_DTYPE
 
 HIDDEN_NOTE = ("trace backend: fault-around (the kernel maps up to fault_around_bytes of cached pages "
-               "around each fault) and read-ahead hide first touches, so 'pages' lists the pages whose "
-               "first touch faulted, in order, not every page touched; 'reads' lists pages read from disk")
+               "around each fault, without a filemap_fault event) and read-ahead hide first touches: 'pages' "
+               "(kind t) lists only the pages whose first touch reached filemap_fault, 'windows' the "
+               "fault-around ranges in the order they were mapped (a first touch happened somewhere inside), "
+               "'reads' the pages read from disk (folio by folio)")
 
 
 def status() -> str | None:
@@ -39,6 +42,7 @@ def evict(path: str) -> None:
     """Drop one file's pages from the page cache (posix_fadvise DONTNEED)."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        os.fdatasync(fd)  # dirty pages (a freshly written file) are not dropped
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
@@ -92,12 +96,11 @@ def run(targets: list[str], argv: list[str], *, evict_first: bool = False, stdou
     for i in range(len(targets)):
         m = (tgt == i) & (e["kind"] == 2)
         mapped[i] = int(e["npages"][m].sum())
-    keep = e["kind"] != 2
-    e, tgt = e[keep], tgt[keep]
     ev = np.zeros(e.size, dtype=EVENT_DTYPE)
     ev["seq"] = np.arange(e.size)
     ev["t"] = e["t"] - t0
-    ev["kind"] = np.where(e["kind"] == 1, b"t", b"a").astype("S1")
+    # t: fault on one page; a: pages added (read); m: fault-around window mapped (a touch inside it)
+    ev["kind"] = np.choose(e["kind"].astype(np.int64), [b"a", b"t", b"m"]).astype("S1")
     ev["target"] = tgt
     ev["offset"] = e["page"] * 4096
     ev["length"] = np.where(e["kind"] == 1, 4096, e["npages"] * 4096)

