@@ -14,9 +14,10 @@ patterns:
   curve (hdd: 4..8 ms); expected from the model for the exact request sequence.
 
 "helper" is what the FUSE helper delivered according to its own request log (reply
-time minus arrival; for seq the whole stream). "measured" is what the reading process sees. For the random tests "corrected" subtracts
-the FUSE round trip measured with preset ``none`` on the same pattern (the model does not
-include it; a real driver has its own). "gap us" is the median time from the helper's
+time minus arrival; for seq the whole stream). "measured" is what the reading process
+sees. For the random tests "corrected" subtracts the FUSE round trip measured with
+preset ``none`` on the same pattern (the model does not include it; a real driver has
+its own). "gap us" is the median time from the helper's
 reply to the next request (reader wake-up + syscall; in a VM a blocked reader wakes up
 slowly from an idle CPU, more so after longer sleeps): what remains of the error for
 synchronous reads on fast presets. Sequential reads are queued by read-ahead, so the
@@ -161,7 +162,8 @@ def main() -> int:
     size = a.size_mb << 20
     f = data_file(size)
     print(f"$ python3 bench/bench_storage.py --presets {a.presets} --size-mb {a.size_mb} "
-          f"--reads {a.reads} --repeat {a.repeat}{' --no-rt' if a.no_rt else ''}   ({rt}; load {os.getloadavg()[0]:.1f})")
+          f"--reads {a.reads} --repeat {a.repeat}{' --no-rt' if a.no_rt else ''}   "
+          f"({rt}; load {os.getloadavg()[0]:.1f})")
     base = measure(f.parent, f.name, "none", size, a.reads, a.repeat)
     print(f"FUSE baseline (preset none): seq {size / base['seq']['measured'] / MB:,.0f} MB/s, "
           f"4 KiB read {base['far']['measured'] * 1e6:.1f} us far / {base['near']['measured'] * 1e6:.1f} us near; "
@@ -181,7 +183,8 @@ def main() -> int:
         rows.append(("seq", "MB/s", mdl.bandwidth_mb_s, size / r["seq"]["model"] / MB, size / r["seq"]["helper"] / MB,
                      size / t / MB, size / t / MB))
         # far: full seek + one page
-        rows.append(("far", "ms", (mdl.seek_ms / 1e3 + PAGE / bw) * 1e3, r["far"]["model"] * 1e3, r["far"]["helper"] * 1e3,
+        rows.append(("far", "ms", (mdl.seek_ms / 1e3 + PAGE / bw) * 1e3, r["far"]["model"] * 1e3,
+                     r["far"]["helper"] * 1e3,
                      r["far"]["measured"] * 1e3, (r["far"]["measured"] - base["far"]["measured"]) * 1e3))
         # near: the model's figure for the sequence is the expectation
         rows.append(("near", "ms", r["near"]["model"] * 1e3, r["near"]["model"] * 1e3, r["near"]["helper"] * 1e3,
