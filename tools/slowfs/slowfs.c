@@ -495,8 +495,11 @@ int main(int argc, char **argv)
 	}
 
 	char opts[512];
+	/* allow_other (other users may run the measured programs) needs root or
+	 * user_allow_other in /etc/fuse.conf; without it only our user sees the files. */
 	int n = snprintf(opts, sizeof opts,
-			 "ro,default_permissions,allow_other,auto_unmount,fsname=elflayout-slowfs,subtype=elflayout");
+			 "ro,default_permissions,%sauto_unmount,fsname=elflayout-slowfs,subtype=elflayout",
+			 geteuid() == 0 ? "allow_other," : "");
 	if (max_read_kb > 0) {
 		max_read_opt = (unsigned)(max_read_kb * 1024);
 		snprintf(opts + n, sizeof opts - n, ",max_read=%u", max_read_opt);

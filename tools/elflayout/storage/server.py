@@ -28,7 +28,16 @@ FSTYPE = "fuse.elflayout"
 FSNAME = "elflayout-slowfs"
 SLOWFS_DIR = Path(__file__).resolve().parents[2] / "slowfs"
 # Per-mount state of the Python API: RUN_BASE/<owner pid>-<n>/{mnt,stats,log}.
-RUN_BASE = Path(os.environ.get("ELFLAYOUT_STORAGE_RUN", "/run/elflayout/storage"))
+def _run_base() -> Path:
+    if os.environ.get("ELFLAYOUT_STORAGE_RUN"):
+        return Path(os.environ["ELFLAYOUT_STORAGE_RUN"])
+    if os.geteuid() == 0:
+        return Path("/run/elflayout/storage")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(xdg) / "elflayout" / "storage" if xdg else Path(f"/tmp/elflayout-storage-{os.getuid()}")
+
+
+RUN_BASE = _run_base()
 
 # struct slowfs_stats in tools/slowfs/slowfs.c (keep in sync).
 _STATS = struct.Struct("<QII Q II IIII II dddd QQQQ QQQQ QQ II Q")
@@ -165,6 +174,8 @@ def read_ahead_kb(mount: Mount) -> int | None:
 def set_read_ahead_kb(mount: Mount, kb: int) -> int:
     """Set the mount's read-ahead (the bdi is private to the mount: nothing to restore)."""
     f = bdi_of(mount) / "read_ahead_kb"
+    if read_ahead_kb(mount) == int(kb):
+        return int(kb)  # FUSE starts at 128 KiB: nothing to write (and no root needed)
     try:
         f.write_text(str(int(kb)))
     except OSError as e:
