@@ -93,3 +93,26 @@ def test_llvm_tools_identical_through_packed_lib(packed, tmp_path, cmd):
     got = _run(argv, libdir=out.parent)
     assert f"calling init: {out}".encode() in got.stderr  # the packed libLLVM really was used
     assert got.stdout == want.stdout and len(want.stdout) > 50
+
+
+@pytest.mark.parametrize("linker", ["bfd", "lld"])
+def test_libpython_relinked_packed_runs_identically(tmp_path, linker):
+    """libpython3.11 relinked by the targets helper (GNU ld: spare slots; lld: moved .dynamic)."""
+    libpython = pytest.importorskip("elflayout.targets.libpython")
+    d = libpython.prepare(linker=linker)
+    lib, launcher = Path(d["lib"]), Path(d["launcher"])
+    pdir = tmp_path / "packed"
+    pdir.mkdir()
+    st = json.loads(run_cli("pack-relocs", lib, "-o", pdir / lib.name, "--check", "--json", check=0).stdout)
+    assert st["check"]["equal"] and st["check"]["dlopen"] == "ok" and st["packed"] > 20_000
+    shutil.copy(launcher, pdir / launcher.name)  # RUNPATH $ORIGIN: loads the packed copy
+    prog = ("import json, decimal, re, _decimal, sys; print(sys.version_info[:2], decimal.Decimal is _decimal.Decimal, "
+            "json.dumps({'q': str(decimal.Decimal(1) / 7), 'm': re.findall(r'\\w+', 'a bb ccc')}, sort_keys=True))")
+    workloads = dict(d["workloads"], printing=[str(launcher), "-c", prog])
+    for name, argv in workloads.items():
+        env = dict(os.environ, **d["env"])
+        want = subprocess.run(argv, capture_output=True, env=env, timeout=120)
+        got = subprocess.run([str(pdir / launcher.name), *argv[1:]], capture_output=True, env=env, timeout=120)
+        assert want.returncode == got.returncode == 0, got.stderr[-1000:]
+        assert got.stdout == want.stdout, name
+    assert b"True" in got.stdout and b"0.142857" in got.stdout  # the printing workload ran last
