@@ -130,6 +130,10 @@ def test_cli_presets_and_bad_input(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     r = run_cli("storage", "mount", tmp_path, tmp_path, "--preset", "floppy", check=2)
     assert "unknown preset" in r.stderr
+    r = run_cli("storage", "mount", tmp_path, "--file", "lib.so", check=2)
+    assert "NAME=PATH" in r.stderr
+    r = run_cli("storage", "mount", tmp_path, "--file", f"lib.so={tmp_path / 'missing'}", check=2)
+    assert "not a regular file" in r.stderr
 
 
 # -- through FUSE --------------------------------------------------------------------------

@@ -23,6 +23,12 @@ examples:
   time LD_LIBRARY_PATH=/tmp/llvm-hdd llc-16 --version     # cold: seconds
   time LD_LIBRARY_PATH=/tmp/llvm-hdd llc-16 --version     # hot: tens of ms
 
+  # A/B: two builds of one library under their soname, on one emulated disk:
+  elflayout storage mount /tmp/ab --preset hdd \
+      --file before/libLLVM-16.so.1=/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 \
+      --file after/libLLVM-16.so.1=build/packed/libLLVM-16.so.1
+  LD_LIBRARY_PATH=/tmp/ab/after llc-16 --version
+
   # An eMMC with a slower seek, and a larger read-ahead:
   elflayout storage mount SRC MNT --preset emmc --seek-ms 0.8 --read-ahead-kb 512
 
@@ -42,8 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     m = sub.add_parser("mount", help="serve SRC at MNT until Ctrl-C / SIGTERM",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    m.add_argument("src", metavar="SRC", help="directory to serve (read-only)")
+    m.add_argument("src", metavar="SRC", nargs="?", help="directory to serve (read-only); omit with --file")
     m.add_argument("mnt", metavar="MNT", help="mount point (an existing directory)")
+    m.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
+                   help="serve file PATH as MNT/NAME instead of a directory (repeatable; one emulated disk)")
     m.add_argument("--preset", default="hdd", help="device model: hdd, emmc, sata-ssd, cloud, none (default hdd)")
     m.add_argument("--seek-ms", type=float, help="override the average (far) seek, ms")
     m.add_argument("--short-seek-ms", type=float, help="override the shortest non-sequential seek, ms")
@@ -72,7 +80,21 @@ def _mount(args) -> int:
     from elflayout.storage import SlowStorage
 
     ra = None if args.read_ahead_kb is not None and args.read_ahead_kb < 0 else args.read_ahead_kb
-    st = SlowStorage(args.src, preset=args.preset, read_ahead_kb=ra, mountpoint=args.mnt,
+    if args.file and args.src:
+        raise ElflayoutError("storage mount: give either SRC or --file NAME=PATH, not both")
+    if not args.file and not args.src:
+        raise ElflayoutError("storage mount: nothing to serve (SRC or --file NAME=PATH)")
+    src = args.src
+    if args.file:
+        src = {}
+        for spec in args.file:
+            name, eq, path = spec.partition("=")
+            if not eq or not name or not path:
+                raise ElflayoutError(f"--file {spec}: expected NAME=PATH")
+            if name in src:
+                raise ElflayoutError(f"--file {spec}: {name} given twice")
+            src[name] = path
+    st = SlowStorage(src, preset=args.preset, read_ahead_kb=ra, mountpoint=args.mnt,
                      max_read_kb=args.max_read_kb, seek_ms=args.seek_ms, short_seek_ms=args.short_seek_ms,
                      seek_span_mb=args.seek_span_mb, bandwidth_mb_s=args.bandwidth_mb_s)
     # SIGINT explicitly: a shell's background job starts with it ignored.
@@ -83,7 +105,8 @@ def _mount(args) -> int:
         with st:
             info = st.info()
             mr = info["max_request_bytes"]
-            print(f"elflayout storage: serving {st.src} at {st.path} ({st.preset}: {st.model.describe()}; "
+            what = st.src if st.files is None else f"{len(st.files)} file(s)"
+            print(f"elflayout storage: serving {what} at {st.path} ({st.preset}: {st.model.describe()}; "
                   f"read_ahead_kb {info['read_ahead_kb']}, largest request "
                   f"{mr // 1024 if mr else '?'} KiB); Ctrl-C to unmount", file=sys.stderr)
             if args.info:
