@@ -75,6 +75,7 @@ class SlowStorage:
         self._run: Path | None = None
         self._mount: server.Mount | None = None
         self._init: dict = {}
+        self._final: tuple | None = None  # (info, stats, requests) snapshot taken by stop()
         self.path: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -86,6 +87,9 @@ class SlowStorage:
         self.stop()
 
     def start(self) -> "SlowStorage":
+        if self._proc is not None:
+            raise ElflayoutError(f"storage: already mounted at {self.path}")
+        self._final = None
         why = server.fuse_status()
         if why:
             raise ElflayoutError(f"storage: {why}")
@@ -144,6 +148,9 @@ class SlowStorage:
 
     def stop(self) -> None:
         """Unmount and end the helper (idempotent); lazy unmount if something is busy."""
+        if self._run is not None and self._final is None and self._init:
+            # keep the figures readable after the mount is gone
+            self._final = (self.info(), self.stats(), self.requests() if self._log else None)
         proc, self._proc = self._proc, None
         if proc is not None:
             if proc.poll() is None:
@@ -181,6 +188,8 @@ class SlowStorage:
     # -- what the measure harness records ----------------------------------------------
     def info(self) -> dict:
         """Preset, model parameters, read-ahead and FUSE request limits (for results metadata)."""
+        if self._final is not None and self._proc is None:
+            return self._final[0]
         init = self._init or {}
         m = self._mount
         max_write = int(init.get("max_write", 0))
@@ -225,6 +234,8 @@ class SlowStorage:
 
     def stats(self) -> dict:
         """Counters since mount: requests, bytes, modelled delay (s), seeks, largest request."""
+        if self._final is not None and self._proc is None:
+            return self._final[1]
         if self._run is None:
             raise ElflayoutError("storage: not mounted")
         st = server.read_stats(self._run / "stats") or {}
@@ -249,6 +260,8 @@ class SlowStorage:
         """
         if not self._log:
             raise ElflayoutError("storage: request log not enabled (SlowStorage(..., log=True))")
+        if self._final is not None and self._proc is None:
+            return self._final[2]
         if self._run is None:
             raise ElflayoutError("storage: not mounted")
         return server.read_log(self._run / "log")
