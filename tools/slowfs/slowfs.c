@@ -51,7 +51,7 @@
 #define SLOWFS_MAGIC 0x53464c4f57465331ULL /* "SFLOWFS1" */
 #define SLOWFS_VERSION 1
 
-/* Shared with tools/elflayout/storage/server.py (STATS_STRUCT): keep in sync. */
+/* Shared with tools/elflayout/storage/server.py (_STATS, _STATS_FIELDS): keep in sync. */
 struct slowfs_stats {
 	uint64_t magic;
 	uint32_t version;
@@ -122,7 +122,9 @@ static void wait_until(uint64_t deadline)
 		late_ewma = 0.9 * late_ewma + 0.1 * (double)(t - wake);
 	}
 	while (t < deadline) {
+#if defined(__x86_64__) || defined(__i386__)
 		__builtin_ia32_pause();
+#endif
 		t = now_ns();
 	}
 }
