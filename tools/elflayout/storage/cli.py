@@ -24,8 +24,8 @@ examples:
   time LD_LIBRARY_PATH=/tmp/llvm-hdd llc-16 --version     # hot: tens of ms
 
   # A/B: two builds of one library under their soname, on one emulated disk:
-  elflayout storage mount /tmp/ab --preset hdd \
-      --file before/libLLVM-16.so.1=/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 \
+  elflayout storage mount /tmp/ab --preset hdd \\
+      --file before/libLLVM-16.so.1=/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 \\
       --file after/libLLVM-16.so.1=build/packed/libLLVM-16.so.1
   LD_LIBRARY_PATH=/tmp/ab/after llc-16 --version
 
