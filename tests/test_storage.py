@@ -225,7 +225,6 @@ def test_sequential_bandwidth_and_read_ahead(srcdir):
     assert st["max_request_bytes"] > 128 * 1024  # the bigger read-ahead window reached the helper
     with SlowStorage(srcdir, preset="none") as m:  # default 128 KiB read-ahead
         f = os.path.join(m.path, "big.bin")
-        os.posix_fadvise(os.open(f, os.O_RDONLY), 0, 0, os.POSIX_FADV_NORMAL)
         with open(f, "rb") as fh:
             while fh.read(64 * 1024):
                 pass
