@@ -134,6 +134,15 @@ def validate(img) -> tuple:
     return arch, shdrs, phdrs, dyn, dyn_off, n_used
 
 
+def _member(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """np.isin for a large ``a`` and a small ``b``: binary search, 10x faster here."""
+    if not b.size:
+        return np.zeros(a.shape, bool)
+    b = np.sort(b)
+    k = np.minimum(np.searchsorted(b, a), b.size - 1)
+    return b[k] == a
+
+
 def plan_pack(img) -> Plan:
     """Compute the packed file as a list of patches (raises AlreadyPacked / ElflayoutError)."""
     t0 = time.perf_counter()
@@ -156,11 +165,11 @@ def plan_pack(img) -> Plan:
     # A word hit twice (by a kept relocation, or two RELATIVE ones) keeps its original order.
     other = np.concatenate([r_off[~packable]] + [t["r_offset"] for n, t in img.reloc_tables().items()
                                                  if n != ".rela.dyn"])
-    packable &= ~np.isin(r_off, other)
+    packable &= ~_member(r_off, other)
     srt = np.sort(r_off[packable])
     dup = srt[1:][srt[1:] == srt[:-1]]  # sort-based: numpy 2's hash unique is slow here
     if dup.size:
-        packable &= ~np.isin(r_off, dup)
+        packable &= ~_member(r_off, dup)
     n_pack = int(packable.sum())
     if n_pack == 0:
         raise AlreadyPacked(f"{img.path}: no packable RELATIVE relocations (nothing to do)")
