@@ -23,7 +23,7 @@ import numpy as np
 
 from elflayout.elfcore import PAGE, ElfImage
 from elflayout.order.profile_input import by_first
-from elflayout.order.resolve import clone_base, elf_symbols, is_fde_only, thunk_target
+from elflayout.order.resolve import clone_base, ctor_alias, elf_symbols, is_fde_only, thunk_target
 
 
 def lis_length(seq) -> int:
@@ -79,6 +79,8 @@ def check(lib, target: dict) -> dict:
                     cands, h = funcs_by_name[b], "clone"
                 elif t and funcs_by_name.get(t):
                     cands, h = funcs_by_name[t], "thunk"
+                elif ctor_alias(name) and funcs_by_name.get(ctor_alias(name)):
+                    cands, h = funcs_by_name[ctor_alias(name)], "clone"
             if not cands:
                 missing.append(name)
                 continue

@@ -49,6 +49,16 @@ def thunk_target(name: str) -> str | None:
     return "_Z" + name[m.end():]
 
 
+def ctor_alias(name: str) -> str | None:
+    """Itanium ABI complete/base object constructor and destructor share one body: GCC
+    emits ``C1``/``D1`` as aliases of ``C2``/``D2``, and a symbol table may name either."""
+    for a, b in (("C1E", "C2E"), ("C2E", "C1E"), ("D1E", "D2E"), ("D2E", "D1E"), ("C1I", "C2I"), ("C2I", "C1I")):
+        i = name.rfind(a)
+        if i > 2 and name.startswith("_Z"):
+            return name[:i] + b + name[i + 3:]
+    return None
+
+
 def is_fde_only(name: str) -> bool:
     return bool(_FDE_ONLY.match(name))
 
@@ -104,7 +114,7 @@ class Resolved:
     link_name: str | None  # symbol to give the linker (None: unresolved)
     sections: list[str]  # input section name(s) holding it
     objects: list[str | None]
-    how: str  # exact | object | ambiguous | clone | thunk | unverified | fde-only | missing
+    how: str  # exact | object | ambiguous | clone | thunk | alias | unverified | fde-only | missing
 
 
 def universe_from_linkmap(path, image=None) -> Universe:
@@ -207,10 +217,15 @@ def _resolve_one(name: str, obj: str | None, u: Universe | None) -> Resolved:
             return Resolved(name, None, [], [], "fde-only")
         base = clone_base(name)
         tgt = thunk_target(name)
+        alias = ctor_alias(name)
         if base != name and u.symbols.get(base):
             cands, how, link = u.symbols[base], "clone", base
         elif tgt and u.symbols.get(tgt):
             cands, how, link = u.symbols[tgt], "thunk", tgt
+        elif alias and u.symbols.get(alias):
+            cands, how, link = u.symbols[alias], "alias", alias
+        elif alias and text_section_of(alias) in u.sections:
+            return Resolved(name, alias, [text_section_of(alias)], [obj], "alias")
         elif text_section_of(name) in u.sections:
             return Resolved(name, name, [text_section_of(name)], [obj], "exact")
         else:

@@ -29,9 +29,12 @@ Steps:
    first access.
 3. Data sections with a recorded first access come from (a) the profile's ``sections``
    list, (b) its data ``pages`` mapped onto input section extents of the profiled build
-   when the universe (a link map of that build) has them. Key = first access.
+   when the universe (a link map of that build) has them. Key = first access. Pages
+   first touched by the loader are left out: relocation processing writes every
+   .data.rel.ro page, so those touches carry no order.
 4. Associated data of each resolved function gets the function's *first* as key, unless
-   step 3 gave it an earlier one.
+   step 3 gave it an earlier one (only sections the universe knows: without a link map
+   the guesses would only bloat the output).
 5. Data sections are sorted by key (stable); symbols defined in them are collected for
    linkers that order by symbol (lld).
 6. Objects: the profile's ``objects`` list by *first*; else the objects of the resolved
@@ -87,7 +90,10 @@ def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
         key[k] = min(key.get(k, big), f if f is not None else big)
     # 3b. data pages of the profiled build → input section extents from its link map
     ext = getattr(universe, "extents", None) if universe is not None else None
-    pages = [p for p in target.get("pages", []) if isinstance(p, dict) and p.get("kind") in ("r", "w", "t")]
+    # ld.so's relocation pass writes every .data.rel.ro page whatever the order: only
+    # touches after it (phases init/main) say which data the program needs first
+    pages = [p for p in target.get("pages", []) if isinstance(p, dict) and p.get("kind") in ("r", "w", "t")
+             and p.get("phase") != "loader"]
     n_from_pages = 0
     if ext is not None and len(ext) and pages:
         pg = np.array([p["page"] for p in pages], dtype=np.int64)
@@ -107,12 +113,13 @@ def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
                         key[k] = f
                         n_from_pages += 1
     # 4. associated data: .rodata.<function> goes with its function
-    known = universe.sections if universe is not None else None
+    # (only with a universe: unverified guesses would only bloat gold/ld-script files)
+    known = universe.sections if universe is not None else set()
     n_assoc = 0
-    for r in placed:
+    for r in placed if known else ():
         f = first_of.get(r.name)
-        for nm in {".rodata." + r.link_name}:
-            if known is not None and nm not in known:
+        for nm in (".rodata." + r.link_name,):
+            if nm not in known:
                 continue
             k = (nm, None)
             fk = f if f is not None else big
