@@ -418,3 +418,20 @@ def test_two_builds_plot_and_report_cli(tmp_path):
     h = rep.read_text()
     for v in doc["variants"]:
         assert f"{v['name']}: read" in h  # per-section columns for both builds
+
+
+def test_disturbed_runs_are_left_out_like_the_harness_does():
+    from elflayout.report import data as D
+
+    doc = _load(RESULTS)
+    sel = D.runs_of(doc, "llc", "selective")
+    k0, median_run = D.pick_run(doc, "llc", "selective", LIB)
+    median_run["interference"] = f"{LIB}: 5 pages resident after the run but 0 read by it"
+    k1, _ = D.pick_run(doc, "llc", "selective", LIB)
+    assert k1 != k0  # the flagged run is no longer the representative one
+    assert D.disturbed(median_run, LIB) and not D.disturbed(median_run, "/other.so")
+    assert D.values(doc, "llc", "selective", "wall_s").size == len(sel) - 1
+    assert D.values(doc, "llc", "selective", "wall_s", disturbed_runs=True).tolist() == [median_run["wall_s"]]
+    for r in sel:
+        r["interference"] = ["x"]
+    assert D.pick_run(doc, "llc", "selective", LIB) is not None  # all flagged: still something to draw

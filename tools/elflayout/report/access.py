@@ -53,18 +53,29 @@ def _draw_bands(ax, bands, horizontal=True):
 
 
 def _spread(ys: list[float], gap: float, lo: float, hi: float) -> list[float]:
-    """Move sorted label positions apart by at least ``gap``, staying within [lo, hi]."""
-    out = list(ys)
-    for i in range(1, len(out)):
-        out[i] = max(out[i], out[i - 1] + gap)
-    if out and out[-1] > hi:
-        out[-1] = hi
-        for i in range(len(out) - 2, -1, -1):
-            out[i] = min(out[i], out[i + 1] - gap)
-    if out and out[0] < lo:  # too many labels for the height: spread evenly instead
-        step = (hi - lo) / max(len(out) - 1, 1)
-        out = [lo + i * step for i in range(len(out))]
-    return out
+    """Label positions as close as possible (least squares) to the sorted anchors ``ys``
+    while at least ``gap`` apart and within [lo, hi].
+
+    With z_i = y_i - i*gap the spacing constraint becomes "z non-decreasing", so the
+    answer is an isotonic regression (pool adjacent violators) clipped to the bounds.
+    """
+    n = len(ys)
+    if n == 0:
+        return []
+    if (n - 1) * gap > hi - lo:  # too many labels for the height: spread evenly
+        step = (hi - lo) / max(n - 1, 1)
+        return [lo + i * step for i in range(n)]
+    target = [y - i * gap for i, y in enumerate(ys)]
+    blocks: list[list[float]] = []  # [mean, weight]
+    for t in target:
+        blocks.append([t, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2 = blocks.pop()
+            m1, w1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2])
+    z = [m for m, w in blocks for _ in range(int(w))]
+    zmax = hi - (n - 1) * gap
+    return [min(max(v, lo), zmax) + i * gap for i, v in enumerate(z)]
 
 
 def _label_bands(fig, ax, bands, ylim, height_in):
@@ -76,7 +87,7 @@ def _label_bands(fig, ax, bands, ylim, height_in):
     # One text line ≈ fontsize × 1.35 points; convert to data units of this axes.
     gap = (LABEL_FONTSIZE * 1.35 / 72) / max(height_in, 0.1) * span
     # A sliver of an unclassified section (.note.gnu.build-id) is not worth a label.
-    bands = [b for b in bands if b.family != "other" or (b.end - b.start) / MB >= 0.01 * span]
+    bands = [b for b in bands if b.family not in ("other", "not loaded") or (b.end - b.start) / MB >= 0.01 * span]
     if not bands:
         return []
     centres = [((b.start + b.end) / 2 / MB) for b in bands]
@@ -228,7 +239,7 @@ def results_panels(doc: dict, plan: dict[str, str], state: str | None = None,
         if got is None:
             continue
         k, r = got
-        title = f"{v} · {state} · run {k}"
+        title = f"{v} · {state} · run {k}" + (" (disturbed)" if D.disturbed(r, path) else "")
         if len(set(plan.values())) > 1:
             title += f"\n{_short(path)}"
         panels.append(Panel(title, D.access_of(r, path), D.bands(D.sections_of(doc, path)), path, v,

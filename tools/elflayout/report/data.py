@@ -312,10 +312,25 @@ def pick_run(doc: dict, variant: str, state: str, path: str, k: int | None = Non
         if not 0 <= k < len(rs):
             raise ElflayoutError(f"--run {k}: variant {variant!r} state {state!r} has runs 0..{len(rs) - 1}")
         return k, rs[k]
-    pages = np.array([((r.get("files") or {}).get(path) or {}).get("pages_read") or 0 for r in rs], dtype=float)
+    # Runs another process disturbed (the harness says so in 'interference') are not
+    # representative; use them only when every run was disturbed.
+    idx = [i for i, r in enumerate(rs) if not disturbed(r, path)] or list(range(len(rs)))
+    pages = np.array([((rs[i].get("files") or {}).get(path) or {}).get("pages_read") or 0 for i in idx], dtype=float)
     order = np.argsort(pages, kind="stable")
-    i = int(order[(len(order) - 1) // 2])
+    i = idx[int(order[(len(order) - 1) // 2])]
     return i, rs[i]
+
+
+def disturbed(run: dict, path: str | None = None) -> bool:
+    """Whether the harness flagged this run as disturbed (for ``path``, if given)."""
+    notes = run.get("interference")
+    if not notes:
+        return False
+    if isinstance(notes, (str, dict)):
+        notes = [notes]
+    if path is None:
+        return True
+    return any(path in (n if isinstance(n, str) else json.dumps(n)) for n in notes)
 
 
 @dataclass
@@ -430,8 +445,11 @@ def run_value(run: dict, metric: str, files: list[str] | None = None) -> float |
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def values(doc: dict, variant: str, state: str, metric: str, files: list[str] | None = None) -> np.ndarray:
-    vs = [run_value(r, metric, files) for r in runs_of(doc, variant, state)]
+def values(doc: dict, variant: str, state: str, metric: str, files: list[str] | None = None,
+           disturbed_runs: bool = False) -> np.ndarray:
+    """A metric over the runs of variant × state. Like the harness's statistics, runs
+    flagged as disturbed are left out (``disturbed_runs=True``: only those)."""
+    vs = [run_value(r, metric, files) for r in runs_of(doc, variant, state) if disturbed(r) == disturbed_runs]
     return np.array([v for v in vs if v is not None], dtype=float)
 
 

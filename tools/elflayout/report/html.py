@@ -134,8 +134,12 @@ def summary_table(doc: dict, files: list[str] | None) -> str:
                 rt = f" ×{ratio:.3f}" if isinstance(ratio, (int, float)) else ""
                 label = D.METRICS.get(c.get("metric"), (c.get("metric"),))[0]
                 verdicts.append(f'<span class="{_verdict_cls(vd)}">{escape(str(label))}: {escape(vd)}{escape(rt)}</span>')
+            nd = sum(D.disturbed(r) for r in rs)
+            ntext = f"{len(rs) - nd}" + (f' <span class="warn" title="runs the harness flagged as disturbed by other '
+                                         f'processes are left out, as in its statistics">(+{nd} disturbed)</span>'
+                                         if nd else "")
             rows.append([
-                td(escape(str(v)), cls="t"), td(escape(str(s)), cls="t"), td(str(len(rs)), len(rs)),
+                td(escape(str(v)), cls="t"), td(escape(str(s)), cls="t"), td(ntext, len(rs) - nd),
                 td(_num(med * 1e3 if med is not None else None, 1), med), td(ci),
                 td(_num(pm), pm), td(_num(bm, 1), bm), td(_num(mm), mm), td(_num(sm), sm),
                 td("<br>".join(verdicts) or "–", cls="t"),
@@ -319,9 +323,10 @@ def results_section(src: str, doc: dict, idx: int) -> str:
     traced = D.traced_files(doc)
     out.append("<h3>Summary</h3>")
     out.append(summary_table(doc, traced or None))
-    out.append('<p class="sub">Medians over the runs; pages/MB read and seeks are summed over the traced files. '
+    out.append('<p class="sub">Medians over the runs (runs flagged as disturbed by other processes left out); '
+               'pages/MB read and seeks are summed over the traced files. '
                "Verdicts come from the results file's comparisons (each variant against the baseline).</p>")
-    for w in meta.get("warnings") or []:
+    for w in list(meta.get("warnings") or []) + list(meta.get("hints") or []):
         out.append(f'<p class="warn">⚠ {escape(str(w if not isinstance(w, dict) else w.get("message", w)))}</p>')
     ct = comparisons_table(doc)
     if ct:

@@ -38,6 +38,7 @@ def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None 
     n = len(snames)
     fig, axes = plt.subplots(1, n, figsize=(max(3.6, 1.5 + 1.3 * len(vnames)) * n, 4.6), dpi=100, squeeze=False)
     rng = np.random.default_rng(0)  # jitter only; fixed so the image is reproducible
+    any_disturbed = False
     for ax, state in zip(axes[0], snames):
         for i, v in enumerate(vnames):
             x = D.values(doc, v, state, metric, files) * scale
@@ -48,6 +49,12 @@ def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None 
                     body.set_facecolor(colour)
                     body.set_edgecolor(colour)
                     body.set_alpha(0.25)
+            xd = D.values(doc, v, state, metric, files, disturbed_runs=True) * scale
+            if xd.size:  # shown, hollow, but not part of the violin or the median
+                jd = rng.uniform(-0.12, 0.12, xd.size)
+                ax.scatter(i + jd, xd, s=22, facecolor="none", edgecolor="#7f7f7f", lw=0.9, zorder=3,
+                           label="disturbed run (left out)" if not any_disturbed else None)
+                any_disturbed = True
             if x.size:
                 jitter = rng.uniform(-0.12, 0.12, x.size)
                 ax.scatter(i + jitter, x, s=16, color=colour, alpha=0.85, lw=0.3, edgecolor="white", zorder=3)
@@ -55,8 +62,12 @@ def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None 
                 ax.hlines(med, i - 0.3, i + 0.3, color="black", lw=1.6, zorder=4)
                 if lo is not None and hi is not None and hi > lo:
                     ax.vlines(i + 0.34, lo, hi, color="black", lw=2.2, zorder=4)
-        ax.set_xticks(range(len(vnames)),
-                      [f"{v}\nn={D.values(doc, v, state, metric, files).size}" for v in vnames])
+        ticks = []
+        for v in vnames:
+            n_ok = D.values(doc, v, state, metric, files).size
+            n_bad = D.values(doc, v, state, metric, files, disturbed_runs=True).size
+            ticks.append(f"{v}\nn={n_ok}" + (f" (+{n_bad} disturbed)" if n_bad else ""))
+        ax.set_xticks(range(len(vnames)), ticks)
         ax.set_xlim(-0.6, len(vnames) - 0.4)
         ax.set_title(f"{state}", fontsize=11, fontweight="bold")
         ax.set_ylabel(f"{label} ({unit})" if unit else label)
@@ -64,6 +75,9 @@ def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None 
         ax.grid(axis="y", color="#dddddd", lw=0.5)
         lo_, hi_ = ax.get_ylim()
         ax.set_ylim(min(0, lo_) if metric != "wall_s" else lo_, hi_)
+    for ax in axes[0]:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best", frameon=False)
     fig.suptitle(f"{label} per run: violin = distribution, dots = runs, bar = median, "
                  f"stick = 95% CI of the median", fontsize=10, x=0.02, ha="left")
     fig.tight_layout()
