@@ -23,13 +23,24 @@ def _vaddr_sections(img):
             [s.name for s in secs])
 
 
-def section_names_of_vaddrs(img, vaddrs) -> np.ndarray:
+def section_index_of_vaddrs(img, vaddrs) -> tuple[np.ndarray, list[str]]:
+    """Per address, an index into the returned names (last name: "(none)")."""
     starts, ends, names = _vaddr_sections(img)
     v = np.asarray(vaddrs, np.uint64)
     k = np.searchsorted(starts, v, side="right").astype(np.int64) - 1
     ok = (k >= 0) & (v < ends[np.clip(k, 0, None)])
-    lab = np.array(names + ["(none)"], dtype=object)
-    return lab[np.where(ok, k, len(names))]
+    return np.where(ok, k, len(names)), names + ["(none)"]
+
+
+def section_names_of_vaddrs(img, vaddrs) -> np.ndarray:
+    k, names = section_index_of_vaddrs(img, vaddrs)
+    return np.array(names, dtype=object)[k]
+
+
+def _count_by_section(img, vaddrs) -> dict[str, int]:
+    k, names = section_index_of_vaddrs(img, vaddrs)
+    c = np.bincount(k, minlength=len(names))
+    return {names[i]: int(c[i]) for i in np.flatnonzero(c)}
 
 
 def relr_table(img) -> np.ndarray | None:
@@ -89,29 +100,26 @@ def analyze(img: elfcore.ElfImage) -> dict:
         lo, hi = elfcore.page_range(sec.offset, sec.size)
         tables_out.append(dict(section=name, offset=sec.offset, bytes=int(t.nbytes), count=int(t.size),
                                pages=int(hi - lo + 1)))
-        tsec = section_names_of_vaddrs(img, t["r_offset"])
-        ut, cnt = np.unique(types, return_counts=True)
+        ut, cnt = np.unique(np.asarray(types, np.int64), return_counts=True)
         for ty, c in zip(ut.tolist(), cnt.tolist()):
             rows.append(dict(table=name, type=arch.name(ty), type_number=int(ty), count=int(c),
                              bytes=int(c * t.dtype.itemsize)))
-            m = types == ty
-            s_u, s_c = np.unique(tsec[m].astype(str), return_counts=True)
-            for s, c2 in zip(s_u.tolist(), s_c.tolist()):
+            for s, c2 in _count_by_section(img, t["r_offset"][types == ty]).items():
                 by_target.setdefault(s, {}).setdefault(arch.name(ty), 0)
-                by_target[s][arch.name(ty)] += int(c2)
+                by_target[s][arch.name(ty)] += c2
         if name == ".rela.dyn" or name == ".rel.dyn":
             rel_offsets = t["r_offset"][types == arch.relative]
         all_targets.append(t["r_offset"])
     relr = relr_table(img)
     if relr is not None and relr.size:
         all_targets.append(relr)
-        s_u, s_c = np.unique(section_names_of_vaddrs(img, relr).astype(str), return_counts=True)
-        for s, c in zip(s_u.tolist(), s_c.tolist()):
+        for s, c in _count_by_section(img, relr).items():
             by_target.setdefault(s, {}).setdefault("RELR", 0)
-            by_target[s]["RELR"] += int(c)
+            by_target[s]["RELR"] += c
     tgt = np.concatenate(all_targets) if all_targets else np.zeros(0, np.uint64)
     off = img.vaddr_to_offset(tgt) if tgt.size else np.zeros(0, np.int64)
-    target_pages = np.unique(off[off >= 0] // elfcore.PAGE)
+    pg = off[off >= 0] // elfcore.PAGE
+    target_pages = np.flatnonzero(np.bincount(pg)) if pg.size else pg
     word = arch.word
     fileback = img.vaddr_to_offset(rel_offsets) >= 0 if rel_offsets.size else np.zeros(0, bool)
     packable = rel_offsets[(rel_offsets % word == 0) & fileback]
