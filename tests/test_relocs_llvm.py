@@ -1,4 +1,4 @@
-"""pack-relocs on the real libLLVM-16 (123 MB, 387,631 RELATIVE relocations).
+"""pack-relocs on real libraries: libLLVM-16 (123 MB, 387,631 RELATIVE relocations), relinked libpython.
 
 The issue's acceptance figures, a passing --check, and llc-16 / opt-16 producing
 byte-identical output through the packed library (LD_LIBRARY_PATH).
