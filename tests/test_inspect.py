@@ -299,7 +299,8 @@ def test_32bit_elf_is_inspected(tmp_path):
 
 def test_aarch64_elf_is_inspected(tmp_path):
     (tmp_path / "a.s").write_text(AARCH64)
-    lib = _asm_lib(tmp_path, "liba64.so", ["llvm-mc", "-triple=aarch64-linux-gnu", "-filetype=obj", "a.s", "-o", "a.o"],
+    mc = shutil.which("llvm-mc-16") or shutil.which("llvm-mc") or "llvm-mc-16"  # llvm-16 ships llvm-mc-16
+    lib = _asm_lib(tmp_path, "liba64.so", [mc, "-triple=aarch64-linux-gnu", "-filetype=obj", "a.s", "-o", "a.o"],
                    ["ld.lld", "-shared", "-Bsymbolic", "-o", "liba64.so", "a.o"])
     doc = inspect_json(lib)
     assert doc["file"]["machine"] == "EM_AARCH64" and not doc["file"]["x86_64"]
