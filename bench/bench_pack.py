@@ -8,7 +8,7 @@
    posix_fadvise DONTNEED), read_ahead_kb 128 (restored afterwards), pages added to
    the page cache for the library counted with tracefs
    (filemap:mm_filemap_add_to_page_cache), split by the section holding each page
-   (elfcore.section_of_offsets). Variants are interleaved in a seeded shuffled order.
+   (elfcore.section_of_offsets). Variants are interleaved: every round runs each variant once, in a seeded shuffled order.
 
 Run:  python3 bench/bench_pack.py [--runs 3] [--pack-runs 5]   (root, tracefs)
 """
@@ -127,8 +127,8 @@ def bench_pages(packed: Path, runs: int, seed: int = 1) -> dict:
         return dict(skipped=why)
     old_ra = RA.read_text().strip()
     variants = {"original": (LIB, None), "packed": (packed, packed.parent)}
-    order = [v for v in variants for _ in range(runs)]
-    random.Random(seed).shuffle(order)
+    rng = random.Random(seed)  # interleaved: each round runs both variants, in a shuffled order
+    order = [v for _ in range(runs) for v in rng.sample(list(variants), len(variants))]
     res = {v: [] for v in variants}
     try:
         RA.write_text(str(RA_KB))
