@@ -257,3 +257,19 @@ def test_pack_refuses_existing_output_and_in_place(libs, tmp_path):
     src = _copy(libs["bfd"]["lib"], tmp_path / "self.so")
     r = run_cli("pack-relocs", src, "-o", src, "--force", check=2)
     assert "overwrite the input" in r.stderr
+
+
+def test_check_failure_is_a_finding_naming_the_address(libs, packed, tmp_path):
+    from elflayout.errors import Finding
+    from elflayout.relocs import pack_cli
+
+    bad = tmp_path / "libt.so"
+    b = bytearray(packed.read_bytes())
+    with elfcore.ElfImage(packed) as img:
+        victim = int(simload.Loaded(packed).relr()[0])
+        off = img.vaddr_to_offset(victim)
+    b[off] ^= 0x40
+    bad.write_bytes(bytes(b))
+    with pytest.raises(Finding, match=f"differ at {hex(victim)} "):
+        pack_cli._verify(libs["bfd"]["lib"], bad)
+    assert pack_cli._verify(libs["bfd"]["lib"], packed)["dlopen"] == "ok"

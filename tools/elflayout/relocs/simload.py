@@ -36,6 +36,7 @@ from elflayout.relocs import arch as A
 from elflayout.relocs import elfraw as R
 from elflayout.relocs.analyze import relr_decode_fast
 
+CHUNK = 1 << 24  # bytes compared at a time
 BASES = (0x7F3A_5C00_0000, 0x0000_5555_0000_0000)  # two page-aligned bases, different high bits
 MASK = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 _MIX = np.uint64(0x9E37_79B9_7F4A_7C15)
@@ -274,22 +275,28 @@ def compare(path_a, path_b, bases=BASES) -> dict:
         res = dict(bases=[hex(x) for x in bases], equal=True, first_difference=None,
                    excluded_bytes=0, compared_bytes=0, table_problems=compare_tables(a, b),
                    relocations=dict(input=_counts(a), output=_counts(b)))
+        keep = None
         for base in bases:
             ia, ib = a.image(base), b.image(base)
             if ia.size != ib.size:
                 res.update(equal=False, first_difference=dict(base=hex(base), reason="image sizes differ"))
                 break
-            keep = np.ones(ia.size, bool)
-            for lo, hi in excl:
-                keep[lo:hi] = False
-            diff = np.nonzero((ia != ib) & keep)[0]
-            res["excluded_bytes"] = int((~keep).sum())
-            res["compared_bytes"] = int(keep.sum())
+            if keep is None:
+                keep = np.ones(ia.size, bool)
+                for lo, hi in excl:
+                    keep[lo:hi] = False
+                res["excluded_bytes"] = int(ia.size - np.count_nonzero(keep))
+                res["compared_bytes"] = int(np.count_nonzero(keep))
+            first, ndiff = None, 0
+            for lo in range(0, ia.size, CHUNK):  # chunks: no image-sized temporaries
+                d = np.flatnonzero((ia[lo:lo + CHUNK] != ib[lo:lo + CHUNK]) & keep[lo:lo + CHUNK])
+                if d.size and first is None:
+                    first = lo + int(d[0])
+                ndiff += d.size
             del ia, ib
-            if diff.size:
-                v = int(diff[0])
+            if first is not None:
                 res.update(equal=False, first_difference=dict(
-                    base=hex(base), vaddr=hex(v), section=_section_at(a.img, v), bytes_differing=int(diff.size)))
+                    base=hex(base), vaddr=hex(first), section=_section_at(a.img, first), bytes_differing=ndiff))
                 break
         if res["table_problems"]:
             res["equal"] = False
