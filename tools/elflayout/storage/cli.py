@@ -68,14 +68,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub.add_parser("cleanup", help="unmount storage mounts whose server or owner is gone")
 
 
-class _Stop(Exception):
-    pass
-
-
-def _raise_stop(signum, frame):
-    raise _Stop(signal.Signals(signum).name)
-
-
 def _mount(args) -> int:
     from elflayout.storage import SlowStorage
 
@@ -97,31 +89,30 @@ def _mount(args) -> int:
     st = SlowStorage(src, preset=args.preset, read_ahead_kb=ra, mountpoint=args.mnt,
                      max_read_kb=args.max_read_kb, seek_ms=args.seek_ms, short_seek_ms=args.short_seek_ms,
                      seek_span_mb=args.seek_span_mb, bandwidth_mb_s=args.bandwidth_mb_s)
-    # SIGINT explicitly: a shell's background job starts with it ignored.
+    # Signals only set a flag: raising from a handler could cut start-up or unmounting
+    # short at any point. SIGINT explicitly: a shell's background job starts with it ignored.
+    stop = {"why": None}
+
+    def on_signal(signum, frame):
+        stop["why"] = signal.Signals(signum).name
+
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {s: signal.signal(s, _raise_stop) for s in sigs}
-    why = "interrupted"
+    old = {sig: signal.signal(sig, on_signal) for sig in sigs}
     try:
         with st:
-            info = st.info()
-            mr = info["max_request_bytes"]
-            what = st.src if st.files is None else f"{len(st.files)} file(s)"
-            print(f"elflayout storage: serving {what} at {st.path} ({st.preset}: {st.model.describe()}; "
-                  f"read_ahead_kb {info['read_ahead_kb']}, largest request "
-                  f"{mr // 1024 if mr else '?'} KiB); Ctrl-C to unmount", file=sys.stderr)
-            if args.info:
-                print(json.dumps(info, indent=2), flush=True)
-            try:
-                while st.running:
-                    time.sleep(0.2)
-                why = "server exited"
-            except KeyboardInterrupt:
-                why = "interrupted"
-            except _Stop as e:
-                why = str(e)
-            for sig in sigs:  # unmounting must not be cut short by a second signal
-                signal.signal(sig, signal.SIG_IGN)
-            s = st.stats()
+            if not stop["why"]:
+                info = st.info()
+                mr = info["max_request_bytes"]
+                what = st.src if st.files is None else f"{len(st.files)} file(s)"
+                print(f"elflayout storage: serving {what} at {st.path} ({st.preset}: {st.model.describe()}; "
+                      f"read_ahead_kb {info['read_ahead_kb']}, largest request "
+                      f"{mr // 1024 if mr else '?'} KiB); Ctrl-C to unmount", file=sys.stderr)
+                if args.info:
+                    print(json.dumps(info, indent=2), flush=True)
+            while st.running and not stop["why"]:
+                time.sleep(0.1)
+            why = stop["why"] or "server exited"
+        s = st.stats()
         print(f"elflayout storage: unmounted {args.mnt} ({why}); {s['requests']} read requests, "
               f"{s['bytes'] / 1e6:.1f} MB, {s['delay_s']:.3f} s modelled delay", file=sys.stderr)
     finally:
