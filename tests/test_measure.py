@@ -221,9 +221,14 @@ def test_interrupt_restores_read_ahead_aslr_and_tracefs(tmp_path, libpair, sig):
     before = knob.read_text()
     aslr = Path("/proc/sys/kernel/randomize_va_space").read_text()
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
-    p = subprocess.Popen([sys.executable, "-m", "elflayout", "measure", "--name", "s", _cmd(libpair, "scattered"),
-                          "--files", lib, "--runs", "500", "--no-aslr", "--census", "none", "--quiet",
-                          "-o", tmp_path / "r.json"], env=env, stderr=subprocess.PIPE, text=True)
+    # a background job (pytest ... &) inherits SIGINT ignored, and so would the child
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "elflayout", "measure", "--name", "s", _cmd(libpair, "scattered"),
+                              "--files", lib, "--runs", "500", "--no-aslr", "--census", "none", "--quiet",
+                              "-o", tmp_path / "r.json"], env=env, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, old)
     mine = lambda: {i for i in _instances() if i.startswith(f"elflayout-{p.pid}-")}  # noqa: E731
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not (mine() and knob.read_text().strip() == "128"):

@@ -2,10 +2,13 @@
 
 Each control answers four questions: ``available()`` (None or why not), ``show()``
 (current value), ``apply()`` and ``undo()``. Controls that act on the measured child
-only (ASLR, CPU pinning, environment) contribute to ``child_setup`` / ``env`` instead
-of changing the system, so there is nothing to restore for them; read-ahead and the
-CPU governor are system-wide and are restored by ``ControlSet`` on exit, on exceptions,
-on Ctrl-C and on SIGTERM (which is turned into KeyboardInterrupt while active).
+only never touch the system: ASLR is turned off in the harness's own personality
+(inherited by every child through fork and exec, undone at the end), CPU pinning is set
+on the harness just around each spawn (inherited at fork), the environment is built
+per spawn. No Python code runs between fork and exec (``preexec_fn`` can deadlock a
+multi-threaded process — numpy's BLAS threads — and did, on Ctrl-C). Read-ahead and
+the CPU governor are system-wide and are restored by ``ControlSet`` on exit, on
+exceptions, on Ctrl-C and on SIGTERM (turned into KeyboardInterrupt while active).
 """
 
 from __future__ import annotations
@@ -57,9 +60,10 @@ class Control:
     def undo(self) -> None:
         pass
 
-    # what the child process needs (called in the forked child before exec)
-    def child_setup(self) -> None:
-        pass
+    # state the child inherits, set on the harness just around a spawn
+    @contextlib.contextmanager
+    def around_spawn(self):
+        yield
 
     def record(self) -> dict:
         return {"name": self.name, "available": self.available() is None, "reason": self.available(),
@@ -108,7 +112,12 @@ class ReadAhead(Control):
 
 
 class Aslr(Control):
-    """ASLR off for the measured child only: personality(ADDR_NO_RANDOMIZE) before exec."""
+    """ASLR off for the measured processes only: personality(ADDR_NO_RANDOMIZE).
+
+    Set on the harness itself (its own layout is fixed already; the flag takes effect
+    at the children's exec) and restored at the end; the system-wide
+    randomize_va_space is never touched.
+    """
 
     name = "aslr"
 
@@ -116,15 +125,22 @@ class Aslr(Control):
         self.disable = disable
         self.before = self.show()
         self.applied = "off (personality ADDR_NO_RANDOMIZE in child)" if disable else self.before
+        self._persona = None
 
     def show(self):
         v = Path("/proc/sys/kernel/randomize_va_space").read_text().strip()
         return {"0": "off", "1": "on (conservative)", "2": "on"}.get(v, v)
 
-    def child_setup(self):
+    def apply(self):
         if self.disable:
-            cur = _libc.personality(0xFFFFFFFF)
-            _libc.personality(cur | ADDR_NO_RANDOMIZE)
+            self._persona = _libc.personality(0xFFFFFFFF)
+            if _libc.personality(self._persona | ADDR_NO_RANDOMIZE) < 0:
+                raise ElflayoutError(f"personality(ADDR_NO_RANDOMIZE) failed: {os.strerror(ctypes.get_errno())}")
+
+    def undo(self):
+        if self._persona is not None:
+            _libc.personality(self._persona)
+            self._persona = None
 
 
 class CpuPin(Control):
@@ -141,9 +157,17 @@ class CpuPin(Control):
             if bad:
                 raise ElflayoutError(f"--pin: CPU {sorted(bad)[0]} is not available (allowed: {self.before})")
 
-    def child_setup(self):
-        if self.cpus:
-            os.sched_setaffinity(0, self.cpus)
+    @contextlib.contextmanager
+    def around_spawn(self):
+        if not self.cpus:
+            yield
+            return
+        old = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, self.cpus)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, old)
 
 
 class Governor(Control):
@@ -254,9 +278,12 @@ class ControlSet(contextlib.AbstractContextManager):
             signal.signal(signal.SIGINT, old_int)
         return False
 
-    def child_setup(self):
-        for c in self.controls:
-            c.child_setup()
+    @contextlib.contextmanager
+    def around_spawn(self):
+        with contextlib.ExitStack() as st:
+            for c in self.controls:
+                st.enter_context(c.around_spawn())
+            yield
 
     def records(self) -> dict:
         return {c.name: c.record() for c in self.controls}

@@ -155,14 +155,14 @@ class Runner:
             env = self.envctl.build({**self.variant_env.get(variant.name, {}), **extra})
         self._errfile.seek(0)
         self._errfile.truncate()
-        t0 = time.monotonic()
-        try:
-            p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=self._errfile, preexec_fn=self.controls.child_setup, start_new_session=True,
-                                 close_fds=True)
-        except OSError as e:
-            raise ElflayoutError(f"variant {variant.name}: cannot run {argv[0]}: {e.strerror}") from None
-        self._child = p
+        with self.controls.around_spawn():
+            t0 = time.monotonic()
+            try:
+                p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=self._errfile, start_new_session=True, close_fds=True)
+            except OSError as e:
+                raise ElflayoutError(f"variant {variant.name}: cannot run {argv[0]}: {e.strerror}") from None
+            self._child = p
         try:
             _, status, ru = os.wait4(p.pid, 0)
         except BaseException:

@@ -1,0 +1,105 @@
+"""compare verb and results model: exports, recomputation, bad inputs (no root needed)."""
+
+import csv
+import io
+import json
+
+from conftest import ROOT, run_cli
+from elflayout.fileio import dump_json
+from elflayout.measure import model
+from elflayout.measure.runner import Runner
+
+EXAMPLE = ROOT / "tests" / "data" / "results-example.json"
+
+
+def test_example_results_follow_format_v1():
+    doc = model.load(EXAMPLE)
+    assert doc["format"] == "elflayout-results" and doc["version"] == 1
+    md = doc["metadata"]
+    for k in ("kernel", "cpu_model", "read_ahead_kb", "aslr", "controls", "census", "files", "states", "seed"):
+        assert k in md
+    f, fmd = next(iter(md["files"].items()))
+    assert {"path", "build_id", "size", "sha256", "sections"} <= set(fmd)
+    assert all({"name", "offset", "size"} == set(s) for s in fmd["sections"])
+    run = doc["runs"][0]
+    for k in ("variant", "state", "round", "wall_s", "user_s", "sys_s", "major_faults", "minor_faults", "files"):
+        assert k in run
+    fr = next(x for x in (r["files"][f] for r in doc["runs"] if r["state"] == "selective") if x["pages_read"])
+    assert {"pages_read", "bytes_read", "seeks", "reads", "faults"} <= set(fr)
+    assert sum(n for _, _, n in fr["reads"]) == fr["pages_read"] and fr["bytes_read"] == 4096 * fr["pages_read"]
+    for k in ("variant", "state", "metric", "n", "mean", "median", "ci_low", "ci_high"):
+        assert k in doc["summary"][0]
+    for k in ("a", "b", "state", "metric", "ratio", "ci_low", "ci_high", "p_welch", "p_mwu", "verdict"):
+        assert k in doc["comparisons"][0]
+
+
+def test_compare_exports(tmp_path):
+    md = run_cli("compare", EXAMPLE, check=0).stdout
+    assert "| b vs a |" in md and "pages_read" in md and "I/O-bound" in md
+    j = json.loads(run_cli("compare", EXAMPLE, "--json", check=0).stdout)
+    assert j["format"] == "elflayout-compare" and j["comparisons"]
+    rows = list(csv.reader(io.StringIO(run_cli("compare", EXAMPLE, "--csv", check=0).stdout)))
+    assert rows[0][:3] == ["variant", "state", "metric"]
+    runs = list(csv.DictReader(io.StringIO(run_cli("compare", EXAMPLE, "--runs-csv", check=0).stdout)))
+    doc = json.loads(EXAMPLE.read_text())
+    assert len(runs) == sum(max(1, len(r["files"])) for r in doc["runs"])
+    out = tmp_path / "t.md"
+    run_cli("compare", EXAMPLE, "--markdown", "-o", out, check=0)
+    assert out.read_text() == md.split("\n- warning")[0] or out.read_text().startswith("| variant")
+    run_cli("compare", EXAMPLE, "--markdown", "-o", out, check=2)  # exists, no --force
+    r = run_cli("compare", EXAMPLE, "--metric", "bogus", check=2)
+    assert "unknown" in r.stderr
+
+
+def test_compare_recomputes_and_fails_on(tmp_path):
+    doc = json.loads(EXAMPLE.read_text())
+    # make the second variant read 10x the pages in every selective run
+    b = doc["variants"][1]["name"]
+    for r in doc["runs"]:
+        if r["variant"] == b and r["state"] == "selective":
+            r["pages_read"] *= 10
+    doc["comparisons"] = []
+    p = tmp_path / "r.json"
+    dump_json(doc, p)
+    j = json.loads(run_cli("compare", p, "--json", check=0).stdout)
+    c = next(c for c in j["comparisons"] if c["metric"] == "pages_read" and c["state"] == "selective")
+    assert c["verdict"] == "more"
+    r = run_cli("compare", p, "--fail-on", "more", check=1)
+    assert "pages_read" in r.stderr
+
+
+def test_disturbed_runs_are_left_out(tmp_path):
+    doc = json.loads(EXAMPLE.read_text())
+    a = doc["variants"][0]["name"]
+    sel = [r for r in doc["runs"] if r["variant"] == a and r["state"] == "selective"]
+    sel[0]["pages_read"] = 1
+    sel[0]["interference"] = "test: another process read the file"
+    p = tmp_path / "r.json"
+    dump_json(doc, p)
+    j = json.loads(run_cli("compare", p, "--json", check=0).stdout)
+    s = next(s for s in j["summary"] if s["variant"] == a and s["state"] == "selective" and s["metric"] == "pages_read")
+    assert s["n"] == len(sel) - 1 and s["min"] > 1
+    j = json.loads(run_cli("compare", p, "--json", "--include-disturbed", check=0).stdout)
+    s = next(s for s in j["summary"] if s["variant"] == a and s["state"] == "selective" and s["metric"] == "pages_read")
+    assert s["n"] == len(sel) and s["min"] == 1
+
+
+def test_interference_rule():
+    r = Runner.__new__(Runner)
+    base = {"state": "selective", "source": "trace", "files": {"/l": {"pages_read": 10, "resident_after": 10}}}
+    assert r.interference(base) is None
+    assert "resident after" in r.interference({**base, "files": {"/l": {"pages_read": 10, "resident_after": 14}}})
+    assert "could not be evicted" in r.interference({**base, "evict_left": {"/l": 3}})
+    assert r.interference({**base, "state": "hot", "evict_left": {"/l": 3}}) is None
+
+
+def test_bad_results_files(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text('{"format": "elflayout-profile", "version": 1}')
+    r = run_cli("compare", p, check=2)
+    assert "expected an elflayout-results file" in r.stderr
+    p.write_text('{"format": "elflayout-results", "version": 9}')
+    assert "version 9" in run_cli("compare", p, check=2).stderr
+    p.write_text('{"format": "elflayout-results", "version": 1, "variants": [], "runs": [{"x": 1}]}')
+    assert "malformed" in run_cli("compare", p, check=2).stderr
+    assert "no such file" in run_cli("compare", tmp_path / "none.json", check=2).stderr
