@@ -38,10 +38,10 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   touch "$stamp"
 fi
 
-# The valgrind tool (C, out of tree).
-if [ -f tools/firsttouch/Makefile ]; then
-  make -s -C tools/firsttouch
-fi
+# The C parts: the valgrind tool (out of tree) and the FUSE slow-storage server.
+for d in tools/firsttouch tools/slowfs; do
+  [ -f "$d/Makefile" ] && make -s -C "$d"
+done
 
 # tracefs for the trace backend and the harness (root only; others get a clear message later).
 if [ "$(id -u)" -eq 0 ] && [ ! -d /sys/kernel/tracing/instances ]; then
