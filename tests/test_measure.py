@@ -270,3 +270,17 @@ def test_storage_serves_files_from_slow_mount(tmp_path, libpair):
     from elflayout.storage.server import fuse_mounts
 
     assert not [m for m in fuse_mounts() if m.path == st["mount"]]  # unmounted afterwards
+
+
+def test_mincore_fallback_agrees_with_trace(tmp_path, libpair):
+    need_root_tracefs()  # eviction of the test library works without root, the comparison needs the trace
+    lib = str(libpair["scattered"] / "libdata.so")
+    args = ("--name", "s", _cmd(libpair, "scattered"), "--files", lib, "--runs", "3")
+    traced = _measure(tmp_path, *args, name="t.json")
+    plain = _measure(tmp_path, *args, "--no-trace", name="m.json")
+    assert plain["metadata"]["source"] == "mincore"
+    for state in ("selective", "hot"):
+        a = {r["files"][lib]["pages_read"] for r in traced["runs"] if r["state"] == state}
+        b = {r["files"][lib]["pages_read"] for r in plain["runs"] if r["state"] == state}
+        assert a == b, (state, a, b)
+    assert all(r["files"][lib]["estimated"] and r["files"][lib]["seeks"] is None for r in plain["runs"])

@@ -279,8 +279,11 @@ class Runner:
 
     def _attempt(self, v: Variant, state: str, rnd: int, seq: int) -> dict:
         info = self.prepare(v, state)
+        before = {}
         if self.ts is not None:
             self.ts.clear()
+        else:
+            before = {f: cache.residency(f) for f in self.plan.files}
         m = self.spawn(v)
         res = self.ts.stop() if self.ts is not None else None
         rec = {"variant": v.name, "state": state, "round": rnd, "seq": seq,
@@ -297,7 +300,8 @@ class Runner:
             if res.lost:
                 self.warnings.append(f"run {seq}: the kernel dropped {res.lost} trace events; counts are low")
         for f in self.plan.files:
-            resident = cache.resident_pages(f)
+            after = cache.residency(f)
+            resident = int(after.sum())
             if res is not None:
                 key = self.keys[f]
                 mine = ev[(ev["dev"] == key[0]) & (ev["ino"] == key[1])]
@@ -311,10 +315,11 @@ class Runner:
                     "faults": [[round(float(t - m["t0"]), 6), int(p)] for t, p in zip(fl["t"], fl["page"])],
                 }
             else:
-                # Fallback: what is resident after the run was read during it (only
-                # meaningful when the state evicted the file first).
-                files[f] = {"pages_read": resident, "bytes_read": resident * self.page, "seeks": None,
-                            "resident_after": resident, "estimated": state != "hot"}
+                # Fallback: pages resident after the run that were not before it were
+                # read during it (by us, or by anyone else: hence "estimated").
+                new = int((after & ~before[f]).sum()) if len(before[f]) == len(after) else resident
+                files[f] = {"pages_read": new, "bytes_read": new * self.page, "seeks": None,
+                            "resident_after": resident, "resident_before": int(before[f].sum()), "estimated": True}
         rec["files"] = files
         rec["pages_read"] = int(sum(x["pages_read"] for x in files.values()))
         rec["bytes_read"] = int(sum(x["bytes_read"] for x in files.values()))
