@@ -82,6 +82,19 @@ def test_valgrind_data_pages_show_relocation_in_loader_phase(synth, synth_profil
     assert t["build_id"] and t["sha256"] and t["size"] == os.path.getsize(synth["lib"])
 
 
+def test_children_through_a_shell(synth, tmp_path):
+    """A workload started through a shell: the library is only in the exec'd child."""
+    truth = _truth(synth)
+    sh = ["sh", "-c", f"true; {synth['driver']}; true"]  # not a lone command: sh forks + execs
+    r = run_cli("profile", "--target", synth["lib"], "-o", tmp_path / "a.json", "--", *sh, check=2)
+    assert "never loaded" in r.stderr and "--children" in r.stderr
+    run_cli("profile", "--children", "--target", synth["lib"], "-o", tmp_path / "b.json", "--", *sh, check=0)
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert doc["metadata"]["processes"] >= 2
+    t = doc["targets"][0]
+    assert [f["name"] for f in t["functions"] if f["name"].startswith("sy_o")] == truth["functions"]
+
+
 def test_chase_past_conditional_exits(tmp_path):
     """Blocks VEX translates past a conditional exit are only recorded once they execute."""
     need_firsttouch()

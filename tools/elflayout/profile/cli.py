@@ -38,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", action="store_true", help="valgrind: also record first read/write of each data page")
     p.add_argument("--evict", action="store_true",
                    help="trace: drop the targets from the page cache first, so their reads are recorded")
+    p.add_argument("--children", action="store_true",
+                   help="valgrind: also profile programs the workload starts (e.g. through a shell script)")
     p.add_argument("--allow-failure", action="store_true",
                    help="exit 0 even when the workload exits non-zero or crashes")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     meta = model.base_metadata(cmd, args.backend, "block" if args.backend == "valgrind" else "page", targets[0])
     with _progress(f"running the workload under {args.backend} ..."):
         if args.backend == "valgrind":
-            r = be.run(targets, cmd, data=args.data, log_path=args.keep_log, env=env)
+            r = be.run(targets, cmd, data=args.data, log_path=args.keep_log, env=env, children=args.children)
         else:
             r = be.run(targets, cmd, evict_first=args.evict, env=env)
     meta["duration_s"] = round(r.duration_s, 4)
@@ -121,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.backend == "valgrind":
         meta["data"] = bool(args.data)
+        meta["children"] = bool(args.children)
+        meta["processes"] = r.marks.get("processes", 1)
         meta["notes"] += list(r.log.notes)
         if not r.log.complete:
             meta["notes"].append("the tool's log has no end record (workload killed?): events up to the end are kept")
@@ -158,8 +162,10 @@ def run(args: argparse.Namespace) -> int:
                 tdoc["fault_around_mapped_pages"] = r.mapped_pages.get(i, 0)
             tdocs.append(tdoc)
     if never:
+        hint = "" if args.children or args.backend != "valgrind" else \
+            "; if the program is started through a script or another program, add --children"
         raise ElflayoutError(f"{never[0]}: never loaded by the workload ({' '.join(cmd)}); "
-                             f"check the path (is it the file the program really loads? see ldd)")
+                             f"check the path (is it the file the program really loads? see ldd){hint}")
     doc = model.new_profile(meta, tdocs)
     model.save(doc, out)
     for t in tdocs:

@@ -89,24 +89,21 @@ def read_log(path) -> RawLog:
     return RawLog(header, targets, recs, complete, exit_code, notes)
 
 
-def to_events(log: RawLog) -> tuple[np.ndarray, dict]:
-    """Events (EVENT_DTYPE, file offsets) of all targets, and per-target marks.
-
-    marks: {"entry_seq": seq of the executable's first instruction or None,
-            "first_map_seq": {target: seq}, "maps": {target: [...]}}.
-    """
+def to_events(log: RawLog, t0: int | None = None) -> tuple[np.ndarray, dict]:
+    """Events (EVENT_DTYPE, file offsets) of all targets of one log, plus pseudo-events
+    ``E`` (executable entry), ``M`` (main) and ``L`` (first mapping of a target) that
+    ``combine`` turns into marks; ``t`` counts from ``t0`` (ns, CLOCK_MONOTONIC)."""
     r = log.recs
-    t0 = int(log.header.get("t0", 0)) or (int(r["t_ns"][r["t_ns"] > 0].min()) if r.size else 0)
+    if t0 is None:
+        t0 = log_t0(log)
     kinds = r["kind"]
-    ent = r[kinds == K["E"]]
-    mk = r[kinds == K["M"]]
-    marks = {"entry_seq": int(ent["seq"][0]) if ent.size else None, "first_map_seq": {}, "maps": {},
-             "main_seq": int(mk["seq"][0]) if mk.size else None}
+    maps = {}
     acc = np.isin(kinds, (K["x"], K["r"], K["w"]))
     a = r[acc]
     off = np.full(a.size, -1, dtype=np.int64)
     # Mapping history: for each access, the latest map record (by seq) that covers it.
     mrec = r[np.isin(kinds, (K["m"], K["u"]))]
+    first_map = {}
     for m in mrec:  # tens of records; vectorised over the accesses
         lo, hi = int(m["addr"]), int(m["addr"]) + int(m["len"])
         cover = (a["addr"] >= lo) & (a["addr"] < hi) & (a["seq"] > m["seq"])
@@ -116,22 +113,80 @@ def to_events(log: RawLog) -> tuple[np.ndarray, dict]:
         cover &= a["target"] == m["target"]
         off[cover] = (a["addr"][cover] - np.uint64(lo)).astype(np.int64) + int(m["t_ns"])
         tgt = int(m["target"])
-        marks["first_map_seq"].setdefault(tgt, int(m["seq"]))
-        marks["maps"].setdefault(tgt, []).append({"start": lo, "size": int(m["len"]), "offset": int(m["t_ns"]),
-                                                  "prot": "".join(c if int(m["flags"]) & b else "-"
-                                                                  for c, b in (("r", 1), ("w", 2), ("x", 4)))})
+        first_map.setdefault(tgt, m)
+        maps.setdefault(tgt, []).append({"start": lo, "size": int(m["len"]), "offset": int(m["t_ns"]),
+                                         "prot": "".join(c if int(m["flags"]) & b else "-"
+                                                         for c, b in (("r", 1), ("w", 2), ("x", 4))),
+                                         "pid": int(log.header.get("pid", 0))})
+    keep = off >= 0
+    lost = int((~keep).sum())
+    if lost:
+        log.notes.append(f"{lost} accesses fell outside any recorded target mapping and were dropped")
+    a, off = a[keep], off[keep]
     ev = np.zeros(a.size, dtype=EVENT_DTYPE)
     ev["seq"] = a["seq"].astype(np.int64)
+    # map-record "t_ns" holds the file offset, so mapping times come from the seq neighbours
     ev["t"] = (a["t_ns"].astype(np.int64) - t0) / 1e9
-    kk = np.where(a["kind"] == K["x"], b"x", np.where(a["kind"] == K["r"], b"r", b"w")).astype("S1")
-    ev["kind"] = kk
+    ev["kind"] = np.where(a["kind"] == K["x"], b"x", np.where(a["kind"] == K["r"], b"r", b"w")).astype("S1")
     ev["target"] = a["target"].astype(np.int16)
     ev["offset"] = off
     ev["length"] = a["len"].astype(np.int64)
-    lost = int((off < 0).sum())
-    if lost:
-        log.notes.append(f"{lost} accesses fell outside any recorded target mapping and were dropped")
-    return ev[off >= 0], marks
+    pseudo = []
+    for kind, rec in [(b"E", x) for x in r[kinds == K["E"]][:1]] + [(b"M", x) for x in r[kinds == K["M"]][:1]]:
+        pseudo.append((int(rec["seq"]), (int(rec["t_ns"]) - t0) / 1e9, kind, -1, 0, 0))
+    for tgt, m in first_map.items():
+        # a map record's time is that of the access just before it (its t_ns field is the offset)
+        prev = r[(r["seq"] < m["seq"]) & (r["t_ns"] > 0) & (kinds != K["m"])]
+        t = (int(prev["t_ns"][-1]) - t0) / 1e9 if prev.size else 0.0
+        pseudo.append((int(m["seq"]), t, b"L", tgt, 0, 0))
+    if pseudo:
+        ev = np.concatenate([ev, np.array(pseudo, dtype=EVENT_DTYPE)])
+    return ev, {"maps": maps}
+
+
+def log_t0(log: RawLog) -> int:
+    r = log.recs
+    t = int(log.header.get("t0", 0))
+    if not t and r.size:
+        x = r["t_ns"][np.isin(r["kind"], (K["x"], K["r"], K["w"]))]
+        t = int(x.min()) if x.size else 0
+    return t
+
+
+def combine(logs: list[RawLog]) -> tuple[np.ndarray, dict]:
+    """One event sequence from the logs of a process tree, ordered by CLOCK_MONOTONIC time
+    (shared by all processes), and the marks (seq numbers in that sequence).
+
+    marks: entry_seq / main_seq (of the process that mapped the first target first),
+    first_map_seq {target: seq}, maps {target: [...]}.
+    """
+    base = min(log_t0(lg) for lg in logs)
+    parts, maps = [], {}
+    for i, lg in enumerate(logs):
+        ev, m = to_events(lg, base)
+        parts.append((ev, np.full(ev.size, i, dtype=np.int64)))
+        for tgt, v in m["maps"].items():
+            maps.setdefault(tgt, []).extend(v)
+    ev = np.concatenate([p[0] for p in parts])
+    li = np.concatenate([p[1] for p in parts])
+    order = np.lexsort((ev["seq"], li, ev["t"])) if len(logs) > 1 else np.argsort(ev["seq"], kind="stable")
+    ev, li = ev[order], li[order]
+    ev["seq"] = np.arange(ev.size)
+    marks = {"first_map_seq": {}, "maps": maps, "entry_seq": None, "main_seq": None, "processes": len(logs)}
+    lk = ev["kind"] == b"L"
+    owner = None
+    for j in np.flatnonzero(lk):
+        tgt = int(ev["target"][j])
+        if tgt not in marks["first_map_seq"]:
+            marks["first_map_seq"][tgt] = int(ev["seq"][j])
+            if owner is None:
+                owner = int(li[j])
+    for kind, key in ((b"E", "entry_seq"), (b"M", "main_seq")):
+        j = np.flatnonzero((ev["kind"] == kind) & (li == (owner if owner is not None else 0)))
+        if j.size:
+            marks[key] = int(ev["seq"][j[0]])
+    real = np.isin(ev["kind"], (b"x", b"r", b"w"))
+    return ev[real], marks
 
 
 @dataclass
@@ -189,16 +244,22 @@ def main_offset(exe: str) -> int | None:
     return None
 
 
-def valgrind_command(targets: list[str], out: str, data: bool, marks=()) -> list[str]:
+def valgrind_command(targets: list[str], out: str, data: bool, marks=(), children: bool = False) -> list[str]:
     cmd = ["valgrind", "-q", f"--tool={TOOL_NAME}", f"--ft-out={out}", f"--ft-data={'yes' if data else 'no'}"]
+    if children:
+        cmd.append("--trace-children=yes")
     cmd += [f"--ft-mark={m:x}" for m in marks]
     cmd += [f"--ft-target={os.path.realpath(t)}" for t in targets]
     return cmd
 
 
 def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | None = None,
-        stdout=None, stderr=None, log_path: str | None = None) -> Run:
-    """Run ``argv`` under firsttouch; return the parsed log and the workload's status."""
+        stdout=None, stderr=None, log_path: str | None = None, children: bool = False) -> Run:
+    """Run ``argv`` under firsttouch; return the parsed log(s) and the workload's status.
+
+    ``children``: also follow programs the workload execs (one log per process, merged by
+    time); main() is then not marked (the mark offset belongs to one executable only).
+    """
     why = tool_status()
     if why:
         raise ElflayoutError(why)
@@ -208,18 +269,27 @@ def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | 
     e = dict(os.environ if env is None else env)
     e["VALGRIND_LIB"] = str(tool_dir().resolve())
     with tempfile.TemporaryDirectory(prefix="elflayout-ft-") as td:
-        out = log_path or os.path.join(td, "firsttouch.log")
-        mo = main_offset(os.path.realpath(exe))
-        cmd = valgrind_command(targets, out, data, [mo] if mo is not None else []) + [os.path.realpath(exe), *argv[1:]]
+        out = os.path.join(td, "ft.%p.log") if children else os.path.join(td, "firsttouch.log")
+        mo = None if children else main_offset(os.path.realpath(exe))
+        cmd = valgrind_command(targets, out, data, [mo] if mo is not None else [], children)
+        cmd += [os.path.realpath(exe), *argv[1:]]
         t0 = time.monotonic()
         try:
             r = subprocess.run(cmd, env=e, stdout=stdout, stderr=stderr)
         except OSError as err:
             raise ElflayoutError(f"cannot run valgrind: {err.strerror}") from None
         dt = time.monotonic() - t0
-        if not os.path.exists(out):
+        files = sorted(Path(td).glob("*.log"))
+        if not files:
             raise ElflayoutError(f"valgrind exited with status {r.returncode} without writing a log "
                                  f"(is build/valgrind up to date? run: make bootstrap)")
-        log = read_log(out)
-    ev, marks = to_events(log)
+        logs = [read_log(f) for f in files]
+        if log_path:
+            for f in files:
+                shutil.copyfile(f, log_path if len(files) == 1 else f"{log_path}.{f.name.split('.')[1]}")
+    ev, marks = combine(logs)
+    log = logs[0]
+    for lg in logs[1:]:
+        log.notes.extend(lg.notes)
+        log.complete = log.complete and lg.complete
     return Run(log, ev, marks, r.returncode, dt, cmd)
