@@ -188,17 +188,20 @@ def test_timing_violin_labels():
 def test_prediction_band_flags_a_step():
     from elflayout.report import timing
 
-    assert timing.prediction_band([5, 5, 5, 5, 5]) is None  # constant: nothing to model
     assert timing.prediction_band([1, 2, 3]) is None  # too short
+    m, lo, hi = timing.prediction_band([5] * 7 + [6])  # constant history: zero width, any change is out
+    assert np.isnan(m[:6]).all() and lo[6] == hi[6] == 5 and lo[7] == hi[7] == 5 and not (lo[7] <= 6 <= hi[7])
     rng = np.random.default_rng(3)
     y = 100 + rng.normal(0, 1, 40)
     y[30] += 15
     mean, lo, hi = timing.prediction_band(y)
-    assert len(mean) == 41 and np.isnan(mean[0])
-    outside = np.flatnonzero((y[1:] < lo[1:40]) | (y[1:] > hi[1:40])) + 1
+    assert len(mean) == 41 and np.isnan(mean[:6]).all() and not np.isnan(mean[6:]).any()
+    with np.errstate(invalid="ignore"):
+        outside = np.flatnonzero((y < lo[:40]) | (y > hi[:40]))
     assert 30 in outside
     assert len(outside) <= 4  # the 95% interval should not flag much else
-    assert lo[40] < y[:30].mean() < hi[40]
+    # Out of sample: the interval for point 30 comes from points 0..29 only.
+    assert lo[30] < y[:30].mean() < hi[30] < y[30]
 
 
 def test_history_plot_from_json(tmp_path):
@@ -435,3 +438,33 @@ def test_disturbed_runs_are_left_out_like_the_harness_does():
     for r in sel:
         r["interference"] = ["x"]
     assert D.pick_run(doc, "llc", "selective", LIB) is not None  # all flagged: still something to draw
+
+
+def test_history_plot_from_the_history_database(tmp_path):
+    history = pytest.importorskip("elflayout.measure.history")
+    from elflayout.report import data as D
+
+    db = tmp_path / "h.sqlite"
+    base = _load(RESULTS)
+    con = history.connect(db)
+    for i, f in enumerate([1.0, 1.01, 0.99, 1.005, 1.02, 0.98, 0.995, 1.015, 1.6]):  # distinct: add dedupes
+        doc = copy.deepcopy(base)
+        doc["metadata"]["started"] = f"2026-01-{i + 1:02d}T00:00:00Z"
+        for r in doc["runs"]:
+            r["wall_s"] *= f
+        # Plain means as the summary (what history stores), without the bootstrap's cost.
+        doc["summary"] = [{"variant": v, "state": st, "metric": "wall_s", "n": len(x), "mean": float(x.mean()),
+                           "median": float(np.median(x))}
+                          for v in D.variants(doc) for st in D.states(doc)
+                          for x in [D.values(doc, v, st, "wall_s")]]
+        history.add(con, doc, f"r{i}.json")
+    con.close()
+    before = db.read_bytes()
+    out = tmp_path / "h.svg"
+    run_cli("plot", db, "--variant", "llc", "--state", "selective", "-o", out, check=0)
+    t = out.read_text()
+    assert "llc · selective · wall time" in t and "opt ·" not in t
+    assert "wall time (ms)" in t and "outside the interval" in t  # the 1.6× session
+    assert db.read_bytes() == before  # plotting never writes to the database
+    r = run_cli("plot", db, "--metric", "nonsense", "-o", tmp_path / "x.png")
+    assert r.returncode == 2 and "--metric" in r.stderr

@@ -24,7 +24,10 @@ examples:
   # violin + scatter of wall time (or another metric) per variant and state
   elflayout plot R.json --kind timing --metric wall_s -o wall.png
 
-  # a history series with its 95% prediction interval ({"series": [{"name", "values"}]})
+  # the history database of `elflayout history add` (one series per variant x state),
+  # each point against the 95% ETS prediction interval from the points before it
+  elflayout plot ~/.cache/elflayout/history.sqlite --metric pages_read -o history.png
+  # or a JSON series: {"series": [{"name", "values": [...]}]}
   elflayout plot --kind history series.json -o history.png
 """
 
@@ -76,7 +79,7 @@ def build_figure(args):
     if args.kind == "history" or (args.kind is None and _is_sqlite(args.input)):
         from elflayout.report import timing
 
-        series = timing.load_history(args.input)
+        series = timing.load_history(args.input, args.variant, [args.state] if args.state else None, args.metric)
         return timing.history_figure(series, title=f"History: {Path(args.input).name}")
     kind, doc = D.load(args.input)
     if kind == "profile":

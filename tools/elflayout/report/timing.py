@@ -100,30 +100,40 @@ def _median_ci(doc, variant, state, metric, x, scale):
 # ----------------------------------------------------------------------------------
 # history
 
-def prediction_band(values, alpha: float = 0.05):
-    """One-step-ahead prediction and (1-alpha) interval for each point after the first,
-    and for the next point, from an additive-error exponential-smoothing model (ETS A,N,N).
+MIN_POINTS = 6  # as `elflayout history check`: fewer past points and an ETS fit is not worth trusting
 
-    Returns (mean, lower, upper) arrays of length len(values) + 1 (index 0 is NaN);
-    None when there are too few points (< 4) or the series is constant.
+
+def prediction_band(values, alpha: float = 0.05, min_points: int = MIN_POINTS):
+    """For each point i >= min_points, the (1-alpha) prediction interval of y[i] from an
+    ETS(A,N,N) model fitted to y[:i] only: what `elflayout history check` would have
+    said when that point was added. Index len(y) is the interval for the next point.
+
+    Returns (mean, lower, upper), arrays of len(values) + 1 with NaN where there is too
+    little history; None when the series is shorter than ``min_points``. A constant
+    history has a zero-width interval (deterministic page counts: any change is news).
     """
     y = np.asarray(values, dtype=float)
-    if y.size < 4 or np.ptp(y) == 0:
+    if y.size < min_points:
         return None
+    mean, lower, upper = (np.full(y.size + 1, np.nan) for _ in range(3))
+    for i in range(min_points, y.size + 1):
+        mean[i], lower[i], upper[i] = _next_interval(y[:i], alpha)
+    return mean, lower, upper
+
+
+def _next_interval(y, alpha):
+    if np.ptp(y) == 0:
+        return float(y[-1]), float(y[-1]), float(y[-1])
     import warnings
 
+    import pandas as pd  # statsmodels' prediction results need an indexed series
     from statsmodels.tsa.exponential_smoothing.ets import ETSModel
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import pandas as pd  # statsmodels' prediction results need an indexed series
-
         fit = ETSModel(pd.Series(y), error="add", trend=None, seasonal=None).fit(disp=False)
-        frame = fit.get_prediction(start=1, end=y.size).summary_frame(alpha=alpha)
-    mean = np.r_[np.nan, frame["mean"].to_numpy()]
-    lower = np.r_[np.nan, frame["pi_lower"].to_numpy()]
-    upper = np.r_[np.nan, frame["pi_upper"].to_numpy()]
-    return mean, lower, upper
+        fr = fit.get_prediction(start=y.size, end=y.size).summary_frame(alpha=alpha)
+    return float(fr["mean"].iloc[0]), float(fr["pi_lower"].iloc[0]), float(fr["pi_upper"].iloc[0])
 
 
 def history_figure(series: list[dict], title: str | None = None):
@@ -138,12 +148,13 @@ def history_figure(series: list[dict], title: str | None = None):
         if band is not None:
             mean, lo, hi = band
             xx = np.arange(y.size + 1)
-            ax.fill_between(xx[1:], lo[1:], hi[1:], color="#9ecae1", alpha=0.5, lw=0, step=None,
-                            label="95% prediction interval (one step ahead)")
-            ax.plot(xx[1:], mean[1:], color="#3182bd", lw=1, label="ETS prediction")
-            out = (y[1:] < lo[1:y.size]) | (y[1:] > hi[1:y.size])
+            ax.fill_between(xx, lo, hi, color="#9ecae1", alpha=0.5, lw=0,
+                            label="95% prediction interval from the points before")
+            ax.plot(xx, mean, color="#3182bd", lw=1, label="ETS forecast")
+            with np.errstate(invalid="ignore"):
+                out = (y < lo[:-1]) | (y > hi[:-1])
             if out.any():
-                ax.scatter(x[1:][out], y[1:][out], s=60, facecolor="none", edgecolor="#d62728", lw=1.5, zorder=4,
+                ax.scatter(x[out], y[out], s=60, facecolor="none", edgecolor="#d62728", lw=1.5, zorder=4,
                            label="outside the interval")
         ax.plot(x, y, marker="o", ms=4, color="#252525", lw=0.8, zorder=3, label="measured")
         labels = s.get("labels")
@@ -161,10 +172,11 @@ def history_figure(series: list[dict], title: str | None = None):
     return fig
 
 
-def load_history(path) -> list[dict]:
-    """Series from a history source: the measure helper's SQLite database (when its API
-    exists) or a JSON file ``{"series": [{"name", "values", "labels"?, "unit"?}]}``
-    (also a bare list of such objects, or a bare list of numbers)."""
+def load_history(path, variants=None, states=None, metric: str | None = None) -> list[dict]:
+    """Series from a history source: the SQLite database of `elflayout history` (one
+    series per variant × state of ``metric``, default wall_s) or a JSON file
+    ``{"series": [{"name", "values", "labels"?, "unit"?}]}`` (also a bare list of such
+    objects, or a bare list of numbers)."""
     import json
     from pathlib import Path
 
@@ -173,10 +185,14 @@ def load_history(path) -> list[dict]:
     p = Path(path)
     try:
         head = p.read_bytes()[:16]
+    except IsADirectoryError:
+        raise ElflayoutError(f"{p}: is a directory, expected a history database or JSON series") from None
+    except FileNotFoundError:
+        raise ElflayoutError(f"{p}: no such file") from None
     except OSError as e:
         raise ElflayoutError(f"{p}: cannot read: {e.strerror}") from None
     if head.startswith(b"SQLite format 3"):
-        return _history_from_db(p)
+        return _history_from_db(p, variants, states, metric or "wall_s")
     try:
         doc = json.loads(p.read_text())
     except (ValueError, UnicodeDecodeError) as e:
@@ -193,14 +209,37 @@ def load_history(path) -> list[dict]:
     return doc
 
 
-def _history_from_db(p) -> list[dict]:
+def _history_from_db(p, variants, states, metric) -> list[dict]:
+    """Series of `elflayout history` (elflayout.measure.history): the mean of each session."""
+    import sqlite3
+
     from elflayout.errors import ElflayoutError
 
+    if metric not in D.METRICS:
+        raise ElflayoutError(f"--metric {metric}: unknown (one of: {', '.join(D.METRICS)})")
+    label, scale, unit = D.METRICS[metric]
     try:
-        from elflayout.measure import history  # owned by the measure helper
-    except ImportError:
-        raise ElflayoutError(f"{p}: reading a history database needs elflayout.measure.history") from None
-    fn = getattr(history, "series_for_plot", None)
-    if fn is None:
-        raise ElflayoutError(f"{p}: elflayout.measure.history has no series_for_plot(); export the series as JSON")
-    return fn(p)
+        # Read-only: plotting must never create or change a history database.
+        con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        keys = con.execute("SELECT DISTINCT variant, state FROM points WHERE metric = ? ORDER BY variant, state",
+                           (metric,)).fetchall()
+    except sqlite3.DatabaseError as e:
+        raise ElflayoutError(f"{p}: not an elflayout history database ({e})") from None
+    out = []
+    try:
+        for v, s in keys:
+            if (variants and v not in variants) or (states and s not in states):
+                continue
+            rows = con.execute(
+                "SELECT s.started, p.mean FROM points p JOIN sessions s ON s.id = p.session "
+                "WHERE p.variant = ? AND p.state = ? AND p.metric = ? ORDER BY s.started, s.id",
+                (v, s, metric)).fetchall()
+            vals = [r[1] * scale for r in rows if isinstance(r[1], (int, float))]
+            out.append({"name": label, "title": f"{v} · {s} · {label} (mean of each session)", "unit": unit,
+                        "values": vals, "labels": [str(r[0])[:16] for r in rows if isinstance(r[1], (int, float))]})
+    finally:
+        con.close()
+    if not out:
+        raise ElflayoutError(f"{p}: no history for metric {metric}"
+                             + (f" and the chosen variants/states" if variants or states else ""))
+    return out
