@@ -335,3 +335,23 @@ def test_damaged_files_never_crash(tmp_path, built):
         if rc == 2:
             assert err.getvalue().startswith(f"elflayout: error: {target}:") and err.getvalue().count("\n") == 1
     assert outcomes[2] > 10 and outcomes[0] > 10  # both kinds were exercised
+
+
+def test_functions_listing_of_stripped_library(tmp_path, built):
+    lib, _ = built["bfd"]
+    stripped = tmp_path / "libstripped.so"
+    shutil.copy(lib, stripped)
+    subprocess.run(["strip", str(stripped)], check=True)
+    fn = inspect_json(stripped, "--functions")["functions"]
+    assert fn["from_symtab"] == 0 and len(fn["list"]) == fn["count"]
+    exported = {ln.split()[3]: int(ln.split()[0], 16) for ln in subprocess.run(
+        ["nm", "-D", "-S", "--defined-only", str(stripped)], capture_output=True, text=True, check=True).stdout.splitlines()
+        if len(ln.split()) == 4 and ln.split()[2] in "Tt"}
+    listed = {f["name"]: f["vaddr"] for f in fn["list"] if f["source"] == "dynsym"}
+    assert listed == exported
+    fdes = re.findall(r" FDE cie=\w+ pc=([0-9a-f]+)\.\.", subprocess.run(
+        ["readelf", "--debug-dump=frames", str(stripped)], capture_output=True, text=True, check=True).stdout)
+    starts = {f["vaddr"] for f in fn["list"]}
+    assert {int(a, 16) for a in fdes} <= starts  # every FDE start is a listed function start
+    offs = [f["offset"] for f in fn["list"]]
+    assert offs == sorted(offs)

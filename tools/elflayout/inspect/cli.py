@@ -16,6 +16,9 @@ examples:
   elflayout inspect --json /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 > llvm.json
   elflayout inspect libx.so -o libx.inspect.json
 
+  # every function extent, including those only .eh_frame knows (stripped libraries)
+  elflayout inspect --functions /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 | less
+
   # with the link map (GNU ld, gold, lld or mold -Map=FILE): objects and input
   # sections with the file range they occupy in the output
   elflayout inspect build/libx.so --map build/libx.map
@@ -28,6 +31,8 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the elflayout-inspect v1 JSON document instead of tables")
     p.add_argument("-o", "--output", metavar="OUT.json", help="write the JSON document to this file (atomically)")
     p.add_argument("--force", action="store_true", help="let -o replace an existing file")
+    p.add_argument("--functions", action="store_true",
+                   help="also list every function extent (name or fde_<hex>, source, offset, size)")
     p.add_argument("--no-input-sections", action="store_true",
                    help="with --map, list objects only (not every input section) in the tables")
 
@@ -38,7 +43,7 @@ def run(args) -> int:
 
     if args.output:
         fileio.check_output(args.output, force=args.force, inputs=tuple(x for x in (args.lib, args.map) if x))
-    doc = inspect(args.lib, args.map, argv=sys.argv)
+    doc = inspect(args.lib, args.map, argv=sys.argv, functions=args.functions)
     if args.output:
         fileio.dump_json(doc, args.output)
         print(f"wrote {args.output}", file=sys.stderr)
@@ -83,6 +88,8 @@ def table(headers: list[str], rows: list[list], right: set[int] = frozenset(), i
 
 
 def render_text(doc: dict, input_sections: bool = True) -> str:
+    from elflayout.elfcore import page_range
+
     f = doc["file"]
     out = []
     out.append(f"{f['path']}\n")
@@ -137,6 +144,11 @@ def render_text(doc: dict, input_sections: bool = True) -> str:
     out.append(f"\nFunction extents: {fn['count']:,} ({fn['bytes']:,} bytes): {fn['from_symtab']:,} from .symtab, "
                f"{fn['from_dynsym']:,} from .dynsym, {fn['from_eh_frame']:,} from .eh_frame FDEs only "
                f"({fn['fde_count']:,} FDEs)\n")
+
+    if "list" in fn:
+        out.append(table(["offset", "size", "source", "pages", "function"],
+                         [[_h(f["offset"]), _n(f["size"]), f["source"], _pg(list(page_range(f["offset"], f["size"]))),
+                           f["name"]] for f in fn["list"]], right={0, 1}))
 
     m = doc["map"]
     if m:

@@ -198,15 +198,21 @@ def symbol_counts(img: ElfImage) -> dict:
     return out
 
 
-def function_summary(img: ElfImage) -> dict:
-    from elflayout.symbols import functions
+def function_summary(img: ElfImage, listing: bool = False) -> dict:
+    """Counts of function extents by source; with ``listing`` every extent too (file-offset order)."""
+    from elflayout.symbols import SOURCES, functions
 
     ft = functions(img)
     c = ft.counts()
-    return {
+    out = {
         "count": len(ft), "from_symtab": c["symtab"], "from_dynsym": c["dynsym"], "from_eh_frame": c["eh_frame"],
         "fde_count": ft.fde_count, "bytes": int(ft.size.sum()),
     }
+    if listing:
+        out["list"] = [{"name": n, "source": SOURCES[k], "offset": o, "vaddr": v, "size": z}
+                       for n, k, o, v, z in zip(ft.names, ft.source.tolist(), ft.offset.tolist(), ft.vaddr.tolist(),
+                                                ft.size.tolist())]
+    return out
 
 
 def map_summary(img: ElfImage, map_path) -> dict:
@@ -248,13 +254,14 @@ def _check_map_matches(img: ElfImage, lm) -> None:
         raise ElflayoutError(f"{lm.path}: link map shares no output section with {img.path}")
 
 
-def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, argv=None) -> dict:
-    """The full ``elflayout-inspect`` v1 document of one ELF file."""
+def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, argv=None,
+            functions: bool = False) -> dict:
+    """The full ``elflayout-inspect`` v1 document of one ELF file (``functions``: list every extent)."""
     from elflayout.fileio import envelope
 
     try:
         with ElfImage(path) as img:
-            body = _body(img, map_path)
+            body = _body(img, map_path, functions)
     except ElflayoutError:
         raise
     except (OverflowError, IndexError, struct.error, UnicodeDecodeError) as e:
@@ -272,7 +279,7 @@ def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, 
     return envelope(FORMAT_KIND, FORMAT_VERSION, meta, **body)
 
 
-def _body(img: ElfImage, map_path) -> dict:
+def _body(img: ElfImage, map_path, functions: bool = False) -> dict:
     """Everything but the envelope; damaged files may raise pyelftools/numpy errors."""
     notes = []
     if not img.is_x86_64:
@@ -287,7 +294,7 @@ def _body(img: ElfImage, map_path) -> dict:
         "sections": sections(img),
         "relocations": relocations(img),
         "symbols": symbol_counts(img),
-        "functions": function_summary(img),
+        "functions": function_summary(img, functions),
         "map": map_summary(img, map_path) if map_path else None,
         "notes": notes,
     }
