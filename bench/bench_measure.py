@@ -73,10 +73,13 @@ def main():
         if shutil.which("llc-16") and os.path.exists(LLVM):
             print(f"1. libLLVM-16, llc-16 --version, selective + hot, {n_sel} rounds")
             d = measure(tmp / "llvm.json", "--name", "llc", "llc-16 --version", "--files", LLVM, "--runs", n_sel)
-            sel = [r for r in d["runs"] if r["state"] == "selective"]
+            allsel = [r for r in d["runs"] if r["state"] == "selective"]
+            sel = [r for r in allsel if not r.get("interference")]
+            print(f"  disturbed by other processes (kept out of the statistics): {len(allsel) - len(sel)} of "
+                  f"{len(allsel)} runs; repeated runs: {sum(r.get('attempts', 1) - 1 for r in d['runs'])}")
             pages = [r["files"][LLVM]["pages_read"] for r in sel]
             res = [r["files"][LLVM]["resident_after"] for r in sel]
-            print(f"  pages read per run: min {min(pages):,} max {max(pages):,} "
+            print(f"  pages read per clean run: min {min(pages):,} max {max(pages):,} "
                   f"({'identical' if len(set(pages)) == 1 else 'NOT identical'} over {len(pages)} runs)")
             print(f"  mincore resident after run: min {min(res):,} max {max(res):,}; "
                   f"runs where it equals pages read: {sum(p == q for p, q in zip(pages, res))}/{len(res)}")
