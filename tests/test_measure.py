@@ -284,3 +284,23 @@ def test_mincore_fallback_agrees_with_trace(tmp_path, libpair):
         b = {r["files"][lib]["pages_read"] for r in plain["runs"] if r["state"] == state}
         assert a == b, (state, a, b)
     assert all(r["files"][lib]["estimated"] and r["files"][lib]["seeks"] is None for r in plain["runs"])
+
+
+def test_census_finds_the_files_a_startup_reads(tmp_path, libpair):
+    need_root_tracefs()
+    out = tmp_path / "c.json"
+    run_cli("measure", "--name", "s", _cmd(libpair, "scattered"), "--state", "selective", "--runs", "2", "--quiet",
+            "-o", out, check=0)
+    doc = json.loads(out.read_text())
+    c = doc["metadata"]["census"][0]
+    assert c["variant"] == "s" and c["method"] == "evict"
+    paths = [f["path"] for f in c["files"]]
+    lib = os.path.realpath(libpair["scattered"] / "libdata.so")
+    drv = os.path.realpath(libpair["driver"])
+    assert lib in paths and drv in paths
+    assert paths.index(drv) < paths.index(lib)  # order of first read: the executable first
+    f = c["files"][paths.index(lib)]
+    assert f["pages"] > 500 and f["bytes"] == 4096 * f["pages"] and f["resolved"]
+    # without --files, the census's files are the files under test
+    assert lib in doc["metadata"]["files"]
+    assert all(r["files"][lib]["pages_read"] == f["pages"] for r in doc["runs"] if not r.get("interference"))
