@@ -1,0 +1,485 @@
+#!/usr/bin/env python3
+"""Headline figures: pages/bytes read and seeks at startup for libpython3.11 and
+libLLVM-16 in each variant, next to the physical-limit estimate.
+
+    python3 bench/bench_pipeline.py [python] [llvm] [--runs 3] [--json OUT]
+
+Every figure comes from the product's CLI (``python -m elflayout profile / order /
+pack-relocs / measure``); the libraries are (re)linked by ``elflayout.targets`` (cached).
+Measurement: ``elflayout measure --state selective --state hot --read-ahead-kb 128
+--census none``: before each selective run only the library under test is evicted
+(fsync + posix_fadvise DONTNEED), pages inserted into the page cache for it are counted
+with the ``filemap:mm_filemap_add_to_page_cache`` tracepoint; read_ahead_kb of the
+device is set to 128 for the session and restored. Variants are interleaved (seeded).
+
+- python: libpython3.11 relinked from Debian's PIC objects with lld, GNU ld (bfd) and
+  gold; workload ``python3.11 -c "import json, decimal, asyncio, re"``; variants
+  baseline / object-ordered / packed / ordered+packed per linker. The objects lack
+  -ffunction-sections, so object order (``elflayout order --format objects``) is the
+  ordering lever.
+- llvm: libLLVM-16, ``llc-16 --version``: the system library, packed; relinked from
+  LLVM 16's archives with lld in default order, packed; function-ordered (lld
+  ``--symbol-ordering-file`` from ``elflayout order --format lld`` of a valgrind
+  profile of the default relink), ordered+packed. Pages by section.
+
+Physical-limit estimate ("touched bytes packed densely"), from a valgrind ``--data``
+profile of the same library (see ``physical_limit``):
+    bytes of executed functions
+  + 4096 x distinct file pages touched as data (read or written; ld.so's reads of
+    .dynsym/.dynstr/.gnu.hash/.dynamic/.got..., .data.rel.ro written by relocation),
+    leaving out relocation tables and executable sections (counted by bytes instead)
+  + 4096 x executable pages run outside any known function (PLT stubs, .init)
+  + 4096 for the ELF header page (ld.so read()s it) when not already counted
+  + relocation table bytes after packing (non-RELATIVE RELA entries + optimal RELR
+    table + .rela.plt)
+  divided by 4096, rounded up. It assumes a perfect layout of exactly those bytes
+with no read-around waste; it is a floor, not a forecast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import numpy as np  # noqa: E402
+
+from elflayout.elfcore import PAGE, ElfImage, relr_size  # noqa: E402
+
+PY = sys.executable
+RA_KB = 128
+IMPORTS = "import json, decimal, asyncio, re"
+RELOC_SECTIONS = (".rela.dyn", ".rela.plt", ".relr.dyn", ".rel.dyn", ".rel.plt")
+SECTION_GROUPS = {  # columns of the libLLVM table
+    ".text": (".text",),
+    ".rodata": (".rodata",),
+    ".rela.dyn/.relr.dyn": (".rela.dyn", ".relr.dyn"),
+    ".data.rel.ro": (".data.rel.ro",),
+    ".dynsym+.dynstr+.gnu.hash": (".dynsym", ".dynstr", ".gnu.hash"),
+}
+SHF_EXECINSTR = 4
+
+
+def work_dir() -> Path:
+    d = Path(os.environ.get("ELFLAYOUT_CACHE") or Path.home() / ".cache" / "elflayout") / "bench-pipeline"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def show_cmd(args) -> str:
+    return "python3 -m elflayout " + " ".join(shlex.quote(str(a)) for a in args)
+
+
+COMMANDS: list[str] = []
+
+
+def cli(*args, quiet_ok=False) -> subprocess.CompletedProcess:
+    """Run an elflayout verb as a user would; print the exact command."""
+    args = [str(a) for a in args]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    t = time.monotonic()
+    r = subprocess.run([PY, "-m", "elflayout", *args], capture_output=True, text=True, env=env)
+    c = show_cmd(args)
+    COMMANDS.append(c)
+    print(f"  $ {c}   ({time.monotonic() - t:.1f} s)", flush=True)
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-8:])
+        raise SystemExit(f"bench_pipeline: elflayout {args[0]} failed (exit {r.returncode}):\n{tail}")
+    return r
+
+
+# -- physical limit ---------------------------------------------------------------------------
+
+def reloc_bytes_packed(img: ElfImage) -> dict:
+    """Relocation table bytes the loader reads once RELATIVE relocations are packed."""
+    out = {"rela": 0, "relr": 0, "plt": 0}
+    rel_t = img.relative_type()
+    for name, rel in img.reloc_tables().items():
+        if name.endswith(".plt"):
+            out["plt"] += int(rel.nbytes)
+            continue
+        t = img.reloc_types(rel)
+        rel_mask = (t == rel_t) & (rel["r_offset"] % img.wordsize == 0)
+        out["rela"] += int(rel.nbytes) - int(rel_mask.sum()) * rel.dtype.itemsize
+        if rel_mask.any():
+            out["relr"] += relr_size(np.sort(rel["r_offset"][rel_mask].astype(np.uint64)), img.wordsize)
+    s = img.section(".relr.dyn")
+    if s is not None:  # already packed: the table as it is
+        out["relr"] += int(s.size)
+    return out
+
+
+def physical_limit(target: dict, lib) -> dict:
+    """Pages a perfect layout would read: see the module docstring. ``target`` is one
+    entry of a profile's ``targets`` (valgrind backend, ideally with ``--data``)."""
+    with ElfImage(lib) as img:
+        secs = {s.index: s for s in img.sections}
+        file_pages = math.ceil(os.path.getsize(lib) / PAGE)
+        load_pages = set()
+        for seg in img.loads:
+            a, b = seg.offset // PAGE, (seg.offset + seg.filesz - 1) // PAGE
+            if seg.filesz > 0:
+                load_pages.update(range(a, b + 1))
+        relocs = reloc_bytes_packed(img)
+        pages = target.get("pages", [])
+        pg = np.array([p["page"] for p in pages], dtype=np.int64)
+        kind = np.array([p["kind"] for p in pages], dtype="U1")
+        sec = img.section_of_offsets(pg * PAGE) if len(pg) else np.zeros(0, np.int64)
+    name = np.array([secs[i].name if i >= 0 else "" for i in sec], dtype=object)
+    execi = np.array([bool(secs[i].flags & SHF_EXECINSTR) if i >= 0 else False for i in sec], dtype=bool)
+    in_file = np.array([p in load_pages and p < file_pages for p in pg], dtype=bool)
+    is_reloc = np.isin(name, RELOC_SECTIONS)
+    data = (kind != "x") & in_file & ~is_reloc & ~execi
+    data_pages = set(pg[data].tolist())
+    code_bytes = int(sum(f["size"] for f in target.get("functions", [])))
+    # Executed pages outside functions (PLT, .init): their functions are unknown, count pages.
+    fpages = set()
+    for f in target.get("functions", []):
+        a, b = f["offset"] // PAGE, (f["offset"] + max(f["size"], 1) - 1) // PAGE
+        fpages.update(range(a, b + 1))
+    x_other = set(pg[(kind == "x") & in_file & ~np.isin(name, (".text",))].tolist()) - fpages - data_pages
+    header = 0 if 0 in data_pages else 1
+    by_section: dict[str, int] = {}
+    for p, n in {int(p): n for p, n in zip(pg[data], name[data])}.items():
+        by_section[n or "(no section)"] = by_section.get(n or "(no section)", 0) + 1
+    reloc_total = relocs["rela"] + relocs["relr"] + relocs["plt"]
+    total_bytes = code_bytes + PAGE * (len(data_pages) + len(x_other) + header) + reloc_total
+    return {"pages": math.ceil(total_bytes / PAGE), "bytes": total_bytes, "code_bytes": code_bytes,
+            "functions": len(target.get("functions", [])), "data_pages": len(data_pages),
+            "exec_pages_outside_functions": len(x_other), "header_pages": header,
+            "reloc_bytes": relocs, "data_pages_by_section": dict(sorted(by_section.items(), key=lambda kv: -kv[1])),
+            "has_data": bool((kind != "x").any())}
+
+
+def describe_limit(lim: dict) -> str:
+    top = ", ".join(f"{k} {v:,}" for k, v in list(lim["data_pages_by_section"].items())[:6])
+    r = lim["reloc_bytes"]
+    return (f"{lim['pages']:,} pages = code {lim['code_bytes']:,} B ({lim['functions']:,} functions) "
+            f"+ {lim['data_pages']:,} data pages ({top}) + {lim['exec_pages_outside_functions']} exec pages "
+            f"outside functions + {lim['header_pages']} header page + relocations "
+            f"{r['rela']:,} B RELA + {r['relr']:,} B RELR + {r['plt']:,} B .rela.plt")
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def profile_target(path: Path) -> dict:
+    return json.loads(Path(path).read_text())["targets"][0]
+
+
+def cached_profile(out: Path, lib: Path, profile_args: list, data=True) -> Path:
+    """Profile with valgrind unless OUT already profiles this very build (same build-id)."""
+    if out.exists():
+        try:
+            doc = json.loads(out.read_text())
+            with ElfImage(lib) as img:
+                bid = img.build_id
+            if doc["targets"][0]["build_id"] == bid and bool(doc["metadata"].get("data")) == data:
+                COMMANDS.append(show_cmd(profile_args))
+                print(f"  $ {show_cmd(profile_args)}   (cached: same build-id {bid})", flush=True)
+                return out
+        except (ValueError, KeyError, IndexError):
+            pass
+    cli(*profile_args)
+    return out
+
+
+def hashed_copy(path: Path) -> Path:
+    """A copy named by content: targets cache relinks by argument text, not file content."""
+    h = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    dest = path.with_name(f"{path.stem}-{h}{path.suffix}")
+    if not dest.exists():
+        shutil.copyfile(path, dest)
+    return dest
+
+
+def pack(lib: Path, dest_dir: Path) -> Path:
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    out = dest_dir / lib.name
+    cli("pack-relocs", lib, "-o", out, "--check", "--force")
+    return out
+
+
+def variant_cmd(libdir: Path | None, argv: list, env: dict) -> str:
+    """Shell command of one variant; libdir None: the library the program finds itself."""
+    envs = [f"{k}={shlex.quote(str(v))}" for k, v in env.items()]
+    if libdir is not None:
+        envs.insert(0, f"LD_LIBRARY_PATH={shlex.quote(str(libdir))}")
+    return " ".join(["env", "-u", "PYTHONPATH", *envs, *(shlex.quote(str(a)) for a in argv)])
+
+
+def measure(out: Path, variants: dict, runs: int, seed: int = 1) -> dict:
+    """variants: name -> (lib, shell command). One interleaved `elflayout measure` session."""
+    args = ["measure"]
+    for name, (_lib, cmd) in variants.items():
+        args += ["--name", name, cmd]
+    args += ["--state", "selective", "--state", "hot", "--runs", runs, "--read-ahead-kb", RA_KB,
+             "--census", "none", "--files", *[lib for lib, _ in variants.values()], "--seed", seed,
+             "--quiet", "-o", out, "--force"]
+    cli(*args)
+    return json.loads(out.read_text())
+
+
+def section_counts(reads: list, sections: list) -> dict:
+    """Pages of one run by section, from results' runs[].files[P].reads + metadata sections."""
+    if not reads:
+        return {}
+    r = np.asarray(reads, dtype=np.float64)
+    pages = np.unique(np.concatenate([np.arange(int(p), int(p) + int(n)) for _, p, n in r]))
+    secs = sorted((s for s in sections if s["size"] > 0), key=lambda s: s["offset"])
+    starts = np.array([s["offset"] for s in secs], dtype=np.int64)
+    ends = np.array([s["offset"] + s["size"] for s in secs], dtype=np.int64)
+    # A page is attributed to the section holding its first byte, else the one covering most of it.
+    off = pages * PAGE
+    k = np.searchsorted(starts, off, side="right") - 1
+    ok = (k >= 0) & (off < ends[np.clip(k, 0, None)])
+    # pages starting in padding/headers: the next section starting inside the page
+    k2 = np.searchsorted(starts, off, side="left")
+    ok2 = ~ok & (k2 < len(starts)) & (starts[np.clip(k2, 0, len(starts) - 1)] < off + PAGE)
+    out: dict[str, int] = {}
+    for i, a, b, kk in zip(k, ok, ok2, k2):
+        n = secs[i]["name"] if a else (secs[kk]["name"] if b else "(headers/other)")
+        out[n] = out.get(n, 0) + 1
+    return out
+
+
+def summarise(doc: dict) -> dict:
+    """Per variant: median pages/bytes/seeks (selective), all values, wall medians, by section."""
+    secs_of = {p: f.get("sections", []) for p, f in doc["metadata"]["files"].items()}
+    lib_of = {}
+    out = {}
+    for v in doc["variants"]:
+        name = v["name"]
+        sel = [r for r in doc["runs"] if r["variant"] == name and r["state"] == "selective" and not r.get("interference")]
+        hot = [r for r in doc["runs"] if r["variant"] == name and r["state"] == "hot" and not r.get("interference")]
+        if not sel:
+            out[name] = None
+            continue
+        path = max(sel[0]["files"], key=lambda p: sel[0]["files"][p]["pages_read"])
+        lib_of[name] = path
+        pages = [r["files"][path]["pages_read"] for r in sel]
+        seeks = [r["files"][path]["seeks"] for r in sel]
+        med_run = sorted(sel, key=lambda r: r["files"][path]["pages_read"])[len(sel) // 2]
+        out[name] = {
+            "lib": path, "pages": statistics.median(pages), "pages_all": pages,
+            "bytes": statistics.median([r["files"][path]["bytes_read"] for r in sel]),
+            "seeks": statistics.median(seeks), "seeks_all": seeks,
+            "wall_selective_ms": 1e3 * statistics.median([r["wall_s"] for r in sel]),
+            "wall_hot_ms": 1e3 * statistics.median([r["wall_s"] for r in hot]) if hot else None,
+            "by_section": section_counts(med_run["files"][path].get("reads", []), secs_of.get(path, [])),
+            "runs": len(sel), "lost_events": sum(r.get("lost_events", 0) for r in sel),
+        }
+    return out
+
+
+def group_sections(by: dict) -> dict:
+    g = {k: sum(by.get(s, 0) for s in names) for k, names in SECTION_GROUPS.items()}
+    g["other"] = sum(by.values()) - sum(g.values())
+    return g
+
+
+def fmt_pages(s: dict) -> str:
+    p = s["pages_all"]
+    det = "" if min(p) == max(p) else f" ({min(p):,}–{max(p):,})"
+    return f"{s['pages']:,.0f}{det}"
+
+
+def table(rows: list, limit: dict | None, base_name: str, sections: bool, title: str) -> str:
+    hdr = ["variant", "pages read", "vs baseline", "MB read", "seeks", "÷ limit"]
+    if sections:
+        hdr += list(SECTION_GROUPS) + ["other"]
+    hdr += ["wall sel. ms", "wall hot ms"]
+    lines = [f"**{title}**", "", "| " + " | ".join(hdr) + " |", "|" + "|".join("---" for _ in hdr) + "|"]
+    base = next((s for n, s in rows if n == base_name and s), None)
+    for name, s in rows:
+        if not s:
+            lines.append(f"| {name} | (no clean run) |" + " |" * (len(hdr) - 2))
+            continue
+        rel = f"{100 * (s['pages'] / base['pages'] - 1):+.1f}%" if base and name != base_name else "—"
+        lim = f"{s['pages'] / limit['pages']:.2f}×" if limit else "—"
+        cells = [name, fmt_pages(s), rel, f"{s['bytes'] / 1e6:.2f}", f"{s['seeks']:.0f}", lim]
+        if sections:
+            g = group_sections(s["by_section"])
+            cells += [f"{g[k]:,}" for k in list(SECTION_GROUPS) + ["other"]]
+        cells += [f"{s['wall_selective_ms']:.0f}", f"{s['wall_hot_ms']:.0f}" if s["wall_hot_ms"] is not None else "—"]
+        lines.append("| " + " | ".join(cells) + " |")
+    if limit:
+        lines.append(f"| physical limit (estimate) | {limit['pages']:,} | "
+                     + (f"{100 * (limit['pages'] / base['pages'] - 1):+.1f}%" if base else "—")
+                     + f" | {limit['bytes'] / 1e6:.2f} | — | 1.00× |" + " |" * (len(hdr) - 6))
+    return "\n".join(lines)
+
+
+def determinism_note(rows) -> str:
+    varied = [n for n, s in rows if s and min(s["pages_all"]) != max(s["pages_all"])]
+    if not varied:
+        return "Page counts were identical in every selective run of every variant (deterministic)."
+    return ("Page counts varied between runs for: " + ", ".join(varied)
+            + " (median shown, range in brackets; another process touching the file or a late eviction).")
+
+
+NOTE_WALL = ("Wall times are medians of the selective (library evicted) and hot runs; this VM's disk is "
+             "cached by the host, so they hide most of the I/O cost and move with the machine's load — "
+             "the page counts are the figure of merit.")
+
+
+# -- libpython -------------------------------------------------------------------------------
+
+def bench_python(runs: int) -> dict:
+    from elflayout.targets import libpython
+
+    w = work_dir() / "python"
+    w.mkdir(parents=True, exist_ok=True)
+    print(f"## libpython3.11, `python3.11 -c \"{IMPORTS}\"`, selective, read_ahead_kb {RA_KB}\n", flush=True)
+    linkers = ("lld", "bfd", "gold")
+    base = {lk: libpython.prepare(lk) for lk in linkers}
+    lld = base["lld"]
+    argv = [str(lld["launcher"]), "-c", IMPORTS]
+    envs = sum((["--env", f"{k}={v}"] for k, v in lld["env"].items()), [])
+    prof = cached_profile(w / "python.profile.json", lld["lib"],
+                          ["profile", "--target", lld["lib"], "--map", lld["map"], "--data", *envs,
+                           "-o", w / "python.profile.json", "--force", "--", *argv])
+    objs = w / "python.objects.txt"
+    cli("order", prof, "--format", "objects", "--objects-from", lld["map"], "-o", objs, "--force")
+    order = [line for line in objs.read_text().splitlines() if line.strip()]
+    print(f"  relinks: libpython.prepare(linker) and libpython.prepare(linker, object_order=<{objs.name}>) "
+          f"for {', '.join(linkers)} (elflayout.targets, cached)", flush=True)
+    ordered = {lk: libpython.prepare(lk, object_order=order) for lk in linkers}
+    variants = {}
+    for lk in linkers:
+        b, o = base[lk], ordered[lk]
+        env = b["env"]
+        variants[f"baseline {lk}"] = (b["lib"], variant_cmd(b["lib"].parent, [b["launcher"], "-c", IMPORTS], env))
+        variants[f"object-ordered {lk}"] = (o["lib"], variant_cmd(o["lib"].parent, [o["launcher"], "-c", IMPORTS], env))
+        p = pack(b["lib"], w / "libs" / f"packed-{lk}")
+        variants[f"packed {lk}"] = (p, variant_cmd(p.parent, [b["launcher"], "-c", IMPORTS], env))
+        op = pack(o["lib"], w / "libs" / f"ordered-packed-{lk}")
+        variants[f"ordered+packed {lk}"] = (op, variant_cmd(op.parent, [o["launcher"], "-c", IMPORTS], env))
+    doc = measure(w / "python.results.json", variants, runs)
+    summ = summarise(doc)
+    lim = physical_limit(profile_target(prof), lld["lib"])
+    print(f"\n  physical limit (lld baseline, from {prof.name}): {describe_limit(lim)}")
+    rows = [(n, summ.get(n)) for n in variants]
+    print()
+    print(table([r for r in rows if r[0].endswith("lld")], lim, "baseline lld", False,
+                "libpython3.11 (lld) — selective, read_ahead_kb 128"))
+    print()
+    print(table([r for r in rows if not r[0].endswith("lld")], lim, "baseline bfd", False,
+                "libpython3.11 (GNU ld, gold) — selective, read_ahead_kb 128"))
+    print()
+    best = min((s["pages"], n) for n, s in rows if s)
+    print(f"Best: {best[1]} {best[0]:,.0f} pages; physical limit {lim['pages']:,} pages "
+          f"(gap {best[0] - lim['pages']:,.0f} pages, {best[0] / lim['pages']:.2f}×). Issue: baseline 1,540, "
+          f"estimate ≈790.")
+    print(determinism_note(rows))
+    print(NOTE_WALL)
+    return {"variants": {n: s for n, s in rows}, "limit": lim, "results": str(w / "python.results.json")}
+
+
+# -- libLLVM ---------------------------------------------------------------------------------
+
+def bench_llvm(runs: int) -> dict:
+    from elflayout.targets import libllvm
+
+    w = work_dir() / "llvm"
+    w.mkdir(parents=True, exist_ok=True)
+    sysd = libllvm.system()
+    llc = str(sysd["llc"])
+    argv = [llc, "--version"]
+    print(f"## libLLVM-16, `{' '.join(argv)}`, selective, read_ahead_kb {RA_KB}\n", flush=True)
+    print("  relink: libllvm.relink(\"lld\") (elflayout.targets, cached)", flush=True)
+    base = libllvm.relink("lld")
+    prof = cached_profile(w / "llvm.profile.json", base["lib"],
+                          ["profile", "--target", base["lib"], "--map", base["map"], "--data",
+                           "--env", f"LD_LIBRARY_PATH={base['lib'].parent}", "-o", w / "llvm.profile.json",
+                           "--force", "--", *argv])
+    sprof = cached_profile(w / "llvm-system.profile.json", sysd["lib"],
+                           ["profile", "--target", sysd["lib"], "--data", "-o", w / "llvm-system.profile.json",
+                            "--force", "--", *argv])
+    order = w / "llvm.lld"
+    cli("order", prof, "--format", "lld", "--objects-from", base["map"], "--lib", base["lib"], "-o", order, "--force")
+    order_h = hashed_copy(order)
+    extra = [f"--symbol-ordering-file={order_h}", "--no-warn-symbol-ordering"]
+    print(f"  relink: libllvm.relink(\"lld\", extra_link_args={extra}) (cached by the file's content hash)",
+          flush=True)
+    ordd = libllvm.relink("lld", extra_link_args=extra)
+    variants = {
+        "system": (sysd["lib"], variant_cmd(None, argv, {})),
+    }
+    sp = pack(sysd["lib"], w / "libs" / "system-packed")
+    variants["system packed"] = (sp, variant_cmd(sp.parent, argv, {}))
+    variants["relink default"] = (base["lib"], variant_cmd(base["lib"].parent, argv, {}))
+    bp = pack(base["lib"], w / "libs" / "relink-packed")
+    variants["relink packed"] = (bp, variant_cmd(bp.parent, argv, {}))
+    variants["relink function-ordered"] = (ordd["lib"], variant_cmd(ordd["lib"].parent, argv, {}))
+    op = pack(ordd["lib"], w / "libs" / "ordered-packed")
+    variants["ordered+packed"] = (op, variant_cmd(op.parent, argv, {}))
+    doc = measure(w / "llvm.results.json", variants, runs)
+    summ = summarise(doc)
+    lim_sys = physical_limit(profile_target(sprof), sysd["lib"])
+    lim = physical_limit(profile_target(prof), base["lib"])
+    print(f"\n  physical limit, system library (from {sprof.name}): {describe_limit(lim_sys)}")
+    print(f"  physical limit, lld relink (from {prof.name}): {describe_limit(lim)}")
+    rows = [(n, summ.get(n)) for n in variants]
+    print()
+    print(table(rows[:2], lim_sys, "system", True, "libLLVM-16 system library — selective, read_ahead_kb 128"))
+    print()
+    print(table(rows[2:], lim, "relink default", True,
+                "libLLVM-16 relinked with lld — selective, read_ahead_kb 128 (limit: of the relink)"))
+    print()
+    best = summ.get("ordered+packed")
+    if best:
+        goal = "reached" if best["pages"] <= 4400 else "not reached"
+        print(f"Goal ≤ 4,400 pages with function order + packed relocations: {best['pages']:,.0f} pages ({goal}); "
+              f"system baseline {summ['system']['pages']:,.0f} (issue: 14,227); limit {lim['pages']:,} "
+              f"(issue: ≈3,970).")
+    print(determinism_note(rows))
+    print(NOTE_WALL)
+    return {"variants": {n: s for n, s in rows}, "limit": lim, "limit_system": lim_sys,
+            "results": str(w / "llvm.results.json")}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("parts", nargs="*", help="python, llvm (default: both)")
+    ap.add_argument("--runs", type=int, default=3, help="rounds of measure (page counts are deterministic; default 3)")
+    ap.add_argument("--json", help="also write the figures as JSON here")
+    a = ap.parse_args(argv)
+    parts = a.parts or ["python", "llvm"]
+    bad = [p for p in parts if p not in ("python", "llvm")]
+    if bad:
+        ap.error(f"unknown part {bad[0]!r} (choose python, llvm)")
+    from elflayout.tracefs import tracefs_status
+
+    why = tracefs_status()
+    if why or os.geteuid() != 0:
+        print(f"bench_pipeline: skipped: needs root and tracefs ({why or 'not root'})")
+        return 0
+    t0 = time.monotonic()
+    print(f"# bench_pipeline   (python3 bench/bench_pipeline.py {' '.join(parts)} --runs {a.runs})")
+    print(f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n", flush=True)
+    res = {}
+    for part in parts:
+        res[part] = {"python": bench_python, "llvm": bench_llvm}[part](a.runs)
+        print()
+    print(f"bench_pipeline: {time.monotonic() - t0:.0f} s", flush=True)
+    if a.json:
+        from elflayout.fileio import atomic_write_text
+
+        atomic_write_text(a.json, json.dumps(res, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
