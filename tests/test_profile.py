@@ -237,6 +237,16 @@ def test_workload_failure_still_writes_profile(tmp_path, cmd, status):
     run_cli("profile", "--allow-failure", "--force", "--target", LIBC, "-o", out, "--", *cmd, check=0)
 
 
+def test_map_of_another_link(synth, tmp_path):
+    from elflayout.targets import synthetic
+
+    other = synthetic.build(None, n_objects=20, funcs_per_object=8, seed=0,
+                            linker="lld" if synth["linker"] == "bfd" else "bfd")
+    r = run_cli("profile", "--target", synth["lib"], "--map", other["map"], "-o", tmp_path / "p.json", "--",
+                synth["driver"], check=2)
+    assert "does not describe" in r.stderr and not (tmp_path / "p.json").exists()
+
+
 def test_tool_not_built(tmp_path):
     r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--", "/bin/true", check=2,
                 env={"ELFLAYOUT_VALGRIND_LIB": str(tmp_path / "nowhere")})

@@ -65,6 +65,16 @@ class _Null:
         return False
 
 
+def _check_map(path, img, lm) -> None:
+    """Refuse a link map of another link: output sections must sit where the ELF has them."""
+    secs = {s.name: s for s in img.sections if s.flags & 2 and s.size}
+    bad = [o["name"] for o in lm.output_sections
+           if o["name"] in secs and o.get("size") and (o["vaddr"], o["size"]) != (secs[o["name"]].addr, secs[o["name"]].size)]
+    if ".text" in bad or len(bad) > 2:
+        raise ElflayoutError(f"{path}: link map does not describe {img.path} (output sections {', '.join(bad[:4])} "
+                             f"differ in address or size)")
+
+
 def run(args: argparse.Namespace) -> int:
     from elflayout import fileio
     from elflayout.elfcore import ElfImage
@@ -108,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     from elflayout import linkmap as lmmod
 
     lms = [lmmod.parse(m, img) for m, img in zip(maps, imgs)] + [None] * (len(targets) - len(maps))
+    for m, img, lm in zip(maps, imgs, lms):
+        _check_map(m, img, lm)
 
     meta = model.base_metadata(cmd, args.backend, "block" if args.backend == "valgrind" else "page", targets[0])
     with _progress(f"running the workload under {args.backend} ..."):
@@ -172,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
         s = t["stats"]
         print(f"{t['path']}: {s['functions']} functions ({s['functions_named']} named), "
               f"{len(t['objects'])} objects, pages x/r/w/t {s['pages']['x']}/{s['pages']['r']}/"
-              f"{s['pages']['w']}/{s['pages']['t']}, {s['reads']} reads, {len(t.get('windows', []))} fault-around windows")
+              f"{s['pages']['w']}/{s['pages']['t']}"
+              + (f", {s['reads']} reads, {len(t.get('windows', []))} fault-around windows" if args.backend == "trace" else ""))
     print(f"wrote {out}")
     rc = r.returncode
     if rc != 0:
