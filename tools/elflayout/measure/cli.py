@@ -153,6 +153,10 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
         if s != "hot" and len(pages) > 1:
             out.append(f"{v}/{s}: pages read vary between runs ({min(pages)}..{max(pages)}): another process may "
                        f"be reading or mapping the files, or eviction was incomplete")
+    small = sorted({f"{v}/{s}" for (v, s), rs in cells.items() if len(rs) < 4})
+    if small:
+        out.append(f"fewer than 4 runs in {', '.join(small)}: intervals and verdicts are not reliable; use --runs 10 "
+                   f"or more")
     bad = [r for r in runs if r.get("interference")]
     if bad:
         out.append(f"{len(bad)} run(s) were disturbed by other processes using the files under test (see runs[]."
