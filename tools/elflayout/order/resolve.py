@@ -106,6 +106,8 @@ class Universe:
     extent_names: list[str] = field(default_factory=list)
     extent_objects: list[str | None] = field(default_factory=list)
     section_symbols: dict[str, list[str]] = field(default_factory=dict)
+    # (input section, object) → symbols the map lists in it (code sections included)
+    object_section_symbols: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -142,6 +144,7 @@ def universe_from_linkmap(path, image=None) -> Universe:
         has_sym[k] = True
         sec = names[k]
         u.symbols.setdefault(sname, []).append((sec, objs[k]))
+        u.object_section_symbols.setdefault((sec, objs[k]), []).append(sname)
         if not sec.startswith(".text"):
             u.section_symbols.setdefault(sec, []).append(sname)
     # a -ffunction-sections section names its function even when the map lists no

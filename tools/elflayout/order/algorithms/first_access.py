@@ -27,6 +27,8 @@ Steps:
 2. Resolve every entry to link names (resolution report kept in ``Layout.report``);
    later duplicates of a link name are dropped, so each section is placed once at its
    first access.
+   Code sections the profile attributes to no function (crt files' ``.text``) are
+   merged in by first access, named by a symbol inside them (lld only).
 3. Data sections with a recorded first access come from (a) the profile's ``sections``
    list, (b) its data ``pages`` mapped onto input section extents of the profiled build
    when the universe (a link map of that build) has them. Key = first access. Pages
@@ -70,11 +72,49 @@ def compute(target: dict, universe: Universe | None = None, *, data: bool = True
             placed.append(r)
             fn_first.setdefault(r.link_name, first_of.get(r.name))
 
+    placed, n_sec = _merge_code_sections(target, universe, placed, first_of)
+    report["code_sections_without_function"] = n_sec
     layout = Layout(functions=placed, report={"algorithm": NAME, "functions": report})
     if data:
         _order_data(target, universe, placed, first_of, layout)
     layout.objects = _order_objects(target, funcs, placed)
     return layout
+
+
+def _merge_code_sections(target, universe, placed, first_of):
+    """Step 2b: code the profiler could attribute to an input section but to no function
+    (crtbeginS.o's ``.text`` with frame_dummy, whose symbols have no size) is placed at
+    its first access too, named by a symbol the link map lists in it. Only lld can use
+    these (the section names are generic: ``.text`` of one object), so they get no
+    section name for gold / ld scripts."""
+    from elflayout.order.resolve import Resolved, object_member, same_object
+
+    oss = getattr(universe, "object_section_symbols", None) if universe is not None else None
+    if not oss:
+        return placed, 0
+    by_member: dict = {}
+    for (n, o), v in oss.items():
+        if n.startswith(TEXT_PREFIXES) and o:
+            by_member.setdefault((n, object_member(o)), []).append((o, v))
+    have = {(sec, o) for r in placed for sec in r.sections for o in r.objects}
+    extra = []
+    for s in by_first([s for s in target.get("sections", []) if isinstance(s, dict)]):
+        name, obj, f = s.get("name") or "", s.get("object"), s.get("first")
+        if not name.startswith(TEXT_PREFIXES) or f is None or (name, obj) in have:
+            continue
+        syms = oss.get((name, obj))
+        if syms is None:
+            syms = next((v for o, v in by_member.get((name, object_member(obj)), ()) if same_object(o, obj)), None) if obj else None
+        if not syms:
+            continue
+        key = f"<section {name} of {obj}>"
+        first_of[key] = f
+        extra.append(Resolved(key, syms[0], [], [obj], "section"))
+    if not extra:
+        return placed, 0
+    big = float("inf")
+    merged = sorted(placed + extra, key=lambda r: first_of.get(r.name) if first_of.get(r.name) is not None else big)
+    return merged, len(extra)
 
 
 def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
