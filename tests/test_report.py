@@ -468,3 +468,70 @@ def test_history_plot_from_the_history_database(tmp_path):
     assert db.read_bytes() == before  # plotting never writes to the database
     r = run_cli("plot", db, "--metric", "nonsense", "-o", tmp_path / "x.png")
     assert r.returncode == 2 and "--metric" in r.stderr
+
+
+# -- real outputs of `elflayout measure` and `elflayout profile` (libpython, before/after
+# -- reordering; see tests/data/report-README.md) ------------------------------------------
+
+PY_RESULTS = DATA / "report-results-python.json.gz"
+PY_PROFILE = DATA / "report-profile-python.json.gz"
+
+
+def test_python_reordering_figures_and_sequence_axis():
+    from elflayout.report import access
+    from elflayout.report import data as D
+
+    _, doc = D.load(PY_RESULTS)
+    plan = D.choose_plan(doc, None, "py")
+    assert list(plan) == ["before", "ordered"] and len(set(plan.values())) == 2
+    panels, state = access.results_panels(doc, plan)
+    assert state == "selective"
+    # The recorded figures of the harness agree with what the plot recomputes.
+    for p in panels:
+        run = D.pick_run(doc, p.variant, state, p.path)[1]
+        f = run["files"][p.path]
+        assert p.acc.pages_read == f["pages_read"] and p.acc.seeks == f["seeks"]
+        assert D.count_seeks(p.acc.page, p.acc.npages) == f["seeks"]
+    # Reordering: fewer seeks after.
+    assert panels[1].acc.seeks < panels[0].acc.seeks
+    fig = access.results_figure(doc, plan, x="sequence")
+    try:
+        main = [ax for ax in fig.axes if ax.get_xlabel() == "read number (reads in order)"]
+        assert len(main) == 2
+        assert main[0].get_xlim()[1] >= max(p.acc.t.size for p in panels) - 1
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def test_valgrind_profile_plot_kinds():
+    from elflayout.report import access
+    from elflayout.report import data as D
+
+    _, doc = D.load(PY_PROFILE)
+    t = doc["targets"][0]
+    fig = access.profile_figure(t)
+    try:
+        texts = _texts(fig)
+        legend = [x.get_text() for x in fig.legends[0].get_texts()]
+        kinds = {p["kind"] for p in t["pages"]}
+        assert {"x", "r", "w"} <= kinds
+        for k in ("executed", "read", "written"):
+            n = sum(p["kind"] == k[0] if k != "executed" else p["kind"] == "x" for p in t["pages"])
+            assert f"{k}: {n:,} pages" in legend
+        assert "first-access sequence number" in texts and ".text" in texts
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def test_python_report_renders(tmp_path):
+    out = tmp_path / "py.html"
+    run_cli("report", PY_RESULTS, PY_PROFILE, "-o", out, check=0)
+    h = out.read_text()
+    assert "ordered: read" in h and "before: read" in h and "libpython3.11.so.1.0" in h
+    assert "x = order of the reads" in h
+    r = _chrome(["--dump-dom", out.as_uri()])
+    assert "Uncaught" not in r.stderr and 'class="sortable summary"' in r.stdout

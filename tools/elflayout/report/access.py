@@ -125,7 +125,15 @@ def _margin(ax, read_pages, touched_pages, ylim, bin_pages: int) -> None:
     ax.set_xticks([1.0], ["100%"])
 
 
-def access_figure(panels: list[Panel], title: str | None = None, time_unit: str = "ms"):
+def _xs(a: D.Access, x: str):
+    """x of reads and of faults: ms since exec, or the ordinal of the read (faults placed
+    at the read that follows them), which spreads a burst of reads evenly."""
+    if x == "sequence":
+        return np.arange(a.t.size, dtype=float), np.searchsorted(a.t, a.ft).astype(float)
+    return a.t * 1e3, a.ft * 1e3
+
+
+def access_figure(panels: list[Panel], title: str | None = None, x: str = "time"):
     """One figure: a panel (plus a margin histogram) per variant, identical axes.
 
     When the panels show different files (two builds), each gets its own band labels;
@@ -150,7 +158,6 @@ def access_figure(panels: list[Panel], title: str | None = None, time_unit: str 
     fig = plt.figure(figsize=(total, height), dpi=100)
     gs = fig.add_gridspec(1, 3 * n, width_ratios=widths, wspace=0.02, left=0.7 / total, right=0.99,
                           top=0.84, bottom=0.2)
-    tscale = 1e3 if time_unit == "ms" else 1.0
 
     ymax = max([b.end for p in panels for b in p.bands] + [p.size or 0 for p in panels]) / MB
     for p in panels:
@@ -160,9 +167,12 @@ def access_figure(panels: list[Panel], title: str | None = None, time_unit: str 
             ymax = max(ymax, float(p.acc.fpage.max() + 1) * D.PAGE / MB)
     ymax = ymax or 1.0
     ylim = (0.0, ymax * 1.01)
-    tmax = max([float(p.acc.t.max()) for p in panels if p.acc.t.size] +
-               [float(p.acc.ft.max()) for p in panels if p.acc.ft.size] + [1e-3]) * tscale
-    xlim = (0.0, tmax * 1.03)
+    xmax = 1.0
+    for p in panels:
+        xr, xf = _xs(p.acc, x)
+        xmax = max([xmax] + [float(v.max()) for v in (xr, xf) if v.size])
+    xlim = (0.0, xmax * 1.03)
+    xlabel = "time since exec (ms)" if x == "time" else "read number (reads in order)"
     bin_pages = max(1, int(round(ymax * MB / D.PAGE / 120)))
 
     axes, margins = [], []
@@ -174,20 +184,21 @@ def access_figure(panels: list[Panel], title: str | None = None, time_unit: str 
         _draw_bands(ax, p.bands)
         _draw_bands(mx, p.bands)
         a = p.acc
+        xr, xf = _xs(a, x)
         if a.t.size:
-            ax.plot(a.t * tscale, (a.page + a.npages / 2) * D.PAGE / MB, color=SEEK_COLOUR, lw=0.5, alpha=0.45,
+            ax.plot(xr, (a.page + a.npages / 2) * D.PAGE / MB, color=SEEK_COLOUR, lw=0.5, alpha=0.45,
                     zorder=2)
-            ax.scatter(a.t * tscale, (a.page + a.npages / 2) * D.PAGE / MB, s=3 + 2.0 * np.sqrt(a.npages),
+            ax.scatter(xr, (a.page + a.npages / 2) * D.PAGE / MB, s=3 + 2.0 * np.sqrt(a.npages),
                        color=READ_COLOUR, lw=0, alpha=0.8, zorder=3)
         if a.ft.size:
             # Under the reads: a touch that also read shows as a dot; a touch without a
             # read (the page was already cached) stays visible as a bare cross.
-            ax.scatter(a.ft * tscale, (a.fpage + 0.5) * D.PAGE / MB, s=14, marker="x", color=FAULT_COLOUR,
+            ax.scatter(xf, (a.fpage + 0.5) * D.PAGE / MB, s=14, marker="x", color=FAULT_COLOUR,
                        lw=0.7, alpha=0.9, zorder=2.5)
         _margin(mx, a.read_pages(), np.unique(a.fpage), ylim, bin_pages)
         ax.set_xlim(*xlim)
         ax.set_ylim(*ylim)
-        ax.set_xlabel(f"time since exec ({time_unit})")
+        ax.set_xlabel(xlabel)
         if i == 0:
             ax.set_ylabel("file offset (MB)")
         else:
@@ -263,14 +274,14 @@ def check_variants(doc: dict, variants: list[str] | None) -> list[str]:
     return list(variants) if variants else names
 
 
-def results_figure(doc: dict, plan: dict[str, str], state=None, run=None):
+def results_figure(doc: dict, plan: dict[str, str], state=None, run=None, x: str = "time"):
     panels, state = results_panels(doc, plan, state, run)
     paths = sorted(set(plan.values()))
     if len(paths) == 1:
         title = f"Access pattern of {paths[0]}"
     else:
         title = "Access pattern of " + " vs ".join(sorted({os.path.basename(p) for p in paths}))
-    return access_figure(panels, title=title)
+    return access_figure(panels, title=title, x=x)
 
 
 # ----------------------------------------------------------------------------------

@@ -347,6 +347,10 @@ def results_section(src: str, doc: dict, idx: int) -> str:
                                    "(bigger = larger folio); lines: order of reads (long strokes are seeks); crosses: "
                                    "page faults. Margin: pages read and touched per slice of the file. Each variant's "
                                    "run with the median pages read.", alt=f"access pattern of {', '.join(names)}"))
+        seq = access.access_figure(panels, title=None, x="sequence")
+        out.append("<details><summary>The same with x = order of the reads (a burst of reads spread out)</summary>"
+                   + figure_png(seq, "x: read number; otherwise as above.", alt="access pattern by read order")
+                   + "</details>")
         out.append(section_table_html(doc, panels))
     out.append("<h3>Run-to-run distribution</h3>")
     out.append(figure_png(timing.violin_figure(doc, "wall_s"), "Wall time of every run, per variant and state.",

@@ -18,6 +18,10 @@ examples:
   # the median pages read)
   elflayout plot R.json --variant before --variant after --state hot --run 2 -o ab.svg
 
+  # the same with x = the order of the reads (a burst of reads no longer hides in a
+  # few milliseconds)
+  elflayout plot R.json --x sequence -o llvm-order.png
+
   # a profile: order of first access over the file, touched vs untouched pages
   elflayout plot P.json -o profile.png
 
@@ -50,8 +54,9 @@ def add_arguments(p) -> None:
                    help="index of the run within each variant×state (default: the run with the median pages read)")
     p.add_argument("--metric", default="wall_s", metavar="M",
                    help="timing plot metric: wall_s, user_s, sys_s, major_faults, pages_read, bytes_read, seeks")
-    p.add_argument("--x", choices=("sequence", "time"), default="sequence",
-                   help="profile plots: x is the first-access sequence number (default) or time")
+    p.add_argument("--x", choices=("sequence", "time"),
+                   help="x axis: time since exec, or order (results: the read number; profiles: the first-access "
+                        "sequence number). Default: time for results, sequence for profiles")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
 
@@ -90,7 +95,7 @@ def build_figure(args):
         if args.file and len(args.file) > 1:
             raise ElflayoutError("--file: a profile plot shows one target; give --file once")
         target = choose_target(doc, args.file[0] if args.file else None, args.input)
-        return access.profile_figure(target, x=args.x)
+        return access.profile_figure(target, x=args.x or "sequence")
     if args.kind == "timing":
         from elflayout.report import timing
 
@@ -106,7 +111,7 @@ def build_figure(args):
 
     names = access.check_variants(doc, args.variant)
     plan = D.choose_plan(doc, args.file, args.input, names)
-    return access.results_figure(doc, plan, args.state, args.run)
+    return access.results_figure(doc, plan, args.state, args.run, x=args.x or "time")
 
 
 def choose_target(doc: dict, file: str | None, src: str) -> dict:
