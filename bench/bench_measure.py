@@ -109,12 +109,17 @@ def main():
               f"-> {c['verdict']}")
         c = cmp(d, "selective", "wall_s")
         print(f"  wall: ratio {c['ratio']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}] -> {c['verdict']}")
-        print("4. overhead of tracing: hot runs of the scattered driver, 15 rounds each")
+        print("4. overhead of tracing: hot runs of the scattered driver, 3 alternating sessions x 15 rounds each")
         cmd = f"LD_LIBRARY_PATH={la.parent} {tmp / 'pair/driver'}"
-        t1 = measure(tmp / "t1.json", "--name", "x", cmd, "--files", la, "--state", "hot", "--runs", "15")
-        t0 = measure(tmp / "t0.json", "--name", "x", cmd, "--files", la, "--state", "hot", "--runs", "15", "--no-trace")
-        w1, w0 = med(t1, "x", "hot", "wall_s"), med(t0, "x", "hot", "wall_s")
-        print(f"  median hot wall: traced {w1 * 1e3:.2f} ms, untraced {w0 * 1e3:.2f} ms (ratio {w1 / w0:.3f})")
+        w = {"traced": [], "untraced": []}
+        for i in range(3):
+            for kind, extra in (("traced", ()), ("untraced", ("--no-trace",))):
+                t = measure(tmp / "t.json", "--name", "x", cmd, "--files", la, "--state", "hot", "--runs", "15", *extra)
+                w[kind].append(med(t, "x", "hot", "wall_s"))
+        w1, w0 = np.median(w["traced"]), np.median(w["untraced"])
+        print(f"  median of session medians, hot wall: traced {w1 * 1e3:.2f} ms, untraced {w0 * 1e3:.2f} ms "
+              f"(ratio {w1 / w0:.3f}; sessions: {[round(x * 1e3, 2) for x in w['traced']]} vs "
+              f"{[round(x * 1e3, 2) for x in w['untraced']]})")
         print("5. statistics of 2 variants x 3 states x 30 runs (6 metrics)")
         from elflayout.measure import stats
 
