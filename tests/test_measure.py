@@ -197,14 +197,20 @@ def test_ab_layout_change_detected_with_sign_and_size(tmp_path, libpair):
 
 
 def test_aa_thirty_runs_no_change(tmp_path, libpair):
+    """A/A: the same command under two names. Pages must match exactly. Wall time: a 95%
+    interval wrongly excludes 1 in about 5% of A/A sessions by construction, so one
+    false alarm is allowed to be retried once with another seed (two in a row: ~0.25%)."""
     need_root_tracefs()
     lib = str(libpair["scattered"] / "libdata.so")
     cmd = _cmd(libpair, "scattered")
-    doc = _measure(tmp_path, "--name", "A", cmd, "--name", "A2", cmd, "--files", lib, "--state", "selective",
-                   "--runs", "30", "--seed", "3")
-    c = {x["metric"]: x for x in doc["comparisons"]}
-    assert c["pages_read"]["verdict"] == "no change"
-    assert c["pages_read"]["diff"] == 0
+    for seed in ("3", "4"):
+        doc = _measure(tmp_path, "--name", "A", cmd, "--name", "A2", cmd, "--files", lib, "--state", "selective",
+                       "--runs", "30", "--seed", seed, name=f"aa{seed}.json")
+        c = {x["metric"]: x for x in doc["comparisons"]}
+        assert c["pages_read"]["verdict"] == "no change"
+        assert c["pages_read"]["diff"] == 0
+        if c["wall_s"]["verdict"] == "no change":
+            break
     assert c["wall_s"]["verdict"] == "no change", c["wall_s"]
 
 
