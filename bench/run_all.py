@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""Run the bench scripts and write ``docs/benchmarks.md``.
+
+    python3 bench/run_all.py                 # every bench script (about 30-40 min here)
+    python3 bench/run_all.py pipeline pack   # a subset; the other sections of the page are kept
+    python3 bench/run_all.py --list          # what would run, with the exact commands
+
+Each script runs as a subprocess with its default figures-producing arguments; its
+printed figures (stdout) go into its own section of the page together with the exact
+command, exit status, duration, start time and load average at start. The page starts
+with the machine facts (kernel, CPU model, cores, memory, read_ahead_kb found on the
+device and the value the page-count experiments use, date, load average) and a summary
+table. The page is written atomically; sections of scripts not run this time are kept
+from the previous page (each says when it ran). A summary is printed at the end; exit
+status 1 when a script failed or timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(ROOT / "tools"))
+
+DEFAULT_OUT = ROOT / "docs" / "benchmarks.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bench:
+    name: str
+    script: str
+    args: tuple[str, ...]
+    what: str
+    read_ahead_kb: str  # what the script's page counts use
+    markdown: bool = False  # the script prints Markdown (tables) rather than plain text
+
+    def argv(self) -> list[str]:
+        return [sys.executable, str(BENCH / self.script), *self.args]
+
+    def command(self) -> str:
+        """The command as a user types it from the repository root."""
+        return " ".join(["python3", f"bench/{self.script}", *map(shlex.quote, self.args)])
+
+
+RA_SET = "128 (set on the device for the experiment, restored afterwards)"
+BENCHES = [
+    Bench("pipeline", "bench_pipeline.py", ("--runs", "3"),
+          "Headline: pages/bytes read and seeks for libpython3.11 and libLLVM-16 in each variant, "
+          "next to the physical-limit estimate", RA_SET, markdown=True),
+    Bench("order", "bench_order.py", ("--runs", "3"),
+          "Ordering: default vs profile-ordered relinks (pages by section), readahead model vs measurement, "
+          "order speed", RA_SET),
+    Bench("pack", "bench_pack.py", ("--runs", "3"),
+          "Relocation packing: pack-relocs speed on libLLVM-16, pages read before/after packing", RA_SET),
+    Bench("measure", "bench_measure.py", ("--quick",),
+          "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
+    Bench("inspect", "bench_inspect.py", ("--runs", "5"),
+          "Speed of `elflayout inspect` on libLLVM-16", "not relevant (warm page cache)"),
+    Bench("profile", "bench_profile.py", ("-n", "5"),
+          "Profiler overhead: valgrind backend vs valgrind --tool=none, trace backend vs native",
+          "not relevant (warm page cache)"),
+    Bench("storage", "bench_storage.py", (),
+          "Slow-storage emulation: configured vs measured latency and bandwidth",
+          "the emulated device's own settings (see docs/storage.md)"),
+]
+BY_NAME = {b.name: b for b in BENCHES}
+
+
+# -- machine facts ---------------------------------------------------------------------------
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def read_ahead_knob(path: Path = ROOT) -> Path | None:
+    """queue/read_ahead_kb of the block device holding PATH (the whole disk for a partition)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    dev = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    if not dev.exists():
+        return None
+    dev = dev.resolve()
+    for d in (dev, dev.parent):
+        if (d / "queue" / "read_ahead_kb").exists():
+            return d / "queue" / "read_ahead_kb"
+    return None
+
+
+def machine_facts() -> dict:
+    cpu = None
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = None
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    u = platform.uname()
+    knob = read_ahead_knob()
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "kernel": f"{u.system} {u.release} {u.version}",
+        "machine": u.machine,
+        "cpu_model": cpu or u.processor or "unknown",
+        "cores": os.cpu_count(),
+        "memory": mem,
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "read_ahead_kb_device": f"{_read(knob)} ({knob.parent.parent.name})" if knob else "unknown",
+        "python": platform.python_version(),
+        "commit": commit,
+    }
+
+
+# -- running ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Outcome:
+    name: str
+    command: str
+    started: str
+    load_start: str
+    duration_s: float
+    status: int | None  # None: timed out
+    stdout: str
+    stderr_tail: str
+    read_ahead_kb: str
+    note: str = ""
+
+
+def run_one(b: Bench, timeout: float, echo: bool) -> Outcome:
+    knob = read_ahead_knob()
+    ra_before = _read(knob) if knob else None
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.monotonic()
+    out_lines: list[str] = []
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(b.argv(), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                             start_new_session=True)
+
+        def pump():
+            for line in p.stdout:
+                out_lines.append(line)
+                if echo:
+                    print(f"[{b.name}] {line}", end="", file=sys.stderr, flush=True)
+
+        th = threading.Thread(target=pump, daemon=True)
+        th.start()
+        status: int | None
+        note = ""
+        try:
+            status = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # Our own child's process group: SIGTERM lets the scripts restore read_ahead_kb.
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            status = None
+            note = f"timed out after {timeout:.0f} s; "
+        th.join(timeout=10)
+        err.seek(0)
+        tail = "\n".join(err.read().strip().splitlines()[-15:])
+    ra_after = _read(knob) if knob else None
+    if ra_before is not None and ra_after != ra_before:
+        note += f"read_ahead_kb was {ra_before} before and {ra_after} after the script; "
+        if status is None:  # the killed script could not restore it
+            try:
+                knob.write_text(ra_before)
+                note += "restored; "
+            except OSError as e:
+                note += f"could not restore ({e.strerror}); "
+    return Outcome(b.name, b.command(), started, load, time.monotonic() - t0, status, "".join(out_lines), tail,
+                   b.read_ahead_kb, note.rstrip("; "))
+
+
+# -- the page --------------------------------------------------------------------------------
+
+MARK = re.compile(r"^<!-- bench:(?P<name>[\w-]+) (?P<meta>\{.*\}) -->$(?P<body>.*?)^<!-- /bench:(?P=name) -->$",
+                  re.M | re.S)
+
+
+def previous_sections(path: Path) -> dict[str, tuple[dict, str]]:
+    """Sections of an earlier page: name -> (metadata, whole block text)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out = {}
+    for m in MARK.finditer(text):
+        try:
+            out[m["name"]] = (json.loads(m["meta"]), m.group(0))
+        except ValueError:
+            continue
+    return out
+
+
+def as_markdown(text: str) -> str:
+    """A Markdown-printing script's output: indented lines (commands, notes) fenced, headings demoted."""
+    out, block = [], []
+
+    def flush():
+        if block:
+            out.extend(["```text", *block, "```"])
+            block.clear()
+
+    for line in text.rstrip("\n").splitlines():
+        if line.startswith("  "):
+            block.append(line[2:])
+            continue
+        flush()
+        if line.startswith("#"):
+            line = "##" + line  # below this section's own "## name" heading
+        out.append(line)
+    flush()
+    return "\n".join(out)
+
+
+def section(o: Outcome, b: Bench) -> str:
+    status = "timed out" if o.status is None else f"exit {o.status}"
+    meta = {"command": o.command, "started": o.started, "load": o.load_start, "duration_s": round(o.duration_s, 1),
+            "status": status}
+    lines = [f"<!-- bench:{o.name} {json.dumps(meta)} -->", f"## {o.name}: {b.what}", "",
+             f"- command: `{o.command}`",
+             f"- run: {o.started}, load average at start {o.load_start}, {o.duration_s:.0f} s, {status}",
+             f"- read_ahead_kb: {o.read_ahead_kb}"]
+    if o.note:
+        lines.append(f"- note: {o.note}")
+    lines.append("")
+    body = o.stdout.rstrip("\n")
+    if b.markdown and o.status == 0:
+        lines.append(as_markdown(body))
+    else:
+        lines += ["```text", body or "(no output)", "```"]
+    if o.status != 0 and o.stderr_tail:
+        lines += ["", "stderr (last lines):", "", "```text", o.stderr_tail, "```"]
+    lines += ["", f"<!-- /bench:{o.name} -->"]
+    return "\n".join(lines)
+
+
+PREAMBLE = """\
+# Benchmarks
+
+Generated by `{cmd}` (`bench/run_all.py`); do not edit by hand. Each section below
+says which command produced its figures, when it ran and the load average at its start;
+re-run a command from the repository root (as root: tracefs, eviction) to reproduce it.
+
+## Machine
+
+| fact | value |
+|---|---|
+{facts}
+
+## How to read these figures
+
+- **Pages read** are the pages the kernel inserted into the page cache for the library
+  under test (`filemap:mm_filemap_add_to_page_cache`, traced by `elflayout measure` or the
+  bench script), after evicting only that library (fsync + `posix_fadvise(DONTNEED)`,
+  checked with mincore), with `read_ahead_kb` of its device set to 128 and restored
+  afterwards. They are deterministic under these controls: runs of one variant give the
+  same count (a bench says so when they do not). Bytes read = pages × 4096. A *seek* is a
+  read starting more than 32 pages from the end of the previous one (time order).
+- **Wall times** are medians; this VM's disk is cached by the host, so wall times hide
+  most of the I/O cost and move with the machine's load (7 other engineers share its 2
+  cores). Compare them only inside one section, never across sections.
+- **Physical limit** (`bench/bench_pipeline.py`, `physical_limit`): the bytes a startup
+  touches, packed densely — from a valgrind `elflayout profile --data` profile: bytes of the
+  executed functions + 4096 × distinct file pages touched as data (read or written, e.g.
+  `.dynsym`/`.dynstr`/`.gnu.hash` looked up by ld.so, `.data.rel.ro` written by
+  relocation; relocation tables and executable sections excluded) + executable pages run
+  outside known functions (PLT) + the ELF header page + the relocation tables' size after
+  packing (non-RELATIVE RELA + optimal RELR + `.rela.plt`), divided by 4096 and rounded up.
+  It is a floor for a perfect layout with no read-around waste, not a forecast.
+
+## Summary
+
+| bench | command | status | duration | load at start | run at |
+|---|---|---|---|---|---|
+{summary}
+
+"""
+
+
+def render(facts: dict, blocks: dict[str, str], metas: dict[str, dict], argv_cmd: str) -> str:
+    labels = {"date": "date (page generated)", "kernel": "kernel", "machine": "architecture",
+              "cpu_model": "CPU model", "cores": "cores", "memory": "memory",
+              "load_average": "load average (1/5/15 min) when the page was generated",
+              "read_ahead_kb_device": "read_ahead_kb found on the device (default)",
+              "python": "Python", "commit": "git commit (HEAD)"}
+    facts_md = "\n".join(f"| {labels.get(k, k)} | {v} |" for k, v in facts.items())
+    facts_md += "\n| read_ahead_kb used for page counts | 128 (set by the harness/scripts, then restored) |"
+    rows = []
+    for b in BENCHES:
+        m = metas.get(b.name)
+        if m is None:
+            rows.append(f"| {b.name} | `{b.command()}` | not run yet | | | |")
+        else:
+            rows.append(f"| [{b.name}](#{b.name}) | `{m['command']}` | {m['status']} | {m['duration_s']:.0f} s | "
+                        f"{m['load']} | {m['started']} |")
+    body = PREAMBLE.format(cmd=argv_cmd, facts=facts_md, summary="\n".join(rows))
+    body += "\n\n".join(blocks[b.name] for b in BENCHES if b.name in blocks) + "\n"
+    return body
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", help=f"benches to run (default all): {', '.join(BY_NAME)}")
+    ap.add_argument("--list", action="store_true", help="list the benches and their commands, run nothing")
+    ap.add_argument("-o", "--output", default=str(DEFAULT_OUT), help="page to write (default docs/benchmarks.md)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per script before it is stopped (1800)")
+    ap.add_argument("--quiet", action="store_true", help="do not echo the scripts' output while they run")
+    a = ap.parse_args(argv)
+    unknown = [n for n in a.names if n not in BY_NAME]
+    if unknown:
+        print(f"run_all: error: unknown bench {unknown[0]!r} (choose from {', '.join(BY_NAME)})", file=sys.stderr)
+        return 2
+    chosen = [BY_NAME[n] for n in a.names] if a.names else list(BENCHES)
+    if a.list:
+        for b in chosen:
+            print(f"{b.name:<10} {b.command():<45} {b.what}")
+        return 0
+    out = Path(a.output)
+    from elflayout.fileio import atomic_write_text
+
+    facts = machine_facts()
+    print(f"run_all: {len(chosen)} bench(es): {', '.join(b.name for b in chosen)}; load average "
+          f"{facts['load_average']}; writing {out}", file=sys.stderr, flush=True)
+    prev = previous_sections(out)
+    blocks = {n: text for n, (_m, text) in prev.items() if n in BY_NAME}
+    metas = {n: m for n, (m, _t) in prev.items() if n in BY_NAME}
+    outcomes = []
+    argv_cmd = " ".join(["python3 bench/run_all.py", *a.names])
+    for b in chosen:
+        print(f"run_all: $ {b.command()}", file=sys.stderr, flush=True)
+        o = run_one(b, a.timeout, echo=not a.quiet)
+        outcomes.append(o)
+        blocks[b.name] = section(o, b)
+        metas[b.name] = previous_sections_meta(blocks[b.name])
+        # Written after every script, so an interrupted session keeps what it measured.
+        atomic_write_text(out, render(facts, blocks, metas, argv_cmd))
+    print(f"{'bench':<10} {'status':<10} {'time':>7}  load at start   figures (output lines)")
+    for o in outcomes:
+        st = "timeout" if o.status is None else f"exit {o.status}"
+        print(f"{o.name:<10} {st:<10} {o.duration_s:>6.0f}s  {o.load_start:<15} {len(o.stdout.splitlines())}"
+              + (f"   ({o.note})" if o.note else ""))
+    print(f"wrote {out}")
+    return 0 if all(o.status == 0 for o in outcomes) else 1
+
+
+def previous_sections_meta(block: str) -> dict:
+    m = MARK.search(block)
+    return json.loads(m["meta"]) if m else {}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
