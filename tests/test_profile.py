@@ -95,6 +95,25 @@ def test_children_through_a_shell(synth, tmp_path):
     assert [f["name"] for f in t["functions"] if f["name"].startswith("sy_o")] == truth["functions"]
 
 
+def test_objects_from_dwarf_without_map(tmp_path):
+    """Without a link map, DWARF compile units name the objects (first-execution order)."""
+    need_firsttouch()
+    for name, body in (("a.c", "int fa(int x){return x*7+1;}\n"), ("b.c", "int fa(int);\nint fb(int x){return fa(x)+2;}\n"),
+                       ("c.c", "int fc(int x){return x-3;}\n")):
+        (tmp_path / name).write_text(body)
+    (tmp_path / "m.c").write_text("int fb(int); int fc(int); int main(void){return fc(fb(1)) == 99;}\n")
+    subprocess.run(["gcc", "-g", "-O1", "-shared", "-fPIC", "-o", "libabc.so", "c.c", "a.c", "b.c"], cwd=tmp_path,
+                   check=True)
+    subprocess.run(["gcc", "-o", "m", "m.c", "-L.", "-labc", "-Wl,-rpath,$ORIGIN"], cwd=tmp_path, check=True)
+    out = tmp_path / "p.json"
+    run_cli("profile", "--target", tmp_path / "libabc.so", "-o", out, "--", tmp_path / "m", check=0)
+    t = json.loads(out.read_text())["targets"][0]
+    objs = [o["object"] for o in t["objects"] if o["object"] in ("a.c", "b.c", "c.c")]
+    assert objs == ["b.c", "a.c", "c.c"]  # main calls fb (b.c) → fa (a.c), then fc (c.c)
+    f = {x["name"]: x for x in t["functions"]}
+    assert f["fb"]["object"] == "b.c" and f["fc"]["object"] == "c.c"
+
+
 def test_chase_past_conditional_exits(tmp_path):
     """Blocks VEX translates past a conditional exit are only recorded once they execute."""
     need_firsttouch()

@@ -106,6 +106,58 @@ def _explode_runs(start: np.ndarray, end: np.ndarray, table_start: np.ndarray, t
     return run[ok], tab[ok]
 
 
+def dwarf_units(img: ElfImage):
+    """(start offsets, end offsets, names) of DWARF compile units, sorted; None without DWARF.
+
+    Used as objects when no link map is given: a CU is one compiled source file (its
+    DW_AT_name). ``.debug_aranges`` is used when present (fast), else each CU's top DIE
+    (low_pc/high_pc or DW_AT_ranges).
+    """
+    try:
+        if not img.elf.has_dwarf_info() or img.section(".debug_info") is None:
+            return None
+        dw = img.elf.get_dwarf_info()
+        ranges = []  # (vaddr, end, name)
+        names = {}
+
+        def cu_name(cu):
+            if cu.cu_offset not in names:
+                a = cu.get_top_DIE().attributes.get("DW_AT_name")
+                names[cu.cu_offset] = a.value.decode(errors="replace") if a else f"cu@{cu.cu_offset:#x}"
+            return names[cu.cu_offset]
+
+        ar = dw.get_aranges() if img.section(".debug_aranges") is not None else None
+        if ar is not None:
+            for e in ar.entries:
+                if e.length:
+                    ranges.append((e.begin_addr, e.begin_addr + e.length, cu_name(dw.get_CU_at(e.info_offset))))
+        else:
+            rl = dw.range_lists()
+            for cu in dw.iter_CUs():
+                top = cu.get_top_DIE()
+                at = top.attributes
+                if "DW_AT_low_pc" in at and "DW_AT_high_pc" in at:
+                    lo, hi = at["DW_AT_low_pc"].value, at["DW_AT_high_pc"]
+                    end = hi.value if hi.form == "DW_FORM_addr" else lo + hi.value
+                    if end > lo:
+                        ranges.append((lo, end, cu_name(cu)))
+                elif "DW_AT_ranges" in at and rl is not None:
+                    base = at["DW_AT_low_pc"].value if "DW_AT_low_pc" in at else 0
+                    for r in rl.get_range_list_at_offset(at["DW_AT_ranges"].value, cu=cu):
+                        if hasattr(r, "begin_offset") and r.end_offset > r.begin_offset:
+                            ranges.append((base + r.begin_offset, base + r.end_offset, cu_name(cu)))
+    except Exception:  # damaged or unusual DWARF: objects are optional
+        return None
+    if not ranges:
+        return None
+    v = np.array([r[0] for r in ranges], dtype=np.uint64)
+    n = np.array([r[1] - r[0] for r in ranges], dtype=np.int64)
+    o = img.vaddr_to_offset(v)
+    ok = o >= 0
+    order = np.flatnonzero(ok)[np.argsort(o[ok], kind="stable")]
+    return o[order], o[order] + n[order], [ranges[i][2] for i in order.tolist()]
+
+
 def _r6(x) -> float:
     return round(float(x), 6)
 
@@ -145,6 +197,13 @@ def build_target(img: ElfImage, events: np.ndarray, *, functions=None, linkmap=N
     covered = np.zeros(xm.size, dtype=bool)
     covered[run] = True
 
+    cus = dwarf_units(img) if linkmap is None else None
+    cu_of_fun = None
+    if cus is not None and fsel.size:
+        fo = ft.offset[fsel]
+        k = np.searchsorted(cus[0], fo, side="right") - 1
+        kc = np.clip(k, 0, None)
+        cu_of_fun = np.where((k >= 0) & (fo < cus[1][kc]), k, -1)
     lm_sec_of_fun = None
     if linkmap is not None and fsel.size:
         lm_sec_of_fun = linkmap.lookup_offsets(ft.offset[fsel])
@@ -159,6 +218,8 @@ def build_target(img: ElfImage, events: np.ndarray, *, functions=None, linkmap=N
             d["section"], d["object"] = linkmap.name[s], linkmap.object[s]
         else:
             d["section"], d["object"] = osec, None
+            if cus is not None and cu_of_fun[j] >= 0:
+                d["object"] = cus[2][int(cu_of_fun[j])]
         d["output_section"] = osec
         d["source"] = symbols.SOURCES[int(ft.source[f])]
         d["first"] = int(ev["seq"][e])
@@ -181,7 +242,17 @@ def build_target(img: ElfImage, events: np.ndarray, *, functions=None, linkmap=N
             if s["object"] not in seen:
                 seen[s["object"]] = {"object": s["object"], "first": s["first"], "phase": s["phase"], "t": s["t"]}
         objects = list(seen.values())
-    elif xm.size:
+    if linkmap is None and cus is not None and xm.size:
+        run3, cidx = _explode_runs(xs, xe, cus[0], cus[1])
+        seen = {}
+        for p in _first_per_key(cidx, ev["seq"][xm][run3]):
+            c, e = int(cidx[p]), int(xm[run3[p]])
+            name = cus[2][c]
+            if name not in seen:
+                seen[name] = {"object": name, "first": int(ev["seq"][e]), "phase": phase_of(e), "t": _r6(ev["t"][e]),
+                              "from": "dwarf"}
+        objects = list(seen.values())
+    if linkmap is None and xm.size:
         so = img.section_of_offsets(xs)
         for p in _first_per_key(so, ev["seq"][xm]):
             e = int(xm[p])
