@@ -310,3 +310,26 @@ def test_census_finds_the_files_a_startup_reads(tmp_path, libpair):
     # without --files, the census's files are the files under test
     assert lib in doc["metadata"]["files"]
     assert all(r["files"][lib]["pages_read"] == f["pages"] for r in doc["runs"] if not r.get("interference"))
+
+
+@pytest.mark.slow
+def test_libllvm_selective_pages_identical():
+    """libLLVM-16 under selective, 10 rounds: every undisturbed run reads the same pages."""
+    need_root_tracefs()
+    need_tool("llc-16")
+    lib = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
+    if not os.path.exists(lib):
+        pytest.skip(f"{lib} is not installed")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "r.json"
+        run_cli("measure", "--name", "llc", "llc-16 --version", "--files", lib, "--state", "selective", "--runs", "10",
+                "--retries", "3", "--census", "none", "--quiet", "-o", out, check=0)
+        doc = json.loads(out.read_text())
+    clean = [r for r in doc["runs"] if not r.get("interference")]
+    assert len(clean) >= 5, "too many runs disturbed by other processes to judge"
+    pages = {r["files"][lib]["pages_read"] for r in clean}
+    assert len(pages) == 1, pages
+    assert all(r["files"][lib]["resident_after"] == r["pages_read"] for r in clean)
+    assert pages.pop() > 10000

@@ -27,6 +27,10 @@ examples:
   # Which files does a startup read? (no --files: a census run finds them)
   elflayout measure --name py '/usr/bin/python3.11 -S -c pass' --runs 5 -o py.json
 
+  # the same, with the libraries served from an emulated 7200 rpm disk (FUSE):
+  elflayout measure --name before 'llc-16 --version' --name after 'LD_LIBRARY_PATH={mount}/relinked llc-16 --version' \
+      --files build/libs/libLLVM-16.so.1 --storage hdd --runs 10 -o slow.json
+
   elflayout compare results.json --markdown
 
 notes:
