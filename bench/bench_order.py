@@ -116,6 +116,19 @@ def show(name, m, base=None):
           f".rela.dyn {s.get('.rela.dyn', 0):,}  .data.rel.ro {s.get('.data.rel.ro', 0):,}   runs {m['runs']}")
 
 
+def ordered_file(prof, fmt, lib, *extra):
+    """``elflayout order`` output named by its content: the targets cache keys relinks by
+    their arguments, so a changed ordering must have a new file name."""
+    import hashlib
+
+    tmp = WORK / f".tmp.{fmt}"
+    cli("order", prof, "--format", fmt, "--lib", lib, *extra, "-o", tmp, "--force")
+    h = hashlib.sha256(tmp.read_bytes()).hexdigest()[:12]
+    out = WORK / f"{Path(prof).stem}-{h}.{fmt}"
+    tmp.replace(out)
+    return out
+
+
 # -- libLLVM ---------------------------------------------------------------------------
 
 def bench_llvm(runs):
@@ -130,13 +143,9 @@ def bench_llvm(runs):
         cli("profile", "--target", base["lib"], "--map", base["map"], "--data", "--env",
             f"LD_LIBRARY_PATH={base['env']['LD_LIBRARY_PATH']}", "-o", prof, "--force", "--", *argv)
     print(f"  profile: {prof} (valgrind backend, --data, of the default lld relink)")
-    variants = {}
-    lld_order = WORK / "llc.lld"
-    cli("order", prof, "--format", "lld", "--lib", base["lib"], "-o", lld_order, "--force")
-    lld_code = WORK / "llc-code.lld"
-    cli("order", prof, "--format", "lld", "--no-data", "--lib", base["lib"], "-o", lld_code, "--force")
-    gold_order = WORK / "llc.gold"
-    cli("order", prof, "--format", "gold", "--lib", base["lib"], "-o", gold_order, "--force")
+    lld_order = ordered_file(prof, "lld", base["lib"])
+    lld_code = ordered_file(prof, "lld", base["lib"], "--no-data")
+    gold_order = ordered_file(prof, "gold", base["lib"])
     links = {
         "lld default": ("lld", []),
         "lld ordered (functions)": ("lld", [f"-Wl,--symbol-ordering-file={lld_code}", "-Wl,--no-warn-symbol-ordering"]),
@@ -175,6 +184,7 @@ def bench_python(runs):
             *[f"--env={k}={v}" for k, v in base["env"].items()], "--", *argv)
     objs = WORK / "py.objects"
     cli("order", prof, "--format", "objects", "--objects-from", base["map"], "-o", objs, "--force")
+    print(f"  profile: {prof} (valgrind backend of the default bfd relink); object order: {objs}")
     order = [l for l in objs.read_text().splitlines() if l]
     out = {}
     for linker in ("bfd", "gold", "lld", "mold"):

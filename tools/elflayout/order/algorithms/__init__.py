@@ -28,7 +28,6 @@ class Layout:
 
 ALGORITHMS = {
     "first-access": "elflayout.order.algorithms.first_access",
-    "hot-cold": "elflayout.order.algorithms.hot_cold",
 }
 
 
