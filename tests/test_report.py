@@ -468,6 +468,27 @@ def test_history_plot_from_the_history_database(tmp_path):
     assert db.read_bytes() == before  # plotting never writes to the database
     r = run_cli("plot", db, "--metric", "nonsense", "-o", tmp_path / "x.png")
     assert r.returncode == 2 and "--metric" in r.stderr
+    # ... and in the report, for the variants of the results given.
+    rep = tmp_path / "r.html"
+    run_cli("report", RESULTS, "--history", db, "-o", rep, check=0)
+    h = rep.read_text()
+    assert 'id="history"' in h and h.count("data:image/png") >= 4 and "no history for metric pages_read" in h
+    assert db.read_bytes() == before
+
+
+def test_report_without_traces_says_so(tmp_path):
+    doc = _load(RESULTS)
+    for r in doc["runs"]:
+        for f in r["files"].values():
+            f.pop("reads", None)
+            f.pop("faults", None)
+    src = _write(doc, tmp_path / "notrace.json")
+    out = tmp_path / "r.html"
+    run_cli("report", src, "-o", out, check=0)
+    h = out.read_text()
+    assert "no access-pattern plot" in h and 'class="sortable summary"' in h
+    r = run_cli("plot", src, "-o", tmp_path / "x.png")
+    assert r.returncode == 2 and "tracing" in r.stderr
 
 
 # -- real outputs of `elflayout measure` and `elflayout profile` (libpython, before/after

@@ -12,6 +12,9 @@ examples:
 
   # several measurement sessions in one page; replace an existing report
   elflayout report llvm.json python.json -o report.html --force
+
+  # with the history of these variants (elflayout history add ...)
+  elflayout report R.json --history ~/.cache/elflayout/history.sqlite -o report.html
 """
 
 
@@ -19,6 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("inputs", nargs="+", metavar="R.json|P.json",
                    help="results (elflayout measure) and/or profile (elflayout profile) files, in the order to show")
     p.add_argument("-o", "--output", metavar="report.html", required=True, help="HTML file to write")
+    p.add_argument("--history", metavar="DB",
+                   help="also plot the history database of `elflayout history` (wall time and pages read of the "
+                        "variants and states in the results, with ETS prediction intervals)")
     p.add_argument("--force", action="store_true", help="replace report.html if it exists")
 
 
@@ -37,7 +43,12 @@ def run(args) -> int:
     for src in args.inputs:
         kind, doc = D.load(src)
         docs.append((src, kind, doc))
-    text = html.build(docs)
+    if args.history:
+        from pathlib import Path
+
+        if not Path(args.history).is_file():
+            raise ElflayoutError(f"{args.history}: no such history database")
+    text = html.build(docs, history=args.history)
     fileio.atomic_write_text(out, text)
     print(f"{out}: {len(text.encode()) / 1e6:.1f} MB, {len(docs)} input(s)", file=sys.stderr)
     return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from elflayout import __version__
+from elflayout.errors import ElflayoutError
 from elflayout.report import data as D
 
 CSS = """
@@ -335,7 +336,13 @@ def results_section(src: str, doc: dict, idx: int) -> str:
     ft = files_table(doc)
     if ft:
         out.append("<h3>Files read</h3>" + ft)
-    for plan in D.plans(doc, None, src)[:MAX_ACCESS_FIGURES]:
+    try:
+        plans = D.plans(doc, None, src)
+    except ElflayoutError:
+        plans = []
+        out.append('<p class="warn">No run has an ordered read sequence (measured without tracing, e.g. the '
+                   "mincore fallback): no access-pattern plot.</p>")
+    for plan in plans[:MAX_ACCESS_FIGURES]:
         panels, state = access.results_panels(doc, plan, None, None)
         fig = access.access_figure(panels, title=None)
         names = sorted({Path(p).name for p in plan.values()})
@@ -414,8 +421,29 @@ def profile_section(src: str, doc: dict, idx: int) -> str:
 
 # ----------------------------------------------------------------------------------
 
-def build(inputs: list[tuple[str, str, dict]]) -> str:
-    """The report for [(source path, kind, document)], as an HTML string."""
+def history_section(db: str, results: list[dict]) -> str:
+    """History series (ETS prediction intervals) of the variants × states in the results."""
+    from elflayout.report import timing
+
+    out = [f'<h2 id="history">History: {escape(Path(db).name)}</h2>',
+           '<p class="sub">Each point is one session\'s mean; the band is the 95% prediction interval from the '
+           "points before it (what <code>elflayout history check</code> would have said); circled points fall "
+           "outside.</p>"]
+    variants = sorted({v for d in results for v in D.variants(d)}) or None
+    states = sorted({s for d in results for s in D.states(d)}) or None
+    for metric in ("wall_s", "pages_read"):
+        try:
+            series = timing.load_history(db, variants, states, metric)
+        except ElflayoutError as e:
+            out.append(f'<p class="warn">{escape(str(e))}</p>')
+            continue
+        out.append(figure_png(timing.history_figure(series), f"{D.METRICS[metric][0]} history",
+                              alt=f"{metric} history"))
+    return "\n".join(out)
+
+
+def build(inputs: list[tuple[str, str, dict]], history: str | None = None) -> str:
+    """The report for [(source path, kind, document)] (and a history database), as HTML."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts, nav = [], []
     for i, (src, kind, doc) in enumerate(inputs):
@@ -425,6 +453,9 @@ def build(inputs: list[tuple[str, str, dict]]) -> str:
         else:
             parts.append(profile_section(src, doc, i))
             nav.append(f'<a href="#p{i}">profile: {escape(Path(src).name)}</a>')
+    if history:
+        parts.append(history_section(history, [d for _, k, d in inputs if k == "results"]))
+        nav.append('<a href="#history">history</a>')
     srcs = ", ".join(escape(s) for s, _, _ in inputs)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
