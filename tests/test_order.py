@@ -212,3 +212,37 @@ def test_linker_mismatch(synth, tmp_path):
     r = run_cli("link", "--profile", synth["profile"], "--linker", "gold", "--",
                 "gcc", "-fuse-ld=lld", "-shared", "-o", tmp_path / "l.so", *_objs(synth), check=2)
     assert "--linker says gold" in r.stderr
+
+
+def test_gold_places_jump_tables_with_their_functions(synth, tmp_path):
+    """With the link map, .rodata.<function> (jump tables) follow the first-access order."""
+    need_tool("ld.gold")
+    from elflayout import linkmap
+
+    out = tmp_path / "o.gold"
+    r = run_cli("order", synth["profile"], "--format", "gold", "--objects-from", synth["map"], "-o", out,
+                "--report", check=0)
+    rep = json.loads(r.stdout)
+    assert rep["data"]["associated"] > 0 and rep["functions"]["matched_fraction"] == 1.0
+    lines = out.read_text().splitlines()
+    ro = [l for l in lines if l.startswith(".rodata.")]
+    assert ro and lines[-1] == ".rodata*" and ".text*" in lines
+    lib, mp = tmp_path / "libg.so", tmp_path / "g.map"
+    subprocess.run(["gcc", "-shared", "-fuse-ld=gold", "-o", str(lib), *_objs(synth),
+                    f"-Wl,--section-ordering-file={out}", f"-Wl,-Map,{mp}"], check=True)
+    lm = linkmap.parse(mp)
+    addr = {n: int(v) for n, v in zip(lm.name, lm.vaddr) if n in ro}
+    placed = [addr[n] for n in ro if n in addr]
+    assert len(placed) == len(ro) and placed == sorted(placed)
+    # and they come before every other .rodata input section of the objects
+    others = [int(v) for n, v, o in zip(lm.name, lm.vaddr, lm.output) if o == ".rodata" and n not in ro and n.startswith(".rodata.")]
+    assert not others or max(placed) < min(others)
+
+
+def test_report_counts_resolution(synth, tmp_path):
+    r = run_cli("order", synth["profile"], "--format", "lld", "--objects-from", synth["map"], "-o", tmp_path / "x",
+                "--report", check=0)
+    rep = json.loads(r.stdout)
+    by = rep["functions"]["by_how"]
+    # the per-object static helper is matched through the profile's object field
+    assert by.get("object", 0) >= 1 and by.get("missing", 0) == 0
