@@ -27,9 +27,12 @@ examples:
   # Which files does a startup read? (no --files: a census run finds them)
   elflayout measure --name py '/usr/bin/python3.11 -S -c pass' --runs 5 -o py.json
 
-  # the same, with the libraries served from an emulated 7200 rpm disk (FUSE):
-  elflayout measure --name before 'llc-16 --version' --name after 'LD_LIBRARY_PATH={mount}/relinked llc-16 --version' \
-      --files build/libs/libLLVM-16.so.1 --storage hdd --runs 10 -o slow.json
+  # the same from an emulated 7200 rpm disk (FUSE): each directory of --files gets a
+  # mount, {mount0}, {mount1}... in the commands (one directory: {mount}, and it is
+  # put first in LD_LIBRARY_PATH automatically)
+  elflayout measure --name before 'LD_LIBRARY_PATH={mount0} llc-16 --version' \
+      --name after 'LD_LIBRARY_PATH={mount1} llc-16 --version' \
+      --files build/a/libLLVM-16.so.1 build/b/libLLVM-16.so.1 --storage hdd --runs 10 -o slow.json
 
   elflayout compare results.json --markdown
 
@@ -68,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-trace", action="store_true", help="do not use tracefs: estimate pages from mincore")
     p.add_argument("--storage", metavar="PRESET",
                    help="serve the directories holding --files from an emulated slow disk (elflayout storage); "
-                        "commands see the mount through {mount} substitution and LD_LIBRARY_PATH")
+                        "commands see the mounts as {mount0}, {mount1}... (one directory: {mount}, also put "
+                        "first in LD_LIBRARY_PATH)")
     p.add_argument("-o", "--output", required=True, help="results file (JSON, .gz to compress)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
@@ -173,22 +177,52 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
 
 
 def _storage_ctx(args, files):
-    """(context manager yielding a SlowStorage or None, dirs served)."""
+    """(context manager yielding [SlowStorage, ...] or None, dirs served: one mount per directory)."""
     import contextlib
 
     if not args.storage:
         return contextlib.nullcontext(None), []
     if not files:
-        raise ElflayoutError("--storage needs --files: it serves the directory holding them")
+        raise ElflayoutError("--storage needs --files: it serves the directories holding them")
     try:
         from elflayout.storage import SlowStorage
     except ImportError:
         raise ElflayoutError("--storage: elflayout.storage is not available in this build") from None
-    dirs = sorted({os.path.dirname(os.path.realpath(f)) for f in files})
-    if len(dirs) != 1:
-        raise ElflayoutError(f"--storage serves one directory; --files are in {len(dirs)}: {', '.join(dirs)}")
+    dirs = list(dict.fromkeys(os.path.dirname(os.path.realpath(f)) for f in files))
     ra = None if args.read_ahead_kb == -1 else args.read_ahead_kb
-    return SlowStorage(dirs[0], args.storage, read_ahead_kb=ra), dirs
+
+    @contextlib.contextmanager
+    def mounts():
+        with contextlib.ExitStack() as st:
+            yield [st.enter_context(SlowStorage(d, args.storage, read_ahead_kb=ra)) for d in dirs]
+
+    return mounts(), dirs
+
+
+def _apply_storage(variants, mounts, dirs, files, extra_env):
+    """Rewrite commands and files for the mounts; return (variant_env, files, source_of).
+
+    One directory: ``{mount}`` in commands is its mount, and the mount goes first in
+    LD_LIBRARY_PATH so the dynamic loader finds the served copies. Several directories
+    (A/B of same-named libraries): ``{mount0}``, ``{mount1}``... in the order of --files,
+    and no LD_LIBRARY_PATH (the commands say which copy they use).
+    """
+    paths = [m.path for m in mounts]
+    by_dir = dict(zip(dirs, paths))
+    variant_env = {}
+    for v in variants:
+        if len(paths) == 1:
+            v.command = v.command.replace("{mount}", paths[0]).replace("{mount0}", paths[0])
+            variant_env[v.name] = {"LD_LIBRARY_PATH": ":".join(
+                [paths[0]] + [p for p in extra_env.get("LD_LIBRARY_PATH", "").split(":") if p])}
+        else:
+            if "{mount}" in v.command:
+                raise ElflayoutError(f"variant {v.name}: --files are in {len(paths)} directories: use {{mount0}}.."
+                                     f"{{mount{len(paths) - 1}}} instead of {{mount}}")
+            for i, p in enumerate(paths):
+                v.command = v.command.replace(f"{{mount{i}}}", p)
+    served = [os.path.join(by_dir[os.path.dirname(os.path.realpath(f))], os.path.basename(f)) for f in files]
+    return variant_env, served, dict(zip(served, files))
 
 
 def run(args) -> int:
@@ -260,18 +294,10 @@ def run(args) -> int:
 
     storage_cm, storage_dirs = _storage_ctx(args, args.files)
     source_of = {}  # path under test -> the original file (differs with --storage)
-    with ControlSet(controls) as cs, storage_cm as storage:
+    with ControlSet(controls) as cs, storage_cm as mounts:
         variant_env = {}
-        mount = storage.path if storage is not None else None
-        if mount is not None:
-            # Files under test are served from the slow mount: {mount} in commands, and
-            # the mount first in LD_LIBRARY_PATH so the dynamic loader finds them there.
-            for v in variants:
-                v.command = v.command.replace("{mount}", str(mount))
-                variant_env[v.name] = {"LD_LIBRARY_PATH": ":".join(
-                    [str(mount)] + [p for p in extra_env.get("LD_LIBRARY_PATH", "").split(":") if p])}
-            plan.files = [os.path.join(str(mount), os.path.basename(f)) for f in args.files]
-            source_of = dict(zip(plan.files, args.files))
+        if mounts:
+            variant_env, plan.files, source_of = _apply_storage(variants, mounts, storage_dirs, args.files, extra_env)
         runner = Runner(plan, cs, envctl, trace=not trace_why, on_event=on_event, variant_env=variant_env,
                         retries=args.retries)
         try:
@@ -305,11 +331,12 @@ def run(args) -> int:
         finally:
             runner.close()
             storage_md = None
-            if storage is not None:
-                storage_md = {"preset": args.storage, "dirs": storage_dirs, "mount": mount}
+            if mounts:
+                storage_md = {"preset": args.storage, "dirs": storage_dirs, "mounts": [m.path for m in mounts],
+                              "mount": mounts[0].path}
                 for k in ("info", "stats"):
                     try:
-                        storage_md[k] = getattr(storage, k)()
+                        storage_md[k] = [getattr(m, k)() for m in mounts]
                     except Exception as e:  # metadata only: never lose the results for it
                         storage_md[k] = {"error": str(e)}
         control_records = cs.records()
