@@ -130,6 +130,9 @@ def run(args) -> int:
     linker = args.linker
     fmt = DEFAULT_FORMAT[linker] if args.format == "auto" else args.format
     parsed = parse_command(args.command, linker)
+    if fmt == "objects" and any(a.startswith("@") for a in parsed["cmd"][1:]):
+        raise ElflayoutError(f"{parsed['cmd'][0]}: objects inside a response file (@FILE) cannot be reordered; "
+                             "expand it on the command line")
     if fmt == "objects" and len(parsed["object_positions"]) < 2:
         raise ElflayoutError(f"{parsed['cmd'][0]}: fewer than two object files on the command line: nothing to reorder")
     if args.keep_order_file:
