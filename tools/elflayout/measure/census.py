@@ -20,6 +20,7 @@ it exits): first by stat-ing likely candidates (the command's words, its executa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -30,7 +31,7 @@ import numpy as np
 
 from elflayout.measure import cache
 from elflayout.measure.runner import child_events
-from elflayout.tracefs import TraceSession, kdev
+from elflayout.tracefs import kdev
 
 SCAN_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib", "/lib64", "/etc",
              "/usr/lib/locale", "/usr/lib/x86_64-linux-gnu/gconv", "/usr/share/locale")
@@ -123,7 +124,10 @@ def resolve(keys: set[tuple[int, int]], command: str, env: dict) -> dict[tuple[i
 def _traced_run(runner, variant, kinds):
     from elflayout.measure.runner import _enable_pid_filter
 
-    with TraceSession(None, kinds=kinds) as ts:
+    from elflayout.measure.runner import open_session
+
+    with contextlib.ExitStack() as stack:
+        ts = open_session(stack, kinds)
         _enable_pid_filter(ts)
         ts.clear()
         m = runner.spawn(variant)

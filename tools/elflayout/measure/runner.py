@@ -95,6 +95,21 @@ class Plan:
         return out
 
 
+# Per-CPU trace buffer: one libLLVM startup is ~10k events (< 1 MB); start at 16 MB and
+# shrink when the kernel cannot allocate it (a machine short of memory).
+BUFFER_KB = (16384, 4096, 1024)
+
+
+def open_session(stack: contextlib.ExitStack, kinds) -> TraceSession:
+    """A TraceSession of all files entered on ``stack``, shrinking the buffer on ENOMEM."""
+    for i, kb in enumerate(BUFFER_KB):
+        try:
+            return stack.enter_context(TraceSession(None, kinds=kinds, buffer_kb=kb))
+        except ElflayoutError as e:
+            if "Cannot allocate memory" not in str(e) or i == len(BUFFER_KB) - 1:
+                raise
+
+
 def _enable_pid_filter(ts: TraceSession) -> bool:
     """Limit the session to this process and its descendants (True if done)."""
     try:
@@ -227,7 +242,7 @@ class Runner:
             if self.trace:
                 # All files of our tree: per-file figures for the files under test, plus
                 # the tree's total pages inserted.
-                self.ts = stack.enter_context(TraceSession(None, kinds=("add", "fault")))
+                self.ts = open_session(stack, ("add", "fault"))
                 self.pid_filter = _enable_pid_filter(self.ts)
                 if not self.pid_filter:
                     self.warnings.append("tracefs set_event_pid/event-fork unavailable: counts include other processes")
