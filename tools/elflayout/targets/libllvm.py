@@ -157,14 +157,13 @@ def version_script() -> Path:
 
 
 def _dynsym_defined(path) -> set[str]:
-    from elftools.elf.elffile import ELFFile
-
+    """Defined global/weak dynamic symbol names (nm: fast on 48k symbols)."""
+    out = run(["nm", "-D", "--defined-only", path], what=f"nm -D {path}").stdout
     names = set()
-    with open(path, "rb") as f:
-        dynsym = ELFFile(f).get_section_by_name(".dynsym")
-        for s in dynsym.iter_symbols():
-            if s["st_shndx"] not in ("SHN_UNDEF", "SHN_ABS") and s["st_info"]["bind"] != "STB_LOCAL" and s.name:
-                names.add(s.name)
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 3 and f[1] not in "Aa":      # "A LLVM_16": the version node itself
+            names.add(f[2].split("@")[0])
     return names
 
 
