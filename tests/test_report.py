@@ -242,13 +242,18 @@ def test_profile_plot(tmp_path):
 
 # -- bad input -----------------------------------------------------------------------------
 
-def test_plot_bad_inputs(tmp_path):
+def test_plot_bad_inputs(tmp_path, capsys):
+    from elflayout.cli import main
+
     def err(*args):
-        r = run_cli(*args)
-        assert r.returncode == 2, r
-        lines = r.stderr.strip().splitlines()
+        # In-process (the same main() as the console script): a subprocess each is slow.
+        capsys.readouterr()
+        rc = main([str(a) for a in args])
+        stderr = capsys.readouterr().err
+        assert rc == 2, stderr
+        lines = stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("elflayout: error: "), r.stderr
-        assert "Traceback" not in r.stderr
+        assert "Traceback" not in stderr
         return lines[0]
 
     out = tmp_path / "o.png"
