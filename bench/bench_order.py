@@ -72,8 +72,9 @@ def trace_run(lib, argv, env=None, kinds=("add",)):
             raise SystemExit(f"{lib}: cannot evict (mapped by {mapped_by(lib)})")
         with TraceSession([lib], kinds=kinds) as ts:
             base = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "LD_LIBRARY_PATH"}
-            subprocess.run(argv, env=dict(base, **(env or {})), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=True)
+            # output to pipes, as when the profile was recorded: llc's raw_fd_ostream takes
+            # other code paths for /dev/null than for a pipe
+            subprocess.run(argv, env=dict(base, **(env or {})), capture_output=True, check=True)
         ev = ts.result.of(file_key(lib))
         if ts.result.lost == 0:
             return ev
