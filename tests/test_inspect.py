@@ -267,6 +267,19 @@ def test_output_file_and_force(tmp_path, built):
     run_cli("inspect", lib, "-o", out, "--force", check=0)
     r = run_cli("inspect", lib, "-o", lib, "--force", check=2)  # never over the input
     assert "input" in r.stderr
+    gz = tmp_path / "i.json.gz"
+    run_cli("inspect", lib, "-o", gz, check=0)
+    assert gz.read_bytes()[:2] == b"\x1f\x8b" and load_json(gz, "inspect", (1,))["file"] == doc["file"]
+
+
+def test_long_names_do_not_widen_every_row():
+    from elflayout.inspect.cli import table
+
+    rows = [["0x10", "a.o", ".text.short"], ["0x20", "x" * 300 + ".o", ".text." + "y" * 500], ["0x30", "b.o", ".text.z"]]
+    lines = table(["offset", "object", "input section"], rows, right={0}).splitlines()
+    assert len(lines[1]) < 120 and len(lines[3]) < 120  # short rows stay short
+    assert lines[1].index(".text.short") == lines[3].index(".text.z")  # columns still line up
+    assert lines[2].endswith("y" * 500)
 
 
 def _asm_lib(tmp_path, name, assemble, link):
