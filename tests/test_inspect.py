@@ -1,6 +1,7 @@
 """``elflayout inspect`` against readelf/nm/lld on built, synthetic and system libraries."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -253,6 +254,10 @@ def test_bad_inputs(tmp_path, built):
     _bad([lib, "--map", badmap], "malformed link map")
     _bad([lib, "--map", tmp_path / "missing.map"], "no such file")
     _bad([lib, "--map", tmp_path], "directory")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # would block forever if opened
+    _bad([fifo], "not a regular file")
+    _bad([lib, "--map", fifo], "not a regular file")
 
 
 def test_output_file_and_force(tmp_path, built):

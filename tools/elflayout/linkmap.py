@@ -196,6 +196,8 @@ def _read_lines(path: Path) -> list[str]:
         raise ElflayoutError(f"{path}: no such file")
     if path.is_dir():
         raise ElflayoutError(f"{path}: is a directory, not a link map")
+    if not path.is_file():
+        raise ElflayoutError(f"{path}: not a regular file")
     try:
         raw = path.read_bytes()
     except OSError as e:

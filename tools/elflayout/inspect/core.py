@@ -259,6 +259,10 @@ def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, 
     """The full ``elflayout-inspect`` v1 document of one ELF file (``functions``: list every extent)."""
     from elflayout.fileio import envelope
 
+    for f in (path, map_path):
+        # a FIFO or device would block or read forever: refuse before opening
+        if f is not None and os.path.exists(f) and not (os.path.isfile(f) or os.path.isdir(f)):
+            raise ElflayoutError(f"{f}: not a regular file")
     try:
         with ElfImage(path) as img:
             body = _body(img, map_path, functions)
