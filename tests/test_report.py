@@ -276,7 +276,7 @@ def test_plot_bad_inputs(tmp_path, capsys):
     assert "--state" in err("plot", RESULTS, "--state", "cold", "-o", tmp_path / "z.png")
     assert "--run 7" in err("plot", RESULTS, "--run", "7", "-o", tmp_path / "z.png")
     assert "image type" in err("plot", RESULTS, "-o", tmp_path / "z.txt")
-    assert "has no timings" in err("plot", PROFILE, "--kind", "timing", "-o", tmp_path / "z.png")
+    assert "has no runs" in err("plot", PROFILE, "--kind", "timing", "-o", tmp_path / "z.png")
     assert "html" in err("report", RESULTS, "-o", tmp_path / "r.txt")
     assert not list(tmp_path.glob("z.*")) and not list(tmp_path.glob(".*.tmp"))
 
@@ -561,3 +561,32 @@ def test_python_report_renders(tmp_path):
     assert "x = order of the reads" in h
     r = _chrome(["--dump-dom", out.as_uri()])
     assert "Uncaught" not in r.stderr and 'class="sortable summary"' in r.stdout
+
+
+def test_sections_bar_known_answer_and_cli(tmp_path):
+    from elflayout.report import access
+    from elflayout.report import data as D
+
+    bands = D.bands([{"name": ".rela.dyn", "offset": 0, "size": 2 * 4096},
+                     {"name": ".text", "offset": 2 * 4096, "size": 4 * 4096}])
+    assert D.family_pages(bands, np.array([0, 1, 1, 2, 5, 9])) == {"relocations": 2, "code": 2, "other": 1}
+    _, doc = D.load(PY_RESULTS)
+    panels, _ = access.results_panels(doc, D.choose_plan(doc, None, "py"))
+    fig = access.sections_figure(panels)
+    try:
+        texts = _texts(fig)
+        for p in panels:
+            assert f"{p.acc.pages_read:,} pages ({p.acc.bytes_read / 1e6:,.1f} MB)" in texts
+        legend = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+        assert {"relocations", "code", "read-only data"} <= set(legend)
+        assert fig.axes[0].get_xlabel().startswith("pages read, by section family")
+        # The family split adds up to the distinct pages read.
+        for p in panels:
+            assert sum(D.family_pages(p.bands, p.acc.read_pages()).values()) == np.unique(p.acc.read_pages()).size
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    out = tmp_path / "s.svg"
+    run_cli("plot", PY_RESULTS, "--kind", "sections", "-o", out, check=0)
+    assert "pages read, by section family" in out.read_text()

@@ -229,6 +229,51 @@ def access_figure(panels: list[Panel], title: str | None = None, x: str = "time"
     return fig
 
 
+def sections_figure(panels: list[Panel], title: str | None = None):
+    """Where the bytes go, in one glance: per variant, a bar of the pages read split by
+    section family (coloured like the bands), with the pages touched drawn inside."""
+    plt = _plt()
+    from matplotlib.patches import Patch
+
+    fams = [f for f, _, _ in D.FAMILIES] + [D.OTHER[0]]
+    colour = {f: c for f, _, c in D.FAMILIES}
+    colour[D.OTHER[0]] = D.OTHER[2]
+    reads = [D.family_pages(p.bands, p.acc.read_pages()) for p in panels]
+    touched = [D.family_pages(p.bands, p.acc.fpage) for p in panels]
+    used = [f for f in fams if any(r.get(f) for r in reads)]
+    n = len(panels)
+    fig, ax = plt.subplots(figsize=(10.5, 0.75 * n + 1.7), dpi=100)
+    total_max = max([sum(r.values()) for r in reads] + [1])
+    for i, (p, r, t) in enumerate(zip(panels, reads, touched)):
+        y = n - 1 - i
+        left = 0
+        for f in used:
+            w = r.get(f, 0)
+            if not w:
+                continue
+            ax.barh(y, w, left=left, height=0.62, color=colour[f], alpha=0.85, edgecolor="white", lw=0.8)
+            tw = min(t.get(f, 0), w)
+            if tw:  # touched share of the same family, as a dark inner bar
+                ax.barh(y - 0.2, tw, left=left, height=0.16, color="#1a1a1a", alpha=0.8, lw=0)
+            if w / total_max > 0.06:
+                ax.text(left + w / 2, y + 0.07, f"{w:,}", ha="center", va="center", fontsize=8, color="white",
+                        fontweight="bold")
+            left += w
+        ax.text(left + total_max * 0.01, y, f"{left:,} pages ({left * D.PAGE / 1e6:,.1f} MB)", va="center",
+                fontsize=9)
+    ax.set_yticks(range(n), [p.variant or p.title.split(" · ")[0] for p in reversed(panels)], fontsize=10)
+    ax.set_xlim(0, total_max * 1.22)
+    ax.set_xlabel("pages read, by section family (dark inner bar: pages touched)")
+    ax.spines[["top", "right"]].set_visible(False)
+    handles = [Patch(color=colour[f], alpha=0.85, label=f) for f in used]
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(handles), 5),
+              fontsize=8.5, frameon=False)
+    if title:
+        fig.suptitle(title, x=0.01, ha="left", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
 def _wrap(text: str, width: int) -> list[str]:
     import textwrap
 

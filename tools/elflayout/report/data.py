@@ -411,6 +411,25 @@ def section_table(sections: list[dict], acc: Access) -> list[dict]:
     return rows
 
 
+def family_pages(bands: list[Band], pages: np.ndarray) -> dict[str, int]:
+    """Distinct pages per section family (a page goes to the band holding its first byte,
+    else to the band it overlaps; pages outside every band count as 'other')."""
+    pages = np.unique(np.asarray(pages, dtype=np.int64))
+    out: dict[str, int] = {}
+    if not pages.size:
+        return out
+    starts = np.array([b.start // PAGE for b in bands], dtype=np.int64)
+    ends = np.array([(b.end - 1) // PAGE for b in bands], dtype=np.int64)
+    k = np.searchsorted(starts, pages, side="right") - 1
+    ok = (k >= 0) & (pages <= ends[np.clip(k, 0, None)]) if bands else np.zeros(pages.size, bool)
+    for i in np.unique(k[ok]):
+        fam = bands[int(i)].family
+        out[fam] = out.get(fam, 0) + int(np.count_nonzero(k[ok] == i))
+    if (~ok).any():
+        out["other"] = out.get("other", 0) + int(np.count_nonzero(~ok))
+    return out
+
+
 def caption(acc: Access) -> str:
     eff = acc.efficiency
     e = f"{eff:.0%}" if eff is not None else "n/a"

@@ -350,6 +350,10 @@ def results_section(src: str, doc: dict, idx: int) -> str:
         if len(set(plan.values())) > 1:
             out.append('<p class="sub">' + "; ".join(f"<b>{escape(v)}</b>: <code>{escape(p)}</code>"
                                                     for v, p in plan.items()) + "</p>")
+        out.append(figure_png(access.sections_figure(panels),
+                              "Pages read per variant, split by ELF section family (same colours as the bands "
+                              "below); the dark inner bar is the part that was touched (faulted).",
+                              alt="pages read by section family"))
         out.append(figure_png(fig, "x: time since exec; y: offset in the file; bands: ELF sections; dots: pages read "
                                    "(bigger = larger folio); lines: order of reads (long strokes are seeks); crosses: "
                                    "page faults. Margin: pages read and touched per slice of the file. Each variant's "

@@ -25,6 +25,9 @@ examples:
   # a profile: order of first access over the file, touched vs untouched pages
   elflayout plot P.json -o profile.png
 
+  # where the bytes go at a glance: pages read per variant by section family
+  elflayout plot R.json --kind sections -o where.png
+
   # violin + scatter of wall time (or another metric) per variant and state
   elflayout plot R.json --kind timing --metric wall_s -o wall.png
 
@@ -42,8 +45,9 @@ def add_arguments(p) -> None:
     p.add_argument("input", metavar="R.json|P.json", help="results (elflayout measure) or profile (elflayout profile) "
                    "file; with --kind history, a history database or JSON series")
     p.add_argument("-o", "--output", metavar="OUT.png|svg", required=True, help="image to write (.png, .svg or .pdf)")
-    p.add_argument("--kind", choices=("access", "timing", "history"),
-                   help="access pattern (default for results and profiles), timing violins, or history series")
+    p.add_argument("--kind", choices=("access", "sections", "timing", "history"),
+                   help="access pattern (default for results and profiles), pages read per section family "
+                        "(sections), timing violins, or history series")
     p.add_argument("--file", metavar="PATH", action="append",
                    help="file whose accesses to plot (results: a traced file; profile: a target); needed when "
                         "there are several. Repeat for a before/after of two builds: each variant gets the "
@@ -88,8 +92,8 @@ def build_figure(args):
         return timing.history_figure(series, title=f"History: {Path(args.input).name}")
     kind, doc = D.load(args.input)
     if kind == "profile":
-        if args.kind == "timing":
-            raise ElflayoutError(f"{args.input}: a profile has no timings; --kind timing needs a results file")
+        if args.kind in ("timing", "sections"):
+            raise ElflayoutError(f"{args.input}: a profile has no runs; --kind {args.kind} needs a results file")
         from elflayout.report import access
 
         if args.file and len(args.file) > 1:
@@ -111,6 +115,9 @@ def build_figure(args):
 
     names = access.check_variants(doc, args.variant)
     plan = D.choose_plan(doc, args.file, args.input, names)
+    if args.kind == "sections":
+        panels, state = access.results_panels(doc, plan, args.state, args.run)
+        return access.sections_figure(panels, title=f"Pages read by section family ({state})")
     return access.results_figure(doc, plan, args.state, args.run, x=args.x or "time")
 
 
