@@ -295,3 +295,17 @@ def test_libllvm_relinked_identical_output(linker):
     env = os.environ | d["env"]
     r = subprocess.run(["ldd", "/usr/bin/llc-16"], capture_output=True, text=True, env=env)
     assert str(d["lib"]) in r.stdout
+
+
+@pytest.mark.slow
+def test_libllvm_profile_ordered_relink_example(tmp_path):
+    """examples/libllvm/relink.py --ordered: profile llc-16 --version on the default lld
+    relink, order, relink with lld's ordering file, verified identical llc/opt output."""
+    need_tool("valgrind")
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "libllvm" / "relink.py"), "--linker", "lld",
+                        "--ordered", "--work", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "lld profile order:" in r.stdout
+    assert r.stdout.count("verified byte-identical") == 2 or "(cached)" in r.stdout
+    assert (tmp_path / "llc-version.profile.json").exists() and (tmp_path / "llc-version.lld.order").exists()
+    assert "in profile order" in r.stdout

@@ -71,6 +71,7 @@ def main():
             t = time.perf_counter()
             d = libllvm.relink(ln, [f"-Wl,{flag}={order}"])
             show(f"{ln} profile order", d, time.perf_counter() - t)
+            elflayout("check-order", d["lib"], "--profile", prof)
     except ElflayoutError as e:
         print(f"elflayout: error: {e}", file=sys.stderr)
         return 2

@@ -37,6 +37,21 @@ def cache_dir(*parts: str) -> Path:
     return p
 
 
+def args_fingerprint(args) -> list[str]:
+    """Link arguments for a cache key: an argument naming an existing file
+    (``-Wl,--symbol-ordering-file=F``, ``-Wl,-T,F``) stands for the file's content, so
+    the same ordering written to another temporary path hits the cache."""
+    out = []
+    for a in args:
+        a = str(a)
+        for cand in (a.rpartition("=")[2], a.rpartition(",")[2], a):
+            if cand and os.path.isfile(cand):
+                a = a.replace(cand, "sha256:" + hashlib.sha256(Path(cand).read_bytes()).hexdigest())
+                break
+        out.append(a)
+    return out
+
+
 def param_key(*values) -> str:
     """Short stable hash of JSON-able parameters (cache directory names)."""
     blob = json.dumps(values, sort_keys=True, default=str).encode()

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
-from elflayout.targets import cache_dir, driver_args, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
+from elflayout.targets import args_fingerprint, cache_dir, driver_args, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
 
 SONAME = "libLLVM-16.so.1"
 SYSTEM_LIB = Path("/usr/lib/x86_64-linux-gnu") / SONAME
@@ -234,7 +234,7 @@ def relink(linker: str = "lld", extra_link_args=(), outdir=None, archive_order=N
     arch = archives() if archive_order is None else [Path(a) for a in archive_order]
     extra = driver_args((*extra_link_args, *order_args))
     vs = version_script()
-    key = param_key(linker, extra, [a.name for a in arch])
+    key = param_key(linker, args_fingerprint(extra), [a.name for a in arch])
     out = Path(outdir) if outdir else cache_dir("libllvm", f"link-{linker}-{key}")
     out = out.resolve()
     result_file = out / "built.json"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
-from elflayout.targets import cache_dir, driver_args, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
+from elflayout.targets import args_fingerprint, cache_dir, driver_args, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
 
 SONAME = "libpython3.11.so.1.0"
 ARCHIVE = "usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11-pic.a"
@@ -111,7 +111,7 @@ def prepare(linker: str = "bfd", extra_link_args=(), object_order=None, outdir=N
     ensure_installed(RUNTIME_PACKAGES)
     objs = _ordered(objects(), object_order)
     extra = driver_args(extra_link_args)
-    key = param_key(linker, extra, [o.name for o in objs])
+    key = param_key(linker, args_fingerprint(extra), [o.name for o in objs])
     out = Path(outdir) if outdir else cache_dir("libpython", f"link-{linker}-{key}")
     out = out.resolve()
     result_file = out / "built.json"

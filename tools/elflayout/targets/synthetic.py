@@ -45,7 +45,7 @@ from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text, dump_json, envelope
-from elflayout.targets import cache_dir, driver_args, linker_flag, locked, param_key, run
+from elflayout.targets import args_fingerprint, cache_dir, driver_args, linker_flag, locked, param_key, run
 
 GENERATOR_VERSION = 1
 CFLAGS = ["-O1", "-fPIC", "-ffunction-sections", "-fdata-sections", "-fno-ipa-icf",
@@ -344,7 +344,7 @@ def _link(plan: dict, workdir: Path, linker: str, extra_link_args, object_order)
                                  f"(got {len(object_order)} entries)")
         objects = ordered
     extra = driver_args(extra_link_args)
-    key = param_key(linker, extra, [o.name for o in objects])
+    key = param_key(linker, args_fingerprint(extra), [o.name for o in objects])
     out = workdir / f"link-{linker}-{key}"
     result_file = out / "built.json"
     if result_file.exists():
