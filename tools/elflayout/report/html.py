@@ -205,6 +205,10 @@ def files_table(doc: dict, state: str | None = None) -> str:
     for path in D.all_files(doc):
         md = meta_files.get(path) or {}
         for v in D.variants(doc):
+            # A build's file is not read by the other variant: no row of zeros for that.
+            if not any(D.values(doc, v, s, "pages_read", [path], dr).sum() for s in D.states(doc)
+                       for dr in (False, True)):
+                continue
             for s in D.states(doc):
                 pages = D.values(doc, v, s, "pages_read", [path])
                 if not pages.size:
