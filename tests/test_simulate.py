@@ -149,3 +149,10 @@ def test_prediction_matches_measurement_on_synthetic(synth):
         res = simulate(img, faults["page"][first], np.full(len(first), b"t"), dev_ra, loader=False)
     assert measured > 0
     assert abs(res["pages"] - measured) <= max(2, 0.1 * measured), (res["pages"], measured, dev_ra)
+
+
+def test_madv_hugepage_reads_two_pmd_folios():
+    s = Simulator(4096, [Vma(0, 4096, True, False, 0)], 32, hugepage=True)
+    s.touch(700, "x")
+    assert pages(s) == set(range(512, 1536))
+    assert s.mark[1024] == 512 and s.mark[1023] == 0  # the second folio carries PG_readahead

@@ -16,7 +16,8 @@ linking and measuring. What is modelled (mm/filemap.c, mm/readahead.c, mm/memory
    each page mapped this way lowers ``mmap_miss``.
 3. **Sync mmap readahead** (``do_sync_mmap_readahead``) on a fault of an uncached page:
    ``mmap_miss`` +1 (readahead is skipped, one page read, when it exceeds
-   MMAP_LOTSAMISS = 100); in a ``VM_EXEC`` mapping (6.16+: "allow arch to request folio
+   HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios
+MMAP_LOTSAMISS = 100); in a ``VM_EXEC`` mapping (6.16+: "allow arch to request folio
    size for exec memory") the window is ``[p, p + ra)`` clamped to the VMA, with no
    async part; otherwise the read-around window ``[p - ra/2, p + ra/2)`` (not clamped
    to the VMA, only to EOF) with ``async_size = ra/4`` and a PG_readahead mark on the
@@ -29,8 +30,11 @@ linking and measuring. What is modelled (mm/filemap.c, mm/readahead.c, mm/memory
 5. A page already read is never read again; only pages not yet cached are counted,
    clipped to EOF. Write faults on private mappings (``do_cow_fault``) skip fault-around.
 
-Not modelled: MADV_HUGEPAGE / VM_HUGEPAGE (PMD-sized windows; ld.so never asks for it),
-VM_RAND_READ/VM_SEQ_READ (no madvise by ld.so), memory pressure, other processes
+On request (``hugepage``, a what-if: ld.so does not madvise): the VM_HUGEPAGE path of
+``do_sync_mmap_readahead``: two 2 MiB folios from the 512-page-aligned index, the
+second async, before the ra_pages and mmap_miss checks.
+
+Not modelled: VM_RAND_READ/VM_SEQ_READ (no madvise by ld.so), memory pressure, other processes
 sharing the file's readahead state.
 """
 
@@ -42,6 +46,7 @@ import numpy as np
 
 from elflayout.elfcore import PAGE, ElfImage
 
+HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios
 MMAP_LOTSAMISS = 100  # mm/filemap.c: stop read-around when misses outnumber hits by this
 FAULT_AROUND_PAGES = 16  # /sys/kernel/mm/... fault_around_bytes default 64 KiB
 PF_X, PF_W = 1, 2
@@ -90,6 +95,7 @@ class Simulator:
     npages: int
     vmas: list[Vma]
     ra_pages: int
+    hugepage: bool = False  # the mappings were madvise(MADV_HUGEPAGE)d (VM_HUGEPAGE)
     cached: np.ndarray = field(init=False)
     mark: np.ndarray = field(init=False)  # PG_readahead: folio size (pages) of the marked folio, 0 = none
     reads: list = field(default_factory=list)  # (page, npages, cause)
@@ -187,6 +193,13 @@ class Simulator:
 
     def _sync(self, page: int, vma: Vma) -> None:
         ra = self.ra_pages
+        if self.hugepage:
+            # VM_HUGEPAGE: two PMD-sized folios from the aligned index, the second async;
+            # taken before the ra_pages / mmap_miss checks ("even if readahead is disabled")
+            start = page - page % HPAGE_PMD_NR
+            self.ra_start, self.ra_size, self.ra_async, self.ra_order = start, 2 * HPAGE_PMD_NR, HPAGE_PMD_NR, 9
+            self._read(start, start + 2 * HPAGE_PMD_NR, start + HPAGE_PMD_NR, 9, "hugepage")
+            return
         if self.mmap_miss < MMAP_LOTSAMISS * 10:
             self.mmap_miss += 1
         if ra == 0 or self.mmap_miss > MMAP_LOTSAMISS:
@@ -273,10 +286,11 @@ def loader_touches(img: ElfImage) -> tuple[np.ndarray, np.ndarray]:
     return p[first], k[first]
 
 
-def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb: int, loader: bool) -> dict:
+def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb: int, loader: bool,
+             hugepage: bool = False) -> dict:
     """Replay touches (file pages, kinds b"x"/b"r"/b"w"/b"t") and report pages read."""
     npages = -(-img.size // PAGE)
-    sim = Simulator(npages, vmas_of(img), read_ahead_kb // 4)
+    sim = Simulator(npages, vmas_of(img), read_ahead_kb // 4, hugepage)
     writable = np.zeros(npages + 1, dtype=bool)
     for v in sim.vmas:
         if v.write:

@@ -37,6 +37,8 @@ def add_arguments(p) -> None:
                    help="model ld.so's relocation pass (auto: unless the profile already touches the relocation tables)")
     p.add_argument("--code-bytes", type=int, default=1,
                    help="bytes of a function its first execution touches from its entry (default 1: the entry page)")
+    p.add_argument("--madv-hugepage", action="store_true",
+                   help="what if the library's mappings were madvise(MADV_HUGEPAGE)d: 2 MiB folio windows")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
 
 
@@ -59,10 +61,11 @@ def run(args) -> int:
             rel = [s for s in img.sections if s.name in (".rela.dyn", ".rel.dyn", ".relr.dyn") and s.size]
             touched = any(((pages >= s.offset // PAGE) & (pages <= (s.offset + s.size - 1) // PAGE)).any() for s in rel)
             loader = not touched
-        res = simulate(img, pages, kinds, ra, loader)
+        res = simulate(img, pages, kinds, ra, loader, hugepage=args.madv_hugepage)
         ident = img.identity()
     out = {"format": "elflayout-simulation", "version": 1,
            "metadata": {"profile": str(args.profile), "read_ahead_kb": ra, "loader_model": loader,
+                        "madv_hugepage": args.madv_hugepage,
                         "code_bytes": args.code_bytes, **notes},
            "lib": ident, **res}
     if args.json:
