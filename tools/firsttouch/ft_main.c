@@ -84,6 +84,7 @@ static Bool clo_data = False;
 static ULong clo_marks[MAX_MARKS];
 static Int n_marks = 0;
 static UChar mark_seen[MAX_MARKS];
+static Int marks_pending = 0;   /* marks not yet executed: exe code needs looking at */
 
 static Target targets[MAX_TARGETS];
 static Int n_targets = 0;
@@ -309,6 +310,7 @@ static VG_REGPARM(2) void ft_mark_hit(Addr a, UWord j)
 {
    if (mark_seen[j]) return;
    mark_seen[j] = 1;
+   marks_pending--;
    emit(K_MARK, a, 0, -1, now_ns(), (UShort)j);
 }
 
@@ -395,7 +397,7 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
    static Int nruns[MAX_GROUPS];
    static Int gtarget[MAX_GROUPS];
    Int ng = 0, cur = 0;
-   Bool any = False;
+   Bool any = False, any_exe = False;
    nruns[0] = 0; gtarget[0] = -1;
    for (Int i = 0; i < n; i++) {
       IRStmt* st = sbIn->stmts[i];
@@ -404,6 +406,7 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
       } else if (st->tag == Ist_IMark) {
          Addr a = (Addr)st->Ist.IMark.addr;
          UInt len = st->Ist.IMark.len;
+         if (a >= exe_lo && a < exe_hi) any_exe = True;
          Int m = find_map(a);
          if (m < 0) continue;
          Int t = maps[m].target;
@@ -420,7 +423,8 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
    }
    ng = cur + 1;
    Bool want_exe = exe_known && !exe_seen;
-   if (!any && !clo_data && !want_exe && !n_marks) return sbIn;
+   /* most superblocks (other libraries, once the marks were hit) are left untouched */
+   if (!any && !clo_data && !(any_exe && (want_exe || marks_pending > 0))) return sbIn;
 
    IRSB* sbOut = deepCopyIRSBExceptStmts(sbIn);
    Int i = 0;
@@ -445,7 +449,7 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
             add_guarded_call(sbOut, &g->done, "ft_code_hit", &ft_code_hit, mkIRExpr_HWord((HWord)g));
             group_called = True;
          }
-         if (n_marks && a >= exe_lo && a < exe_hi) {
+         if (marks_pending > 0 && a >= exe_lo && a < exe_hi) {
             NSegment const* seg = VG_(am_find_nsegment)(a);
             if (seg && seg->kind == SkFileC) {
                ULong off = seg->offset + (a - seg->start);
@@ -528,6 +532,7 @@ static Bool ft_process_cmd_line_option(const HChar* arg)
    else if VG_STR_CLO(arg, "--ft-mark", s) {
       if (n_marks >= MAX_MARKS) VG_(fmsg_bad_option)(arg, "at most 8 marks\n");
       clo_marks[n_marks++] = VG_(strtoull16)(s, NULL);
+      marks_pending = n_marks;
    }
    else if VG_STR_CLO(arg, "--ft-out", clo_out) {}
    else if VG_BOOL_CLO(arg, "--ft-data", clo_data) {}
