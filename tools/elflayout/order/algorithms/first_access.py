@@ -31,7 +31,8 @@ Steps:
    merged in by first access, named by a symbol inside them (lld only).
 3. Data sections with a recorded first access come from (a) the profile's ``sections``
    list, (b) its data ``pages`` mapped onto input section extents of the profiled build
-   when the universe (a link map of that build) has them. Key = first access. Pages
+   when the universe (a link map of that build) has them, except big sections touched
+   on few of their pages (SPARSE_*). Key = first access. Pages
    first touched by the loader are left out: relocation processing writes every
    .data.rel.ro page, so those touches carry no order.
 4. Associated data of each resolved function gets the function's *first* as key, unless
@@ -56,6 +57,11 @@ NAME = "first-access"
 
 # Input-section prefixes that hold code; everything else allocatable is data.
 TEXT_PREFIXES = (".text",)
+# A data section of more than SPARSE_MIN_PAGES pages with fewer than SPARSE_DENSITY of
+# them touched stays where it is: moving it would put its untouched bulk in the hot
+# region (page-granular touches cannot tell which bytes of a shared page were read).
+SPARSE_MIN_PAGES = 4
+SPARSE_DENSITY = 0.5
 
 
 def compute(target: dict, universe: Universe | None = None, *, data: bool = True) -> Layout:
@@ -134,7 +140,7 @@ def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
     # touches after it (phases init/main) say which data the program needs first
     pages = [p for p in target.get("pages", []) if isinstance(p, dict) and p.get("kind") in ("r", "w", "t")
              and p.get("phase") != "loader"]
-    n_from_pages = 0
+    n_from_pages = n_sparse = 0
     if ext is not None and len(ext) and pages:
         pg = np.array([p["page"] for p in pages], dtype=np.int64)
         fi = np.array([p.get("first", i) if p.get("first") is not None else i for i, p in enumerate(pages)], dtype=np.float64)
@@ -143,15 +149,26 @@ def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
         # per page, so go from pages to extents with searchsorted on sorted starts
         order = np.argsort(starts, kind="stable")
         s_sorted = starts[order]
+        hits: dict[int, tuple[float, set]] = {}
         for p, f in zip(pg.tolist(), fi.tolist()):
             hi = int(np.searchsorted(s_sorted, p, side="right"))
             lo = max(0, hi - 64)  # extents overlapping p start at most 64 entries earlier
             for j in order[lo:hi].tolist():
                 if ends[j] >= p and not universe.extent_names[j].startswith(TEXT_PREFIXES):
-                    k = (universe.extent_names[j], universe.extent_objects[j])
-                    if f < key.get(k, big):
-                        key[k] = f
-                        n_from_pages += 1
+                    f0, seen = hits.get(j, (f, set()))
+                    seen.add(p)
+                    hits[j] = (min(f0, f), seen)
+        for j, (f, seen) in hits.items():
+            npg = int(ends[j] - starts[j] + 1)
+            # a big section touched on a few of its pages (often only the page it shares
+            # with a touched neighbour) would stretch the hot region by its whole size
+            if npg > SPARSE_MIN_PAGES and len(seen) < SPARSE_DENSITY * npg:
+                n_sparse += 1
+                continue
+            k = (universe.extent_names[j], universe.extent_objects[j])
+            if f < key.get(k, big):
+                key[k] = f
+                n_from_pages += 1
     # 4. associated data: .rodata.<function> goes with its function
     # (only with a universe: unverified guesses would only bloat gold/ld-script files)
     known = universe.sections if universe is not None else set()
@@ -176,7 +193,8 @@ def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
             syms.extend(by_sec.get(name, ()))
     layout.data_symbols = list(dict.fromkeys(syms))
     layout.report["data"] = {"sections": len(layout.data), "from_pages": n_from_pages,
-                             "associated": n_assoc, "symbols_for_lld": len(layout.data_symbols)}
+                             "associated": n_assoc, "sparse_left_in_place": n_sparse,
+                             "symbols_for_lld": len(layout.data_symbols)}
 
 
 def _order_objects(target, funcs, placed) -> list[str]:
