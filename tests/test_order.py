@@ -246,3 +246,14 @@ def test_report_counts_resolution(synth, tmp_path):
     by = rep["functions"]["by_how"]
     # the per-object static helper is matched through the profile's object field
     assert by.get("object", 0) >= 1 and by.get("missing", 0) == 0
+
+
+def test_trace_profile_has_nothing_to_order(synth, tmp_path):
+    doc = json.loads(synth["profile"].read_text())
+    t = doc["targets"][0]
+    t["pages"] = [{"page": f["offset"] // 4096, "kind": "t", "first": i, "t": 0.0} for i, f in enumerate(t["functions"])]
+    t["functions"], t["objects"] = [], []
+    p = tmp_path / "trace.json"
+    p.write_text(json.dumps(doc))
+    r = run_cli("order", p, "--format", "lld", "-o", tmp_path / "x", check=2)
+    assert "nothing to order" in r.stderr and not (tmp_path / "x").exists()
