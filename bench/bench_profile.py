@@ -56,11 +56,13 @@ def main() -> int:
     env = dict(os.environ, VALGRIND_LIB=str(valgrind.tool_dir().resolve()))
     td = tempfile.mkdtemp(prefix="bench-profile-")
     log = os.path.join(td, "ft.log")
+    mark = valgrind.main_offset(cmd[0])  # as `elflayout profile` runs it: main() marked
+    marks = [mark] if mark is not None else []
     variants = {
         "native": (cmd, None),
         "valgrind --tool=none": (["valgrind", "-q", "--tool=none", *cmd], None),
-        "firsttouch (code)": (valgrind.valgrind_command([a.lib], log, False) + cmd, env),
-        "firsttouch --data": (valgrind.valgrind_command([a.lib], log, True) + cmd, env),
+        "firsttouch (code)": (valgrind.valgrind_command([a.lib], log, False, marks) + cmd, env),
+        "firsttouch --data": (valgrind.valgrind_command([a.lib], log, True, marks) + cmd, env),
     }
     times = {k: [] for k in variants}
     cpu = {k: [] for k in variants}
