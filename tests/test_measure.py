@@ -361,3 +361,16 @@ def test_libllvm_selective_pages_identical():
     assert len(pages) == 1, pages
     assert all(r["files"][lib]["resident_after"] == r["pages_read"] for r in clean)
     assert pages.pop() > 10000
+
+
+def test_failing_and_hanging_commands_are_errors(tmp_path):
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"x" * 8192)
+    r = run_cli("measure", "--name", "bad", "sh -c 'echo boom >&2; exit 3'", "--files", f, "--census", "none",
+                "--runs", "1", "-o", tmp_path / "r.json", check=2)
+    assert "exited with status 3" in r.stderr and "boom" in r.stderr
+    t = time.monotonic()
+    r = run_cli("measure", "--name", "slow", "sleep 30", "--files", f, "--census", "none", "--runs", "1",
+                "--timeout", "1", "-o", tmp_path / "r.json", check=2)
+    assert "still running after 1 s" in r.stderr and time.monotonic() - t < 20
+    assert not (tmp_path / "r.json").exists()

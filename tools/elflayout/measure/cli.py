@@ -68,6 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "none skips it when --files is given)")
     p.add_argument("--retries", type=int, default=2,
                    help="repeat a cold/selective run disturbed by another process up to N times (default 2)")
+    p.add_argument("--timeout", type=float, default=600, metavar="SECONDS",
+                   help="kill a run (and fail) after this long (default 600; 0: no limit)")
     p.add_argument("--no-trace", action="store_true", help="do not use tracefs: estimate pages from mincore")
     p.add_argument("--storage", metavar="PRESET",
                    help="serve the directories holding --files from an emulated slow disk (elflayout storage); "
@@ -113,6 +115,8 @@ def validate(args) -> None:
             raise ElflayoutError(f"--name {n}: empty command")
     if args.runs < 1:
         raise ElflayoutError(f"--runs: must be at least 1 (got {args.runs})")
+    if args.timeout < 0:
+        raise ElflayoutError(f"--timeout: must be 0 (no limit) or more (got {args.timeout:g})")
     if args.retries < 0:
         raise ElflayoutError(f"--retries: must be 0 or more (got {args.retries})")
     if args.warmup < 0:
@@ -299,7 +303,7 @@ def run(args) -> int:
         if mounts:
             variant_env, plan.files, source_of = _apply_storage(variants, mounts, storage_dirs, args.files, extra_env)
         runner = Runner(plan, cs, envctl, trace=not trace_why, on_event=on_event, variant_env=variant_env,
-                        retries=args.retries)
+                        retries=args.retries, timeout=args.timeout or None)
         try:
             with progress:
                 task = progress.add_task("census", total=len(plan.schedule()))
@@ -307,6 +311,10 @@ def run(args) -> int:
                     for v in variants:
                         progress.update(task, description=f"census of {v.name} ({census_method})")
                         census.append(census_mod.census(runner, v, census_method))
+                    # the census evicted (or dropped) system libraries too: bring them back
+                    # untimed, or the first measured run would pay for them alone
+                    for v in variants:
+                        runner.spawn(v)
                 if not plan.files:
                     seen = {}
                     for c in census:

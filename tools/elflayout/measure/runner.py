@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,8 +144,9 @@ class Runner:
 
     def __init__(self, plan: Plan, controls: ControlSet, env: FixedEnv, *, trace: bool = True,
                  on_event: Callable[[str, dict], None] | None = None, capture_dir: str | None = None,
-                 variant_env: dict[str, dict] | None = None, retries: int = 2):
+                 variant_env: dict[str, dict] | None = None, retries: int = 2, timeout: float | None = 600):
         self.plan = plan
+        self.timeout = timeout
         self.retries = retries
         self.controls = controls
         self.envctl = env
@@ -178,14 +180,31 @@ class Runner:
             except OSError as e:
                 raise ElflayoutError(f"variant {variant.name}: cannot run {argv[0]}: {e.strerror}") from None
             self._child = p
+        timed_out = threading.Event()
+
+        def _expire():
+            timed_out.set()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+
+        timer = threading.Timer(self.timeout, _expire) if self.timeout else None
+        if timer:
+            timer.daemon = True
+            timer.start()
         try:
             _, status, ru = os.wait4(p.pid, 0)
         except BaseException:
             self.kill_child()
             raise
+        finally:
+            if timer:
+                timer.cancel()
         t1 = time.monotonic()
         p.returncode = os.waitstatus_to_exitcode(status)
         self._child = None
+        if timed_out.is_set():
+            raise ElflayoutError(f"variant {variant.name}: command still running after {self.timeout:g} s, killed "
+                                 f"(--timeout; command: {variant.command})")
         # Descendants left behind (daemons) would skew the next run: end the group.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
