@@ -426,6 +426,20 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
     ax.set_ylim(*ylim)
     if xs.size:
         ax.set_xlim(float(np.nanmin(xs)) - 0.5, float(np.nanmax(xs)) * 1.02 + 0.5)
+    # Phase boundaries (loader → static constructors → main) where the profile has them.
+    phases = {}
+    for x_, p in zip(xs, pages):
+        ph = p.get("phase")
+        if ph and np.isfinite(x_) and (ph not in phases or x_ < phases[ph]):
+            phases[ph] = float(x_)
+    phase_text = ""
+    if len(phases) > 1:
+        # Boundaries are often a few events apart: lines on the plot, names in the caption.
+        order = sorted(phases.items(), key=lambda kv: kv[1])
+        for ph, x0 in order[1:]:
+            ax.axvline(x0, color="#555555", lw=0.7, ls="--", zorder=1)
+        unit = " ms" if use_t else ""
+        phase_text = "phases (dashed lines): " + ", ".join(f"{ph} from {x0:,.0f}{unit}" for ph, x0 in order)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("file offset (MB)")
     ax.grid(axis="x", color="#dddddd", lw=0.5)
@@ -438,6 +452,8 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
         cap_text += f"; {nf:,} functions"
     if reads:
         cap_text += f"; {int(sum(r.get('npages', 1) for r in reads)):,} pages read"
+    if phase_text:
+        cap_text += "\n" + phase_text
     ax.text(0.0, -0.13, cap_text, transform=ax.transAxes, va="top", ha="left", fontsize=8.5)
     _label_bands(fig, mx, bands, ylim, ax.get_position().height * height)
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.09, 0.955), ncol=2, fontsize=8, frameon=False)

@@ -401,17 +401,22 @@ def profile_section(src: str, doc: dict, idx: int) -> str:
         path = str(t.get("path"))
         pages = t.get("pages") or []
         kinds: dict[str, int] = {}
+        phases: dict[str, int] = {}
         for p in pages:
             k = str(p.get("kind"))
             kinds[k] = kinds.get(k, 0) + 1
+            if p.get("phase"):
+                phases[str(p["phase"])] = phases.get(str(p["phase"]), 0) + 1
         rows = [[td(escape(path), cls="t"), td(escape(str(t.get("build_id") or "–")), cls="t"),
                  td(_num(len(t.get("functions") or [])), len(t.get("functions") or [])),
                  td(_num(len(t.get("objects") or [])), len(t.get("objects") or [])),
                  td(_num(len(pages)), len(pages)),
                  td(escape(", ".join(f"{access.PROFILE_KINDS.get(k, (k,))[0]} {n:,}" for k, n in kinds.items())),
-                    cls="t")]]
+                    cls="t"),
+                 td(escape(", ".join(f"{k} {n:,}" for k, n in phases.items()) or "–"), cls="t")]]
         out.append(f"<h3>{escape(Path(path).name)}</h3>")
-        out.append(table(["target", "build-id", "functions", "objects", "pages", "pages by kind"], rows))
+        out.append(table(["target", "build-id", "functions", "objects", "pages", "pages by kind", "pages by phase"],
+                         rows))
         if pages:
             out.append(figure_png(access.profile_figure(t), "x: order of first access; y: offset in the file; "
                                   "bands: ELF sections. Margin: share of each slice of the file that was touched.",
