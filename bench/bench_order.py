@@ -159,7 +159,8 @@ def bench_llvm(runs):
         d = libllvm.relink(linker, extra_link_args=extra)
         m = measure(d["lib"], argv, d["env"], runs)
         chk = json.loads(cli("check-order", d["lib"], "--profile", prof, "--json").stdout)
-        sim = json.loads(cli("simulate", prof, "--lib", d["lib"], "--read-ahead-kb", RA_KB, "--json").stdout)
+        sim = json.loads(cli("simulate", prof, "--lib", d["lib"], "--map", d["map"], "--read-ahead-kb", RA_KB,
+                             "--json").stdout)
         m["in_order"] = chk["in_order_fraction"]
         m["predicted"] = sim["pages"]
         out[name] = m

@@ -117,6 +117,8 @@ def test_simulate_bad_input(synth, tmp_path):
     assert "no such file" in r.stderr
     r = run_cli("simulate", synth["profile"], "--lib", synth["lib"], "--read-ahead-kb", "-4", check=2)
     assert "must be" in r.stderr
+    r = run_cli("simulate", synth["profile"], "--lib", synth["lib"], "--map", tmp_path / "no.map", check=2)
+    assert "no such file" in r.stderr
 
 
 @pytest.mark.root

@@ -330,14 +330,16 @@ def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb:
     }
 
 
-def profile_touches(target: dict, img: ElfImage, code_bytes: int = 1) -> tuple[np.ndarray, np.ndarray, dict]:
+def profile_touches(target: dict, img: ElfImage, code_bytes: int = 1, lib_map=None) -> tuple[np.ndarray, np.ndarray, dict]:
     """The profile's touch sequence as pages of ``img``: (pages, kinds, notes).
 
     Same build (build-id): offsets are used as they are. Another build (a relink): a
     function is placed by name (``check.lib_functions``, clone/thunk names as in
     ``resolve``); a data page by its section and its relative position in it, scaled
     to the section's size here (the profiled file must still exist for its section
-    table). ``code_bytes``: how much of a function its first execution is taken to
+    table); with ``lib_map`` (this library's link map) and the profile's own ``map``, a
+    data page follows its input section instead (same name and object, same offset in
+    it), which is what a data-ordered relink needs. ``code_bytes``: how much of a function its first execution is taken to
     touch from its entry (1 = the entry page only).
     """
     from elflayout.order.check import lib_functions
@@ -370,7 +372,11 @@ def profile_touches(target: dict, img: ElfImage, code_bytes: int = 1) -> tuple[n
         kd = np.array([str(p.get("kind", "t")).encode() for p in plist])
         fs = np.array([p.get("first", i) if p.get("first") is not None else i for i, p in enumerate(plist)], dtype=np.float64)
         if not same:
-            pg = _remap_pages(pg, target, img, notes)
+            moved = _remap_by_input_section(pg, target, img, lib_map, notes) if lib_map else None
+            fallback = _remap_pages(pg, target, img, notes)
+            pg = fallback if moved is None else np.where(moved >= 0, moved, fallback)
+            if moved is not None:
+                notes["pages_by_input_section"] = int((moved >= 0).sum())
         ok = pg >= 0
         if not same:
             ok &= kd != b"x"  # code pages of another build: functions place code
@@ -382,6 +388,38 @@ def profile_touches(target: dict, img: ElfImage, code_bytes: int = 1) -> tuple[n
     order = np.argsort(np.asarray(firsts, dtype=np.float64), kind="stable")
     return (np.asarray(pages, dtype=np.int64)[order] if pages else np.zeros(0, np.int64),
             np.asarray(kinds, dtype="S1")[order] if kinds else np.zeros(0, "S1"), notes)
+
+
+def _remap_by_input_section(pg, target, img, lib_map, notes):
+    """New pages of profiled data pages, following their input section (-1: not found)."""
+    import os
+
+    from elflayout import linkmap
+
+    src_map, src_path = target.get("map"), target.get("path")
+    if not (src_map and os.path.exists(src_map) and src_path and os.path.exists(src_path)):
+        notes["remap_by_section"] = "the profile's own map or library is missing"
+        return None
+    with ElfImage(src_path) as src:
+        if src.build_id != target.get("build_id"):
+            notes["remap_by_section"] = f"{src_path} is no longer the profiled build"
+            return None
+        a = linkmap.parse(src_map, src)
+    b = linkmap.parse(lib_map, img)
+    where = {}
+    for k, (n, o, off) in enumerate(zip(b.name, b.object, b.offset.tolist())):
+        if off >= 0 and b.size[k] > 0:
+            where.setdefault((n, o), k)
+    j = a.lookup_offsets(pg * PAGE)
+    out = np.full(pg.shape, -1, dtype=np.int64)
+    for i in np.flatnonzero(j >= 0).tolist():
+        ja = int(j[i])
+        k = where.get((a.name[ja], a.object[ja]))
+        if k is None or a.name[ja].startswith(".text"):
+            continue
+        rel = min(int(pg[i] * PAGE - a.offset[ja]), int(b.size[k]) - 1)
+        out[i] = (int(b.offset[k]) + max(0, rel)) // PAGE
+    return out
 
 
 def _remap_pages(pg: np.ndarray, target: dict, img: ElfImage, notes: dict) -> np.ndarray:

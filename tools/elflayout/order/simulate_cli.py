@@ -37,6 +37,8 @@ def add_arguments(p) -> None:
                    help="model ld.so's relocation pass (auto: unless the profile already touches the relocation tables)")
     p.add_argument("--code-bytes", type=int, default=1,
                    help="bytes of a function its first execution touches from its entry (default 1: the entry page)")
+    p.add_argument("--map", metavar="LINK.map",
+                   help="link map of LIB: data pages of a relink follow their input sections (needs the profile's own map)")
     p.add_argument("--madv-hugepage", action="store_true",
                    help="what if the library's mappings were madvise(MADV_HUGEPAGE)d: 2 MiB folio windows")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
@@ -52,7 +54,9 @@ def run(args) -> int:
     if ra < 0:
         raise ElflayoutError(f"--read-ahead-kb: must be ≥ 0, got {ra}")
     with ElfImage(args.lib) as img:
-        pages, kinds, notes = profile_touches(t, img, args.code_bytes)
+        if args.map and not __import__("os").path.exists(args.map):
+            raise ElflayoutError(f"{args.map}: no such file")
+        pages, kinds, notes = profile_touches(t, img, args.code_bytes, args.map)
         if pages.size == 0:
             raise ElflayoutError(f"{args.profile}: no profiled touch could be placed in {args.lib} "
                                  f"({notes['functions_unplaced']} functions, {notes['pages_unplaced']} pages unplaced)")
