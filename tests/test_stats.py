@@ -115,3 +115,18 @@ def test_analyse_structure():
     assert pr["verdict"] == "fewer" and pr["ratio"] == pytest.approx(0.6)
     io = [r for r in out["io_bound"] if r.get("variant") == "a"][0]
     assert io["value"] == pytest.approx(0.01)
+
+
+def test_paired_ratio_known_answers():
+    r = stats.paired_ratio([2.0, 4.0, 8.0], [1.0, 2.0, 4.0])
+    assert r["n_pairs"] == 3 and r["paired_ratio"] == pytest.approx(0.5)
+    assert r["paired_ci_low"] == pytest.approx(0.5) and r["paired_ci_high"] == pytest.approx(0.5)
+    # drift shared by both sides cancels: unpaired ratio CI is wide, paired one is tight
+    drift = np.linspace(1, 3, 20)
+    a, b = drift * 1.00, drift * 1.10
+    p = stats.paired_ratio(a, b)
+    assert p["paired_ratio"] == pytest.approx(1.10)
+    c = stats.compare(a, b, "wall_s")
+    assert c["ci_high"] - c["ci_low"] > 0.2
+    assert stats.paired_ratio([0.0, 1.0], [0.0, 2.0]) ["n_pairs"] == 1
+    assert stats.paired_ratio([0.0], [0.0]) == {"n_pairs": 0}

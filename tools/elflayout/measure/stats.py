@@ -17,6 +17,8 @@ Methods (seeds 000 and 002):
 - Outliers: modified Z-score (Iglewicz and Hoaglin 1993), |Mi| > 3.5, with
   Mi = 0.6745 (xi - median) / MAD; when MAD is 0 the mean absolute deviation is used
   (Mi = (xi - median) / (1.253314 MeanAD)); when both are 0 there are no outliers.
+- Paired by round: the geometric mean of per-round ratios b/a with a BCa interval
+  (informative; the verdict uses the unpaired interval the issue specifies).
 - Hommey's I/O-bound figure: mean(cold) - mean(hot) per variant (cold or selective)
   and the change of that difference between variants, with a bootstrap interval.
 """
@@ -167,6 +169,24 @@ def compare(a, b, metric: str, seed=0) -> dict:
     return out
 
 
+def paired_ratio(a, b, seed=0) -> dict:
+    """Geometric-mean ratio b/a over rounds (pairs run close in time) with a BCa interval.
+
+    Each round runs a and b back to back, so a per-round ratio cancels slow drift of
+    the machine (load from other jobs) that inflates the unpaired interval. Pairs with
+    a zero or negative value are skipped (no log ratio).
+    """
+    a = np.asarray(a, float)
+    b = np.asarray(b, float)
+    ok = (a > 0) & (b > 0)
+    if ok.sum() < 1:
+        return {"n_pairs": int(ok.sum())}
+    lr = np.log(b[ok] / a[ok])
+    lo, hi, _ = bootstrap_ci([lr], _mean, seed)
+    return {"n_pairs": int(ok.sum()), "paired_ratio": float(np.exp(lr.mean())), "paired_ci_low": _f(np.exp(lo)),
+            "paired_ci_high": _f(np.exp(hi))}
+
+
 def io_bound(cold, hot, seed=0) -> dict:
     """Hommey's (cold - hot) for one variant, with a bootstrap interval."""
     cold = np.asarray(cold, float)
@@ -219,7 +239,12 @@ def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int 
         xa, xb = _series(runs, base, s, m), _series(runs, b, s, m)
         if len(xa) == 0 and len(xb) == 0:
             continue
-        comparisons.append({"a": base, "b": b, "state": s, "metric": m, **compare(xa, xb, m, seed)})
+        row = {"a": base, "b": b, "state": s, "metric": m, **compare(xa, xb, m, seed)}
+        pa = {r["round"]: r[m] for r in runs if r["variant"] == base and r["state"] == s and r.get(m) is not None}
+        pb = {r["round"]: r[m] for r in runs if r["variant"] == b and r["state"] == s and r.get(m) is not None}
+        both = sorted(set(pa) & set(pb))
+        row.update(paired_ratio([pa[k] for k in both], [pb[k] for k in both], seed))
+        comparisons.append(row)
     if "hot" in states:
         for cold_state in [s for s in ("cold", "selective") if s in states]:
             for m in ("wall_s",):
