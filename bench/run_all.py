@@ -311,7 +311,8 @@ def render(facts: dict, blocks: dict[str, str], metas: dict[str, dict], argv_cmd
     labels = {"date": "date (page generated)", "kernel": "kernel", "machine": "architecture",
               "cpu_model": "CPU model", "cores": "cores", "memory": "memory",
               "load_average": "load average (1/5/15 min) when the page was generated",
-              "read_ahead_kb_device": "read_ahead_kb found on the device (default)",
+              "read_ahead_kb_device": "read_ahead_kb of the device when the page was generated (other users' "
+                                      "measurement sessions set it to 128 while they run)",
               "python": "Python", "commit": "git commit (HEAD)"}
     facts_md = "\n".join(f"| {labels.get(k, k)} | {v} |" for k, v in facts.items())
     facts_md += "\n| read_ahead_kb used for page counts | 128 (set by the harness/scripts, then restored) |"
@@ -324,7 +325,7 @@ def render(facts: dict, blocks: dict[str, str], metas: dict[str, dict], argv_cmd
             rows.append(f"| [{b.name}](#{b.name}) | `{m['command']}` | {m['status']} | {m['duration_s']:.0f} s | "
                         f"{m['load']} | {m['started']} |")
     body = PREAMBLE.format(cmd=argv_cmd, facts=facts_md, summary="\n".join(rows))
-    body += "\n\n".join(blocks[b.name] for b in BENCHES if b.name in blocks) + "\n"
+    body += "\n\n".join(f'<a id="{b.name}"></a>\n\n{blocks[b.name]}' for b in BENCHES if b.name in blocks) + "\n"
     return body
 
 
