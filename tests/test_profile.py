@@ -269,6 +269,36 @@ def test_map_of_another_link(synth, tmp_path):
     assert "does not describe" in r.stderr and not (tmp_path / "p.json").exists()
 
 
+def test_workload_sigkilled_from_outside(tmp_path):
+    """SIGKILL from another process leaves valgrind no chance to write the log: a clear error.
+    (A workload that kills itself goes through valgrind's kill wrapper: the log is written.)"""
+    need_firsttouch()
+    r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--", "sh", "-c",
+                "sh -c 'kill -KILL $PPID'; true", check=2)
+    assert "SIGKILL" in r.stderr and "Traceback" not in r.stderr and not (tmp_path / "p.json").exists()
+
+
+def test_raw_log_truncated(tmp_path):
+    from elflayout.profile import valgrind
+
+    with pytest.raises(ElflayoutError, match="not a firsttouch log"):
+        (tmp_path / "bad").write_bytes(b"hello")
+        valgrind.read_log(tmp_path / "bad")
+    head = b"FIRSTTOUCH 1\nrecsize 32\ndata 0\npid 1\nt0 5\nexe /x\ntarget 0 1 2 /l.so\n--\n"
+    rec = np.zeros(2, valgrind.REC_DTYPE)
+    rec["kind"] = ord("m"), ord("x")
+    rec["seq"] = 0, 1
+    rec["addr"] = 0x1000, 0x1010
+    rec["len"] = 0x2000, 4
+    rec["t_ns"] = 0x3000, 7
+    (tmp_path / "log").write_bytes(head + rec.tobytes() + b"\0" * 5)
+    log = valgrind.read_log(tmp_path / "log")
+    assert not log.complete and any("partial record" in n for n in log.notes)
+    ev, marks = valgrind.combine([log])
+    assert ev["offset"].tolist() == [0x3010] and ev["kind"].tolist() == [b"x"]
+    assert marks["first_map_seq"] == {0: 0}
+
+
 def test_tool_not_built(tmp_path):
     r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--", "/bin/true", check=2,
                 env={"ELFLAYOUT_VALGRIND_LIB": str(tmp_path / "nowhere")})

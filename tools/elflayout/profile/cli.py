@@ -173,6 +173,9 @@ def run(args: argparse.Namespace) -> int:
             else:
                 tdoc["fault_around_mapped_pages"] = r.mapped_pages.get(i, 0)
             tdocs.append(tdoc)
+    if never and args.backend == "valgrind" and not r.log.complete and r.events.size == 0:
+        raise ElflayoutError(f"the workload ended (status {r.returncode}) before firsttouch could write its log "
+                             f"(killed with SIGKILL?): nothing was recorded")
     if never:
         hint = "" if args.children or args.backend != "valgrind" else \
             "; if the program is started through a script or another program, add --children"
