@@ -113,14 +113,17 @@ def markdown(doc: dict) -> str:
                      f"| {_fmt(s['sd'], m)} | {cov} | {_fmt(s['min'], m)} | {_fmt(s['max'], m)} "
                      f"| [{_fmt(s['ci_low'], m)}, {_fmt(s['ci_high'], m)}] |")
     if doc.get("comparisons"):
-        lines += ["", "| b vs a | state | metric | ratio b/a | 95% CI | diff | p (Welch) | p (MWU) | p (B–F) | verdict |",
-                  "|---|---|---|---:|---|---:|---:|---:|---:|---|"]
+        lines += ["", "| b vs a | state | metric | ratio b/a | 95% CI | paired ratio [95% CI] | diff | p (Welch) "
+                      "| p (MWU) | p (B–F) | verdict |",
+                  "|---|---|---|---:|---|---|---:|---:|---:|---:|---|"]
         for c in doc["comparisons"]:
             m = c["metric"]
             p = lambda x: "–" if x is None else f"{x:.3g}"  # noqa: E731
             ci = "–" if c.get("ci_low") is None else f"[{c['ci_low']:.4f}, {c['ci_high']:.4f}]"
             ratio = "–" if c.get("ratio") is None else f"{c['ratio']:.4f}"
-            lines.append(f"| {c['b']} vs {c['a']} | {c['state']} | {m} | {ratio} | {ci} | {_fmt(c.get('diff'), m)} "
+            pr = ("–" if c.get("paired_ratio") is None else
+                  f"{c['paired_ratio']:.4f} [{c['paired_ci_low']:.4f}, {c['paired_ci_high']:.4f}]")
+            lines.append(f"| {c['b']} vs {c['a']} | {c['state']} | {m} | {ratio} | {ci} | {pr} | {_fmt(c.get('diff'), m)} "
                          f"| {p(c.get('p_welch'))} | {p(c.get('p_mwu'))} | {p(c.get('p_brown_forsythe'))} "
                          f"| **{c.get('verdict')}** |")
     io_rows = [r for r in doc.get("io_bound", []) if "variant" in r and "value" in r]
