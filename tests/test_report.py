@@ -278,6 +278,16 @@ def test_plot_bad_inputs(tmp_path, capsys):
     assert "image type" in err("plot", RESULTS, "-o", tmp_path / "z.txt")
     assert "has no runs" in err("plot", PROFILE, "--kind", "timing", "-o", tmp_path / "z.png")
     assert "html" in err("report", RESULTS, "-o", tmp_path / "r.txt")
+    # Damaged documents: one line each, never a traceback.
+    assert "run 0 is malformed" in err("report", _write({"format": "elflayout-results", "version": 1,
+                                                         "runs": [1, 2]}, tmp_path / "m1.json"),
+                                       "-o", tmp_path / "m.html")
+    bad = _load(RESULTS)
+    bad["runs"][1]["files"][LIB]["reads"] = [[0.1, 2]]
+    assert "malformed 'reads'" in err("report", _write(bad, tmp_path / "m2.json"), "-o", tmp_path / "m.html")
+    assert "target 0 is malformed" in err("plot", _write({"format": "elflayout-profile", "version": 1,
+                                                          "targets": [{"pages": 5}]}, tmp_path / "m3.json"),
+                                          "-o", tmp_path / "m.png")
     assert not list(tmp_path.glob("z.*")) and not list(tmp_path.glob(".*.tmp"))
 
 

@@ -381,7 +381,7 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
     kind = np.array([str(p.get("kind", "t")) for p in pages])
     use_t = x == "time" and pages and not np.isnan(tt).all()
     xs = tt * 1e3 if use_t else first
-    xlabel = "time since exec (ms)" if use_t else "first-access sequence number"
+    xlabel = "time as recorded by the profiler (ms)" if use_t else "first-access sequence number"
 
     height = 6.4
     fig = plt.figure(figsize=(8.6, height), dpi=100)

@@ -38,9 +38,38 @@ def load(path: str | os.PathLike) -> tuple[str, dict]:
     if kind == "results":
         if not isinstance(doc.get("runs"), list):
             raise ElflayoutError(f"{p}: results file has no 'runs' list")
-    elif not isinstance(doc.get("targets"), list):
-        raise ElflayoutError(f"{p}: profile file has no 'targets' list")
+        for i, r in enumerate(doc["runs"]):
+            if not isinstance(r, dict) or "variant" not in r or "state" not in r:
+                raise ElflayoutError(f"{p}: run {i} is malformed (needs variant and state)")
+            if not isinstance(r.get("files", {}), dict):
+                raise ElflayoutError(f"{p}: run {i}: 'files' is not an object")
+            for path, f in (r.get("files") or {}).items():
+                if not isinstance(f, dict):
+                    raise ElflayoutError(f"{p}: run {i}: files[{path}] is not an object")
+                for key, width in (("reads", 3), ("faults", 2)):
+                    if f.get(key) and not _table_ok(f[key], width):
+                        raise ElflayoutError(f"{p}: run {i}: {path}: malformed '{key}' (expected a list of "
+                                             f"{width}-number lists)")
+        for key in ("variants", "summary", "comparisons"):
+            if not isinstance(doc.get(key, []), list) or not all(isinstance(x, dict) for x in doc.get(key, [])):
+                raise ElflayoutError(f"{p}: '{key}' is not a list of objects")
+        if not isinstance(doc.get("metadata", {}), dict):
+            raise ElflayoutError(f"{p}: 'metadata' is not an object")
+    else:
+        if not isinstance(doc.get("targets"), list):
+            raise ElflayoutError(f"{p}: profile file has no 'targets' list")
+        for i, t in enumerate(doc["targets"]):
+            if not isinstance(t, dict) or not all(isinstance(t.get(k, []), list) for k in ("pages", "reads", "functions")):
+                raise ElflayoutError(f"{p}: target {i} is malformed (pages, reads, functions must be lists)")
     return kind, doc
+
+
+def _table_ok(rows, width: int) -> bool:
+    try:
+        a = np.asarray(rows, dtype=float)
+    except (TypeError, ValueError):
+        return False
+    return a.ndim == 2 and a.shape[1] == width
 
 
 def _peek_kind(p: Path):
@@ -385,8 +414,14 @@ def count_seeks(page: np.ndarray, npages: np.ndarray, gap: int = SEEK_PAGES) -> 
 
 def access_of(run: dict, path: str) -> Access:
     f = (run.get("files") or {}).get(path) or {}
-    reads = np.asarray(f.get("reads") or np.zeros((0, 3)), dtype=float).reshape(-1, 3)
-    faults = np.asarray(f.get("faults") or np.zeros((0, 2)), dtype=float).reshape(-1, 2)
+    try:
+        reads = np.asarray(f.get("reads") or np.zeros((0, 3)), dtype=float)
+        faults = np.asarray(f.get("faults") or np.zeros((0, 2)), dtype=float)
+        if reads.ndim != 2 or reads.shape[1] != 3 or faults.ndim != 2 or faults.shape[1] != 2:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ElflayoutError(f"run {run.get('variant')}/{run.get('state')}/{run.get('round')}: {path}: malformed "
+                             "'reads' or 'faults' (expected [[t, page, npages], ...] and [[t, page], ...])") from None
     order = np.argsort(reads[:, 0], kind="stable")
     reads = reads[order]
     faults = faults[np.argsort(faults[:, 0], kind="stable")]
