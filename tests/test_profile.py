@@ -270,12 +270,16 @@ def test_map_of_another_link(synth, tmp_path):
 
 
 def test_workload_sigkilled_from_outside(tmp_path):
-    """SIGKILL from another process leaves valgrind no chance to write the log: a clear error.
-    (A workload that kills itself goes through valgrind's kill wrapper: the log is written.)"""
+    """SIGKILL from another process gives valgrind no chance to finish its log: what was flushed
+    (mappings at once, events in chunks) still makes a profile, with a note and a warning.
+    (A workload that kills itself goes through valgrind's kill wrapper: the log is complete.)"""
     need_firsttouch()
-    r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--", "sh", "-c",
-                "sh -c 'kill -KILL $PPID'; true", check=2)
-    assert "SIGKILL" in r.stderr and "Traceback" not in r.stderr and not (tmp_path / "p.json").exists()
+    out = tmp_path / "p.json"
+    r = run_cli("profile", "--target", LIBC, "-o", out, "--", "sh", "-c", "sh -c 'kill -KILL $PPID'; true", check=1)
+    assert "signal 9" in r.stderr and "Traceback" not in r.stderr
+    doc = json.loads(out.read_text())
+    assert any("no end record" in n for n in doc["metadata"]["notes"])
+    assert doc["targets"][0]["mappings"]
 
 
 def test_raw_log_truncated(tmp_path):

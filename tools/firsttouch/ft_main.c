@@ -31,7 +31,7 @@
 
 #define MAX_TARGETS 32
 #define MAX_MAPS 1024
-#define BUFREC 65536
+#define BUFREC 4096   /* records per write: small, so a SIGKILLed run leaves most of its log */
 
 /* record kinds */
 #define K_EXEC 'x'
@@ -260,6 +260,7 @@ static void new_mapping(Addr a, SizeT len, Bool rr, Bool ww, Bool xx)
       maps[n_maps++] = m;
       changed = True;
       emit(K_MAP, a, (UInt)len, t, m.foff, (rr ? 1 : 0) | (ww ? 2 : 0) | (xx ? 4 : 0));
+      flush();  /* mappings are rare and needed to read everything else */
    }
    if (changed) recompute_spans();
 }
