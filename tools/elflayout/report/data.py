@@ -59,8 +59,11 @@ def load(path: str | os.PathLike) -> tuple[str, dict]:
         if not isinstance(doc.get("targets"), list):
             raise ElflayoutError(f"{p}: profile file has no 'targets' list")
         for i, t in enumerate(doc["targets"]):
-            if not isinstance(t, dict) or not all(isinstance(t.get(k, []), list) for k in ("pages", "reads", "functions")):
-                raise ElflayoutError(f"{p}: target {i} is malformed (pages, reads, functions must be lists)")
+            if not isinstance(t, dict) or not all(isinstance(t.get(k, []), list)
+                                                  and all(isinstance(x, dict) for x in t.get(k, []))
+                                                  for k in ("pages", "reads", "functions", "objects")):
+                raise ElflayoutError(f"{p}: target {i} is malformed (pages, reads, functions, objects must be "
+                                     "lists of objects)")
     return kind, doc
 
 
