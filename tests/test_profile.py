@@ -49,7 +49,7 @@ def test_valgrind_function_order_equals_truth(synth, synth_profile):
     # exactly the truth: same functions (none executed only speculatively / never), same order
     assert gen == truth["functions"]
     firsts = [f["first"] for f in t["functions"]]
-    assert firsts == sorted(firsts) and len(set(firsts)) == len(firsts) or firsts == sorted(firsts)
+    assert firsts == sorted(firsts)  # (a run spanning two functions gives both the same first)
 
 
 def test_valgrind_object_order_equals_truth(synth, synth_profile):
@@ -356,9 +356,9 @@ def test_merge_concat_and_rank(tmp_path):
     assert [f["name"] for f in t["functions"]] == ["f1", "f2", "f3", "f4", "f5"]
     assert [o["object"] for o in t["objects"]] == ["a.o", "b.o", "c.o", "d.o"]
     assert [(p["page"], p["kind"]) for p in t["pages"]] == [(0, "x"), (3, "x"), (5, "x")]
-    firsts = [e["first"] for k in ("functions", "pages") for e in t[k]]
-    assert len(set(firsts)) == len(set(firsts)) and [f["first"] for f in t["functions"]] == sorted(
-        f["first"] for f in t["functions"])
+    for k in ("functions", "objects", "pages"):
+        firsts = [e["first"] for e in t[k]]
+        assert firsts == sorted(set(firsts)), k  # renumbered, strictly increasing here
     r = merge.merge([a, b], rule="rank")["targets"][0]
     # f5 is first in b (relative position 0) and ties with f1 (0 in a): a wins ties by order
     assert [f["name"] for f in r["functions"]][:2] in (["f1", "f5"], ["f5", "f1"])
@@ -411,5 +411,5 @@ def test_libpython_import_objects_via_linkmap(tmp_path):
     assert len(with_obj) >= 0.95 * len(t["functions"])
     objs = [Path(o["object"]).name for o in t["objects"]]
     assert any("ceval" in o for o in objs) and any("pylifecycle" in o for o in objs)
-    assert objs.index(next(o for o in objs if "pylifecycle" in o)) < objs.index(next(o for o in objs if "ceval" in o)) \
-        or True  # order depends on the interpreter's start-up; presence is the check
+    # every object a profiled function belongs to is in the objects list, once
+    assert len(objs) == len(set(objs)) and {Path(f["object"]).name for f in with_obj} <= set(objs)
