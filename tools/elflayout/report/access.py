@@ -45,6 +45,12 @@ class Panel:
     size: int | None = None
 
 
+def _raster(n: int) -> bool:
+    # Thousands of markers make a 16 MB SVG; draw them as an embedded image there (text,
+    # axes and bands stay vector). No effect on PNG.
+    return n > 2000
+
+
 def _draw_bands(ax, bands, horizontal=True):
     for b in bands:
         ax.axhspan(b.start / MB, b.end / MB, color=b.colour, alpha=0.18, lw=0, zorder=0)
@@ -187,14 +193,14 @@ def access_figure(panels: list[Panel], title: str | None = None, x: str = "time"
         xr, xf = _xs(a, x)
         if a.t.size:
             ax.plot(xr, (a.page + a.npages / 2) * D.PAGE / MB, color=SEEK_COLOUR, lw=0.5, alpha=0.45,
-                    zorder=2)
+                    zorder=2, rasterized=_raster(a.t.size))
             ax.scatter(xr, (a.page + a.npages / 2) * D.PAGE / MB, s=3 + 2.0 * np.sqrt(a.npages),
-                       color=READ_COLOUR, lw=0, alpha=0.8, zorder=3)
+                       color=READ_COLOUR, lw=0, alpha=0.8, zorder=3, rasterized=_raster(a.t.size))
         if a.ft.size:
             # Under the reads: a touch that also read shows as a dot; a touch without a
             # read (the page was already cached) stays visible as a bare cross.
             ax.scatter(xf, (a.fpage + 0.5) * D.PAGE / MB, s=14, marker="x", color=FAULT_COLOUR,
-                       lw=0.7, alpha=0.9, zorder=2.5)
+                       lw=0.7, alpha=0.9, zorder=2.5, rasterized=_raster(a.ft.size))
         _margin(mx, a.read_pages(), np.unique(a.fpage), ylim, bin_pages)
         ax.set_xlim(*xlim)
         ax.set_ylim(*ylim)
@@ -399,13 +405,13 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
         rt = np.array([r.get("t") if isinstance(r.get("t"), (int, float)) else np.nan for r in reads], dtype=float)
         rx = rt * 1e3 if use_t else rf
         ax.scatter(rx, (rp + rn / 2) * D.PAGE / MB, s=10 + 4 * np.sqrt(rn), color="#9e9e9e", lw=0, alpha=0.5,
-                   zorder=2, label="read")
+                   zorder=2, label="read", rasterized=_raster(rp.size))
     handles = []
     for k, (label, colour, marker) in PROFILE_KINDS.items():
         m = kind == k
         if m.any():
             ax.scatter(xs[m], (pg[m] + 0.5) * D.PAGE / MB, s=6 if marker == "o" else 8, marker=marker, color=colour,
-                       lw=0 if marker == "o" else 0.5, alpha=0.85, zorder=3)
+                       lw=0 if marker == "o" else 0.5, alpha=0.85, zorder=3, rasterized=_raster(int(m.sum())))
             handles.append(Line2D([], [], marker=marker, ls="", color=colour, markersize=5,
                                   label=f"{label}: {int(m.sum()):,} pages"))
     if reads:
