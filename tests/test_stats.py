@@ -130,3 +130,23 @@ def test_paired_ratio_known_answers():
     assert c["ci_high"] - c["ci_low"] > 0.2
     assert stats.paired_ratio([0.0, 1.0], [0.0, 2.0]) ["n_pairs"] == 1
     assert stats.paired_ratio([0.0], [0.0]) == {"n_pairs": 0}
+
+
+def test_time_verdict_needs_the_paired_interval_too():
+    # a and b anti-correlated across rounds: the unpaired samples differ by 3.5% with a
+    # tight interval, but round by round b is as often faster as slower
+    a = [1.0, 1.2] * 50
+    b = [1.235, 1.035] * 50
+    un = stats.compare(a, b, "wall_s")
+    pr = stats.paired_ratio(a, b)
+    assert un["verdict"] == "slower" and un["ci_low"] > 1
+    assert pr["paired_ci_low"] < 1 < pr["paired_ci_high"]
+    runs = [{"variant": v, "state": "hot", "round": i, "seq": 2 * i + (v == "b"), "wall_s": x}
+            for v, xs in (("a", a), ("b", b)) for i, x in enumerate(xs)]
+    out = stats.analyse(runs, ["a", "b"], ["hot"], metrics=("wall_s",))["comparisons"][0]
+    assert out["verdict"] == "no change" and out["improved"] is None
+    assert any("paired" in w for w in out["warnings"])
+    # a real, consistent change survives both intervals
+    runs = [{"variant": v, "state": "hot", "round": i, "seq": i, "wall_s": x * (1.2 if v == "b" else 1.0)}
+            for v in "ab" for i, x in enumerate(np.linspace(1, 1.05, 10))]
+    assert stats.analyse(runs, ["a", "b"], ["hot"], metrics=("wall_s",))["comparisons"][0]["verdict"] == "slower"

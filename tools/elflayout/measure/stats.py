@@ -17,8 +17,10 @@ Methods (seeds 000 and 002):
 - Outliers: modified Z-score (Iglewicz and Hoaglin 1993), |Mi| > 3.5, with
   Mi = 0.6745 (xi - median) / MAD; when MAD is 0 the mean absolute deviation is used
   (Mi = (xi - median) / (1.253314 MeanAD)); when both are 0 there are no outliers.
-- Paired by round: the geometric mean of per-round ratios b/a with a BCa interval
-  (informative; the verdict uses the unpaired interval the issue specifies).
+- Paired by round: the geometric mean of per-round ratios b/a with a BCa interval. For
+  times, a faster/slower verdict of the unpaired interval stands only if the paired
+  interval (when there are >= 4 pairs) also excludes 1: drift of a shared machine that
+  happened to hit one variant more cannot fake a change there.
 - Hommey's I/O-bound figure: mean(cold) - mean(hot) per variant (cold or selective)
   and the change of that difference between variants, with a bootstrap interval.
 """
@@ -244,6 +246,15 @@ def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int 
         pb = {r["round"]: r[m] for r in runs if r["variant"] == b and r["state"] == s and r.get(m) is not None}
         both = sorted(set(pa) & set(pb))
         row.update(paired_ratio([pa[k] for k in both], [pb[k] for k in both], seed))
+        # Times on a shared machine: a change must also show in the paired interval
+        # (drift that happened to hit one side more cannot fake it there).
+        if m in TIME_METRICS and row["verdict"] in ("faster", "slower") and row.get("n_pairs", 0) >= MIN_RUNS:
+            lo, hi = row.get("paired_ci_low"), row.get("paired_ci_high")
+            if lo is not None and hi is not None and lo <= 1 <= hi:
+                row["warnings"] = row["warnings"] + [
+                    f"unpaired interval says {row['verdict']} but the paired-by-round interval "
+                    f"[{lo:.4f}, {hi:.4f}] contains 1: no change"]
+                row["verdict"], row["improved"] = "no change", None
         comparisons.append(row)
     if "hot" in states:
         for cold_state in [s for s in ("cold", "selective") if s in states]:
