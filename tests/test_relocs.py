@@ -273,3 +273,66 @@ def test_check_failure_is_a_finding_naming_the_address(libs, packed, tmp_path):
     with pytest.raises(Finding, match=f"differ at {hex(victim)} "):
         pack_cli._verify(libs["bfd"]["lib"], bad)
     assert pack_cli._verify(libs["bfd"]["lib"], packed)["dlopen"] == "ok"
+
+
+# --- other machines: analysed, not packed ------------------------------------------------
+X86_32 = """\t.text\n\t.globl f\n\t.type f,@function\nf:\n\tmovl 4(%esp), %eax\n\tret\n\t.size f, .-f
+\t.section .data.rel.local,"aw"\n\t.globl ptrs\nptrs:\n\t.long f\n\t.long ptrs\n\t.long f\n"""
+AARCH64 = """\t.text\n\t.globl f\n\t.type f,%function\nf:\n\tadd w0, w0, #1\n\tret\n\t.size f, .-f
+\t.data\n\t.p2align 3\n\t.globl ptrs\nptrs:\n\t.xword f\n\t.xword ptrs\n"""
+
+
+@pytest.mark.parametrize("machine", ["i386", "aarch64"])
+def test_other_machines_analysed_and_pack_refused(tmp_path, machine):
+    import subprocess
+
+    if machine == "i386":
+        (tmp_path / "x.s").write_text(X86_32)
+        steps = [["as", "--32", "x.s", "-o", "x.o"], ["ld.bfd", "-m", "elf_i386", "-shared", "-Bsymbolic", "-o", "l.so", "x.o"]]
+        want = ("R_386_RELATIVE", 3, 8)
+    else:
+        (tmp_path / "x.s").write_text(AARCH64)
+        mc = shutil.which("llvm-mc-16") or shutil.which("llvm-mc") or "llvm-mc-16"
+        steps = [[mc, "-triple=aarch64-linux-gnu", "-filetype=obj", "x.s", "-o", "x.o"],
+                 ["ld.lld", "-shared", "-Bsymbolic", "-o", "l.so", "x.o"]]
+        want = ("R_AARCH64_RELATIVE", 2, 16)
+    for s in steps:
+        need_tool(s[0])
+        subprocess.run(s, cwd=tmp_path, check=True)
+    doc = json.loads(run_cli("relocs", tmp_path / "l.so", "--json", check=0).stdout)
+    rows = {r["type"]: r["count"] for r in doc["types"]}
+    assert rows[want[0]] == want[1] and doc["relative"]["relr_bytes"] == want[2]
+    r = run_cli("pack-relocs", tmp_path / "l.so", "-o", tmp_path / "o.so", check=2)
+    assert "not implemented" in r.stderr and not (tmp_path / "o.so").exists()
+
+
+def test_damaged_inputs_never_crash(libs, tmp_path):
+    """Seeded random damage: pack-relocs packs (and --check proves it), says nothing to do, or exits 2
+    with one line; it never crashes, never runs out of memory on absurd segment sizes."""
+    import contextlib
+    import io
+    import random
+    from collections import Counter
+
+    from elflayout.cli import main
+
+    data = libs["bfd"]["lib"].read_bytes()
+    rnd = random.Random(11)
+    src, out = tmp_path / "damaged.so", tmp_path / "out.so"
+    outcomes = Counter()
+    for _ in range(120):
+        d = bytearray(data)
+        for _ in range(rnd.choice([1, 4, 16, 64])):
+            k = rnd.randrange(len(d)) if rnd.random() < 0.5 else rnd.randrange(4096)  # headers, tables
+            d[k] = rnd.randrange(256)
+        src.write_bytes(bytes(d))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = main(["pack-relocs", str(src), "-o", str(out), "--force", "--check"])
+        msg = err.getvalue()
+        assert rc in (0, 2), msg
+        assert "Traceback" not in msg and "internal error" not in msg, msg
+        if rc == 2:
+            assert len(msg.strip().splitlines()) == 1 and str(src) in msg, msg
+        outcomes[rc] += 1
+    assert outcomes[0] and outcomes[2]

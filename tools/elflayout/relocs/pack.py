@@ -93,7 +93,9 @@ def validate(img) -> tuple:
                    "the relocation tables in relocs/arch.py are ready for it)")
     if hdr["e_ident"]["EI_DATA"] != "ELFDATA2LSB":
         _fail(img, "big-endian ELF is not supported")
-    if hdr["e_shnum"] == 0 or hdr["e_shstrndx"] == 0 or hdr["e_shstrndx"] >= 0xFF00:
+    if hdr["e_phentsize"] != R.PHDR64.itemsize or hdr["e_shentsize"] != R.SHDR64.itemsize:
+        _fail(img, f"inconsistent header sizes (e_phentsize {hdr['e_phentsize']}, e_shentsize {hdr['e_shentsize']})")
+    if hdr["e_shnum"] == 0 or hdr["e_shstrndx"] == 0 or hdr["e_shstrndx"] >= min(0xFF00, hdr["e_shnum"]):
         _fail(img, "no usable section headers (stripped with --strip-section-headers, or extended numbering)")
     for s in img.loads:
         if s.offset + s.filesz > img.size:
@@ -449,6 +451,10 @@ def pack(src, out, verify=None) -> dict:
     img = elfcore.ElfImage(src)
     try:
         plan = plan_pack(img)
+    except (ElflayoutError, AlreadyPacked):
+        raise
+    except Exception as e:  # damaged tables pyelftools or numpy trip over: still one line, exit 2
+        raise ElflayoutError(f"{src}: malformed or inconsistent ELF file ({type(e).__name__}: {e})") from None
     finally:
         img.close()
     t1 = time.perf_counter()

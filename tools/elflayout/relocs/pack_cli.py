@@ -33,7 +33,7 @@ def add_arguments(p):
 
 
 def _verify(src, tmp):
-    from elflayout.errors import Finding
+    from elflayout.errors import ElflayoutError, Finding
     from elflayout.relocs import simload
 
     from rich.console import Console
@@ -53,6 +53,9 @@ def _verify(src, tmp):
     with Console(stderr=True).status("check: dlopen of the packed library"):
         err = simload.dlopen_check(tmp)
     res["dlopen"] = "ok" if err is None else err
+    if err is not None and simload.dlopen_check(src) is not None:
+        raise ElflayoutError(f"{src}: the input itself does not load ({simload.dlopen_check(src)}); "
+                             "nothing to prove against")
     if err is not None:
         raise Finding(f"check failed: dlopen of the packed library failed: {err} (output not written)")
     return res

@@ -37,6 +37,7 @@ from elflayout.relocs import elfraw as R
 from elflayout.relocs.analyze import relr_decode_fast
 
 CHUNK = 1 << 24  # bytes compared at a time
+MAX_IMAGE = 1 << 30  # address span simulated; three images' worth is held at once
 BASES = (0x7F3A_5C00_0000, 0x0000_5555_0000_0000)  # two page-aligned bases, different high bits
 MASK = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 _MIX = np.uint64(0x9E37_79B9_7F4A_7C15)
@@ -110,7 +111,13 @@ class Loaded:
     def image(self, base: int) -> np.ndarray:
         """The relocated image at load base ``base`` (uint8, index = link-time vaddr)."""
         loads = self.phdrs[self.phdrs["p_type"] == R.PT_LOAD]
+        if not loads.size:
+            raise ElflayoutError(f"{self.img.path}: no PT_LOAD segment")
         size = R.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), 8)
+        if size > MAX_IMAGE or np.any(loads["p_offset"] + loads["p_filesz"] > self.img.size) \
+                or np.any(loads["p_filesz"] > loads["p_memsz"]):
+            raise ElflayoutError(f"{self.img.path}: PT_LOAD segments span {size:,} bytes or lie outside the file: "
+                                 f"too large or inconsistent for the simulated loader (limit {MAX_IMAGE >> 20} MiB)")
         im = np.zeros(size, np.uint8)
         buf = self.img.buf
         for p in loads:
@@ -136,9 +143,9 @@ class Loaded:
         P = t["r_offset"]
         Aa = t["r_addend"].view(np.uint64)
         S = self.sym_fake(syms)
-        kinds = np.array([arch.types[x].kind if x in arch.types else "?" for x in range(max(types.max() + 1, 1))],
-                         dtype=object)
-        k = kinds[types]
+        ut, inv = np.unique(types, return_inverse=True)
+        k = np.array([arch.types[x].kind if x in arch.types else "?" for x in ut.tolist()], dtype=object)[inv]
+        width = np.array([arch.types[x].width if x in arch.types else 0 for x in ut.tolist()], np.int64)[inv]
         if np.any(k == "?"):
             bad = int(types[k == "?"][0])
             raise ElflayoutError(f"{self.img.path}: relocation type {bad} is not known to the simulated loader")
@@ -149,7 +156,6 @@ class Loaded:
                 [B + Aa, S + Aa, S, (B + Aa) * _MIX, np.where(syms == 0, FAKE_TP, S ^ FAKE_TP) + Aa,
                  np.where(syms == 0, FAKE_MODID, S >> np.uint64(20)), (S & np.uint64(0xFFFF)) + Aa,
                  S + Aa - (B + P)], default=np.uint64(0)).astype(np.uint64)
-        width = np.array([arch.types[x].width if x in arch.types else 0 for x in range(types.max() + 1)])[types]
         fast = (width == 8) & (P % 8 == 0) & (P + 8 <= im.size)
         idx = (P[fast] // 8).astype(np.int64)
         v = val[fast]
@@ -337,7 +343,7 @@ def dlopen_check(path, timeout: float = 120) -> str | None:
     env["LD_LIBRARY_PATH"] = str(p.parent) + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     try:
         r = subprocess.run([sys.executable, "-c", _DLOPEN, str(p)], capture_output=True, text=True, env=env,
-                           timeout=timeout)
+                           timeout=timeout, errors="replace")
     except subprocess.TimeoutExpired:
         return f"dlopen did not return within {timeout:.0f} s"
     if r.returncode == 0:
