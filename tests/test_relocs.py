@@ -336,3 +336,30 @@ def test_damaged_inputs_never_crash(libs, tmp_path):
             assert len(msg.strip().splitlines()) == 1 and str(src) in msg, msg
         outcomes[rc] += 1
     assert outcomes[0] and outcomes[2]
+
+
+@pytest.mark.parametrize("which", ["bfd", "lld-relr"])
+def test_relocs_verb_on_damaged_inputs_never_crashes(libs, tmp_path, which):
+    import contextlib
+    import io
+    import random
+
+    from elflayout.cli import main
+
+    data = libs[which]["lib"].read_bytes()
+    rnd = random.Random(5)
+    src = tmp_path / "d.so"
+    for _ in range(100):
+        d = bytearray(data)
+        for _ in range(rnd.choice([1, 4, 16, 64])):
+            k = rnd.randrange(len(d)) if rnd.random() < 0.5 else rnd.randrange(4096)
+            d[k] = rnd.randrange(256)
+        src.write_bytes(bytes(d))
+        err, out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            rc = main(["relocs", str(src), "--json"])
+        assert rc in (0, 2) and "internal error" not in err.getvalue(), err.getvalue()
+        if rc == 0:
+            assert json.loads(out.getvalue())["format"] == "elflayout-relocs"
+        else:
+            assert len(err.getvalue().strip().splitlines()) == 1

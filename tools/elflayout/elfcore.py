@@ -133,7 +133,8 @@ class ElfImage:
             if s["sh_type"] == "SHT_NOTE":
                 for n in s.iter_notes():
                     if n["n_type"] == "NT_GNU_BUILD_ID":
-                        return n["n_desc"]
+                        d = n["n_desc"]  # bytes when pyelftools could not decode it (damaged note)
+                        return d.hex() if isinstance(d, (bytes, bytearray)) else d
         return None
 
     @functools.cached_property
