@@ -98,17 +98,50 @@ class ReadAhead(Control):
         if self.kb is None or self.available():
             self.applied = self.before
             return
+        # Two sessions overlapping would each "restore" what the other set and could
+        # leave the device at 128 for good: elflayout sessions take turns on a lock
+        # (flock: released by the kernel even if we are killed), then read the value
+        # to restore only once they own the device.
+        import time
+
+        t = time.monotonic()
+        self._lock = _lock_device(self.device)
+        self.lock_wait_s = round(time.monotonic() - t, 3)
+        self.before = self.show()
         self.knob.write_text(str(self.kb))
         self.applied = self.show()
 
     def undo(self):
-        if self.knob is not None and self.before is not None and self.show() != self.before:
-            self.knob.write_text(str(self.before))
+        try:
+            if self.knob is not None and self.before is not None and self.show() != self.before:
+                self.knob.write_text(str(self.before))
+        finally:
+            if getattr(self, "_lock", None) is not None:
+                self._lock.close()
+                self._lock = None
 
     def record(self):
         r = super().record()
         r["device"] = self.device
+        r["lock_wait_s"] = getattr(self, "lock_wait_s", None)
         return r
+
+
+LOCK_DIR = Path("/run/lock")
+
+
+def _lock_device(device: str):
+    """An exclusive flock on /run/lock/elflayout-read-ahead-DEV.lock (blocks until free)."""
+    import fcntl
+
+    d = LOCK_DIR if LOCK_DIR.is_dir() else Path("/tmp")
+    f = open(d / f"elflayout-read-ahead-{device}.lock", "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX)
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 class Aslr(Control):
