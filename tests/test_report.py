@@ -575,6 +575,12 @@ def test_python_report_renders(tmp_path):
     h = out.read_text()
     assert "ordered: read" in h and "before: read" in h and "libpython3.11.so.1.0" in h
     assert "x = order of the reads" in h
+    # The headline gives the before → after of the pages read, from the runs themselves.
+    from elflayout.report import data as D
+
+    _, doc = D.load(PY_RESULTS)
+    a, b = (np.median(D.values(doc, v, "selective", "pages_read", D.traced_files(doc))) for v in ("before", "ordered"))
+    assert f"pages read {a:,.0f} → {b:,.0f}" in h
     r = _chrome(["--dump-dom", out.as_uri()])
     assert "Uncaught" not in r.stderr and 'class="sortable summary"' in r.stdout
 

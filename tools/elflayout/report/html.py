@@ -34,7 +34,7 @@ tr:nth-child(even) td{background:#fbfbfb}
 .ci{color:#777;font-size:.9em} figure{margin:.6em 0 1.2em} figure img{max-width:100%;height:auto;border:1px solid #e3e3e3;background:#fff}
 figcaption{font-size:.88em;color:#555} .warn{color:#8a5a00} code{font-size:.92em}
 details{margin:.4em 0} summary{cursor:pointer;color:#225}
-nav a{margin-right:1em}
+nav a{margin-right:1em} ul.headline{font-size:1.05em;margin:.3em 0 .6em}
 """
 
 # Click a header to sort by that column (numbers by data-v, else text); click again to reverse.
@@ -146,6 +146,37 @@ def summary_table(doc: dict, files: list[str] | None) -> str:
                 td("<br>".join(verdicts) or "–", cls="t"),
             ])
     return table(headers, rows, cls="summary")
+
+
+def headline(doc: dict, files: list[str] | None) -> str:
+    """One line per variant against the baseline in each state that reads: pages, bytes and
+    wall time before → after, as Hommey's tables put them."""
+    vs, lines = D.variants(doc), []
+    if len(vs) < 2:
+        return ""
+    base = vs[0]
+    for s in D.states(doc):
+        if s == "hot":
+            continue  # the point of a layout is what a cold start reads
+        pa = D.values(doc, base, s, "pages_read", files)
+        if not pa.size or not np.median(pa):
+            continue  # hot: nothing read, nothing to say
+        for v in vs[1:]:
+            pb = D.values(doc, v, s, "pages_read", files)
+            wa, wb = D.values(doc, base, s, "wall_s"), D.values(doc, v, s, "wall_s")
+            if not pb.size or not wa.size or not wb.size:
+                continue
+            ma, mb = float(np.median(pa)), float(np.median(pb))
+            wc = next((c for c in D.comparisons(doc, v, s) if c.get("metric") == "wall_s"), {})
+            wv = wc.get("verdict")
+            warn = "; ".join(map(str, wc.get("warnings") or []))
+            lines.append(
+                f"<li><b>{escape(v)}</b> vs <b>{escape(base)}</b> ({escape(s)}): pages read {ma:,.0f} → {mb:,.0f} "
+                f"({(mb - ma) / ma:+.1%}), {ma * D.PAGE / 1e6:,.1f} → {mb * D.PAGE / 1e6:,.1f} MB; "
+                f"median wall {np.median(wa) * 1e3:,.1f} → {np.median(wb) * 1e3:,.1f} ms"
+                + (f' (<span class="{_verdict_cls(str(wv))}">{escape(str(wv))}</span>)' if wv else "")
+                + (f' <span class="warn" title="{escape(warn)}">⚠ {escape(warn)}</span>' if warn else "") + "</li>")
+    return f'<ul class="headline">{"".join(lines)}</ul>' if lines else ""
 
 
 def comparisons_table(doc: dict) -> str:
@@ -327,6 +358,7 @@ def results_section(src: str, doc: dict, idx: int) -> str:
     out.append(f'<p class="sub">{len(doc["runs"])} runs. Variants: {vs or "–"}</p>')
     traced = D.traced_files(doc)
     out.append("<h3>Summary</h3>")
+    out.append(headline(doc, traced or None))
     out.append(summary_table(doc, traced or None))
     out.append('<p class="sub">Medians over the runs (runs flagged as disturbed by other processes left out); '
                'pages/MB read and seeks are summed over the traced files. '
