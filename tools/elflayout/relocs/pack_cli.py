@@ -14,8 +14,8 @@ EPILOG = """example:
   LD_LIBRARY_PATH=packed llc-16 --version      # run a program through the packed library
 
 Only word-aligned R_X86_64_RELATIVE relocations into file-backed data are packed; every
-other relocation keeps its order. No address in the library moves except a few bytes of
-.gnu.hash/.gnu.version* (to add the GLIBC_ABI_DT_RELR version need). Without spare DT_NULL
+other relocation keeps its order. No code or data address moves; only dynamic-linking tables
+(.gnu.hash, .gnu.version*) slide by a few bytes to add the GLIBC_ABI_DT_RELR version need. Without spare DT_NULL
 slots (lld) the dynamic array moves into the freed space (read-only PT_DYNAMIC, glibc >= 2.35).
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
 Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input.
