@@ -257,3 +257,27 @@ def test_trace_profile_has_nothing_to_order(synth, tmp_path):
     p.write_text(json.dumps(doc))
     r = run_cli("order", p, "--format", "lld", "-o", tmp_path / "x", check=2)
     assert "nothing to order" in r.stderr and not (tmp_path / "x").exists()
+
+
+def test_hot_last_puts_touched_code_at_the_end_of_text(synth, tmp_path):
+    need_tool("ld.lld")
+    out = tmp_path / "h.lld"
+    r = run_cli("order", synth["profile"], "--algorithm", "hot-last", "--format", "lld", "--objects-from", synth["map"],
+                "-o", out, "--report", check=0)
+    rep = json.loads(r.stdout)
+    assert rep["algorithm"] == "hot-last" and rep["hot_last"]["cold_sections_listed_first"] > 0
+    lib = tmp_path / "libh.so"
+    subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(lib), *_objs(synth),
+                    f"-Wl,--symbol-ordering-file={out}"], check=True)
+    res = json.loads(run_cli("check-order", lib, "--profile", synth["profile"], "--json", check=0).stdout)
+    assert res["in_order_fraction"] == 1.0 and res["contiguity"] > 0.95
+    # the touched (called) functions are the last o*_f* functions of .text
+    called = json.loads(synth["truth"].read_text())["called"]
+    nm = subprocess.run(["nm", "-n", str(lib)], capture_output=True, text=True, check=True).stdout.split("\n")
+    text_syms = [l.split()[2] for l in nm if len(l.split()) == 3 and l.split()[1] in "tT" and l.split()[2].startswith("o")]
+    assert set(text_syms[-len(called):]) == set(called)
+
+
+def test_unknown_algorithm(synth, tmp_path):
+    r = run_cli("order", synth["profile"], "--algorithm", "nope", "--format", "lld", "-o", tmp_path / "x", check=2)
+    assert "unknown algorithm" in r.stderr

@@ -34,7 +34,7 @@ examples:
 def add_arguments(p) -> None:
     p.add_argument("profile", help="profile (elflayout-profile v1)")
     p.add_argument("--format", required=True, choices=formats.FORMATS, help="what to write")
-    p.add_argument("--algorithm", default="first-access", help="layout algorithm (first-access)")
+    p.add_argument("--algorithm", default="first-access", help="layout algorithm: first-access (default), hot-last (lld: touched code at the end of .text, next to .init/.plt)")
     p.add_argument("--target", help="which target of the profile (path, file name or build-id)")
     p.add_argument("--lib", help="the library the profile must belong to (build-id checked)")
     p.add_argument("--objects-from", metavar="MAP",

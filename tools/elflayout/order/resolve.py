@@ -87,6 +87,27 @@ def same_object(a: str | None, b: str | None) -> bool:
     return am == bm and (aa is None or ba is None or aa == ba)
 
 
+# -ffunction-sections / -fdata-sections name a section after its (mangled) symbol
+_SECTION_PREFIXES = (".text.unlikely.", ".text.hot.", ".text.startup.", ".text.exit.", ".text.split.", ".text.",
+                     ".rodata.", ".data.rel.ro.local.", ".data.rel.ro.", ".data.rel.local.", ".data.rel.", ".data.",
+                     ".bss.", ".tdata.", ".tbss.")
+_NOT_A_SYMBOL = re.compile(r"^(?:\.|str\d|cst\d|$|(?:startup|unlikely|hot|exit|split|local|rel|ro)$)")
+
+
+def symbol_of_section(name: str) -> str | None:
+    """The symbol a ``-ffunction-sections``/``-fdata-sections`` section is named after.
+
+    Link maps print C++ names demangled (``llvm::foo(int)``), which a symbol ordering
+    file cannot use; the section name keeps the mangled one. None for sections that
+    name no symbol (``.rodata.str1.1``, ``.rodata.cst16``, ``.rodata..Lswitch.table``).
+    """
+    for pre in _SECTION_PREFIXES:
+        if name.startswith(pre):
+            rest = name[len(pre):]
+            return None if _NOT_A_SYMBOL.match(rest) else rest
+    return None
+
+
 def object_member(s: str) -> str:
     """The file name of an object or archive member: ``a/libx.a(b/c.o)`` → ``c.o``."""
     m = re.match(r"^.*\((.*)\)$", s)
@@ -108,6 +129,8 @@ class Universe:
     section_symbols: dict[str, list[str]] = field(default_factory=dict)
     # (input section, object) → symbols the map lists in it (code sections included)
     object_section_symbols: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    # one symbol per code input section, in the map's (link) order
+    text_order: list[tuple[str, str, str]] = field(default_factory=list)  # (symbol, section, object)
 
 
 @dataclass
@@ -141,11 +164,20 @@ def universe_from_linkmap(path, image=None) -> Universe:
     for sname, k in zip(lm.sym_name, lm.sym_section.tolist()):
         if k < 0:
             continue
-        has_sym[k] = True
         sec = names[k]
+        if not has_sym[k]:
+            # the mangled name from the section name first: maps print C++ demangled
+            derived = symbol_of_section(sec)
+            if derived:
+                u.object_section_symbols.setdefault((sec, objs[k]), []).append(derived)
+                if not sec.startswith(".text"):
+                    u.section_symbols.setdefault(sec, []).append(derived)
+            if sec.startswith(".text"):
+                u.text_order.append((derived or sname, sec, objs[k]))
+        has_sym[k] = True
         u.symbols.setdefault(sname, []).append((sec, objs[k]))
         u.object_section_symbols.setdefault((sec, objs[k]), []).append(sname)
-        if not sec.startswith(".text"):
+        if not sec.startswith(".text") and not symbol_of_section(sec):
             u.section_symbols.setdefault(sec, []).append(sname)
     # a -ffunction-sections section names its function even when the map lists no
     # symbol in it (gold and GNU ld list globals only)

@@ -28,6 +28,7 @@ class Layout:
 
 ALGORITHMS = {
     "first-access": "elflayout.order.algorithms.first_access",
+    "hot-last": "elflayout.order.algorithms.hot_last",
 }
 
 

@@ -57,6 +57,8 @@ NAME = "first-access"
 
 # Input-section prefixes that hold code; everything else allocatable is data.
 TEXT_PREFIXES = (".text",)
+# Input sections ordered as data (.init/.fini/.plt are the linker's business)
+DATA_PREFIXES = (".rodata", ".data", ".tdata")
 # A data section of more than SPARSE_MIN_PAGES pages with fewer than SPARSE_DENSITY of
 # them touched stays where it is: moving it would put its untouched bulk in the hot
 # region (page-granular touches cannot tell which bytes of a shared page were read).
@@ -129,7 +131,7 @@ def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
     # 3a. sections the profiler attributed directly
     for s in by_first([s for s in target.get("sections", []) if isinstance(s, dict)]):
         name = s.get("name") or ""
-        if not name or name.startswith(TEXT_PREFIXES):
+        if not name.startswith(DATA_PREFIXES):
             continue
         k = (name, s.get("object"))
         f = s.get("first")
@@ -190,7 +192,7 @@ def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
     if universe is not None:
         by_sec = getattr(universe, "section_symbols", {})
         for name, _obj in layout.data:
-            syms.extend(by_sec.get(name, ()))
+            syms.extend(by_sec.get(name, ())[:1])  # one symbol moves the section
     layout.data_symbols = list(dict.fromkeys(syms))
     layout.report["data"] = {"sections": len(layout.data), "from_pages": n_from_pages,
                              "associated": n_assoc, "sparse_left_in_place": n_sparse,
