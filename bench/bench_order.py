@@ -5,8 +5,8 @@
 
 - llvm:   libLLVM-16 relinked from LLVM 16's archives with lld (and gold), ``llc-16
           --version``; profile from the valgrind backend of the default relink; ordered
-          with lld --symbol-ordering-file (functions + data symbols) and gold
-          --section-ordering-file (functions + .rodata/.data.rel.ro sections).
+          with lld --symbol-ordering-file (functions + data symbols; first-access and
+          hot-last) and gold --section-ordering-file (functions + data sections).
 - python: libpython3.11 relinked from Debian's PIC objects, import workload, object
           order only (the objects lack -ffunction-sections) with bfd, gold, lld, mold.
 - speed:  ``elflayout order`` on a 100k-function profile (target ≤ 5 s).
@@ -125,7 +125,7 @@ def ordered_file(prof, fmt, lib, *extra):
     tmp = WORK / f".tmp.{fmt}"
     cli("order", prof, "--format", fmt, "--lib", lib, *extra, "-o", tmp, "--force")
     h = hashlib.sha256(tmp.read_bytes()).hexdigest()[:12]
-    out = WORK / f"{Path(prof).stem}-{h}.{fmt}"
+    out = WORK / f"{Path(prof).stem}-{h}.{fmt}"  # same content, same name: the relink stays cached
     tmp.replace(out)
     return out
 
@@ -147,10 +147,12 @@ def bench_llvm(runs):
     lld_order = ordered_file(prof, "lld", base["lib"])
     lld_code = ordered_file(prof, "lld", base["lib"], "--no-data")
     gold_order = ordered_file(prof, "gold", base["lib"])
+    lld_hot_last = ordered_file(prof, "lld", base["lib"], "--algorithm", "hot-last")
     links = {
         "lld default": ("lld", []),
         "lld ordered (functions)": ("lld", [f"-Wl,--symbol-ordering-file={lld_code}", "-Wl,--no-warn-symbol-ordering"]),
         "lld ordered (functions+data syms)": ("lld", [f"-Wl,--symbol-ordering-file={lld_order}", "-Wl,--no-warn-symbol-ordering"]),
+        "lld hot-last (functions+data syms)": ("lld", [f"-Wl,--symbol-ordering-file={lld_hot_last}", "-Wl,--no-warn-symbol-ordering"]),
         "gold default": ("gold", []),
         "gold ordered (sections+data)": ("gold", [f"-Wl,--section-ordering-file={gold_order}"]),
     }
