@@ -227,7 +227,9 @@ def pack(lib: Path, dest_dir: Path) -> Path:
     if r.returncode == 0:
         return out
     msg = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
-    if r.returncode == 1 and "dlopen of the packed library failed" in msg[0] and not dlopen_now_ok(lib):
+    refused = (r.returncode == 1 and "dlopen of the packed library failed" in msg[0]
+               or r.returncode == 2 and "the input itself does not load" in msg[0])
+    if refused and not dlopen_now_ok(lib):
         # The relinked libLLVM references curl_* without NEEDing libcurl, so RTLD_NOW fails for
         # the input as well; the simulated-loader proof cannot be run alone, so pack unchecked.
         print(f"  note: {msg[0].removeprefix('elflayout: ')}; packing without --check "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the bench scripts and write ``docs/benchmarks.md``.
 
-    python3 bench/run_all.py                 # every bench script (about 30-40 min here)
+    python3 bench/run_all.py                 # every bench script (about 10-15 min on this 2-core machine)
     python3 bench/run_all.py pipeline pack   # a subset; the other sections of the page are kept
     python3 bench/run_all.py --list          # what would run, with the exact commands
 
