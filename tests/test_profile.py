@@ -93,6 +93,12 @@ def test_children_through_a_shell(synth, tmp_path):
     assert doc["metadata"]["processes"] >= 2
     t = doc["targets"][0]
     assert [f["name"] for f in t["functions"] if f["name"].startswith("sy_o")] == truth["functions"]
+    need_root_tracefs()
+    run_cli("profile", "--backend", "trace", "--target", synth["lib"], "-o", tmp_path / "c.json", "--", *sh, check=2)
+    run_cli("profile", "--backend", "trace", "--children", "--target", synth["lib"], "-o", tmp_path / "d.json", "--",
+            *sh, check=0)
+    t = json.loads((tmp_path / "d.json").read_text())["targets"][0]
+    assert t["pages"] or t["windows"]
 
 
 def test_objects_from_dwarf_without_map(tmp_path):

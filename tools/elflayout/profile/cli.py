@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evict", action="store_true",
                    help="trace: drop the targets from the page cache first, so their reads are recorded")
     p.add_argument("--children", action="store_true",
-                   help="valgrind: also profile programs the workload starts (e.g. through a shell script)")
+                   help="also profile programs the workload starts (e.g. through a shell script)")
     p.add_argument("--allow-failure", action="store_true",
                    help="exit 0 even when the workload exits non-zero or crashes")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
@@ -93,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
     for m in maps:
         if not os.path.isfile(m):
             raise ElflayoutError(f"{m}: no such link map")
+    if args.evict and args.backend != "trace":
+        raise ElflayoutError("--evict is for --backend trace (valgrind does not see the page cache)")
     if args.data and args.backend != "valgrind":
         raise ElflayoutError("--data needs --backend valgrind (the trace backend sees pages, not accesses)")
     env = dict(os.environ)
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         if args.backend == "valgrind":
             r = be.run(targets, cmd, data=args.data, log_path=args.keep_log, env=env, children=args.children)
         else:
-            r = be.run(targets, cmd, evict_first=args.evict, env=env)
+            r = be.run(targets, cmd, evict_first=args.evict, env=env, children=args.children)
     meta["duration_s"] = round(r.duration_s, 4)
     meta["exit_status"] = r.returncode
     meta["command"] = r.command
@@ -146,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         meta["notes"].append(be.HIDDEN_NOTE)
         meta["evicted"] = bool(args.evict)
+        meta["children"] = bool(args.children)
         meta["lost_events"] = r.lost
         if r.other_pid_events:
             meta["notes"].append(f"{r.other_pid_events} events of other processes on the targets were ignored")
@@ -177,8 +180,7 @@ def run(args: argparse.Namespace) -> int:
         raise ElflayoutError(f"the workload ended (status {r.returncode}) before firsttouch could write its log "
                              f"(killed with SIGKILL?): nothing was recorded")
     if never:
-        hint = "" if args.children or args.backend != "valgrind" else \
-            "; if the program is started through a script or another program, add --children"
+        hint = "" if args.children else "; if the program is started through a script or another program, add --children"
         raise ElflayoutError(f"{never[0]}: never loaded by the workload ({' '.join(cmd)}); "
                              f"check the path (is it the file the program really loads? see ldd){hint}")
     doc = model.new_profile(meta, tdocs)

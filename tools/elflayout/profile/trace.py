@@ -60,8 +60,44 @@ class Run:
     command: list[str]
 
 
+def _follow_children(ts, pid: int) -> None:
+    """Let the kernel record only ``pid`` and the processes it forks (set_event_pid + event-fork)."""
+    (ts.dir / "options" / "event-fork").write_text("1")
+    (ts.dir / "set_event_pid").write_text(str(pid))
+
+
+def _run_gated(exe, argv, env, stdout, stderr, before_exec) -> tuple[int, int]:
+    """fork; the child waits until ``before_exec(pid)`` ran in the parent, then execs.
+    (subprocess.Popen cannot do this: it waits for the exec itself.) Returns (pid, status)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only async-signal-safe-ish calls, then exec
+        try:
+            os.close(w)
+            os.read(r, 1)
+            os.close(r)
+            for fd, tgt in ((1, stdout), (2, stderr)):
+                if tgt == subprocess.DEVNULL:
+                    tgt = os.open(os.devnull, os.O_WRONLY)
+                if isinstance(tgt, int) and tgt >= 0:
+                    os.dup2(tgt, fd)
+                elif tgt is not None and hasattr(tgt, "fileno"):
+                    os.dup2(tgt.fileno(), fd)
+            os.execve(exe, [exe, *argv[1:]], env if env is not None else os.environ)
+        finally:
+            os._exit(127)
+    os.close(r)
+    try:
+        before_exec(pid)
+    finally:
+        os.write(w, b"g")
+        os.close(w)
+    _, status = os.waitpid(pid, 0)
+    return pid, os.waitstatus_to_exitcode(status)
+
+
 def run(targets: list[str], argv: list[str], *, evict_first: bool = False, stdout=None, stderr=None,
-        env=None) -> Run:
+        env=None, children: bool = False) -> Run:
     from elflayout.tracefs import TraceSession, file_key
 
     why = status()
@@ -76,16 +112,20 @@ def run(targets: list[str], argv: list[str], *, evict_first: bool = False, stdou
             evict(t)
     with TraceSession(targets, kinds=("add", "fault", "map")) as ts:
         t0 = time.monotonic()
-        try:
-            p = subprocess.Popen([exe, *argv[1:]], stdout=stdout, stderr=stderr, env=env)
-        except OSError as e:
-            raise ElflayoutError(f"{argv[0]}: cannot run: {e.strerror}") from None
-        rc = p.wait()
+        if children:
+            pid, rc = _run_gated(exe, argv, env, stdout, stderr, lambda pid: _follow_children(ts, pid))
+        else:
+            try:
+                p = subprocess.Popen([exe, *argv[1:]], stdout=stdout, stderr=stderr, env=env)
+            except OSError as e:
+                raise ElflayoutError(f"{argv[0]}: cannot run: {e.strerror}") from None
+            pid, rc = p.pid, p.wait()
         dt = time.monotonic() - t0
     res = ts.result
     e = res.events
-    # Only the workload's own process: other programs may map the same library meanwhile.
-    mine = e["pid"] == p.pid
+    # Only the workload's own process (and with children, its descendants, filtered by the
+    # kernel): other programs may map the same library meanwhile.
+    mine = np.ones(e.size, dtype=bool) if children else e["pid"] == pid
     other = int((~mine).sum())
     e = e[mine]
     tgt = np.full(e.size, -1, dtype=np.int16)
@@ -104,4 +144,4 @@ def run(targets: list[str], argv: list[str], *, evict_first: bool = False, stdou
     ev["target"] = tgt
     ev["offset"] = e["page"] * 4096
     ev["length"] = np.where(e["kind"] == 1, 4096, e["npages"] * 4096)
-    return Run(ev, rc, dt, p.pid, res.lost, mapped, other, [exe, *argv[1:]])
+    return Run(ev, rc, dt, pid, res.lost, mapped, other, [exe, *argv[1:]])
