@@ -183,6 +183,7 @@ def synth_big(request):
     return synthetic.build(None, n_objects=80, funcs_per_object=8, seed=1, linker=request.param)
 
 
+@pytest.mark.root
 def test_trace_pages_consistent_with_truth(synth_big, tmp_path):
     """Page granularity: in the executable segment, trace events (a fault on one page, or a
     fault-around window mapped) follow valgrind's first-execution page order (which equals the
