@@ -53,8 +53,6 @@ typedef struct {
    UShort flags;
 } Rec;
 
-typedef struct { ULong aux; } AuxDummy;
-
 typedef struct {
    const HChar* path;
    ULong dev, ino;
