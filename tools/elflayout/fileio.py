@@ -88,8 +88,9 @@ def dump_json(doc: dict, path: str | os.PathLike) -> None:
     atomic_write_bytes(path, data)
 
 
-def load_json(path: str | os.PathLike, kind: str, versions: tuple[int, ...] = (1,)) -> dict:
-    """Read an elflayout envelope of ``kind``, checking format and version."""
+def load_json(path: str | os.PathLike, kind: str | tuple[str, ...], versions: tuple[int, ...] = (1,)) -> dict:
+    """Read an elflayout envelope of ``kind`` (or one of several kinds), checking format and version."""
+    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -108,12 +109,13 @@ def load_json(path: str | os.PathLike, kind: str, versions: tuple[int, ...] = (1
         doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ElflayoutError(f"{p}: not valid JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != f"elflayout-{kind}":
-        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise ElflayoutError(f"{p}: expected an elflayout-{kind} file, found {got!r}")
+    fmt = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+    if fmt not in [f"elflayout-{k}" for k in kinds]:
+        want = " or ".join(f"elflayout-{k}" for k in kinds)
+        raise ElflayoutError(f"{p}: expected an {want} file, found {fmt!r}")
     if doc.get("version") not in versions:
         raise ElflayoutError(
-            f"{p}: elflayout-{kind} version {doc.get('version')!r} is not supported "
+            f"{p}: {fmt} version {doc.get('version')!r} is not supported "
             f"(this elflayout reads {', '.join(map(str, versions))})"
         )
     return doc

@@ -9,7 +9,6 @@ seeks, read efficiency).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from dataclasses import dataclass, field
@@ -31,10 +30,8 @@ KINDS = ("results", "profile")
 def load(path: str | os.PathLike) -> tuple[str, dict]:
     """(kind, document) of a results or profile file; one-line error otherwise."""
     p = Path(path)
-    kind = _peek_kind(p)
-    if kind not in KINDS:
-        raise ElflayoutError(f"{p}: expected an elflayout-results or elflayout-profile file, found {kind!r}")
-    doc = fileio.load_json(p, kind, (1,))
+    doc = fileio.load_json(p, KINDS, (1,))
+    kind = doc["format"][len("elflayout-"):]
     if kind == "results":
         if not isinstance(doc.get("runs"), list):
             raise ElflayoutError(f"{p}: results file has no 'runs' list")
@@ -73,31 +70,6 @@ def _table_ok(rows, width: int) -> bool:
     except (TypeError, ValueError):
         return False
     return a.ndim == 2 and a.shape[1] == width
-
-
-def _peek_kind(p: Path):
-    # fileio.load_json needs the kind up front; find it from the envelope first.
-    try:
-        raw = p.read_bytes()
-    except IsADirectoryError:
-        raise ElflayoutError(f"{p}: is a directory, expected a results or profile JSON file") from None
-    except FileNotFoundError:
-        raise ElflayoutError(f"{p}: no such file") from None
-    except OSError as e:
-        raise ElflayoutError(f"{p}: cannot read: {e.strerror}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError):
-            raise ElflayoutError(f"{p}: truncated or corrupt gzip file") from None
-    try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ElflayoutError(f"{p}: not valid JSON ({e})") from None
-    fmt = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-    if isinstance(fmt, str) and fmt.startswith("elflayout-"):
-        return fmt[len("elflayout-"):]
-    return fmt
 
 
 # ----------------------------------------------------------------------------------
