@@ -449,7 +449,7 @@ def bench_python(runs: int) -> dict:
 
 # -- libLLVM ---------------------------------------------------------------------------------
 
-def bench_llvm(runs: int, with_gold: bool = True) -> dict:
+def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None) -> dict:
     from elflayout.targets import libllvm
 
     w = work_dir() / "llvm"
@@ -470,7 +470,8 @@ def bench_llvm(runs: int, with_gold: bool = True) -> dict:
     order = w / "llvm.lld"
     # No --objects-from: with the map, order places only ~10 data sections instead of ~2,160
     # (reported); the profile's own attribution already comes from the map.
-    cli("order", prof, "--format", "lld", "--lib", base["lib"], "-o", order, "--force")
+    cli("order", prof, "--format", "lld", "--lib", base["lib"], *(["--algorithm", algorithm] if algorithm else []),
+        "-o", order, "--force")
     order_h = hashed_copy(order)
     extra = [f"--symbol-ordering-file={order_h}", "--no-warn-symbol-ordering"]
     print(f"  relink: libllvm.relink(\"lld\", extra_link_args={extra}) (cached by the file's content hash)",
@@ -479,7 +480,8 @@ def bench_llvm(runs: int, with_gold: bool = True) -> dict:
     gold = None
     if with_gold:
         gorder = w / "llvm.gold"
-        cli("order", prof, "--format", "gold", "--lib", base["lib"], "-o", gorder, "--force")
+        cli("order", prof, "--format", "gold", "--lib", base["lib"], *(["--algorithm", algorithm] if algorithm else []),
+            "-o", gorder, "--force")
         gextra = [f"--section-ordering-file={hashed_copy(gorder)}"]
         print(f"  relink: libllvm.relink(\"gold\", extra_link_args={gextra}) (cached by the file's content hash)",
               flush=True)
@@ -548,6 +550,7 @@ def main(argv=None) -> int:
     ap.add_argument("parts", nargs="*", help="python, llvm (default: both)")
     ap.add_argument("--runs", type=int, default=3, help="rounds of measure (page counts are deterministic; default 3)")
     ap.add_argument("--json", help="also write the figures as JSON here")
+    ap.add_argument("--algorithm", help="llvm: elflayout order --algorithm (default: the product's default)")
     ap.add_argument("--no-gold", action="store_true",
                     help="llvm: skip the gold --section-ordering-file variants (a gold relink takes minutes)")
     a = ap.parse_args(argv)
@@ -562,11 +565,12 @@ def main(argv=None) -> int:
         print(f"bench_pipeline: skipped: needs root and tracefs ({why or 'not root'})")
         return 0
     t0 = time.monotonic()
-    print(f"# bench_pipeline   (python3 bench/bench_pipeline.py {' '.join(parts)} --runs {a.runs})")
+    shown = argv if argv is not None else sys.argv[1:]
+    print(f"# bench_pipeline   (python3 bench/bench_pipeline.py {shlex.join(shown)})")
     print(f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n", flush=True)
     res = {}
     for part in parts:
-        res[part] = bench_python(a.runs) if part == "python" else bench_llvm(a.runs, not a.no_gold)
+        res[part] = bench_python(a.runs) if part == "python" else bench_llvm(a.runs, not a.no_gold, a.algorithm)
         print()
     print(f"bench_pipeline: {time.monotonic() - t0:.0f} s", flush=True)
     if a.json:
