@@ -84,9 +84,6 @@ def show_cmd(args) -> str:
     return "python3 -m elflayout " + " ".join(shlex.quote(str(a)) for a in args)
 
 
-COMMANDS: list[str] = []
-
-
 def cli(*args, check=True) -> subprocess.CompletedProcess:
     """Run an elflayout verb as a user would; print the exact command."""
     args = [str(a) for a in args]
@@ -94,7 +91,6 @@ def cli(*args, check=True) -> subprocess.CompletedProcess:
     t = time.monotonic()
     r = subprocess.run([PY, "-m", "elflayout", *args], capture_output=True, text=True, env=env)
     c = show_cmd(args)
-    COMMANDS.append(c)
     print(f"  $ {c}   ({time.monotonic() - t:.1f} s)", flush=True)
     if r.returncode != 0 and check:
         tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-8:])
@@ -129,11 +125,7 @@ def physical_limit(target: dict, lib) -> dict:
     with ElfImage(lib) as img:
         secs = {s.index: s for s in img.sections}
         file_pages = math.ceil(os.path.getsize(lib) / PAGE)
-        load_pages = set()
-        for seg in img.loads:
-            a, b = seg.offset // PAGE, (seg.offset + seg.filesz - 1) // PAGE
-            if seg.filesz > 0:
-                load_pages.update(range(a, b + 1))
+        spans = [(seg.offset // PAGE, (seg.offset + seg.filesz - 1) // PAGE) for seg in img.loads if seg.filesz > 0]
         relocs = reloc_bytes_packed(img)
         pages = target.get("pages", [])
         pg = np.array([p["page"] for p in pages], dtype=np.int64)
@@ -141,7 +133,10 @@ def physical_limit(target: dict, lib) -> dict:
         sec = img.section_of_offsets(pg * PAGE) if len(pg) else np.zeros(0, np.int64)
     name = np.array([secs[i].name if i >= 0 else "" for i in sec], dtype=object)
     execi = np.array([bool(secs[i].flags & SHF_EXECINSTR) if i >= 0 else False for i in sec], dtype=bool)
-    in_file = np.array([p in load_pages and p < file_pages for p in pg], dtype=bool)
+    in_file = np.zeros(len(pg), dtype=bool)  # file-backed bytes of a PT_LOAD (not .bss)
+    for a, b in spans:
+        in_file |= (pg >= a) & (pg <= b)
+    in_file &= pg < file_pages
     is_reloc = np.isin(name, RELOC_SECTIONS)
     data = (kind != "x") & in_file & ~is_reloc & ~execi
     data_pages = set(pg[data].tolist())
@@ -168,7 +163,8 @@ def physical_limit(target: dict, lib) -> dict:
 def describe_limit(lim: dict) -> str:
     top = ", ".join(f"{k} {v:,}" for k, v in list(lim["data_pages_by_section"].items())[:6])
     r = lim["reloc_bytes"]
-    return (f"{lim['pages']:,} pages = code {lim['code_bytes']:,} B ({lim['functions']:,} functions) "
+    warn = "" if lim["has_data"] else " (profile without --data: data pages missing, the estimate is too low)"
+    return (f"{lim['pages']:,} pages{warn} = code {lim['code_bytes']:,} B ({lim['functions']:,} functions) "
             f"+ {lim['data_pages']:,} data pages ({top}) + {lim['exec_pages_outside_functions']} exec pages "
             f"outside functions + {lim['header_pages']} header page + relocations "
             f"{r['rela']:,} B RELA + {r['relr']:,} B RELR + {r['plt']:,} B .rela.plt")
@@ -188,7 +184,6 @@ def cached_profile(out: Path, lib: Path, profile_args: list, data=True) -> Path:
             with ElfImage(lib) as img:
                 bid = img.build_id
             if doc["targets"][0]["build_id"] == bid and bool(doc["metadata"].get("data")) == data:
-                COMMANDS.append(show_cmd(profile_args))
                 print(f"  $ {show_cmd(profile_args)}   (cached: same build-id {bid})", flush=True)
                 return out
         except (ValueError, KeyError, IndexError):
@@ -361,6 +356,19 @@ def table(rows: list, limit: dict | None, base_name: str, sections: bool, title:
     return "\n".join(lines)
 
 
+def gap_by_section(by_section: dict, lim: dict, top: int = 6) -> str:
+    """Largest per-section differences between pages read and the estimate."""
+    r = lim["reloc_bytes"]
+    est = dict(lim["data_pages_by_section"])
+    est[".text"] = math.ceil(lim["code_bytes"] / PAGE)
+    est[".rela.dyn"] = math.ceil((r["rela"] + r["relr"]) / PAGE)
+    est[".rela.plt"] = math.ceil(r["plt"] / PAGE)
+    got = dict(by_section)
+    got[".rela.dyn"] = got.get(".rela.dyn", 0) + got.pop(".relr.dyn", 0)
+    gaps = sorted(((got.get(k, 0) - est.get(k, 0), k) for k in set(got) | set(est)), key=lambda x: -abs(x[0]))
+    return ", ".join(f"{k} {d:+,} ({got.get(k, 0):,} read, {est.get(k, 0):,} est.)" for d, k in gaps[:top])
+
+
 def limit_by_group(lim: dict) -> dict:
     """The estimate split like the measured columns (code and relocation bytes as pages)."""
     by = lim["data_pages_by_section"]
@@ -442,6 +450,8 @@ def bench_python(runs: int) -> dict:
     print(f"Best: {best[1]} {best[0]:,.0f} pages; physical limit {lim['pages']:,} pages "
           f"(gap {best[0] - lim['pages']:,.0f} pages, {best[0] / lim['pages']:.2f}×). Issue: baseline 1,540, "
           f"estimate ≈790.")
+    print(f"Gap of {best[1]} to the limit by section (pages read − estimate): "
+          f"{gap_by_section(summ[best[1]]['by_section'], lim)}.")
     print(determinism_note(rows))
     print(NOTE_WALL)
     return {"variants": {n: s for n, s in rows}, "limit": lim, "results": str(w / "python.results.json")}
