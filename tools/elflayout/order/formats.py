@@ -110,6 +110,29 @@ def write_ld_script(layout: Layout, header: str = "") -> tuple[str, dict]:
     return "\n".join(blocks), {"text_sections": len(text), "data_sections": len(data), "skipped_unsafe_names": len(skipped)}
 
 
+# Output sections the lld data script orders: .data.rel.ro is left out (relocation
+# processing writes all of it whatever the order).
+LLD_DATA_GROUPS = ((".rodata", ".rodata"), (".data", ".data"))
+
+
+def write_lld_data_script(layout: Layout, header: str = "") -> tuple[str, dict]:
+    """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
+    ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
+    told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
+    sections inserted before ``.rodata``/``.data`` (``-T FILE``; lld ≥ 11 keeps its
+    default layout for everything else when a script ends with INSERT)."""
+    data = list(dict.fromkeys(n for n, _ in layout.data))
+    bad = {n for n in data if _LD_UNSAFE.search(n)}
+    blocks = ["".join(f"/* {h} */\n" for h in header.splitlines())] if header else []
+    placed = 0
+    for prefix, out in LLD_DATA_GROUPS:
+        grp = [n for n in data if _group(n) == prefix and n not in bad]
+        if grp:
+            placed += len(grp)
+            blocks.append(_ld_block(out + ".elflayout", out, grp))
+    return "\n".join(blocks), {"data_sections": placed, "skipped_unsafe_names": len(bad)}
+
+
 def _ld_block(name: str, before: str, patterns: list[str]) -> str:
     body = "".join(f"    *({p})\n" for p in patterns)
     return f"SECTIONS\n{{\n  {name} :\n  {{\n{body}  }}\n}}\nINSERT BEFORE {before};\n"
