@@ -281,3 +281,95 @@ def test_hot_last_puts_touched_code_at_the_end_of_text(synth, tmp_path):
 def test_unknown_algorithm(synth, tmp_path):
     r = run_cli("order", synth["profile"], "--algorithm", "nope", "--format", "lld", "-o", tmp_path / "x", check=2)
     assert "unknown algorithm" in r.stderr
+
+
+# -- lld companions: data script and .dynstr name order --------------------------------
+
+def _lld_map_rows(mp):
+    from elflayout import linkmap
+
+    lm = linkmap.parse(mp)
+    return list(zip(lm.name, (int(v) for v in lm.vaddr), lm.output))
+
+
+def test_lld_data_script_places_symbolless_data(synth, tmp_path):
+    """--data-script: the jump tables (.rodata.<function>, no symbol lld could be given)
+    land in first-access order before the rest of the read-only data; the library runs."""
+    need_tool("ld.lld")
+    order, script = tmp_path / "o.lld", tmp_path / "d.ld"
+    r = run_cli("order", synth["profile"], "--format", "lld", "--objects-from", synth["map"], "-o", order,
+                "--data-script", script, "--report", check=0)
+    rep = json.loads(r.stdout)
+    assert rep["data_script"]["data_sections"] > 0 and "INSERT BEFORE .rodata;" in script.read_text()
+    want = [l.split("(")[1].rstrip(")") for l in script.read_text().splitlines() if l.strip().startswith("*(.rodata.")]
+    assert want
+    lib, mp = tmp_path / "libsynth.so", tmp_path / "l.map"
+    subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(lib), *_objs(synth), f"-Wl,--symbol-ordering-file={order}",
+                    f"-Wl,-T,{script}", f"-Wl,-Map,{mp}"], check=True)
+    rows = _lld_map_rows(mp)
+    addr = {n: v for n, v, _o in rows if n in want}
+    placed = [addr[n] for n in want if n in addr]
+    assert len(placed) == len(want) and placed == sorted(placed)
+    others = [v for n, v, o in rows if n.startswith(".rodata") and n not in addr and o == ".rodata"]
+    assert not others or max(placed) < min(others)
+    # same output as the default build, through the reordered library
+    env = {"LD_LIBRARY_PATH": str(tmp_path)}
+    got = subprocess.run([str(synth["driver"])], env=env, capture_output=True, text=True, check=True).stdout
+    ref = subprocess.run([str(synth["driver"])], capture_output=True, text=True, check=True).stdout
+    assert got == ref
+
+
+def test_data_script_needs_lld_format(synth, tmp_path):
+    r = run_cli("order", synth["profile"], "--format", "gold", "-o", tmp_path / "x", "--data-script", tmp_path / "d",
+                check=2)
+    assert "--data-script" in r.stderr and not (tmp_path / "x").exists()
+
+
+def test_dynstr_names_go_first_with_lld(synth, tmp_path):
+    """--dynstr-out: the names of the library's symbol relocations and of the program's
+    imports become the first strings of .dynstr (lld -u/-y), the weak undefined ones
+    with -y (a -u would make them strong), and the library still loads and runs."""
+    need_tool("ld.lld")
+    from elflayout.elfcore import ElfImage
+    from elflayout.order.dynstr import _dynsym
+
+    rsp = tmp_path / "n.rsp"
+    r = run_cli("order", synth["profile"], "--format", "lld", "--lib", synth["lib"], "-o", tmp_path / "o",
+                "--dynstr-out", rsp, "--dynstr-exe", synth["driver"], "--report", check=0)
+    rep = json.loads(r.stdout)["dynstr"]
+    lines = rsp.read_text().splitlines()
+    names = [l.split(" ", 1)[1] for l in lines]
+    # the driver's import and the library's own GOT/PLT references are there
+    assert "synth_entry" in names and rep["from_executables"] >= 1 and rep["from_relocations"] >= 3
+    assert any(n.startswith("tbl_") for n in names)
+    assert all((l.startswith("-y ") == (l[3:] in rep["weak_undefined"])) for l in lines)
+    assert "__gmon_start__" in rep["weak_undefined"]
+
+    def offsets(lib):
+        with ElfImage(lib) as img:
+            recs, nm = _dynsym(img)
+        return {n: int(o) for n, o in zip(nm, recs["st_name"]) if n}
+
+    base, ordered = tmp_path / "b" / "libsynth.so", tmp_path / "libsynth.so"
+    base.parent.mkdir()
+    for out, extra in ((base, []), (ordered, [f"-Wl,@{rsp}"])):
+        subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(out), *_objs(synth), *extra], check=True)
+    ob, oo = offsets(base), offsets(ordered)
+    listed = [n for n in names if n in oo]
+    rest = [n for n in oo if n not in set(names)]
+    assert listed and rest
+    assert max(oo[n] for n in listed) < min(oo[n] for n in rest)           # listed names first
+    assert not max(ob[n] for n in listed) < min(ob[n] for n in rest)       # not so by default
+    env = {"LD_LIBRARY_PATH": str(tmp_path)}
+    got = subprocess.run([str(synth["driver"])], env=env, capture_output=True, text=True, check=True).stdout
+    assert got == subprocess.run([str(synth["driver"])], capture_output=True, text=True, check=True).stdout
+    import sys
+    chk = subprocess.run([sys.executable, "-c", "import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)",
+                          str(ordered)], capture_output=True, text=True)
+    assert chk.returncode == 0, chk.stderr
+
+
+def test_dynstr_needs_lld_format(synth, tmp_path):
+    r = run_cli("order", synth["profile"], "--format", "gold", "--lib", synth["lib"], "-o", tmp_path / "x",
+                "--dynstr-out", tmp_path / "n.rsp", check=2)
+    assert "only lld" in r.stderr and not (tmp_path / "n.rsp").exists()
