@@ -58,6 +58,18 @@ def test_page_written_and_other_sections_kept(tmp_path, monkeypatch):
     assert text.index("## a:") < text.index("## b:")
 
 
+def test_refuses_to_replace_a_foreign_file(tmp_path):
+    other = tmp_path / "notes.md"
+    other.write_text("my notes\n")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "run_all.py"), "inspect", "-o", str(other)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "not a page written by run_all.py" in r.stderr
+    assert other.read_text() == "my notes\n"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "run_all.py"), "inspect", "-o", str(tmp_path / "no" / "x.md")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "does not exist" in r.stderr
+
+
 def test_markdown_output_fences_commands_and_demotes_headings():
     md = run_all.as_markdown("# title\n  $ elflayout measure x\n  (cached)\n| a | b |\n|---|---|\n## part\n")
     assert md.splitlines() == ["### title", "```text", "$ elflayout measure x", "(cached)", "```", "| a | b |",
