@@ -192,7 +192,8 @@ def run_one(b: Bench, timeout: float, echo: bool) -> Outcome:
         tail = "\n".join(err.read().strip().splitlines()[-15:])
     ra_after = _read(knob) if knob else None
     if ra_before is not None and ra_after != ra_before:
-        note += f"read_ahead_kb was {ra_before} before and {ra_after} after the script; "
+        note += (f"read_ahead_kb of the device changed during the script ({ra_before} -> {ra_after}; other "
+                 f"measurement sessions on this machine set it too); ")
         if status is None:  # the killed script could not restore it
             try:
                 knob.write_text(ra_before)
