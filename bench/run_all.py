@@ -276,8 +276,8 @@ says which command produced its figures, when it ran and the load average at its
 re-run a command from the repository root (as root: tracefs, eviction) to reproduce it.
 The bench scripts find the package themselves; for the `python3 -m elflayout ...` lines they
 print, use `.venv/bin/python -m elflayout` or set `PYTHONPATH=tools`. Paths under
-`~/.cache/elflayout` are the cached builds of `elflayout.targets` (same names on every
-machine: keyed by linker and arguments) and the benches' work files.
+`~/.cache/elflayout` are the cached builds of `elflayout.targets` (directory names derive
+from the linker, its arguments and inputs) and the benches' work files.
 
 ## Machine
 
