@@ -6,7 +6,10 @@
 - llvm:   libLLVM-16 relinked from LLVM 16's archives with lld (and gold), ``llc-16
           --version``; profile from the valgrind backend of the default relink; ordered
           with lld --symbol-ordering-file (functions + data symbols; first-access and
-          hot-last) and gold --section-ordering-file (functions + data sections).
+          hot-last), plus the lld data script (-T, symbol-less data sections) and the
+          .dynstr name order (-u/-y response file), and gold --section-ordering-file
+          (functions + data sections); the system library and the main variants also
+          after ``elflayout pack-relocs``, with pages by section.
 - python: libpython3.11 relinked from Debian's PIC objects, import workload, object
           order only (the objects lack -ffunction-sections) with bfd, gold, lld, mold.
 - speed:  ``elflayout order`` on a 100k-function profile (target ≤ 5 s).
@@ -110,29 +113,79 @@ def measure(lib, argv, env=None, runs=3):
     return {"pages": n, "runs": [r[0] for r in res], "by_section": by_section(lib, pages)}
 
 
+SECTION_COLUMNS = (
+    (".text", (".text",)),
+    (".rodata", (".rodata", ".rodata.elflayout")),
+    (".dynstr", (".dynstr",)),
+    (".dynsym+hash+ver", (".dynsym", ".gnu.hash", ".gnu.version")),
+    (".rela/.relr", (".rela.dyn", ".relr.dyn")),
+    (".data.rel.ro", (".data.rel.ro",)),
+)
+
+
+def columns(by_section):
+    out, used = {}, set()
+    for col, names in SECTION_COLUMNS:
+        out[col] = sum(by_section.get(n, 0) for n in names)
+        used.update(names)
+    out["other"] = sum(v for k, v in by_section.items() if k not in used)
+    return out
+
+
 def show(name, m, base=None):
-    s = m["by_section"]
     rel = f"  ({100 * (m['pages'] / base - 1):+.1f}%)" if base else ""
-    print(f"  {name:<34} {m['pages']:>7,} pages{rel}   .text {s.get('.text', 0):,}  .rodata {s.get('.rodata', 0):,}  "
-          f".rela.dyn {s.get('.rela.dyn', 0):,}  .data.rel.ro {s.get('.data.rel.ro', 0):,}   runs {m['runs']}")
+    cols = "  ".join(f"{k} {v:,}" for k, v in columns(m["by_section"]).items())
+    print(f"  {name:<44} {m['pages']:>7,} pages{rel}   {cols}   runs {m['runs']}", flush=True)
 
 
-def ordered_file(prof, fmt, lib, *extra):
+def ordered_file(prof, fmt, lib, *extra, companions=()):
     """``elflayout order`` output named by its content: the targets cache keys relinks by
-    their arguments, so a changed ordering must have a new file name."""
+    their arguments, so a changed ordering must have a new file name. ``companions``:
+    (option, suffix) pairs of extra outputs (``--data-script``, ``--dynstr-out``), named
+    the same way; returns the main file, or a tuple (main, *companions)."""
     import hashlib
 
     tmp = WORK / f".tmp.{fmt}"
-    cli("order", prof, "--format", fmt, "--lib", lib, *extra, "-o", tmp, "--force")
-    h = hashlib.sha256(tmp.read_bytes()).hexdigest()[:12]
-    out = WORK / f"{Path(prof).stem}-{h}.{fmt}"  # same content, same name: the relink stays cached
-    tmp.replace(out)
-    return out
+    ctmp = [WORK / f".tmp.{suf}" for _opt, suf in companions]
+    copts = [x for (opt, _s), t in zip(companions, ctmp) for x in (opt, t)]
+    cli("order", prof, "--format", fmt, "--lib", lib, *extra, *copts, "-o", tmp, "--force")
+    outs = []
+    for t, suf in [(tmp, fmt)] + [(t, s) for t, (_o, s) in zip(ctmp, companions)]:
+        h = hashlib.sha256(t.read_bytes()).hexdigest()[:12]
+        out = WORK / f"{Path(prof).stem}-{h}.{suf}"  # same content, same name: the relink stays cached
+        t.replace(out)
+        outs.append(out)
+    return outs[0] if not companions else tuple(outs)
+
+
+def pack(lib: Path, dest: Path) -> tuple[Path, str]:
+    """``elflayout pack-relocs LIB -o DEST/<name> --check``. The archive relinks of libLLVM
+    reference curl_* (libLLVMDebuginfod) without NEEDing libcurl, so dlopen(RTLD_NOW) of
+    the *input* fails and --check refuses it (exit 2); then pack without --check and
+    verify the packed copy as relink() verifies a link: llc/opt byte-identical output."""
+    from elflayout.targets import libllvm
+
+    out = dest / lib.name
+    if out.exists() and (dest / "verified").exists():
+        return out, (dest / "verified").read_text()
+    dest.mkdir(parents=True, exist_ok=True)
+    r = cli("pack-relocs", lib, "-o", out, "--check", "--force", check=False)
+    how = "pack-relocs --check"
+    if r.returncode == 2 and "the input itself does not load" in r.stderr:
+        cli("pack-relocs", lib, "-o", out, "--force")
+        libllvm.verify(dest)
+        how = "pack-relocs (input fails dlopen RTLD_NOW: curl_*), llc/opt output verified identical"
+    elif r.returncode != 0:
+        raise SystemExit(f"pack-relocs {lib} failed ({r.returncode}): {r.stderr.strip()[-300:]}")
+    (dest / "verified").write_text(how)
+    return out, how
 
 
 # -- libLLVM ---------------------------------------------------------------------------
 
 def bench_llvm(runs):
+    import shutil
+
     from elflayout.targets import libllvm
 
     WORK.mkdir(parents=True, exist_ok=True)
@@ -148,28 +201,60 @@ def bench_llvm(runs):
     lld_code = ordered_file(prof, "lld", base["lib"], "--no-data")
     gold_order = ordered_file(prof, "gold", base["lib"])
     lld_hot_last = ordered_file(prof, "lld", base["lib"], "--algorithm", "hot-last")
+    hl_all, data_ld, names_rsp = ordered_file(prof, "lld", base["lib"], "--algorithm", "hot-last",
+                                              companions=(("--data-script", "data.ld"), ("--dynstr-out", "dynstr.rsp")))
+    print(f"  order files: elflayout order {prof.name} --format lld --algorithm hot-last --lib {base['lib']} "
+          f"--data-script {data_ld.name} --dynstr-out {names_rsp.name} -o {hl_all.name}   (in {WORK})")
+    sym = lambda f: [f"-Wl,--symbol-ordering-file={f}", "-Wl,--no-warn-symbol-ordering"]  # noqa: E731
     links = {
         "lld default": ("lld", []),
-        "lld ordered (functions)": ("lld", [f"-Wl,--symbol-ordering-file={lld_code}", "-Wl,--no-warn-symbol-ordering"]),
-        "lld ordered (functions+data syms)": ("lld", [f"-Wl,--symbol-ordering-file={lld_order}", "-Wl,--no-warn-symbol-ordering"]),
-        "lld hot-last (functions+data syms)": ("lld", [f"-Wl,--symbol-ordering-file={lld_hot_last}", "-Wl,--no-warn-symbol-ordering"]),
+        "lld ordered (functions)": ("lld", sym(lld_code)),
+        "lld ordered (functions+data syms)": ("lld", sym(lld_order)),
+        "lld hot-last (functions+data syms)": ("lld", sym(lld_hot_last)),
+        "lld hot-last + data script": ("lld", sym(hl_all) + [f"-Wl,-T,{data_ld}"]),
+        "lld hot-last + data script + dynstr names": ("lld", sym(hl_all) + [f"-Wl,-T,{data_ld}", f"-Wl,@{names_rsp}"]),
         "gold default": ("gold", []),
         "gold ordered (sections+data)": ("gold", [f"-Wl,--section-ordering-file={gold_order}"]),
     }
+    packed = ("lld default", "lld hot-last (functions+data syms)", "lld hot-last + data script + dynstr names",
+              "gold default", "gold ordered (sections+data)")
     out = {}
+    # Debian's library through a byte-identical copy (other processes map the system file)
+    sysdir = WORK / "system"
+    sysdir.mkdir(exist_ok=True)
+    s_lib = sysdir / libllvm.SONAME
+    if not s_lib.exists() or s_lib.stat().st_size != libllvm.SYSTEM_LIB.stat().st_size:
+        shutil.copyfile(libllvm.SYSTEM_LIB, s_lib)
+    m = measure(s_lib, argv, {"LD_LIBRARY_PATH": str(sysdir)}, runs)
+    out["system (Debian, gold)"] = m
+    show("system (Debian, gold)", m)
+    p_lib, how = pack(s_lib, WORK / "system-packed")
+    m = measure(p_lib, argv, {"LD_LIBRARY_PATH": str(p_lib.parent)}, runs)
+    out["system + packed"] = m
+    show("system + packed", m, out["system (Debian, gold)"]["pages"])
     for name, (linker, extra) in links.items():
         d = libllvm.relink(linker, extra_link_args=extra)
         m = measure(d["lib"], argv, d["env"], runs)
         chk = json.loads(cli("check-order", d["lib"], "--profile", prof, "--json").stdout)
-        sim = json.loads(cli("simulate", prof, "--lib", d["lib"], "--map", d["map"], "--read-ahead-kb", RA_KB,
-                             "--json").stdout)
+        r = cli("simulate", prof, "--lib", d["lib"], "--map", d["map"], "--read-ahead-kb", RA_KB, "--json", check=False)
+        sim = json.loads(r.stdout) if r.returncode == 0 else {"pages": None}
         m["in_order"] = chk["in_order_fraction"]
         m["predicted"] = sim["pages"]
+        m["lib"] = str(d["lib"])
+        m["link_extra"] = extra
         out[name] = m
         b = out.get(f"{linker} default", {}).get("pages")
         show(name, m, b if not name.endswith("default") else None)
-        print(f"  {'':<34} in profile order {100 * chk['in_order_fraction']:.1f}%, contiguity "
-              f"{100 * chk['contiguity']:.1f}%; model predicts {sim['pages']:,} pages")
+        model = f"{sim['pages']:,} pages" if sim["pages"] is not None else "n/a (" + r.stderr.strip()[-80:] + ")"
+        print(f"  {'':<44} in profile order {100 * chk['in_order_fraction']:.1f}%, contiguity "
+              f"{100 * chk['contiguity']:.1f}%; model predicts {model}", flush=True)
+        if name in packed:
+            p_lib, how = pack(d["lib"], WORK / "packed" / d["outdir"].name)
+            pm = measure(p_lib, argv, {"LD_LIBRARY_PATH": str(p_lib.parent)}, runs)
+            pm["packed_with"] = how
+            out[name + " + packed"] = pm
+            show(name + " + packed", pm, out["system (Debian, gold)"]["pages"])
+    print(f"  (+packed rows: change against the system library; packed copies in {WORK / 'packed'})")
     return out
 
 
