@@ -373,3 +373,25 @@ def test_dynstr_needs_lld_format(synth, tmp_path):
     r = run_cli("order", synth["profile"], "--format", "gold", "--lib", synth["lib"], "-o", tmp_path / "x",
                 "--dynstr-out", tmp_path / "n.rsp", check=2)
     assert "only lld" in r.stderr and not (tmp_path / "n.rsp").exists()
+
+
+def test_link_verb_lld_companions(synth, tmp_path):
+    """link --data-script --dynstr: the two lld companions are added to the command;
+    jump tables land in .rodata.elflayout, the library's GOT/PLT names lead .dynstr."""
+    need_tool("ld.lld")
+    lib, mp = tmp_path / "libsynth.so", tmp_path / "l.map"
+    r = run_cli("link", "--profile", synth["profile"], "--linker", "lld", "--objects-from", synth["map"],
+                "--data-script", "--dynstr", "--", "gcc", "-shared", "-fuse-ld=lld", "-o", lib, *_objs(synth),
+                f"-Wl,-Map,{mp}", check=0)
+    assert "-Wl,-T," in r.stderr and "-Wl,@" in r.stderr and "names first" in r.stderr
+    rows = _lld_map_rows(mp)
+    assert any(o == ".rodata.elflayout" and n.startswith(".rodata.o") for n, _v, o in rows)
+    env = {"LD_LIBRARY_PATH": str(tmp_path)}
+    got = subprocess.run([str(synth["driver"])], env=env, capture_output=True, text=True, check=True).stdout
+    assert got == subprocess.run([str(synth["driver"])], capture_output=True, text=True, check=True).stdout
+
+
+def test_link_verb_companions_need_lld(synth, tmp_path):
+    r = run_cli("link", "--profile", synth["profile"], "--linker", "gold", "--dynstr", "--", "gcc", "-shared",
+                "-fuse-ld=gold", "-o", tmp_path / "x.so", *_objs(synth), check=2)
+    assert "--dynstr" in r.stderr and not (tmp_path / "x.so").exists()

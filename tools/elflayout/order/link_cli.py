@@ -24,6 +24,9 @@ examples:
   elflayout link --profile py.json --linker bfd -- gcc -shared -o libpython3.11.so.1.0 *.o -lm
   # mold (no ordering option): the object arguments are reordered
   elflayout link --profile py.json --linker mold -- gcc -shared -fuse-ld=mold -o libpy.so *.o
+  # lld with the two companions: data sections by -T script, .dynstr names by -u/-y
+  elflayout link --profile llc.json --linker lld --algorithm hot-last --data-script --dynstr \
+      -- g++ -shared -fuse-ld=lld -o libLLVM-16.so.1 ...
   # direct linker invocation
   elflayout link --profile p.json --linker gold -- ld.gold -shared -o libx.so a.o b.o
 
@@ -53,6 +56,11 @@ def add_arguments(p) -> None:
     p.add_argument("--keep-order-file", metavar="PATH", help="write the ordering file here (default: a temporary file)")
     p.add_argument("--min-order", type=float, default=0.9,
                    help="fraction of profiled functions that must be in order for the ordering to count as honoured (0.9)")
+    p.add_argument("--data-script", action="store_true",
+                   help="lld: also place the data sections by an INSERT script (-T; jump tables have no symbol)")
+    p.add_argument("--dynstr", action="store_true",
+                   help="lld: also put the names ld.so reads first in .dynstr (-u/-y response file; needs the "
+                        "profiled library, the profile's target path)")
     p.add_argument("--force", action="store_true", help="replace --keep-order-file; use a profile of another build")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- LINK COMMAND ...")
 
@@ -135,6 +143,9 @@ def run(args) -> int:
                              "expand it on the command line")
     if fmt == "objects" and len(parsed["object_positions"]) < 2:
         raise ElflayoutError(f"{parsed['cmd'][0]}: fewer than two object files on the command line: nothing to reorder")
+    extras = [n for n, on in (("--data-script", args.data_script), ("--dynstr", args.dynstr)) if on]
+    if extras and (linker != "lld" or fmt != "lld"):
+        raise ElflayoutError(f"{extras[0]}: an lld companion (--linker lld, --format lld), not {linker}/{fmt}")
     if args.keep_order_file:
         from elflayout import fileio
 
@@ -161,6 +172,25 @@ def run(args) -> int:
 
         atomic_write_text(order_file, text)
         cmd = apply(parsed, linker, fmt, text, order_file)
+        wl = (lambda a: "-Wl," + a) if parsed["driver"] else (lambda a: a)
+        if args.data_script:
+            dtext, dstats = formats.write_lld_data_script(layout)
+            if dstats["data_sections"]:
+                dfile = Path(td) / "data.ld"
+                atomic_write_text(dfile, dtext)
+                cmd += [wl("-T"), wl(str(dfile))] if not parsed["driver"] else [f"-Wl,-T,{dfile}"]
+            print(f"elflayout: link: data script: {dstats['data_sections']} data sections", file=sys.stderr)
+        if args.dynstr:
+            from elflayout.order import dynstr
+
+            lib = t.get("path")
+            if not lib or not os.path.exists(lib):
+                raise ElflayoutError(f"--dynstr: the profiled library {lib} is not there (its relocations name the symbols)")
+            names, rep = dynstr.read_names(lib, dynstr.workload_executable(doc.get("metadata")))
+            rfile = Path(td) / "dynstr.rsp"
+            atomic_write_text(rfile, dynstr.write_lld_undefined(names, rep["weak_undefined"]))
+            cmd.append(wl("@" + str(rfile)))
+            print(f"elflayout: link: .dynstr: {rep['names']} names first", file=sys.stderr)
         print("elflayout: link: " + shlex.join(cmd), file=sys.stderr)
         try:
             r = subprocess.run(cmd)
