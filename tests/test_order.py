@@ -395,3 +395,44 @@ def test_link_verb_companions_need_lld(synth, tmp_path):
     r = run_cli("link", "--profile", synth["profile"], "--linker", "gold", "--dynstr", "--", "gcc", "-shared",
                 "-fuse-ld=gold", "-o", tmp_path / "x.so", *_objs(synth), check=2)
     assert "--dynstr" in r.stderr and not (tmp_path / "x.so").exists()
+
+
+def test_lld_data_script_hot_strings_get_their_own_pool(tmp_path):
+    """The touched objects' merged strings (.rodata.str1.1) go to .rodata.elflayout and
+    the untouched object's strings stay in .rodata's pool (lld merges per output section);
+    a string both objects use is in each pool and each object reads its own copy."""
+    need_tool("ld.lld")
+    from elflayout.order.algorithms import Layout
+    from elflayout.order.formats import write_lld_data_script
+
+    src = {"hot": 'const char *hot(void) { return "hot string used at start"; }\n'
+                  'const char *both_h(void) { return "shared string"; }\n',
+           "cold": 'const char *cold(void) { return "cold string never used"; }\n'
+                   'const char *both_c(void) { return "shared string"; }\n'}
+    objs = {}
+    for k, text in src.items():
+        c = tmp_path / f"{k}.c"
+        c.write_text(text)
+        objs[k] = tmp_path / f"{k}.o"
+        subprocess.run(["gcc", "-O1", "-fPIC", "-c", str(c), "-o", str(objs[k])], check=True)
+    text, stats = write_lld_data_script(Layout(objects=[str(objs["hot"])]))
+    assert stats["string_objects"] == 1 and f"{objs['hot']}(.rodata.str*)" in text
+    script = tmp_path / "d.ld"
+    script.write_text(text)
+    lib = tmp_path / "libs.so"
+    subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(lib), str(objs["cold"]), str(objs["hot"]),
+                    f"-Wl,-T,{script}"], check=True)
+
+    def strings(sec):
+        r = subprocess.run(["readelf", "-p", sec, str(lib)], capture_output=True, text=True)
+        return r.stdout
+
+    hot_sec, rodata = strings(".rodata.elflayout"), strings(".rodata")
+    assert "hot string used at start" in hot_sec and "cold string never used" not in hot_sec
+    assert "cold string never used" in rodata and "shared string" in hot_sec and "shared string" in rodata
+    code = ("import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); "
+            "[setattr(getattr(l, f), 'restype', ctypes.c_char_p) for f in ('hot', 'cold', 'both_h', 'both_c')]; "
+            "print(l.hot().decode(), l.cold().decode(), l.both_h().decode(), l.both_c().decode(), sep='|')")
+    import sys
+    out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "hot string used at start|cold string never used|shared string|shared string"

@@ -48,6 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--data-script", metavar="LD",
                    help="lld only: also write a linker script (-T, ends with INSERT) placing the ordered data "
                         "sections, symbol-less ones (jump tables) included, before .rodata/.data")
+    p.add_argument("--no-hot-strings", action="store_true",
+                   help="--data-script without the touched objects' merged strings (.rodata.str*) in a pool of their own")
     p.add_argument("--dynstr-out", metavar="RSP",
                    help="lld only: also write a linker response file of -u options that puts the dynamic-symbol "
                         "names ld.so reads (LIB's symbol relocations, the program's imports) first in .dynstr")
@@ -167,7 +169,8 @@ def run(args) -> int:
         dscript = fileio.check_output(args.data_script, force=args.force, inputs=(args.profile, args.output))
     text, report = build(args)
     if dscript is not None:
-        dtext, dstats = formats.write_lld_data_script(report.pop("_layout"), report.pop("_header"))
+        dtext, dstats = formats.write_lld_data_script(report.pop("_layout"), report.pop("_header"),
+                                                      hot_strings=not args.no_hot_strings)
         if not dstats["data_sections"]:
             raise ElflayoutError(f"{args.profile}: --data-script: no data section to place (record the profile "
                                  "with --data and give the link map: --objects-from or the profile's map)")
@@ -184,7 +187,8 @@ def run(args) -> int:
         msg += f", {report['data']['sections']} data sections"
     print(f"{msg} → {out} ({args.format})", file=sys.stderr)
     if "data_script" in report:
-        print(f"order: {report['data_script']['data_sections']} data sections → {args.data_script} "
+        print(f"order: {report['data_script']['data_sections']} data sections, strings of "
+              f"{report['data_script']['string_objects']} objects → {args.data_script} "
               f"(-Wl,-T,{args.data_script})", file=sys.stderr)
     if "dynstr" in report:
         d = report["dynstr"]

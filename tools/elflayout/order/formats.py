@@ -115,26 +115,51 @@ def write_ld_script(layout: Layout, header: str = "") -> tuple[str, dict]:
 LLD_DATA_GROUPS = ((".rodata", ".rodata"), (".data", ".data"))
 
 
-def write_lld_data_script(layout: Layout, header: str = "") -> tuple[str, dict]:
+def lld_file_pattern(obj: str) -> str | None:
+    """An lld script file pattern for a link-map object name: ``lib.a(m.o)`` → ``lib.a:m.o``
+    (lld names archive members ``archive:member``); None when it cannot be written."""
+    if obj.endswith(")") and "(" in obj:
+        a, m = obj[:-1].split("(", 1)
+        pat = f"{a}:{m}"
+    else:
+        pat = obj
+    return None if _LD_UNSAFE.search(pat) or not pat else pat
+
+
+def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
     sections inserted before ``.rodata``/``.data`` (``-T FILE``; lld ≥ 11 keeps its
-    default layout for everything else when a script ends with INSERT)."""
+    default layout for everything else when a script ends with INSERT).
+
+    ``hot_strings``: first in ``.rodata.elflayout``, the mergeable strings
+    (``.rodata.str*``) of every touched object. lld merges strings per output section
+    and spreads each pool over 32 hash shards, so a pool is read whole once a few of its
+    strings are: this splits the touched objects' strings into a pool of their own and
+    leaves the rest of the pool unread (docs/ordering.md)."""
     data = list(dict.fromkeys(n for n, _ in layout.data))
     bad = {n for n in data if _LD_UNSAFE.search(n)}
     blocks = ["".join(f"/* {h} */\n" for h in header.splitlines())] if header else []
-    placed = 0
+    placed = n_str = 0
+    str_pats = []
+    if hot_strings:
+        pats = [lld_file_pattern(o) for o in layout.objects if o and not o.startswith("<")]
+        str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
+        n_str = len(str_pats)
     for prefix, out in LLD_DATA_GROUPS:
         grp = [n for n in data if _group(n) == prefix and n not in bad]
-        if grp:
+        extra = str_pats if prefix == ".rodata" else []
+        if grp or extra:
             placed += len(grp)
-            blocks.append(_ld_block(out + ".elflayout", out, grp))
-    return "\n".join(blocks), {"data_sections": placed, "skipped_unsafe_names": len(bad)}
+            blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra)))
+    return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str, "skipped_unsafe_names": len(bad)}
 
 
-def _ld_block(name: str, before: str, patterns: list[str]) -> str:
-    body = "".join(f"    *({p})\n" for p in patterns)
+def _ld_block(name: str, before: str, patterns: list[str], raw: int = 0) -> str:
+    """An output section ``name`` inserted before ``before``; the first ``raw`` patterns
+    are complete input-section descriptions, the rest section names of any file."""
+    body = "".join(f"    {p}\n" if i < raw else f"    *({p})\n" for i, p in enumerate(patterns))
     return f"SECTIONS\n{{\n  {name} :\n  {{\n{body}  }}\n}}\nINSERT BEFORE {before};\n"
 
 
