@@ -28,7 +28,7 @@ SUMMARY = "run the whole pipeline on the bundled example (libpython3.11; libLLVM
 EPILOG = """examples:
   elflayout demo                      # libpython3.11, about 3-6 minutes on 2 cores
   elflayout demo --big                # also libLLVM-16 (llc-16 --version)
-  elflayout demo --runs 10 --out /tmp/demo --storage hdd
+  elflayout demo --runs 10 --out /tmp/demo --storage emmc
 
 Outputs (in --out, default out/demo): profile, ordering files, relinked and packed
 libraries, results JSON, report.html. The commands run are printed; re-running reuses
@@ -42,8 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
     p.add_argument("--runs", type=int, default=5, help="measurement rounds (default 5)")
     p.add_argument("--big", action="store_true", help="also run libLLVM-16 (llc-16 --version)")
-    p.add_argument("--storage", default=None,
-                   help="also measure through an emulated slow disk (hdd, emmc, sata-ssd, cloud)")
+    p.add_argument("--storage", default="hdd",
+                   help="also measure baseline vs ordered+packed through an emulated slow disk: hdd (default), "
+                        "emmc, sata-ssd, cloud, or off")
     p.add_argument("--states", default="selective,cold,hot", help="comma-separated states (default selective,cold,hot)")
 
 
@@ -223,7 +224,7 @@ def run(args) -> int:
     if args.big:
         lprof, lres = run_llvm(d, args)
         inputs += [lres, lprof]
-    if args.storage:
+    if args.storage and args.storage != "off":
         d.head(f"measure libpython baseline vs ordered+packed through an emulated {args.storage} disk")
         # Reuses the variant libraries written above.
         sres = out / f"python.{args.storage}.results.json"
@@ -232,12 +233,13 @@ def run(args) -> int:
 
         lld = libpython.prepare("lld")
         argv = [str(lld["launcher"]), "-c", IMPORTS]
-        d.el("measure", "--name", "baseline", _variant_cmd(base / lld["lib"].name, argv, lld["env"]).replace(
-            f"LD_LIBRARY_PATH={base}", "LD_LIBRARY_PATH={mount}"),
-             "--name", "ordered+packed", _variant_cmd(both / lld["lib"].name, argv, lld["env"]).replace(
-            f"LD_LIBRARY_PATH={both}", "LD_LIBRARY_PATH={mount}"),
+        lib = lld["lib"].name
+        # One slow mount per directory: {mount0} serves the baseline, {mount1} the other.
+        cmd_base = _variant_cmd(base / lib, argv, lld["env"]).replace(f"LD_LIBRARY_PATH={base}", "LD_LIBRARY_PATH={mount0}")
+        cmd_both = _variant_cmd(both / lib, argv, lld["env"]).replace(f"LD_LIBRARY_PATH={both}", "LD_LIBRARY_PATH={mount1}")
+        d.el("measure", "--name", "baseline", cmd_base, "--name", "ordered+packed", cmd_both,
              "--state", "selective", "--state", "hot", "--runs", args.runs, "--storage", args.storage,
-             "--files", base / lld["lib"].name, both / lld["lib"].name, "-o", sres, "--force", "--seed", 1)
+             "--files", base / lib, both / lib, "-o", sres, "--force", "--seed", 1)
         inputs.insert(1, sres)
 
     d.head("report")
