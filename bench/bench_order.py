@@ -6,8 +6,9 @@
 - llvm:   libLLVM-16 relinked from LLVM 16's archives with lld (and gold), ``llc-16
           --version``; profile from the valgrind backend of the default relink; ordered
           with lld --symbol-ordering-file (functions + data symbols; first-access and
-          hot-last), plus the lld data script (-T, symbol-less data sections) and the
-          .dynstr name order (-u/-y response file), and gold --section-ordering-file
+          hot-last), plus the lld data script (-T: symbol-less data sections, and the
+          touched objects' merged strings in a pool of their own) and the .dynstr name
+          order (-u/-y response file), and gold --section-ordering-file
           (functions + data sections); the system library and the main variants also
           after ``elflayout pack-relocs``, with pages by section.
 - python: libpython3.11 relinked from Debian's PIC objects, import workload, object
@@ -203,6 +204,8 @@ def bench_llvm(runs):
     lld_hot_last = ordered_file(prof, "lld", base["lib"], "--algorithm", "hot-last")
     hl_all, data_ld, names_rsp = ordered_file(prof, "lld", base["lib"], "--algorithm", "hot-last",
                                               companions=(("--data-script", "data.ld"), ("--dynstr-out", "dynstr.rsp")))
+    _hl, data_ld_sec = ordered_file(prof, "lld", base["lib"], "--algorithm", "hot-last", "--no-hot-strings",
+                                    companions=(("--data-script", "data.ld"),))
     print(f"  order files: elflayout order {prof.name} --format lld --algorithm hot-last --lib {base['lib']} "
           f"--data-script {data_ld.name} --dynstr-out {names_rsp.name} -o {hl_all.name}   (in {WORK})")
     sym = lambda f: [f"-Wl,--symbol-ordering-file={f}", "-Wl,--no-warn-symbol-ordering"]  # noqa: E731
@@ -211,7 +214,8 @@ def bench_llvm(runs):
         "lld ordered (functions)": ("lld", sym(lld_code)),
         "lld ordered (functions+data syms)": ("lld", sym(lld_order)),
         "lld hot-last (functions+data syms)": ("lld", sym(lld_hot_last)),
-        "lld hot-last + data script": ("lld", sym(hl_all) + [f"-Wl,-T,{data_ld}"]),
+        "lld hot-last + data script (sections)": ("lld", sym(hl_all) + [f"-Wl,-T,{data_ld_sec}"]),
+        "lld hot-last + data script (+hot strings)": ("lld", sym(hl_all) + [f"-Wl,-T,{data_ld}"]),
         "lld hot-last + data script + dynstr names": ("lld", sym(hl_all) + [f"-Wl,-T,{data_ld}", f"-Wl,@{names_rsp}"]),
         "gold default": ("gold", []),
         "gold ordered (sections+data)": ("gold", [f"-Wl,--section-ordering-file={gold_order}"]),
