@@ -22,7 +22,9 @@ device is set to 128 for the session and restored. Variants are interleaved (see
   ``--symbol-ordering-file`` from ``elflayout order --format lld`` of a valgrind
   profile of the default relink), ordered+packed; and gold with ``--section-ordering-file``
   from ``elflayout order --format gold`` (input sections, so ``.rodata.<fn>`` data too),
-  +packed (``--no-gold`` skips these). Pages by section.
+  +packed (``--no-gold`` skips these); lld with ``order --algorithm hot-last --data-script
+  --dynstr-out`` (data sections and .dynstr names placed too), +packed
+  (``--no-data-script`` skips these). Pages by section.
 
 Physical-limit estimate ("touched bytes packed densely"), from a valgrind ``--data``
 profile of the same library (see ``physical_limit``):
@@ -35,7 +37,9 @@ profile of the same library (see ``physical_limit``):
   + relocation table bytes after packing (non-RELATIVE RELA entries + optimal RELR
     table + .rela.plt)
   divided by 4096, rounded up. It assumes a perfect layout of exactly those bytes
-with no read-around waste; it is a floor, not a forecast.
+with no read-around waste. Data is counted in pages of the *profiled* layout, so a
+layout that also packs the touched data more densely (order --data-script, the .dynstr
+name order) can read fewer pages than the estimate in those sections.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ IMPORTS = "import json, decimal, asyncio, re"
 RELOC_SECTIONS = (".rela.dyn", ".rela.plt", ".relr.dyn", ".rel.dyn", ".rel.plt")
 SECTION_GROUPS = {  # columns of the libLLVM table
     ".text": (".text",),
-    ".rodata": (".rodata",),
+    ".rodata": (".rodata", ".rodata.*"),  # .rodata.elflayout: order --data-script's output section
     ".rela.dyn/.relr.dyn": (".rela.dyn", ".relr.dyn"),
     ".data.rel.ro": (".data.rel.ro",),
     ".dynsym+.dynstr+.gnu.hash": (".dynsym", ".dynstr", ".gnu.hash"),
@@ -230,6 +234,12 @@ def pack(lib: Path, dest_dir: Path) -> Path:
         print(f"  note: {msg[0].removeprefix('elflayout: ')}; packing without --check "
               "(the input itself fails dlopen(RTLD_NOW): checked)", flush=True)
         cli("pack-relocs", lib, "-o", out, "--force")
+        if out.name.startswith("libLLVM"):
+            from elflayout.targets import libllvm
+
+            libllvm.verify(out.parent)  # raises unless llc/opt print byte-identical output
+            print(f"  verified: llc-16/opt-16 through {out.parent} print what the shipped library prints "
+                  "(elflayout.targets.libllvm.verify)", flush=True)
         return out
     raise SystemExit(f"bench_pipeline: elflayout pack-relocs failed (exit {r.returncode}): {msg[0]}")
 
@@ -313,8 +323,12 @@ def summarise(doc: dict, libs: dict) -> dict:
     return out
 
 
+def _in_group(name: str, names) -> bool:
+    return any(name == n or n.endswith("*") and name.startswith(n[:-1]) for n in names)
+
+
 def group_sections(by: dict) -> dict:
-    g = {k: sum(by.get(s, 0) for s in names) for k, names in SECTION_GROUPS.items()}
+    g = {k: sum(c for s, c in by.items() if _in_group(s, names)) for k, names in SECTION_GROUPS.items()}
     g["other"] = sum(by.values()) - sum(g.values())
     return g
 
@@ -377,7 +391,7 @@ def limit_by_group(lim: dict) -> dict:
          ".rela.dyn/.relr.dyn": math.ceil((r["rela"] + r["relr"]) / PAGE)}
     for k, names in SECTION_GROUPS.items():
         if k not in g:
-            g[k] = sum(by.get(s, 0) for s in names)
+            g[k] = sum(c for s, c in by.items() if _in_group(s, names))
     g["other"] = lim["pages"] - sum(g.values())
     return g
 
@@ -459,7 +473,8 @@ def bench_python(runs: int) -> dict:
 
 # -- libLLVM ---------------------------------------------------------------------------------
 
-def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None) -> dict:
+def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
+               with_data_script: bool = True) -> dict:
     from elflayout.targets import libllvm
 
     w = work_dir() / "llvm"
@@ -487,6 +502,19 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None) 
     print(f"  relink: libllvm.relink(\"lld\", extra_link_args={extra}) (cached by the file's content hash)",
           flush=True)
     ordd = libllvm.relink("lld", extra_link_args=extra)
+    full = None
+    if with_data_script:
+        # The product's fullest lld recipe: hot-last code order, a data script placing the
+        # touched data sections (symbol-less jump tables and hot strings included) and the
+        # .dynstr names ld.so reads first.
+        tmp = {k: w / f"llvm-full.{k}" for k in ("lld", "ld", "rsp")}
+        cli("order", prof, "--format", "lld", "--lib", base["lib"], "--algorithm", "hot-last",
+            "--data-script", tmp["ld"], "--dynstr-out", tmp["rsp"], "-o", tmp["lld"], "--force")
+        h = {k: hashed_copy(v) for k, v in tmp.items()}
+        fextra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
+                  f"-Wl,@{h['rsp']}"]
+        print(f"  relink: libllvm.relink(\"lld\", extra_link_args={fextra})", flush=True)
+        full = libllvm.relink("lld", extra_link_args=fextra)
     gold = None
     if with_gold:
         gorder = w / "llvm.gold"
@@ -516,6 +544,10 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None) 
     variants["relink function-ordered"] = (ordd["lib"], variant_cmd(ordd["lib"].parent, argv, {}))
     op = pack(ordd["lib"], w / "libs" / "ordered-packed")
     variants["ordered+packed"] = (op, variant_cmd(op.parent, argv, {}))
+    if full:
+        variants["lld hot-last+data script+dynstr"] = (full["lib"], variant_cmd(full["lib"].parent, argv, {}))
+        fp = pack(full["lib"], w / "libs" / "full-packed")
+        variants["lld full ordered+packed"] = (fp, variant_cmd(fp.parent, argv, {}))
     if gold:
         variants["gold section-ordered"] = (gold["lib"], variant_cmd(gold["lib"].parent, argv, {}))
         gp = pack(gold["lib"], w / "libs" / "gold-ordered-packed")
@@ -561,6 +593,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="rounds of measure (page counts are deterministic; default 3)")
     ap.add_argument("--json", help="also write the figures as JSON here")
     ap.add_argument("--algorithm", help="llvm: elflayout order --algorithm (default: the product's default)")
+    ap.add_argument("--no-data-script", action="store_true",
+                    help="llvm: skip the lld hot-last + --data-script + --dynstr-out variants")
     ap.add_argument("--no-gold", action="store_true",
                     help="llvm: skip the gold --section-ordering-file variants (a gold relink takes minutes)")
     a = ap.parse_args(argv)
@@ -580,7 +614,8 @@ def main(argv=None) -> int:
     print(f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n", flush=True)
     res = {}
     for part in parts:
-        res[part] = bench_python(a.runs) if part == "python" else bench_llvm(a.runs, not a.no_gold, a.algorithm)
+        res[part] = bench_python(a.runs) if part == "python" else bench_llvm(a.runs, not a.no_gold, a.algorithm,
+                                                                                       not a.no_data_script)
         print()
     print(f"bench_pipeline: {time.monotonic() - t0:.0f} s", flush=True)
     if a.json:

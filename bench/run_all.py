@@ -304,7 +304,10 @@ from the linker, its arguments and inputs) and the benches' work files.
   relocation; relocation tables and executable sections excluded) + executable pages run
   outside known functions (PLT) + the ELF header page + the relocation tables' size after
   packing (non-RELATIVE RELA + optimal RELR + `.rela.plt`), divided by 4096 and rounded up.
-  It is a floor for a perfect layout with no read-around waste, not a forecast.
+  It is a floor for a perfect layout with no read-around waste, not a forecast — except that
+  data is counted in pages of the *profiled* layout, so a layout that packs the touched data
+  or `.dynstr` names more densely than that (`order --data-script`, `--dynstr-out`) can read
+  fewer pages than the estimate in those sections.
 
 ## Summary
 

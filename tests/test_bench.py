@@ -158,3 +158,9 @@ def test_section_counts_counts_distinct_pages(reads, expect):
     assert sum(got.values()) == expect
     if expect:
         assert got == {"(headers/other)": 1, ".text": 2, ".rodata": 1}
+
+
+def test_section_groups_take_the_data_script_section_as_rodata():
+    g = bench_pipeline.group_sections({".rodata": 86, ".rodata.elflayout": 484, ".text": 3, ".dynstr": 2, ".data": 5})
+    assert g[".rodata"] == 570 and g[".dynsym+.dynstr+.gnu.hash"] == 2 and g["other"] == 5
+    assert sum(g.values()) == 86 + 484 + 3 + 2 + 5
