@@ -158,3 +158,40 @@ def test_madv_hugepage_reads_two_pmd_folios():
     s.touch(700, "x")
     assert pages(s) == set(range(512, 1536))
     assert s.mark[1024] == 512 and s.mark[1023] == 0  # the second folio carries PG_readahead
+
+
+def test_relink_dynstr_reads_follow_names(synth, tmp_path):
+    """A profiled .dynstr touch is not carried over by relative position: the relink's
+    own relocation names are touched instead, where its .dynstr has them (at the front
+    after order --dynstr-out)."""
+    need_tool("ld.lld")
+    from elflayout.elfcore import PAGE, ElfImage
+
+    doc = json.loads(synth["profile"].read_text())
+    t = doc["targets"][0]
+    with ElfImage(synth["lib"]) as img:
+        ds = img.section(".dynstr")
+    t["pages"] = [{"page": (ds.offset + ds.size - 1) // PAGE, "kind": "r", "first": -1, "t": 0.0}]
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(doc))
+    rsp = tmp_path / "n.rsp"
+    run_cli("order", prof, "--format", "lld", "--lib", synth["lib"], "--dynstr-out", rsp, "-o", tmp_path / "o",
+            check=0)
+    lib = tmp_path / "libsynth.so"
+    subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(lib), *map(str, synth["objects"]), f"-Wl,@{rsp}"],
+                   check=True)
+    from elflayout.order.dynstr import _dynsym
+    from elflayout.order.readahead import profile_touches
+
+    with ElfImage(lib) as img:
+        pg, kinds, notes = profile_touches(t, img)
+        d2 = img.section(".dynstr")
+        recs, names = _dynsym(img)
+    info = notes["dynstr_by_name"]
+    assert info["profiled_pages_dropped"] == 1 and info["names"] >= 3
+    listed = [l.split(" ", 1)[1] for l in rsp.read_text().splitlines()]
+    off = {n: int(o) for n, o in zip(names, recs["st_name"])}
+    want = sorted({(d2.offset + off[n]) // PAGE for n in listed if n in off})
+    got = sorted({p for p, k in zip(pg.tolist(), kinds.tolist()) if k == b"r"
+                  and d2.offset // PAGE <= p <= (d2.offset + d2.size - 1) // PAGE})
+    assert want and got == want

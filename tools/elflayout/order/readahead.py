@@ -374,9 +374,15 @@ def profile_touches(target: dict, img: ElfImage, code_bytes: int = 1, lib_map=No
         if not same:
             moved = _remap_by_input_section(pg, target, img, lib_map, notes) if lib_map else None
             fallback = _remap_pages(pg, target, img, notes)
+            dpg, dfirst = _dynstr_lookups(pg, fs, target, img, notes)
             pg = fallback if moved is None else np.where(moved >= 0, moved, fallback)
             if moved is not None:
                 notes["pages_by_input_section"] = int((moved >= 0).sum())
+            if dpg is not None:  # .dynstr reads: by name, not by relative position
+                pg[dpg[0]] = -1
+                firsts += [dfirst] * len(dpg[1])
+                pages += dpg[1].tolist()
+                kinds += [b"r"] * len(dpg[1])
         ok = pg >= 0
         if not same:
             ok &= kd != b"x"  # code pages of another build: functions place code
@@ -420,6 +426,44 @@ def _remap_by_input_section(pg, target, img, lib_map, notes):
         rel = min(int(pg[i] * PAGE - a.offset[ja]), int(b.size[k]) - 1)
         out[i] = (int(b.offset[k]) + max(0, rel)) // PAGE
     return out
+
+
+def _dynstr_lookups(pg, fs, target, img, notes):
+    """A relink's ``.dynstr`` reads are placed by name: the profiled build's touched
+    ``.dynstr`` pages are dropped (their relative position says nothing once the names
+    are reordered, ``order --dynstr-out``), and the pages of the names ld.so reads in
+    this library (``dynstr.read_names``: its symbol relocations) are touched instead, at
+    the first profiled ``.dynstr`` touch. Returns ((indices dropped, new pages), first)
+    or (None, None) when the profile has no ``.dynstr`` touch or its library is gone."""
+    import os
+
+    from elflayout.order import dynstr
+
+    src_path = target.get("path")
+    if not src_path or not os.path.exists(src_path):
+        return None, None
+    with ElfImage(src_path) as src:
+        if src.build_id != target.get("build_id"):
+            return None, None
+        ss = src.section(".dynstr")
+    ds = img.section(".dynstr")
+    if ss is None or ds is None:
+        return None, None
+    hit = np.flatnonzero((pg * PAGE + PAGE > ss.offset) & (pg * PAGE < ss.offset + ss.size))
+    if not len(hit):
+        return None, None
+    names, _rep = dynstr.read_names(img.path)
+    recs, all_names = dynstr._dynsym(img)
+    off = {}
+    for n, o in zip(all_names, recs["st_name"].tolist()):
+        off.setdefault(n, o)
+    starts = np.array([off[n] for n in names if n in off], dtype=np.int64) + ds.offset
+    ends = starts + np.array([len(n.encode()) for n in names if n in off], dtype=np.int64)
+    new = np.stack([starts // PAGE, ends // PAGE], axis=1).ravel()
+    _, first = np.unique(new, return_index=True)
+    new = new[np.sort(first)]
+    notes["dynstr_by_name"] = {"profiled_pages_dropped": int(len(hit)), "names": len(starts), "pages": int(len(new))}
+    return (hit, new), float(np.min(fs[hit]))
 
 
 def _remap_pages(pg: np.ndarray, target: dict, img: ElfImage, notes: dict) -> np.ndarray:
