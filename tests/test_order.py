@@ -7,7 +7,6 @@ default link must not pass.
 """
 
 import json
-import shutil
 import subprocess
 
 import pytest

@@ -1,7 +1,6 @@
 """Readahead model: kernel mechanics on hand-made mappings, and the simulate verb."""
 
 import json
-import os
 import subprocess
 
 import numpy as np

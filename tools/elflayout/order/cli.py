@@ -123,8 +123,6 @@ def check_layout(layout, fmt: str, profile) -> None:
 
 def load_universe(objects_from, profiled_map, profiled_lib=None):
     """Names from the map of the link to order; section extents from the profiled build's map."""
-    from elflayout.order.resolve import universe_from_linkmap
-
     note = None
     u = None
     if objects_from:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import sys
 
-import numpy as np
-
 from elflayout.elfcore import PAGE, ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.order.profile_input import load_profile, pick_target, require_touches

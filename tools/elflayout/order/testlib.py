@@ -94,7 +94,6 @@ def truth_profile(lib, truth_path) -> dict:
                 funcs.setdefault(n, []).append((int(arr["offset"][i]), int(arr["size"][i])))
     seen, out, seq = set(), [], 0
     last_obj = None
-    helper_i = {}
     for n in truth["functions"]:
         if n == "helper":
             obj = last_obj
