@@ -169,7 +169,7 @@ def run(args) -> int:
     if dscript is not None:
         dtext, dstats = formats.write_lld_data_script(report.pop("_layout"), report.pop("_header"),
                                                       hot_strings=not args.no_hot_strings)
-        if not dstats["data_sections"]:
+        if not dstats["data_sections"] and not dstats["string_objects"]:
             raise ElflayoutError(f"{args.profile}: --data-script: no data section to place (record the profile "
                                  "with --data and give the link map: --objects-from or the profile's map)")
         fileio.atomic_write_text(dscript, dtext)
