@@ -233,6 +233,7 @@ def bench_llvm(runs):
     out["system (Debian, gold)"] = m
     show("system (Debian, gold)", m)
     p_lib, how = pack(s_lib, WORK / "system-packed")
+    print(f"  system + packed: elflayout pack-relocs {s_lib} -o {p_lib} ({how})")
     m = measure(p_lib, argv, {"LD_LIBRARY_PATH": str(p_lib.parent)}, runs)
     out["system + packed"] = m
     show("system + packed", m, out["system (Debian, gold)"]["pages"])
@@ -248,6 +249,7 @@ def bench_llvm(runs):
         m["link_extra"] = extra
         out[name] = m
         b = out.get(f"{linker} default", {}).get("pages")
+        print(f"  {name}: elflayout.targets.libllvm.relink({linker!r}, extra_link_args={extra!r}) -> {d['lib']}")
         show(name, m, b if not name.endswith("default") else None)
         model = f"{sim['pages']:,} pages" if sim["pages"] is not None else "n/a (" + r.stderr.strip()[-80:] + ")"
         print(f"  {'':<44} in profile order {100 * chk['in_order_fraction']:.1f}%, contiguity "
@@ -256,6 +258,7 @@ def bench_llvm(runs):
             p_lib, how = pack(d["lib"], WORK / "packed" / d["outdir"].name)
             pm = measure(p_lib, argv, {"LD_LIBRARY_PATH": str(p_lib.parent)}, runs)
             pm["packed_with"] = how
+            print(f"  {name} + packed: elflayout pack-relocs {d['lib']} -o {p_lib} ({how})")
             out[name + " + packed"] = pm
             show(name + " + packed", pm, out["system (Debian, gold)"]["pages"])
     print(f"  (+packed rows: change against the system library; packed copies in {WORK / 'packed'})")
