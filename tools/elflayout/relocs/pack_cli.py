@@ -93,7 +93,7 @@ def run(args) -> int:
           f"{st['kept']:,} kept, DT_RELACOUNT {st['relacount']})")
     print(f"  dynamic array: {st['dynamic']}; GLIBC_ABI_DT_RELR: {st['version_need']}")
     if st["moved_sections"]:
-        print("  tables slid forward: " + ", ".join(f"{k} +{v}" for k, v in st["moved_sections"].items()))
+        print("  tables moved: " + ", ".join(f"{k} {v:+,} bytes" for k, v in st["moved_sections"].items()))
     print(f"  {st['freed_bytes']:,} bytes freed (zeroed); packed in {st['pack_s']:.2f} s")
     if "check" in st:
         c = st["check"]

@@ -8,7 +8,7 @@ symbol or section ordering file reorders every function) with the same exported
 symbols as Debian's: a version script ``LLVM_16 { global: <defined dynsym names of the
 shipped library>; local: *; };``. What is left out and why:
 
-* BOLT*, Exegesis*, TableGen*, CFIVerify, Diff and DWARFLinkerParallel: tool
+* BOLT*, Exegesis*, TableGen*, CFIVerify, Diff, DWARFLinkerParallel and Debuginfod: tool
   libraries that are not part of Debian's dylib (TableGen's ``-o`` option would even
   collide with llc's). FuzzMutate and FuzzerCLI stay in: Debian's dylib exports them
   (checked: the relink must export every name the shipped library does);
@@ -42,7 +42,10 @@ ARCHIVE_DIR = "usr/lib/llvm-16/lib"
 EXCLUDE_PREFIXES = ("libLLVMBOLT", "libLLVMExegesis", "libLLVMTableGen")
 # FuzzMutate and FuzzerCLI are *not* left out, unlike the notes from the hand-made link
 # said: Debian's dylib exports their symbols (RandomIRBuilder, parseFuzzerCLOpts, ...).
-EXCLUDE = {"libLLVMCFIVerify.a", "libLLVMDiff.a", "libLLVMDWARFLinkerParallel.a"}
+# Debuginfod is not in Debian's dylib either, and its HTTPClient references libcurl,
+# which the dylib does not link: keeping it leaves undefined curl_* symbols, so the
+# relink would fail dlopen(RTLD_NOW) (and pack-relocs --check).
+EXCLUDE = {"libLLVMCFIVerify.a", "libLLVMDiff.a", "libLLVMDWARFLinkerParallel.a", "libLLVMDebuginfod.a"}
 EXTRA_ARCHIVES = ["libPolly.a", "libPollyISL.a"]
 # -l: with sonames, so only the runtime packages are needed (no -dev symlinks).
 LIBS = ["-l:libffi.so.8", "-l:libedit.so.2", "-l:libz.so.1", "-l:libzstd.so.1", "-l:libtinfo.so.6",
