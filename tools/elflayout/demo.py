@@ -166,16 +166,20 @@ def run_llvm(d: Demo, args) -> tuple[Path, Path]:
     llc = shutil.which("llc-16") or "llc-16"
     argv = [llc, "--version"]
 
-    d.head("profile llc-16 --version with valgrind (function granularity)")
+    d.head("profile llc-16 --version with valgrind (functions, and data pages with --data)")
     prof = d.out / "llvm.profile.json"
-    d.el("profile", "--target", base["lib"], "--map", base["map"], "--env", f"LD_LIBRARY_PATH={base['lib'].parent}",
-         "-o", prof, "--force", "--", *argv)
+    d.el("profile", "--target", base["lib"], "--map", base["map"], "--data",
+         "--env", f"LD_LIBRARY_PATH={base['lib'].parent}", "-o", prof, "--force", "--", *argv)
 
-    d.head("order functions and data sections, relink with lld, pack")
-    order = d.out / "llvm.order"
-    d.el("order", prof, "--format", "lld", "--objects-from", base["map"], "-o", order, "--force")
-    ordered = libllvm.relink("lld", extra_link_args=[f"--symbol-ordering-file={order}", "--no-warn-symbol-ordering"])
+    d.head("order functions, data sections, merged strings and .dynstr names; relink with lld")
+    order, script, names = d.out / "llvm.order", d.out / "llvm.data.ld", d.out / "llvm.dynstr.rsp"
+    d.el("order", prof, "--format", "lld", "--algorithm", "hot-last", "--lib", base["lib"],
+         "--data-script", script, "--dynstr-out", names, "-o", order, "--force")
+    ordered = libllvm.relink("lld", extra_link_args=[f"--symbol-ordering-file={order}", "--no-warn-symbol-ordering",
+                                                    f"-Wl,-T,{script}", f"-Wl,@{names}"])
+    d.el("check-order", ordered["lib"], "--profile", prof, check=False)
     variants = {
+        "debian": libllvm.system()["lib"],
         "baseline": _lib_variant(d, "llvm-baseline", base["lib"]),
         "ordered": _lib_variant(d, "llvm-ordered", ordered["lib"]),
         "packed": _pack(d, base["lib"], "llvm-packed"),
@@ -185,7 +189,9 @@ def run_llvm(d: Demo, args) -> tuple[Path, Path]:
     res = d.out / "llvm.results.json"
     margs = []
     for name, lib in variants.items():
-        margs += ["--name", name, _variant_cmd(lib, argv, {})]
+        # Debian's library is found without help; the others through LD_LIBRARY_PATH.
+        cmd = " ".join(shlex.quote(a) for a in argv) if name == "debian" else _variant_cmd(lib, argv, {})
+        margs += ["--name", name, cmd]
     d.el("measure", *margs, "--state", "selective", "--state", "hot", "--runs", args.runs,
          "--files", *variants.values(), "-o", res, "--force", "--seed", 1)
     return prof, res

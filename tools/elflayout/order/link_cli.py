@@ -191,7 +191,8 @@ def run(args) -> int:
             atomic_write_text(rfile, dynstr.write_lld_undefined(names, rep["weak_undefined"]))
             cmd.append(wl("@" + str(rfile)))
             print(f"elflayout: link: .dynstr: {rep['names']} names first", file=sys.stderr)
-        print("elflayout: link: " + shlex.join(cmd), file=sys.stderr)
+        shown = cmd if len(cmd) <= 24 else [*cmd[:12], f"... ({len(cmd) - 16} more arguments) ...", *cmd[-4:]]
+        print("elflayout: link: " + shlex.join(shown), file=sys.stderr)
         try:
             r = subprocess.run(cmd)
         except FileNotFoundError:
