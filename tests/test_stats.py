@@ -150,3 +150,14 @@ def test_time_verdict_needs_the_paired_interval_too():
     runs = [{"variant": v, "state": "hot", "round": i, "seq": i, "wall_s": x * (1.2 if v == "b" else 1.0)}
             for v in "ab" for i, x in enumerate(np.linspace(1, 1.05, 10))]
     assert stats.analyse(runs, ["a", "b"], ["hot"], metrics=("wall_s",))["comparisons"][0]["verdict"] == "slower"
+
+
+def test_single_timed_run_per_side_gives_no_verdict():
+    """A degenerate [x, x] interval from one run must not turn into faster/slower."""
+    from elflayout.measure import stats
+
+    row = stats.compare([1.0], [0.8], "wall_s")
+    assert row["verdict"] == "too few runs"
+    assert row["improved"] is None
+    # Deterministic counts still compare (their floor is documented as 0 pages).
+    assert stats.compare([100.0], [90.0], "pages_read")["verdict"] == "fewer"

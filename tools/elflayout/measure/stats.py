@@ -154,7 +154,10 @@ def compare(a, b, metric: str, seed=0) -> dict:
     if min(len(a), len(b)) < MIN_RUNS:
         warn.append(f"fewer than {MIN_RUNS} runs per side ({len(a)} and {len(b)}): the verdict is not reliable")
     diff = mb - ma
-    if metric in TIME_METRICS:
+    if metric in TIME_METRICS and min(len(a), len(b)) < 2:
+        # One timed run per side has no spread to judge noise by: no verdict.
+        changed, verdict = False, "too few runs"
+    elif metric in TIME_METRICS:
         floor_ok = ma != 0 and abs(diff) / abs(ma) >= TIME_FLOOR
         ci_ok = rlo is not None and (rlo > 1 or rhi < 1) if ratio is not None else (dlo > 0 or dhi < 0)
         changed = floor_ok and ci_ok
