@@ -238,6 +238,34 @@ def test_gold_places_jump_tables_with_their_functions(synth, tmp_path):
     assert not others or max(placed) < min(others)
 
 
+def test_objects_from_the_profiled_map_keeps_data_pages(synth, tmp_path):
+    """--objects-from the profiled build's own map must still map data pages to input
+    sections (it used to be read without the library: no offsets, data placement lost)."""
+    from elflayout.elfcore import ElfImage
+    from elflayout.order.resolve import elf_symbols
+
+    doc = json.loads(synth["profile"].read_text())
+    t = doc["targets"][0]
+    with ElfImage(synth["lib"]) as img:
+        arr, names = elf_symbols(img)
+    tbl = sorted({int(arr["offset"][i]) // 4096 for i, n in enumerate(names) if n.startswith("tbl_")})
+    assert tbl
+    t["map"] = str(synth["map"])
+    t["pages"] = [{"page": pg, "kind": "r", "first": 1000 + i, "phase": "main", "t": 0.0} for i, pg in enumerate(tbl)]
+    p = tmp_path / "data.json"
+    p.write_text(json.dumps(doc))
+    counts = []
+    for extra in ([], ["--objects-from", synth["map"]]):
+        for fmt in ("gold", "lld"):
+            r = run_cli("order", p, "--format", fmt, "--lib", synth["lib"], *extra, "-o", tmp_path / f"{fmt}{len(extra)}",
+                        "--report", check=0)
+            counts.append((json.loads(r.stdout)["data"], len((tmp_path / f"{fmt}{len(extra)}").read_text().splitlines())))
+    (g0, gl0), (l0, ll0), (g1, gl1), (l1, ll1) = counts
+    assert g0["from_pages"] > 0 and g1["from_pages"] >= g0["from_pages"]
+    assert g1["sections"] >= g0["sections"] and gl1 >= gl0
+    assert l1["symbols_for_lld"] >= l0["symbols_for_lld"] > 0 and ll1 >= ll0
+
+
 def test_report_counts_resolution(synth, tmp_path):
     r = run_cli("order", synth["profile"], "--format", "lld", "--objects-from", synth["map"], "-o", tmp_path / "x",
                 "--report", check=0)

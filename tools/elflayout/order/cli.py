@@ -128,7 +128,11 @@ def load_universe(objects_from, profiled_map, profiled_lib=None):
     if objects_from:
         if not os.path.exists(objects_from):
             raise ElflayoutError(f"{objects_from}: no such file")
-        u = _load_map(objects_from, required=True)
+        # the profiled build's own map: read it with that build, or its input sections
+        # get no file offsets and no data page can be mapped to them
+        same = bool(profiled_map) and os.path.exists(profiled_map) and \
+            os.path.realpath(profiled_map) == os.path.realpath(objects_from)
+        u = _load_map(objects_from, required=True, image=profiled_lib if same else None)
     if profiled_map and os.path.exists(profiled_map):
         if u is None:
             u, note = _load_map(profiled_map, required=False, image=profiled_lib), None
