@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import need_root_tracefs, run_cli
+from test_relocs import lld_reference_encode as _relr_reference
 from elflayout import fileio
 from elflayout.elfcore import ElfImage, relr_decode, relr_encode, relr_size
 from elflayout.errors import ElflayoutError
@@ -65,30 +66,6 @@ def test_check_output_refuses_existing_and_input(tmp_path):
         fileio.check_output(p, force=True, inputs=(p,))
     with pytest.raises(ElflayoutError, match="does not exist"):
         fileio.check_output(tmp_path / "no" / "o")
-
-
-def _relr_reference(offsets, wordsize=8):
-    """Straight transcription of lld's RelrSection encoder (one relocation at a time)."""
-    offs = sorted(set(int(o) for o in offsets))
-    nbits = wordsize * 8 - 1
-    out, i = [], 0
-    while i < len(offs):
-        out.append(offs[i])
-        base = offs[i] + wordsize
-        i += 1
-        while True:
-            bitmap = 0
-            while i < len(offs):
-                d = offs[i] - base
-                if d >= nbits * wordsize or d % wordsize:
-                    break
-                bitmap |= 1 << (d // wordsize)
-                i += 1
-            if not bitmap:
-                break
-            out.append((bitmap << 1) | 1)
-            base += nbits * wordsize
-    return out
 
 
 @pytest.mark.parametrize("seed", range(5))
