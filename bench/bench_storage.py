@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import numpy as np  # noqa: E402
 
 from elflayout.storage import PRESETS, SlowStorage  # noqa: E402
+from elflayout.measure import cache  # noqa: E402
 from elflayout.storage.model import MB  # noqa: E402
 
 PAGE = 4096
@@ -64,17 +65,9 @@ def data_file(size: int) -> Path:
     return f
 
 
-def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def run_seq(path: str) -> float:
     """Seconds to read the whole file sequentially from a cold mount cache."""
-    evict(path)
+    cache.evict(path, verify=False)
     fd = os.open(path, os.O_RDONLY)
     try:
         t = time.perf_counter()
@@ -98,7 +91,7 @@ def offsets(pattern: str, size: int, n: int) -> np.ndarray:
 
 def run_random(path: str, offs: np.ndarray) -> float:
     """Mean seconds per 4 KiB pread at the given offsets, cold mount cache."""
-    evict(path)
+    cache.evict(path, verify=False)
     fd = os.open(path, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)

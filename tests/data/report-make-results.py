@@ -27,20 +27,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 from elflayout import fileio  # noqa: E402
+from elflayout.measure import cache  # noqa: E402
 from elflayout.elfcore import PAGE, ElfImage  # noqa: E402
 from elflayout.tracefs import TraceSession, file_key  # noqa: E402
 
 LIB = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
 RA = Path("/sys/block/vda/queue/read_ahead_kb")
 SEEK_PAGES = 32
-
-
-def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def one_run(ts: TraceSession, argv: list[str], key) -> dict:
@@ -142,7 +135,7 @@ def main() -> int:
                 rng.shuffle(cells)
                 for v, s in cells:
                     if s == "selective":
-                        evict(LIB)
+                        cache.evict(LIB, verify=False)
                         # Other users of the library on a shared machine keep pages resident.
                         left = subprocess.run(["fincore", "-nbo", "RES", LIB], capture_output=True, text=True)
                         if left.stdout.strip() not in ("", "0"):

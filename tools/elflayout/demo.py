@@ -110,6 +110,14 @@ def _variant_cmd(lib: Path, argv: list[str], env: dict) -> str:
     return f"env LD_LIBRARY_PATH={shlex.quote(str(lib.parent))} {envs} " + " ".join(shlex.quote(a) for a in argv)
 
 
+def _measure(d: Demo, commands: dict[str, str], files, states, runs, out: Path, *extra) -> Path:
+    """`elflayout measure` of named commands, interleaved, with a fixed seed."""
+    names = sum((["--name", n, c] for n, c in commands.items()), [])
+    d.el("measure", *names, *sum((["--state", s] for s in states), []), "--runs", runs, *extra,
+         "--files", *files, "-o", out, "--force", "--seed", 1)
+    return out
+
+
 def run_python(d: Demo, args) -> tuple[Path, Path]:
     from elflayout.targets import libpython
 
@@ -148,13 +156,9 @@ def run_python(d: Demo, args) -> tuple[Path, Path]:
     }
 
     d.head("measure: interleaved rounds, pages read per library (tracefs), read_ahead_kb 128")
-    res = d.out / "python.results.json"
-    margs = []
-    for name, lib in variants.items():
-        margs += ["--name", name, _variant_cmd(lib, argv, env)]
     states = [s for s in args.states.split(",") if s]
-    d.el("measure", *margs, *sum((["--state", s] for s in states), []), "--runs", args.runs,
-         "--files", *variants.values(), "-o", res, "--force", "--seed", 1)
+    res = _measure(d, {n: _variant_cmd(lib, argv, env) for n, lib in variants.items()}, variants.values(),
+                   states, args.runs, d.out / "python.results.json")
     return prof, res
 
 
@@ -186,14 +190,10 @@ def run_llvm(d: Demo, args) -> tuple[Path, Path]:
         "ordered+packed": _pack(d, ordered["lib"], "llvm-ordered-packed"),
     }
     d.head("measure libLLVM variants")
-    res = d.out / "llvm.results.json"
-    margs = []
-    for name, lib in variants.items():
-        # Debian's library is found without help; the others through LD_LIBRARY_PATH.
-        cmd = " ".join(shlex.quote(a) for a in argv) if name == "debian" else _variant_cmd(lib, argv, {})
-        margs += ["--name", name, cmd]
-    d.el("measure", *margs, "--state", "selective", "--state", "hot", "--runs", args.runs,
-         "--files", *variants.values(), "-o", res, "--force", "--seed", 1)
+    # Debian's library is found without help; the others through LD_LIBRARY_PATH.
+    cmds = {n: " ".join(shlex.quote(a) for a in argv) if n == "debian" else _variant_cmd(lib, argv, {})
+            for n, lib in variants.items()}
+    res = _measure(d, cmds, variants.values(), ["selective", "hot"], args.runs, d.out / "llvm.results.json")
     return prof, res
 
 
@@ -243,9 +243,8 @@ def run(args) -> int:
         # One slow mount per directory: {mount0} serves the baseline, {mount1} the other.
         cmd_base = _variant_cmd(base / lib, argv, lld["env"]).replace(f"LD_LIBRARY_PATH={base}", "LD_LIBRARY_PATH={mount0}")
         cmd_both = _variant_cmd(both / lib, argv, lld["env"]).replace(f"LD_LIBRARY_PATH={both}", "LD_LIBRARY_PATH={mount1}")
-        d.el("measure", "--name", "baseline", cmd_base, "--name", "ordered+packed", cmd_both,
-             "--state", "selective", "--state", "hot", "--runs", args.runs, "--storage", args.storage,
-             "--files", base / lib, both / lib, "-o", sres, "--force", "--seed", 1)
+        _measure(d, {"baseline": cmd_base, "ordered+packed": cmd_both}, [base / lib, both / lib],
+                 ["selective", "hot"], args.runs, sres, "--storage", args.storage)
         inputs.insert(1, sres)
 
     d.head("report")

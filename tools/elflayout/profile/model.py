@@ -30,6 +30,16 @@ EVENT_DTYPE = np.dtype([("seq", "<i8"), ("t", "<f8"), ("kind", "S1"), ("target",
                         ("offset", "<i8"), ("length", "<i8")])
 
 
+def workload_path(argv0: str) -> str:
+    """The executable a workload's argv[0] names (PATH lookup), for both backends."""
+    import shutil
+
+    exe = shutil.which(argv0)
+    if exe is None:
+        raise ElflayoutError(f"{argv0}: command not found")
+    return exe
+
+
 def read_ahead_kb(dev_path: str | None = None) -> int | None:
     """read_ahead_kb of the block device holding a file (None when unknown)."""
     try:

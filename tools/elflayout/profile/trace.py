@@ -12,7 +12,6 @@ a page mapped around an earlier fault, or already present, is touched with no ev
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from elflayout.errors import ElflayoutError
-from elflayout.profile.model import EVENT_DTYPE
+from elflayout.profile.model import EVENT_DTYPE, workload_path
 
 HIDDEN_NOTE = ("trace backend: fault-around (the kernel maps up to fault_around_bytes of cached pages "
                "around each fault, without a filemap_fault event) and read-ahead hide first touches: 'pages' "
@@ -103,9 +102,7 @@ def run(targets: list[str], argv: list[str], *, evict_first: bool = False, stdou
     why = status()
     if why:
         raise ElflayoutError(why)
-    exe = shutil.which(argv[0])
-    if exe is None:
-        raise ElflayoutError(f"{argv[0]}: command not found")
+    exe = workload_path(argv[0])
     keys = {file_key(t): i for i, t in enumerate(targets)}
     if evict_first:
         for t in targets:

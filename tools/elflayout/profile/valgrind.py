@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from elflayout.errors import ElflayoutError
-from elflayout.profile.model import EVENT_DTYPE
+from elflayout.profile.model import EVENT_DTYPE, workload_path
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOL_NAME = "firsttouch"
@@ -263,9 +263,7 @@ def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | 
     why = tool_status()
     if why:
         raise ElflayoutError(why)
-    exe = shutil.which(argv[0])
-    if exe is None:
-        raise ElflayoutError(f"{argv[0]}: command not found")
+    exe = workload_path(argv[0])
     e = dict(os.environ if env is None else env)
     e["VALGRIND_LIB"] = str(tool_dir().resolve())
     with tempfile.TemporaryDirectory(prefix="elflayout-ft-") as td:

@@ -59,6 +59,32 @@ def param_key(*values) -> str:
 
 
 @contextlib.contextmanager
+def build_slot(kind: str, linker: str, key: str, outdir=None, outputs=()) -> Iterator[tuple[Path, dict | None]]:
+    """The locked output directory of one cached link and, if a finished build with
+    ``key`` is there, its record (``built.json``); else None, after removing ``outputs``
+    and the record so a half-done earlier build is never taken for this one. Write the
+    record with :func:`save_record` as the last step of a build."""
+    out = (Path(outdir) if outdir else cache_dir(kind, f"link-{linker}-{key}")).resolve()
+    record = out / "built.json"
+    with locked(out.parent / f".{out.name}.lock"):
+        if record.exists():
+            d = json.loads(record.read_text())
+            if d.get("key") == key:
+                yield out, d
+                return
+        out.mkdir(parents=True, exist_ok=True)
+        for name in (*outputs, record.name):
+            (out / name).unlink(missing_ok=True)
+        yield out, None
+
+
+def save_record(out: Path, record: dict) -> None:
+    from elflayout.fileio import atomic_write_text
+
+    atomic_write_text(out / "built.json", json.dumps(record, indent=1))
+
+
+@contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
     """Exclusive lock on ``path`` (a lock file): concurrent test runs of several
     engineers share one cache, and must not build the same thing twice at once."""

@@ -24,14 +24,14 @@ RUNPATH) and with the shipped one.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
-from elflayout.targets import args_fingerprint, cache_dir, driver_args, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
+from elflayout.targets import (args_fingerprint, build_slot, cache_dir, driver_args, ensure_installed, fetch_debs,
+                               linker_flag, param_key, run, save_record)
 
 SONAME = "libLLVM-16.so.1"
 SYSTEM_LIB = Path("/usr/lib/x86_64-linux-gnu") / SONAME
@@ -238,18 +238,10 @@ def relink(linker: str = "lld", extra_link_args=(), outdir=None, archive_order=N
     extra = driver_args((*extra_link_args, *order_args))
     vs = version_script()
     key = param_key(linker, args_fingerprint(extra), [a.name for a in arch])
-    out = Path(outdir) if outdir else cache_dir("libllvm", f"link-{linker}-{key}")
-    out = out.resolve()
-    result_file = out / "built.json"
-    with locked(out.parent / f".{out.name}.lock"):
-        if result_file.exists():
-            d = json.loads(result_file.read_text())
-            if d.get("key") == key:
-                return _as_paths(d)
-        out.mkdir(parents=True, exist_ok=True)
+    with build_slot("libllvm", linker, key, outdir, outputs=(SONAME, f"{SONAME}.map")) as (out, done):
+        if done:
+            return _as_paths(done)
         lib, lmap = out / SONAME, out / f"{SONAME}.map"
-        for p in (lib, lmap, result_file):
-            p.unlink(missing_ok=True)
         link_cmd = ["g++", "-shared", flag, *LINK_FLAGS, f"-Wl,--version-script={vs}", f"-Wl,-Map={lmap}",
                     "-o", str(lib), "-Wl,--whole-archive", *map(str, arch), "-Wl,--no-whole-archive",
                     *extra, *LIBS]
@@ -264,7 +256,7 @@ def relink(linker: str = "lld", extra_link_args=(), outdir=None, archive_order=N
                  archives=[str(a) for a in arch], env={"LD_LIBRARY_PATH": str(out)},
                  workloads=s["workloads"] | {}, verified=sizes)
         d["workloads"] = {k: [str(x) for x in v] for k, v in d["workloads"].items()}
-        atomic_write_text(result_file, json.dumps(d, indent=1))
+        save_record(out, d)
     return _as_paths(d)
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
-from elflayout.targets import args_fingerprint, cache_dir, driver_args, ensure_installed, fetch_debs, linker_flag, locked, param_key, run
+from elflayout.targets import (args_fingerprint, build_slot, cache_dir, driver_args, ensure_installed, fetch_debs,
+                               linker_flag, locked, param_key, run, save_record)
 
 SONAME = "libpython3.11.so.1.0"
 ARCHIVE = "usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11-pic.a"
@@ -112,18 +113,10 @@ def prepare(linker: str = "bfd", extra_link_args=(), object_order=None, outdir=N
     objs = _ordered(objects(), object_order)
     extra = driver_args(extra_link_args)
     key = param_key(linker, args_fingerprint(extra), [o.name for o in objs])
-    out = Path(outdir) if outdir else cache_dir("libpython", f"link-{linker}-{key}")
-    out = out.resolve()
-    result_file = out / "built.json"
-    with locked(out.parent / f".{out.name}.lock"):
-        if result_file.exists():
-            d = json.loads(result_file.read_text())
-            if d.get("key") == key:
-                return _as_paths(d)
-        out.mkdir(parents=True, exist_ok=True)
+    with build_slot("libpython", linker, key, outdir, outputs=(SONAME, f"{SONAME}.map", "python3.11")) as (out, done):
+        if done:
+            return _as_paths(done)
         lib, lmap, launcher = out / SONAME, out / f"{SONAME}.map", out / "python3.11"
-        for p in (lib, lmap, launcher, result_file):
-            p.unlink(missing_ok=True)
         link_cmd = ["gcc", "-shared", flag, f"-Wl,-soname,{SONAME}", "-Wl,-z,relro", f"-Wl,-Map={lmap}",
                     "-o", str(lib), *map(str, objs), *extra, *LIBS]
         run(link_cmd, what=f"link {SONAME} with {linker}")
@@ -136,11 +129,11 @@ def prepare(linker: str = "bfd", extra_link_args=(), object_order=None, outdir=N
         r = run([launcher, "-c", CHECK], env=renv, what=f"{launcher} self-check")
         if "True True" not in r.stdout:
             raise ElflayoutError(f"{launcher}: C accelerators not in use: {r.stdout.strip()}")
-        r = run([launcher, "-c", f"import ctypes, sys; print(sys.version)"], env=renv)
+        r = run([launcher, "-c", "import sys; print(sys.version)"], env=renv)
         d = dict(lib=str(lib), map=str(lmap), launcher=str(launcher), objects=[str(o) for o in objs],
                  link_cmd=link_cmd, env=env, workloads=workloads, outdir=str(out), linker=linker, key=key,
                  version=r.stdout.strip())
-        atomic_write_text(result_file, json.dumps(d, indent=1))
+        save_record(out, d)
     return _as_paths(d)
 
 

@@ -38,7 +38,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
