@@ -182,7 +182,7 @@ def main(argv=None) -> int:
               f".rela.dyn+.relr.dyn {' '.join(f'{x:,}' for x in rel)} (median {med(rel):,.0f}, "
               f"{med(rel) / med(totals):.1%}){'; LOST EVENTS ' + str(lost) if lost else ''}")
         print(f"            resident after eviction (mincore): {' '.join(map(str, left))} pages")
-        print(f"            by section (run 1): " + ", ".join(f"{k} {c:,}" for k, c in top))
+        print("            by section (run 1): " + ", ".join(f"{k} {c:,}" for k, c in top))
     o, p = summary["original"], summary["packed"]
     print(f"\n  packed/original pages: {p[0]:,.0f}/{o[0]:,.0f} = {p[0] / o[0]:.3f} "
           f"({o[0] - p[0]:,.0f} fewer, {(o[0] - p[0]) / o[0]:.1%}); relocation-table pages {o[1]:,.0f} -> {p[1]:,.0f}")

@@ -1,6 +1,5 @@
 """The shared skeleton: CLI dispatch, atomic outputs, envelopes, ELF core, tracefs."""
 
-import json
 import os
 import subprocess
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, need_root_tracefs, run_cli
+from conftest import need_root_tracefs, run_cli
 
 from elflayout.errors import ElflayoutError
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np

@@ -29,7 +29,6 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import resource  # noqa: F401  imported now: os.wait4 would import it mid-run (file reads)

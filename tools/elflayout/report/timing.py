@@ -241,5 +241,5 @@ def _history_from_db(p, variants, states, metric) -> list[dict]:
         con.close()
     if not out:
         raise ElflayoutError(f"{p}: no history for metric {metric}"
-                             + (f" and the chosen variants/states" if variants or states else ""))
+                             + (" and the chosen variants/states" if variants or states else ""))
     return out

@@ -199,7 +199,7 @@ class SlowStorage:
         max_request = max_pages * page if max_pages else None
         if max_read and max_request:
             max_request = min(max_request, max_read)
-        cap, want = int(init.get("capable", 0)), int(init.get("want", 0))
+        want = int(init.get("want", 0))
         return {
             "preset": self.preset,
             "description": PRESETS[self.preset][1],
