@@ -447,13 +447,12 @@ def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
 def _load_state(src: Path, name: str, first: int, ranges, env, timeout) -> tuple[dict, np.ndarray | None]:
     import tempfile
 
-    # The same file name in a directory of the same length: identical heap layout.
+    # The same file name in a directory of the same length: identical heap layout. A
+    # copy, not a link: a new inode, so ld.so never mistakes it for an object it already
+    # has (the interpreter itself may have loaded the input through LD_LIBRARY_PATH).
     with tempfile.TemporaryDirectory(prefix="elflayout-load-") as d:
         lib, out = Path(d) / name, Path(d) / "state"
-        try:
-            os.link(src, lib)
-        except OSError:
-            shutil.copyfile(src, lib)
+        shutil.copyfile(src, lib)
         cmd = ["setarch", "-R", sys.executable, "-c", _LOADED_STATE, str(lib), str(first), json.dumps(ranges), str(out)]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, errors="replace")
