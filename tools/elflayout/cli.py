@@ -32,6 +32,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "link": ("elflayout.order.link_cli", "run a real link command with a profile's ordering applied"),
     "check-order": ("elflayout.order.check_cli", "how well a linked library honours a profile"),
     "simulate": ("elflayout.order.simulate_cli", "predict pages read at cold start for a layout (readahead model)"),
+    "split": ("elflayout.split.cli", "give each function and data object its own section (objects without -ffunction-sections)"),
     "relocs": ("elflayout.relocs.cli", "dynamic relocations by type and section, optimal RELR size"),
     "pack-relocs": ("elflayout.relocs.pack_cli", "pack RELATIVE relocations of a linked library into DT_RELR"),
     "measure": ("elflayout.measure.cli", "measure cold/selective/hot startup: time, faults, pages read per file"),
