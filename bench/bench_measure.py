@@ -16,7 +16,6 @@ Needs root (tracefs, eviction) and gcc, llc-16.
 """
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -33,13 +32,18 @@ LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
 
 
 def measure(out, *args):
-    cmd = [sys.executable, "-m", "elflayout", "measure", *map(str, args), "--quiet", "--census", "none", "-o", str(out),
-           "--force"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    """One session in-process (``measure.session``), the options written as for the CLI."""
+    from elflayout import fileio
+    from elflayout.measure import cli, session
+
+    ap = argparse.ArgumentParser()
+    cli.add_arguments(ap)
+    argv = [*map(str, args), "--census", "none", "-o", str(out)]
     t = time.monotonic()
-    subprocess.run(cmd, check=True, env=env)
-    print(f"  $ elflayout measure {' '.join(map(str, args))} -o {out}   ({time.monotonic() - t:.1f} s)")
-    return json.loads(Path(out).read_text())
+    doc = session.measure(cli.plan_of(ap.parse_args(argv)))
+    fileio.dump_json(doc, out)
+    print(f"  $ elflayout measure {' '.join(map(str, args))} -o {out}   (in-process, {time.monotonic() - t:.1f} s)")
+    return doc
 
 
 def cmp(doc, state, metric):

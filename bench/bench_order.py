@@ -17,10 +17,11 @@
 - model:  the readahead model (simulate) against measured traces: a trace profile of
           one cold run, the pages added measured in another.
 
-Measurement: the library alone is evicted (posix_fadvise DONTNEED, checked with
-mincore; retried while another process maps it), read_ahead_kb of its device set to
-128 and restored, page-cache insertions of that file counted with tracefs. Medians of
---runs runs (page counts are nearly deterministic under these controls).
+Measurement: ``elflayout.measure.session`` in-process, selective state: the library
+alone is evicted (posix_fadvise DONTNEED, checked with mincore; a disturbed run is
+repeated), read_ahead_kb of its device set to 128 and restored, page-cache insertions
+of that file counted with tracefs. Medians of --runs runs (page counts are nearly
+deterministic under these controls).
 Needs root and tracefs; the relinks are cached by elflayout.targets.
 """
 
@@ -42,10 +43,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import numpy as np  # noqa: E402
 
-from elflayout.elfcore import PAGE, ElfImage  # noqa: E402
-from elflayout.measure.cache import evict, mapped_by  # noqa: E402
+from elflayout.elfcore import ElfImage  # noqa: E402
 from elflayout.measure.controls import ReadAhead  # noqa: E402
-from elflayout.tracefs import TraceSession, file_key  # noqa: E402
 
 RA_KB = 128
 PY = sys.executable
@@ -60,58 +59,25 @@ def cli(*args, env=None, check=True):
     return r
 
 
-def _clean_evict(lib, tries=60):
-    for _ in range(tries):
-        ev = evict(lib)
-        if ev["left"] == 0:
-            return True
-        time.sleep(1.0)  # another engineer's process maps it: wait
-    return False
-
-
-def trace_run(lib, argv, env=None, kinds=("add",)):
-    """One selective-cold run: evict LIB, trace it during ARGV. Returns the file's events."""
-    for _attempt in range(5):
-        if not _clean_evict(lib):
-            raise SystemExit(f"{lib}: cannot evict (mapped by {mapped_by(lib)})")
-        with TraceSession([lib], kinds=kinds) as ts:
-            base = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "LD_LIBRARY_PATH"}
-            # output to pipes, as when the profile was recorded: llc's raw_fd_ostream takes
-            # other code paths for /dev/null than for a pipe
-            subprocess.run(argv, env=dict(base, **(env or {})), capture_output=True, check=True)
-        ev = ts.result.of(file_key(lib))
-        if ts.result.lost == 0:
-            return ev
-    return ev
-
-
-def by_section(lib, pages):
-    with ElfImage(lib) as img:
-        idx = img.section_of_offsets(np.asarray(pages, dtype=np.int64) * PAGE)
-        names = {s.index: s.name for s in img.sections}
-    out = {}
-    for i, c in zip(*np.unique(idx, return_counts=True)):
-        out[names.get(int(i), "(other)") if i >= 0 else "(other)"] = int(c)
-    return out
-
-
 def measure(lib, argv, env=None, runs=3):
-    """Median pages added (and by section of the median run) over RUNS selective-cold runs."""
-    res = []
-    with_ra = ReadAhead(lib, RA_KB)
-    with_ra.apply()
-    try:
-        for _ in range(runs):
-            ev = trace_run(lib, argv, env)
-            a = ev[ev["kind"] == 0]
-            pages = np.unique(np.concatenate([np.arange(p, p + n) for p, n in zip(a["page"], a["npages"])])
-                              if len(a) else np.zeros(0, np.int64))
-            res.append((len(pages), pages))
-    finally:
-        with_ra.undo()
-    res.sort(key=lambda x: x[0])
-    n, pages = res[len(res) // 2]
-    return {"pages": n, "runs": [r[0] for r in res], "by_section": by_section(lib, pages)}
+    """Median pages read of LIB over RUNS selectively-cold runs (``measure.session``:
+    the library alone evicted and verified, read_ahead_kb RA_KB, disturbed runs
+    repeated), and pages by section of the median run."""
+    from elflayout.measure import model, session
+
+    # output to a pipe, as when the profile was recorded: llc's raw_fd_ostream takes
+    # other code paths for /dev/null than for a pipe
+    cmd = session.command(argv, env) + " | cat >/dev/null"
+    doc = session.measure(session.MeasurePlan(variants=[("v", cmd)], states=["selective"], runs=runs,
+                                              files=[str(lib)], read_ahead_kb=RA_KB, census="none", seed=1, retries=4))
+    res = model.parse(doc, str(lib))
+    clean = sorted(res.cell("v", "selective"), key=lambda r: r.files[str(lib)].pages_read)
+    if not clean:
+        raise SystemExit(f"{lib}: every run disturbed: {res.runs[0].interference}")
+    mid = clean[len(clean) // 2].files[str(lib)]
+    return {"pages": mid.pages_read, "runs": [r.files[str(lib)].pages_read for r in clean],
+            "disturbed": len(res.runs) - len(clean),
+            "by_section": model.pages_by_section(res.files[str(lib)]["sections"], model.run_pages(mid.reads))}
 
 
 SECTION_COLUMNS = (
@@ -160,24 +126,13 @@ def ordered_file(prof, fmt, lib, *extra, companions=()):
 
 
 def pack(lib: Path, dest: Path) -> tuple[Path, str]:
-    """``elflayout pack-relocs LIB -o DEST/<name> --check``. The archive relinks of libLLVM
-    reference curl_* (libLLVMDebuginfod) without NEEDing libcurl, so dlopen(RTLD_NOW) of
-    the *input* fails and --check refuses it (exit 2); then pack without --check and
-    verify the packed copy as relink() verifies a link: llc/opt byte-identical output."""
-    from elflayout.targets import libllvm
+    """Packed copy of LIB in DEST (cached), and how it was proved (``targets.pack_verified``)."""
+    from elflayout.targets import pack_verified
 
     out = dest / lib.name
     if out.exists() and (dest / "verified").exists():
         return out, (dest / "verified").read_text()
-    dest.mkdir(parents=True, exist_ok=True)
-    r = cli("pack-relocs", lib, "-o", out, "--check", "--force", check=False)
-    how = "pack-relocs --check"
-    if r.returncode == 2 and "the input itself does not load" in r.stderr:
-        cli("pack-relocs", lib, "-o", out, "--force")
-        libllvm.verify(dest)
-        how = "pack-relocs (input fails dlopen RTLD_NOW: curl_*), llc/opt output verified identical"
-    elif r.returncode != 0:
-        raise SystemExit(f"pack-relocs {lib} failed ({r.returncode}): {r.stderr.strip()[-300:]}")
+    how = pack_verified(lib, out)
     (dest / "verified").write_text(how)
     return out, how
 
@@ -327,25 +282,16 @@ def bench_speed():
 # -- readahead model validation ----------------------------------------------------------------
 
 def trace_profile(lib, argv, env, path):
-    """A trace-backend profile (pages faulted, first-fault order) of one selective-cold run."""
+    """A trace-backend profile (pages faulted, first-fault order) of one selective-cold run,
+    at read_ahead_kb RA_KB (``elflayout profile --backend trace --evict``)."""
     ra = ReadAhead(lib, RA_KB)
     ra.apply()
     try:
-        ev = trace_run(lib, argv, env, kinds=("add", "fault"))
+        cli("profile", "--backend", "trace", "--evict", "--target", lib, *[f"--env={k}={v}" for k, v in
+                                                                           (env or {}).items()],
+            "-o", path, "--force", "--", *argv)
     finally:
         ra.undo()
-    f = ev[ev["kind"] == 1]
-    _, first = np.unique(f["page"], return_index=True)
-    first.sort()
-    with ElfImage(lib) as img:
-        ident = img.identity()
-    doc = {"format": "elflayout-profile", "version": 1,
-           "metadata": {"argv": argv, "backend": "trace", "granularity": "page", "read_ahead_kb": RA_KB,
-                        "notes": ["bench_order: faults of one selective-cold run"]},
-           "targets": [{**ident, "map": None, "functions": [], "sections": [], "objects": [],
-                        "pages": [{"page": int(f["page"][i]), "kind": "t", "first": j, "t": float(f["t"][i])}
-                                  for j, i in enumerate(first)], "reads": []}]}
-    Path(path).write_text(json.dumps(doc))
 
 
 def bench_model(runs):

@@ -4,11 +4,12 @@
 1. Speed: wall time of ``elflayout pack-relocs libLLVM-16.so.1 -o OUT --force`` (the
    whole CLI, median of N) and the in-process plan/write split. Target: <= 2 s.
 2. Pages: ``llc-16 --version`` with the original library vs the packed one
-   (LD_LIBRARY_PATH), selective eviction of the library only (fsync +
-   posix_fadvise DONTNEED), read_ahead_kb 128 (restored afterwards), pages added to
-   the page cache for the library counted with tracefs
-   (filemap:mm_filemap_add_to_page_cache), split by the section holding each page
-   (elfcore.section_of_offsets). Variants are interleaved: every round runs each variant once, in a seeded shuffled order.
+   (LD_LIBRARY_PATH), measured by ``elflayout.measure.session`` in-process: selective
+   eviction of the two libraries only, read_ahead_kb 128 (restored afterwards), pages
+   added to the page cache per library counted with tracefs
+   (filemap:mm_filemap_add_to_page_cache), split by section (``measure.model.
+   pages_by_section``). Variants are interleaved: every round runs each variant once,
+   in a seeded shuffled order; disturbed runs are repeated, then left out.
 
 Run:  python3 bench/bench_pack.py [--runs 3] [--pack-runs 5]   (root, tracefs)
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -27,54 +27,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-import numpy as np  # noqa: E402
-
-from elflayout import elfcore  # noqa: E402
 from elflayout.relocs.pack import pack  # noqa: E402
-from elflayout.tracefs import TraceSession, file_key, tracefs_status  # noqa: E402
+from elflayout.tracefs import tracefs_status  # noqa: E402
 
 LIB = Path("/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1")
-RA = Path("/sys/block/vda/queue/read_ahead_kb")
 RA_KB = 128
 WORKLOAD = ["llc-16", "--version"]
-EVICT_TRIES = 30  # seconds to wait for other users of the library to unmap it
 
 
 def cache_dir() -> Path:
     d = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-pack"
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-def evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def resident_pages(path: Path) -> int:
-    """Pages of ``path`` in the page cache (mincore), to verify an eviction."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    size = path.stat().st_size
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
-        if addr in (None, ctypes.c_void_p(-1).value):
-            return -1
-        n = (size + elfcore.PAGE - 1) // elfcore.PAGE
-        vec = (ctypes.c_ubyte * n)()
-        rc = libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec)
-        libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(size))
-        return -1 if rc else int((np.frombuffer(vec, np.uint8) & 1).sum())
-    finally:
-        os.close(fd)
 
 
 def bench_speed(out: Path, runs: int) -> dict:
@@ -90,54 +54,27 @@ def bench_speed(out: Path, runs: int) -> dict:
                 write=[s["write_s"] for s in inproc], total=[s["pack_s"] for s in inproc], stats=inproc[0])
 
 
-def pages_by_section(path: Path, pages: np.ndarray) -> dict:
-    with elfcore.ElfImage(path) as img:
-        idx = img.section_of_offsets(pages * elfcore.PAGE)
-        names = {s.index: s.name for s in img.sections}
-    out = {}
-    for i, c in zip(*np.unique(idx, return_counts=True)):
-        out[names.get(int(i), "(no section)")] = int(c)
-    return out
-
-
-def one_run(lib: Path, libdir: Path | None) -> tuple[int, dict, int, int]:
-    # Another process mapping the file (a concurrent profile run) keeps pages resident:
-    # wait for it to go away, and flag the run if it does not.
-    for _ in range(EVICT_TRIES):
-        evict(lib)
-        left = resident_pages(lib)
-        if left == 0:
-            break
-        time.sleep(1)
-    env = dict(os.environ)
-    env.pop("LD_LIBRARY_PATH", None)
-    if libdir is not None:
-        env["LD_LIBRARY_PATH"] = str(libdir)
-    with TraceSession([lib], kinds=("add",)) as ts:
-        subprocess.run(WORKLOAD, check=True, env=env, stdout=subprocess.DEVNULL)
-    ev = ts.result.of(file_key(lib), "add")
-    pages = np.unique(np.concatenate([np.arange(p, p + n) for p, n in zip(ev["page"], ev["npages"])])
-                      if ev.size else np.zeros(0, np.int64))
-    return int(pages.size), pages_by_section(lib, pages), ts.result.lost, left
-
-
 def bench_pages(packed: Path, runs: int, seed: int = 1) -> dict:
+    """Original vs packed library, selectively cold, interleaved (``measure.session``)."""
+    from elflayout.measure import model, session
+
     why = tracefs_status()
     if why:
         return dict(skipped=why)
-    old_ra = RA.read_text().strip()
-    variants = {"original": (LIB, None), "packed": (packed, packed.parent)}
-    rng = random.Random(seed)  # interleaved: each round runs both variants, in a shuffled order
-    order = [v for _ in range(runs) for v in rng.sample(list(variants), len(variants))]
-    res = {v: [] for v in variants}
-    try:
-        RA.write_text(str(RA_KB))
-        for v in order:
-            lib, libdir = variants[v]
-            res[v].append(one_run(lib, libdir))
-    finally:
-        RA.write_text(old_ra)
-    return dict(read_ahead_kb_found=old_ra, order=order, runs=res)
+    variants = {"original": session.command(WORKLOAD, {}), "packed": session.command(WORKLOAD, {}, packed.parent)}
+    doc = session.measure(session.MeasurePlan(variants=list(variants.items()), states=["selective"], runs=runs,
+                                              files=[str(LIB), str(packed)], read_ahead_kb=RA_KB, census="none",
+                                              seed=seed, retries=4))
+    res = model.parse(doc, "bench_pack")
+    lib_of = {"original": str(LIB), "packed": str(packed)}
+    out = {}
+    for v, path in lib_of.items():
+        secs = res.files[path]["sections"]
+        out[v] = [(r.files[path].pages_read, model.pages_by_section(secs, model.run_pages(r.files[path].reads)),
+                   r.lost_events, r.interference) for r in res.runs if r.variant == v]
+    order = [r.variant for r in sorted(res.runs, key=lambda r: r.seq)]
+    ra = res.metadata["controls"]["read_ahead_kb"]
+    return dict(read_ahead_kb_found=ra["before"], order=order, runs=out)
 
 
 def med(xs):
@@ -168,20 +105,20 @@ def main(argv=None) -> int:
     print(f"  order: {' '.join(pg['order'])}; read_ahead_kb restored to {pg['read_ahead_kb_found']}")
     summary = {}
     for v, all_runs in pg["runs"].items():
-        runs = [r for r in all_runs if r[3] == 0] or all_runs
+        runs = [r for r in all_runs if not r[3]]
         if len(runs) < len(all_runs):
-            print(f"  {v}: {len(all_runs) - len(runs)} run(s) left out: library still resident after eviction "
-                  f"(mapped by another process)")
+            print(f"  {v}: {len(all_runs) - len(runs)} run(s) left out as disturbed: {all_runs[0][3] or ''}")
+        if not runs:
+            print(f"  {v}: every run disturbed: no figure")
+            return 1
         totals = [r[0] for r in runs]
         rel = [r[1].get(".rela.dyn", 0) + r[1].get(".relr.dyn", 0) for r in runs]
         lost = sum(r[2] for r in runs)
-        left = [r[3] for r in all_runs]
         summary[v] = (med(totals), med(rel))
         top = sorted(runs[0][1].items(), key=lambda kv: -kv[1])[:6]
         print(f"  {v:<9} pages {' '.join(f'{t:,}' for t in totals)} (median {med(totals):,.0f}); "
               f".rela.dyn+.relr.dyn {' '.join(f'{x:,}' for x in rel)} (median {med(rel):,.0f}, "
               f"{med(rel) / med(totals):.1%}){'; LOST EVENTS ' + str(lost) if lost else ''}")
-        print(f"            resident after eviction (mincore): {' '.join(map(str, left))} pages")
         print("            by section (run 1): " + ", ".join(f"{k} {c:,}" for k, c in top))
     o, p = summary["original"], summary["packed"]
     print(f"\n  packed/original pages: {p[0]:,.0f}/{o[0]:,.0f} = {p[0] / o[0]:.3f} "

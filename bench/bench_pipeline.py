@@ -213,78 +213,47 @@ def hashed_copy(path: Path) -> Path:
     return dest
 
 
-def dlopen_now_ok(lib: Path) -> bool:
-    """Whether LIB itself loads with RTLD_NOW (in a subprocess: a failed load may leave state)."""
-    code = "import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_GLOBAL)"
-    return subprocess.run([PY, "-c", code, str(lib)], capture_output=True).returncode == 0
-
-
 def pack(lib: Path, dest_dir: Path) -> Path:
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    out = dest_dir / lib.name
-    r = cli("pack-relocs", lib, "-o", out, "--check", "--force", check=False)
-    if r.returncode == 0:
-        return out
-    msg = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
-    refused = (r.returncode == 1 and "dlopen of the packed library failed" in msg[0]
-               or r.returncode == 2 and "the input itself does not load" in msg[0])
-    if refused and not dlopen_now_ok(lib):
-        # The relinked libLLVM references curl_* without NEEDing libcurl, so RTLD_NOW fails for
-        # the input as well; the simulated-loader proof cannot be run alone, so pack unchecked.
-        print(f"  note: {msg[0].removeprefix('elflayout: ')}; packing without --check "
-              "(the input itself fails dlopen(RTLD_NOW): checked)", flush=True)
-        cli("pack-relocs", lib, "-o", out, "--force")
-        if out.name.startswith("libLLVM"):
-            from elflayout.targets import libllvm
+    """Packed copy of LIB in DEST_DIR, proved (``targets.pack_verified``)."""
+    from elflayout.targets import pack_verified
 
-            libllvm.verify(out.parent)  # raises unless llc/opt print byte-identical output
-            print(f"  verified: llc-16/opt-16 through {out.parent} print what the shipped library prints "
-                  "(elflayout.targets.libllvm.verify)", flush=True)
-        return out
-    raise SystemExit(f"bench_pipeline: elflayout pack-relocs failed (exit {r.returncode}): {msg[0]}")
+    out = dest_dir / lib.name
+    how = pack_verified(lib, out)
+    if how != "pack-relocs --check":
+        print(f"  note: {out}: {how}", flush=True)
+    return out
 
 
 def variant_cmd(libdir: Path | None, argv: list, env: dict) -> str:
     """Shell command of one variant; libdir None: the library the program finds itself."""
-    envs = [f"{k}={shlex.quote(str(v))}" for k, v in env.items()]
-    if libdir is not None:
-        envs.insert(0, f"LD_LIBRARY_PATH={shlex.quote(str(libdir))}")
-    return " ".join(["env", "-u", "PYTHONPATH", *envs, *(shlex.quote(str(a)) for a in argv)])
+    from elflayout.measure.session import command
+
+    return command(argv, env, libdir)
 
 
 def measure(out: Path, variants: dict, runs: int, seed: int = 1) -> dict:
-    """variants: name -> (lib, shell command). One interleaved `elflayout measure` session."""
-    args = ["measure"]
-    for name, (_lib, cmd) in variants.items():
-        args += ["--name", name, cmd]
-    args += ["--state", "selective", "--state", "hot", "--runs", runs, "--read-ahead-kb", RA_KB,
-             "--census", "none", "--files", *[lib for lib, _ in variants.values()], "--seed", seed, "--retries", 4,
-             "--quiet", "-o", out, "--force"]
-    cli(*args)
-    return json.loads(out.read_text())
+    """variants: name -> (lib, shell command). One interleaved measurement session
+    (``measure.session``, in-process), its results also written to OUT."""
+    from elflayout import fileio
+    from elflayout.measure import session
+
+    plan = session.MeasurePlan(variants=[(n, cmd) for n, (_lib, cmd) in variants.items()], states=["selective", "hot"],
+                               runs=runs, read_ahead_kb=RA_KB, census="none",
+                               files=[str(lib) for lib, _ in variants.values()], seed=seed, retries=4)
+    args = [*sum((["--name", n, c] for n, c in plan.variants), []), "--state", "selective", "--state", "hot",
+            "--runs", runs, "--read-ahead-kb", RA_KB, "--census", "none", "--files", *plan.files, "--seed", seed,
+            "--retries", 4, "-o", out]
+    print(f"  $ {show_cmd(['measure', *args])}   (in-process)", flush=True)
+    doc = session.measure(plan)
+    fileio.dump_json(doc, out)
+    return doc
 
 
 def section_counts(reads: list, sections: list) -> dict:
     """Pages of one run by section, from results' runs[].files[P].reads + metadata sections."""
-    if not reads:
-        return {}
-    r = np.asarray(reads, dtype=np.float64)
-    pages = np.unique(np.concatenate([np.arange(int(p), int(p) + int(n)) for _, p, n in r]))
-    secs = sorted((s for s in sections if s["size"] > 0), key=lambda s: s["offset"])
-    starts = np.array([s["offset"] for s in secs], dtype=np.int64)
-    ends = np.array([s["offset"] + s["size"] for s in secs], dtype=np.int64)
-    # A page is attributed to the section holding its first byte, else the one covering most of it.
-    off = pages * PAGE
-    k = np.searchsorted(starts, off, side="right") - 1
-    ok = (k >= 0) & (off < ends[np.clip(k, 0, None)])
-    # pages starting in padding/headers: the next section starting inside the page
-    k2 = np.searchsorted(starts, off, side="left")
-    ok2 = ~ok & (k2 < len(starts)) & (starts[np.clip(k2, 0, len(starts) - 1)] < off + PAGE)
-    out: dict[str, int] = {}
-    for i, a, b, kk in zip(k, ok, ok2, k2):
-        n = secs[i]["name"] if a else (secs[kk]["name"] if b else "(headers/other)")
-        out[n] = out.get(n, 0) + 1
-    return out
+    from elflayout.measure import model
+
+    return model.pages_by_section(sections, model.run_pages(reads)) if reads else {}
 
 
 def _clean(run: dict, path: str) -> bool:

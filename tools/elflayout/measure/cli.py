@@ -90,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
 
 
-def plan_of(args) -> "MeasurePlan":
+def plan_of(args):
     from elflayout.measure.session import MeasurePlan
 
     for e in args.env:

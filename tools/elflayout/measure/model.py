@@ -22,6 +22,19 @@ RUN_FIELDS = ("variant", "state", "round", "seq", "wall_s", "user_s", "sys_s", "
               "read_bytes", "pages_read", "bytes_read")
 
 
+def elf_sections(path) -> list[dict]:
+    """File-occupying named sections of an ELF file: [{name, offset, size}] (for plots and
+    per-section page counts); empty for a non-ELF file."""
+    from elflayout.elfcore import ElfImage
+
+    try:
+        with ElfImage(Path(path)) as img:
+            return [{"name": s.name, "offset": s.offset, "size": s.size}
+                    for s in img.sections if s.occupies_file and s.name]
+    except ElflayoutError:
+        return []
+
+
 def file_metadata(path: str) -> dict:
     """Identity of a file under test; ELF files also carry their sections (for plots)."""
     from elflayout.elfcore import ElfImage
@@ -31,8 +44,7 @@ def file_metadata(path: str) -> dict:
     try:
         with ElfImage(p) as img:
             md = img.identity()
-            md["sections"] = [{"name": s.name, "offset": s.offset, "size": s.size}
-                              for s in img.sections if s.occupies_file and s.name]
+        md["sections"] = elf_sections(p)
     except ElflayoutError:
         import hashlib
 
@@ -42,6 +54,48 @@ def file_metadata(path: str) -> dict:
     md["dev"] = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
     md["ino"] = st.st_ino
     return md
+
+
+def pages_by_section(sections: list[dict], pages) -> dict[str, int]:
+    """Distinct pages per section: {name: pages}.
+
+    ``sections``: [{name, offset, size}] (``elf_sections``, or a results file's
+    ``metadata.files[P].sections``); ``pages``: page indexes (repeats count once). A page
+    goes to the section holding its first byte, else to the first section starting
+    inside it, else to ``(headers/other)`` (ELF headers, padding between sections).
+    """
+    import numpy as np
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    pages = np.unique(np.asarray(pages, dtype=np.int64))
+    secs = sorted((s for s in sections if s["size"] > 0), key=lambda s: s["offset"])
+    out: dict[str, int] = {}
+    if not len(pages):
+        return out
+    if not secs:
+        return {"(headers/other)": int(len(pages))}
+    starts = np.array([s["offset"] for s in secs], dtype=np.int64)
+    ends = np.array([s["offset"] + s["size"] for s in secs], dtype=np.int64)
+    off = pages * page
+    k = np.searchsorted(starts, off, side="right") - 1
+    holds = (k >= 0) & (off < ends[np.clip(k, 0, None)])
+    k2 = np.searchsorted(starts, off, side="left")
+    starts_in = ~holds & (k2 < len(starts)) & (starts[np.clip(k2, 0, len(starts) - 1)] < off + page)
+    names = np.array([s["name"] for s in secs] + ["(headers/other)"], dtype=object)
+    idx = np.where(holds, k, np.where(starts_in, k2, len(secs)))
+    for i, c in zip(*np.unique(idx, return_counts=True)):
+        out[names[i]] = out.get(names[i], 0) + int(c)
+    return out
+
+
+def run_pages(reads):
+    """Distinct pages of a run's ``reads`` list ([[t, page, npages], ...])."""
+    import numpy as np
+
+    from elflayout.measure.cache import expand
+
+    r = np.asarray(reads, dtype=np.float64).reshape(-1, 3)
+    return expand(r[:, 1].astype(np.int64), r[:, 2].astype(np.int64))
 
 
 def build(metadata: dict, variants: list[dict], runs: list[dict], analysis: dict) -> dict:

@@ -355,6 +355,17 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     return model.build(metadata, [{"name": v.name, "command": v.command} for v in variants], runs, analysis)
 
 
+def command(argv, env: dict | None = None, libdir=None) -> str:
+    """A variant's shell command: ``env -u PYTHONPATH [LD_LIBRARY_PATH=libdir] K=V... ARGV``
+    (quoted; the harness's own PYTHONPATH must not reach a measured Python)."""
+    import shlex
+
+    envs = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items() if k != "LD_LIBRARY_PATH" or libdir is None]
+    if libdir is not None:
+        envs.insert(0, f"LD_LIBRARY_PATH={shlex.quote(str(libdir))}")
+    return " ".join(["env", "-u", "PYTHONPATH", *envs, *(shlex.quote(str(a)) for a in argv)])
+
+
 def all_disturbed(doc: dict) -> list[str]:
     """Cells (``variant/state``) whose every run was disturbed: no figure for them."""
     cells: dict[tuple[str, str], list[bool]] = {}

@@ -175,3 +175,41 @@ def ensure_installed(packages: Iterable[str]) -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *need], env=env,
         what=f"apt-get install {' '.join(need)}")
+
+
+def pack_verified(lib, out) -> str:
+    """``elflayout pack-relocs LIB -o OUT --check``; returns how the packed copy was proved.
+
+    Archive relinks of libLLVM reference curl_* (libLLVMDebuginfod) without NEEDing
+    libcurl, so dlopen(RTLD_NOW) of the *input* already fails and ``--check`` refuses it
+    (exit 2, "the input itself does not load"). Then the library is packed without the
+    check and proved as a relink is: llc-16/opt-16 print byte-identical output through it
+    (``libllvm.verify``). Any other failure, or such an input that is not libLLVM, raises.
+    """
+    import sys
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "elflayout", "pack-relocs", str(lib), "-o", str(out), "--force"]
+    r = subprocess.run([*cmd, "--check"], capture_output=True, text=True)
+    if r.returncode == 0:
+        return "pack-relocs --check"
+    msg = ((r.stderr or r.stdout).strip().splitlines() or [""])[-1].removeprefix("elflayout: ")
+    input_fails = (r.returncode == 2 and "the input itself does not load" in msg
+                   or r.returncode == 1 and "dlopen of the packed library failed" in msg and not _loads_now(lib))
+    if input_fails and out.name.startswith("libLLVM"):
+        run(cmd, what="pack-relocs")
+        from elflayout.targets import libllvm
+
+        libllvm.verify(out.parent)
+        return (f"pack-relocs without --check ({msg}); llc-16/opt-16 output through the packed copy verified "
+                f"identical to the shipped library's")
+    raise ElflayoutError(f"pack-relocs {lib} failed (exit {r.returncode}): {msg}")
+
+
+def _loads_now(lib) -> bool:
+    """Whether LIB itself loads with RTLD_NOW (in a subprocess: a failed load may leave state)."""
+    import sys
+
+    code = "import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_GLOBAL)"
+    return subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True).returncode == 0
