@@ -96,6 +96,11 @@ class Loaded:
             return np.zeros(0, np.uint64)
         return elfcore.relr_decode(self.at(a, n, np.uint64))
 
+    def needed(self) -> set[bytes]:
+        """DT_NEEDED names."""
+        strtab = self.at(self.tag(L.DT_STRTAB), self.tag(L.DT_STRSZ, 0)).tobytes()
+        return {L.cstr(strtab, int(v)) for v in self.dyn["d_val"][self.dyn["d_tag"] == L.DT_NEEDED]}
+
     def sym_fake(self, symidx: np.ndarray) -> np.ndarray:
         """Fake address per symbol index, from the symbol's name (0 for index 0)."""
         out = np.zeros(symidx.size, np.uint64)
@@ -312,19 +317,22 @@ def _verneed_names(l: Loaded):
 
 
 def _compare_verneed(a: Loaded, b: Loaded) -> list[str]:
-    """The output's version needs are the input's plus at most GLIBC_ABI_DT_RELR under libc.so.6."""
+    """The output's version needs are the input's plus at most GLIBC_ABI_DT_RELR, which
+    must be there when glibc requires it (pack.glibc_requires_relr_need)."""
+    from elflayout.relocs.pack import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
+
     va, vb = _verneed_names(a), _verneed_names(b)
-    relr_name = b"GLIBC_ABI_DT_RELR"
-    extra = [(f, x) for f, xs in vb for x in xs if x[0] == relr_name]
+    extra = [(f, x) for f, xs in vb for x in xs if x[0] == GLIBC_ABI_DT_RELR]
     files_a = {f for f, _ in va}
-    rest_b = [(f, [x for x in xs if x[0] != relr_name]) for f, xs in vb]
+    rest_b = [(f, [x for x in xs if x[0] != GLIBC_ABI_DT_RELR]) for f, xs in vb]
     rest_b = [(f, xs) for f, xs in rest_b if xs or f in files_a]  # drop a libc.so.6 entry added for it
-    rest_a = [(f, [x for x in xs if x[0] != relr_name]) for f, xs in va]
+    rest_a = [(f, [x for x in xs if x[0] != GLIBC_ABI_DT_RELR]) for f, xs in va]
     if rest_a != rest_b:
         return ["version needs differ beyond GLIBC_ABI_DT_RELR"]
-    if b.tag(L.DT_RELR) is not None and b.tag(L.DT_VERNEED) is not None and \
-            not any(f == b"libc.so.6" and x[1] == 0x0FD0E42 for f, x in extra):
-        return ["DT_RELR without a GLIBC_ABI_DT_RELR version need under libc.so.6 (glibc 2.36 refuses it)"]
+    if b.tag(L.DT_RELR) is not None and glibc_requires_relr_need(b.needed(), b.tag(L.DT_VERNEED) is not None) \
+            and not any(x[1] == GLIBC_ABI_DT_RELR_HASH for _, x in extra):
+        return ["DT_RELR without a GLIBC_ABI_DT_RELR version need although libc.so.* is DT_NEEDED "
+                "(glibc >= 2.36 refuses it)"]
     return []
 
 
