@@ -8,7 +8,7 @@ Each verb lives in its own module, which defines::
     def run(args: argparse.Namespace) -> int
 
 Modules are imported only when their verb is used, so ``elflayout --help`` and
-fast verbs do not pay for numpy/matplotlib/lief imports they do not need.
+fast verbs do not pay for numpy/matplotlib imports they do not need.
 This module is the only place (with the verb modules' ``run``) that prints.
 """
 

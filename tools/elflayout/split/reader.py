@@ -2,7 +2,7 @@
 
 pyelftools checks and parses the ELF header and section headers; the symbol table and
 the RELA tables, which the splitter rewrites wholesale, are read as numpy record arrays
-(one layout each, ``elfraw``) because per-entry parsing of ~10^5 relocations per
+(layouts declared once in ``elflayout.layouts``) because per-entry parsing of ~10^5 relocations per
 archive through pyelftools' structs is too slow for the 10-second budget of a
 libpython-sized archive. Bad input raises ``ElflayoutError`` naming the file.
 """
@@ -14,17 +14,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SHN_INDICES
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_E_MACHINE, ENUM_E_TYPE, ENUM_SH_TYPE_BASE
 
 from elflayout.errors import ElflayoutError
-from elflayout.relocs.elfraw import SHDR64, SYM64
+from elflayout.layouts import RELA64, SHDR64, SYM64
 
 SHT = ENUM_SH_TYPE_BASE
-# gABI "Relocation": Elf64_Rela.
 # gABI "Sections": indexes from here on are reserved (extended numbering not handled).
-SHN_LORESERVE = 0xFF00
-RELA64 = np.dtype([("r_offset", "<u8"), ("r_info", "<u8"), ("r_addend", "<i8")])
+SHN_LORESERVE = SHN_INDICES.SHN_LORESERVE
 
 
 @dataclass

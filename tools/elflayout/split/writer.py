@@ -18,7 +18,7 @@ import numpy as np
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.enums import ENUM_E_TYPE, ENUM_ST_INFO_BIND, ENUM_SH_TYPE_BASE
 
-from elflayout.relocs.elfraw import SHDR64, SYM64, align_up
+from elflayout.layouts import SHDR64, SYM64, align_up
 from elflayout.split.extents import SPLIT_PREFIX, STT
 from elflayout.split.plan import R, Plan, SectionPlan
 from elflayout.split.reader import RELA64, SHN_LORESERVE
