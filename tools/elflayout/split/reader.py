@@ -16,7 +16,7 @@ import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SHN_INDICES
 from elftools.elf.elffile import ELFFile
-from elftools.elf.enums import ENUM_E_MACHINE, ENUM_E_TYPE, ENUM_SH_TYPE_BASE
+from elftools.elf.enums import ENUM_SH_TYPE_BASE
 
 from elflayout.errors import ElflayoutError
 from elflayout.layouts import RELA64, SHDR64, SYM64
