@@ -23,7 +23,8 @@ function below)
   3. Version need (``_version_need``): add ``GLIBC_ABI_DT_RELR`` under libc.so.6 where
      glibc >= 2.36 requires it (``glibc_requires_relr_need``: version needs and a
      DT_NEEDED libc.so.*) by appending the name to .dynstr and a Vernaux to
-     .gnu.version_r.
+     .gnu.version_r. A .gnu.version naming an index beyond the versions the library
+     defines or needs is refused (``_check_versions``).
   4. Layout (``_layout``): slide the run forward into the space freed at the start of
      .rela.dyn (tables are found only through DT_* tags and section headers), then
      write the kept relocations and the RELR table into the old .rela.dyn space; zero
@@ -273,6 +274,37 @@ def _widths(arch, types: np.ndarray) -> np.ndarray:
     return w[inv.reshape(-1)]
 
 
+def _check_versions(inp: _Input) -> tuple[list, list]:
+    """The version needs and every version index the library defines or needs; refuse a
+    .gnu.version naming an index beyond them (ld.so would read past its version array,
+    and adding a version need would change what it reads)."""
+    img, tag, sec = inp.img, inp.tag, inp.sec
+    entries, ndx = [], [0, 1]  # VER_NDX_LOCAL, VER_NDX_GLOBAL
+    if tag(L.DT_VERNEED) is not None:
+        vn_i = sec.get(".gnu.version_r")
+        if vn_i is None or inp.sh(vn_i, "sh_addr") != tag(L.DT_VERNEED):
+            _fail(img, "inconsistent: .gnu.version_r section does not match DT_VERNEED")
+        try:
+            entries = L.parse_verneed(inp.section_bytes(vn_i), tag(L.DT_VERNEEDNUM) or 0)
+        except ValueError as e:
+            _fail(img, f"inconsistent .gnu.version_r ({e})")
+        ndx += [a["other"] & ~L.VERSYM_HIDDEN for e in entries for a in e["aux"]]
+    vd_i = sec.get(".gnu.version_d")
+    if tag(L.DT_VERDEF) is not None and vd_i is not None:
+        ndx += L.verdef_indices(inp.section_bytes(vd_i), tag(L.DT_VERDEFNUM) or 0)
+    vs_i, ds_i = sec.get(".gnu.version"), sec.get(".dynsym")
+    if tag(L.DT_VERSYM) is not None and vs_i is not None and ds_i is not None:
+        if inp.sh(vs_i, "sh_addr") != tag(L.DT_VERSYM):
+            _fail(img, "inconsistent: .gnu.version section does not match DT_VERSYM")
+        n = min(inp.sh(ds_i, "sh_size") // L.SYM64.itemsize, inp.sh(vs_i, "sh_size") // 2)
+        versym = _read(img, inp.sh(vs_i, "sh_offset"), 2 * n, np.dtype("<u2")) & ~np.uint16(L.VERSYM_HIDDEN)
+        if versym.size and int(versym.max()) > max(ndx):
+            k = int(np.argmax(versym))
+            _fail(img, f"inconsistent .gnu.version: symbol {k} has version index {int(versym[k])}, but the "
+                       f"library defines or needs versions up to {max(ndx)} only")
+    return entries, ndx
+
+
 def _version_need(inp: _Input) -> _VersionNeed:
     """Step 3: GLIBC_ABI_DT_RELR under libc.so.6, when glibc requires it."""
     img, tag, sec = inp.img, inp.tag, inp.sec
@@ -283,15 +315,10 @@ def _version_need(inp: _Input) -> _VersionNeed:
     live = inp.live
     needed = {L.cstr(strtab, int(v)) for t, v in zip(live["d_tag"], live["d_val"]) if t == L.DT_NEEDED}
     out = _VersionNeed({}, "not needed (no DT_VERNEED: glibc only checks objects with version needs)", None)
+    entries, ndx = _check_versions(inp)
     if tag(L.DT_VERNEED) is None:
         return out
     vn_i = sec.get(".gnu.version_r")
-    if vn_i is None or inp.sh(vn_i, "sh_addr") != tag(L.DT_VERNEED):
-        _fail(img, "inconsistent: .gnu.version_r section does not match DT_VERNEED")
-    try:
-        entries = L.parse_verneed(inp.section_bytes(vn_i), tag(L.DT_VERNEEDNUM) or 0)
-    except ValueError as e:
-        _fail(img, f"inconsistent .gnu.version_r ({e})")
     libc = [e for e in entries if L.cstr(strtab, e["file"]) == LIBC_SONAME]
     if any(L.cstr(strtab, a["name"]) == GLIBC_ABI_DT_RELR for e in entries for a in e["aux"]):
         out.note = "already present"
@@ -305,10 +332,6 @@ def _version_need(inp: _Input) -> _VersionNeed:
         name_off = at + 1
     else:
         name_off, new_str = len(strtab), GLIBC_ABI_DT_RELR + b"\0"
-    ndx = [a["other"] & ~L.VERSYM_HIDDEN for e in entries for a in e["aux"]]
-    vd_i = sec.get(".gnu.version_d")
-    if tag(L.DT_VERDEF) is not None and vd_i is not None:
-        ndx += L.verdef_indices(inp.section_bytes(vd_i), tag(L.DT_VERDEFNUM) or 0)
     aux = dict(hash=GLIBC_ABI_DT_RELR_HASH, flags=0, other=max(ndx + [1]) + 1, name=name_off)
     if libc:
         libc[0]["aux"].append(aux)

@@ -444,13 +444,14 @@ print(json.dumps(dict(base=base)))
 
 def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
     """Link-time ranges of the file-backed part of ``a``'s writable PT_LOADs, less both
-    files' dynamic arrays (ld.so relocates DT_* pointers in place, and the packer
-    rewrites the array). .bss is left out: nothing is packed there, and constructors
-    store run-dependent values in it (timestamps, seeds)."""
+    files' dynamic-linking metadata (``meta_ranges``: the packer rewrites it and
+    ``compare_tables`` checks it field by field; ld.so also relocates DT_* pointers in
+    place). .bss is left out: nothing is packed there, and constructors store
+    run-dependent values in it (timestamps, seeds)."""
     out = []
     for p in a.phdrs[(a.phdrs["p_type"] == L.PT_LOAD) & (a.phdrs["p_flags"] & L.PF_W != 0)]:
         out.append((int(p["p_vaddr"]), int(p["p_vaddr"] + p["p_filesz"])))
-    for lo, hi in (a.dyn_range, b.dyn_range):
+    for lo, hi in a.meta_ranges() + b.meta_ranges():
         cut = []
         for x, y in out:
             cut += [r for r in ((x, min(y, lo)), (max(x, hi), y)) if r[0] < r[1]]
