@@ -545,7 +545,8 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "
     # lld: no spare slots. Rebuild the array in the freed space, read-only.
     if ap is not None:
         _fail(img, "no DT_INIT and no spare DT_NULL slot to add one: the self-applying form cannot be made "
-                   "post-link (a read-only dynamic array needs glibc >= 2.35); the link-time path is not implemented yet")
+                   "post-link (a read-only dynamic array needs glibc >= 2.35); the link-time path is not "
+                   "implemented yet")
     if np.any(dt == L.DT_DEBUG):
         _fail(img, "no spare DT_NULL slot and DT_DEBUG present (an executable): ld.so writes DT_DEBUG, so the "
                    "dynamic array cannot move to read-only memory; relink with -z pack-relative-relocs")
