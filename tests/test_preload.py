@@ -170,7 +170,7 @@ def bins():
 
 def on_disk_dir(tmp_path):
     """A directory on a disk-backed file system (tmpfs files never leave the page cache)."""
-    from elflayout.measure.cli import fs_of
+    from elflayout.measure.session import fs_of
 
     if fs_of(str(tmp_path)).get("fs") in ("tmpfs", "ramfs"):
         pytest.skip(f"{tmp_path} is on tmpfs: eviction cannot be tested")
@@ -219,6 +219,9 @@ def test_launcher_reads_planned_ranges(tmp_path, bins, method):
                 break
             subprocess.run(["sleep", "0.05"])
     assert_read_exactly(f, RANGES)
+    if method == "pread":  # hot: everything cached, nothing is read again
+        r = subprocess.run(runner.launcher_argv(pl, ["true"], verbose=True), capture_output=True, text=True)
+        assert ": 1 files (0 skipped), 0 ranges read" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("audit", [True, False])

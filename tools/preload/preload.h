@@ -27,8 +27,9 @@ struct elp_opts {
 };
 
 struct elp_stats {
-	unsigned files, files_skipped, ranges;
-	uint64_t bytes;
+	unsigned files, files_skipped;
+	unsigned ranges;   /* ranges read (parts already in the page cache are not) */
+	uint64_t bytes;    /* bytes requested */
 	double seconds;
 };
 
