@@ -314,3 +314,37 @@ def test_map_rewrites_paths(tmp_path, bins):
     r = subprocess.run(runner.launcher_argv(pl, ["true"], map_=[f"{a}={b}"]), capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr == ""
     assert cache.residency(g)[:4].all()
+
+
+@pytest.mark.parametrize("storage", [None, "none"])
+def test_measure_with_and_without_preload(tmp_path, bins, storage):
+    """measure --preload: each variant gets a NAME+preload twin started by the launcher;
+    its runs read the planned ranges (counted by the page-cache tracepoint), also when
+    the file is served from a storage mount (the plan's path is mapped onto it)."""
+    from conftest import need_root_tracefs
+    from elflayout.measure.session import MeasurePlan, measure
+
+    need_root_tracefs()
+    if storage:
+        from elflayout.storage import server
+
+        why = server.fuse_status()
+        if why:
+            pytest.skip(why)
+    d = on_disk_dir(tmp_path)
+    f = data_file(d, pages=512)
+    pl = planned(d, f, [(0, 64), (300, 340)])
+    doc = measure(MeasurePlan([("head", f"head -c 4096 {{mount}}/{f.name} >/dev/null" if storage
+                                else f"head -c 4096 {f} >/dev/null")], states=["selective"], runs=2,
+                              files=[str(f)], census="none", storage=storage, preload=str(pl), argv=["test"]))
+    assert [v["name"] for v in doc["variants"]] == ["head", "head+preload"]
+    pages = {v: [r["pages_read"] for r in doc["runs"] if r["variant"] == v] for v in ("head", "head+preload")}
+    assert all(p < 64 for p in pages["head"]), pages  # one read-ahead window at most
+    assert all(p >= 104 for p in pages["head+preload"]), pages  # the plan's 104 pages
+
+
+def test_measure_preload_bad_plan(tmp_path, cli):
+    f = data_file(tmp_path, pages=4)
+    r = cli("measure", "--name", "t", "true", "--files", f, "--census", "none", "--preload", tmp_path / "nope.json",
+            "-o", tmp_path / "r.json", check=2)
+    assert "nope.json: no such file" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -93,3 +93,36 @@ def library_env(plan: str | os.PathLike, *, method: str = "pread", background: b
         env[ENV_MAP] = ":".join(map_)
     env["LD_AUDIT" if audit else "LD_PRELOAD"] = str(lib)
     return env
+
+
+def checked_text(plan: str | os.PathLike) -> Path:
+    """The text form of ``plan`` (PLAN.json's PLAN.preload, or the .preload given), checked:
+    a bad plan is bad input here (one-line error), while the C side only warns."""
+    from elflayout.preload import model
+
+    if str(plan).endswith((".json", ".json.gz")):
+        model.load(plan)
+        tp = model.text_path(str(plan)[:-3] if str(plan).endswith(".gz") else plan)
+        if not tp.is_file():
+            raise ElflayoutError(f"{tp}: text form of the plan missing (re-run 'elflayout preload plan')")
+        return tp
+    model.check_text(plan)
+    return Path(plan)
+
+
+def measure_variants(variants: list[tuple[str, str]], plan: str | os.PathLike, files: list[str],
+                     storage: str | None) -> list[tuple[str, str]]:
+    """``elflayout measure --preload``: every (name, command) plus ``name+preload``, the same
+    command started by the launcher. With ``--storage`` the plan's files (the originals)
+    are read from the mounts: each served directory is mapped to its ``{mount}`` (or
+    ``{mountN}``), which the session substitutes like in the commands."""
+    import shlex
+
+    text = checked_text(plan)
+    maps = []
+    if storage:
+        dirs = list(dict.fromkeys(os.path.dirname(os.path.realpath(f)) for f in files))  # as the session mounts them
+        maps = [f"{d}={{mount}}" if len(dirs) == 1 else f"{d}={{mount{i}}}" for i, d in enumerate(dirs)]
+    twins = [(f"{n}+preload", shlex.join(launcher_argv(text.resolve(), ["/bin/sh", "-c", c], map_=maps)))
+             for n, c in variants]
+    return list(variants) + twins
