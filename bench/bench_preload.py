@@ -19,7 +19,7 @@ Figures: median wall time per variant, the ratio preload/as-is with its 95% BCa 
 hot-start overhead: ``/bin/true`` directly vs through the launcher with the libLLVM plan
 (all cached), and through the LD_AUDIT library.
 
-    python3 bench/bench_preload.py [--runs 5] [--presets hdd,emmc,sata-ssd,host] [--relink]
+    python3 bench/bench_preload.py [--runs 5] [--presets hdd,emmc,sata-ssd,host] [--relink] [--chromium]
 """
 
 from __future__ import annotations
@@ -197,15 +197,73 @@ def relinked_packed() -> Path:
     return out
 
 
+CHROMIUM_DIR = Path("/usr/lib/chromium")
+
+
+def bench_chromium(runs: int, presets: list[str]) -> None:
+    """Chromium's own files (the 300 MB executable, .pak resources, ICU data, V8 snapshots)
+    served from the emulated disk; a headless start that loads and dumps about:blank. The
+    system libraries it links stay on the host disk (a mount per directory would move
+    /usr/lib/x86_64-linux-gnu as a whole). Variants through ``measure --preload``."""
+    files = sorted(str(f) for f in CHROMIUM_DIR.iterdir()
+                   if f.is_file() and (f.name == "chromium" or f.suffix in (".pak", ".dat", ".bin")))
+    prof = work_dir() / "chromium-profile"
+    prof.mkdir(exist_ok=True)
+    cmd = (f"{{mount}}/chromium --headless=new --no-sandbox --disable-gpu --user-data-dir={prof} "
+           f"--dump-dom about:blank >/dev/null 2>&1")
+    print(f"\n## Chromium, headless start to about:blank ({len(files)} files of {CHROMIUM_DIR} on the emulated disk)",
+          flush=True)
+    res = work_dir() / "chromium.input.results.json"
+    print(f"  input: measure, selective, 2 runs, storage none -> {res}", flush=True)
+    mp = MeasurePlan(variants=[("chromium", cmd)], states=["selective"], runs=2, files=files, census="none",
+                     storage="none", retries=4, seed=1, argv=["bench_preload.py", "chromium input"])
+    fileio.dump_json(measure(mp), res)
+    ins = inputs.load([str(res)])
+    rows = []
+    for p in presets:
+        pl = plan.make_plan(ins, p, argv=["bench_preload.py"])
+        out = work_dir() / f"chromium.{p}.plan.json"
+        model.save(pl, out)
+        t = pl.metadata["totals"]
+        print(f"  plan for {p}: {t['files']} files, {t['ranges']} ranges, {t['bytes'] / 1e6:.1f} MB, modelled read "
+              f"{pl.metadata['modelled_read_s'] * 1e3:.0f} ms", flush=True)
+        r = work_dir() / f"chromium.{p}.results.json"
+        mp = MeasurePlan(variants=[("chromium", cmd)], states=["selective", "hot"], runs=runs, files=files,
+                         census="none", storage=p, preload=str(out), retries=4, seed=1,
+                         argv=["bench_preload.py", f"chromium {p}"])
+        doc = measure(mp)
+        fileio.dump_json(doc, r)
+        c = comparison(doc, "chromium+preload", "selective")
+        pc = next((x for x in doc["comparisons"] if x["b"] == "chromium+preload" and x["state"] == "selective"
+                   and x["metric"] == "wall_s"), None)
+        rows.append((p, cell(doc, "chromium", "selective") * 1e3, cell(doc, "chromium+preload", "selective") * 1e3,
+                     fmt_ratio(c), pc.get("paired_ratio") if pc else None,
+                     cell(doc, "chromium", "selective", "pages_read"),
+                     cell(doc, "chromium+preload", "selective", "pages_read")))
+        print(f"    ({r})", flush=True)
+    print(f"\nChromium headless start, selective cold (its {len(files)} files evicted), {runs} rounds, medians; "
+          f"ratio = mean with / mean without preload, 95% BCa CI")
+    hdr = f"{'storage':<9} {'without ms':>10} {'with ms':>9} {'ratio [95% CI]':>24} {'pages without':>13} {'pages with':>10}"
+    print(hdr)
+    print("-" * len(hdr))
+    for p, a, b, ratio, _, pa, pb in rows:
+        print(f"{p:<9} {a:>10,.0f} {b:>9,.0f} {ratio:>24} {pa:>13,.0f} {pb:>10,.0f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5, help="rounds per A/B session (default 5)")
     ap.add_argument("--presets", default="hdd,emmc,sata-ssd,host",
                     help="storage presets, 'host' = no emulation (default hdd,emmc,sata-ssd,host)")
     ap.add_argument("--relink", action="store_true", help="also the ordered+packed relink (hdd; builds it, cached)")
+    ap.add_argument("--chromium", action="store_true", help="also Chromium's headless start (hdd, emmc)")
+    ap.add_argument("--only-chromium", action="store_true", help="only the Chromium figures")
     ap.add_argument("--overhead-runs", type=int, default=40, help="rounds of the hot-overhead session (default 40)")
     a = ap.parse_args()
     presets = a.presets.split(",")
+    if a.only_chromium:
+        bench_chromium(a.runs, ["hdd", "emmc"])
+        return 0
     print(f"$ python3 bench/bench_preload.py --runs {a.runs} --presets {a.presets}{' --relink' if a.relink else ''}"
           f"   (load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)", flush=True)
     print(f"\n## Debian's libLLVM-16 as shipped ({SYSTEM_LIB}), `{CMD}`", flush=True)
@@ -221,6 +279,8 @@ def main() -> int:
         rrows = ab(rp, "ordered-packed", rplans, ["hdd"], a.runs)
         table(f"ordered+packed relink, {CMD}, selective cold, {a.runs} rounds", rrows)
     overhead(lib, plans[presets[0]], a.overhead_runs)
+    if a.chromium:
+        bench_chromium(a.runs, ["hdd", "emmc"])
     return 0
 
 

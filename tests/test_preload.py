@@ -348,3 +348,15 @@ def test_measure_preload_bad_plan(tmp_path, cli):
     r = cli("measure", "--name", "t", "true", "--files", f, "--census", "none", "--preload", tmp_path / "nope.json",
             "-o", tmp_path / "r.json", check=2)
     assert "nope.json: no such file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_run_passes_options_and_status(tmp_path, cli, bins):
+    f = data_file(tmp_path, pages=16)
+    pl = planned(tmp_path, f, [(0, 2)])
+    r = cli("preload", "run", pl, "--verbose", "--", "sh", "-c", "echo ran; exit 4")
+    assert r.returncode == 4 and r.stdout == "ran\n"
+    assert "1 files (0 skipped)" in r.stderr
+    r = cli("preload", "run", pl, "--", "sh", "-c", "echo $0 $1", "--version", "x")
+    assert r.returncode == 0 and r.stdout == "--version x\n"  # the command's own options stay its own
+    r = cli("preload", "run", pl, "--verbose", check=2)
+    assert "the command after '--'" in r.stderr

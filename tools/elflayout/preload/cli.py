@@ -63,16 +63,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = sub.add_parser("run", help="apply a plan, then run a command (the C launcher)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     r.add_argument("plan", metavar="PLAN", help="PLAN.json (its PLAN.preload is used) or PLAN.preload")
+    _run_options(r)
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command")
+    s = sub.add_parser("show", help="summary of a plan")
+    s.add_argument("plan", metavar="PLAN.json")
+    s.add_argument("--json", action="store_true", help="the plan's metadata as JSON")
+
+
+def _run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument("--method", choices=("pread", "readahead", "fadvise"), default="pread",
                    help="pread (read each range, wait: default) or readahead(2) / posix_fadvise WILLNEED (queue "
                         "the reads, do not wait; FUSE drops them when congested, see docs/preload.md)")
     r.add_argument("--background", action="store_true", help="read in a detached process; start the command at once")
     r.add_argument("--map", action="append", metavar="FROM=TO", help="read FROM/... of the plan at TO/... (repeatable)")
     r.add_argument("--verbose", action="store_true", help="one summary line on stderr")
-    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]", help="the command")
-    s = sub.add_parser("show", help="summary of a plan")
-    s.add_argument("plan", metavar="PLAN.json")
-    s.add_argument("--json", action="store_true", help="the plan's metadata as JSON")
+
+
+def _split_command(args) -> list[str]:
+    """argparse stops at PLAN (REMAINDER): options between PLAN and '--' are parsed here."""
+    rest = list(args.cmd)
+    if "--" in rest:
+        i = rest.index("--")
+        head, cmd = rest[:i], rest[i + 1:]
+    else:
+        head, cmd = [], rest
+        if rest and rest[0].startswith("-"):
+            raise ElflayoutError(f"preload run: {rest[0]}: options go before PLAN or between PLAN and '--'; "
+                                 f"the command after '--'")
+    if head:
+        class _Parser(argparse.ArgumentParser):
+            def error(self, message):
+                raise ElflayoutError(f"preload run: {message}")
+
+        p = _Parser(prog="elflayout preload run", add_help=False)
+        _run_options(p)
+        extra = p.parse_args(head)
+        args.method = extra.method if "--method" in head else args.method
+        args.background = args.background or extra.background
+        args.map = (args.map or []) + (extra.map or [])
+        args.verbose = args.verbose or extra.verbose
+    return cmd
 
 
 def _mb(n: int) -> str:
@@ -132,7 +162,7 @@ def run(args) -> int:
     # run: check the plan here (bad input -> exit 2), then become the C launcher
     from elflayout.preload import runner
 
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    cmd = _split_command(args)
     if not cmd:
         raise ElflayoutError("preload run: no command (PLAN -- CMD [ARG ...])")
     if str(args.plan).endswith(".json"):
