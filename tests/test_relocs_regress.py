@@ -149,3 +149,62 @@ def test_enospc_names_the_output(bfd, tmp_path):
         assert not list(mnt.iterdir())
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+NO_LIBC = r"""
+#include <math.h>
+static const char *names[] = {"a", "bb", "ccc", "dddd", "eeeee", "ffffff", "ggggggg", "hhhhhhhh"};
+static double (*fns[])(double) = {cos, sin, tan, cos};
+double nolibc_sum(double x) { double s = 0; for (int i = 0; i < 4; i++) s += fns[i](x) + names[i][0]; return s; }
+"""
+
+
+def test_library_without_libc_needed_packs_and_loads_without_the_version_need(tmp_path):
+    """libabsl_*-like: DT_NEEDED libm.so.6 only (versioned), no libc.so.6. glibc requires
+    GLIBC_ABI_DT_RELR only with a DT_NEEDED libc.so.*: the output loads without it, and
+    --check must accept it (a real load proves it)."""
+    need_tool("gcc")
+    (tmp_path / "n.c").write_text(NO_LIBC)
+    lib = tmp_path / "libnolibc.so"
+    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", "-nostdlib", str(tmp_path / "n.c"), "-o", str(lib), "-lm"],
+                   check=True)
+    with simload.Loaded(lib) as ld:
+        needed = ld.needed()
+    assert b"libm.so.6" in needed and not any(n.startswith(b"libc.so.") for n in needed)
+    out = tmp_path / "out" / lib.name
+    out.parent.mkdir()
+    st = json.loads(run_cli("pack-relocs", lib, "-o", out, "--check", "--json", check=0).stdout)
+    assert st["version_need"].startswith("not needed") and st["check"]["real_load"]["equal"]
+    assert simload.dlopen_check(out) is None
+
+
+def test_relr_without_the_need_is_refused_by_glibc_when_libc_is_needed(bfd, tmp_path):
+    """The other half of the rule, shown with a real load: remove the need from a packed
+    library that needs libc.so.6 and glibc refuses it; the checker says so too."""
+    out = tmp_path / "p.so"
+    pack.pack(bfd["lib"], out)
+    b = bytearray(out.read_bytes())
+    with elfcore.ElfImage(out) as img:
+        vr = img.section(".gnu.version_r")
+    # Turn the need into a weak need of another name: no missing-version error, no need.
+    other = b"GLIBC_ABI_DT_RELX"
+    i = b.find(b"GLIBC_ABI_DT_RELR\0")
+    b[i:i + len(other)] = other
+    off, n = vr.offset, 0
+    while True:  # Verneed chain, then each Vernaux chain (glibc elf.h layouts)
+        _, cnt, _, aux, nxt = L.VERNEED.unpack_from(b, off)
+        a = off + aux
+        for _ in range(cnt):
+            h, fl, ot, name, anext = L.VERNAUX.unpack_from(b, a)
+            if h == pack.GLIBC_ABI_DT_RELR_HASH:
+                L.VERNAUX.pack_into(b, a, L.elf_hash(other), fl | 2, ot, name, anext)  # 2: VER_FLG_WEAK
+                n += 1
+            a += anext
+        if not nxt:
+            break
+        off += nxt
+    assert n == 1
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(bytes(b))
+    assert "DT_RELR without GLIBC_ABI_DT_RELR dependency" in (simload.dlopen_check(bad) or "")
+    assert simload.compare(bfd["lib"], bad)["table_problems"]  # the checker refuses it too

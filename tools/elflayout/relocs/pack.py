@@ -20,9 +20,10 @@ function below)
   2. Select and encode (``_select``): the packable relocations, their addends (stored
      in the target words by ``write_plan``: RELR means ``*where += base``) and their
      RELR encoding (elfcore.relr_encode: lld's greedy encoding).
-  3. Version need (``_version_need``): add ``GLIBC_ABI_DT_RELR`` under libc.so.6 (glibc
-     2.36 refuses a DT_RELR object that needs libc.so.6 versions without it) by
-     appending the name to .dynstr and a Vernaux to .gnu.version_r.
+  3. Version need (``_version_need``): add ``GLIBC_ABI_DT_RELR`` under libc.so.6 where
+     glibc >= 2.36 requires it (``glibc_requires_relr_need``: version needs and a
+     DT_NEEDED libc.so.*) by appending the name to .dynstr and a Vernaux to
+     .gnu.version_r.
   4. Layout (``_layout``): slide the run forward into the space freed at the start of
      .rela.dyn (tables are found only through DT_* tags and section headers), then
      write the kept relocations and the RELR table into the old .rela.dyn space; zero
@@ -64,6 +65,15 @@ GLIBC_ABI_DT_RELR_HASH = L.elf_hash(GLIBC_ABI_DT_RELR)  # 0xfd0e42: glibc elf/dl
 LIBC_SONAME = b"libc.so.6"
 EXTRA_DYN_SLOTS = 4  # spare DT_NULLs left in a rebuilt dynamic array for later tools
 SHN_LORESERVE = SHN_INDICES.SHN_LORESERVE  # e_shstrndx at/above it means extended numbering
+
+
+def glibc_requires_relr_need(needed: set[bytes], has_verneed: bool) -> bool:
+    """glibc's rule (elf/dl-version.c, _dl_check_map_versions, since 2.36): an object with
+    DT_RELR and DT_VERNEED, one of whose DT_NEEDED names starts with "libc.so.", must
+    have a GLIBC_ABI_DT_RELR version need (by hash and name, under any file) or it is
+    refused with "missing GLIBC_ABI_DT_RELR dependency". Objects needing no libc.so.*
+    directly (libabsl_*: only libstdc++.so.6) load without it."""
+    return has_verneed and any(n.startswith(b"libc.so.") for n in needed)
 
 
 class AlreadyPacked(Exception):
@@ -283,11 +293,11 @@ def _version_need(inp: _Input) -> _VersionNeed:
     except ValueError as e:
         _fail(img, f"inconsistent .gnu.version_r ({e})")
     libc = [e for e in entries if L.cstr(strtab, e["file"]) == LIBC_SONAME]
-    if any(L.cstr(strtab, a["name"]) == GLIBC_ABI_DT_RELR for e in libc for a in e["aux"]):
+    if any(L.cstr(strtab, a["name"]) == GLIBC_ABI_DT_RELR for e in entries for a in e["aux"]):
         out.note = "already present"
         return out
-    if LIBC_SONAME not in needed and not libc:
-        out.note = "not needed (libc.so.6 is not DT_NEEDED)"
+    if not glibc_requires_relr_need(needed, True):
+        out.note = "not needed (no libc.so.* in DT_NEEDED)"
         return out
     new_str = b""
     at = strtab.find(b"\0" + GLIBC_ABI_DT_RELR + b"\0")

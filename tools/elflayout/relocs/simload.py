@@ -22,6 +22,7 @@ checked field by field instead (``compare_tables``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -78,6 +79,11 @@ class Loaded:
         return int(self.dyn["d_val"][m[0]]) if m.size else default
 
     def at(self, vaddr, nbytes, dtype=np.uint8):
+        if vaddr is None:
+            raise ElflayoutError(f"{self.img.path}: a dynamic table is in the section headers but its DT_* tag "
+                                 "is missing")
+        if nbytes < 0:
+            raise ElflayoutError(f"{self.img.path}: dynamic table at {vaddr:#x} has a negative size")
         off = self.img.vaddr_to_offset(vaddr)
         if off < 0 or off + nbytes > self.img.size:
             raise ElflayoutError(f"{self.img.path}: dynamic table at {vaddr:#x} is not in the file")
@@ -95,6 +101,11 @@ class Loaded:
         if a is None or n == 0:
             return np.zeros(0, np.uint64)
         return elfcore.relr_decode(self.at(a, n, np.uint64))
+
+    def needed(self) -> set[bytes]:
+        """DT_NEEDED names."""
+        strtab = self.at(self.tag(L.DT_STRTAB), self.tag(L.DT_STRSZ, 0)).tobytes()
+        return {L.cstr(strtab, int(v)) for v in self.dyn["d_val"][self.dyn["d_tag"] == L.DT_NEEDED]}
 
     def sym_fake(self, symidx: np.ndarray) -> np.ndarray:
         """Fake address per symbol index, from the symbol's name (0 for index 0)."""
@@ -312,19 +323,22 @@ def _verneed_names(l: Loaded):
 
 
 def _compare_verneed(a: Loaded, b: Loaded) -> list[str]:
-    """The output's version needs are the input's plus at most GLIBC_ABI_DT_RELR under libc.so.6."""
+    """The output's version needs are the input's plus at most GLIBC_ABI_DT_RELR, which
+    must be there when glibc requires it (pack.glibc_requires_relr_need)."""
+    from elflayout.relocs.pack import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
+
     va, vb = _verneed_names(a), _verneed_names(b)
-    relr_name = b"GLIBC_ABI_DT_RELR"
-    extra = [(f, x) for f, xs in vb for x in xs if x[0] == relr_name]
+    extra = [(f, x) for f, xs in vb for x in xs if x[0] == GLIBC_ABI_DT_RELR]
     files_a = {f for f, _ in va}
-    rest_b = [(f, [x for x in xs if x[0] != relr_name]) for f, xs in vb]
+    rest_b = [(f, [x for x in xs if x[0] != GLIBC_ABI_DT_RELR]) for f, xs in vb]
     rest_b = [(f, xs) for f, xs in rest_b if xs or f in files_a]  # drop a libc.so.6 entry added for it
-    rest_a = [(f, [x for x in xs if x[0] != relr_name]) for f, xs in va]
+    rest_a = [(f, [x for x in xs if x[0] != GLIBC_ABI_DT_RELR]) for f, xs in va]
     if rest_a != rest_b:
         return ["version needs differ beyond GLIBC_ABI_DT_RELR"]
-    if b.tag(L.DT_RELR) is not None and b.tag(L.DT_VERNEED) is not None and \
-            not any(f == b"libc.so.6" and x[1] == 0x0FD0E42 for f, x in extra):
-        return ["DT_RELR without a GLIBC_ABI_DT_RELR version need under libc.so.6 (glibc 2.36 refuses it)"]
+    if b.tag(L.DT_RELR) is not None and glibc_requires_relr_need(b.needed(), b.tag(L.DT_VERNEED) is not None) \
+            and not any(x[1] == GLIBC_ABI_DT_RELR_HASH for _, x in extra):
+        return ["DT_RELR without a GLIBC_ABI_DT_RELR version need although libc.so.* is DT_NEEDED "
+                "(glibc >= 2.36 refuses it)"]
     return []
 
 
@@ -504,4 +518,44 @@ def real_load_compare(path_a, path_b, timeout: float = 300) -> dict:
         res.update(unstable_bytes=int(n - np.count_nonzero(stable)),
                    differing_bytes=int(np.count_nonzero(diff & stable)))
         res["equal"] = res["differing_bytes"] == 0
+    return res
+
+
+def check(src, tmp, *, real_load: bool = True, status=None) -> dict:
+    """``pack-relocs --check``: prove ``tmp`` (the packed file) equivalent to ``src``.
+
+    1. Simulated loader at two load bases, every byte compared, tables field by field.
+    2. (``real_load``) Both dlopen'ed with ASLR off, file-backed writable bytes equal.
+    Raises Finding (exit 1) on a difference, ElflayoutError (exit 2) when the input
+    itself does not load; returns the comparison document otherwise. ``status(msg)``
+    gives a context manager that shows progress (the CLI's spinner).
+    """
+    from elflayout.errors import Finding
+
+    status = status or (lambda msg: contextlib.nullcontext())
+    with status("check: relocating input and output at two load bases"):
+        res = compare(src, tmp)
+    if not res["equal"]:
+        d = res["first_difference"]
+        if res["table_problems"]:
+            raise Finding(f"check failed: {res['table_problems'][0]} (output not written)")
+        where = f"at {d.get('vaddr')} ({d.get('section')}), load base {d['base']}" if "vaddr" in d else d.get("reason")
+        raise Finding(f"check failed: relocated images differ {where}; {d.get('bytes_differing', '?')} bytes differ "
+                      "(output not written)")
+    if not real_load:
+        return res
+    if is_executable(tmp):
+        res["dlopen"] = res["real_load"] = "skipped (a PIE executable cannot be dlopen'ed: run it)"
+        return res
+    with status("check: real loads of the input and the packed library"):
+        real = real_load_compare(src, tmp)
+    if "error" in real:
+        why = dlopen_check(src)
+        if why is not None:
+            raise ElflayoutError(f"{src}: the input itself does not load ({why}); nothing to prove against")
+        raise Finding(f"check failed: dlopen of the packed library failed: {real['error']} (output not written)")
+    res["dlopen"], res["real_load"] = "ok", real
+    if not real["equal"]:
+        raise Finding(f"check failed: after a real load, {real.get('differing_bytes', '?')} writable bytes differ "
+                      f"from the input's ({real.get('reason', 'same load address, ASLR off')}; output not written)")
     return res
