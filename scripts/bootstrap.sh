@@ -42,8 +42,8 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   touch "$stamp"
 fi
 
-# The C parts: the valgrind tool (out of tree) and the FUSE slow-storage server.
-for d in tools/firsttouch tools/slowfs; do
+# The C parts: the valgrind tool (out of tree), the FUSE slow-storage server, the preloader.
+for d in tools/firsttouch tools/slowfs tools/preload; do
   [ -f "$d/Makefile" ] && make -s -C "$d"
 done
 
