@@ -46,11 +46,13 @@ def split_time() -> None:
 
     objs = libpython.objects()
     with tempfile.TemporaryDirectory() as td:
-        t = time.monotonic()
+        t, c = time.monotonic(), time.process_time()
         reps = split_inputs(objs, td)
-        dt = time.monotonic() - t
+        dt, dc = time.monotonic() - t, time.process_time() - c
     s = summary(reps)
-    print(f"split of {len(objs)} libpython objects: {dt:.1f} s (goal ≤ 10 s) — {s['objects_split']} split, "
+    load = os.getloadavg()[0]
+    print(f"split of {len(objs)} libpython objects: {dt:.1f} s wall, {dc:.1f} s CPU (goal ≤ 10 s; load average "
+          f"{load:.1f} on {os.cpu_count()} CPUs) — {s['objects_split']} split, "
           f"{s['units']:,} functions and data objects -> {s['sections']:,} sections, "
           f"{s['new_relocations']:,} new relocations, {s['glued']:,} neighbours kept together, "
           f"{s['sections_kept_whole']} sections kept whole", flush=True)
