@@ -70,7 +70,8 @@ class Loaded:
         d = np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0]
         if d.size != 1:
             raise ElflayoutError(f"{img.path}: no PT_DYNAMIC")
-        dyn = np.frombuffer(img.mm, L.DYN64, int(ph["p_filesz"][d[0]]) // 16, int(ph["p_offset"][d[0]])).copy()
+        dyn = np.frombuffer(img.mm, L.DYN64, int(ph["p_filesz"][d[0]]) // L.DYN64.itemsize,
+                            int(ph["p_offset"][d[0]])).copy()
         n = int(np.argmax(dyn["d_tag"] == L.DT_NULL)) if np.any(dyn["d_tag"] == L.DT_NULL) else dyn.size
         self.dyn = dyn[:n]
         self.dyn_range = (int(ph["p_vaddr"][d[0]]), int(ph["p_vaddr"][d[0]] + ph["p_memsz"][d[0]]))
@@ -291,8 +292,8 @@ def _section_at(img, vaddr) -> str:
 def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     """Field-by-field checks of what the byte compare leaves out; returns problems found."""
     bad = []
-    ha, hb = a.img.mm[:0x28], b.img.mm[:0x28]
-    if ha != hb or a.img.mm[0x30:0x3C] != b.img.mm[0x30:0x3C]:
+    shoff, flags, shnum = (L.field_offset(L.EHDR64, f) for f in ("e_shoff", "e_flags", "e_shnum"))
+    if a.img.mm[:shoff] != b.img.mm[:shoff] or a.img.mm[flags:shnum] != b.img.mm[flags:shnum]:
         bad.append("ELF header differs in more than e_shoff/e_shnum")
     pa, pb = a.phdrs, b.phdrs
     if ap_b := b.applier():  # the code segment grew to hold the routine: nothing else
