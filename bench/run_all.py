@@ -83,6 +83,9 @@ BENCHES = [
     Bench("profile", "bench_profile.py", ("-n", "5"),
           "Profiler overhead: valgrind backend vs valgrind --tool=none, trace backend vs native",
           "not relevant (warm page cache)"),
+    Bench("split", "bench_split.py", ("--runs", "3", "--regrtest"),
+          "elflayout split on libpython3.11-pic.a: split time, --check with three linkers, function order on "
+          "the split objects with lld/gold/GNU ld (pages read), CPython's regression tests through it", RA_SET),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),

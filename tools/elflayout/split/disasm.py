@@ -75,9 +75,15 @@ class Code:
         return None
 
 
+_branch_memo: dict[str, bool] = {}
+
+
 def _is_branch(m: str) -> bool:
-    m = m.split()[-1]
-    return m in BRANCHES or (m.startswith("j") and m != "jmp" and len(m) <= 4)
+    b = _branch_memo.get(m)
+    if b is None:
+        w = m.split()[-1]
+        b = _branch_memo[m] = w in BRANCHES or (w.startswith("j") and w != "jmp" and len(w) <= 4)
+    return b
 
 
 def analyse(data: bytes, covered: np.ndarray, restarts: list[int]) -> Code:
@@ -86,6 +92,8 @@ def analyse(data: bytes, covered: np.ndarray, restarts: list[int]) -> Code:
     offsets (symbol starts) where decoding resumes after an undecodable stretch."""
     starts, ends, mnems, internal, undecodable = [], [], [], [], []
     size = len(data)
+    # Prefix sums: an instruction [a, e) holds relocated bytes iff cum[e] > cum[a].
+    cum = np.concatenate([[0], np.cumsum(covered[:size], dtype=np.int64)]).tolist()
     pos = 0
     restarts = sorted(set(r for r in restarts if 0 <= r < size))
     while pos < size:
@@ -96,7 +104,7 @@ def analyse(data: bytes, covered: np.ndarray, restarts: list[int]) -> Code:
             ends.append(end)
             mnems.append(m)
             last = end
-            if covered[addr:end].any():
+            if cum[end] != cum[addr]:
                 continue
             if "rip" in ops:
                 mo = _RIP.search(ops)
