@@ -70,6 +70,12 @@ BENCHES = [
     Bench("fuzz", "bench_fuzz.py", ("--count", "10000"),
           "Damaged-input fuzzing of inspect/relocs/pack-relocs --check: refusals, internal errors, accepted "
           "outputs compared after real loads (about 20 min)", "not relevant (warm page cache)"),
+    Bench("pack_forms", "bench_pack_forms.py", ("--runs", "5"),
+          "Packed forms for old and new glibc: pages read by Debian 11's llc-11 through libLLVM-11 packed relr vs "
+          "self (vs original)", RA_SET),
+    Bench("pack_sweep", "bench_pack_sweep.py", (),
+          "pack-relocs --check over every library in /usr/lib/x86_64-linux-gnu: packed, refused (reasons), "
+          "check failures (about 12 min)", "not relevant (warm page cache)"),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
     Bench("inspect", "bench_inspect.py", ("--runs", "5"),
