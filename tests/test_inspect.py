@@ -373,3 +373,22 @@ def test_functions_listing_of_stripped_library(tmp_path, built):
     assert {int(a, 16) for a in fdes} <= starts  # every FDE start is a listed function start
     offs = [f["offset"] for f in fn["list"]]
     assert offs == sorted(offs)
+
+
+def test_already_packed_library_is_worded_for_what_it_is(tmp_path):
+    """A library linked with DT_RELR has no RELATIVE left in .rela.dyn: inspect says it
+    is already packed (and how its table compares to optimal), not "optimal RELR for 0"."""
+    need_tool("gcc")
+    src = tmp_path / "p.c"
+    src.write_text("static int x[64];\nint *ptrs[64] = {" + ", ".join(f"&x[{i}]" for i in range(64)) + "};\n")
+    lib = tmp_path / "libp.so"
+    r = subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-z,pack-relative-relocs", "-o", lib, src],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"linker without -z pack-relative-relocs: {r.stderr.strip()[-120:]}")
+    out = run_cli("inspect", lib, check=0).stdout
+    assert "already packed" in out and "optimal RELR for 0" not in out, out
+    # an unpacked library still gets the estimate
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", tmp_path / "libu.so", src], check=True)
+    out = run_cli("inspect", tmp_path / "libu.so", check=0).stdout
+    assert re.search(r"optimal RELR for \d+ R_X86_64_RELATIVE \(", out) and "already packed" not in out, out

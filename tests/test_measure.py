@@ -515,7 +515,7 @@ def test_files_under_test_leave_out_shared_temporary_and_unresolved():
     assert files == [sys.executable]
     why = {x["path"]: x["why"] for x in left}
     assert "mapped" in why["/usr/lib/x86_64-linux-gnu/libc.so.6"]
-    assert "not resolved" in why["8:1:1234"] and "temporary" in why["/nonexistent/tmpfile"]
+    assert "no path" in why["8:1:1234"] and "temporary" in why["/nonexistent/tmpfile"]
 
 
 def test_census_kept_reason_names_users_and_under(tmp_path):

@@ -463,3 +463,24 @@ def test_lld_data_script_hot_strings_get_their_own_pool(tmp_path):
     import sys
     out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "hot string used at start|cold string never used|shared string|shared string"
+
+
+def test_order_naming_almost_nothing_is_refused(synth, tmp_path):
+    """A stripped library's profile names its functions by FDE extent (``fde_<vaddr>``),
+    which no linker knows: an ordering naming almost none of them is refused (exit 1,
+    with a hint), never written."""
+    doc = json.loads(synth["profile"].read_text())
+    fns = doc["targets"][0]["functions"]
+    keep = fns[:1]
+    fake = [{**fns[i % len(fns)], "name": f"fde_{0x100000 + i:x}"} for i in range(200)]
+    for f in fake:
+        f.pop("object", None)
+    doc["targets"][0]["functions"] = keep + fake
+    p = tmp_path / "stripped.json"
+    p.write_text(json.dumps(doc))
+    out = tmp_path / "o.lld"
+    r = run_cli("order", p, "--format", "lld", "--no-data", "-o", out)
+    assert r.returncode == 1, r.stderr
+    assert "stripped" in r.stderr and "nothing written" in r.stderr and not out.exists()
+    # the real profile is ordered as before
+    run_cli("order", synth["profile"], "--format", "lld", "-o", out, check=0)

@@ -194,3 +194,19 @@ def test_relink_dynstr_reads_follow_names(synth, tmp_path):
     got = sorted({p for p, k in zip(pg.tolist(), kinds.tolist()) if k == b"r"
                   and d2.offset // PAGE <= p <= (d2.offset + d2.size - 1) // PAGE})
     assert want and got == want
+
+
+def test_simulate_warns_on_a_page_granular_profile(synth, tmp_path):
+    """A trace profile holds faulted pages only (fault-around maps others without a
+    fault): the prediction is a lower bound, and simulate says so."""
+    from elflayout import fileio
+
+    doc = fileio.load_json(synth["profile"], "profile")
+    r = run_cli("simulate", synth["profile"], "--lib", synth["lib"], "--json", check=0)
+    assert "lower bound" not in r.stderr and json.loads(r.stdout)["metadata"]["warnings"] == []
+    doc["metadata"].update(backend="trace", granularity="page")
+    p = tmp_path / "trace.json"
+    fileio.dump_json(doc, p)
+    r = run_cli("simulate", p, "--lib", synth["lib"], "--json", check=0)
+    assert "page-granular (trace) profile" in r.stderr and "lower bound" in r.stderr
+    assert json.loads(r.stdout)["metadata"]["warnings"]

@@ -148,8 +148,17 @@ def render_text(doc: dict, input_sections: bool = True) -> str:
         e = r["relr_existing"]
         out.append(f"  existing RELR table {e['section']}: {e['bytes']:,} bytes for {e['count']:,} relocations\n")
     rel = r["relative"]
-    if rel:
-        out.append(f"  optimal RELR for {rel['count']:,} {rel['type']} ({rel['word_aligned']:,} word-aligned): "
+    if rel and r["relr_existing"] and rel["count"] == 0:
+        # already packed: the RELR table holds every relative relocation; say how close to optimal it is
+        e = r["relr_existing"]
+        extra = e["bytes"] - rel["relr_bytes"]
+        out.append(f"  already packed: no {rel['type']} left in the RELA/REL tables; the existing RELR table is "
+                   + ("optimal" if extra <= 0 else f"{extra:,} bytes larger than the optimal {rel['relr_bytes']:,}")
+                   + f" ({rel['word_aligned']:,} word-aligned relative relocations)\n")
+    elif rel:
+        also = (f" plus the {r['relr_existing']['count']:,} already in {r['relr_existing']['section']}"
+                if r["relr_existing"] else "")
+        out.append(f"  optimal RELR for {rel['count']:,} {rel['type']}{also} ({rel['word_aligned']:,} word-aligned): "
                    f"{rel['relr_bytes']:,} bytes ({rel['relr_words']:,} words), saves {rel['saved_bytes']:,} bytes\n")
 
     out.append("\nSymbols\n")

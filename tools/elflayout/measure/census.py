@@ -84,8 +84,17 @@ def candidates(command: str, env: dict) -> list[str]:
     return sorted(paths)
 
 
-def resolve(keys: set[tuple[int, int]], command: str, env: dict) -> dict[tuple[int, int], str]:
-    """(kernel dev, ino) -> path, see module docstring."""
+def resolve(keys: set[tuple[int, int]], command: str, env: dict,
+            changed_before: float | None = None) -> dict[tuple[int, int], str]:
+    """(kernel dev, ino) -> path, see module docstring.
+
+    ``changed_before``: the wall-clock end of the traced run. A file whose inode changed
+    status after it is not taken: a temporary file of the run was deleted and its inode
+    number recycled for a file that did not exist during the run.
+    """
+    def fresh(st) -> bool:
+        return changed_before is None or st.st_ctime <= changed_before
+
     found: dict[tuple[int, int], str] = {}
     for p in candidates(command, env) + ["/etc/ld.so.cache"]:
         try:
@@ -93,7 +102,7 @@ def resolve(keys: set[tuple[int, int]], command: str, env: dict) -> dict[tuple[i
         except OSError:
             continue
         k = (kdev(st.st_dev), st.st_ino)
-        if k in keys and k not in found:
+        if k in keys and k not in found and fresh(st):
             found[k] = os.path.realpath(p)
     left = keys - set(found)
     mounts = _mounts()
@@ -116,7 +125,7 @@ def resolve(keys: set[tuple[int, int]], command: str, env: dict) -> dict[tuple[i
             except OSError:
                 continue
             k = (kdev(st.st_dev), st.st_ino)
-            if k in left and k not in found:
+            if k in left and k not in found and fresh(st):
                 found[k] = line
     return found
 
@@ -221,7 +230,7 @@ def census(runner, variant, method: str = "evict", under=()) -> dict:
         _, res = _traced_run(runner, variant, ("add", "fault", "map"))
         ev = child_events(res)
         keys = {(int(d), int(i)) for d, i in zip(ev["dev"], ev["ino"]) if d != 0}
-        warm = resolve(keys, variant.command, env)
+        warm = resolve(keys, variant.command, env, time.time())
         users = users_of([p for p in warm.values() if os.path.isfile(p)])
         for path in warm.values():
             if os.path.isfile(path) and kept_reason(path, under, users) is None:
@@ -231,10 +240,11 @@ def census(runner, variant, method: str = "evict", under=()) -> dict:
                     pass
     t_wall = time.time()
     m, res = _traced_run(runner, variant, ("add",))
+    t_end = time.time()
     ev = child_events(res)
     ev = ev[(ev["kind"] == 0) & (ev["dev"] != 0)]
     keys = {(int(d), int(i)) for d, i in zip(ev["dev"], ev["ino"])}
-    names = resolve(keys, variant.command, env)
+    names = resolve(keys, variant.command, env, t_end)
     users = users_of([p for p in {**warm, **names}.values() if os.path.isfile(p)])
     files = []
     if len(ev):

@@ -342,13 +342,19 @@ def markdown(doc: dict) -> str:
                          f"| **{c.get('verdict')}** |")
     io_rows = [r for r in doc.get("io_bound", []) if "variant" in r and "value" in r]
     if io_rows:
-        lines += ["", "| I/O-bound time (Hommey: cold − hot) | cold state | mean | 95% CI |", "|---|---|---:|---|"]
+        def n_of(v, state):
+            return sum(1 for r in doc["runs"] if r["variant"] == v and r["state"] == state and not r.get("interference"))
+
+        lines += ["", "| I/O-bound time (Hommey: cold − hot) | cold state | n (cold, hot) | mean | 95% CI |",
+                  "|---|---|---|---:|---|"]
         for r in io_rows:
-            lines.append(f"| {r['variant']} | {r['cold_state']} | {_fmt(r['value'], 'x_s')} "
-                         f"| [{_fmt(r['ci_low'], 'x_s')}, {_fmt(r['ci_high'], 'x_s')}] |")
+            n = (n_of(r["variant"], r["cold_state"]), n_of(r["variant"], "hot"))
+            caveat = " (n < 2: a single run, no interval)" if min(n) < 2 else ""
+            lines.append(f"| {r['variant']} | {r['cold_state']} | {n[0]}, {n[1]} | {_fmt(r['value'], 'x_s')} "
+                         f"| [{_fmt(r['ci_low'], 'x_s')}, {_fmt(r['ci_high'], 'x_s')}]{caveat} |")
         for r in doc["io_bound"]:
             if "change" in r and r["change"]:
                 ch = r["change"]
-                lines.append(f"| change {r['b']} vs {r['a']} | {r['cold_state']} | {_fmt(ch['value'], 'x_s')} "
+                lines.append(f"| change {r['b']} vs {r['a']} | {r['cold_state']} | | {_fmt(ch['value'], 'x_s')} "
                              f"| [{_fmt(ch['ci_low'], 'x_s')}, {_fmt(ch['ci_high'], 'x_s')}] |")
     return "\n".join(lines) + "\n"

@@ -252,8 +252,9 @@ def files_under_test(census: list[dict]) -> tuple[list[str], list[dict]]:
             if f.get("kept"):
                 left.setdefault(p, {"path": p, "pages": f["pages"], "why": f["kept"]})
             elif not f["resolved"]:
-                left.setdefault(p, {"path": p, "pages": f["pages"], "why": "not resolved to a path (deleted or "
-                                                                             "outside the scanned directories)"})
+                left.setdefault(p, {"path": p, "pages": f["pages"], "why": "no path: deleted during or after the run "
+                                                                             "(a temporary file), or outside the "
+                                                                             "scanned directories"})
             elif f["is_dir"]:
                 continue
             elif not os.path.isfile(p):

@@ -121,6 +121,26 @@ def check_layout(layout, fmt: str, profile) -> None:
         "record one with --backend valgrind")
 
 
+# An ordering naming fewer than this fraction of the profiled functions changes almost
+# nothing: most profiled functions have no name the linker knows (a stripped library's
+# functions are FDE extents, ``fde_<vaddr>``), so the file is refused, not written.
+MIN_NAMED_FRACTION = 0.01
+
+
+def names_almost_nothing(report: dict) -> str | None:
+    """A sentence with a hint when the ordering names almost none of the profiled functions."""
+    profiled = report.get("functions", {}).get("profiled", 0)
+    st = report.get("output", {})
+    named = st.get("symbols", 0) - st.get("data_symbols", 0) if "symbols" in st else \
+        st.get("text_sections", st.get("objects", 0))
+    if report.get("format") == "objects" or profiled < 100 or named >= MIN_NAMED_FRACTION * profiled:
+        return None
+    return (f"the ordering would name {named:,} of {profiled:,} profiled functions (< {MIN_NAMED_FRACTION:.0%}): "
+            f"nothing written. The profiled functions have no names the linker knows: is the library stripped? "
+            f"Profile a build with symbols (or with its separate debug file installed: "
+            f"/usr/lib/debug/.build-id/...), or use --format objects with the link map")
+
+
 def load_universe(objects_from, profiled_map, profiled_lib=None):
     """Names from the map of the link to order; section extents from the profiled build's map."""
     note = None
@@ -170,6 +190,10 @@ def run(args) -> int:
                                  "gold and GNU ld order data with their own format")
         dscript = fileio.check_output(args.data_script, force=args.force, inputs=(args.profile, args.output))
     text, report = build(args)
+    thin = names_almost_nothing(report)
+    if thin:
+        print(f"elflayout: error: {thin}", file=sys.stderr)
+        return 1
     if dscript is not None:
         dtext, dstats = formats.write_lld_data_script(report.pop("_layout"), report.pop("_header"),
                                                       hot_strings=not args.no_hot_strings)

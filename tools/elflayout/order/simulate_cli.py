@@ -65,11 +65,21 @@ def run(args) -> int:
             loader = not touched
         res = simulate(img, pages, kinds, ra, loader, hugepage=args.madv_hugepage)
         ident = img.identity()
+    warnings = []
+    md = doc.get("metadata", {})
+    if md.get("granularity") == "page" or md.get("backend") == "trace":
+        # the trace backend sees page faults only: pages fault-around maps without a fault
+        # (and everything a child process touches, without --children) are not in it
+        warnings.append("page-granular (trace) profile: it holds only the pages that faulted, not those mapped by "
+                        "fault-around without a fault, so the prediction is only a lower bound; profile with --backend "
+                        "valgrind for a prediction")
     out = {"format": "elflayout-simulation", "version": 1,
            "metadata": {"profile": str(args.profile), "read_ahead_kb": ra, "loader_model": loader,
                         "madv_hugepage": args.madv_hugepage,
-                        "code_bytes": args.code_bytes, **notes},
+                        "code_bytes": args.code_bytes, **notes, "warnings": warnings},
            "lib": ident, **res}
+    for w in warnings:
+        print(f"elflayout: warning: {w}", file=sys.stderr)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
