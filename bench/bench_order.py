@@ -44,7 +44,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 import numpy as np  # noqa: E402
 
 from elflayout.elfcore import ElfImage  # noqa: E402
-from elflayout.measure.controls import ReadAhead  # noqa: E402
 
 RA_KB = 128
 PY = sys.executable
@@ -283,15 +282,9 @@ def bench_speed():
 
 def trace_profile(lib, argv, env, path):
     """A trace-backend profile (pages faulted, first-fault order) of one selective-cold run,
-    at read_ahead_kb RA_KB (``elflayout profile --backend trace --evict``)."""
-    ra = ReadAhead(lib, RA_KB)
-    ra.apply()
-    try:
-        cli("profile", "--backend", "trace", "--evict", "--target", lib, *[f"--env={k}={v}" for k, v in
-                                                                           (env or {}).items()],
-            "-o", path, "--force", "--", *argv)
-    finally:
-        ra.undo()
+    at read_ahead_kb RA_KB (``elflayout profile --backend trace --evict --read-ahead-kb``)."""
+    cli("profile", "--backend", "trace", "--evict", "--read-ahead-kb", RA_KB, "--target", lib,
+        *[f"--env={k}={v}" for k, v in (env or {}).items()], "-o", path, "--force", "--", *argv)
 
 
 def bench_model(runs):

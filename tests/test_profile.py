@@ -200,10 +200,13 @@ def test_trace_pages_consistent_with_truth(synth_big, tmp_path):
     assert [f["name"] for f in vdoc["targets"][0]["functions"] if f["name"].startswith("sy_o")] == \
         _truth(synth)["functions"]
     out = tmp_path / "t.json"
-    run_cli("profile", "--backend", "trace", "--evict", "--target", lib, "-o", out, "--", driver, check=0)
+    run_cli("profile", "--backend", "trace", "--evict", "--read-ahead-kb", "64", "--target", lib, "-o", out, "--",
+            driver, check=0)
     doc = json.loads(out.read_text())
     t = doc["targets"][0]
     assert doc["metadata"]["backend"] == "trace" and doc["metadata"]["granularity"] == "page"
+    # the value it ran with, read before and after the run (set under the measurement lock)
+    assert doc["metadata"]["read_ahead_kb"] == 64 and doc["metadata"]["lock_waited_s"] >= 0
     assert any("fault-around" in n for n in doc["metadata"]["notes"])
     faults = [p for p in t["pages"] if p["kind"] == "t"]
     assert faults and t["reads"]

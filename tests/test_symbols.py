@@ -179,3 +179,39 @@ def test_fde_extents_without_eh_frame_hdr(tmp_path):
         assert img.section(".eh_frame_hdr") is None and symbols._eh_frame_hdr_table(img) is None
         begin, rng = symbols.fde_extents(img)
     assert list(zip(begin.tolist(), rng.tolist())) == readelf_fdes(lib) and begin.size >= 6
+
+
+def test_stripped_library_takes_names_from_its_debug_file(tmp_path, monkeypatch):
+    """objcopy --only-keep-debug + strip, as Debian's -dbgsym packages are made: the
+    stripped library names its functions fde_*, with its debug file (given, or found
+    under DIR/.build-id/) the real names at the same extents."""
+    need_tool("gcc")
+    need_tool("objcopy")
+    src = tmp_path / "f.c"
+    src.write_text("".join(f"int hidden_{i}(int x) {{ return x * {i + 3} + {i}; }}\n" for i in range(40))
+                   + "int api(int x) { return hidden_3(x) + hidden_7(x); }\n")
+    lib = tmp_path / "libf.so"
+    subprocess.run(["gcc", "-O1", "-g", "-shared", "-fPIC", "-fvisibility=hidden", "-Wl,--build-id", "-o", lib, src],
+                   check=True)
+    with ElfImage(lib) as img:
+        full = symbols.functions(img)
+    dbg = tmp_path / "libf.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", lib, dbg], check=True)
+    subprocess.run(["objcopy", "--strip-all", lib], check=True)
+    monkeypatch.setattr(symbols, "DEBUG_DIRS", [str(tmp_path / "nodebug")])
+    with ElfImage(lib) as img:
+        bare = symbols.functions(img)
+        given = symbols.functions(img, debug_files=[dbg])
+        bid = img.build_id
+    assert sum(n.startswith("hidden_") for n in bare.names) == 0 and "debug_file" not in bare.symbol_counts
+    assert sum(n.startswith("hidden_") for n in given.names) == 40 and given.symbol_counts["debug_file"] == str(dbg)
+    assert dict(zip(given.names, given.offset.tolist())) == {n: o for n, o in zip(full.names, full.offset.tolist())
+                                                             if n in given.names}
+    # found by build-id, as gdb does
+    d = tmp_path / "debug" / ".build-id" / bid[:2]
+    d.mkdir(parents=True)
+    (d / f"{bid[2:]}.debug").write_bytes(dbg.read_bytes())
+    monkeypatch.setattr(symbols, "DEBUG_DIRS", [str(tmp_path / "debug")])
+    with ElfImage(lib) as img:
+        found = symbols.functions(img)
+    assert found.names == given.names

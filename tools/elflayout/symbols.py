@@ -6,7 +6,9 @@ exported ``.dynsym`` symbols do not name.
 
 Merge rule (``functions``):
 
-1. ``.symtab`` STT_FUNC/STT_GNU_IFUNC symbols with size > 0 that are defined
+1. ``.symtab`` STT_FUNC/STT_GNU_IFUNC symbols with size > 0 that are defined — of the
+   library, or, when it is stripped, of its separate debug file (``--debug-file``, or
+   ``/usr/lib/debug/.build-id/ab/cdef….debug`` found by build-id, as gdb does);
    (st_shndx != SHN_UNDEF). Aliases (several symbols at one address) keep one name:
    GLOBAL before WEAK before LOCAL, then the first in table order.
 2. ``.dynsym`` symbols of the same kind at addresses ``.symtab`` did not name (with a
@@ -147,13 +149,44 @@ def read_symbols(img: ElfImage, table: str) -> tuple[np.ndarray, list[str]] | No
     return syms, _cstrings(img, strsec.offset, strsec.size, syms["st_name"])
 
 
-def _symbol_extents(img: ElfImage, sources) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, dict]:
+# Where separate debug files live (gdb's "debug-file-directory"): DIR/.build-id/ab/cdef….debug
+DEBUG_DIRS = ["/usr/lib/debug"]
+
+
+def debug_file_for(img: ElfImage, candidates=()) -> str | None:
+    """The separate debug file of ``img``: one of ``candidates`` (``--debug-file``) with the
+    same build-id, else ``DIR/.build-id/<2 hex>/<rest>.debug`` under ``DEBUG_DIRS`` (the
+    layout Debian's -dbgsym packages and gdb use). None when there is none."""
+    bid = img.build_id
+    for c in candidates:
+        with ElfImage(c) as d:
+            if bid and d.build_id == bid:
+                return str(c)
+    if not bid:
+        return None
+    for root in DEBUG_DIRS:
+        p = f"{root}/.build-id/{bid[:2]}/{bid[2:]}.debug"
+        try:
+            with ElfImage(p) as d:
+                if d.build_id == bid:
+                    return p
+        except ElflayoutError:
+            continue
+    return None
+
+
+def _symbol_extents(img: ElfImage, sources, debug_img: ElfImage | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, dict]:
     vaddr, size, src, names, counts = [], [], [], [], {}
     seen = np.zeros(0, dtype=np.int64)
     for code, table in ((SRC_SYMTAB, "symtab"), (SRC_DYNSYM, "dynsym")):
         if table not in sources:
             continue
         got = read_symbols(img, table)
+        if got is None and table == "symtab" and debug_img is not None:
+            # a stripped library: its .symtab is in the separate debug file (same addresses)
+            got = read_symbols(debug_img, table)
+            counts["debug_file"] = str(debug_img.path)
         if got is None:
             counts[table] = None
             continue
@@ -382,12 +415,24 @@ def _fde_extents_pyelftools(img: ElfImage):
 
 # -- merge --------------------------------------------------------------------------------
 
-def functions(img: ElfImage, sources=SOURCES) -> FunctionTable:
-    """Function extents of ``img`` (see the module docstring for the merge rule)."""
+def functions(img: ElfImage, sources=SOURCES, debug_files=()) -> FunctionTable:
+    """Function extents of ``img`` (see the module docstring for the merge rule).
+
+    A stripped ``img`` (no ``.symtab``) takes its ``.symtab`` from its separate debug
+    file: one of ``debug_files`` with the same build-id, else the one under DEBUG_DIRS.
+    """
     bad = set(sources) - set(SOURCES)
     if bad:
         raise ValueError(f"unknown function sources {sorted(bad)}; known: {', '.join(SOURCES)}")
-    vaddr, size, src, names, counts = _symbol_extents(img, sources)
+    debug = None
+    if "symtab" in sources and not any(s.type == "SHT_SYMTAB" for s in img.sections):
+        path = debug_file_for(img, debug_files)
+        debug = ElfImage(path) if path else None
+    try:
+        vaddr, size, src, names, counts = _symbol_extents(img, sources, debug)
+    finally:
+        if debug is not None:
+            debug.close()
     fde_count = 0
     if "eh_frame" in sources:
         fb, fr = fde_extents(img)

@@ -40,6 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="trace: drop the targets from the page cache first, so their reads are recorded")
     p.add_argument("--children", action="store_true",
                    help="also profile programs the workload starts (e.g. through a shell script)")
+    p.add_argument("--read-ahead-kb", type=int, default=None, metavar="KB",
+                   help="trace: set read_ahead_kb of the targets' device for the run (restored afterwards); "
+                        "default: leave it, and record the value in force")
+    p.add_argument("--debug-file", action="append", default=[], metavar="FILE",
+                   help="separate debug file of a stripped target (matched by build-id; repeatable); by default "
+                        "/usr/lib/debug/.build-id/ab/cdef....debug is used when installed")
     p.add_argument("--allow-failure", action="store_true",
                    help="exit 0 even when the workload exits non-zero or crashes")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
@@ -89,6 +95,13 @@ def run(args: argparse.Namespace) -> int:
         raise ElflayoutError("no workload given (put it after --, e.g. -- llc-16 --version)")
     targets = [os.path.realpath(t) for t in args.target]
     imgs = [ElfImage(t) for t in targets]  # fails early on missing / non-ELF targets
+    from elflayout import symbols
+
+    for d in args.debug_file:
+        with ElfImage(d) as dimg:
+            if not any(dimg.build_id and dimg.build_id == img.build_id for img in imgs):
+                raise ElflayoutError(f"{d}: --debug-file of no --target (its build-id {dimg.build_id} is none of "
+                                     f"the targets')")
     maps = args.map or []
     if len(maps) > len(targets):
         raise ElflayoutError(f"{len(maps)} --map for {len(targets)} --target (give at most one map per target)")
@@ -97,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
             raise ElflayoutError(f"{m}: no such link map")
     if args.evict and args.backend != "trace":
         raise ElflayoutError("--evict is for --backend trace (valgrind does not see the page cache)")
+    if args.read_ahead_kb is not None and (args.backend != "trace" or args.read_ahead_kb <= 0):
+        raise ElflayoutError("--read-ahead-kb: a positive size in KiB, for --backend trace")
     if args.data and args.backend != "valgrind":
         raise ElflayoutError("--data needs --backend valgrind (the trace backend sees pages, not accesses)")
     env = dict(os.environ)
@@ -130,7 +145,21 @@ def run(args: argparse.Namespace) -> int:
         if args.backend == "valgrind":
             r = be.run(targets, cmd, data=args.data, log_path=args.keep_log, env=env, children=args.children)
         else:
-            r = be.run(targets, cmd, evict_first=args.evict, env=env, children=args.children)
+            # a trace profile's pages depend on read-ahead: take turns with measurement
+            # sessions (they change read_ahead_kb), and record the value truthfully
+            from elflayout.measure.controls import MeasurementLock
+
+            from elflayout.measure.controls import ControlSet, ReadAhead
+
+            with MeasurementLock() as lock, ControlSet([ReadAhead(targets[0], args.read_ahead_kb)]):
+                ra0 = model.read_ahead_kb(targets[0])
+                r = be.run(targets, cmd, evict_first=args.evict, env=env, children=args.children)
+                ra1 = model.read_ahead_kb(targets[0])
+            meta["read_ahead_kb"] = ra0 if ra0 == ra1 else None
+            meta["lock_waited_s"] = lock.record()["waited_s"]
+            if ra0 != ra1:
+                meta["notes"].append(f"read_ahead_kb changed during the run ({ra0} -> {ra1}, by another program): "
+                                     f"the pages read reflect neither value alone")
     meta["duration_s"] = round(r.duration_s, 4)
     meta["exit_status"] = r.returncode
     meta["command"] = r.command
@@ -169,7 +198,12 @@ def run(args: argparse.Namespace) -> int:
                 ph, bounds = None, None
             if not loaded:
                 never.append(targets[i])
-            tdoc, _ = attribute.build_target(img, ev, linkmap=lm, phase_idx=ph, map_path=maps[i] if i < len(maps) else None)
+            ft = symbols.functions(img, debug_files=args.debug_file)
+            tdoc, _ = attribute.build_target(img, ev, functions=ft, linkmap=lm, phase_idx=ph,
+                                             map_path=maps[i] if i < len(maps) else None)
+            if ft.symbol_counts.get("debug_file"):
+                meta["notes"].append(f"{targets[i]}: function names from its debug file "
+                                     f"{ft.symbol_counts['debug_file']}")
             if bounds is not None:
                 bounds["main_is"] = "main()" if r.marks["main_seq"] is not None else "executable entry"
                 tdoc["phases"] = bounds
