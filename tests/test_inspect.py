@@ -392,3 +392,44 @@ def test_already_packed_library_is_worded_for_what_it_is(tmp_path):
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", tmp_path / "libu.so", src], check=True)
     out = run_cli("inspect", tmp_path / "libu.so", check=0).stdout
     assert re.search(r"optimal RELR for \d+ R_X86_64_RELATIVE \(", out) and "already packed" not in out, out
+
+
+def test_initializers_in_run_order_with_pages_from_a_profile(tmp_path):
+    """Three constructors touching their own data: listed in the order ld.so runs them
+    (count as readelf shows: DT_INIT + INIT_ARRAYSZ / 8), named, and with a valgrind
+    profile each is charged with the pages it first touches."""
+    need_tool("gcc")
+    src = tmp_path / "i.c"
+    src.write_text("".join(
+        f"static char big{i}[3 * 4096] = {{{i + 1}}};\n"
+        f"__attribute__((constructor)) static void init_{i}(void) {{ for (int k = 0; k < 3 * 4096; k += 4096)"
+        f" big{i}[k] = {i + 1}; }}\n" for i in range(3)) + "int api(void) { return big0[0] + big1[0] + big2[0]; }\n")
+    lib = tmp_path / "libi.so"
+    subprocess.run(["gcc", "-O0", "-g", "-shared", "-fPIC", "-o", lib, src], check=True)
+    (tmp_path / "m.c").write_text("int api(void); int main(void) { return api() != 6; }\n")
+    drv = tmp_path / "drv"
+    subprocess.run(["gcc", "-o", drv, tmp_path / "m.c", "-L", tmp_path, "-li", f"-Wl,-rpath,{tmp_path}"], check=True)
+    dyn = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True, check=True).stdout
+    n_array = int(re.search(r"\(INIT_ARRAYSZ\)\s+(\d+)", dyn).group(1)) // 8
+    expect = n_array + ("(INIT)" in dyn)
+    res = json.loads(run_cli("inspect", "--initializers", "--json", lib, check=0).stdout)
+    assert res["count"] == expect == len(res["initializers"])
+    names = [e["function"] for e in res["initializers"]]
+    assert [n for n in names if n.startswith("init_")] == sorted(n for n in names if n.startswith("init_"))
+    from elflayout.profile.valgrind import tool_status
+
+    if tool_status():
+        pytest.skip(tool_status())
+    prof = tmp_path / "p.json"
+    run_cli("profile", "--target", lib, "--data", "-o", prof, "--", drv, check=0)
+    res = json.loads(run_cli("inspect", "--initializers", "--json", lib, "--profile", prof, check=0).stdout)
+    ctors = [e for e in res["initializers"] if (e["function"] or "").startswith("init_")]
+    assert len(ctors) == 3 and all(e["ran"] for e in ctors)
+    # its own array (3 pages, not page-aligned: a page it shares with relocated data is
+    # first written by the loader, before any initializer)
+    assert all(e["data_pages"] >= 2 for e in ctors), ctors
+    assert res["pages_charged"] == res["init_phase_pages"]  # every init-phase page has its initializer
+    # their code page is charged to whichever initializer ran first on it
+    assert sum(e["code_pages"] for e in res["initializers"]) >= 1
+    text = run_cli("inspect", "--initializers", lib, "--profile", prof, check=0).stdout
+    assert "init_1" in text and "pages first touched by them" in text

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from elflayout.errors import ElflayoutError
+
 SUMMARY = "segments, sections, relocations, symbols (and link map) of an ELF file"
 EPILOG = """\
 examples:
@@ -22,6 +24,9 @@ examples:
   # with the link map (GNU ld, gold, lld or mold -Map=FILE): objects and input
   # sections with the file range they occupy in the output
   elflayout inspect build/libx.so --map build/libx.map
+  # static initializers run at load, in run order; with a valgrind profile of the
+  # start-up, the code/data pages each first touches and its (valgrind) time
+  elflayout inspect --initializers /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 --profile llc.json
 """
 
 
@@ -33,12 +38,63 @@ def add_arguments(p) -> None:
     p.add_argument("--force", action="store_true", help="let -o replace an existing file")
     p.add_argument("--functions", action="store_true",
                    help="also list every function extent (name or fde_<hex>, source, offset, size)")
+    p.add_argument("--initializers", action="store_true",
+                   help="list the static initializers LIB runs at load (DT_INIT, .init_array, .ctors) in run order, "
+                        "with --profile the pages and time each costs")
+    p.add_argument("--profile", metavar="P.json",
+                   help="with --initializers: a valgrind profile of a start-up (elflayout profile [--data])")
+    p.add_argument("--debug-file", action="append", default=[], metavar="FILE",
+                   help="separate debug file of a stripped LIB, for function names (default: "
+                        "/usr/lib/debug/.build-id/... when installed)")
     p.add_argument("--no-input-sections", action="store_true",
                    help="with --map, list objects only (not every input section) in the tables")
 
 
+def run_initializers(args) -> int:
+    from elflayout.elfcore import ElfImage
+    from elflayout.inspect import initializers
+
+    t = None
+    if args.profile:
+        from elflayout.order.profile_input import load_profile, pick_target
+
+        doc = load_profile(args.profile)
+        t = pick_target(doc, args.profile, args.lib if len(doc["targets"]) > 1 else None)
+        if doc.get("metadata", {}).get("backend") != "valgrind":
+            raise ElflayoutError(f"{args.profile}: --initializers needs a valgrind profile (the trace backend "
+                                 "records page faults, not which function ran)")
+    with ElfImage(args.lib) as img:
+        if t is not None and t.get("build_id") and img.build_id and t["build_id"] != img.build_id:
+            raise ElflayoutError(f"{args.profile}: profiled another build of {args.lib} (build-id {t['build_id']})")
+        res = initializers.describe(img, args.debug_file, t)
+    if args.json:
+        sys.stdout.write(json.dumps(res, indent=1) + "\n")
+        return 0
+    out = [f"{args.lib}: {res['count']} static initializer(s), in run order (names: {res['function_names_from']})\n"]
+    rows = []
+    for i, e in enumerate(res["initializers"]):
+        row = [str(i), f"{e['via']}[{e['index']}]", _h(e["vaddr"]), _n(e["code_page"])]
+        if t is not None:
+            row += ["yes" if e["ran"] else "no", _n(e.get("code_pages")), _n(e.get("data_pages")),
+                    "-" if e.get("t_s") is None else f"{e['t_s'] * 1e3:.1f}"]
+        rows.append(row + [e["function"] or "?", e["object"] or ""])
+    head = ["#", "via", "vaddr", "page"] + (["ran", "code pg", "data pg", "t ms*"] if t is not None else []) + \
+        ["function", "object"]
+    out.append(table(head, rows, right={0, 3, 5, 6, 7}))
+    if t is not None:
+        out.append(f"  {res['ran']} ran; {res['pages_charged']:,} pages first touched by them "
+                   f"({res['init_phase_pages']:,} pages in the whole init phase). *{res['time_note']}\n")
+    sys.stdout.write("".join(out))
+    return 0
+
+
 def run(args) -> int:
     from elflayout import fileio
+
+    if args.initializers:
+        return run_initializers(args)
+    if args.profile:
+        raise ElflayoutError("--profile goes with --initializers")
     from elflayout.inspect.core import inspect
 
     if args.output:

@@ -23,32 +23,10 @@ PHASE_NAMES = np.array(["loader", "init", "main"], dtype=object)
 
 
 def init_entries(img: ElfImage) -> np.ndarray:
-    """File offsets of the target's ELF initialisers (DT_INIT and DT_INIT_ARRAY entries)."""
-    out = []
-    v = img.dt("DT_INIT")
-    if v:
-        out.append(v)
-    ia, sz = img.dt("DT_INIT_ARRAY"), img.dt("DT_INIT_ARRAYSZ")
-    if ia and sz:
-        w = img.wordsize
-        off = img.vaddr_to_offset(ia)
-        if off >= 0:
-            words = np.frombuffer(img.mm, dtype="<u8" if w == 8 else "<u4", count=sz // w, offset=off).astype(np.int64)
-            vals = words.copy()
-            # RELA libraries (and lld) keep the value in the relocation addend, not in place.
-            rtype = img.relative_type()
-            for rel in img.reloc_tables().values():
-                if "r_addend" not in rel.dtype.names:
-                    continue
-                m = (rel["r_offset"] >= ia) & (rel["r_offset"] < ia + sz) & (img.reloc_types(rel) == rtype)
-                if m.any():
-                    slot = ((rel["r_offset"][m] - ia) // w).astype(np.int64)
-                    vals[slot] = rel["r_addend"][m]
-            out.extend(int(x) for x in vals if x not in (0, -1))
-    if not out:
-        return np.zeros(0, dtype=np.int64)
-    offs = img.vaddr_to_offset(np.array(out, dtype=np.uint64))
-    return np.unique(offs[offs >= 0])
+    """File offsets of the target's ELF initialisers (DT_INIT, .ctors, DT_INIT_ARRAY entries)."""
+    from elflayout.inspect import initializers
+
+    return initializers.offsets(img)
 
 
 def phases(events: np.ndarray, init_offsets: np.ndarray, entry_seq: int | None,

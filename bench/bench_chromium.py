@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Case study: Debian's Chromium, a browser-class application (prints figures).
+
+    python3 bench/bench_chromium.py [--runs 10] [--out DIR]
+
+Workload: ``chromium --headless --no-sandbox --screenshot`` of a one-line page with a
+fresh ``--user-data-dir`` per run (a wrapper script makes and removes it). Several
+processes (browser, zygotes, renderer, GPU, crashpad), ~150 files read, a 297 MB
+stripped main binary. Steps, all through the library (``measure.session``) or the CLI:
+
+1. census + selective + hot, interleaved (``measure.session``): files other programs map
+   (libc, libstdc++, ...) stay warm and are listed; the selective row must exist for
+   >= 90% of runs on a machine where other programs run;
+2. per-file pages: median and spread per file, grouped into the application's own files
+   (under /usr/lib/chromium) and system files;
+3. an independent check: the files under test evicted, one more run of the workload
+   outside the harness, then util-linux ``fincore`` (not our code) per file against the
+   session's per-file medians;
+4. what a layout change could save in the biggest file: pages read against pages its
+   processes faulted on (the touched set; read-ahead and fault-around bring the rest);
+5. a trace profile with ``--children`` of the main binary, the access-pattern plot of
+   the biggest file and the HTML report.
+
+Needs root (tracefs, eviction) and chromium. A valgrind profile of Chromium is not made:
+its multi-process sandboxed start-up under valgrind takes minutes per run and the
+renderer processes are spawned through the zygote (``--children`` would follow them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+from elflayout import fileio  # noqa: E402
+from elflayout.measure import cache, model, session  # noqa: E402
+
+APP_DIR = "/usr/lib/chromium"
+PAGE_HTML = "data:text/html,<h1>x</h1>"
+
+
+def work_dir(out: str | None) -> Path:
+    d = Path(out) if out else Path(os.environ.get("ELFLAYOUT_CACHE") or Path.home() / ".cache" / "elflayout") \
+        / "bench-chromium"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def wrapper(w: Path) -> Path:
+    """The workload: a fresh profile directory per run, removed afterwards."""
+    sh = w / "chromium-screenshot.sh"
+    sh.write_text("#!/bin/sh\n"
+                  f"d=$(mktemp -d {w}/profile.XXXXXX)\n"
+                  f"chromium --headless --no-sandbox --user-data-dir=\"$d\" --screenshot=\"$d/x.png\" '{PAGE_HTML}'"
+                  " >/dev/null 2>&1\nrc=$?\nrm -rf \"$d\"\nexit $rc\n")
+    sh.chmod(0o755)
+    return sh
+
+
+def cli(*args, check=True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "elflayout", *map(str, args)], capture_output=True, text=True, env=env)
+    print(f"  $ elflayout {' '.join(map(str, args))}   ({time.monotonic() - t:.1f} s)", flush=True)
+    if check and r.returncode != 0:
+        raise SystemExit(f"elflayout {args[0]} failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+    return r
+
+
+def fincore_pages(path: str) -> int | None:
+    if not shutil.which("fincore"):
+        return None
+    r = subprocess.run(["fincore", "--raw", "--noheadings", "-o", "PAGES", path], capture_output=True, text=True)
+    return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.strip() else None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--out", help="output directory (default: the elflayout cache's bench-chromium)")
+    a = ap.parse_args(argv)
+    if not shutil.which("chromium"):
+        print("skipped: chromium is not installed")
+        return 0
+    w = work_dir(a.out)
+    sh = wrapper(w)
+    res_path = w / "chromium.results.json"
+
+    print(f"1. census + selective + hot, {a.runs} rounds: {sh}")
+    t = time.monotonic()
+    doc = session.measure(session.MeasurePlan(variants=[("chromium", str(sh))], states=["selective", "hot"],
+                                              runs=a.runs, seed=1))
+    fileio.dump_json(doc, res_path)
+    res = model.parse(doc, str(res_path))
+    md = res.metadata
+    sel = [r for r in res.runs if r.state == "selective"]
+    clean = res.cell("chromium", "selective")
+    print(f"  $ elflayout measure --name chromium {sh} --runs {a.runs} --seed 1 -o {res_path}   (in-process, "
+          f"{time.monotonic() - t:.0f} s; waited {md['lock']['waited_s']:.0f} s for the measurement lock)")
+    print(f"  selective runs with a figure: {len(clean)}/{len(sel)} ({100 * len(clean) / len(sel):.0f}%); "
+          f"repeated attempts: {sum(r.attempts - 1 for r in res.runs)}")
+    for r in sel:
+        if r.disturbed:
+            print(f"    disturbed run {r.seq}: {r.interference}")
+    left = md["census_left_out"]
+    print(f"  census: {len(md['files'])} files under test, {len(left)} left warm:")
+    why: dict[str, int] = {}
+    for f in left:
+        key = f["why"].split(":")[0]
+        why[key] = why.get(key, 0) + 1
+    for k, n in sorted(why.items(), key=lambda kv: -kv[1]):
+        print(f"    {n:>3} {k}")
+
+    print("2. pages read per file (selective, undisturbed runs): median [min, max]")
+    spread = {s["file"]: s for s in md["spread"] if s["state"] == "selective"}
+    groups = {"application (/usr/lib/chromium)": 0.0, "system and other": 0.0}
+    for f, s in sorted(spread.items(), key=lambda kv: -kv[1]["median"]):
+        g = "application (/usr/lib/chromium)" if f.startswith(APP_DIR + "/") else "system and other"
+        groups[g] += s["median"]
+    for f, s in sorted(spread.items(), key=lambda kv: -kv[1]["median"])[:12]:
+        print(f"  {s['median']:>9,.0f} [{s['min']:,}, {s['max']:,}]{'' if s['identical'] else ' varies'}  {f}")
+    total = sum(groups.values())
+    for g, n in groups.items():
+        print(f"  {g}: {n:,.0f} pages ({100 * n / total:.1f}%)")
+    ident = sum(s["identical"] for s in spread.values())
+    print(f"  files read identically in every run: {ident}/{len(spread)}; the others vary (multi-process start-up)")
+    hot = [r.pages_read for r in res.cell("chromium", "hot")]
+    print(f"  hot runs still read {statistics.median(hot):,.0f} pages (median; range {min(hot):,}..{max(hot):,}): "
+          f"parts of files no earlier run needed")
+
+    print("3. independent check: evict the files, run the workload once outside the harness, util-linux fincore")
+    if fincore_pages("/etc/hostname") is None:
+        print("  skipped: fincore not available")
+    else:
+        for f in md["files"]:
+            cache.evict(f, verify=False)
+        subprocess.run([str(sh)], check=True)
+        rows = []
+        for f, s in spread.items():
+            got = fincore_pages(f)
+            if got is not None and s["median"]:
+                rows.append((f, s, got, abs(got - s["median"]) / s["median"]))
+        within = [x for x in rows if x[3] <= 0.03 or x[1]["min"] <= x[2] <= x[1]["max"]]
+        pages_in = sum(x[1]["median"] for x in within)
+        print(f"  files whose fincore count is within 3% of the session's median (or inside its range): "
+              f"{len(within)}/{len(rows)}, holding {100 * pages_in / total:.1f}% of the pages")
+        for f, s, got, d in sorted(rows, key=lambda x: -x[3])[:5]:
+            print(f"    {f}: fincore {got:,}, session median {s['median']:,.0f} [{s['min']:,}, {s['max']:,}] "
+                  f"({100 * d:+.1f}%)")
+
+    big = max(spread, key=lambda f: spread[f]["median"])
+    print(f"4. the biggest file, {big}: pages read vs pages faulted (what a layout could reach)")
+    mid = sorted(clean, key=lambda r: r.files[big].pages_read)[len(clean) // 2].files[big]
+    touched = len({int(p) for _, p in mid.faults})
+    print(f"  read {mid.pages_read:,} pages ({mid.pages_read * 4096 / 2**20:.0f} MiB) at read_ahead_kb "
+          f"{md['read_ahead_kb']}; faulted on {touched:,} distinct pages ({100 * touched / mid.pages_read:.1f}% of what "
+          f"was read); seeks {mid.seeks}")
+    by = model.pages_by_section(md["files"][big].get("sections", []), model.run_pages(mid.reads))
+    print("  by section: " + ", ".join(f"{k} {v:,}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:6]))
+
+    print("5. trace profile with --children, plot, report")
+    prof = w / "chromium.profile.json"
+    r = cli("profile", "--backend", "trace", "--children", "--evict", "--read-ahead-kb", 128, "--target", big,
+            "-o", prof, "--force", "--", str(sh), check=False)
+    if r.returncode == 0:
+        p = json.loads(prof.read_text())
+        t0 = p["targets"][0]
+        print(f"  profile: {len(t0['pages']):,} pages faulted in first-fault order, {len(t0['functions']):,} functions "
+              f"named (the binary is stripped: names need its debug file)")
+    cli("plot", res_path, "--file", big, "-o", w / "chromium-access.png", "--force", check=False)
+    inputs = [res_path] + ([prof] if prof.exists() else [])
+    cli("report", *inputs, "-o", w / "chromium-report.html", "--force", check=False)
+    print(f"  outputs in {w}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
