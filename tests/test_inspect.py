@@ -433,3 +433,7 @@ def test_initializers_in_run_order_with_pages_from_a_profile(tmp_path):
     assert sum(e["code_pages"] for e in res["initializers"]) >= 1
     text = run_cli("inspect", "--initializers", lib, "--profile", prof, check=0).stdout
     assert "init_1" in text and "pages first touched by them" in text
+    # and the profile report has the section
+    html = tmp_path / "r.html"
+    run_cli("report", prof, "-o", html, check=0)
+    assert "Static initializers: " in html.read_text() and "init_0" in html.read_text()

@@ -417,6 +417,40 @@ def results_section(src: str, doc: dict, idx: int) -> str:
 # ----------------------------------------------------------------------------------
 # profiles
 
+def initializers_html(t: dict, meta: dict) -> str:
+    """Static initializers of a valgrind-profiled target (``inspect.initializers``): what
+    each costs in first-touched pages and (valgrind) time. Empty when not applicable."""
+    import os
+
+    from elflayout.elfcore import ElfImage
+    from elflayout.errors import ElflayoutError
+    from elflayout.inspect import initializers
+
+    path = str(t.get("path"))
+    if meta.get("backend") != "valgrind" or not os.path.isfile(path):
+        return ""
+    try:
+        with ElfImage(path) as img:
+            if t.get("build_id") and img.build_id != t["build_id"]:
+                return ""
+            res = initializers.describe(img, (), t)
+    except ElflayoutError:
+        return ""
+    ran = sorted((e for e in res["initializers"] if e.get("ran")), key=lambda e: -e["pages"])
+    if not res["count"]:
+        return ""
+    rows = [[td(escape(str(e["function"] or "?")), cls="t"), td(escape(f"{e['via']}[{e['index']}]"), cls="t"),
+             td(_num(e["code_pages"]), e["code_pages"]), td(_num(e["data_pages"]), e["data_pages"]),
+             td("–" if e["t_s"] is None else f"{e['t_s'] * 1e3:.1f}", e["t_s"]),
+             td(escape(str(e["object"] or "")), cls="t")] for e in ran[:40]]
+    more = f" (the 40 costliest of {len(ran):,})" if len(ran) > 40 else ""
+    return (f"<details><summary>Static initializers: {res['count']:,} listed, {res['ran']:,} ran, "
+            f"{res['pages_charged']:,} pages first touched by them{more}</summary>"
+            + table(["function", "via", "code pages", "data pages", "time ms (valgrind)", "object"], rows)
+            + f'<p class="sub">Hommey (2011): initializers run before main touch code and data all over the '
+              f"library. {escape(res['time_note'])}.</p></details>")
+
+
 def profile_section(src: str, doc: dict, idx: int) -> str:
     from elflayout.report import access
 
@@ -453,6 +487,9 @@ def profile_section(src: str, doc: dict, idx: int) -> str:
             out.append(figure_png(access.profile_figure(t), "x: order of first access; y: offset in the file; "
                                   "bands: ELF sections. Margin: share of each slice of the file that was touched.",
                                   alt=f"first-access order in {path}"))
+        init = initializers_html(t, meta)
+        if init:
+            out.append(init)
         objs = t.get("objects") or []
         if objs:
             orow = [[td(_num(i + 1), i + 1), td(escape(str(o.get("object"))), cls="t"),
