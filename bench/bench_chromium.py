@@ -61,7 +61,10 @@ def wrapper(w: Path) -> Path:
     sh.write_text("#!/bin/sh\n"
                   f"d=$(mktemp -d {w}/profile.XXXXXX)\n"
                   f"chromium --headless --no-sandbox --user-data-dir=\"$d\" --screenshot=\"$d/x.png\" '{PAGE_HTML}'"
-                  " >/dev/null 2>&1\nrc=$?\nrm -rf \"$d\"\nexit $rc\n")
+                  f" >/dev/null 2>\"$d/stderr\"\nrc=$?\n"
+                  # a crash (seen once in ~40 runs: SIGSEGV) keeps its stderr for a look
+                  f"[ $rc -eq 0 ] || cp \"$d/stderr\" {w}/crash-stderr.txt\n"
+                  "rm -rf \"$d\"\nexit $rc\n")
     sh.chmod(0o755)
     return sh
 
