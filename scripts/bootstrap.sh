@@ -14,6 +14,7 @@ APT_PACKAGES=(
   python3 python3-venv python3-pip                  # Debian's python if none other is first on PATH
   fuse3 libfuse3-dev pkg-config                     # slow-storage emulation
   chromium sqlite3 file                             # report rendering test, history db
+  debootstrap                                       # a Debian 11 root (glibc 2.31) for pack-relocs tests
 )
 
 need=()

@@ -208,3 +208,36 @@ def test_relr_without_the_need_is_refused_by_glibc_when_libc_is_needed(bfd, tmp_
     bad.write_bytes(bytes(b))
     assert "DT_RELR without GLIBC_ABI_DT_RELR dependency" in (simload.dlopen_check(bad) or "")
     assert simload.compare(bfd["lib"], bad)["table_problems"]  # the checker refuses it too
+
+
+def test_version_index_beyond_the_known_versions_is_refused(bfd, tmp_path):
+    """ld.so reads l_versions[index] past its end for such a symbol, and the version need
+    the packer adds changes what it reads: the input's behaviour is undefined, refuse it."""
+    src = tmp_path / "libt.so"
+    shutil.copy(bfd["lib"], src)
+    with elfcore.ElfImage(src) as img:
+        vs = img.section(".gnu.version")
+    b = bytearray(src.read_bytes())
+    k = vs.offset + 2 * (vs.size // 2 - 1)
+    b[k:k + 2] = (112).to_bytes(2, "little")
+    src.write_bytes(bytes(b))
+    r = run_cli("pack-relocs", src, "-o", tmp_path / "out.so", check=2)
+    assert "version index 112" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_writable_first_segment_compares_tables_field_by_field(bfd, tmp_path):
+    """A first PT_LOAD flagged writable holds the ELF header and the dynamic-linking tables
+    the packer rewrites: the real-load comparison leaves them to compare_tables, as the
+    simulated one does, instead of calling the output different."""
+    src = tmp_path / "libt.so"
+    shutil.copy(bfd["lib"], src)
+    with elfcore.ElfImage(src) as img:
+        phoff = img.elf.header["e_phoff"]
+        k = next(s.index for s in img.segments if s.type == "PT_LOAD")
+    b = bytearray(src.read_bytes())
+    at = phoff + k * L.PHDR64.itemsize + L.field_offset(L.PHDR64, "p_flags")
+    b[at] |= L.PF_W
+    src.write_bytes(bytes(b))
+    out = tmp_path / "out.so"
+    st = json.loads(run_cli("pack-relocs", src, "-o", out, "--check", "--json", check=0).stdout)
+    assert st["check"]["real_load"]["equal"]
