@@ -388,6 +388,11 @@ def count_seeks(page: np.ndarray, npages: np.ndarray, gap: int = SEEK_PAGES) -> 
     return int(np.count_nonzero(np.abs(jump) > gap))
 
 
+def command_of(doc: dict, variant: str) -> str:
+    """The shell command of a variant ('' if not recorded)."""
+    return next((v.get("command") or "" for v in doc.get("variants", []) if v.get("name") == variant), "")
+
+
 def access_of(run: dict, path: str) -> Access:
     f = (run.get("files") or {}).get(path) or {}
     try:
