@@ -169,6 +169,12 @@ def main(argv=None) -> int:
           f"was read); seeks {mid.seeks}")
     by = model.pages_by_section(md["files"][big].get("sections", []), model.run_pages(mid.reads))
     print("  by section: " + ", ".join(f"{k} {v:,}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:6]))
+    r = cli("inspect", "--json", big, check=False)
+    rel = (json.loads(r.stdout).get("relocations") or {}).get("relative") if r.returncode == 0 else None
+    if rel:
+        print(f"  packing its {rel['count']:,} relative relocations into an optimal RELR table would save "
+              f"{rel['saved_bytes']:,} bytes of relocation tables ({rel['saved_bytes'] // 4096:,} pages; "
+              f"{by.get('.rela.dyn', 0):,} pages of .rela.dyn were read)")
 
     print("5. trace profile with --children, plot, report")
     prof = w / "chromium.profile.json"

@@ -76,6 +76,10 @@ BENCHES = [
     Bench("pack_sweep", "bench_pack_sweep.py", (),
           "pack-relocs --check over every library in /usr/lib/x86_64-linux-gnu: packed, refused (reasons), "
           "check failures (about 12 min)", "not relevant (warm page cache)"),
+    Bench("chromium", "bench_chromium.py", ("--runs", "10"),
+          "Case study, Debian's Chromium: census + selective on a shared machine, per-file pages and spread, an "
+          "independent fincore check, pages read vs touched and the RELR estimate for the executable, trace "
+          "profile, plot, report", RA_SET),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
     Bench("inspect", "bench_inspect.py", ("--runs", "5"),
