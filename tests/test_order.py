@@ -56,8 +56,10 @@ def test_resolve_against_universe():
         "foo": [(".text.foo", "a.o")],
         "_ZN3Foo3barEv": [(".text._ZN3Foo3barEv", "b.o")],
     }, sections={".text.helper", ".text.foo", ".text._ZN3Foo3barEv"}, source="test")
-    entries = [{"name": "foo.part.0"}, {"name": "helper", "object": "b.o"}, {"name": "_ZThn8_N3Foo3barEv"},
-               {"name": "fde_e2f680"}, {"name": "nothere"}, {"name": "helper"}]
+    from elflayout.profile.model import Function
+
+    entries = [Function("foo.part.0", 0), Function("helper", 1, object="b.o"), Function("_ZThn8_N3Foo3barEv", 2),
+               Function("fde_e2f680", 3), Function("nothere", 4), Function("helper", 5)]
     res, rep = resolve(entries, u)
     hows = [r.how for r in res]
     assert hows[:5] == ["clone", "object", "thunk", "fde-only", "missing"]
@@ -159,9 +161,12 @@ def test_profile_of_another_library_is_refused(synth, tmp_path):
     other = tmp_path / "other.so"
     subprocess.run(["gcc", "-shared", "-o", str(other), str(synth["objects"][1])], check=True)
     r = run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x", check=2)
-    assert "profile is of build" in r.stderr and "--force" in r.stderr and "Traceback" not in r.stderr
+    assert "profile is of build" in r.stderr and "--allow-stale-profile" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "x").exists()
-    run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x", "--force", check=0)
+    # --force only replaces outputs; a stale profile needs its own option
+    run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x", "--force", check=2)
+    run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x",
+            "--allow-stale-profile", check=0)
 
 
 def test_empty_profile(synth, tmp_path):

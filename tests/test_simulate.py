@@ -182,8 +182,10 @@ def test_relink_dynstr_reads_follow_names(synth, tmp_path):
     from elflayout.order.dynstr import _dynsym
     from elflayout.order.readahead import profile_touches
 
+    from elflayout.profile import model
+
     with ElfImage(lib) as img:
-        pg, kinds, notes = profile_touches(t, img)
+        pg, kinds, notes = profile_touches(model.parse(doc).targets[0], img)
         d2 = img.section(".dynstr")
         recs, names = _dynsym(img)
     info = notes["dynstr_by_name"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
+from elflayout.pages import SEEK_PAGES
 
 SUMMARY = "measure cold/selective/hot startup: time, faults, pages read per file"
 EPILOG = """\
@@ -357,7 +358,7 @@ def run(args) -> int:
         "host": socket.gethostname(), "kernel": f"{u.sysname} {u.release} {u.version}", "machine": u.machine,
         "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
         "page_size": os.sysconf("SC_PAGE_SIZE"), "states": states, "runs": args.runs, "warmup": args.warmup,
-        "seed": args.seed, "seek_pages": 32,
+        "seed": args.seed, "seek_pages": SEEK_PAGES,
         "read_ahead_kb": control_records["read_ahead_kb"]["applied"],
         "aslr": control_records["aslr"]["applied"], "controls": control_records,
         "source": "mincore" if trace_why else "trace", "trace_pid_filter": runner.pid_filter,

@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     doc = load_profile(args.profile)
-    t = pick_target(doc, args.profile, args.target or (args.lib if len(doc["targets"]) > 1 else None))
+    t = pick_target(doc, args.profile, args.target or (args.lib if len(doc.targets) > 1 else None))
     require_touches(t, args.profile)
     res = check(args.lib, t)
     if args.json:
