@@ -36,7 +36,7 @@ stamp=.venv/.elflayout-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "bootstrap: installing elflayout and its Python dependencies into .venv"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,report,stats]'
   touch "$stamp"
 fi
 

@@ -1,6 +1,6 @@
 """order / link / check-order on a small synthetic library linked with the real linkers.
 
-The library (elflayout.order.testlib) has a known first-call order; its ground truth is
+The library (tests/order_testlib.py) has a known first-call order; its ground truth is
 turned into a profile v1 as the profiler would record it. Each linker relinks the same
 objects with the generated ordering and check-order must find the order honoured; the
 default link must not pass.
@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import need_tool, run_cli
-from elflayout.order import testlib
+import order_testlib as testlib
 from elflayout.order.check import lis_length
 from elflayout.order.resolve import Universe, clone_base, resolve, same_object, thunk_target
 

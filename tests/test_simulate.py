@@ -85,7 +85,7 @@ def test_header_read_and_eof():
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
     need_tool("gcc")
-    from elflayout.order import testlib
+    import order_testlib as testlib
 
     wd = tmp_path_factory.mktemp("sim")
     d = testlib.build(wd, n_objects=6, funcs_per_object=8, seed=5)

@@ -25,8 +25,9 @@ LABEL_FONTSIZE = 9
 
 
 def _plt():
-    import matplotlib
+    from elflayout.errors import require
 
+    matplotlib = require("matplotlib")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
