@@ -31,6 +31,10 @@ examples:
       --dynstr-out llc.dynstr.rsp -o llc.order
   g++ -fuse-ld=lld ... -Wl,--symbol-ordering-file=llc.order -Wl,@llc.dynstr.rsp
 
+  # a profile of several workloads (profile --workload/--stdout): code any of them
+  # touches goes in the hot region, what all of them share first
+  elflayout order set.json --format lld --combine shared -o set.order
+
   # object order (mold; objects without -ffunction-sections), untouched objects kept
   elflayout order py.json --format objects --objects-from libpython.map -o objs.txt
 """
@@ -59,12 +63,21 @@ def add_arguments(p) -> None:
     p.add_argument("--force", action="store_true", help="replace existing output files")
     p.add_argument("--allow-stale-profile", action="store_true",
                    help="use a profile of another build of --lib (names still match; offsets may not)")
+    p.add_argument("--combine", choices=("shared", "earliest", "mean", "concat"),
+                   help="a profile of several workloads: re-combine their first-access ranks (shared: what every "
+                        "workload touches first, then what fewer do; earliest: what any workload touches early "
+                        "comes first; mean: what most touch early; concat: the first workload's order, the others "
+                        "appended); default: the profile's own order")
     p.add_argument("--report", action="store_true", help="print the resolution report (JSON) on stdout")
 
 
 def build(args) -> tuple[str, dict]:
     """Compute the layout and render it; returns (text, report). Shared with ``link``."""
     doc = load_profile(args.profile)
+    if getattr(args, "combine", None):
+        from elflayout.profile.merge import recombine
+
+        doc = recombine(doc, args.combine)
     lib = getattr(args, "lib", None)
     want = args.target or (lib if lib and len(doc.targets) > 1 else None)
     t = pick_target(doc, args.profile, want)

@@ -25,7 +25,7 @@ EPILOG = """examples:
   # profile that keeps each workload's own order (order, check-order --workload use it)
   elflayout profile --target /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 -o set.json \\
       --workload 'llc=llc-16 --version' --workload 'opt=opt-16 --version' \\
-      --stdout pipe --stdout null --combine earliest
+      --stdout pipe --stdout null --combine shared
 
 The workload's output goes to the terminal (--stdout changes that). A workload that
 exits non-zero or crashes still gets its profile written, with a warning and exit
@@ -62,9 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " (default inherit); repeatable: one run per mode")
     p.add_argument("--env-variant", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
                    help="also run every workload with these variables set; repeatable: one run per variant")
-    p.add_argument("--combine", choices=RULES, default="earliest",
-                   help="several runs: how their first-access ranks make the merged order (default earliest: "
-                        "the earliest relative position in any workload; see docs/formats/profile.md)")
+    p.add_argument("--combine", choices=RULES, default="shared",
+                   help="several runs: how their first-access ranks make the merged order (default shared: what "
+                        "every workload touches first, then what fewer do, each by earliest position; earliest: "
+                        "earliest position in any workload; see docs/formats/profile.md)")
     p.add_argument("--keep-log", metavar="FILE", help="valgrind: also keep the tool's raw log here (FILE.N per run)")
     p.add_argument("-o", "--output", required=True, help="profile to write (JSON; .gz compresses)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")

@@ -17,6 +17,10 @@ Definitions:
     traces of lld's balanced partitioning, where a function used early by any trace is
     pulled early (``--bp-startup-sort``; Hoag et al., "Optimizing Function Layout for
     Mobile Applications", LCTES 2023).
+  - ``shared``: first what every workload touches, then what all but one touch, and so
+    on; the earliest rank orders each group. Code all startups share stays dense at the
+    front, and what only one workload needs does not dilute it (the "common to both
+    phases" part of Chromium's phased orderfile, tools/cygprofile/phased_orderfile.py).
   - ``mean``: the mean rank, a workload that never touched the entry counting 1.0:
     what most workloads need early comes first (Chromium's orderfile pipeline averages
     symbol positions over its profiled runs, tools/cygprofile).
@@ -46,7 +50,7 @@ KEYS = {
     "data_objects": lambda e: e.object,
     "windows": lambda e: (e.page, e.npages),
 }
-RULES = ("earliest", "mean", "concat", "rank")
+RULES = ("earliest", "shared", "mean", "concat", "rank")
 
 
 def _ident(t: Target):
@@ -69,6 +73,8 @@ def combine(ranks: list, rule: str, index: int = 0) -> float:
         return min(got)
     if rule == "mean":
         return sum(1.0 if r is None else r for r in ranks) / len(ranks)
+    if rule == "shared":  # fewest workloads missing it first, then earliest
+        return (len(ranks) - len(got)) + min(got)
     # concat: the first workload that touched it, shifted past the earlier ones
     k = next(i for i, r in enumerate(ranks) if r is not None)
     return k + ranks[k]

@@ -254,7 +254,7 @@ def workload_set(commands: list[tuple[str, list[str]]], stdout_modes: list[str],
     return out
 
 
-def record_set(setup: Setup, workloads: list[Workload], rule: str = "earliest", progress=None) -> tuple[dict, list]:
+def record_set(setup: Setup, workloads: list[Workload], rule: str = "shared", progress=None) -> tuple[dict, list]:
     """Run every workload; one merged profile (per-workload ranks kept) and the
     workloads' exit statuses. One workload: its own profile, unmerged."""
     from elflayout.profile import merge
