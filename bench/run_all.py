@@ -74,6 +74,12 @@ BENCHES = [
     Bench("profile", "bench_profile.py", ("-n", "5"),
           "Profiler overhead: valgrind backend vs valgrind --tool=none, trace backend vs native",
           "not relevant (warm page cache)"),
+    Bench("heldout", "bench_heldout.py", (),
+          "Held-out startups: libLLVM-16 ordered by the other workloads vs by the workload itself "
+          "(cross-validation, readahead-model predictions)", "128 (modelled)"),
+    Bench("peers", "bench_peers.py", ("--runs", "3"),
+          "Peers side by side on libLLVM-16 (llc-16 --version): Debian's library, lld default, lld RELR, "
+          "lld C3 from callgrind (with and without RELR), elflayout's best", RA_SET, markdown=True),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),

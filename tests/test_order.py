@@ -14,6 +14,7 @@ import pytest
 
 from conftest import need_tool, run_cli
 import order_testlib as testlib
+from elflayout.errors import ElflayoutError
 from elflayout.order.check import lis_length
 from elflayout.order.resolve import Universe, clone_base, resolve, same_object, thunk_target
 
@@ -580,3 +581,36 @@ def test_held_out_against_a_training_profile(synth, tmp_path):
     r = run_cli("check-order", synth["lib"], "--profile", tmp_path / "b.json", "--trained-on", tmp_path / "a.json",
                 check=0)
     assert "in the ordered region" in r.stdout and "pages predicted" in r.stdout
+
+
+def test_callgrind_call_graph_for_lld(tmp_path):
+    """A peer's input: callgrind's call counts → lld's --call-graph-ordering-file, which
+    lld accepts and uses (C3 puts a caller next to its heaviest callee)."""
+    need_tool("valgrind")
+    need_tool("ld.lld")
+    from elflayout.order import callgraph
+
+    (tmp_path / "l.c").write_text("int h(int x){return x*3;}\nint pad(int x){return x+7;}\n"
+                                  "int g(int x){int s=0; for(int i=0;i<5;i++) s+=h(x+i); return s;}\n"
+                                  "int f(int x){return g(x)+h(x);}\n")
+    (tmp_path / "m.c").write_text("int f(int);int main(){return f(1)==0;}\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-ffunction-sections", "-c", "-o", tmp_path / "l.o",
+                    tmp_path / "l.c"], check=True)
+    subprocess.run(["gcc", "-shared", "-o", tmp_path / "libl.so", tmp_path / "l.o"], check=True)
+    subprocess.run(["gcc", "-o", tmp_path / "m", tmp_path / "m.c", f"-L{tmp_path}", "-ll",
+                    f"-Wl,-rpath,{tmp_path}"], check=True)
+    out = tmp_path / "cg.out"
+    subprocess.run([*callgraph.callgrind_command(out), tmp_path / "m"], check=True)
+    rep = callgraph.from_callgrind(out, tmp_path / "libl.so", tmp_path / "cg.txt")
+    lines = (tmp_path / "cg.txt").read_text().splitlines()
+    assert lines[0] == "g h 5" and set(lines) == {"g h 5", "f g 1", "f h 1"} and rep["edges"] >= 3
+    r = subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", tmp_path / "libc3.so", tmp_path / "l.o",
+                        f"-Wl,--call-graph-ordering-file={tmp_path / 'cg.txt'}"], capture_output=True, text=True)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    nm = subprocess.run(["nm", tmp_path / "libc3.so"], capture_output=True, text=True, check=True).stdout
+    addr = {ln.split()[2]: int(ln.split()[0], 16) for ln in nm.splitlines() if ln.split()[-1] in ("f", "g", "h", "pad")}
+    # the link order puts pad between h and g; lld places the call graph's sections first
+    assert addr["pad"] > max(addr["f"], addr["g"], addr["h"])
+    with pytest.raises(ElflayoutError, match="not a callgrind profile"):
+        (tmp_path / "bad").write_text("hello\n")
+        callgraph.edges(tmp_path / "bad", "libl.so")
