@@ -8,7 +8,8 @@ insertions of the library, read_ahead_kb 128, the library alone evicted) over:
 
 - Debian's library (measured through a byte-identical copy, which no other process maps);
 - lld default: the library relinked from LLVM 16's archives (``elflayout.targets.libllvm``);
-- lld RELR (``--pack-dyn-relocs=relr``: Debian 12's lld 14 predates ``-z pack-relative-relocs``);
+- lld ``-z pack-relative-relocs`` (RELR; Debian's lld 16, as Debian 12's default lld 14
+  predates the option and glibc refuses its ``--pack-dyn-relocs=relr`` output);
 - lld ``--call-graph-ordering-file`` (C3; Ottoni and Maher, CGO 2017) from a callgrind
   profile of the same startup (``elflayout.order.callgraph``), with and without RELR;
 - (not yet: BOLT, Debian's ``bolt-16``, whose instrumented libLLVM needs ~17 GB of RAM);
@@ -41,10 +42,12 @@ from elflayout.order import callgraph  # noqa: E402
 from elflayout.targets import libllvm  # noqa: E402
 
 PY = sys.executable
-# Debian 12's lld is 14: `-z pack-relative-relocs` (lld 15+) is ignored there; this is
-# the same RELR packing (without the GLIBC_ABI_DT_RELR version need, which glibc 2.36
-# does not require).
-RELR_FLAG = "--pack-dyn-relocs=relr"
+# Debian 12's default lld is 14, which lacks `-z pack-relative-relocs` (lld 15+), and its
+# --pack-dyn-relocs=relr output is refused by glibc 2.36 ("DT_RELR without
+# GLIBC_ABI_DT_RELR dependency"): RELR links use Debian's lld 16 (package lld-16; gcc
+# finds its ld.lld through -B).
+LLD16_DIR = "/usr/lib/llvm-16/bin"
+RELR_ARGS = [f"-B{LLD16_DIR}", "-Wl,-z,pack-relative-relocs"]
 
 
 class Step:
@@ -141,11 +144,10 @@ def main() -> int:
     log: dict = {}
     print(f"## Peers: libLLVM-16, `{' '.join(argv)}`, selective, read_ahead_kb {bp.RA_KB}\n", flush=True)
     base = timed_relink("lld default", log)
-    relr = timed_relink("lld RELR", log, extra_link_args=[RELR_FLAG])
+    relr = timed_relink("lld RELR", log, extra_link_args=RELR_ARGS)
     cg = callgrind_order(base, w, log, argv)
     c3 = timed_relink("lld C3", log, extra_link_args=[f"--call-graph-ordering-file={cg}"])
-    c3r = timed_relink("lld C3 + RELR", log, extra_link_args=[f"--call-graph-ordering-file={cg}",
-                                                               RELR_FLAG])
+    c3r = timed_relink("lld C3 + RELR", log, extra_link_args=[f"--call-graph-ordering-file={cg}", *RELR_ARGS])
     best = elflayout_best(base, w, log, argv)
     copy = w / "libs" / "system-copy" / Path(sysd["lib"]).name
     copy.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   binutils gcc g++ make lld mold valgrind          # linkers and compilers
   llvm-16 libllvm16                                 # real target: libLLVM-16.so.1, llc-16, opt-16
+  lld-16                                            # bench_peers: lld's own -z pack-relative-relocs (lld 14 lacks it)
   libffi8 libedit2 libzstd1 libtinfo6 libxml2 libz3-4  # libLLVM relinked from archives links these
   libpython3.11-stdlib libexpat1 zlib1g             # stdlib for the relinked libpython
   python3 python3-venv python3-pip                  # Debian's python if none other is first on PATH
