@@ -11,6 +11,7 @@ APT_PACKAGES=(
   lld-16                                            # bench_peers: lld's own -z pack-relative-relocs (lld 14 lacks it)
   libffi8 libedit2 libzstd1 libtinfo6 libxml2 libz3-4  # libLLVM relinked from archives links these
   libpython3.11-stdlib libexpat1 zlib1g             # stdlib for the relinked libpython
+  libpython3.11-testsuite                           # CPython's regression tests through a split relink (bench_split)
   python3 python3-venv python3-pip                  # Debian's python if none other is first on PATH
   fuse3 libfuse3-dev pkg-config                     # slow-storage emulation
   chromium sqlite3 file                             # report rendering test, history db
