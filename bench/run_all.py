@@ -67,6 +67,9 @@ BENCHES = [
           "order speed", RA_SET),
     Bench("pack", "bench_pack.py", ("--runs", "3"),
           "Relocation packing: pack-relocs speed on libLLVM-16, pages read before/after packing", RA_SET),
+    Bench("fuzz", "bench_fuzz.py", ("--count", "10000"),
+          "Damaged-input fuzzing of inspect/relocs/pack-relocs --check: refusals, internal errors, accepted "
+          "outputs compared after real loads (about 20 min)", "not relevant (warm page cache)"),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
     Bench("inspect", "bench_inspect.py", ("--runs", "5"),
