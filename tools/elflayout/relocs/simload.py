@@ -40,6 +40,7 @@ from elflayout.relocs import selfapply
 from elflayout import layouts as L
 
 CHUNK = 1 << 24  # bytes compared at a time
+HEAP_PAD = 4096 + 48  # C-heap shift of the control load (not a multiple of any alignment)
 MAX_IMAGE = 1 << 30  # address span simulated; three images' worth is held at once
 BASES = (0x7F3A_5C00_0000, 0x0000_5555_0000_0000)  # two page-aligned bases, different high bits
 MASK = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
@@ -70,7 +71,8 @@ class Loaded:
         d = np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0]
         if d.size != 1:
             raise ElflayoutError(f"{img.path}: no PT_DYNAMIC")
-        dyn = np.frombuffer(img.mm, L.DYN64, int(ph["p_filesz"][d[0]]) // 16, int(ph["p_offset"][d[0]])).copy()
+        dyn = np.frombuffer(img.mm, L.DYN64, int(ph["p_filesz"][d[0]]) // L.DYN64.itemsize,
+                            int(ph["p_offset"][d[0]])).copy()
         n = int(np.argmax(dyn["d_tag"] == L.DT_NULL)) if np.any(dyn["d_tag"] == L.DT_NULL) else dyn.size
         self.dyn = dyn[:n]
         self.dyn_range = (int(ph["p_vaddr"][d[0]]), int(ph["p_vaddr"][d[0]] + ph["p_memsz"][d[0]]))
@@ -291,8 +293,8 @@ def _section_at(img, vaddr) -> str:
 def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     """Field-by-field checks of what the byte compare leaves out; returns problems found."""
     bad = []
-    ha, hb = a.img.mm[:0x28], b.img.mm[:0x28]
-    if ha != hb or a.img.mm[0x30:0x3C] != b.img.mm[0x30:0x3C]:
+    shoff, flags, shnum = (L.field_offset(L.EHDR64, f) for f in ("e_shoff", "e_flags", "e_shnum"))
+    if a.img.mm[:shoff] != b.img.mm[:shoff] or a.img.mm[flags:shnum] != b.img.mm[flags:shnum]:
         bad.append("ELF header differs in more than e_shoff/e_shnum")
     pa, pb = a.phdrs, b.phdrs
     if ap_b := b.applier():  # the code segment grew to hold the routine: nothing else
@@ -533,7 +535,11 @@ def dlopen_check(path, timeout: float = 120, root=None) -> str | None:
 
 _LOADED_STATE = """
 import ctypes, json, os, sys
-path, ranges, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+path, ranges, out, pad = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+if pad:  # shift the C heap: bytes that move with it are heap addresses, not relocations
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    keep = libc.malloc(pad)
 try:
     h = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
 except OSError as e:
@@ -565,14 +571,14 @@ def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
     return out
 
 
-def _load_state(h: Host, src: Path, name: str, ranges, dirs, timeout) -> tuple[dict, np.ndarray | None]:
+def _load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 0) -> tuple[dict, np.ndarray | None]:
     # The same file name in a directory of the same length: identical heap layout. A
     # copy, not a link: a new inode, so ld.so never mistakes it for an object it already
     # has (the interpreter itself may have loaded the input through LD_LIBRARY_PATH).
     with h.tempdir() as d:
         lib, out = Path(d) / name, Path(d) / "state"
         shutil.copyfile(src, lib)
-        args = ["-c", _LOADED_STATE, h.inside(lib), json.dumps(ranges), h.inside(out)]
+        args = ["-c", _LOADED_STATE, h.inside(lib), json.dumps(ranges), h.inside(out), str(pad)]
         try:
             r = h.run(args, h.env(*dirs), timeout, setarch=True)
         except subprocess.TimeoutExpired:
@@ -591,8 +597,10 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
     name and environment; inside ``chroot root`` when given) and compare their
     file-backed writable bytes.
 
-    Bytes that differ between two loads of ``path_a`` itself (run-dependent values
-    stored by constructors) are left out and counted as ``unstable_bytes``. Returns
+    Bytes that differ between two loads of ``path_a`` itself, the second with the C heap
+    shifted by ``HEAP_PAD`` bytes, are left out and counted as ``unstable_bytes``:
+    run-dependent values and heap addresses stored by constructors (ld.so's own
+    allocations differ between input and output, e.g. one more version need). Returns
     dict(equal, compared_bytes, unstable_bytes, differing_bytes) or dict(error=...)
     when a file does not load.
     """
@@ -617,7 +625,7 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
         return dict(res, equal=False, reason="different load addresses with ASLR off")
     diff = sa != sb
     if diff.any():
-        _, sa2 = _load_state(h, pa, pa.name, ranges, dirs, timeout)
+        _, sa2 = _load_state(h, pa, pa.name, ranges, dirs, timeout, pad=HEAP_PAD)
         stable = sa == sa2 if sa2 is not None else np.ones(n, bool)
         res.update(unstable_bytes=int(n - np.count_nonzero(stable)),
                    differing_bytes=int(np.count_nonzero(diff & stable)))

@@ -304,9 +304,14 @@ def results_panels(doc: dict, plan: dict[str, str], state: str | None = None,
             continue
         k, r = got
         title = f"{v} · {state} · run {k}" + (" (disturbed)" if D.disturbed(r, path) else "")
+        acc = D.access_of(r, path)
+        if "elflayout-preload" in D.command_of(doc, v):
+            # a preload plan's reads all come before the program's first fault of the file
+            before = acc.npages[acc.t < (acc.ft.min() if len(acc.ft) else np.inf)].sum()
+            title += f"\npreload: {int(before):,} pages read before the first fault"
         if len(set(plan.values())) > 1:
             title += f"\n{_short(path)}"
-        panels.append(Panel(title, D.access_of(r, path), D.bands(D.sections_of(doc, path)), path, v,
+        panels.append(Panel(title, acc, D.bands(D.sections_of(doc, path)), path, v,
                             (files_md.get(path) or {}).get("size")))
     if not panels:
         raise ElflayoutError(f"no runs of state {state!r} for the chosen variants")

@@ -370,6 +370,11 @@ class Access:
         return expand(self.page, self.npages)
 
 
+def command_of(doc: dict, variant: str) -> str:
+    """The shell command of a variant ('' if not recorded)."""
+    return next((v.get("command") or "" for v in doc.get("variants", []) if v.get("name") == variant), "")
+
+
 def access_of(run: dict, path: str) -> Access:
     f = (run.get("files") or {}).get(path) or {}
     try:
