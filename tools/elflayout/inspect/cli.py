@@ -56,16 +56,16 @@ def run_initializers(args) -> int:
 
     t = None
     if args.profile:
-        from elflayout.order.profile_input import load_profile, pick_target
+        from elflayout.profile import model as pmodel
 
-        doc = load_profile(args.profile)
-        t = pick_target(doc, args.profile, args.lib if len(doc["targets"]) > 1 else None)
-        if doc.get("metadata", {}).get("backend") != "valgrind":
+        prof = pmodel.load(args.profile)
+        t = prof.target(args.lib if len(prof.targets) > 1 else None)
+        if prof.metadata.get("backend") != "valgrind":
             raise ElflayoutError(f"{args.profile}: --initializers needs a valgrind profile (the trace backend "
                                  "records page faults, not which function ran)")
     with ElfImage(args.lib) as img:
-        if t is not None and t.get("build_id") and img.build_id and t["build_id"] != img.build_id:
-            raise ElflayoutError(f"{args.profile}: profiled another build of {args.lib} (build-id {t['build_id']})")
+        if t is not None and t.build_id and img.build_id and t.build_id != img.build_id:
+            raise ElflayoutError(f"{args.profile}: profiled another build of {args.lib} (build-id {t.build_id})")
         res = initializers.describe(img, args.debug_file, t)
     if args.json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")

@@ -78,7 +78,7 @@ def offsets(img: ElfImage) -> np.ndarray:
     return np.unique(offs[offs >= 0])
 
 
-def describe(img: ElfImage, debug_files=(), profile_target: dict | None = None) -> dict:
+def describe(img: ElfImage, debug_files=(), profile_target=None) -> dict:
     """Initializers named (step 2) and, with a profile target, charged (step 3)."""
     from elflayout import symbols
 
@@ -98,25 +98,25 @@ def describe(img: ElfImage, debug_files=(), profile_target: dict | None = None) 
     return doc
 
 
-def charge(es: list[dict], t: dict) -> dict:
-    """Pages and time of each initializer from a profile target (step 3)."""
-    funcs = t.get("functions") or []
+def charge(es: list[dict], t) -> dict:
+    """Pages and time of each initializer from a profile target (``profile.model.Target``)
+    (step 3)."""
     by_off = {}
-    for f in funcs:
-        if f.get("offset") is not None:
-            by_off.setdefault(int(f["offset"]), f)
-    pages = [p for p in t.get("pages") or [] if p.get("first") is not None]
-    phases = t.get("phases") or {}
+    for f in t.functions:
+        if f.offset is not None:
+            by_off.setdefault(int(f.offset), f)
+    pages = [p for p in t.pages if p.first is not None]
+    phases = t.phases or {}
     end_all = phases.get("main_start")
     if end_all is None:
-        init_firsts = [p["first"] for p in pages if p.get("phase") == "init"]
+        init_firsts = [p.first for p in pages if p.phase == "init"]
         end_all = max(init_firsts) + 1 if init_firsts else None
     started = []
     for e in es:
         f = by_off.get(e["offset"])
-        e["object"] = f.get("object") if f else None
-        if f is not None and f.get("first") is not None:
-            started.append((int(f["first"]), f.get("t"), e))
+        e["object"] = f.object if f else None
+        if f is not None and f.first is not None:
+            started.append((int(f.first), f.t, e))
         else:
             e.update(ran=False, code_pages=0, data_pages=0, pages=0, t_s=None)
     started.sort(key=lambda x: x[0])
@@ -124,20 +124,20 @@ def charge(es: list[dict], t: dict) -> dict:
     init_start = phases.get("init_start")
     if es and es[0]["via"] == "DT_INIT" and not es[0].get("ran", True) and init_start is not None \
             and (not started or init_start < started[0][0]):
-        t0 = min((p["t"] for p in pages if p["first"] >= init_start and p.get("t") is not None), default=None)
+        t0 = min((p.t for p in pages if p.first >= init_start and p.t is not None), default=None)
         started.insert(0, (int(init_start), t0, es[0]))
     charged = 0
     for i, (first, t0, e) in enumerate(started):
         end = started[i + 1][0] if i + 1 < len(started) else end_all
         t1 = started[i + 1][1] if i + 1 < len(started) else _t_at(pages, end)
-        mine = [p for p in pages if p["first"] >= first and (end is None or p["first"] < end)]
-        code = {p["page"] for p in mine if p.get("kind") == "x"}
-        data = {p["page"] for p in mine if p.get("kind") in ("r", "w")}
+        mine = [p for p in pages if p.first >= first and (end is None or p.first < end)]
+        code = {p.page for p in mine if p.kind == "x"}
+        data = {p.page for p in mine if p.kind in ("r", "w")}
         e.update(ran=True, code_pages=len(code), data_pages=len(data - code), pages=len(code | data),
                  t_s=None if t0 is None or t1 is None else round(max(t1 - t0, 0.0), 6),
                  last=i + 1 == len(started))
         charged += e["pages"]
-    init_pages = {p["page"] for p in pages if p.get("phase") == "init"}
+    init_pages = {p.page for p in pages if p.phase == "init"}
     return {"ran": len(started), "pages_charged": charged, "init_phase_pages": len(init_pages),
             "time_note": "t is valgrind-dilated (50-100x): compare initializers, do not add to native times; the "
                          "last one's time runs to main (or the end of the init phase), so it includes what other "
@@ -147,5 +147,5 @@ def charge(es: list[dict], t: dict) -> dict:
 def _t_at(pages, first) -> float | None:
     if first is None:
         return None
-    ts = [p["t"] for p in pages if p["first"] < first and p.get("t") is not None]
+    ts = [p.t for p in pages if p.first < first and p.t is not None]
     return max(ts) if ts else None

@@ -44,11 +44,11 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     doc = load_profile(args.profile)
-    t = pick_target(doc, args.profile, args.target or (args.lib if len(doc["targets"]) > 1 else None))
+    t = pick_target(doc, args.profile, args.target or (args.lib if len(doc.targets) > 1 else None))
     require_touches(t, args.profile)
     ra = args.read_ahead_kb
     if ra is None:
-        ra = doc.get("metadata", {}).get("read_ahead_kb") or 128
+        ra = doc.metadata.get("read_ahead_kb") or 128
     if ra < 0:
         raise ElflayoutError(f"--read-ahead-kb: must be ≥ 0, got {ra}")
     with ElfImage(args.lib) as img:
@@ -66,7 +66,7 @@ def run(args) -> int:
         res = simulate(img, pages, kinds, ra, loader, hugepage=args.madv_hugepage)
         ident = img.identity()
     warnings = []
-    md = doc.get("metadata", {})
+    md = doc.metadata
     if md.get("granularity") == "page" or md.get("backend") == "trace":
         # the trace backend sees page faults only: pages fault-around maps without a fault
         # (and everything a child process touches, without --children) are not in it

@@ -417,7 +417,7 @@ def results_section(src: str, doc: dict, idx: int) -> str:
 # ----------------------------------------------------------------------------------
 # profiles
 
-def initializers_html(t: dict, meta: dict) -> str:
+def initializers_html(t, meta: dict) -> str:
     """Static initializers of a valgrind-profiled target (``inspect.initializers``): what
     each costs in first-touched pages and (valgrind) time. Empty when not applicable."""
     import os
@@ -426,12 +426,12 @@ def initializers_html(t: dict, meta: dict) -> str:
     from elflayout.errors import ElflayoutError
     from elflayout.inspect import initializers
 
-    path = str(t.get("path"))
+    path = str(t.path)
     if meta.get("backend") != "valgrind" or not os.path.isfile(path):
         return ""
     try:
         with ElfImage(path) as img:
-            if t.get("build_id") and img.build_id != t["build_id"]:
+            if t.build_id and img.build_id != t.build_id:
                 return ""
             res = initializers.describe(img, (), t)
     except ElflayoutError:
@@ -451,31 +451,28 @@ def initializers_html(t: dict, meta: dict) -> str:
               f"library. {escape(res['time_note'])}.</p></details>")
 
 
-def profile_section(src: str, doc: dict, idx: int) -> str:
+def profile_section(src: str, doc, idx: int) -> str:
     from elflayout.report import access
 
     out = [f'<h2 id="p{idx}">Profile: {escape(Path(src).name)}</h2>']
-    meta = doc.get("metadata") or {}
+    meta = doc.metadata
     argv = meta.get("argv")
     if argv:
         cmd = " ".join(map(str, argv)) if isinstance(argv, list) else str(argv)
         out.append(f'<p class="sub">Workload: <code>{escape(cmd)}</code>; backend {escape(str(meta.get("backend")))}, '
                    f'granularity {escape(str(meta.get("granularity")))}</p>')
-    for t in doc["targets"]:
-        if not isinstance(t, dict):
-            continue
-        path = str(t.get("path"))
-        pages = t.get("pages") or []
+    for t in doc.targets:
+        path = t.path
+        pages = t.pages
         kinds: dict[str, int] = {}
         phases: dict[str, int] = {}
         for p in pages:
-            k = str(p.get("kind"))
-            kinds[k] = kinds.get(k, 0) + 1
-            if p.get("phase"):
-                phases[str(p["phase"])] = phases.get(str(p["phase"]), 0) + 1
-        rows = [[td(escape(path), cls="t"), td(escape(str(t.get("build_id") or "–")), cls="t"),
-                 td(_num(len(t.get("functions") or [])), len(t.get("functions") or [])),
-                 td(_num(len(t.get("objects") or [])), len(t.get("objects") or [])),
+            kinds[p.kind] = kinds.get(p.kind, 0) + 1
+            if p.phase:
+                phases[p.phase] = phases.get(p.phase, 0) + 1
+        rows = [[td(escape(path), cls="t"), td(escape(str(t.build_id or "–")), cls="t"),
+                 td(_num(len(t.functions)), len(t.functions)),
+                 td(_num(len(t.objects)), len(t.objects)),
                  td(_num(len(pages)), len(pages)),
                  td(escape(", ".join(f"{access.PROFILE_KINDS.get(k, (k,))[0]} {n:,}" for k, n in kinds.items())),
                     cls="t"),
@@ -490,10 +487,10 @@ def profile_section(src: str, doc: dict, idx: int) -> str:
         init = initializers_html(t, meta)
         if init:
             out.append(init)
-        objs = t.get("objects") or []
+        objs = t.objects
         if objs:
-            orow = [[td(_num(i + 1), i + 1), td(escape(str(o.get("object"))), cls="t"),
-                     td(_num(o.get("first")), o.get("first"))] for i, o in enumerate(objs[:60])]
+            orow = [[td(_num(i + 1), i + 1), td(escape(o.object), cls="t"),
+                     td(_num(o.first), o.first)] for i, o in enumerate(objs[:60])]
             more = f" (first 60 of {len(objs):,})" if len(objs) > 60 else ""
             out.append(f"<details><summary>Objects in first-access order{more}</summary>"
                        + table(["#", "object", "first"], orow) + "</details>")
