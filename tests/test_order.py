@@ -479,7 +479,8 @@ def test_order_naming_almost_nothing_is_refused(synth, tmp_path):
     doc = json.loads(synth["profile"].read_text())
     fns = doc["targets"][0]["functions"]
     keep = fns[:1]
-    fake = [{**fns[i % len(fns)], "name": f"fde_{0x100000 + i:x}"} for i in range(200)]
+    last = max(f["first"] for f in fns)
+    fake = [{**fns[i % len(fns)], "name": f"fde_{0x100000 + i:x}", "first": last + 1 + i} for i in range(200)]
     for f in fake:
         f.pop("object", None)
     doc["targets"][0]["functions"] = keep + fake
