@@ -13,6 +13,8 @@
    and GNU ld within 5% of lld).
 4. CPython's regression tests through the function-ordered split library
    (``--regrtest``; Debian's libpython3.11-testsuite), compared with Debian's python3.11.
+5. A second archive, OpenSSL's libcrypto.a: split --check with three linkers and
+   libcrypto.so.3 relinked in reversed function order, compared with Debian's library.
 
 Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure]
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,11 +46,13 @@ def split_time() -> None:
 
     objs = libpython.objects()
     with tempfile.TemporaryDirectory() as td:
-        t = time.monotonic()
+        t, c = time.monotonic(), time.process_time()
         reps = split_inputs(objs, td)
-        dt = time.monotonic() - t
+        dt, dc = time.monotonic() - t, time.process_time() - c
     s = summary(reps)
-    print(f"split of {len(objs)} libpython objects: {dt:.1f} s (goal ≤ 10 s) — {s['objects_split']} split, "
+    load = os.getloadavg()[0]
+    print(f"split of {len(objs)} libpython objects: {dt:.1f} s wall, {dc:.1f} s CPU (goal ≤ 10 s; load average "
+          f"{load:.1f} on {os.cpu_count()} CPUs) — {s['objects_split']} split, "
           f"{s['units']:,} functions and data objects -> {s['sections']:,} sections, "
           f"{s['new_relocations']:,} new relocations, {s['glued']:,} neighbours kept together, "
           f"{s['sections_kept_whole']} sections kept whole", flush=True)
@@ -149,16 +154,94 @@ def run_regrtests(d: dict) -> None:
     print(f"  regrtest results {'identical' if same else 'DIFFER'} through the split library and Debian's")
 
 
+CRYPTO_TESTS = ["test_hashlib", "test_hmac", "test_ssl"]
+KEY, IV = "00" * 32, "00" * 16
+
+
+def crypto(regrtest: bool) -> None:
+    """The second archive: OpenSSL's libcrypto.a (libssl-dev; built without function
+    sections, with perlasm assembly). Split + --check with the three linkers, then
+    libcrypto.so.3 relinked from the split archive in *reversed* symbol order (every
+    moved reference exercised) with Debian's symbol versions, and compared with Debian's
+    library on digests, ciphers and (--regrtest) CPython's hashlib/hmac/ssl tests."""
+    from elflayout.targets import fetch_debs
+
+    print("\n## second archive: libcrypto.a (OpenSSL 3, libssl-dev)\n", flush=True)
+    root = fetch_debs(["libssl-dev"], "libssl-dev")
+    archive = root / "usr/lib/x86_64-linux-gnu/libcrypto.a"
+    w = bp.work_dir() / "split-crypto"
+    shutil.rmtree(w, ignore_errors=True)
+    w.mkdir(parents=True)
+    r = bp.cli("split", archive, "-o", w / "split", "--check", "--linker", "lld", "--linker", "gold",
+               "--linker", "bfd", check=False)
+    print("\n".join("    " + ln for ln in r.stdout.strip().splitlines()), flush=True)
+    if r.returncode:
+        raise SystemExit(f"bench_split: split --check of libcrypto.a failed: {r.stderr.strip()}")
+    deb = Path("/usr/lib/x86_64-linux-gnu/libcrypto.so.3")
+    dyn = subprocess.run(["objdump", "-T", deb], capture_output=True, text=True, check=True).stdout
+    versions: dict[str, list[str]] = {}
+    for ln in dyn.splitlines():
+        f = ln.split()
+        if len(f) >= 7 and f[-2].startswith("OPENSSL_3") and "*UND*" not in ln:
+            versions.setdefault(f[-2], []).append(f[-1])
+    vs = sorted(versions, key=lambda v: tuple(map(int, v.split("_")[1].split("."))))
+    script, prev = [], None
+    for v in vs:
+        body = "".join(f"    {n};\n" for n in sorted(set(versions[v])))
+        script.append(f"{v} {{\n  global:\n{body}{'  local: *;' if prev is None else ''}\n}}{' ' + prev if prev else ''};\n")
+        prev = v
+    (w / "crypto.ver").write_text("".join(script))
+    nm = subprocess.run(["nm", "--defined-only", w / "split" / "libcrypto.a"], capture_output=True, text=True).stdout
+    names = [ln.split()[2] for ln in nm.splitlines() if len(ln.split()) == 3 and ln.split()[1] in "tTdDbBrR"]
+    (w / "reversed.order").write_text("\n".join(dict.fromkeys(reversed(names))) + "\n")
+    lib = w / "lib" / "libcrypto.so.3"
+    lib.parent.mkdir()
+    cmd = ["gcc", "-shared", "-fuse-ld=lld", f"-Wl,--symbol-ordering-file={w / 'reversed.order'}",
+           "-Wl,--no-warn-symbol-ordering", "-Wl,-soname,libcrypto.so.3", f"-Wl,--version-script={w / 'crypto.ver'}",
+           "-o", str(lib), "-Wl,--whole-archive", str(w / "split" / "libcrypto.a"), "-Wl,--no-whole-archive",
+           "-lpthread"]
+    print(f"  $ {' '.join(cmd)}", flush=True)
+    subprocess.run(cmd, check=True)
+    data = Path(DEBIAN_PYTHON).read_bytes()[:1 << 20]
+    same, total = 0, 0
+    env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent))
+    for args in (["dgst", "-sha256"], ["dgst", "-sha512"], ["dgst", "-sha3-256"], ["dgst", "-blake2b512"],
+                 ["dgst", "-md5"], ["dgst", "-sm3"], ["enc", "-aes-256-cbc", "-K", KEY, "-iv", IV],
+                 ["enc", "-aes-128-ctr", "-K", KEY[:32], "-iv", IV], ["enc", "-chacha20", "-K", KEY, "-iv", IV],
+                 ["enc", "-camellia-256-cbc", "-K", KEY, "-iv", IV]):
+        a = subprocess.run(["openssl", *args], input=data, capture_output=True, env=env).stdout
+        b = subprocess.run(["openssl", *args], input=data, capture_output=True).stdout
+        total += 1
+        same += a == b and bool(a)
+    print(f"  openssl dgst/enc of 1 MiB through the reversed split libcrypto: {same}/{total} outputs identical "
+          f"to Debian's library", flush=True)
+    if regrtest:
+        res = {}
+        for name, e in (("reversed split libcrypto", env), ("Debian libcrypto", dict(os.environ))):
+            t = time.monotonic()
+            r = subprocess.run([DEBIAN_PYTHON, "-m", "test", *CRYPTO_TESTS], capture_output=True, text=True, env=e)
+            tail = [ln for ln in r.stdout.splitlines() if ln.startswith(("Tests result", "Result"))
+                    or ln.strip().endswith(("tests OK.", "skipped:", "failed:"))]
+            res[name] = (r.returncode, " ".join(tail))
+            print(f"  $ {'LD_LIBRARY_PATH=' + str(lib.parent) + ' ' if e is env else ''}{DEBIAN_PYTHON} -m test "
+                  f"{' '.join(CRYPTO_TESTS)}   ({time.monotonic() - t:.0f} s): exit {r.returncode}; {' '.join(tail)}",
+                  flush=True)
+        print(f"  regrtest results {'identical' if len(set(res.values())) == 1 else 'DIFFER'}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--regrtest", action="store_true", help="run CPython's regression tests through the split build")
     ap.add_argument("--skip-measure", action="store_true")
+    ap.add_argument("--no-crypto", action="store_true", help="skip the second archive (libcrypto.a)")
     a = ap.parse_args(argv)
     print("## elflayout split on libpython3.11-pic.a\n", flush=True)
     split_time()
     check_all()
     pipeline(a.runs, a.regrtest, a.skip_measure)
+    if not a.no_crypto:
+        crypto(a.regrtest)
     return 0
 
 

@@ -360,3 +360,18 @@ def test_cli_run_passes_options_and_status(tmp_path, cli, bins):
     assert r.returncode == 0 and r.stdout == "--version x\n"  # the command's own options stay its own
     r = cli("preload", "run", pl, "--verbose", check=2)
     assert "the command after '--'" in r.stderr
+
+
+def test_access_plot_names_the_preload_reads():
+    from elflayout.report import access
+
+    def run(v):
+        return {"variant": v, "state": "selective", "round": 0, "seq": 0, "wall_s": 0.1, "pages_read": 12,
+                "files": {"/x.so": {"pages_read": 12, "reads": [[0.001, 0, 8], [0.002, 8, 2], [0.02, 30, 2]],
+                                    "faults": [[0.01, 3], [0.021, 30]]}}}
+    doc = fileio.envelope("results", 1, {"files": {}}, runs=[run("a"), run("a+preload")],
+                          variants=[{"name": "a", "command": "x"},
+                                    {"name": "a+preload", "command": "build/preload/elflayout-preload p -- x"}])
+    panels, _ = access.results_panels(doc, {"a": "/x.so", "a+preload": "/x.so"}, "selective")
+    assert "preload" not in panels[0].title
+    assert "preload: 10 pages read before the first fault" in panels[1].title

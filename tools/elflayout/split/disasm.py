@@ -96,13 +96,14 @@ def analyse(data: bytes, covered: np.ndarray, restarts: list[int]) -> Code:
     cum = np.concatenate([[0], np.cumsum(covered[:size], dtype=np.int64)]).tolist()
     pos = 0
     restarts = sorted(set(r for r in restarts if 0 <= r < size))
+    add_start, add_end, add_mnem, memo = starts.append, ends.append, mnems.append, _branch_memo
     while pos < size:
         last = pos
         for addr, n, m, ops in _MD.disasm_lite(data[pos:], pos):
-            starts.append(addr)
+            add_start(addr)
             end = addr + n
-            ends.append(end)
-            mnems.append(m)
+            add_end(end)
+            add_mnem(m)
             last = end
             if cum[end] != cum[addr]:
                 continue
@@ -116,7 +117,7 @@ def analyse(data: bytes, covered: np.ndarray, restarts: list[int]) -> Code:
                 insn = next(_MD_DETAIL.disasm(data[addr:end], addr))
                 internal.append(InternalRef(addr, end, addr + insn.disp_offset, insn.disp_size or 4, end + disp,
                                             False, m == "lea"))
-            elif _is_branch(m) and _IMM.match(ops):
+            elif (memo[m] if m in memo else _is_branch(m)) and _IMM.match(ops):
                 target = int(ops, 0)      # capstone prints targets below 10 in decimal
                 rel32 = int.from_bytes(data[end - 4:end], "little", signed=True) if n >= 5 else None
                 if rel32 is not None and end + rel32 == target:
