@@ -274,6 +274,10 @@ def main() -> int:
     ap.add_argument("--presets", default="hdd,emmc,sata-ssd,host",
                     help="storage presets, 'host' = no emulation (default hdd,emmc,sata-ssd,host)")
     ap.add_argument("--relink", action="store_true", help="also the ordered+packed relink (hdd; builds it, cached)")
+    ap.add_argument("--relinked", metavar="LIB", type=Path,
+                    help="with --relink: measure this ordered+packed libLLVM-16 (e.g. bench_pipeline's best) "
+                         "instead of building one")
+    ap.add_argument("--only-relink", action="store_true", help="only the relink figures (implies --relink)")
     ap.add_argument("--methods", action="store_true",
                     help="also readahead, LD_AUDIT and LD_PRELOAD on hdd (selective)")
     ap.add_argument("--chromium", action="store_true", help="also Chromium's headless start (hdd, emmc)")
@@ -285,19 +289,28 @@ def main() -> int:
         bench_chromium(a.runs, ["hdd", "emmc"])
         return 0
     print(f"$ python3 bench/bench_preload.py --runs {a.runs} --presets {a.presets}{' --relink' if a.relink else ''}"
+          f"{' --only-relink' if a.only_relink else ''}{f' --relinked {a.relinked}' if a.relinked else ''}"
           f"   (load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)", flush=True)
-    print(f"\n## Debian's libLLVM-16 as shipped ({SYSTEM_LIB}), `{CMD}`", flush=True)
+    if a.only_relink:
+        a.relink, presets = True, []
     lib = private_copy(SYSTEM_LIB, "system")
-    plans = make_plans(lib, "system", presets)
-    rows = ab(lib, "system", plans, presets, a.runs)
-    table(f"Debian's libLLVM-16, {CMD}, selective cold (library evicted), read_ahead_kb 128, {a.runs} rounds, "
-          f"medians; ratio = mean preload / mean as-is, 95% BCa CI", rows)
+    if presets:
+        print(f"\n## Debian's libLLVM-16 as shipped ({SYSTEM_LIB}), `{CMD}`", flush=True)
+        plans = make_plans(lib, "system", presets)
+        rows = ab(lib, "system", plans, presets, a.runs)
+        table(f"Debian's libLLVM-16, {CMD}, selective cold (library evicted), read_ahead_kb 128, {a.runs} rounds, "
+              f"medians; ratio = mean preload / mean as-is, 95% BCa CI", rows)
     if a.relink:
         print("\n## libLLVM-16 relinked in profile order (lld) and packed (DT_RELR)", flush=True)
-        rp = relinked_packed()
-        rplans = make_plans(rp, "ordered-packed", ["hdd"])
-        rrows = ab(rp, "ordered-packed", rplans, ["hdd"], a.runs)
+        rp = private_copy(a.relinked, "relinked-given") if a.relinked else relinked_packed()
+        if a.relinked:
+            print(f"  ordered+packed: {a.relinked} (given), measured through a copy {rp}", flush=True)
+        tag = "relinked-given" if a.relinked else "ordered-packed"
+        rplans = make_plans(rp, tag, ["hdd"])
+        rrows = ab(rp, tag, rplans, ["hdd"], a.runs)
         table(f"ordered+packed relink, {CMD}, selective cold, {a.runs} rounds", rrows)
+    if a.only_relink:
+        return 0
     overhead(lib, plans[presets[0]], a.overhead_runs)
     if a.methods:
         mplans = plans if "hdd" in plans else make_plans(lib, "system", ["hdd"])

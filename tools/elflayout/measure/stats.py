@@ -1,6 +1,6 @@
 """Statistics for measurement results: summaries, comparisons, verdicts, outliers.
 
-Methods (seeds 000 and 002):
+Methods (Larres, Potanin and Hirose, ACSC 2013; Flater, NIST TN 1855, 2014):
 - 95% BCa bootstrap confidence intervals (``scipy.stats.bootstrap``, seeded) of the mean
   and the median; of the ratio and the difference of means between two variants.
   Degenerate samples (n < 2, or no spread) get the degenerate interval [value, value];

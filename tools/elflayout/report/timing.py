@@ -1,10 +1,10 @@
 """Timing plots: violin + scatter of per-run values, and history series.
 
-The hybrid violin-scatter plot follows Flater (NIST TN 1855, seed 002): the violin shows
+The hybrid violin-scatter plot follows Flater (NIST TN 1855, 2014): the violin shows
 the shape of the distribution (long tails, second modes), the dots show every run so a
 small sample cannot pass for a smooth distribution, and the median with its confidence
 interval is drawn on top. History series carry the one-step-ahead 95% prediction
-interval of an exponential-smoothing model (seed 000); points outside it are marked.
+interval of an exponential-smoothing model (Larres et al. 2013); points outside it are marked.
 """
 
 from __future__ import annotations
