@@ -355,7 +355,7 @@ def adjust(comparisons: list[dict], alpha: float = ALPHA, primary=DEFAULT_PRIMAR
             c["verdict"] = (up if c["diff"] > 0 else down) if changed else "no change"
             c["improved"] = (c["diff"] < 0) if changed else None
         sd, scale = c.get("noise_sd"), c.get("log_scale")
-        if c.get("verdict") in ("no change", "too few runs") and sd is not None and not c.get("deterministic"):
+        if sd is not None and not c.get("deterministic") and c.get("n_a", 0) >= 2:
             d = mde(sd, c["n_a"], c["n_b"], level)
             rel = (math.expm1(d) if scale else d / abs(c["mean_a"]) if c.get("mean_a") else None) if d else None
             c["mde"] = _f(rel)
@@ -399,26 +399,12 @@ def _series(runs, variant, state, metric):
                      and r.get(metric) is not None], dtype=float)
 
 
-def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int = 0,
-            metrics=METRICS, include_disturbed: bool = False, primary=DEFAULT_PRIMARY,
-            target_effect: float | None = None, min_time_runs: int = MIN_TIME_RUNS) -> dict:
-    """summary, comparisons (each variant against the first), multiplicity and io_bound.
-
-    Runs flagged ``interference`` (another process used the files under test meanwhile)
-    are left out unless ``include_disturbed``.
-    """
-    if not include_disturbed:
-        runs = [r for r in runs if not r.get("interference")]
-    summary, comparisons, io = [], [], []
-    for v, s, m in product(variants, states, metrics):
-        x = _series(runs, v, s, m)
-        if len(x) == 0:
-            continue
-        d = describe(x, seed)
-        # report run seq numbers, not indices within the series
-        seqs = [r.get("seq") for r in runs if r["variant"] == v and r["state"] == s and r.get(m) is not None]
-        d["outliers"] = [seqs[i] for i in d["outliers"]]
-        summary.append({"variant": v, "state": s, "metric": m, **d})
+def compare_runs(runs: list[dict], variants: list[str], states: list[str], seed: int = 0, metrics=METRICS,
+                 primary=DEFAULT_PRIMARY, target_effect: float | None = None,
+                 min_time_runs: int = MIN_TIME_RUNS) -> tuple[list[dict], dict]:
+    """(comparisons, multiplicity) of each variant against the first, over the given runs
+    (all of them: leave disturbed runs out before)."""
+    comparisons = []
     base = variants[0] if variants else None
     for b, s, m in product(variants[1:], states, metrics):
         xa, xb = _series(runs, base, s, m), _series(runs, b, s, m)
@@ -430,7 +416,32 @@ def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int 
         pairs = ([pa[k] for k in both], [pb[k] for k in both])
         comparisons.append({"a": base, "b": b, "state": s, "metric": m,
                             **compare(xa, xb, m, seed, pairs=pairs, min_time_runs=min_time_runs)})
-    multiplicity = adjust(comparisons, primary=primary, target_effect=target_effect)
+    return comparisons, adjust(comparisons, primary=primary, target_effect=target_effect)
+
+
+def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int = 0,
+            metrics=METRICS, include_disturbed: bool = False, primary=DEFAULT_PRIMARY,
+            target_effect: float | None = None, min_time_runs: int = MIN_TIME_RUNS) -> dict:
+    """summary, comparisons (each variant against the first), multiplicity and io_bound.
+
+    Runs flagged ``interference`` (another process used the files under test meanwhile)
+    are left out unless ``include_disturbed``.
+    """
+    if not include_disturbed:
+        runs = [r for r in runs if not r.get("interference")]
+    summary, io = [], []
+    for v, s, m in product(variants, states, metrics):
+        x = _series(runs, v, s, m)
+        if len(x) == 0:
+            continue
+        d = describe(x, seed)
+        # report run seq numbers, not indices within the series
+        seqs = [r.get("seq") for r in runs if r["variant"] == v and r["state"] == s and r.get(m) is not None]
+        d["outliers"] = [seqs[i] for i in d["outliers"]]
+        summary.append({"variant": v, "state": s, "metric": m, **d})
+    comparisons, multiplicity = compare_runs(runs, variants, states, seed, metrics, primary, target_effect,
+                                             min_time_runs)
+    base = variants[0] if variants else None
     if "hot" in states:
         for cold_state in [s for s in ("cold", "selective") if s in states]:
             for m in ("wall_s",):

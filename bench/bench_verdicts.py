@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""Figures of the time verdicts: false alarms, interval coverage, power (prints figures).
+
+    python3 bench/bench_verdicts.py                 # collect the pool once (cached), then study it
+    python3 bench/bench_verdicts.py --rounds 400    # pool size (rounds of 4 variants x 2 states)
+    python3 bench/bench_verdicts.py --pool P.json   # study an existing pool (no measuring)
+
+Method: one pool of real runs is collected once, with a CPU hog running beside it (a
+loaded machine): `elflayout measure` of four variants of `llc-16 --version` (libLLVM-16
+under test), interleaved, selective and hot, ``--rounds`` rounds:
+  a, a2        the same command under two names (A/A),
+  slow_hot     a wrapper that spins 5% of a's hot median wall time, then execs the command,
+  slow_sel     the same with 5% of a's selective median.
+The studies then resample *rounds* of the pool (keeping each round's runs together, as
+a real session pairs them) instead of hours of fresh runs on a shared machine:
+1. coverage of the 95% interval of the ratio b/a (A/A: the truth is 1; A/B: the pool's
+   ratio of geometric means) by n per side -> the minimum n (coverage >= 93%);
+2. false alarms on A/A files: disjoint blocks of n consecutive rounds (independent
+   files, as separate sessions would give), per primary metric and any alarm in a file
+   after Holm's correction; also from resampled files;
+3. power: detection of the 5% slowdown with the MDE each comparison prints.
+Needs root (tracefs, eviction), cc and llc-16.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
+CMD = "llc-16 --version"
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("ELFLAYOUT_CACHE") or Path.home() / ".cache" / "elflayout") / "bench-verdicts"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def measure(out, *args):
+    cmd = [sys.executable, "-m", "elflayout", "measure", *map(str, args), "--census", "none", "-o", str(out),
+           "--force", "--quiet"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    t = time.monotonic()
+    subprocess.run(cmd, check=True, env=env)
+    print(f"  $ elflayout measure {' '.join(map(str, args))} -o {out}   ({time.monotonic() - t:.0f} s)", flush=True)
+    return json.loads(Path(out).read_text())
+
+
+def spinner(d: Path) -> Path:
+    exe = d / "spin_exec"
+    if not exe.exists():
+        tmp = d / f".spin_exec.{os.getpid()}"
+        subprocess.run(["cc", "-O2", "-o", tmp, ROOT / "bench" / "spin_exec.c"], check=True)
+        os.replace(tmp, exe)
+    return exe
+
+
+def median_wall(doc, variant, state):
+    x = [r["wall_s"] for r in doc["runs"] if r["variant"] == variant and r["state"] == state]
+    clean = [r["wall_s"] for r in doc["runs"] if r["variant"] == variant and r["state"] == state
+             and not r.get("interference")]
+    return statistics.median(clean or x)  # disturbed runs still time the command
+
+
+CHUNK = 20  # rounds per measure session: the read-ahead lock is held per session, so others get turns
+
+
+def collect(rounds: int, out: Path, seed: int) -> dict:
+    """The pool: 4 variants x (selective, hot) x ``rounds``, with a CPU hog beside, in
+    sessions of CHUNK rounds (each cached: an interrupted collection resumes)."""
+    d = out.parent / f"{out.stem}.parts"
+    d.mkdir(exist_ok=True)
+    spin = spinner(out.parent)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        print(f"CPU hog beside the measurements: pid {hog.pid}", flush=True)
+        pre_f = d / "pre.json"
+        pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
+            pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective", "--state", "hot", "--runs", 10,
+            "--seed", seed)
+        us_hot = round(0.05 * median_wall(pre, "a", "hot") * 1e6)
+        us_sel = round(0.05 * median_wall(pre, "a", "selective") * 1e6)
+        print(f"  5% of the hot median = {us_hot} us; of the selective median = {us_sel} us", flush=True)
+        parts = []
+        for k in range((rounds + CHUNK - 1) // CHUNK):
+            f = d / f"part{k:03d}.json"
+            parts.append(json.loads(f.read_text()) if f.exists() else measure(
+                f, "--name", "a", CMD, "--name", "a2", CMD, "--name", "slow_hot", f"{spin} {us_hot} {CMD}",
+                "--name", "slow_sel", f"{spin} {us_sel} {CMD}", "--files", LLVM, "--state", "selective",
+                "--state", "hot", "--runs", min(CHUNK, rounds - k * CHUNK), "--seed", seed + k))
+    finally:
+        hog.kill()
+        hog.wait()
+    runs = []
+    for k, part in enumerate(parts):
+        for r in part["runs"]:
+            runs.append({**r, "round": r["round"] + k * CHUNK, "seq": r["seq"] + k * 100000, "session": k})
+    doc = {**parts[0], "runs": runs, "summary": [], "comparisons": [],
+           "metadata": {**parts[0]["metadata"], "runs": rounds, "sessions": len(parts), "spin_us":
+                        {"slow_hot": us_hot, "slow_sel": us_sel}}}
+    from elflayout import fileio
+
+    fileio.dump_json(doc, out)
+    return doc
+
+
+# --- studies on the pool --------------------------------------------------------------
+
+def by_round(pool: dict) -> tuple[list[int], dict]:
+    """Clean rounds (every variant and state ran undisturbed) and {round: [runs]}."""
+    rounds = {}
+    for r in pool["runs"]:
+        rounds.setdefault(r["round"], []).append(r)
+    need = len(pool["variants"]) * len(pool["metadata"]["states"])
+    ok = sorted(k for k, rs in rounds.items() if len(rs) == need and not any(r.get("interference") for r in rs))
+    return ok, rounds
+
+
+def series(rounds, keys, variant, state, metric):
+    return np.array([r[metric] for k in keys for r in rounds[k] if r["variant"] == variant and r["state"] == state],
+                    float)
+
+
+def coverage(pool, ns, trials, rng, stats):
+    """Coverage of the 95% interval of b/a: A/A (truth 1) and a vs slow (truth: the pool's
+    ratio of geometric means); the method in use (Welch t on logs), its paired form,
+    and the BCa bootstrap of the ratio of means it replaced (fewer trials: slow)."""
+    ok, rounds = by_round(pool)
+    cases = [("A/A wall selective", "a2", "selective"), ("A/A wall hot", "a2", "hot"),
+             ("A/B wall hot (slow_hot)", "slow_hot", "hot"), ("A/B wall selective (slow_sel)", "slow_sel", "selective")]
+    truth = {}
+    for name, b, st in cases:
+        xa, xb = series(rounds, ok, "a", st, "wall_s"), series(rounds, ok, b, st, "wall_s")
+        truth[name] = 1.0 if name.startswith("A/A") else float(np.exp(np.log(xb).mean() - np.log(xa).mean()))
+        truth[name + " (means)"] = 1.0 if name.startswith("A/A") else float(xb.mean() / xa.mean())
+    table = {}
+    for n in ns:
+        hit = {k: [0, 0, 0] for k, _, _ in cases}  # welch-log, paired-log, bca
+        nb = {k: 0 for k, _, _ in cases}
+        for t in range(trials):
+            keys = list(rng.choice(ok, n, replace=False))
+            for name, b, st in cases:
+                xa, xb = series(rounds, keys, "a", st, "wall_s"), series(rounds, keys, b, st, "wall_s")
+                w = stats.t_test(xa, xb, log=True)
+                pr = stats.t_test(xa, xb, log=True, paired=True)
+                lt = np.log(truth[name])
+                hit[name][0] += bool(w and w["lo"] <= lt <= w["hi"])
+                hit[name][1] += bool(pr and pr["lo"] <= lt <= pr["hi"])
+                if t < trials // 5:  # the bootstrap is 1000x slower: a fifth of the trials
+                    lo, hi, _ = stats.bootstrap_ci([xa, xb], stats._ratio, seed=t, n_resamples=999)
+                    hit[name][2] += bool(lo <= truth[name + " (means)"] <= hi)
+                    nb[name] += 1
+        table[n] = {k: (h[0] / trials, h[1] / trials, h[2] / max(nb[k], 1)) for k, h in hit.items()}
+        row = "  ".join(f"{v[0] * 100:5.1f} {v[1] * 100:5.1f} {v[2] * 100:5.1f}" for v in table[n].values())
+        print(f"  n={n:3d}  {row}", flush=True)
+    return table, truth, [c[0] for c in cases]
+
+
+def files(pool, n, rng, resampled: int):
+    """Files of n rounds: the disjoint blocks of consecutive rounds (independent sessions),
+    then ``resampled`` files of n random rounds."""
+    ok, rounds = by_round(pool)
+    out = [("disjoint", ok[i:i + n]) for i in range(0, len(ok) - n + 1, n)]
+    out += [("resampled", sorted(rng.choice(ok, n, replace=False))) for _ in range(resampled)]
+    return out, rounds
+
+
+def runs_of(rounds, keys, variants):
+    return [r for k in keys for r in rounds[k] if r["variant"] in variants]
+
+
+def false_alarms(pool, n, rng, stats, resampled):
+    """A/A files (a vs a2, selective + hot, all metrics): alarms per primary metric, and
+    files with any alarm after Holm's correction."""
+    fl, rounds = files(pool, n, rng, resampled)
+    res = {"disjoint": [], "resampled": []}
+    for kind, keys in fl:
+        comps, mu = stats.compare_runs(runs_of(rounds, keys, ("a", "a2")), ["a", "a2"], ["selective", "hot"])
+        alarm = {(c["metric"], c["state"]): c["verdict"] in ("faster", "slower", "more", "fewer") for c in comps}
+        res[kind].append((alarm, mu["comparisons"], mu["tested"]))
+    return res
+
+
+def power(pool, n, rng, stats, trials, slow, state):
+    """a vs the spinning wrapper: detection of the slowdown on wall_s in ``state``, with
+    the MDE the row prints."""
+    ok, rounds = by_round(pool)
+    out = []
+    for _ in range(trials):
+        keys = sorted(rng.choice(ok, n, replace=False))
+        comps, _ = stats.compare_runs(runs_of(rounds, keys, ("a", slow)), ["a", slow], ["selective", "hot"])
+        c = next(c for c in comps if c["metric"] == "wall_s" and c["state"] == state)
+        out.append((c["verdict"] == "slower", c.get("mde")))
+    return out
+
+
+def study(pool_path: Path, trials: int, seed: int, demo_n: int):
+    from elflayout.measure import stats
+
+    pool = json.loads(pool_path.read_text())
+    rng = np.random.default_rng(seed)
+    ok, rounds = by_round(pool)
+    md = pool["metadata"]
+    print(f"pool: {pool_path} - {len(ok)} clean rounds of {md['runs']} in {md.get('sessions', 1)} sessions "
+          f"(`llc-16 --version`, libLLVM-16, CPU hog beside), spin {md.get('spin_us')}")
+    for v in ("a", "a2", "slow_hot", "slow_sel"):
+        for st in ("selective", "hot"):
+            x = series(rounds, ok, v, st, "wall_s")
+            print(f"  {v:9s} {st:9s} wall median {np.median(x) * 1e3:7.2f} ms  CoV {x.std(ddof=1) / x.mean() * 100:5.1f}%"
+                  f"  sd(log) {np.log(x).std(ddof=1):.3f}")
+    t0 = time.monotonic()
+    print("\n1. coverage of the 95% interval of b/a (%): Welch-log  paired-log  BCa(ratio of means)")
+    ns = [3, 4, 5, 6, 8, 10, 12, 15, 20, 30]
+    table, truth, names = coverage(pool, ns, trials, rng, stats)
+    print("   columns: " + " | ".join(names))
+    print("   truths (ratio of geometric means): " + ", ".join(f"{k} {truth[k]:.4f}" for k in names))
+    ok_n = [n for n in ns if all(table[n][k][0] >= 0.93 for k in names)
+            and all(all(table[m][k][0] >= 0.93 for k in names) for m in ns if m >= n)]
+    min_n = ok_n[0] if ok_n else None
+    print(f"   minimum n with coverage >= 93% for every case from there on (Welch on logs): {min_n}; "
+          f"stats.MIN_TIME_RUNS = {stats.MIN_TIME_RUNS}" + ("" if min_n == stats.MIN_TIME_RUNS else "  <-- DIFFERS"))
+    print(f"   ({time.monotonic() - t0:.0f} s)")
+
+    t0 = time.monotonic()
+    for n in sorted({demo_n, stats.MIN_TIME_RUNS}):
+        res = false_alarms(pool, n, rng, stats, trials // 2)
+        print(f"\n2. A/A false alarms at n = {n}" + (" (the demo's default)" if n == demo_n else ""))
+        for kind, rows in res.items():
+            if not rows:
+                continue
+            k = len(rows)
+            per = {p: sum(a[p] for a, _, _ in rows) for p in stats.DEFAULT_PRIMARY}
+            anyf = sum(any(a.values()) for a, _, _ in rows)
+            hot = sum(a[("wall_s", "hot")] for a, _, _ in rows)
+            print(f"   {kind:9s} {k:4d} files ({rows[0][1]} comparisons each, {rows[0][2]} tested): "
+                  + ", ".join(f"{m}:{s} {per[(m, s)]}/{k} ({per[(m, s)] / k * 100:.1f}%)" for m, s in per)
+                  + f", wall_s:hot {hot}/{k} ({hot / k * 100:.1f}%); any alarm after Holm {anyf}/{k} "
+                  f"({anyf / k * 100:.1f}%)")
+    print(f"   ({time.monotonic() - t0:.0f} s)")
+
+    t0 = time.monotonic()
+    print("\n3. power: a vs the wrapper spinning 5% of a's median (then exec), wall_s")
+    for slow, st in (("slow_hot", "hot"), ("slow_sel", "selective")):
+        xa, xb = series(rounds, ok, "a", st, "wall_s"), series(rounds, ok, slow, st, "wall_s")
+        print(f"   {slow} ({st}): realised slowdown (pool) geometric {np.exp(np.log(xb).mean() - np.log(xa).mean()):.4f}"
+              f", means {xb.mean() / xa.mean():.4f}")
+        for n in (stats.MIN_TIME_RUNS, 20, 30, 50):
+            if n > len(ok) // 2:
+                continue
+            res = power(pool, n, rng, stats, trials // 2, slow, st)
+            small = [d for d, m in res if m is not None and m <= 0.05]
+            big = [m for d, m in res if m is None or m > 0.05]
+            det = sum(d for d, _ in res)
+            print(f"     n={n:3d}: detected {det}/{len(res)} ({det / len(res) * 100:.0f}%); printed MDE <= 5% in "
+                  f"{len(small)} trials, detected in {sum(small)} of them"
+                  + (f" ({sum(small) / len(small) * 100:.0f}%)" if small else "")
+                  + (f"; MDE > 5% in {len(big)} (median MDE {np.median([m for m in big if m]) * 100:.1f}%)"
+                     if big and any(big) else ""))
+    print(f"   ({time.monotonic() - t0:.0f} s)")
+    return min_n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=400)
+    ap.add_argument("--pool", type=Path, help="an existing pool (results file of the four variants)")
+    ap.add_argument("--collect-only", action="store_true")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--trials", type=int, default=1000, help="resampled files per figure (default 1000)")
+    ap.add_argument("--demo-n", type=int, default=None, help="the demo's default runs (default: read from demo)")
+    a = ap.parse_args()
+    pool = a.pool or cache_dir() / f"pool-{a.rounds}.json"
+    if not pool.exists():
+        print(f"collecting the pool: {a.rounds} rounds -> {pool}", flush=True)
+        collect(a.rounds, pool, a.seed)
+    if a.collect_only:
+        return 0
+    demo_n = a.demo_n
+    if demo_n is None:
+        from elflayout import demo
+
+        demo_n = demo.DEFAULT_RUNS
+    study(pool, a.trials, a.seed, demo_n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
