@@ -75,6 +75,16 @@ def median_wall(doc, variant, state):
 CHUNK = 20  # rounds per measure session: the read-ahead lock is held per session, so others get turns
 
 
+def assemble(parts: list[dict], rounds: int, spin: dict) -> dict:
+    """One pool document from the sessions (rounds renumbered, each run tagged with its session)."""
+    runs = []
+    for k, part in enumerate(parts):
+        for r in part["runs"]:
+            runs.append({**r, "round": r["round"] + k * CHUNK, "seq": r["seq"] + k * 100000, "session": k})
+    return {**parts[0], "runs": runs, "summary": [], "comparisons": [],
+            "metadata": {**parts[0]["metadata"], "runs": rounds, "sessions": len(parts), "spin_us": spin}}
+
+
 def collect(rounds: int, out: Path, seed: int) -> dict:
     """The pool: 4 variants x (selective, hot) x ``rounds``, with a CPU hog beside, in
     sessions of CHUNK rounds (each cached: an interrupted collection resumes)."""
@@ -101,13 +111,7 @@ def collect(rounds: int, out: Path, seed: int) -> dict:
     finally:
         hog.kill()
         hog.wait()
-    runs = []
-    for k, part in enumerate(parts):
-        for r in part["runs"]:
-            runs.append({**r, "round": r["round"] + k * CHUNK, "seq": r["seq"] + k * 100000, "session": k})
-    doc = {**parts[0], "runs": runs, "summary": [], "comparisons": [],
-           "metadata": {**parts[0]["metadata"], "runs": rounds, "sessions": len(parts), "spin_us":
-                        {"slow_hot": us_hot, "slow_sel": us_sel}}}
+    doc = assemble(parts, rounds, {"slow_hot": us_hot, "slow_sel": us_sel})
     from elflayout import fileio
 
     fileio.dump_json(doc, out)
@@ -117,13 +121,14 @@ def collect(rounds: int, out: Path, seed: int) -> dict:
 # --- studies on the pool --------------------------------------------------------------
 
 def by_round(pool: dict) -> tuple[list[int], dict]:
-    """Clean rounds (every variant and state ran undisturbed) and {round: [runs]}."""
+    """All rounds and {round: [undisturbed runs]}: a file of n rounds drawn from the pool
+    loses its disturbed runs exactly as a real session's statistics do."""
     rounds = {}
     for r in pool["runs"]:
-        rounds.setdefault(r["round"], []).append(r)
-    need = len(pool["variants"]) * len(pool["metadata"]["states"])
-    ok = sorted(k for k, rs in rounds.items() if len(rs) == need and not any(r.get("interference") for r in rs))
-    return ok, rounds
+        rounds.setdefault(r["round"], [])
+        if not r.get("interference"):
+            rounds[r["round"]].append(r)
+    return sorted(rounds), rounds
 
 
 def series(rounds, keys, variant, state, metric):
@@ -152,7 +157,10 @@ def coverage(pool, ns, trials, rng, stats):
             for name, b, st in cases:
                 xa, xb = series(rounds, keys, "a", st, "wall_s"), series(rounds, keys, b, st, "wall_s")
                 w = stats.t_test(xa, xb, log=True)
-                pr = stats.t_test(xa, xb, log=True, paired=True)
+                pa = {k: r["wall_s"] for k in keys for r in rounds[k] if r["variant"] == "a" and r["state"] == st}
+                pb = {k: r["wall_s"] for k in keys for r in rounds[k] if r["variant"] == b and r["state"] == st}
+                both = [k for k in keys if k in pa and k in pb]
+                pr = stats.t_test([pa[k] for k in both], [pb[k] for k in both], log=True, paired=True)
                 lt = np.log(truth[name])
                 hit[name][0] += bool(w and w["lo"] <= lt <= w["hi"])
                 hit[name][1] += bool(pr and pr["lo"] <= lt <= pr["hi"])
@@ -211,7 +219,9 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int):
     rng = np.random.default_rng(seed)
     ok, rounds = by_round(pool)
     md = pool["metadata"]
-    print(f"pool: {pool_path} - {len(ok)} clean rounds of {md['runs']} in {md.get('sessions', 1)} sessions "
+    dist = sum(1 for r in pool["runs"] if r.get("interference"))
+    print(f"pool: {pool_path} - {len(ok)} rounds in {md.get('sessions', 1)} sessions, {len(pool['runs'])} runs "
+          f"({dist} disturbed by other processes, left out as compare does) "
           f"(`llc-16 --version`, libLLVM-16, CPU hog beside), spin {md.get('spin_us')}")
     for v in ("a", "a2", "slow_hot", "slow_sel"):
         for st in ("selective", "hot"):
@@ -220,7 +230,9 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int):
                   f"  sd(log) {np.log(x).std(ddof=1):.3f}")
     t0 = time.monotonic()
     print("\n1. coverage of the 95% interval of b/a (%): Welch-log  paired-log  BCa(ratio of means)")
-    ns = [3, 4, 5, 6, 8, 10, 12, 15, 20, 30]
+    # n well below the pool's size: resampling most of a finite pool would shrink every
+    # interval around the pool's own ratio and bias the coverage
+    ns = [n for n in (3, 4, 5, 6, 8, 10, 12, 15, 20, 30) if n <= len(ok) // 4]
     table, truth, names = coverage(pool, ns, trials, rng, stats)
     print("   columns: " + " | ".join(names))
     print("   truths (ratio of geometric means): " + ", ".join(f"{k} {truth[k]:.4f}" for k in names))
@@ -255,7 +267,7 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int):
         print(f"   {slow} ({st}): realised slowdown (pool) geometric {np.exp(np.log(xb).mean() - np.log(xa).mean()):.4f}"
               f", means {xb.mean() / xa.mean():.4f}")
         for n in (stats.MIN_TIME_RUNS, 20, 30, 50):
-            if n > len(ok) // 2:
+            if n > len(ok) // 4:
                 continue
             res = power(pool, n, rng, stats, trials // 2, slow, st)
             small = [d for d, m in res if m is not None and m <= 0.05]
@@ -275,12 +287,20 @@ def main():
     ap.add_argument("--rounds", type=int, default=400)
     ap.add_argument("--pool", type=Path, help="an existing pool (results file of the four variants)")
     ap.add_argument("--collect-only", action="store_true")
+    ap.add_argument("--partial", action="store_true", help="study the sessions of the pool collected so far")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--trials", type=int, default=1000, help="resampled files per figure (default 1000)")
     ap.add_argument("--demo-n", type=int, default=None, help="the demo's default runs (default: read from demo)")
     a = ap.parse_args()
     pool = a.pool or cache_dir() / f"pool-{a.rounds}.json"
-    if not pool.exists():
+    if a.partial:  # study the sessions collected so far (another process may still be collecting)
+        parts = sorted((cache_dir() / f"pool-{a.rounds}.parts").glob("part*.json"))
+        docs = [json.loads(f.read_text()) for f in parts]
+        pool = cache_dir() / f"pool-{a.rounds}-partial.json"
+        from elflayout import fileio
+
+        fileio.dump_json(assemble(docs, len(docs) * CHUNK, None), pool)
+    elif not pool.exists():
         print(f"collecting the pool: {a.rounds} rounds -> {pool}", flush=True)
         collect(a.rounds, pool, a.seed)
     if a.collect_only:

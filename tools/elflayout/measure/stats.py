@@ -37,6 +37,7 @@ Methods (Mytkowicz et al. 2009; Larres et al. 2013; Flater, NIST TN 1855, 2014):
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from itertools import product
@@ -179,13 +180,11 @@ def t_test(a, b, log: bool, paired: bool = False) -> dict | None:
             "point": float(np.mean(b) - np.mean(a))}
 
 
-def mde(sd: float, n_a: int, n_b: int, alpha: float = ALPHA, power: float = POWER, paired: bool = False):
-    """Smallest |mean difference| detected with ``power`` by a two-sided t-test at ``alpha``,
-    in the units of ``sd`` (log units for times). None when it cannot be computed."""
+@functools.lru_cache(maxsize=4096)
+def _effect_size(n_a: int, n_b: int, alpha: float, power: float, paired: bool):
+    """Cohen's d detected with ``power`` (statsmodels' root finding is slow: cached by n)."""
     from statsmodels.stats.power import TTestIndPower, TTestPower
 
-    if sd is None or not np.isfinite(sd) or min(n_a, n_b) < 2:
-        return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -196,7 +195,16 @@ def mde(sd: float, n_a: int, n_b: int, alpha: float = ALPHA, power: float = POWE
         except (ValueError, RuntimeError, ZeroDivisionError):
             return None
     d = float(np.ravel(d)[0])
-    return d * sd if np.isfinite(d) else None
+    return d if np.isfinite(d) else None
+
+
+def mde(sd: float, n_a: int, n_b: int, alpha: float = ALPHA, power: float = POWER, paired: bool = False):
+    """Smallest |mean difference| detected with ``power`` by a two-sided t-test at ``alpha``,
+    in the units of ``sd`` (log units for times). None when it cannot be computed."""
+    if sd is None or not np.isfinite(sd) or min(n_a, n_b) < 2:
+        return None
+    d = _effect_size(int(n_a), int(n_b), float(alpha), float(power), bool(paired))
+    return d * sd if d is not None else None
 
 
 def runs_needed(effect: float, sd: float, alpha: float = ALPHA, power: float = POWER, paired: bool = False):
@@ -332,7 +340,9 @@ def adjust(comparisons: list[dict], alpha: float = ALPHA, primary=DEFAULT_PRIMAR
         _, padj, _, _ = multipletests([c["p_value"] for c in tested], alpha=alpha, method="holm")
         for c, pa in zip(tested, padj):
             c["p_adjusted"] = float(pa)
-    level = alpha / max(m, 1)  # Bonferroni: the level Holm's first step uses
+    # Bonferroni: the level Holm's first step uses, for the family this file would have
+    # with enough runs (rows now "too few runs" included)
+    level = alpha / max(sum(1 for c in comparisons if c.get("p_value") is not None), 1)
     for c in comparisons:
         c.setdefault("p_adjusted", None)
         c["primary"] = (c.get("metric"), c.get("state")) in prim
@@ -365,6 +375,7 @@ def adjust(comparisons: list[dict], alpha: float = ALPHA, primary=DEFAULT_PRIMAR
             eff = math.log1p(target_effect) if scale else (target_effect * abs(c["mean_a"]) if c.get("mean_a") else None)
             c["runs_needed"] = runs_needed(eff, sd, level) if eff else None
     return {"method": "holm", "alpha": alpha, "comparisons": len(comparisons), "tested": m,
+            "tested_if_enough": sum(1 for c in comparisons if c.get("p_value") is not None),
             "exact": sum(1 for c in comparisons if c.get("deterministic")),
             "too_few_runs": sum(1 for c in comparisons if c.get("verdict") == "too few runs"),
             "primary": [f"{mt}:{st}" for mt, st in primary], "min_time_runs": MIN_TIME_RUNS,
