@@ -10,6 +10,7 @@ APT_PACKAGES=(
   llvm-16 libllvm16                                 # real target: libLLVM-16.so.1, llc-16, opt-16
   libffi8 libedit2 libzstd1 libtinfo6 libxml2 libz3-4  # libLLVM relinked from archives links these
   libpython3.11-stdlib libexpat1 zlib1g             # stdlib for the relinked libpython
+  libpython3.11-testsuite                           # CPython's regression tests through a split relink (bench_split)
   python3 python3-venv python3-pip                  # Debian's python if none other is first on PATH
   fuse3 libfuse3-dev pkg-config                     # slow-storage emulation
   chromium sqlite3 file                             # report rendering test, history db

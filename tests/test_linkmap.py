@@ -8,6 +8,7 @@ import pytest
 from conftest import need_tool, run_cli
 from elflayout import linkmap
 from elflayout.elfcore import ElfImage
+from elflayout.layouts import SHF_ALLOC
 from elflayout.errors import ElflayoutError
 
 SRC_A = r"""
@@ -90,7 +91,7 @@ def test_map_agrees_with_nm(objects, linker):
     # output sections agree with the section headers
     for o in lm.output_sections:
         s = secs.get(o["name"])
-        if s is not None and s.flags & 2 and o["size"]:
+        if s is not None and s.flags & SHF_ALLOC and o["size"]:
             assert (o["vaddr"], o["size"]) == (s.addr, s.size), o["name"]
     # lookups by address and by file offset land in the right input section
     (foo,) = by_name[".text.foo"]

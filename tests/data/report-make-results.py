@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from elflayout import fileio  # noqa: E402
 from elflayout.measure import cache  # noqa: E402
 from elflayout.elfcore import PAGE, ElfImage  # noqa: E402
+from elflayout.layouts import SHF_ALLOC  # noqa: E402
 from elflayout.tracefs import TraceSession, file_key  # noqa: E402
 
 LIB = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
@@ -121,7 +122,7 @@ def main() -> int:
     img = ElfImage(LIB)
     ident = img.identity()
     ident["sections"] = [{"name": s.name, "offset": s.offset, "size": s.size}
-                         for s in img.sections if s.occupies_file and (s.flags & 2)]
+                         for s in img.sections if s.occupies_file and (s.flags & SHF_ALLOC)]
     img.close()  # its mmap keeps the pages it hashed resident: eviction would silently fail
     old_ra = RA.read_text().strip()
     rng = random.Random(a.seed)

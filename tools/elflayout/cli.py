@@ -8,7 +8,7 @@ Each verb lives in its own module, which defines::
     def run(args: argparse.Namespace) -> int
 
 Modules are imported only when their verb is used, so ``elflayout --help`` and
-fast verbs do not pay for numpy/matplotlib/lief imports they do not need.
+fast verbs do not pay for numpy/matplotlib imports they do not need.
 This module is the only place (with the verb modules' ``run``) that prints.
 """
 
@@ -32,6 +32,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "link": ("elflayout.order.link_cli", "run a real link command with a profile's ordering applied"),
     "check-order": ("elflayout.order.check_cli", "how well a linked library honours a profile"),
     "simulate": ("elflayout.order.simulate_cli", "predict pages read at cold start for a layout (readahead model)"),
+    "split": ("elflayout.split.cli", "give each function and data object its own section (objects without -ffunction-sections)"),
     "relocs": ("elflayout.relocs.cli", "dynamic relocations by type and section, optimal RELR size"),
     "pack-relocs": ("elflayout.relocs.pack_cli", "pack RELATIVE relocations of a linked library into DT_RELR"),
     "measure": ("elflayout.measure.cli", "measure cold/selective/hot startup: time, faults, pages read per file"),

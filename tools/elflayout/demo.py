@@ -5,8 +5,9 @@ relinked from LLVM 16's static archives): profile the startup workload, order, r
 with lld and GNU ld, pack relocations, measure baseline / ordered / packed / both
 (selective, cold and hot), then write ``report.html`` and print a before/after table.
 
-Every stage runs through the public CLI, and each command is printed as it runs, so a
-user can copy the steps onto their own library. Downloads and builds are cached
+Every stage runs through the public CLI (measurements in-process through
+``measure.session``, the library the CLI calls), and each command is printed as it
+runs, so a user can copy the steps onto their own library. Downloads and builds are cached
 (``ELFLAYOUT_CACHE``), so a second run only re-profiles and re-measures.
 """
 
@@ -110,11 +111,25 @@ def _variant_cmd(lib: Path, argv: list[str], env: dict) -> str:
     return f"env LD_LIBRARY_PATH={shlex.quote(str(lib.parent))} {envs} " + " ".join(shlex.quote(a) for a in argv)
 
 
-def _measure(d: Demo, commands: dict[str, str], files, states, runs, out: Path, *extra) -> Path:
-    """`elflayout measure` of named commands, interleaved, with a fixed seed."""
-    names = sum((["--name", n, c] for n, c in commands.items()), [])
-    d.el("measure", *names, *sum((["--state", s] for s in states), []), "--runs", runs, *extra,
-         "--files", *files, "-o", out, "--force", "--seed", 1)
+def _measure(d: Demo, commands: dict[str, str], files, states, runs, out: Path, storage: str | None = None) -> Path:
+    """A measurement session of named commands, interleaved, with a fixed seed (in-process,
+    ``measure.session``; the equivalent ``elflayout measure`` command is shown)."""
+    from elflayout import fileio
+    from elflayout.measure import session
+
+    plan = session.MeasurePlan(variants=list(commands.items()), states=list(states), runs=int(runs),
+                               files=[str(f) for f in files], seed=1, storage=storage)
+    args = [*sum((["--name", n, c] for n, c in commands.items()), []), *sum((["--state", s] for s in states), []),
+            "--runs", runs, *(["--storage", storage] if storage else []), "--files", *files, "-o", out, "--force",
+            "--seed", 1]
+    d.console.print("[cyan]$ elflayout measure " + " ".join(shlex.quote(str(a)) for a in args) + "[/]")
+    doc = session.measure(plan, lambda kind, info: kind in ("note", "warning") and d.console.print(
+        f"  [yellow]{kind}:[/] {info['message']}", soft_wrap=True))
+    fileio.dump_json(doc, out)
+    empty = session.all_disturbed(doc)
+    if empty:
+        d.console.print(f"  [yellow]every run of {', '.join(empty)} was disturbed by other processes: no figure "
+                        f"for it[/]")
     return out
 
 
@@ -244,7 +259,7 @@ def run(args) -> int:
         cmd_base = _variant_cmd(base / lib, argv, lld["env"]).replace(f"LD_LIBRARY_PATH={base}", "LD_LIBRARY_PATH={mount0}")
         cmd_both = _variant_cmd(both / lib, argv, lld["env"]).replace(f"LD_LIBRARY_PATH={both}", "LD_LIBRARY_PATH={mount1}")
         _measure(d, {"baseline": cmd_base, "ordered+packed": cmd_both}, [base / lib, both / lib],
-                 ["selective", "hot"], args.runs, sres, "--storage", args.storage)
+                 ["selective", "hot"], args.runs, sres, storage=args.storage)
         inputs.insert(1, sres)
 
     d.head("report")

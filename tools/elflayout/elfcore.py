@@ -18,19 +18,19 @@ from pathlib import Path
 import numpy as np
 from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import (ENUM_RELOC_TYPE_AARCH64, ENUM_RELOC_TYPE_ARM, ENUM_RELOC_TYPE_i386,
+                                ENUM_RELOC_TYPE_PPC64, ENUM_RELOC_TYPE_x64)
 
 from elflayout.errors import ElflayoutError
+from elflayout.layouts import REL32, REL64, RELA32, RELA64, SHF_ALLOC
 
 PAGE = 4096
 
-# Elf64_Rela / Elf32_Rel(a) layouts (System V gABI, "Relocation Entries").
-RELA64 = np.dtype([("r_offset", "<u8"), ("r_info", "<u8"), ("r_addend", "<i8")])
-REL64 = np.dtype([("r_offset", "<u8"), ("r_info", "<u8")])
-RELA32 = np.dtype([("r_offset", "<u4"), ("r_info", "<u4"), ("r_addend", "<i4")])
-REL32 = np.dtype([("r_offset", "<u4"), ("r_info", "<u4")])
-
 # R_*_RELATIVE per machine: the only relocation RELR can express.
-RELATIVE_TYPE = {"EM_X86_64": 8, "EM_386": 8, "EM_AARCH64": 1027, "EM_ARM": 23, "EM_RISCV": 3, "EM_PPC64": 22}
+RELATIVE_TYPE = {"EM_X86_64": ENUM_RELOC_TYPE_x64["R_X86_64_RELATIVE"], "EM_386": ENUM_RELOC_TYPE_i386["R_386_RELATIVE"],
+                 "EM_AARCH64": ENUM_RELOC_TYPE_AARCH64["R_AARCH64_RELATIVE"],
+                 "EM_ARM": ENUM_RELOC_TYPE_ARM["R_ARM_RELATIVE"], "EM_PPC64": ENUM_RELOC_TYPE_PPC64["R_PPC64_RELATIVE"],
+                 "EM_RISCV": 3}  # R_RISCV_RELATIVE (RISC-V ELF psABI; pyelftools has no RISC-V relocation names)
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class ElfImage:
 
     def section_of_offsets(self, offsets) -> np.ndarray:
         """Index into ``self.sections`` of the allocated section holding each file offset (-1: none)."""
-        secs = [s for s in self.sections if s.occupies_file and (s.flags & 2)]  # SHF_ALLOC
+        secs = [s for s in self.sections if s.occupies_file and (s.flags & SHF_ALLOC)]
         secs.sort(key=lambda s: s.offset)
         starts = np.array([s.offset for s in secs], dtype=np.int64)
         ends = np.array([s.offset + s.size for s in secs], dtype=np.int64)
@@ -238,7 +238,7 @@ class ElfImage:
         """
         out = {}
         for s in self.sections:
-            if s.type not in ("SHT_RELA", "SHT_REL") or not (s.flags & 2) or s.size == 0:
+            if s.type not in ("SHT_RELA", "SHT_REL") or not (s.flags & SHF_ALLOC) or s.size == 0:
                 continue
             if self.elfclass == 64:
                 dt = RELA64 if s.type == "SHT_RELA" else REL64
@@ -337,24 +337,28 @@ def relr_encode(offsets: np.ndarray, wordsize: int = 8) -> np.ndarray:
 
 
 def relr_decode(words: np.ndarray, wordsize: int = 8) -> np.ndarray:
-    """Addresses encoded by a DT_RELR table (the inverse of :func:`relr_encode`)."""
-    out = []
+    """Sorted addresses encoded by a DT_RELR table (the inverse of :func:`relr_encode`).
+
+    Vectorised: each bitmap word's ``where`` is its run's address word plus one word plus
+    ``nbits`` words per bitmap since that address; set bits are expanded with one numpy
+    operation. Raises ValueError for a table that starts with a bitmap (no address yet).
+    """
+    w = np.asarray(words).astype(np.uint64)
+    if w.size == 0:
+        return np.zeros(0, np.uint64)
+    is_addr = (w & np.uint64(1)) == 0
+    if not is_addr[0]:
+        raise ValueError("RELR table starts with a bitmap")
+    idx = np.arange(w.size)
+    last = np.maximum.accumulate(np.where(is_addr, idx, 0))
     nbits = wordsize * 8 - 1
-    where = 0
-    for w in np.asarray(words).tolist():
-        if w & 1 == 0:
-            out.append(w)
-            where = w + wordsize
-        else:
-            bm = w >> 1
-            k = 0
-            while bm:
-                if bm & 1:
-                    out.append(where + k * wordsize)
-                bm >>= 1
-                k += 1
-            where += nbits * wordsize
-    return np.array(out, dtype=np.uint64)
+    k = (idx - last - 1).astype(np.uint64)  # bitmap number since the last address word
+    with np.errstate(over="ignore"):  # damaged tables wrap around; the caller range-checks
+        where = w[last] + np.uint64(wordsize) + k * np.uint64(nbits * wordsize)
+        bm = ~is_addr
+        bits = (w[bm, None] >> np.arange(1, nbits + 1, dtype=np.uint64)) & np.uint64(1)
+        addrs = where[bm, None] + np.arange(nbits, dtype=np.uint64) * np.uint64(wordsize)
+    return np.sort(np.concatenate([w[is_addr], addrs[bits.astype(bool)]]))
 
 
 def relr_size(offsets: np.ndarray, wordsize: int = 8) -> int:

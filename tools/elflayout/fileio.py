@@ -10,6 +10,7 @@ never damages an existing one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import os
@@ -46,18 +47,32 @@ def check_output(path: str | os.PathLike, *, force: bool = False, inputs: tuple 
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, mode: int | None = None) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it over ``path`` on success."""
+def atomic_output(path: str | os.PathLike, mode: int | None = None, *, replace: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` on success.
+
+    With ``replace=False`` the result is linked in only if ``path`` does not exist at
+    that moment (link(2) fails with EEXIST: no-replace, atomic), so two runs writing the
+    same output cannot both succeed. A full disk is reported against ``path``, not the
+    temporary name.
+    """
     p = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
     os.close(fd)
     try:
-        yield Path(tmp)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
+        try:
+            yield Path(tmp)
+            os.chmod(tmp, 0o644 if mode is None else mode)
+            if replace:
+                os.replace(tmp, p)
+            else:
+                os.link(tmp, p)
+                os.unlink(tmp)
+        except FileExistsError:
+            raise ElflayoutError(f"{p}: output exists (use --force to replace it)") from None
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ElflayoutError(f"{p}: cannot write the output: {os.strerror(e.errno)}") from None
+            raise
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

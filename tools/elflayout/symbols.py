@@ -27,20 +27,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from elftools.elf.enums import ENUM_ST_INFO_BIND, ENUM_ST_INFO_TYPE
 
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.layouts import SYM32, SYM64
 
 SOURCES = ("symtab", "dynsym", "eh_frame")
 SRC_SYMTAB, SRC_DYNSYM, SRC_EH_FRAME = 0, 1, 2
 
-# Elf{32,64}_Sym (System V gABI, "Symbol Table"); little-endian, like elfcore's tables.
-SYM64 = np.dtype([("st_name", "<u4"), ("st_info", "u1"), ("st_other", "u1"), ("st_shndx", "<u2"),
-                  ("st_value", "<u8"), ("st_size", "<u8")])
-SYM32 = np.dtype([("st_name", "<u4"), ("st_value", "<u4"), ("st_size", "<u4"), ("st_info", "u1"),
-                  ("st_other", "u1"), ("st_shndx", "<u2")])
-STT_FUNC, STT_GNU_IFUNC = 2, 10
-STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
+STT_FUNC = ENUM_ST_INFO_TYPE["STT_FUNC"]
+STT_GNU_IFUNC = ENUM_ST_INFO_TYPE["STT_LOOS"]  # GNU's name for STT_LOOS (pyelftools keeps the generic one)
+STB_LOCAL, STB_GLOBAL, STB_WEAK = (ENUM_ST_INFO_BIND[n] for n in ("STB_LOCAL", "STB_GLOBAL", "STB_WEAK"))
 
 # DWARF exception-header pointer encodings (LSB 5.0, "DWARF Exception Header Encoding").
 DW_EH_PE_omit = 0xFF

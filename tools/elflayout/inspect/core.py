@@ -16,6 +16,7 @@ from elftools.elf import enums
 from elflayout import __version__
 from elflayout.elfcore import PAGE, ElfImage, page_range, relr_decode, relr_size
 from elflayout.errors import ElflayoutError
+from elflayout.layouts import PF_R, PF_W, PF_X, SHF_ALLOC
 
 FORMAT_KIND = "inspect"
 FORMAT_VERSION = 1
@@ -48,7 +49,7 @@ def shflags(f: int) -> str:
 
 
 def pflags(f: int) -> str:
-    return ("R" if f & 4 else " ") + ("W" if f & 2 else " ") + ("E" if f & 1 else " ")
+    return ("R" if f & PF_R else " ") + ("W" if f & PF_W else " ") + ("E" if f & PF_X else " ")
 
 
 def _pages(offset: int, size: int, occupies: bool = True):
@@ -94,7 +95,7 @@ def segments(img: ElfImage) -> list[dict]:
 
 def _containing_load(img: ElfImage, sec) -> int | None:
     """Program-header index of the PT_LOAD holding a section (by address if NOBITS)."""
-    if not sec.flags & 2:  # not SHF_ALLOC: not loaded
+    if not sec.flags & SHF_ALLOC:  # not loaded
         return None
     for seg in img.loads:
         if sec.type == "SHT_NOBITS" or sec.size == 0:
@@ -175,7 +176,7 @@ def relocations(img: ElfImage) -> dict:
 
 
 def symbol_counts(img: ElfImage) -> dict:
-    from elflayout.symbols import SYM32, SYM64
+    from elflayout.layouts import SYM32, SYM64
 
     out = {}
     dt = SYM64 if img.elfclass == 64 else SYM32
@@ -239,7 +240,7 @@ def map_summary(img: ElfImage, map_path) -> dict:
 
 def _check_map_matches(img: ElfImage, lm) -> None:
     """A map of a different link would attribute bytes wrongly: refuse it."""
-    secs = {s.name: s for s in img.sections if s.flags & 2 and s.size}
+    secs = {s.name: s for s in img.sections if s.flags & SHF_ALLOC and s.size}
     compared = 0
     for o in lm.output_sections:
         s = secs.get(o["name"])

@@ -103,6 +103,45 @@ def evict(path: str | os.PathLike, verify: bool = True) -> dict:
     return {"path": str(path), "left": int(len(left)), "pages": _ranges(left), "why": why}
 
 
+def expand(pages: np.ndarray, npages: np.ndarray) -> np.ndarray:
+    """Sorted unique page indexes covered by folios (first page, page count)."""
+    pages = np.asarray(pages, dtype=np.int64)
+    npages = np.asarray(npages, dtype=np.int64)
+    if len(pages) == 0:
+        return np.zeros(0, np.int64)
+    starts = np.repeat(pages, npages)
+    offs = np.arange(int(npages.sum()), dtype=np.int64) - np.repeat(np.cumsum(npages) - npages, npages)
+    return np.unique(starts + offs)
+
+
+# /proc/vmstat counters of events that remove file pages from the page cache behind a
+# measurement's back: a drop_caches by anyone, memory reclaim.
+VMSTAT_KEYS = ("drop_pagecache", "pgsteal_file")
+
+
+def vmstat() -> dict[str, int]:
+    out = {}
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k in VMSTAT_KEYS:
+                out[k] = int(v)
+    except OSError:
+        pass
+    return out
+
+
+def vmstat_change(before: dict, after: dict) -> str | None:
+    """A sentence naming what removed file pages between two ``vmstat()`` snapshots."""
+    parts = []
+    if after.get("drop_pagecache", 0) > before.get("drop_pagecache", 0):
+        parts.append("another process dropped the page cache (drop_caches)")
+    n = after.get("pgsteal_file", 0) - before.get("pgsteal_file", 0)
+    if n > 0:
+        parts.append(f"memory reclaim evicted {n:,} file pages system-wide")
+    return "; ".join(parts) or None
+
+
 def drop_caches() -> None:
     """sync + ``echo 3 > /proc/sys/vm/drop_caches`` (whole system: biased, see docs)."""
     os.sync()

@@ -135,9 +135,85 @@ def _traced_run(runner, variant, kinds):
     return m, res
 
 
-def census(runner, variant, method: str = "evict") -> dict:
-    """Files read by one startup of ``variant``, in order of first read."""
+def users_of(paths) -> dict[str, list[tuple[int, str]]]:
+    """path -> [(pid, comm)] of the running processes that map it or hold it open.
+
+    One scan of /proc/*/maps and /proc/*/fd. DONTNEED never drops mapped pages, and
+    an open file may be read at any time: evicting such a file before each run measures
+    the neighbours, so the census leaves these files resident (Hommey's selectively
+    cold state: the application's own files cold, the system's warm).
+    """
+    want = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        want[(os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)] = p
+    out: dict[str, list[tuple[int, str]]] = {}
+    if not want:
+        return out
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        pid = int(d.name)
+        hits = set()
+        try:
+            for line in (d / "maps").read_text().splitlines():
+                f = line.split(None, 5)
+                if len(f) >= 5 and f[4] != "0":
+                    maj, mnr = f[3].split(":")
+                    k = (int(maj, 16), int(mnr, 16), int(f[4]))
+                    if k in want:
+                        hits.add(want[k])
+            for fd in os.scandir(d / "fd"):
+                try:
+                    st = os.stat(fd.path)
+                except OSError:
+                    continue
+                k = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+                if k in want:
+                    hits.add(want[k])
+            comm = (d / "comm").read_text().strip() if hits else ""
+        except OSError:
+            continue
+        for h in hits:
+            out.setdefault(h, []).append((pid, comm))
+    return out
+
+
+def kept_reason(path: str, under, users: dict, written_since: float | None = None) -> str | None:
+    """Why a file read at startup is not a file under test (None: it is)."""
+    real = os.path.realpath(path)
+    if under and not any(real == u or real.startswith(u.rstrip("/") + "/") for u in under):
+        return "outside --census-under"
+    us = users.get(path)
+    if us:
+        me = os.getpid()
+        who = ", ".join("this harness" if pid == me else f"{pid} ({comm})" for pid, comm in us[:4])
+        more = f" and {len(us) - 4} more" if len(us) > 4 else ""
+        return f"mapped or open by other running processes: {who}{more} (system file: stays warm)"
+    if written_since is not None:
+        try:
+            if os.stat(path).st_mtime >= written_since:
+                return "written by the startup (its pages are created, not read from disk)"
+        except OSError:
+            pass
+    return None
+
+
+def census(runner, variant, method: str = "evict", under=()) -> dict:
+    """Files read by one startup of ``variant``, in order of first read.
+
+    Each file carries ``kept``: None for a file under test, else why it is left out
+    (mapped or open by another process, outside ``under``, written by the startup).
+    With ``evict`` the kept files are not evicted: they are listed from the warm run.
+    """
+    import time
+
     env = runner.envctl.build(runner.variant_env.get(variant.name))
+    under = [os.path.realpath(u) for u in under]
+    warm: dict[tuple[int, int], str] = {}
     if method == "drop":
         cache.drop_caches()
     else:
@@ -145,18 +221,21 @@ def census(runner, variant, method: str = "evict") -> dict:
         _, res = _traced_run(runner, variant, ("add", "fault", "map"))
         ev = child_events(res)
         keys = {(int(d), int(i)) for d, i in zip(ev["dev"], ev["ino"]) if d != 0}
-        names = resolve(keys, variant.command, env)
-        for path in names.values():
-            if os.path.isfile(path):
+        warm = resolve(keys, variant.command, env)
+        users = users_of([p for p in warm.values() if os.path.isfile(p)])
+        for path in warm.values():
+            if os.path.isfile(path) and kept_reason(path, under, users) is None:
                 try:
                     cache.evict(path, verify=False)
                 except OSError:
                     pass
+    t_wall = time.time()
     m, res = _traced_run(runner, variant, ("add",))
     ev = child_events(res)
     ev = ev[(ev["kind"] == 0) & (ev["dev"] != 0)]
     keys = {(int(d), int(i)) for d, i in zip(ev["dev"], ev["ino"])}
     names = resolve(keys, variant.command, env)
+    users = users_of([p for p in {**warm, **names}.values() if os.path.isfile(p)])
     files = []
     if len(ev):
         k = ev["dev"].astype(np.uint64) << np.uint64(32) | ev["ino"].astype(np.uint64)
@@ -167,9 +246,15 @@ def census(runner, variant, method: str = "evict") -> dict:
             d, i = int(sel["dev"][0]), int(sel["ino"][0])
             pages = int(sel["npages"].sum())
             path = names.get((d, i))
+            is_dir = bool(path and os.path.isdir(path))
+            kept = kept_reason(path, under, users, t_wall) if path and not is_dir else None
             files.append({"path": path or f"{d >> 20}:{d & 0xFFFFF}:{i}", "resolved": path is not None,
                           "dev": f"{d >> 20}:{d & 0xFFFFF}", "ino": i, "pages": pages, "bytes": pages * cache.PAGE,
-                          "first_t": round(float(sel["t"][0] - m["t0"]), 6),
-                          "is_dir": bool(path and os.path.isdir(path))})
+                          "first_t": round(float(sel["t"][0] - m["t0"]), 6), "is_dir": is_dir, "kept": kept})
+    for (d, i), path in warm.items():
+        if (d, i) not in keys and os.path.isfile(path):
+            why = kept_reason(path, under, users) or "already cached: read by nothing during the census run"
+            files.append({"path": path, "resolved": True, "dev": f"{d >> 20}:{d & 0xFFFFF}", "ino": i, "pages": 0,
+                          "bytes": 0, "first_t": None, "is_dir": False, "kept": why})
     return {"variant": variant.name, "method": method, "files": files, "lost_events": int(res.lost),
-            "wall_s": m["wall_s"]}
+            "wall_s": m["wall_s"], "under": under}

@@ -16,8 +16,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import fcntl
+import json
 import os
 import signal
+import sys
+import time
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
@@ -99,15 +103,18 @@ class ReadAhead(Control):
             self.applied = self.before
             return
         # Two sessions overlapping would each "restore" what the other set and could
-        # leave the device at 128 for good: elflayout sessions take turns on a lock
-        # (flock: released by the kernel even if we are killed), then read the value
-        # to restore only once they own the device.
-        import time
-
+        # leave the device at 128 for good: sessions take turns on a per-device lock
+        # (flock: released by the kernel even if we are killed), then read the value to
+        # restore only once they own the device. The value to restore is also kept in a
+        # state file, so a session killed with SIGKILL is repaired by the next one.
         t = time.monotonic()
         self._lock = _lock_device(self.device)
         self.lock_wait_s = round(time.monotonic() - t, 3)
+        for msg in StateFile.restore_stale():
+            self.restored = msg
         self.before = self.show()
+        self._state = StateFile(f"read-ahead-{self.device}", {"knob": str(self.knob), "value": self.before,
+                                                             "what": f"read_ahead_kb of {self.device}"})
         self.knob.write_text(str(self.kb))
         self.applied = self.show()
 
@@ -115,16 +122,38 @@ class ReadAhead(Control):
         try:
             if self.knob is not None and self.before is not None and self.show() != self.before:
                 self.knob.write_text(str(self.before))
+            if getattr(self, "_state", None) is not None:
+                self._state.remove()
+                self._state = None
         finally:
             if getattr(self, "_lock", None) is not None:
                 self._lock.close()
                 self._lock = None
 
+    def check(self) -> str | None:
+        """None when the device still has the value applied, else a sentence (run disturbed)."""
+        if self.knob is None or self.applied is None:
+            return None
+        now = self.show()
+        if now != self.applied:
+            return f"read_ahead_kb of {self.device} was {now} (changed by another process), not {self.applied}"
+        return None
+
     def record(self):
         r = super().record()
         r["device"] = self.device
         r["lock_wait_s"] = getattr(self, "lock_wait_s", None)
+        if getattr(self, "restored", None):
+            r["restored"] = self.restored
         return r
+
+
+def run_dir() -> Path:
+    """/run/elflayout (root) or a per-user directory: locks and state files."""
+    base = Path("/run/elflayout") if os.geteuid() == 0 else Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / \
+        f"elflayout-{os.getuid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
 
 
 LOCK_DIR = Path("/run/lock")
@@ -132,8 +161,6 @@ LOCK_DIR = Path("/run/lock")
 
 def _lock_device(device: str):
     """An exclusive flock on /run/lock/elflayout-read-ahead-DEV.lock (blocks until free)."""
-    import fcntl
-
     d = LOCK_DIR if LOCK_DIR.is_dir() else Path("/tmp")
     f = open(d / f"elflayout-read-ahead-{device}.lock", "a")
     try:
@@ -142,6 +169,125 @@ def _lock_device(device: str):
         f.close()
         raise
     return f
+
+
+class MeasurementLock(contextlib.AbstractContextManager):
+    """Machine-wide lock of measurement sessions (``RUN_DIR/measure.lock``, flock).
+
+    Two measurements on one machine disturb each other: they share read_ahead_kb and
+    the page cache (one's eviction is the other's cold read). Sessions (and
+    ``profile --backend trace``) take turns; the kernel releases the lock of a killed
+    holder. The holder writes its pid and command line into the file so a waiting
+    session can say whom it waits for; the wait is recorded in the results.
+    """
+
+    def __init__(self, on_wait=None, path: Path | None = None):
+        self.path = path or run_dir() / "measure.lock"
+        self.on_wait = on_wait
+        self.waited_s = 0.0
+        self.waited_for = None
+        self._f = None
+
+    @staticmethod
+    def holder(path: Path | None = None) -> str | None:
+        try:
+            return (path or run_dir() / "measure.lock").read_text().strip() or None
+        except OSError:
+            return None
+
+    def __enter__(self):
+        f = open(self.path, "a+")
+        try:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.waited_for = self.holder(self.path)
+                if self.on_wait:
+                    self.on_wait(self.waited_for)
+                t = time.monotonic()
+                fcntl.flock(f, fcntl.LOCK_EX)
+                self.waited_s = round(time.monotonic() - t, 3)
+            f.seek(0)
+            f.truncate()
+            f.write(f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n")
+            f.flush()
+        except BaseException:
+            f.close()
+            raise
+        self._f = f
+        return self
+
+    def __exit__(self, *exc):
+        if self._f is not None:
+            with contextlib.suppress(OSError):
+                self._f.truncate(0)
+            self._f.close()
+            self._f = None
+        return False
+
+    def record(self) -> dict:
+        return {"path": str(self.path), "waited_s": self.waited_s, "waited_for": self.waited_for}
+
+
+class StateFile:
+    """A system setting to restore, kept on disk while it is changed (``RUN_DIR/state/``).
+
+    ``restore_stale()`` restores the settings of sessions that died without undoing
+    them (SIGKILL, power loss of the process) and removes their FUSE run directories.
+    """
+
+    def __init__(self, name: str, state: dict):
+        self.path = run_dir() / "state" / f"{name}.json"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        from elflayout.fileio import atomic_write_text
+
+        atomic_write_text(self.path, json.dumps({**state, "pid": os.getpid()}) + "\n")
+
+    def remove(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    @staticmethod
+    def restore_stale() -> list[str]:
+        """Restore what dead sessions left changed; return one sentence per repair."""
+        out = []
+        d = run_dir() / "state"
+        for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+            try:
+                st = json.loads(p.read_text())
+                pid = int(st["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                p.unlink(missing_ok=True)
+                continue
+            if _alive(pid):
+                continue
+            knob = Path(st.get("knob", ""))
+            try:
+                now = knob.read_text().strip()
+                if str(st["value"]) != now:
+                    knob.write_text(str(st["value"]))
+                    out.append(f"{st.get('what', knob)}: {now} -> {st['value']} (left by process {pid}, which died "
+                               f"without restoring it)")
+            except (OSError, KeyError):
+                pass
+            p.unlink(missing_ok=True)
+        try:
+            from elflayout.storage.server import cleanup_stale
+
+            out += [f"stale emulated-disk mount or run directory removed: {c}" for c in cleanup_stale()]
+        except (ImportError, OSError):
+            pass
+        return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Aslr(Control):

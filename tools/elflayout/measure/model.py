@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from elflayout import fileio
@@ -49,16 +50,175 @@ def build(metadata: dict, variants: list[dict], runs: list[dict], analysis: dict
                            multiplicity=analysis.get("multiplicity"), io_bound=analysis.get("io_bound", []))
 
 
+# -- typed reading (one parser for every consumer: compare, history, plot, report) -------------
+@dataclass(frozen=True)
+class FileRun:
+    """One file under test in one run (``runs[].files[PATH]``)."""
+
+    pages_read: int
+    bytes_read: int
+    seeks: int | None = None
+    resident_after: int | None = None
+    resident_before: int | None = None
+    estimated: bool = False
+    reads: tuple = ()   # ((t_s, page, npages), ...) in time order
+    faults: tuple = ()  # ((t_s, page), ...)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One timed run (``runs[]``); ``raw`` is the record as stored (for exports)."""
+
+    variant: str
+    state: str
+    round: int
+    seq: int
+    wall_s: float
+    pages_read: int
+    source: str
+    files: dict[str, FileRun]
+    interference: str | None = None
+    attempts: int = 1
+    evict_left: dict[str, int] = field(default_factory=dict)
+    lost_events: int = 0
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def disturbed(self) -> bool:
+        return self.interference is not None
+
+    def metric(self, name: str):
+        """A run metric by its results name (``wall_s``, ``user_s``, ``major_faults``...)."""
+        return self.raw.get(name)
+
+
+@dataclass(frozen=True)
+class Results:
+    """A parsed ``elflayout-results`` v1 document (docs/formats/results.md).
+
+    ``doc`` keeps the document as read (statistics and exports work on it);
+    consumers use the typed fields and never re-check the JSON.
+    """
+
+    path: str
+    metadata: dict
+    variants: tuple[tuple[str, str], ...]  # ((name, command), ...) in the session's order
+    runs: tuple[Run, ...]
+    summary: tuple[dict, ...]
+    comparisons: tuple[dict, ...]
+    io_bound: tuple[dict, ...]
+    doc: dict = field(repr=False, compare=False)
+
+    @property
+    def variant_names(self) -> list[str]:
+        return [n for n, _ in self.variants]
+
+    @property
+    def states(self) -> list[str]:
+        seen = list(self.metadata.get("states") or [])
+        return seen + [s for s in dict.fromkeys(r.state for r in self.runs) if s not in seen]
+
+    @property
+    def files(self) -> dict[str, dict]:
+        """Metadata of each file under test (identity, sections...), by path."""
+        return self.metadata.get("files") or {}
+
+    def cell(self, variant: str, state: str, *, clean: bool = True) -> list[Run]:
+        """Runs of one variant x state in run order; ``clean`` leaves out disturbed runs."""
+        return sorted((r for r in self.runs if r.variant == variant and r.state == state
+                       and not (clean and r.disturbed)), key=lambda r: r.seq)
+
+
+def _table(rows, width: int, where: str) -> tuple:
+    if rows is None:
+        return ()
+    try:
+        a = [tuple(float(x) for x in row) for row in rows]
+    except (TypeError, ValueError):
+        a = None
+    if a is None or any(len(row) != width for row in a):
+        raise ElflayoutError(f"{where}: malformed (expected a list of {width}-number lists)")
+    return tuple(a)
+
+
+def _int(v, where: str, default=None):
+    if v is None:
+        if default is None:
+            raise ElflayoutError(f"{where}: missing")
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ElflayoutError(f"{where}: expected a number, found {type(v).__name__}")
+    return int(v)
+
+
+def parse(doc: dict, source: str = "results") -> Results:
+    """Check a results document (format and version already checked) and type it."""
+    def need_list(key, required):
+        v = doc.get(key)
+        if v is None and not required:
+            return []
+        if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+            raise ElflayoutError(f"{source}: results file has no '{key}' list" if v is None
+                                 else f"{source}: '{key}' is not a list of objects")
+        return v
+
+    variants = need_list("variants", True)
+    raw_runs = need_list("runs", True)
+    md = doc.get("metadata", {})
+    if not isinstance(md, dict):
+        raise ElflayoutError(f"{source}: 'metadata' is not an object")
+    names = [v.get("name") for v in variants]
+    if any(not isinstance(n, str) for n in names):
+        raise ElflayoutError(f"{source}: a variant has no name")
+    runs = []
+    for i, r in enumerate(raw_runs):
+        where = f"{source}: run {i}"
+        if r.get("variant") not in names or r.get("state") not in ("selective", "cold", "hot") \
+                or not isinstance(r.get("wall_s"), (int, float)):
+            raise ElflayoutError(f"{where} is malformed (needs variant, state, wall_s)")
+        fr = r.get("files") or {}
+        if not isinstance(fr, dict):
+            raise ElflayoutError(f"{where}: 'files' is not an object")
+        files = {}
+        for path, f in fr.items():
+            w = f"{where}: {path}"
+            if not isinstance(f, dict):
+                raise ElflayoutError(f"{w}: files[{path}] is not an object")
+            pages = _int(f.get("pages_read"), f"{w}: pages_read", 0)
+            files[path] = FileRun(
+                pages_read=pages, bytes_read=_int(f.get("bytes_read"), f"{w}: bytes_read", pages * 4096),
+                seeks=None if f.get("seeks") is None else _int(f["seeks"], f"{w}: seeks"),
+                resident_after=None if f.get("resident_after") is None else _int(f["resident_after"], w),
+                resident_before=None if f.get("resident_before") is None else _int(f["resident_before"], w),
+                estimated=bool(f.get("estimated")),
+                reads=_table(f.get("reads"), 3, f"{w}: 'reads'"), faults=_table(f.get("faults"), 2, f"{w}: 'faults'"))
+        why = r.get("interference")
+        if why is not None and not isinstance(why, str):
+            why = str(why)
+        left = r.get("evict_left") or {}
+        if not isinstance(left, dict):
+            raise ElflayoutError(f"{where}: 'evict_left' is not an object")
+        runs.append(Run(variant=r["variant"], state=r["state"], round=_int(r.get("round"), f"{where}: round", 0),
+                        seq=_int(r.get("seq"), f"{where}: seq", i), wall_s=float(r["wall_s"]),
+                        pages_read=_int(r.get("pages_read"), f"{where}: pages_read", 0),
+                        source=str(r.get("source", "trace")), files=files, interference=why,
+                        attempts=_int(r.get("attempts"), f"{where}: attempts", 1),
+                        evict_left={k: int(v) for k, v in left.items()},
+                        lost_events=_int(r.get("lost_events"), f"{where}: lost_events", 0), raw=r))
+    return Results(path=source, metadata=md, variants=tuple((v["name"], str(v.get("command", ""))) for v in variants),
+                   runs=tuple(runs), summary=tuple(need_list("summary", False)),
+                   comparisons=tuple(need_list("comparisons", False)), io_bound=tuple(need_list("io_bound", False)),
+                   doc=doc)
+
+
+def read(path) -> Results:
+    """Read and type a results file; one-line ``ElflayoutError`` on anything malformed."""
+    return parse(fileio.load_json(path, KIND, (VERSION,)), str(path))
+
+
 def load(path) -> dict:
-    doc = fileio.load_json(path, KIND, (VERSION,))
-    for k in ("variants", "runs"):
-        if not isinstance(doc.get(k), list):
-            raise ElflayoutError(f"{path}: results file has no '{k}' list")
-    names = {v.get("name") for v in doc["variants"]}
-    for i, r in enumerate(doc["runs"]):
-        if not isinstance(r, dict) or r.get("variant") not in names or "state" not in r or "wall_s" not in r:
-            raise ElflayoutError(f"{path}: run {i} is malformed (needs variant, state, wall_s)")
-    return doc
+    """The checked document as a dict (``read(path).doc``), for code working on the JSON."""
+    return read(path).doc
 
 
 def runs_csv(doc: dict) -> str:

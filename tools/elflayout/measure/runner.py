@@ -143,8 +143,10 @@ class Runner:
 
     def __init__(self, plan: Plan, controls: ControlSet, env: FixedEnv, *, trace: bool = True,
                  on_event: Callable[[str, dict], None] | None = None, capture_dir: str | None = None,
-                 variant_env: dict[str, dict] | None = None, retries: int = 2, timeout: float | None = 600):
+                 variant_env: dict[str, dict] | None = None, retries: int = 2, timeout: float | None = 600,
+                 readahead=None):
         self.plan = plan
+        self.readahead = readahead  # controls.ReadAhead: verified before and after every run
         self.timeout = timeout
         self.retries = retries
         self.controls = controls
@@ -288,6 +290,7 @@ class Runner:
         for attempt in range(self.retries + 1):
             rec = self._attempt(v, state, rnd, seq)
             why = self.interference(rec)
+            rec.pop("read_ahead_why", None)
             if not why:
                 break
             self.on_event("warning", {"message": f"run {seq} ({v.name}/{state}) disturbed: {why}"
@@ -299,31 +302,57 @@ class Runner:
         return rec
 
     def interference(self, rec: dict) -> str | None:
+        """Why a run does not measure the layout alone (None: it does).
+
+        Only what changes the count of the files under test disturbs a run: pages left
+        resident by the eviction (fewer read), another process reading the file during
+        the run (more resident afterwards than we read: it may have read pages for us),
+        pages read twice (evicted and read again: inflated), read_ahead_kb changed. Pages
+        evicted after our process read them (memory reclaim, another session's eviction)
+        do not change what was read: they are recorded (``evicted_after_read``), not
+        held against the run.
+        """
+        if rec.get("read_ahead_why"):
+            return rec["read_ahead_why"]
         if rec["state"] == "hot" or rec["source"] != "trace":
             return None
         left = rec.get("evict_left") or {}
         for f, x in rec["files"].items():
             if left.get(f):
                 return f"{f}: {left[f]} page(s) could not be evicted before the run"
-            if x["resident_after"] != x["pages_read"]:
-                return (f"{f}: {x['resident_after']} pages resident after the run but {x['pages_read']} read by it "
-                        f"(another process read or evicted the file meanwhile)")
+            unique = x.get("unique_pages", x["pages_read"])
+            if x["resident_after"] > unique:
+                return (f"{f}: {x['resident_after']} pages resident after the run but {unique} read by it "
+                        f"(another process read the file meanwhile)")
+            if unique < x["pages_read"]:
+                return (f"{f}: {x['pages_read'] - unique} page(s) read twice (evicted during the run: "
+                        f"{rec.get('cache_events') or 'by another process'})")
         return None
 
     def _attempt(self, v: Variant, state: str, rnd: int, seq: int) -> dict:
         info = self.prepare(v, state)
         before = {}
+        ra0 = self.readahead.check() if self.readahead is not None else None
+        vm0 = cache.vmstat()
         if self.ts is not None:
             self.ts.clear()
         else:
             before = {f: cache.residency(f) for f in self.plan.files}
         m = self.spawn(v)
         res = self.ts.stop() if self.ts is not None else None
+        ra1 = self.readahead.check() if self.readahead is not None else None
+        cache_events = cache.vmstat_change(vm0, cache.vmstat())
         rec = {"variant": v.name, "state": state, "round": rnd, "seq": seq,
                "wall_s": m["wall_s"], "user_s": m["user_s"], "sys_s": m["sys_s"],
                "major_faults": m["major_faults"], "minor_faults": m["minor_faults"],
                "read_bytes": m["read_bytes"], "source": "trace" if res is not None else "mincore"}
         rec.update(info)
+        if self.readahead is not None and self.readahead.knob is not None:
+            rec["read_ahead_kb"] = self.readahead.show()
+        if ra0 or ra1:
+            rec["read_ahead_why"] = ra0 or ra1
+        if cache_events:
+            rec["cache_events"] = cache_events
         files = {}
         if res is not None:
             ev = child_events(res)
@@ -341,12 +370,17 @@ class Runner:
                 a = mine[mine["kind"] == 0]
                 fl = mine[mine["kind"] == 1]
                 pages = int(a["npages"].sum())
+                unique = int(len(cache.expand(a["page"], a["npages"])))
                 files[f] = {
                     "pages_read": pages, "bytes_read": pages * self.page,
                     "seeks": seeks_of(a["page"], a["npages"]), "resident_after": resident,
                     "reads": [[round(float(t - m["t0"]), 6), int(p), int(n)] for t, p, n in zip(a["t"], a["page"], a["npages"])],
                     "faults": [[round(float(t - m["t0"]), 6), int(p)] for t, p in zip(fl["t"], fl["page"])],
                 }
+                if unique != pages:
+                    files[f]["unique_pages"] = unique
+                if resident < unique:
+                    files[f]["evicted_after_read"] = unique - resident
             else:
                 # Fallback: pages resident after the run that were not before it were
                 # read during it (by us, or by anyone else: hence "estimated").
@@ -357,6 +391,27 @@ class Runner:
         rec["pages_read"] = int(sum(x["pages_read"] for x in files.values()))
         rec["bytes_read"] = int(sum(x["bytes_read"] for x in files.values()))
         return rec
+
+    @staticmethod
+    def spread(records: list[dict]) -> list[dict]:
+        """Per variant x state x file: the range of pages read over the undisturbed runs.
+
+        ``identical`` is true only when every run read the same number of pages (the
+        single-process claim); multi-process and timing-dependent startups vary.
+        """
+        cells: dict[tuple[str, str, str], list[int]] = {}
+        for r in records:
+            if r.get("interference"):
+                continue
+            for f, x in r.get("files", {}).items():
+                cells.setdefault((r["variant"], r["state"], f), []).append(int(x["pages_read"]))
+        out = []
+        for (v, s, f), xs in cells.items():
+            med = float(np.median(xs))
+            out.append({"variant": v, "state": s, "file": f, "n": len(xs), "min": min(xs), "median": med,
+                        "max": max(xs), "identical": min(xs) == max(xs),
+                        "spread_pct": round(100.0 * (max(xs) - min(xs)) / med, 2) if med else 0.0})
+        return out
 
     def close(self):
         self._errfile.close()

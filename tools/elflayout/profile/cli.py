@@ -67,7 +67,9 @@ class _Null:
 
 def _check_map(path, img, lm) -> None:
     """Refuse a link map of another link: output sections must sit where the ELF has them."""
-    secs = {s.name: s for s in img.sections if s.flags & 2 and s.size}
+    from elftools.elf.constants import SH_FLAGS
+
+    secs = {s.name: s for s in img.sections if s.flags & SH_FLAGS.SHF_ALLOC and s.size}
     bad = [o["name"] for o in lm.output_sections
            if o["name"] in secs and o.get("size") and (o["vaddr"], o["size"]) != (secs[o["name"]].addr, secs[o["name"]].size)]
     if ".text" in bad or len(bad) > 2:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from elflayout import __version__, elfcore
+from elflayout.errors import ElflayoutError
 from elflayout.fileio import envelope
-from elflayout.relocs import elfraw as R
+from elflayout import layouts as L
 from elflayout.relocs.arch import arch_of
 
 FORMAT_VERSION = 1
@@ -17,7 +18,7 @@ FORMAT_VERSION = 1
 
 def _vaddr_sections(img):
     """(starts, ends, names) of allocated sections by address, NOBITS included (.bss)."""
-    secs = sorted((s for s in img.sections if s.flags & R.SHF_ALLOC and s.size > 0 and s.addr),
+    secs = sorted((s for s in img.sections if s.flags & L.SHF_ALLOC and s.size > 0 and s.addr),
                   key=lambda s: s.addr)
     return (np.array([s.addr for s in secs], np.uint64), np.array([s.addr + s.size for s in secs], np.uint64),
             [s.name for s in secs])
@@ -44,8 +45,8 @@ def _count_by_section(img, vaddrs) -> dict[str, int]:
 
 
 def relr_table(img) -> np.ndarray | None:
-    """Addresses in the DT_RELR table, if the library has one."""
-    sec = next((s for s in img.sections if s.type in ("SHT_RELR", 19) or s.name == ".relr.dyn"), None)
+    """Addresses in the DT_RELR table, if the library has one (found as the loader finds it)."""
+    sec = next((s for s in img.sections if s.type in ("SHT_RELR", L.SHT_RELR) or s.name == ".relr.dyn"), None)
     addr, size = img.dt("DT_RELR"), img.dt("DT_RELRSZ")
     if addr is None and sec is None:
         return None
@@ -54,34 +55,20 @@ def relr_table(img) -> np.ndarray | None:
         size = size or 0
     else:
         off, size = sec.offset, sec.size
+    if off < 0 or off + size > img.size:
+        raise ElflayoutError(f"{img.path}: DT_RELR table ({size} bytes at {addr:#x}) is not in the file")
     words = np.frombuffer(img.mm, np.uint64, count=size // 8, offset=off)
-    return relr_decode_fast(words)
-
-
-def relr_decode_fast(words: np.ndarray, wordsize: int = 8) -> np.ndarray:
-    """Vectorised DT_RELR decoding (same result as elfcore.relr_decode)."""
-    w = np.asarray(words, np.uint64)
-    if w.size == 0:
-        return np.zeros(0, np.uint64)
-    is_addr = (w & np.uint64(1)) == 0
-    if not is_addr[0]:
-        raise ValueError("RELR table starts with a bitmap")
-    idx = np.arange(w.size)
-    last = np.maximum.accumulate(np.where(is_addr, idx, 0))
-    nbits = wordsize * 8 - 1
-    k = (idx - last - 1).astype(np.uint64)  # bitmap number since the last address word
-    where = w[last] + np.uint64(wordsize) + k * np.uint64(nbits * wordsize)
-    bm = ~is_addr
-    bits = (w[bm, None] >> np.arange(1, nbits + 1, dtype=np.uint64)) & np.uint64(1)
-    addrs = where[bm, None] + np.arange(nbits, dtype=np.uint64) * np.uint64(wordsize)
-    return np.sort(np.concatenate([w[is_addr], addrs[bits.astype(bool)]]))
+    try:
+        return elfcore.relr_decode(words)
+    except ValueError as e:
+        raise ElflayoutError(f"{img.path}: damaged DT_RELR table ({e})") from None
 
 
 def _relr_summary(img, relr) -> dict:
     if relr is None:
         return dict(present=False, count=0, bytes=0, pages=0)
     size = int(img.dt("DT_RELRSZ") or 0)
-    off = img.vaddr_to_offset(img.dt("DT_RELR")) if img.dt("DT_RELR") is not None else 0
+    off = img.vaddr_to_offset(img.dt("DT_RELR")) if img.dt("DT_RELR") is not None else 0  # checked by relr_table
     lo, hi = elfcore.page_range(off, size)
     return dict(present=True, count=int(relr.size), bytes=size, offset=int(off), pages=int(hi - lo + 1))
 
@@ -125,7 +112,7 @@ def analyze(img: elfcore.ElfImage) -> dict:
     packable = rel_offsets[(rel_offsets % word == 0) & fileback]
     relr_bytes = elfcore.relr_size(packable, word) if packable.size else 0
     main = next((t for t in tables_out if t["section"] in (".rela.dyn", ".rel.dyn")), None)
-    entsize = 24 if arch.rela and arch.elfclass == 64 else (12 if arch.rela else 8)
+    entsize = {(True, 64): L.RELA64, (True, 32): L.RELA32, (False, 64): L.REL64, (False, 32): L.REL32}[arch.rela, arch.elfclass].itemsize
     rel_summary = dict(
         count=int(rel_offsets.size), word_aligned=int((rel_offsets % word == 0).sum()),
         file_backed=int(fileback.sum()), packable=int(packable.size),

@@ -6,30 +6,40 @@ loader streams in a fraction of the pages. Nothing the program sees moves.
 Definitions
   packable   a RELA relocation of type R_*_RELATIVE whose target is word-aligned, lies in
              the file-backed part of a PT_LOAD (so its addend can be stored in the file)
-             and is hit by no other relocation;
+             and whose 8 bytes no other relocation writes, not even partly (an unaligned
+             neighbour overlapping it must keep its place in ld.so's order);
   kept       every other relocation of .rela.dyn, in its original order;
   run        the dynamic-linking tables from the first table that must grow (.dynstr,
              .gnu.version_r) up to .rela.dyn; only these slide, by a few bytes.
 
-Algorithm (one copy of the file, patched in place, written atomically)
-  1. Validate (ET_DYN, supported machine, no TEXTREL, .rela.dyn agrees with DT_RELA*).
-  2. Store each packable addend in its target word (RELR means ``*where += base``).
-  3. Encode the packable addresses as RELR (elfcore.relr_encode: lld's greedy encoding).
-  4. Add the ``GLIBC_ABI_DT_RELR`` version need under libc.so.6 (glibc 2.36 refuses a
-     DT_RELR object that needs libc.so.6 versions without it): append the name to
-     .dynstr and a Vernaux to .gnu.version_r, sliding the run forward into the space
-     freed at the start of .rela.dyn (tables are found only through DT_* tags and
-     section headers; the tags, headers and section symbols are updated).
-  5. Write the kept relocations, then the RELR table, into the old .rela.dyn space;
-     zero the rest.
-  6. Dynamic array: shrink DT_RELASZ, set DT_RELACOUNT to the leading RELATIVE count of
-     the kept table, add DT_RELR/DT_RELRSZ/DT_RELRENT in spare DT_NULL slots (GNU ld
-     and gold leave some). Without spare slots (lld) the dynamic array is rebuilt,
-     larger, in the freed space and PT_DYNAMIC points at it read-only (glibc >= 2.35
-     supports a read-only PT_DYNAMIC, BZ #28340); the old array stays where it was,
-     unused.
-  7. Section headers: .rela.dyn shrunk, moved tables, a new .relr.dyn (SHT_RELR),
-     appended at the end so no section index changes.
+Algorithm (one copy of the file, patched in place, written atomically; each step is a
+function below)
+  1. Validate (``validate``): ET_DYN, supported machine, no TEXTREL, .rela.dyn agrees
+     with DT_RELA*, DT_RELACOUNT no larger than the leading run of RELATIVE entries
+     (glibc applies that many entries as RELATIVE whatever their type).
+  2. Select and encode (``_select``): the packable relocations, their addends (stored
+     in the target words by ``write_plan``: RELR means ``*where += base``) and their
+     RELR encoding (elfcore.relr_encode: lld's greedy encoding).
+  3. Version need (``_version_need``): add ``GLIBC_ABI_DT_RELR`` under libc.so.6 (glibc
+     2.36 refuses a DT_RELR object that needs libc.so.6 versions without it) by
+     appending the name to .dynstr and a Vernaux to .gnu.version_r.
+  4. Layout (``_layout``): slide the run forward into the space freed at the start of
+     .rela.dyn (tables are found only through DT_* tags and section headers), then
+     write the kept relocations and the RELR table into the old .rela.dyn space; zero
+     the rest.
+  5. Dynamic array (``_dynamic``): moved table addresses, DT_RELASZ shrunk,
+     DT_RELACOUNT set to the leading RELATIVE count of the kept table, DT_RELR/
+     DT_RELRSZ/DT_RELRENT in spare DT_NULL slots (GNU ld and gold leave some). Without
+     spare slots (lld) the array is rebuilt, larger, in the freed space and PT_DYNAMIC
+     points at it read-only (glibc >= 2.35 supports a read-only PT_DYNAMIC, BZ #28340);
+     the old array stays where it was, unused.
+  6. Symbols (``_symbols``): section symbols and _DYNAMIC of moved tables follow them.
+  7. Headers (``_headers``): PT_DYNAMIC if the array moved; section headers for the
+     shrunk .rela.dyn and the moved tables, and a new .relr.dyn (SHT_RELR) appended at
+     the end so no section index changes.
+
+Bad input raises ``ElflayoutError`` (exit 2, one line) from the checks of steps 1-4;
+anything else escaping from here is a bug, not a verdict on the input.
 """
 
 from __future__ import annotations
@@ -41,17 +51,19 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from elftools.elf.constants import SHN_INDICES
 
 from elflayout import elfcore
+from elflayout import layouts as L
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_output
-from elflayout.relocs import elfraw as R
 from elflayout.relocs.arch import arch_of
 
 GLIBC_ABI_DT_RELR = b"GLIBC_ABI_DT_RELR"
-GLIBC_ABI_DT_RELR_HASH = 0x0FD0E42  # glibc elf/dl-version.c checks this exact value
+GLIBC_ABI_DT_RELR_HASH = L.elf_hash(GLIBC_ABI_DT_RELR)  # 0xfd0e42: glibc elf/dl-version.c compares it
 LIBC_SONAME = b"libc.so.6"
 EXTRA_DYN_SLOTS = 4  # spare DT_NULLs left in a rebuilt dynamic array for later tools
+SHN_LORESERVE = SHN_INDICES.SHN_LORESERVE  # e_shstrndx at/above it means extended numbering
 
 
 class AlreadyPacked(Exception):
@@ -63,7 +75,7 @@ class Plan:
     """Everything to change in a copy of the input, computed without writing."""
     path: str
     size: int
-    addend_offsets: np.ndarray          # file offsets of target words to store addends in
+    addend_offsets: np.ndarray          # file offsets of (word-aligned) target words to store addends in
     addend_values: np.ndarray           # uint64
     blocks: list = field(default_factory=list)  # (file offset, bytes) patches
     truncate_at: int | None = None      # new tail (section names + headers) from here
@@ -71,7 +83,68 @@ class Plan:
     stats: dict = field(default_factory=dict)
 
 
+@dataclass
+class _Input:
+    """The validated input's raw tables (numpy copies of its headers and dynamic array)."""
+    img: elfcore.ElfImage
+    arch: object
+    shdrs: np.ndarray
+    phdrs: np.ndarray
+    dyn: np.ndarray          # the whole PT_DYNAMIC array
+    dyn_off: int
+    n_used: int              # entries before the first DT_NULL
+    names: list
+    sec: dict                # first section index of each name
+
+    @property
+    def live(self) -> np.ndarray:
+        return self.dyn[:self.n_used]
+
+    def tag(self, t):
+        m = np.nonzero(self.live["d_tag"] == t)[0]
+        return int(self.live["d_val"][m[0]]) if m.size else None
+
+    def sh(self, i, f) -> int:
+        return int(self.shdrs[i][f])
+
+    def section_bytes(self, i) -> bytes:
+        return _read(self.img, self.sh(i, "sh_offset"), self.sh(i, "sh_size")).tobytes()
+
+
+@dataclass
+class _Selection:
+    rel: np.ndarray          # .rela.dyn
+    types: np.ndarray
+    packable: np.ndarray     # bool per entry
+    tgt_file: np.ndarray     # file offset of each target (-1: not file-backed)
+    kept: np.ndarray
+    lead: int                # leading RELATIVE entries of the kept table (new DT_RELACOUNT)
+    relr: np.ndarray
+
+
+@dataclass
+class _VersionNeed:
+    grow: dict               # section index -> new content
+    note: str
+    verneednum: int | None   # new DT_VERNEEDNUM (an entry for libc.so.6 was added)
+
+
+@dataclass
+class _Layout:
+    run_start: int
+    rela_end: int
+    blk: np.ndarray          # new bytes of [run_start, rela_end)
+    moved: dict              # section index -> (new offset, new size)
+    vshift: int              # vaddr - offset inside the run's PT_LOAD
+    new_rela_off: int
+    kept_bytes: bytes
+    relr_off: int
+    end: int                 # first free byte after the kept relocations and RELR
+
+
 def _read(img, off, n, dtype=np.uint8):
+    if off < 0 or n < 0 or off + n > img.size:
+        _fail(img, f"truncated or inconsistent ELF file (a table of {n} bytes at offset {off:#x} is outside the file)")
     return np.frombuffer(img.mm, dtype=dtype, count=n // np.dtype(dtype).itemsize, offset=off).copy()
 
 
@@ -79,11 +152,8 @@ def _fail(img, msg):
     raise ElflayoutError(f"{img.path}: {msg}")
 
 
-def validate(img) -> tuple:
-    """Reject what cannot be packed; return (arch, shdrs, phdrs, dyn, dyn_off, n_used).
-
-    ``dyn`` is the whole PT_DYNAMIC array, ``n_used`` the entries before its first DT_NULL.
-    """
+def validate(img) -> _Input:
+    """Step 1: reject what cannot be packed; return the input's raw tables."""
     hdr = img.elf.header
     if hdr["e_type"] != "ET_DYN":
         _fail(img, f"not a shared object (e_type {hdr['e_type']}); pack-relocs rewrites ET_DYN libraries")
@@ -93,325 +163,380 @@ def validate(img) -> tuple:
                    "the relocation tables in relocs/arch.py are ready for it)")
     if hdr["e_ident"]["EI_DATA"] != "ELFDATA2LSB":
         _fail(img, "big-endian ELF is not supported")
-    if hdr["e_phentsize"] != R.PHDR64.itemsize or hdr["e_shentsize"] != R.SHDR64.itemsize:
+    if hdr["e_phentsize"] != L.PHDR64.itemsize or hdr["e_shentsize"] != L.SHDR64.itemsize:
         _fail(img, f"inconsistent header sizes (e_phentsize {hdr['e_phentsize']}, e_shentsize {hdr['e_shentsize']})")
-    if hdr["e_shnum"] == 0 or hdr["e_shstrndx"] == 0 or hdr["e_shstrndx"] >= min(0xFF00, hdr["e_shnum"]):
+    if hdr["e_shnum"] == 0 or hdr["e_shstrndx"] == 0 or hdr["e_shstrndx"] >= min(SHN_LORESERVE, hdr["e_shnum"]):
         _fail(img, "no usable section headers (stripped with --strip-section-headers, or extended numbering)")
     for s in img.loads:
         if s.offset + s.filesz > img.size:
             _fail(img, f"truncated ELF file (PT_LOAD at offset {s.offset:#x} ends past the file's {img.size} bytes)")
-    shdrs = _read(img, hdr["e_shoff"], hdr["e_shnum"] * R.SHDR64.itemsize, R.SHDR64)
-    phdrs = _read(img, hdr["e_phoff"], hdr["e_phnum"] * R.PHDR64.itemsize, R.PHDR64)
-    pdyn = np.nonzero(phdrs["p_type"] == R.PT_DYNAMIC)[0]
+    shdrs = _read(img, hdr["e_shoff"], hdr["e_shnum"] * L.SHDR64.itemsize, L.SHDR64)
+    phdrs = _read(img, hdr["e_phoff"], hdr["e_phnum"] * L.PHDR64.itemsize, L.PHDR64)
+    pdyn = np.nonzero(phdrs["p_type"] == L.PT_DYNAMIC)[0]
     if pdyn.size != 1:
         _fail(img, "no PT_DYNAMIC segment (a static object has no dynamic relocations)")
     dyn_off, dyn_sz = int(phdrs["p_offset"][pdyn[0]]), int(phdrs["p_filesz"][pdyn[0]])
-    if dyn_off + dyn_sz > img.size or dyn_sz % 16:
+    if dyn_off + dyn_sz > img.size or dyn_sz % L.DYN64.itemsize:
         _fail(img, "inconsistent PT_DYNAMIC (outside the file or not a whole number of entries)")
-    dyn = _read(img, dyn_off, dyn_sz, R.DYN64)
-    tags = dyn["d_tag"]
-    if not np.any(tags == R.DT_NULL):
+    dyn = _read(img, dyn_off, dyn_sz, L.DYN64)
+    if not np.any(dyn["d_tag"] == L.DT_NULL):
         _fail(img, "inconsistent dynamic array (no DT_NULL terminator)")
-    n_used = int(np.argmax(tags == R.DT_NULL))
-    live = dyn[:n_used]
-
-    def tag(t):
-        m = np.nonzero(live["d_tag"] == t)[0]
-        return int(live["d_val"][m[0]]) if m.size else None
-
-    if tag(R.DT_TEXTREL) is not None or (tag(R.DT_FLAGS) or 0) & R.DF_TEXTREL:
+    names = [s.name for s in img.sections]
+    inp = _Input(img, arch, shdrs, phdrs, dyn, dyn_off, int(np.argmax(dyn["d_tag"] == L.DT_NULL)), names,
+                 {n: i for i, n in reversed(list(enumerate(names)))})
+    tag = inp.tag
+    if tag(L.DT_TEXTREL) is not None or (tag(L.DT_FLAGS) or 0) & L.DF_TEXTREL:
         _fail(img, "has text relocations (DT_TEXTREL): relocating read-only code cannot be packed safely")
-    if tag(R.DT_RELR) is not None:
+    if tag(L.DT_RELR) is not None:
         raise AlreadyPacked(f"{img.path}: already packed (has DT_RELR)")
     rela = img.section(".rela.dyn")
     if rela is None or rela.type != "SHT_RELA":
         _fail(img, "no .rela.dyn section (no RELA dynamic relocations to pack)")
-    if tag(R.DT_RELA) != rela.addr or tag(R.DT_RELASZ) != rela.size or (tag(R.DT_RELAENT) or 24) != 24:
-        _fail(img, f"inconsistent: DT_RELA/DT_RELASZ ({tag(R.DT_RELA)}/{tag(R.DT_RELASZ)}) do not describe "
+    ent = L.RELA64.itemsize
+    if tag(L.DT_RELA) != rela.addr or tag(L.DT_RELASZ) != rela.size or (tag(L.DT_RELAENT) or ent) != ent:
+        _fail(img, f"inconsistent: DT_RELA/DT_RELASZ ({tag(L.DT_RELA)}/{tag(L.DT_RELASZ)}) do not describe "
                    f".rela.dyn ({rela.addr:#x}/{rela.size})")
-    if rela.size % 24:
-        _fail(img, "inconsistent: .rela.dyn size is not a multiple of 24")
+    if rela.size % ent:
+        _fail(img, f"inconsistent: .rela.dyn size is not a multiple of {ent}")
     if img.vaddr_to_offset(rela.addr) != rela.offset:
         _fail(img, "inconsistent: .rela.dyn is not where its PT_LOAD maps it")
-    return arch, shdrs, phdrs, dyn, dyn_off, n_used
+    return inp
 
 
-def _member(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """np.isin for a large ``a`` and a small ``b``: binary search, 10x faster here."""
-    if not b.size:
-        return np.zeros(a.shape, bool)
-    b = np.sort(b)
-    k = np.minimum(np.searchsorted(b, a), b.size - 1)
-    return b[k] == a
+def _overlapped(starts: np.ndarray, widths: np.ndarray, mine: np.ndarray) -> np.ndarray:
+    """Per entry selected by ``mine``: does any *other* entry write one of its bytes?
+
+    Entries write ``[start, start + width)``. Sorted by start, an entry overlaps an
+    earlier one iff the largest end before it exceeds its start, a later one iff the
+    next start is below its end (equal starts overlap both ways).
+    """
+    order = np.argsort(starts, kind="stable")
+    s = starts[order].astype(np.int64)
+    e = s + widths[order]
+    prev_end = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(e)[:-1]))
+    next_start = np.concatenate((s[1:], [np.iinfo(np.int64).max]))
+    hit = np.zeros(starts.size, bool)
+    hit[order] = (prev_end > s) | (next_start < e)
+    return hit & mine
 
 
-def plan_pack(img) -> Plan:
-    """Compute the packed file as a list of patches (raises AlreadyPacked / ElflayoutError)."""
-    t0 = time.perf_counter()
-    arch, shdrs, phdrs, dyn, dyn_off, n_used = validate(img)
-    word = arch.word
-    names = [s.name for s in img.sections]
-    sec = {n: i for i, n in reversed(list(enumerate(names)))}  # first section of each name
-    rela_i = sec[".rela.dyn"]
-    rela_off, rela_size = int(shdrs[rela_i]["sh_offset"]), int(shdrs[rela_i]["sh_size"])
-    rel = img.reloc_tables().get(".rela.dyn")
+def _select(inp: _Input) -> _Selection:
+    """Step 2: the relocations to pack and their RELR encoding."""
+    img, arch = inp.img, inp.arch
+    tables = img.reloc_tables()
+    rel = tables.get(".rela.dyn")
     if rel is None:  # an empty .rela.dyn
         raise AlreadyPacked(f"{img.path}: .rela.dyn is empty (nothing to do)")
     types = img.reloc_types(rel)
-    r_off = rel["r_offset"]
-
-    # -- 1. which RELATIVE relocations can become RELR --------------------------------
     is_rel = types == arch.relative
+    count = inp.tag(L.DT_RELACOUNT)
+    if count is not None:
+        run = int(np.argmin(is_rel)) if not is_rel.all() else rel.size
+        if count > run:
+            _fail(img, f"inconsistent: DT_RELACOUNT {count} exceeds the {run} leading RELATIVE relocations "
+                       "(ld.so would apply the others as RELATIVE too; the input does not load as linked)")
+    r_off = rel["r_offset"]
+    word = arch.word
     tgt_file = img.vaddr_to_offset(r_off)
     packable = is_rel & (r_off % word == 0) & (tgt_file >= 0) & (tgt_file % word == 0)
-    # A word hit twice (by a kept relocation, or two RELATIVE ones) keeps its original order.
-    other = np.concatenate([r_off[~packable]] + [t["r_offset"] for n, t in img.reloc_tables().items()
-                                                 if n != ".rela.dyn"])
-    packable &= ~_member(r_off, other)
-    srt = np.sort(r_off[packable])
-    dup = srt[1:][srt[1:] == srt[:-1]]  # sort-based: numpy 2's hash unique is slow here
-    if dup.size:
-        packable &= ~_member(r_off, dup)
-    n_pack = int(packable.sum())
-    if n_pack == 0:
+    # A word any other relocation writes, even partly, keeps its place in ld.so's order.
+    others = [t for n, t in tables.items() if n != ".rela.dyn"]
+    starts = np.concatenate([r_off] + [t["r_offset"] for t in others])
+    all_types = np.concatenate([types] + [img.reloc_types(t) for t in others])
+    widths = _widths(arch, all_types)
+    mine = np.zeros(starts.size, bool)
+    mine[:rel.size] = packable
+    packable &= ~_overlapped(starts, widths, mine)[:rel.size]
+    if not packable.any():
         raise AlreadyPacked(f"{img.path}: no packable RELATIVE relocations (nothing to do)")
     kept = rel[~packable]
     kept_types = types[~packable]
     lead = int(np.argmin(kept_types == arch.relative)) if np.any(kept_types != arch.relative) else kept.size
     relr = elfcore.relr_encode(r_off[packable], word)  # sorts; addresses are link-time vaddrs
-    relr_bytes = relr.size * word
-    t_enc = time.perf_counter()
+    return _Selection(rel, types, packable, tgt_file, kept, lead, relr)
 
-    # -- 2. version need GLIBC_ABI_DT_RELR ------------------------------------------
-    live = dyn[:n_used]
 
-    def tag(t):
-        m = np.nonzero(live["d_tag"] == t)[0]
-        return int(live["d_val"][m[0]]) if m.size else None
+def _widths(arch, types: np.ndarray) -> np.ndarray:
+    """Bytes written per relocation; an unknown type counts as a whole word (conservative)."""
+    u, inv = np.unique(np.asarray(types, np.int64), return_inverse=True)
+    w = np.array([max(arch.types[t].width, 1) if t in arch.types else arch.word for t in u.tolist()], np.int64)
+    return w[inv.reshape(-1)]
 
+
+def _version_need(inp: _Input) -> _VersionNeed:
+    """Step 3: GLIBC_ABI_DT_RELR under libc.so.6, when glibc requires it."""
+    img, tag, sec = inp.img, inp.tag, inp.sec
     dynstr_i = sec.get(".dynstr")
-    if dynstr_i is None or int(shdrs[dynstr_i]["sh_addr"]) != tag(R.DT_STRTAB):
+    if dynstr_i is None or inp.sh(dynstr_i, "sh_addr") != tag(L.DT_STRTAB):
         _fail(img, "inconsistent: .dynstr section does not match DT_STRTAB")
-    strtab = _read(img, int(shdrs[dynstr_i]["sh_offset"]), int(shdrs[dynstr_i]["sh_size"])).tobytes()
-    needed = {R.cstr(strtab, int(v)) for t, v in zip(live["d_tag"], live["d_val"]) if t == R.DT_NEEDED}
-    grow = {}        # section index -> new content
-    verneed_note = "not needed (no DT_VERNEED: glibc only checks objects with version needs)"
-    new_verneednum = None
+    strtab = inp.section_bytes(dynstr_i)
+    live = inp.live
+    needed = {L.cstr(strtab, int(v)) for t, v in zip(live["d_tag"], live["d_val"]) if t == L.DT_NEEDED}
+    out = _VersionNeed({}, "not needed (no DT_VERNEED: glibc only checks objects with version needs)", None)
+    if tag(L.DT_VERNEED) is None:
+        return out
     vn_i = sec.get(".gnu.version_r")
-    if tag(R.DT_VERNEED) is not None:
-        if vn_i is None or int(shdrs[vn_i]["sh_addr"]) != tag(R.DT_VERNEED):
-            _fail(img, "inconsistent: .gnu.version_r section does not match DT_VERNEED")
-        vn_data = _read(img, int(shdrs[vn_i]["sh_offset"]), int(shdrs[vn_i]["sh_size"])).tobytes()
-        try:
-            entries = R.parse_verneed(vn_data, tag(R.DT_VERNEEDNUM) or 0)
-        except ValueError as e:
-            _fail(img, f"inconsistent .gnu.version_r ({e})")
-        libc = [e for e in entries if R.cstr(strtab, e["file"]) == LIBC_SONAME]
-        has = any(R.cstr(strtab, a["name"]) == GLIBC_ABI_DT_RELR for e in libc for a in e["aux"])
-        if has:
-            verneed_note = "already present"
-        elif LIBC_SONAME not in needed and not libc:
-            verneed_note = "not needed (libc.so.6 is not DT_NEEDED)"
-        else:
-            new_str = bytearray()
-            at = strtab.find(b"\0" + GLIBC_ABI_DT_RELR + b"\0")
-            if at >= 0:
-                name_off = at + 1
-            else:
-                name_off = len(strtab)
-                new_str += GLIBC_ABI_DT_RELR + b"\0"
-            vd_i = sec.get(".gnu.version_d")
-            ndx = [a["other"] & 0x7FFF for e in entries for a in e["aux"]]
-            if tag(R.DT_VERDEF) is not None and vd_i is not None:
-                vd = _read(img, int(shdrs[vd_i]["sh_offset"]), int(shdrs[vd_i]["sh_size"])).tobytes()
-                ndx += R.verdef_indices(vd, tag(R.DT_VERDEFNUM) or 0)
-            aux = dict(hash=GLIBC_ABI_DT_RELR_HASH, flags=0, other=max(ndx + [1]) + 1, name=name_off)
-            if libc:
-                libc[0]["aux"].append(aux)
-            else:  # needs libc.so.6 but no versioned symbol from it: add the entry
-                at = strtab.find(b"\0" + LIBC_SONAME + b"\0")
-                if at < 0:
-                    _fail(img, "libc.so.6 is DT_NEEDED but its name is not in .dynstr")
-                entries.append(dict(version=1, file=at + 1, aux=[aux]))
-                new_verneednum = len(entries)
-            grow[vn_i] = R.build_verneed(entries)
-            if new_str:
-                grow[dynstr_i] = strtab + bytes(new_str)
-            verneed_note = f"added under libc.so.6 (version index {aux['other']})"
-    assert R.elf_hash(GLIBC_ABI_DT_RELR) == GLIBC_ABI_DT_RELR_HASH
+    if vn_i is None or inp.sh(vn_i, "sh_addr") != tag(L.DT_VERNEED):
+        _fail(img, "inconsistent: .gnu.version_r section does not match DT_VERNEED")
+    try:
+        entries = L.parse_verneed(inp.section_bytes(vn_i), tag(L.DT_VERNEEDNUM) or 0)
+    except ValueError as e:
+        _fail(img, f"inconsistent .gnu.version_r ({e})")
+    libc = [e for e in entries if L.cstr(strtab, e["file"]) == LIBC_SONAME]
+    if any(L.cstr(strtab, a["name"]) == GLIBC_ABI_DT_RELR for e in libc for a in e["aux"]):
+        out.note = "already present"
+        return out
+    if LIBC_SONAME not in needed and not libc:
+        out.note = "not needed (libc.so.6 is not DT_NEEDED)"
+        return out
+    new_str = b""
+    at = strtab.find(b"\0" + GLIBC_ABI_DT_RELR + b"\0")
+    if at >= 0:
+        name_off = at + 1
+    else:
+        name_off, new_str = len(strtab), GLIBC_ABI_DT_RELR + b"\0"
+    ndx = [a["other"] & ~L.VERSYM_HIDDEN for e in entries for a in e["aux"]]
+    vd_i = sec.get(".gnu.version_d")
+    if tag(L.DT_VERDEF) is not None and vd_i is not None:
+        ndx += L.verdef_indices(inp.section_bytes(vd_i), tag(L.DT_VERDEFNUM) or 0)
+    aux = dict(hash=GLIBC_ABI_DT_RELR_HASH, flags=0, other=max(ndx + [1]) + 1, name=name_off)
+    if libc:
+        libc[0]["aux"].append(aux)
+    else:  # needs libc.so.6 but no versioned symbol from it: add the entry
+        at = strtab.find(b"\0" + LIBC_SONAME + b"\0")
+        if at < 0:
+            _fail(img, "libc.so.6 is DT_NEEDED but its name is not in .dynstr")
+        entries.append(dict(version=1, file=at + 1, aux=[aux]))
+        out.verneednum = len(entries)
+    out.grow[vn_i] = L.build_verneed(entries)
+    if new_str:
+        out.grow[dynstr_i] = strtab + new_str
+    out.note = f"added under libc.so.6 (version index {aux['other']})"
+    return out
 
-    # -- 3. layout of the rewritten block [run_start, rela_end) -------------------------
-    rela_end = rela_off + rela_size
+
+def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
+    """Step 4: the run slid forward, then the kept relocations and the RELR table."""
+    img, shdrs, names = inp.img, inp.shdrs, inp.names
+    rela_i = inp.sec[".rela.dyn"]
+    rela_off = inp.sh(rela_i, "sh_offset")
+    rela_end = rela_off + inp.sh(rela_i, "sh_size")
     alloc = [(int(s["sh_offset"]), i) for i, s in enumerate(shdrs)
-             if s["sh_flags"] & R.SHF_ALLOC and s["sh_type"] != R.SHT_NOBITS and s["sh_size"] > 0]
-    run_start = min([int(shdrs[i]["sh_offset"]) for i in grow] + [rela_off])
+             if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and s["sh_size"] > 0]
+    run_start = min([inp.sh(i, "sh_offset") for i in vn.grow] + [rela_off])
     in_run = sorted((o, i) for o, i in alloc if run_start <= o < rela_off)
-    load = next((p for p in phdrs if p["p_type"] == R.PT_LOAD
+    load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
                  and p["p_offset"] <= run_start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
     if load is None:
         _fail(img, "cannot grow the version tables in place: they and .rela.dyn are not in one PT_LOAD")
     for o, i in in_run:
-        if int(shdrs[i]["sh_type"]) not in R.MOVABLE_TYPES or (shdrs[i]["sh_flags"] & R.SHF_WRITE):
+        if int(shdrs[i]["sh_type"]) not in L.MOVABLE_TYPES or (shdrs[i]["sh_flags"] & L.SHF_WRITE):
             _fail(img, f"cannot grow .dynstr/.gnu.version_r in place: section {names[i]} lies between them "
                        "and .rela.dyn and is not a dynamic-linking table that may move")
-    for p in phdrs:  # a note/eh_frame segment inside the run would lose its bytes
-        if p["p_type"] not in (R.PT_LOAD,) and p["p_filesz"] and \
-                p["p_offset"] < rela_end and p["p_offset"] + p["p_filesz"] > run_start and p["p_type"] != 6:
+    for p in inp.phdrs:  # a note/eh_frame segment inside the run would lose its bytes
+        if p["p_type"] not in (L.PT_LOAD, L.PT_PHDR) and p["p_filesz"] and \
+                p["p_offset"] < rela_end and p["p_offset"] + p["p_filesz"] > run_start:
             _fail(img, f"cannot rewrite the tables: segment type {int(p['p_type']):#x} overlaps them")
-    vshift = int(load["p_vaddr"]) - int(load["p_offset"])
-    # Addends go into target words; none may sit in the bytes rewritten below.
-    tf = tgt_file[packable]
-    if np.any((tf >= run_start) & (tf < rela_end)) or np.any((tf >= dyn_off) & (tf < dyn_off + dyn.nbytes)):
+    # Addends go into target words; none may sit in the bytes rewritten here.
+    tf = sel.tgt_file[sel.packable]
+    if np.any((tf >= run_start) & (tf < rela_end)) or \
+            np.any((tf >= inp.dyn_off) & (tf < inp.dyn_off + inp.dyn.nbytes)):
         _fail(img, "a RELATIVE relocation targets the dynamic-linking tables themselves; refusing to pack")
     blk = np.zeros(rela_end - run_start, np.uint8)
-    moved = {}       # section index -> (new offset, new size)
+    moved = {}
     cur = run_start
     for o, i in in_run:
-        content = grow.get(i)
+        content = vn.grow.get(i)
         if content is None:
-            content = _read(img, o, int(shdrs[i]["sh_size"])).tobytes()
-        new = R.align_up(cur, int(shdrs[i]["sh_addralign"]))
+            content = inp.section_bytes(i)
+        new = L.align_up(cur, inp.sh(i, "sh_addralign"))
+        if new + len(content) > rela_end:
+            _fail(img, "not enough space freed in .rela.dyn to grow the version tables")
         moved[i] = (new, len(content))
         blk[new - run_start:new - run_start + len(content)] = np.frombuffer(content, np.uint8)
         cur = new + len(content)
-    new_rela_off = R.align_up(cur, 8)
-    kept_bytes = kept.tobytes()
+    new_rela_off = L.align_up(cur, L.RELA64.alignment)
+    kept_bytes = sel.kept.tobytes()
     relr_off = new_rela_off + len(kept_bytes)
-    end = relr_off + relr_bytes
-
-    # -- 4. dynamic array ------------------------------------------------------------
-    shift = {i: (no - int(shdrs[i]["sh_offset"])) for i, (no, _) in moved.items()}
-    shift[rela_i] = new_rela_off - rela_off
-    addr_of_old = {int(shdrs[i]["sh_addr"]): i for i in shift}
-    new_live = live.copy()
-    for k in range(new_live.size):
-        t = int(new_live["d_tag"][k])
-        if t in R.DT_TABLE_PTRS and int(new_live["d_val"][k]) in addr_of_old:
-            new_live["d_val"][k] = int(new_live["d_val"][k]) + shift[addr_of_old[int(new_live["d_val"][k])]]
-    dt = new_live["d_tag"]
-    new_live["d_val"][dt == R.DT_RELASZ] = len(kept_bytes)
-    new_live["d_val"][dt == R.DT_RELACOUNT] = lead
-    if dynstr_i in grow:
-        new_live["d_val"][dt == R.DT_STRSZ] = len(grow[dynstr_i])
-    if new_verneednum is not None:
-        new_live["d_val"][dt == R.DT_VERNEEDNUM] = new_verneednum
-    relr_addr = relr_off + vshift
-    add = np.array([(R.DT_RELR, relr_addr), (R.DT_RELRSZ, relr_bytes), (R.DT_RELRENT, word)], R.DYN64)
-    spare = dyn.size - n_used - 1
-    dyn_i = next((i for i, s in enumerate(shdrs) if s["sh_type"] == R.SHT_DYNAMIC), None)
-    new_dyn_off = None
-    if spare >= 3:
-        slots = "spare DT_NULL slots"
-        new_dyn = np.concatenate([new_live, add, np.zeros(dyn.size - n_used - 3, R.DYN64)])
-        dyn_patch = (dyn_off, new_dyn.tobytes())
-    else:
-        # lld: no spare slots. Rebuild the array in the freed space, read-only.
-        if np.any(dt == R.DT_DEBUG):
-            _fail(img, "no spare DT_NULL slot and DT_DEBUG present (an executable): ld.so writes DT_DEBUG, so the "
-                       "dynamic array cannot move to read-only memory; relink with -z pack-relative-relocs")
-        if lead == 0 and np.any(dt == R.DT_RELACOUNT):
-            new_live = new_live[dt != R.DT_RELACOUNT]
-        new_dyn = np.concatenate([new_live, add, np.zeros(1 + EXTRA_DYN_SLOTS, R.DYN64)])
-        new_dyn_off = R.align_up(end, 16)
-        end = new_dyn_off + new_dyn.nbytes
-        slots = (f"no spare DT_NULL slot ({spare}): dynamic array moved to {new_dyn_off + vshift:#x} "
-                 "(read-only PT_DYNAMIC, needs glibc >= 2.35)")
-        dyn_patch = None
+    end = relr_off + sel.relr.nbytes
     if end > rela_end:
         _fail(img, f"not enough space freed in .rela.dyn ({rela_end - run_start} bytes available, "
                    f"{end - run_start} needed)")
     blk[new_rela_off - run_start:relr_off - run_start] = np.frombuffer(kept_bytes, np.uint8)
-    blk[relr_off - run_start:relr_off - run_start + relr_bytes] = relr.view(np.uint8)
-    if new_dyn_off is not None:
-        blk[new_dyn_off - run_start:new_dyn_off - run_start + new_dyn.nbytes] = new_dyn.view(np.uint8)
-        shift[dyn_i] = new_dyn_off - int(shdrs[dyn_i]["sh_offset"])
-    # Address shifts equal offset shifts inside the run's PT_LOAD; .dynamic changes segment.
-    ashift = dict(shift)
-    if new_dyn_off is not None:
-        ashift[dyn_i] = new_dyn_off + vshift - int(shdrs[dyn_i]["sh_addr"])
+    blk[relr_off - run_start:end - run_start] = sel.relr.view(np.uint8)
+    return _Layout(run_start, rela_end, blk, moved, int(load["p_vaddr"]) - int(load["p_offset"]),
+                   new_rela_off, kept_bytes, relr_off, end)
 
-    # -- 5. symbols that belong to moved sections (section symbols, _DYNAMIC) ----------
+
+@dataclass
+class _Dynamic:
+    shift: dict              # section index -> file offset shift
+    ashift: dict             # section index -> address shift
+    new_dyn: np.ndarray
+    new_dyn_off: int | None  # set when the array moved (lld: no spare slots)
+    patch: tuple | None      # (offset, bytes) when rewritten in place
+    note: str
+    relr_addr: int
+
+
+def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout) -> _Dynamic:
+    """Step 5: the dynamic array, in place when it has 3 spare DT_NULL slots, else moved."""
+    img, shdrs, dyn = inp.img, inp.shdrs, inp.dyn
+    rela_i = inp.sec[".rela.dyn"]
+    shift = {i: (no - inp.sh(i, "sh_offset")) for i, (no, _) in lay.moved.items()}
+    shift[rela_i] = lay.new_rela_off - inp.sh(rela_i, "sh_offset")
+    addr_of_old = {inp.sh(i, "sh_addr"): i for i in shift}
+    new_live = inp.live.copy()
+    for k in range(new_live.size):
+        v = int(new_live["d_val"][k])
+        if int(new_live["d_tag"][k]) in L.DT_TABLE_PTRS and v in addr_of_old:
+            new_live["d_val"][k] = v + shift[addr_of_old[v]]
+    dt = new_live["d_tag"]
+    new_live["d_val"][dt == L.DT_RELASZ] = len(lay.kept_bytes)
+    new_live["d_val"][dt == L.DT_RELACOUNT] = sel.lead
+    dynstr_i = inp.sec.get(".dynstr")
+    if dynstr_i in vn.grow:
+        new_live["d_val"][dt == L.DT_STRSZ] = len(vn.grow[dynstr_i])
+    if vn.verneednum is not None:
+        new_live["d_val"][dt == L.DT_VERNEEDNUM] = vn.verneednum
+    relr_addr = lay.relr_off + lay.vshift
+    word = inp.arch.word
+    add = np.array([(L.DT_RELR, relr_addr), (L.DT_RELRSZ, sel.relr.nbytes), (L.DT_RELRENT, word)], L.DYN64)
+    spare = dyn.size - inp.n_used - 1
+    dyn_i = next((i for i, s in enumerate(shdrs) if s["sh_type"] == L.SHT_DYNAMIC), None)
+    if spare >= add.size:
+        new_dyn = np.concatenate([new_live, add, np.zeros(dyn.size - inp.n_used - add.size, L.DYN64)])
+        return _Dynamic(shift, dict(shift), new_dyn, None, (inp.dyn_off, new_dyn.tobytes()),
+                        "spare DT_NULL slots", relr_addr)
+    # lld: no spare slots. Rebuild the array in the freed space, read-only.
+    if np.any(dt == L.DT_DEBUG):
+        _fail(img, "no spare DT_NULL slot and DT_DEBUG present (an executable): ld.so writes DT_DEBUG, so the "
+                   "dynamic array cannot move to read-only memory; relink with -z pack-relative-relocs")
+    if dyn_i is None:
+        _fail(img, "no .dynamic section header for the dynamic array that must move")
+    if sel.lead == 0 and np.any(dt == L.DT_RELACOUNT):
+        new_live = new_live[dt != L.DT_RELACOUNT]
+    new_dyn = np.concatenate([new_live, add, np.zeros(1 + EXTRA_DYN_SLOTS, L.DYN64)])
+    new_dyn_off = L.align_up(lay.end, L.DYN64.itemsize)
+    end = new_dyn_off + new_dyn.nbytes
+    if end > lay.rela_end:
+        _fail(img, f"not enough space freed in .rela.dyn ({lay.rela_end - lay.run_start} bytes available, "
+                   f"{end - lay.run_start} needed)")
+    lay.blk[new_dyn_off - lay.run_start:end - lay.run_start] = new_dyn.view(np.uint8)
+    lay.end = end
+    shift[dyn_i] = new_dyn_off - inp.sh(dyn_i, "sh_offset")
+    ashift = dict(shift)  # address shifts equal offset shifts inside the run's PT_LOAD ...
+    ashift[dyn_i] = new_dyn_off + lay.vshift - inp.sh(dyn_i, "sh_addr")  # ... .dynamic changes segment
+    note = (f"no spare DT_NULL slot ({spare}): dynamic array moved to {new_dyn_off + lay.vshift:#x} "
+            "(read-only PT_DYNAMIC, needs glibc >= 2.35)")
+    return _Dynamic(shift, ashift, new_dyn, new_dyn_off, None, note, relr_addr)
+
+
+def _symbols(inp: _Input, lay: _Layout, dy: _Dynamic) -> list:
+    """Step 6: symbols defined in moved sections (section symbols, _DYNAMIC) follow them."""
     blocks = []
-    moved_idx = np.array([i for i, s in shift.items() if s], dtype=np.int64)
-    moved_shift = np.array([ashift[i] for i in moved_idx], dtype=np.int64)
-    for si, s in enumerate(shdrs):
-        if s["sh_type"] not in (R.SHT_DYNSYM, R.SHT_SYMTAB) or not moved_idx.size:
+    moved_idx = np.array([i for i, s in dy.shift.items() if s], dtype=np.int64)
+    if not moved_idx.size:
+        return blocks
+    moved_shift = np.array([dy.ashift[i] for i in moved_idx], dtype=np.int64)
+    order = np.argsort(moved_idx)
+    for si, s in enumerate(inp.shdrs):
+        if s["sh_type"] not in (L.SHT_DYNSYM, L.SHT_SYMTAB):
             continue
-        syms = _read(img, int(s["sh_offset"]), int(s["sh_size"]) // 24 * 24, R.SYM64)
+        n = int(s["sh_size"]) // L.SYM64.itemsize * L.SYM64.itemsize
+        syms = _read(inp.img, int(s["sh_offset"]), n, L.SYM64)
         hit = np.isin(syms["st_shndx"], moved_idx)
         if not hit.any():
             continue
-        order = np.argsort(moved_idx)
         pos = order[np.searchsorted(moved_idx[order], syms["st_shndx"][hit])]
         syms["st_value"][hit] = (syms["st_value"][hit].astype(np.int64) + moved_shift[pos]).astype(np.uint64)
-        if si in moved:  # .dynsym slid with the run: patch the copy inside the block
-            no = moved[si][0] - run_start
-            blk[no:no + syms.nbytes] = syms.view(np.uint8)
+        if si in lay.moved:  # .dynsym slid with the run: patch the copy inside the block
+            no = lay.moved[si][0] - lay.run_start
+            lay.blk[no:no + syms.nbytes] = syms.view(np.uint8)
         else:
             blocks.append((int(s["sh_offset"]), syms.tobytes()))
-    blocks.insert(0, (run_start, blk.tobytes()))
-    if dyn_patch:
-        blocks.append(dyn_patch)
+    return blocks
 
-    # -- 6. program and section headers ---------------------------------------------
+
+def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _Dynamic):
+    """Step 7: program/section headers and the ELF header; returns (blocks, tail offset, tail)."""
+    img, shdrs, phdrs = inp.img, inp.shdrs, inp.phdrs
     hdr = img.elf.header
-    if new_dyn_off is not None:
+    blocks = []
+    if dy.new_dyn_off is not None:
         ph = phdrs.copy()
-        k = int(np.nonzero(ph["p_type"] == R.PT_DYNAMIC)[0][0])
-        ph["p_offset"][k] = new_dyn_off
-        ph["p_vaddr"][k] = ph["p_paddr"][k] = new_dyn_off + vshift
-        ph["p_filesz"][k] = ph["p_memsz"][k] = new_dyn.nbytes
-        ph["p_flags"][k] = R.PF_R
+        k = int(np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0][0])
+        ph["p_offset"][k] = dy.new_dyn_off
+        ph["p_vaddr"][k] = ph["p_paddr"][k] = dy.new_dyn_off + lay.vshift
+        ph["p_filesz"][k] = ph["p_memsz"][k] = dy.new_dyn.nbytes
+        ph["p_flags"][k] = L.PF_R
         blocks.append((hdr["e_phoff"], ph.tobytes()))
     sh = shdrs.copy()
-    for i, s in shift.items():
+    for i, s in dy.shift.items():
         sh["sh_offset"][i] = int(sh["sh_offset"][i]) + s  # s < 0 for a .dynamic moved down
-        sh["sh_addr"][i] = int(sh["sh_addr"][i]) + ashift[i]
-    for i, (_, n) in moved.items():
+        sh["sh_addr"][i] = int(sh["sh_addr"][i]) + dy.ashift[i]
+    for i, (_, n) in lay.moved.items():
         sh["sh_size"][i] = n
-    sh["sh_size"][rela_i] = len(kept_bytes)
-    if new_verneednum is not None:
-        sh["sh_info"][vn_i] = new_verneednum  # SHT_GNU_verneed: sh_info = number of entries
-    if new_dyn_off is not None:
-        sh["sh_size"][dyn_i] = new_dyn.nbytes
-        sh["sh_flags"][dyn_i] &= ~np.uint64(R.SHF_WRITE)
+    sh["sh_size"][inp.sec[".rela.dyn"]] = len(lay.kept_bytes)
+    if vn.verneednum is not None:
+        sh["sh_info"][inp.sec[".gnu.version_r"]] = vn.verneednum  # SHT_GNU_verneed: sh_info = entries
+    if dy.new_dyn_off is not None:
+        dyn_i = next(i for i, s in enumerate(shdrs) if s["sh_type"] == L.SHT_DYNAMIC)
+        sh["sh_size"][dyn_i] = dy.new_dyn.nbytes
+        sh["sh_flags"][dyn_i] &= ~np.uint64(L.SHF_WRITE)
     shstr_i = hdr["e_shstrndx"]
     shstr = _read(img, int(sh["sh_offset"][shstr_i]), int(sh["sh_size"][shstr_i])).tobytes()
     at = shstr.find(b".relr.dyn\0")
     if at < 0 or (at and shstr[at - 1] != 0):
         at = len(shstr)
         shstr += b".relr.dyn\0"
-    relr_sh = np.zeros(1, R.SHDR64)
-    relr_sh[0] = (at, R.SHT_RELR, R.SHF_ALLOC, relr_addr, relr_off, relr_bytes, 0, 0, word, word)
+    word = inp.arch.word
+    relr_sh = np.zeros(1, L.SHDR64)
+    relr_sh[0] = (at, L.SHT_RELR, L.SHF_ALLOC, dy.relr_addr, lay.relr_off, sel.relr.nbytes, 0, 0, word, word)
     sh = np.concatenate([sh, relr_sh])
     # The tail (names + headers) is rewritten after the last other byte of the file.
     ends = [int(p["p_offset"] + p["p_filesz"]) for p in phdrs] + [int(hdr["e_phoff"] + phdrs.nbytes)]
     ends += [int(s["sh_offset"] + s["sh_size"]) for i, s in enumerate(shdrs)
-             if i != shstr_i and s["sh_type"] != R.SHT_NOBITS]
+             if i != shstr_i and s["sh_type"] != L.SHT_NOBITS]
     content_end = max(ends)
     old_tail = min(int(shdrs[shstr_i]["sh_offset"]), int(hdr["e_shoff"]))
     tail_at = old_tail if old_tail >= content_end else img.size
     sh["sh_offset"][shstr_i] = tail_at
     sh["sh_size"][shstr_i] = len(shstr)
-    shoff = R.align_up(tail_at + len(shstr), 8)
+    shoff = L.align_up(tail_at + len(shstr), L.SHDR64.alignment)
     tail = shstr + bytes(shoff - tail_at - len(shstr)) + sh.tobytes()
-    ehdr = bytearray(img.mm[:64])
-    ehdr[R.EHDR_SHOFF:R.EHDR_SHOFF + 8] = shoff.to_bytes(8, "little")
-    ehdr[R.EHDR_SHNUM:R.EHDR_SHNUM + 2] = len(sh).to_bytes(2, "little")
-    blocks.append((0, bytes(ehdr)))
+    ehdr = _read(img, 0, L.EHDR64.itemsize, L.EHDR64)
+    ehdr["e_shoff"], ehdr["e_shnum"] = shoff, len(sh)
+    blocks.append((0, ehdr.tobytes()))
+    return blocks, tail_at, tail
 
+
+def plan_pack(img) -> Plan:
+    """Compute the packed file as a list of patches (raises AlreadyPacked / ElflayoutError)."""
+    t0 = time.perf_counter()
+    inp = validate(img)
+    sel = _select(inp)
+    t_enc = time.perf_counter()
+    vn = _version_need(inp)
+    lay = _layout(inp, sel, vn)
+    dy = _dynamic(inp, sel, vn, lay)
+    sym_blocks = _symbols(inp, lay, dy)
+    hdr_blocks, tail_at, tail = _headers(inp, sel, vn, lay, dy)
+    blocks = [(lay.run_start, lay.blk.tobytes())] + sym_blocks + ([dy.patch] if dy.patch else []) + hdr_blocks
+    rela_i = inp.sec[".rela.dyn"]
+    is_rel = sel.types == inp.arch.relative
     stats = dict(
-        relocations=int(rel.size), relative=int(is_rel.sum()), packed=n_pack,
-        kept=int(kept.size), kept_relative=int((kept_types == arch.relative).sum()),
-        rela_dyn_bytes_before=int(rela_size), rela_dyn_bytes_after=len(kept_bytes),
-        relr_bytes=int(relr_bytes), relr_words=int(relr.size),
-        relr_addr=int(relr_addr), rela_addr=int(new_rela_off + vshift),
-        relacount=lead, dynamic=slots, version_need=verneed_note,
-        moved_sections={names[i]: int(s) for i, s in shift.items() if s and i != rela_i},
-        freed_bytes=int(rela_end - end), encode_s=round(t_enc - t0, 3),
+        relocations=int(sel.rel.size), relative=int(is_rel.sum()), packed=int(sel.packable.sum()),
+        kept=int(sel.kept.size), kept_relative=int((sel.types[~sel.packable] == inp.arch.relative).sum()),
+        rela_dyn_bytes_before=inp.sh(rela_i, "sh_size"), rela_dyn_bytes_after=len(lay.kept_bytes),
+        relr_bytes=int(sel.relr.nbytes), relr_words=int(sel.relr.size),
+        relr_addr=int(dy.relr_addr), rela_addr=int(lay.new_rela_off + lay.vshift),
+        relacount=sel.lead, dynamic=dy.note, version_need=vn.note,
+        moved_sections={inp.names[i]: int(s) for i, s in dy.shift.items() if s and i != rela_i},
+        freed_bytes=int(lay.rela_end - lay.end), encode_s=round(t_enc - t0, 3),
     )
-    return Plan(str(img.path), img.size, tgt_file[packable], rel["r_addend"][packable].view(np.uint64),
-                blocks, tail_at, tail, stats)
+    return Plan(str(img.path), img.size, sel.tgt_file[sel.packable],
+                sel.rel["r_addend"][sel.packable].view(np.uint64), blocks, tail_at, tail, stats)
 
 
 def write_plan(plan: Plan, src, dst) -> None:
@@ -425,12 +550,8 @@ def write_plan(plan: Plan, src, dst) -> None:
         mm = mmap.mmap(f.fileno(), 0)
         try:
             buf = np.frombuffer(mm, np.uint8)
-            offs = plan.addend_offsets
-            aligned = offs % 8 == 0
             w = buf[: buf.size // 8 * 8].view("<u8")
-            w[offs[aligned] // 8] = plan.addend_values[aligned]
-            for o, v in zip(offs[~aligned].tolist(), plan.addend_values[~aligned].tolist()):
-                buf[o:o + 8] = np.frombuffer(int(v).to_bytes(8, "little"), np.uint8)
+            w[plan.addend_offsets // 8] = plan.addend_values  # packable targets are word-aligned (_select)
             for o, data in plan.blocks:
                 buf[o:o + len(data)] = np.frombuffer(data, np.uint8)
             del w, buf
@@ -440,26 +561,20 @@ def write_plan(plan: Plan, src, dst) -> None:
         os.fsync(f.fileno())
 
 
-def pack(src, out, verify=None) -> dict:
+def pack(src, out, verify=None, *, replace: bool = False) -> dict:
     """Pack ``src`` into ``out`` atomically; returns the plan's statistics plus timings.
 
     ``verify(src, tmp)`` (optional) runs on the finished temporary file before it is
-    renamed to ``out``; if it raises, ``out`` is left as it was. Raises AlreadyPacked
-    when there is nothing to do (the caller decides what that means).
+    renamed to ``out``; if it raises, ``out`` is left as it was. Without ``replace`` an
+    existing ``out`` is never overwritten, even one created meanwhile by another run.
+    Raises AlreadyPacked when there is nothing to do (the caller decides what that means).
     """
     t0 = time.perf_counter()
-    img = elfcore.ElfImage(src)
-    try:
+    with elfcore.ElfImage(src) as img:
         plan = plan_pack(img)
-    except (ElflayoutError, AlreadyPacked):
-        raise
-    except Exception as e:  # damaged tables pyelftools or numpy trip over: still one line, exit 2
-        raise ElflayoutError(f"{src}: malformed or inconsistent ELF file ({type(e).__name__}: {e})") from None
-    finally:
-        img.close()
     t1 = time.perf_counter()
     st = dict(plan.stats)
-    with atomic_output(out, mode=os.stat(src).st_mode & 0o777) as tmp:
+    with atomic_output(out, mode=os.stat(src).st_mode & 0o777, replace=replace) as tmp:
         write_plan(plan, src, tmp)
         t2 = time.perf_counter()
         if verify is not None:

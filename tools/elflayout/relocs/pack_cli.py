@@ -10,7 +10,7 @@ SUMMARY = "pack the RELATIVE relocations of a linked x86-64 shared library into 
 EPILOG = """example:
   elflayout pack-relocs /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 -o packed/libLLVM-16.so.1 --check
       .rela.dyn 9,780,864 -> 477,720 bytes, RELR 144,392 bytes (387,631 relocations packed)
-      check: relocated images equal at 2 load bases; dlopen ok
+      check: relocated images equal at 2 load bases; real load equal (9,423,136 writable bytes)
   LD_LIBRARY_PATH=packed llc-16 --version      # run a program through the packed library
 
 Only word-aligned R_X86_64_RELATIVE relocations into file-backed data are packed; every
@@ -27,7 +27,8 @@ def add_arguments(p):
     p.add_argument("input", metavar="IN", help="linked ELF shared library (x86-64, RELA, no TEXTREL)")
     p.add_argument("-o", "--output", metavar="OUT", required=True, help="packed library to write")
     p.add_argument("--check", action="store_true",
-                   help="prove equivalence before writing OUT: simulated loader at two load bases, then a real dlopen")
+                   help="prove equivalence before writing OUT: simulated loader at two load bases, then real loads "
+                        "of IN and OUT (ASLR off) with equal writable bytes")
     p.add_argument("--json", action="store_true", help="print an elflayout-pack-relocs JSON document")
     p.add_argument("--force", action="store_true", help="replace an existing OUT (and copy already-packed input)")
 
@@ -48,16 +49,19 @@ def _verify(src, tmp):
         raise Finding(f"check failed: relocated images differ {where}; {d.get('bytes_differing', '?')} bytes differ "
                       "(output not written)")
     if simload.is_executable(tmp):
-        res["dlopen"] = "skipped (a PIE executable cannot be dlopen'ed: run it)"
+        res["dlopen"] = res["real_load"] = "skipped (a PIE executable cannot be dlopen'ed: run it)"
         return res
-    with Console(stderr=True).status("check: dlopen of the packed library"):
-        err = simload.dlopen_check(tmp)
-    res["dlopen"] = "ok" if err is None else err
-    if err is not None and simload.dlopen_check(src) is not None:
-        raise ElflayoutError(f"{src}: the input itself does not load ({simload.dlopen_check(src)}); "
-                             "nothing to prove against")
-    if err is not None:
-        raise Finding(f"check failed: dlopen of the packed library failed: {err} (output not written)")
+    with Console(stderr=True).status("check: real loads of the input and the packed library"):
+        real = simload.real_load_compare(src, tmp)
+    if "error" in real:
+        if simload.dlopen_check(src) is not None:
+            raise ElflayoutError(f"{src}: the input itself does not load ({simload.dlopen_check(src)}); "
+                                 "nothing to prove against")
+        raise Finding(f"check failed: dlopen of the packed library failed: {real['error']} (output not written)")
+    res["dlopen"], res["real_load"] = "ok", real
+    if not real["equal"]:
+        raise Finding(f"check failed: after a real load, {real.get('differing_bytes', '?')} writable bytes differ "
+                      f"from the input's ({real.get('reason', 'same load address, ASLR off')}; output not written)")
     return res
 
 
@@ -68,11 +72,11 @@ def run(args) -> int:
 
     check_output(args.output, force=args.force, inputs=(args.input,))
     try:
-        st = pack(args.input, args.output, verify=_verify if args.check else None)
+        st = pack(args.input, args.output, verify=_verify if args.check else None, replace=args.force)
     except AlreadyPacked as e:
         msg = f"{e}: nothing to do"
         if args.force:
-            with atomic_output(args.output) as tmp:
+            with atomic_output(args.output, replace=args.force) as tmp:
                 shutil.copy2(args.input, tmp)
             msg += f"; copied unchanged to {args.output} (--force)"
         if args.json:
@@ -99,5 +103,6 @@ def run(args) -> int:
         c = st["check"]
         print(f"  check: relocated images equal at {len(c['bases'])} load bases ({c['compared_bytes']:,} bytes "
               f"compared, {c['excluded_bytes']:,} of dynamic-linking tables checked field by field); "
-              f"dlopen {c['dlopen']}")
+              f"real load {'equal' if isinstance(c['real_load'], dict) else c['real_load']}"
+              + (f" ({c['real_load']['compared_bytes']:,} writable bytes)" if isinstance(c['real_load'], dict) else ""))
     return 0

@@ -23,7 +23,9 @@ checked field by field instead (``compare_tables``).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,8 +35,7 @@ import numpy as np
 from elflayout import elfcore
 from elflayout.errors import ElflayoutError
 from elflayout.relocs import arch as A
-from elflayout.relocs import elfraw as R
-from elflayout.relocs.analyze import relr_decode_fast
+from elflayout import layouts as L
 
 CHUNK = 1 << 24  # bytes compared at a time
 MAX_IMAGE = 1 << 30  # address span simulated; three images' worth is held at once
@@ -44,8 +45,8 @@ _MIX = np.uint64(0x9E37_79B9_7F4A_7C15)
 FAKE_MODID = np.uint64(0x4D0D)
 FAKE_TP = np.uint64(0xFFFF_FFFF_FFF0_0000)  # "TLS block offset" of symbol 0 (this module)
 # Section types that are dynamic-linking metadata (rewritten by the packer, compared apart).
-META_TYPES = {R.SHT_RELA, R.SHT_RELR, R.SHT_DYNAMIC, R.SHT_DYNSYM, R.SHT_HASH, R.SHT_GNU_HASH,
-              R.SHT_GNU_VERDEF, R.SHT_GNU_VERNEED, R.SHT_GNU_VERSYM, 9}  # 9 = SHT_REL
+META_TYPES = {L.SHT_RELA, L.SHT_RELR, L.SHT_DYNAMIC, L.SHT_DYNSYM, L.SHT_HASH, L.SHT_GNU_HASH,
+              L.SHT_GNU_VERDEF, L.SHT_GNU_VERNEED, L.SHT_GNU_VERSYM, L.SHT_REL}
 
 
 def _fake(name: bytes) -> int:
@@ -62,13 +63,13 @@ class Loaded:
         if self.arch.elfclass != 64:
             raise ElflayoutError(f"{img.path}: the simulated loader handles ELF64 only")
         hdr = img.elf.header
-        ph = np.frombuffer(img.mm, R.PHDR64, hdr["e_phnum"], hdr["e_phoff"])
+        ph = np.frombuffer(img.mm, L.PHDR64, hdr["e_phnum"], hdr["e_phoff"])
         self.phdrs = ph.copy()
-        d = np.nonzero(ph["p_type"] == R.PT_DYNAMIC)[0]
+        d = np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0]
         if d.size != 1:
             raise ElflayoutError(f"{img.path}: no PT_DYNAMIC")
-        dyn = np.frombuffer(img.mm, R.DYN64, int(ph["p_filesz"][d[0]]) // 16, int(ph["p_offset"][d[0]])).copy()
-        n = int(np.argmax(dyn["d_tag"] == 0)) if np.any(dyn["d_tag"] == 0) else dyn.size
+        dyn = np.frombuffer(img.mm, L.DYN64, int(ph["p_filesz"][d[0]]) // 16, int(ph["p_offset"][d[0]])).copy()
+        n = int(np.argmax(dyn["d_tag"] == L.DT_NULL)) if np.any(dyn["d_tag"] == L.DT_NULL) else dyn.size
         self.dyn = dyn[:n]
         self.dyn_range = (int(ph["p_vaddr"][d[0]]), int(ph["p_vaddr"][d[0]] + ph["p_memsz"][d[0]]))
 
@@ -83,16 +84,17 @@ class Loaded:
         return np.frombuffer(self.img.mm, dtype, nbytes // np.dtype(dtype).itemsize, off)
 
     def rela(self, tag_addr, tag_size):
+        """A whole RELA table by its tags (for counts; ``rela_ranges`` is the loader's view)."""
         a, n = self.tag(tag_addr), self.tag(tag_size, 0)
         if a is None or n == 0:
-            return np.zeros(0, elfcore.RELA64)
-        return self.at(a, n, elfcore.RELA64)
+            return np.zeros(0, L.RELA64)
+        return self.at(a, n, L.RELA64)
 
     def relr(self) -> np.ndarray:
-        a, n = self.tag(R.DT_RELR), self.tag(R.DT_RELRSZ, 0)
+        a, n = self.tag(L.DT_RELR), self.tag(L.DT_RELRSZ, 0)
         if a is None or n == 0:
             return np.zeros(0, np.uint64)
-        return relr_decode_fast(self.at(a, n, np.uint64))
+        return elfcore.relr_decode(self.at(a, n, np.uint64))
 
     def sym_fake(self, symidx: np.ndarray) -> np.ndarray:
         """Fake address per symbol index, from the symbol's name (0 for index 0)."""
@@ -100,20 +102,20 @@ class Loaded:
         u, inv = np.unique(symidx, return_inverse=True)
         if not u.size:
             return out
-        st, sy = self.tag(R.DT_STRTAB), self.tag(R.DT_SYMTAB)
-        strsz = self.tag(R.DT_STRSZ, 0)
+        st, sy = self.tag(L.DT_STRTAB), self.tag(L.DT_SYMTAB)
+        strsz = self.tag(L.DT_STRSZ, 0)
         strtab = self.at(st, strsz).tobytes()
-        syms = self.at(sy, (int(u.max()) + 1) * R.SYM64.itemsize, R.SYM64)
-        vals = np.array([0 if i == 0 else _fake(R.cstr(strtab, int(syms["st_name"][i]))) for i in u.tolist()],
+        syms = self.at(sy, (int(u.max()) + 1) * L.SYM64.itemsize, L.SYM64)
+        vals = np.array([0 if i == 0 else _fake(L.cstr(strtab, int(syms["st_name"][i]))) for i in u.tolist()],
                         np.uint64)
         return vals[inv]
 
     def image(self, base: int) -> np.ndarray:
         """The relocated image at load base ``base`` (uint8, index = link-time vaddr)."""
-        loads = self.phdrs[self.phdrs["p_type"] == R.PT_LOAD]
+        loads = self.phdrs[self.phdrs["p_type"] == L.PT_LOAD]
         if not loads.size:
             raise ElflayoutError(f"{self.img.path}: no PT_LOAD segment")
-        size = R.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), 8)
+        size = L.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), 8)
         if size > MAX_IMAGE or np.any(loads["p_offset"] + loads["p_filesz"] > self.img.size) \
                 or np.any(loads["p_filesz"] > loads["p_memsz"]):
             raise ElflayoutError(f"{self.img.path}: PT_LOAD segments span {size:,} bytes or lie outside the file: "
@@ -130,11 +132,51 @@ class Loaded:
             if np.any(relr % 8) or relr.max() + 8 > size:
                 raise ElflayoutError(f"{self.img.path}: DT_RELR address outside the image or misaligned")
             w[(relr // 8).astype(np.int64)] += B
-        for t in (self.rela(R.DT_RELA, R.DT_RELASZ), self.rela(R.DT_JMPREL, R.DT_PLTRELSZ)):
-            self._apply(im, w, t, B)
+        for t, nrelative in self.rela_ranges():
+            self._apply(im, w, t, nrelative, B)
         return im
 
-    def _apply(self, im, w, t, B):
+    def rela_ranges(self) -> list[tuple[np.ndarray, int]]:
+        """The RELA ranges ld.so processes, in its order, with their DT_RELACOUNT.
+
+        glibc (elf/dynamic-link.h, _ELF_DYNAMIC_DO_RELOC): DT_JMPREL ending where
+        DT_RELA ends is taken out of it; when not lazy and DT_JMPREL follows DT_RELA
+        directly, both are one range (so IRELATIVE of .rela.dyn waits for the PLT);
+        otherwise DT_JMPREL is a second range.
+        """
+        ent = L.RELA64.itemsize
+        start, size = self.tag(L.DT_RELA), self.tag(L.DT_RELASZ, 0)
+        if start is None:
+            start, size = 0, 0
+        nrel = self.tag(L.DT_RELACOUNT, 0)
+        jstart, jsize = self.tag(L.DT_JMPREL), self.tag(L.DT_PLTRELSZ, 0)
+        ranges = [[start, size, nrel]]
+        if jstart is not None and jsize:
+            if start + size == jstart + jsize:
+                ranges[0][1] -= jsize
+            if ranges[0][0] + ranges[0][1] == jstart:
+                ranges[0][1] += jsize
+            else:
+                ranges.append([jstart, jsize, 0])
+        out = []
+        for a, n, nr in ranges:
+            if n < 0 or n % ent:
+                raise ElflayoutError(f"{self.img.path}: relocation table size {n} is not a whole number of entries")
+            t = self.at(a, n, L.RELA64) if n else np.zeros(0, L.RELA64)
+            if nr > t.size:
+                raise ElflayoutError(f"{self.img.path}: DT_RELACOUNT {nr} exceeds the {t.size} relocations of its table")
+            out.append((t, nr))
+        return out
+
+    def _apply(self, im, w, t, nrelative, B):
+        """Apply one range as glibc's elf_dynamic_do_Rela (elf/do-rel.h) does.
+
+        Order: the first ``nrelative`` entries as RELATIVE whatever their type, then the
+        others in table order except IRELATIVE, then the IRELATIVE ones in table order.
+        Writes of whole aligned words that no narrower or unaligned write touches are
+        applied at once (the last one of a word wins, as in sequence); the rest one by
+        one in ld.so's order, so a partial overlap resolves exactly as in the loader.
+        """
         if not t.size:
             return
         arch = self.arch
@@ -144,8 +186,10 @@ class Loaded:
         Aa = t["r_addend"].view(np.uint64)
         S = self.sym_fake(syms)
         ut, inv = np.unique(types, return_inverse=True)
+        inv = inv.reshape(-1)
         k = np.array([arch.types[x].kind if x in arch.types else "?" for x in ut.tolist()], dtype=object)[inv]
         width = np.array([arch.types[x].width if x in arch.types else 0 for x in ut.tolist()], np.int64)[inv]
+        k[:nrelative], width[:nrelative] = A.RELATIVE, arch.word
         if np.any(k == "?"):
             bad = int(types[k == "?"][0])
             raise ElflayoutError(f"{self.img.path}: relocation type {bad} is not known to the simulated loader")
@@ -156,16 +200,26 @@ class Loaded:
                 [B + Aa, S + Aa, S, (B + Aa) * _MIX, np.where(syms == 0, FAKE_TP, S ^ FAKE_TP) + Aa,
                  np.where(syms == 0, FAKE_MODID, S >> np.uint64(20)), (S & np.uint64(0xFFFF)) + Aa,
                  S + Aa - (B + P)], default=np.uint64(0)).astype(np.uint64)
-        fast = (width == 8) & (P % 8 == 0) & (P + 8 <= im.size)
-        idx = (P[fast] // 8).astype(np.int64)
-        v = val[fast]
-        # Several relocations of one word: the last one wins, as in the loader.
-        u, first = np.unique(idx[::-1], return_index=True)
-        w[u] = v[::-1][first]
-        for i in np.nonzero(~fast & (width > 0))[0].tolist():  # rare: narrow, unaligned or TLSDESC
+        irel = k == A.IRELATIVE
+        order = np.concatenate([np.flatnonzero(~irel), np.flatnonzero(irel)])
+        P, val, width = P[order], val[order], width[order]
+        live = width > 0
+        if np.any(live & ((P > np.uint64(im.size)) | (P + width.astype(np.uint64) > np.uint64(im.size)))):
+            bad = int(P[live & (P + width.astype(np.uint64) > np.uint64(im.size))][0])
+            raise ElflayoutError(f"{self.img.path}: relocation at {bad:#x} is outside the image")
+        fast = live & (width == 8) & (P % 8 == 0)
+        slow = np.flatnonzero(live & ~fast)
+        idx = (P // 8).astype(np.int64)
+        # Words any narrow/unaligned write touches: every write to them goes in sequence.
+        touched = np.unique(np.concatenate([idx[slow], ((P[slow] + width[slow].astype(np.uint64) - 1) // 8)
+                                            .astype(np.int64)])) if slow.size else np.zeros(0, np.int64)
+        seq = fast & np.isin(idx, touched)
+        bulk = fast & ~seq
+        bi, bv = idx[bulk], val[bulk]
+        u, last = np.unique(bi[::-1], return_index=True)  # the last write of a word wins
+        w[u] = bv[::-1][last]
+        for i in np.flatnonzero(seq | (live & ~fast)).tolist():
             p, n = int(P[i]), int(width[i])
-            if p + n > im.size:
-                raise ElflayoutError(f"{self.img.path}: relocation at {p:#x} is outside the image")
             data = int(val[i]).to_bytes(8, "little") * 2
             im[p:p + n] = np.frombuffer(data[:n], np.uint8)
 
@@ -176,25 +230,25 @@ class Loaded:
         out = [self.dyn_range, (0, hdr["e_ehsize"]),
                (hdr["e_phoff"], hdr["e_phoff"] + hdr["e_phnum"] * hdr["e_phentsize"])]
         for s in self.img.sections:
-            t = s.type if isinstance(s.type, int) else _SHT.get(s.type, -1)
-            alloc_strtab = t == R.SHT_STRTAB and s.flags & R.SHF_ALLOC
-            if (t in META_TYPES or alloc_strtab) and s.flags & R.SHF_ALLOC:
+            t = L.sh_type_number(s.type)
+            alloc_strtab = t == L.SHT_STRTAB and s.flags & L.SHF_ALLOC
+            if (t in META_TYPES or alloc_strtab) and s.flags & L.SHF_ALLOC:
                 out.append((s.addr, s.addr + s.size))
         return out
 
     def close(self):
         self.img.close()
 
+    def __enter__(self):
+        return self
 
-_SHT = {"SHT_RELA": R.SHT_RELA, "SHT_RELR": R.SHT_RELR, "SHT_DYNAMIC": R.SHT_DYNAMIC, "SHT_DYNSYM": R.SHT_DYNSYM,
-        "SHT_HASH": R.SHT_HASH, "SHT_GNU_HASH": R.SHT_GNU_HASH, "SHT_GNU_verdef": R.SHT_GNU_VERDEF,
-        "SHT_GNU_verneed": R.SHT_GNU_VERNEED, "SHT_GNU_versym": R.SHT_GNU_VERSYM, "SHT_STRTAB": R.SHT_STRTAB,
-        "SHT_REL": 9}
+    def __exit__(self, *exc):
+        self.close()
 
 
 def _section_at(img, vaddr) -> str:
     for s in img.sections:
-        if s.flags & R.SHF_ALLOC and s.addr <= vaddr < s.addr + s.size:
+        if s.flags & L.SHF_ALLOC and s.addr <= vaddr < s.addr + s.size:
             return s.name
     return "(no section)"
 
@@ -206,16 +260,17 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     if ha != hb or a.img.mm[0x30:0x3C] != b.img.mm[0x30:0x3C]:
         bad.append("ELF header differs in more than e_shoff/e_shnum")
     pa, pb = a.phdrs, b.phdrs
-    if pa.size != pb.size or not np.array_equal(pa[pa["p_type"] != R.PT_DYNAMIC], pb[pb["p_type"] != R.PT_DYNAMIC]):
+    if pa.size != pb.size or not np.array_equal(pa[pa["p_type"] != L.PT_DYNAMIC], pb[pb["p_type"] != L.PT_DYNAMIC]):
         bad.append("program headers other than PT_DYNAMIC differ")
-    same_tags = {R.DT_NEEDED, 14, 15, 29, R.DT_PLTRELSZ, R.DT_JMPREL, 3, 12, 13, 25, 26, 27, 28, 30,
-                 0x6FFFFFFB, R.DT_VERDEFNUM, 20}
+    same_tags = {L.DT_NEEDED, L.DT_SONAME, L.DT_RPATH, L.DT_RUNPATH, L.DT_PLTRELSZ, L.DT_JMPREL, L.DT_PLTGOT,
+                 L.DT_INIT, L.DT_FINI, L.DT_INIT_ARRAY, L.DT_FINI_ARRAY, L.DT_INIT_ARRAYSZ, L.DT_FINI_ARRAYSZ,
+                 L.DT_FLAGS, L.DT_FLAGS_1, L.DT_VERDEFNUM, L.DT_PLTREL}
     for t in sorted(same_tags):
         va = a.dyn["d_val"][a.dyn["d_tag"] == t].tolist()
         vb = b.dyn["d_val"][b.dyn["d_tag"] == t].tolist()
         if va != vb:
             bad.append(f"dynamic tag {t:#x} differs: {va} vs {vb}")
-    tables = [(R.DT_GNU_HASH, None), (R.DT_HASH, None), (R.DT_VERDEF, None)]
+    tables = [(L.DT_GNU_HASH, None), (L.DT_HASH, None), (L.DT_VERDEF, None)]
     sa = {s.addr: s for s in a.img.sections}
     sb = {s.addr: s for s in b.img.sections}
     for t, _ in tables:
@@ -228,32 +283,32 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
                 bad.append(f"table of dynamic tag {t:#x} ({sa[x].name}) differs")
     nsym = next((s.size for s in a.img.sections if s.type == "SHT_DYNSYM"), 0)
     if nsym:
-        ya, yb = a.at(a.tag(R.DT_SYMTAB), nsym, R.SYM64), b.at(b.tag(R.DT_SYMTAB), nsym, R.SYM64)
+        ya, yb = a.at(a.tag(L.DT_SYMTAB), nsym, L.SYM64), b.at(b.tag(L.DT_SYMTAB), nsym, L.SYM64)
         for f in ("st_name", "st_info", "st_other", "st_shndx", "st_size"):
             if not np.array_equal(ya[f], yb[f]):
                 bad.append(f".dynsym field {f} differs")
         va = ya["st_value"]
-        if np.count_nonzero(va != yb["st_value"]) > np.count_nonzero(ya["st_info"] & 0xF == 3):
+        if np.count_nonzero(va != yb["st_value"]) > np.count_nonzero(ya["st_info"] & 0xF == L.STT_SECTION):
             bad.append(".dynsym values of non-section symbols differ")
-        sz_a = a.tag(R.DT_STRSZ, 0)
-        if not np.array_equal(a.at(a.tag(R.DT_STRTAB), sz_a), b.at(b.tag(R.DT_STRTAB), sz_a)):
+        sz_a = a.tag(L.DT_STRSZ, 0)
+        if not np.array_equal(a.at(a.tag(L.DT_STRTAB), sz_a), b.at(b.tag(L.DT_STRTAB), sz_a)):
             bad.append(".dynstr of the input is not a prefix of the output's")
         vs = next((s.size for s in a.img.sections if s.type == "SHT_GNU_versym"), 0)
-        if vs and not np.array_equal(a.at(a.tag(R.DT_VERSYM), vs), b.at(b.tag(R.DT_VERSYM), vs)):
+        if vs and not np.array_equal(a.at(a.tag(L.DT_VERSYM), vs), b.at(b.tag(L.DT_VERSYM), vs)):
             bad.append(".gnu.version differs")
     bad += _compare_verneed(a, b)
     return bad
 
 
 def _verneed_names(l: Loaded):
-    vn, num = l.tag(R.DT_VERNEED), l.tag(R.DT_VERNEEDNUM, 0)
+    vn, num = l.tag(L.DT_VERNEED), l.tag(L.DT_VERNEEDNUM, 0)
     if vn is None:
         return []
     sec = next((s for s in l.img.sections if s.addr == vn), None)
     data = l.at(vn, sec.size if sec else num * 64).tobytes()
-    strtab = l.at(l.tag(R.DT_STRTAB), l.tag(R.DT_STRSZ, 0)).tobytes()
-    return [(R.cstr(strtab, e["file"]), [(R.cstr(strtab, x["name"]), x["hash"], x["other"], x["flags"]) for x in e["aux"]])
-            for e in R.parse_verneed(data, num)]
+    strtab = l.at(l.tag(L.DT_STRTAB), l.tag(L.DT_STRSZ, 0)).tobytes()
+    return [(L.cstr(strtab, e["file"]), [(L.cstr(strtab, x["name"]), x["hash"], x["other"], x["flags"]) for x in e["aux"]])
+            for e in L.parse_verneed(data, num)]
 
 
 def _compare_verneed(a: Loaded, b: Loaded) -> list[str]:
@@ -267,7 +322,7 @@ def _compare_verneed(a: Loaded, b: Loaded) -> list[str]:
     rest_a = [(f, [x for x in xs if x[0] != relr_name]) for f, xs in va]
     if rest_a != rest_b:
         return ["version needs differ beyond GLIBC_ABI_DT_RELR"]
-    if b.tag(R.DT_RELR) is not None and b.tag(R.DT_VERNEED) is not None and \
+    if b.tag(L.DT_RELR) is not None and b.tag(L.DT_VERNEED) is not None and \
             not any(f == b"libc.so.6" and x[1] == 0x0FD0E42 for f, x in extra):
         return ["DT_RELR without a GLIBC_ABI_DT_RELR version need under libc.so.6 (glibc 2.36 refuses it)"]
     return []
@@ -313,14 +368,14 @@ def compare(path_a, path_b, bases=BASES) -> dict:
 
 
 def _counts(l: Loaded) -> dict:
-    return dict(rela=int(l.rela(R.DT_RELA, R.DT_RELASZ).size), jmprel=int(l.rela(R.DT_JMPREL, R.DT_PLTRELSZ).size),
+    return dict(rela=int(l.rela(L.DT_RELA, L.DT_RELASZ).size), jmprel=int(l.rela(L.DT_JMPREL, L.DT_PLTRELSZ).size),
                 relr=int(l.relr().size))
 
 
 _DLOPEN = """
-import ctypes, sys
+import ctypes, os, sys
 try:
-    ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL | 2)  # RTLD_NOW: bind and version-check everything
+    ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL | os.RTLD_NOW)  # bind and version-check everything
 except OSError as e:
     print(e); sys.exit(1)
 """
@@ -330,8 +385,8 @@ def is_executable(path) -> bool:
     """A PIE (DF_1_PIE or PT_INTERP): glibc refuses to dlopen it."""
     l = Loaded(path)
     try:
-        interp = np.any(l.phdrs["p_type"] == 3)  # PT_INTERP
-        return bool(interp or (l.tag(R.DT_FLAGS_1, 0) & R.DF_1_PIE))
+        interp = np.any(l.phdrs["p_type"] == L.PT_INTERP)
+        return bool(interp or (l.tag(L.DT_FLAGS_1, 0) & L.DF_1_PIE))
     finally:
         l.close()
 
@@ -350,3 +405,103 @@ def dlopen_check(path, timeout: float = 120) -> str | None:
         return None
     msg = (r.stdout.strip() or r.stderr.strip().splitlines()[-1:] or [f"exit status {r.returncode}"])
     return msg if isinstance(msg, str) else msg[0]
+
+
+_LOADED_STATE = """
+import ctypes, json, os, sys
+path, first_vaddr, ranges, out = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+try:
+    ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+except OSError as e:
+    print(json.dumps(dict(error=str(e)))); sys.exit(1)
+st = os.stat(path)
+base = None
+for line in open("/proc/self/maps"):
+    f = line.split()
+    if len(f) >= 6 and int(f[4]) == st.st_ino and int(f[2], 16) == 0:
+        base = int(f[0].split("-")[0], 16) - first_vaddr // 4096 * 4096
+        break
+with open(out, "wb") as f:
+    for lo, hi in ranges:
+        f.write(ctypes.string_at(base + lo, hi - lo))
+print(json.dumps(dict(base=base)))
+"""
+
+
+def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
+    """Link-time ranges of the file-backed part of ``a``'s writable PT_LOADs, less both
+    files' dynamic arrays (ld.so relocates DT_* pointers in place, and the packer
+    rewrites the array). .bss is left out: nothing is packed there, and constructors
+    store run-dependent values in it (timestamps, seeds)."""
+    out = []
+    for p in a.phdrs[(a.phdrs["p_type"] == L.PT_LOAD) & (a.phdrs["p_flags"] & L.PF_W != 0)]:
+        out.append((int(p["p_vaddr"]), int(p["p_vaddr"] + p["p_filesz"])))
+    for lo, hi in (a.dyn_range, b.dyn_range):
+        cut = []
+        for x, y in out:
+            cut += [r for r in ((x, min(y, lo)), (max(x, hi), y)) if r[0] < r[1]]
+        out = cut
+    return out
+
+
+def _load_state(src: Path, name: str, first: int, ranges, env, timeout) -> tuple[dict, np.ndarray | None]:
+    import tempfile
+
+    # The same file name in a directory of the same length: identical heap layout. A
+    # copy, not a link: a new inode, so ld.so never mistakes it for an object it already
+    # has (the interpreter itself may have loaded the input through LD_LIBRARY_PATH).
+    with tempfile.TemporaryDirectory(prefix="elflayout-load-") as d:
+        lib, out = Path(d) / name, Path(d) / "state"
+        shutil.copyfile(src, lib)
+        cmd = ["setarch", "-R", sys.executable, "-c", _LOADED_STATE, str(lib), str(first), json.dumps(ranges), str(out)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, errors="replace")
+        except subprocess.TimeoutExpired:
+            return dict(error=f"{src}: dlopen did not return within {timeout:.0f} s"), None
+        try:
+            doc = json.loads(r.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            doc = dict(error=(r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1])
+        if "error" in doc:
+            return dict(error=f"{src}: {doc['error']}"), None
+        return doc, np.fromfile(out, np.uint8)
+
+
+def real_load_compare(path_a, path_b, timeout: float = 300) -> dict:
+    """dlopen both files (ASLR off, RTLD_NOW, each in a fresh process under the same
+    name and environment) and compare their file-backed writable bytes.
+
+    Bytes that differ between two loads of ``path_a`` itself (run-dependent values
+    stored by constructors) are left out and counted as ``unstable_bytes``. Returns
+    dict(equal, compared_bytes, unstable_bytes, differing_bytes) or dict(error=...)
+    when a file does not load.
+    """
+    a, b = Loaded(path_a), Loaded(path_b)
+    try:
+        ranges = _writable_ranges(a, b)
+        first = int(a.phdrs["p_vaddr"][a.phdrs["p_type"] == L.PT_LOAD].min())
+    finally:
+        a.close()
+        b.close()
+    pa, pb = Path(path_a).resolve(), Path(path_b).resolve()
+    env = dict(os.environ, PYTHONHASHSEED="0")  # a deterministic interpreter heap
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([str(pa.parent), str(pb.parent)] +
+                                             ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else []))
+    da, sa = _load_state(pa, pa.name, first, ranges, env, timeout)
+    if sa is None:
+        return da
+    db, sb = _load_state(pb, pa.name, first, ranges, env, timeout)
+    if sb is None:
+        return db
+    n = int(sa.size)
+    res = dict(equal=True, compared_bytes=n, unstable_bytes=0, differing_bytes=0)
+    if da["base"] != db["base"]:
+        return dict(res, equal=False, reason="different load addresses with ASLR off")
+    diff = sa != sb
+    if diff.any():
+        _, sa2 = _load_state(pa, pa.name, first, ranges, env, timeout)
+        stable = sa == sa2 if sa2 is not None else np.ones(n, bool)
+        res.update(unstable_bytes=int(n - np.count_nonzero(stable)),
+                   differing_bytes=int(np.count_nonzero(diff & stable)))
+        res["equal"] = res["differing_bytes"] == 0
+    return res

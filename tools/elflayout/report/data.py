@@ -142,10 +142,11 @@ def file_sections(sections) -> list[dict]:
 def sections_from_elf(path: str) -> list[dict]:
     """Sections read from the ELF file itself (fallback when metadata lacks them)."""
     from elflayout.elfcore import ElfImage
+    from elflayout.layouts import SHF_ALLOC
 
     with ElfImage(path) as img:
         return [{"name": s.name, "offset": s.offset, "size": s.size}
-                for s in img.sections if s.occupies_file and (s.flags & 2)]
+                for s in img.sections if s.occupies_file and (s.flags & SHF_ALLOC)]
 
 
 def bands(sections: list[dict]) -> list[Band]:

@@ -1,0 +1,363 @@
+"""One measurement session: a plan in, a results document (format v1) out.
+
+``measure(plan)`` is what ``elflayout measure`` runs; the demo and the benchmarks call
+it in-process. Steps:
+
+1. check the plan (``MeasurePlan.check``): one-line errors before anything is touched;
+2. take the machine-wide measurement lock (``controls.MeasurementLock``): two sessions on
+   one machine share read_ahead_kb and the page cache, so they take turns;
+3. apply the controls (read-ahead, ASLR, pinning, environment, governor), mount the
+   emulated slow disk when asked (``--storage``);
+4. census (which files a startup reads) unless the files are named, then the identity
+   of every file under test (before the runs: hashing reads whole files);
+5. the interleaved runs (``runner.Runner``);
+6. statistics (``stats.analyse``), hints, metadata; the document is returned, the caller
+   writes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from elflayout.errors import ElflayoutError
+from elflayout.measure import census as census_mod
+from elflayout.measure import model
+from elflayout.measure.controls import (Aslr, ControlSet, CpuPin, FixedEnv, Governor, MeasurementLock, ReadAhead,
+                                        StateFile)
+from elflayout.measure.runner import SEEK_PAGES, STATES, Plan, Runner, Variant
+
+CENSUS_METHODS = ("evict", "drop", "none")
+
+
+@dataclass
+class MeasurePlan:
+    """What to measure and under which controls (``elflayout measure``'s options)."""
+
+    variants: list[tuple[str, str]]  # (name, shell command)
+    states: list[str] = field(default_factory=lambda: ["selective", "hot"])
+    runs: int = 10
+    warmup: int = 0
+    files: list[str] = field(default_factory=list)
+    seed: int = 0
+    read_ahead_kb: int | None = 128  # None: keep the device's value
+    no_aslr: bool = False
+    pin: list[int] | None = None
+    governor: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    census: str | None = None  # evict | drop | none; None: drop with the cold state, else evict
+    census_under: list[str] = field(default_factory=list)
+    retries: int = 2
+    timeout: float | None = 600
+    trace: bool = True
+    storage: str | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+
+    def check(self) -> None:
+        """One ``ElflayoutError`` naming the option at fault (nothing is touched yet)."""
+        names = [n for n, _ in self.variants]
+        if not names:
+            raise ElflayoutError("--name: at least one variant is needed")
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ElflayoutError(f"--name: variant name {sorted(dup)[0]!r} is used twice")
+        for n, c in self.variants:
+            if not c.strip():
+                raise ElflayoutError(f"--name {n}: empty command")
+        if self.runs < 1:
+            raise ElflayoutError(f"--runs: must be at least 1 (got {self.runs})")
+        if self.timeout is not None and self.timeout < 0:
+            raise ElflayoutError(f"--timeout: must be 0 (no limit) or more (got {self.timeout:g})")
+        if self.retries < 0:
+            raise ElflayoutError(f"--retries: must be 0 or more (got {self.retries})")
+        if self.warmup < 0:
+            raise ElflayoutError(f"--warmup: must be 0 or more (got {self.warmup})")
+        bad = [s for s in self.states if s not in STATES]
+        if bad or not self.states:
+            raise ElflayoutError(f"--state: {bad[0] if bad else 'none'!r} (choose from {', '.join(STATES)})")
+        for f in self.files:
+            if not os.path.exists(f):
+                raise ElflayoutError(f"{f}: no such file (--files)")
+            if not os.path.isfile(f):
+                raise ElflayoutError(f"{f}: not a regular file (--files)")
+            if not os.access(f, os.R_OK):
+                raise ElflayoutError(f"{f}: not readable (--files)")
+        for d in self.census_under:
+            if not os.path.isdir(d):
+                raise ElflayoutError(f"{d}: not a directory (--census-under)")
+        if "cold" in self.states:
+            from elflayout.measure.cache import can_drop_caches
+
+            why = can_drop_caches()
+            if why:
+                raise ElflayoutError(why)
+        if self.census not in (None, *CENSUS_METHODS):
+            raise ElflayoutError(f"--census: {self.census!r} (choose from {', '.join(CENSUS_METHODS)})")
+        if self.census == "none" and not self.files:
+            raise ElflayoutError("--census none needs --files (nothing would be measured)")
+        if self.read_ahead_kb is not None and self.read_ahead_kb <= 0:
+            raise ElflayoutError(f"--read-ahead-kb: expected a positive size in KiB or -1 (got {self.read_ahead_kb})")
+        if self.storage and not self.files:
+            raise ElflayoutError("--storage needs --files: it serves the directories holding them")
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def fs_of(path: str) -> dict:
+    """Filesystem type, source device and mount point holding ``path`` (mountinfo)."""
+    real = os.path.realpath(path)
+    best = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        pre, post = line.split(" - ", 1)
+        f = pre.split()
+        mp = f[4].replace("\\040", " ")
+        if real == mp or real.startswith(mp.rstrip("/") + "/"):
+            if best is None or len(mp) >= len(best[0]):
+                fstype, source = post.split()[:2]
+                best = (mp, fstype, source)
+    return {"mount": best[0], "fs": best[1], "device": best[2]} if best else {}
+
+
+def hints(runs: list[dict], summary: list[dict]) -> list[str]:
+    """Warnings with a concrete remedy when the data look wrong (hyperfine's habit)."""
+    import numpy as np
+
+    out = []
+    cells = {}
+    for r in runs:
+        if not r.get("interference"):
+            cells.setdefault((r["variant"], r["state"]), []).append(r)
+    for (v, s), rs in cells.items():
+        w = np.array([r["wall_s"] for r in sorted(rs, key=lambda r: r["round"])])
+        if len(w) >= 4:
+            rest = w[1:]
+            mad = np.median(np.abs(rest - np.median(rest))) or 1e-9
+            if w[0] > np.median(rest) + 5 * 1.4826 * mad and w[0] > 1.2 * np.median(rest):
+                out.append(f"{v}/{s}: the first run was {w[0] / np.median(rest):.1f}x slower than the median: "
+                           f"use --warmup 1 (or more)")
+        pages = {r["pages_read"] for r in rs}
+        if s != "hot" and len(pages) > 1:
+            out.append(f"{v}/{s}: pages read vary between runs ({min(pages)}..{max(pages)}): see the per-file "
+                       f"spread in metadata.spread (multi-process startups and timing-dependent reads vary; "
+                       f"another process may also be reading the files)")
+    small = sorted({f"{v}/{s}" for (v, s), rs in cells.items() if len(rs) < 4})
+    if small:
+        out.append(f"fewer than 4 runs in {', '.join(small)}: intervals and verdicts are not reliable; use --runs 10 "
+                   f"or more")
+    bad = [r for r in runs if r.get("interference")]
+    if bad:
+        out.append(f"{len(bad)} run(s) were disturbed (see runs[].interference) and are left out of the statistics: "
+                   f"measure on a quieter machine, or name fewer shared files")
+    for srow in summary:
+        if srow["metric"] == "wall_s" and srow.get("cov") and srow["cov"] > 0.10:
+            out.append(f"{srow['variant']}/{srow['state']}: wall time CoV {srow['cov'] * 100:.0f}% > 10%: the machine "
+                       f"is noisy; try --pin CPU, --no-aslr, more --runs, and check what else is running")
+    return out
+
+
+def _storage_mounts(plan: MeasurePlan, stack: contextlib.ExitStack) -> tuple[list, list[str]]:
+    """Mount one emulated slow disk per directory holding --files; ([SlowStorage], dirs)."""
+    if not plan.storage:
+        return [], []
+    try:
+        from elflayout.storage import SlowStorage
+    except ImportError:
+        raise ElflayoutError("--storage: elflayout.storage is not available in this build") from None
+    dirs = list(dict.fromkeys(os.path.dirname(os.path.realpath(f)) for f in plan.files))
+    return [stack.enter_context(SlowStorage(d, plan.storage, read_ahead_kb=plan.read_ahead_kb)) for d in dirs], dirs
+
+
+def apply_storage(variants: list[Variant], mounts, dirs, files, extra_env):
+    """Rewrite commands and files for the mounts; return (variant_env, files, source_of).
+
+    One directory: ``{mount}`` in commands is its mount, and the mount goes first in
+    LD_LIBRARY_PATH so the dynamic loader finds the served copies. Several directories
+    (A/B of same-named libraries): ``{mount0}``, ``{mount1}``... in the order of --files,
+    and no LD_LIBRARY_PATH (the commands say which copy they use).
+    """
+    paths = [m.path for m in mounts]
+    by_dir = dict(zip(dirs, paths))
+    variant_env = {}
+    for v in variants:
+        if len(paths) == 1:
+            v.command = v.command.replace("{mount}", paths[0]).replace("{mount0}", paths[0])
+            variant_env[v.name] = {"LD_LIBRARY_PATH": ":".join(
+                [paths[0]] + [p for p in extra_env.get("LD_LIBRARY_PATH", "").split(":") if p])}
+        else:
+            if "{mount}" in v.command:
+                raise ElflayoutError(f"variant {v.name}: --files are in {len(paths)} directories: use {{mount0}}.."
+                                     f"{{mount{len(paths) - 1}}} instead of {{mount}}")
+            for i, p in enumerate(paths):
+                v.command = v.command.replace(f"{{mount{i}}}", p)
+    served = [os.path.join(by_dir[os.path.dirname(os.path.realpath(f))], os.path.basename(f)) for f in files]
+    return variant_env, served, dict(zip(served, files))
+
+
+def _storage_metadata(plan, mounts, dirs) -> dict | None:
+    if not mounts:
+        return None
+    md = {"preset": plan.storage, "dirs": dirs, "mounts": [m.path for m in mounts], "mount": mounts[0].path}
+    for k in ("info", "stats"):
+        try:
+            md[k] = [getattr(m, k)() for m in mounts]
+        except (ElflayoutError, OSError) as e:  # metadata only: never lose the results for it
+            md[k] = {"error": str(e)}
+    return md
+
+
+def _notes(plan: MeasurePlan, trace_why: str | None) -> list[str]:
+    notes = []
+    if trace_why:
+        notes.append(f"no page-cache tracing ({trace_why}): pages read are mincore residency after each run")
+    if "cold" in plan.states:
+        notes.append("cold state drops the whole page cache (sync + drop_caches): system libraries are flushed "
+                     "too, which biases startup times upwards (Hommey 2011); selective is the realistic cold state")
+    return notes
+
+
+def files_under_test(census: list[dict]) -> tuple[list[str], list[dict]]:
+    """(files to measure, files left out with the reason) from census records.
+
+    A file is measured when the census resolved it to a regular file that still exists
+    and did not leave it resident (``kept``: mapped or opened by another process, or
+    outside ``--census-under``); per-run temporary files (gone after the run) and
+    unresolved ``dev:ino`` entries are listed as left out, never measured.
+    """
+    seen: dict[str, None] = {}
+    left: dict[str, dict] = {}
+    for c in census:
+        for f in c["files"]:
+            p = f["path"]
+            if f.get("kept"):
+                left.setdefault(p, {"path": p, "pages": f["pages"], "why": f["kept"]})
+            elif not f["resolved"]:
+                left.setdefault(p, {"path": p, "pages": f["pages"], "why": "not resolved to a path (deleted or "
+                                                                             "outside the scanned directories)"})
+            elif f["is_dir"]:
+                continue
+            elif not os.path.isfile(p):
+                left.setdefault(p, {"path": p, "pages": f["pages"], "why": "gone after the run (temporary file)"})
+            else:
+                seen.setdefault(p, None)
+    for p in seen:
+        left.pop(p, None)
+    return list(seen), list(left.values())
+
+
+def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = None) -> dict:
+    """Run a session; return the results document (format v1). See the module docstring.
+
+    ``on_event(kind, info)`` reports progress: ``note`` {message}, ``lock`` {waiting_for},
+    ``census`` {variant, method}, ``start`` {total}, ``warmup``, ``run`` (a run record),
+    ``warning`` {message}.
+    """
+    from elflayout.measure import stats
+    from elflayout.tracefs import file_key, tracefs_status
+
+    plan.check()
+    emit = on_event or (lambda kind, info: None)
+    states = list(dict.fromkeys(plan.states))
+    variants = [Variant(n, c) for n, c in plan.variants]
+    trace_why = "disabled by --no-trace" if not plan.trace else tracefs_status()
+    notes = _notes(plan, trace_why)
+    census_method = plan.census or ("drop" if "cold" in states else "evict")
+    if trace_why and census_method != "none":
+        if not plan.files:
+            raise ElflayoutError(f"no --files and no census possible ({trace_why}): name the files with --files")
+        census_method = "none"
+    envctl = FixedEnv(plan.env)
+    anchor = plan.files[0] if plan.files else variants[0].argv(envctl.build())[0][0]
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t_start = time.monotonic()
+    census: list[dict] = []
+    left_out: list[dict] = []
+    files_md: dict[str, dict] = {}
+    with contextlib.ExitStack() as stack:
+        lock = stack.enter_context(MeasurementLock(on_wait=lambda holder: emit("lock", {"waiting_for": holder})))
+        restored = StateFile.restore_stale()
+        for r in restored:
+            notes.append(f"restored after an interrupted session: {r}")
+        readahead = ReadAhead(anchor, plan.read_ahead_kb)
+        if plan.read_ahead_kb is not None and readahead.available():
+            notes.append(f"read_ahead_kb not set: {readahead.available()}")
+        for n in notes:
+            emit("note", {"message": n})
+        cs = stack.enter_context(ControlSet([readahead, Aslr(plan.no_aslr), CpuPin(plan.pin), envctl,
+                                             Governor(plan.governor)]))
+        mounts, storage_dirs = _storage_mounts(plan, stack)
+        run_plan = Plan(variants, states, plan.runs, plan.warmup, plan.seed, list(plan.files))
+        variant_env, source_of = {}, {}
+        if mounts:
+            variant_env, run_plan.files, source_of = apply_storage(variants, mounts, storage_dirs, plan.files, plan.env)
+        runner = Runner(run_plan, cs, envctl, trace=not trace_why, on_event=emit, variant_env=variant_env,
+                        retries=plan.retries, timeout=plan.timeout or None, readahead=readahead)
+        stack.callback(runner.close)
+        if census_method != "none":
+            for v in variants:
+                emit("census", {"variant": v.name, "method": census_method})
+                census.append(census_mod.census(runner, v, census_method, under=plan.census_under))
+            # the census evicted (or dropped) files: bring them back untimed, or the
+            # first measured run would pay for them alone
+            for v in variants:
+                runner.spawn(v)
+        if not run_plan.files:
+            run_plan.files, left_out = files_under_test(census)
+            runner.keys = {f: file_key(f) for f in run_plan.files}
+            if not run_plan.files:
+                raise ElflayoutError("the census found no file to measure (all cached and mapped by other processes, "
+                                     "or outside --census-under): name the files with --files or use --census drop")
+        # identity (sha256 reads whole files) before the runs, so the page cache after
+        # the session shows only what the last run read; hashed from the original file
+        # (through a slow mount it costs minutes)
+        for f in run_plan.files:
+            files_md[f] = model.file_metadata(source_of.get(f, f))
+            files_md[f].update(fs_of(f))
+            if f in source_of:
+                files_md[f]["served_from"] = os.path.realpath(source_of[f])
+        emit("start", {"total": len(run_plan.schedule())})
+        runs = runner.run()
+        storage_md = _storage_metadata(plan, mounts, storage_dirs)
+        control_records = cs.records()
+        lock_record = lock.record()
+    duration = time.monotonic() - t_start
+    analysis = stats.analyse(runs, [v.name for v in variants], states, seed=plan.seed)
+    u = os.uname()
+    metadata = {
+        "argv": plan.argv, "started": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
+        "host": socket.gethostname(), "kernel": f"{u.sysname} {u.release} {u.version}", "machine": u.machine,
+        "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+        "page_size": os.sysconf("SC_PAGE_SIZE"), "states": states, "runs": plan.runs, "warmup": plan.warmup,
+        "seed": plan.seed, "seek_pages": SEEK_PAGES,
+        "read_ahead_kb": control_records["read_ahead_kb"]["applied"],
+        "aslr": control_records["aslr"]["applied"], "controls": control_records, "lock": lock_record,
+        "source": "mincore" if trace_why else "trace", "trace_pid_filter": runner.pid_filter,
+        "census_method": census_method, "census_under": [os.path.realpath(d) for d in plan.census_under],
+        "census": census, "census_left_out": left_out, "files": files_md,
+        "storage": storage_md, "spread": runner.spread(runs),
+        "notes": notes, "warnings": runner.warnings, "hints": hints(runs, analysis["summary"]),
+    }
+    return model.build(metadata, [{"name": v.name, "command": v.command} for v in variants], runs, analysis)
+
+
+def all_disturbed(doc: dict) -> list[str]:
+    """Cells (``variant/state``) whose every run was disturbed: no figure for them."""
+    cells: dict[tuple[str, str], list[bool]] = {}
+    for r in doc["runs"]:
+        cells.setdefault((r["variant"], r["state"]), []).append(bool(r.get("interference")))
+    return [f"{v}/{s}" for (v, s), bad in cells.items() if all(bad)]

@@ -1,0 +1,164 @@
+"""Split objects and archives: read every input, plan and write in memory, then write
+all outputs atomically (a bad input stops everything before anything is written)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from elflayout.errors import ElflayoutError
+from elflayout.fileio import atomic_output
+from elflayout.split import archive
+from elflayout.split.extents import SPLIT_PREFIX
+from elflayout.split.plan import make_plan
+from elflayout.split.reader import read_object
+from elflayout.split.writer import write
+
+
+@dataclass
+class Glued:
+    first: str
+    last: str
+    reason: str
+
+
+@dataclass
+class SectionReport:
+    name: str
+    units: int                      # functions / data objects found
+    sections: int                   # sections written for them
+    new_relocations: int            # references the assembler had resolved, now relocations
+    kept_whole: str | None = None
+    glued: list[Glued] = field(default_factory=list)
+
+
+@dataclass
+class ObjectReport:
+    name: str
+    changed: bool
+    reason: str | None = None       # why unchanged
+    sections: list[SectionReport] = field(default_factory=list)
+
+
+@dataclass
+class InputReport:
+    path: str
+    output: str
+    archive: bool
+    objects: list[ObjectReport]
+
+
+def split_object(raw: bytes, name: str) -> tuple[bytes, ObjectReport]:
+    """Split one relocatable object; returns the new bytes (``raw`` itself when nothing
+    is split) and what was done."""
+    obj = read_object(raw, name)
+    plan = make_plan(obj)
+    secs = []
+    for sp in plan.sections.values():
+        new = sum(1 for nr in sp.new_relocs
+                  if _grp(sp, sp.unit_at(nr.field)) != _grp(sp, nr.target_unit)) if len(sp.groups) > 1 else 0
+        glued = [Glued(sp.units[a].name, sp.units[b].name, why) for a, b, why in sp.reasons]
+        secs.append(SectionReport(sp.sec.name, len(sp.units), len(sp.groups), new, sp.whole,
+                                  [] if sp.whole else glued))
+    if plan.unchanged:
+        return raw, ObjectReport(name, False, plan.unchanged, secs)
+    try:
+        out = write(plan)
+    except ValueError as e:
+        return raw, ObjectReport(name, False, f"kept as it is: {e}", secs)
+    # The result must parse as what it claims to be before anything is written.
+    read_object(out, f"{name} (split)")
+    return out, ObjectReport(name, True, None, secs)
+
+
+def _grp(sp, unit):
+    from elflayout.split.writer import _group_of
+    return _group_of(sp, unit)
+
+
+def split_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, force: bool = False,
+                 progress: Callable[[str], None] | None = None,
+                 verify: Callable[[list[Path], list[Path]], object] | None = None) -> list[InputReport]:
+    """Split every input (objects and ``.a`` archives, members kept in order) into
+    ``outdir/<same name>``. Raises ``ElflayoutError`` on bad input, before writing.
+    ``verify(originals, staged outputs)`` runs before the outputs are put in place; if it
+    raises, nothing is written."""
+    outdir = Path(outdir)
+    names = [Path(p).name for p in inputs]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ElflayoutError(f"two inputs named {sorted(dup)[0]}: their outputs would collide in {outdir}")
+    if outdir.exists() and not outdir.is_dir():
+        raise ElflayoutError(f"{outdir}: exists and is not a directory")
+    results = []
+    for k, p in enumerate(inputs):
+        p = Path(p)
+        if progress:
+            progress(f"[{k + 1}/{len(inputs)}] {p}")
+        try:
+            raw = p.read_bytes()
+        except FileNotFoundError:
+            raise ElflayoutError(f"{p}: no such file") from None
+        except IsADirectoryError:
+            raise ElflayoutError(f"{p}: is a directory") from None
+        except OSError as e:
+            raise ElflayoutError(f"{p}: cannot read: {e.strerror}") from None
+        out = outdir / p.name
+        if out.exists() and os.path.samefile(out, p):
+            raise ElflayoutError(f"{out}: output would overwrite the input")
+        if out.exists() and not force:
+            raise ElflayoutError(f"{out}: output exists (use --force to replace it)")
+        if archive.is_archive(raw):
+            members = archive.read_archive(raw, str(p))
+            if not members:
+                raise ElflayoutError(f"{p}: archive has no members")
+            new, reps = [], []
+            for mname, body in members:
+                b, rep = split_object(body, f"{p}({mname})")
+                new.append((mname, b))
+                reps.append(rep)
+            results.append((InputReport(str(p), str(out), True, reps), new))
+        else:
+            b, rep = split_object(raw, str(p))
+            results.append((InputReport(str(p), str(out), False, [rep]), b))
+    outdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".elflayout-split-", dir=outdir) as stage:
+        staged = []
+        for rep, data in results:
+            tmp = Path(stage) / Path(rep.output).name
+            if rep.archive:
+                archive.write_archive(tmp, data)
+            else:
+                tmp.write_bytes(data)
+            staged.append(tmp)
+        if verify is not None:
+            if progress:
+                progress("check: linking originals and split objects in original order")
+            verify([Path(r.path) for r, _ in results], staged)
+        for (rep, _), tmp in zip(results, staged):
+            with atomic_output(rep.output) as dst:
+                os.replace(tmp, dst)
+    return [rep for rep, _ in results]
+
+
+def summary(reports: list[InputReport]) -> dict:
+    """Totals over all inputs: objects changed, units, sections, kept whole, glued."""
+    objs = [o for r in reports for o in r.objects]
+    secs = [s for o in objs for s in o.sections]
+    return {
+        "inputs": len(reports), "objects": len(objs), "objects_split": sum(o.changed for o in objs),
+        "units": sum(s.units for s in secs), "sections": sum(s.sections for s in secs),
+        "new_relocations": sum(s.new_relocations for s in secs),
+        "sections_kept_whole": sum(1 for s in secs if s.kept_whole),
+        "glued": sum(len(s.glued) for s in secs),
+    }
+
+
+def to_json(reports: list[InputReport]) -> list[dict]:
+    return [asdict(r) for r in reports]
+
+
+__all__ = ["split_object", "split_inputs", "summary", "to_json", "SPLIT_PREFIX"]

@@ -1,0 +1,176 @@
+"""``split --check``: prove a split changed nothing a link can see.
+
+Link the original inputs and the split outputs the same way — every object, archive
+members in order (``--whole-archive``), no start files, no build-id — so the linker
+places the new sections in their original order. Then compare the two outputs:
+every allocated section (name, address, size, bytes; sizes only for NOBITS), and the
+address, size and section of every named symbol of ``.symtab``. The split objects
+give each new section the alignment its bytes had at their original offset, so an
+original-order link must reproduce the original bytes exactly; any difference is
+reported with the first differing address and the symbol that holds it.
+
+The link is ``-shared`` (what PIC archives are for); objects that cannot be linked
+into a shared library (non-PIC code) are linked as a static executable with
+unresolved symbols ignored, for both sides alike.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+
+from elflayout.errors import ElflayoutError
+from elflayout.split.archive import is_archive
+from elflayout.targets import linker_flag
+
+STYLES = {
+    "shared": ["-shared", "-nostdlib", "-Wl,--build-id=none"],
+    "static": ["-nostdlib", "-static", "-no-pie", "-Wl,--build-id=none", "-Wl,--unresolved-symbols=ignore-all",
+               "-Wl,-e,0"],
+}
+
+
+@dataclass
+class CheckResult:
+    linker: str
+    style: str
+    identical: bool
+    sections_compared: int
+    bytes_compared: int
+    symbols_compared: int
+    first_difference: str | None = None
+    differences: list[str] = field(default_factory=list)
+    explained: list[str] = field(default_factory=list)   # differences that change no meaning, and why
+
+
+def _inputs(paths: list[Path]) -> list[str]:
+    out = []
+    for p in paths:
+        with open(p, "rb") as f:
+            head = f.read(8)
+        if is_archive(head):
+            out += ["-Wl,--whole-archive", str(p), "-Wl,--no-whole-archive"]
+        else:
+            out.append(str(p))
+    return out
+
+
+def _link(paths: list[Path], linker: str, style: str, out: Path) -> subprocess.CompletedProcess:
+    cmd = ["gcc", linker_flag(linker), *STYLES[style], "-o", str(out), *_inputs(paths)]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def _image(path: Path) -> tuple[dict, dict, dict]:
+    elf = ELFFile(io.BytesIO(path.read_bytes()))
+    secs = {}
+    plt = {}     # PLT entry address -> symbol (x86-64 lazy PLT: 16-byte entries after PLT0)
+    rp, pl = elf.get_section_by_name(".rela.plt"), elf.get_section_by_name(".plt")
+    if rp is not None and pl is not None:
+        dsym = elf.get_section(rp["sh_link"])
+        for i, r in enumerate(rp.iter_relocations()):
+            plt[pl["sh_addr"] + PLT_ENTRY * (i + 1)] = dsym.get_symbol(r["r_info_sym"]).name
+    for s in elf.iter_sections():
+        if s["sh_flags"] & SH_FLAGS.SHF_ALLOC:
+            nob = s["sh_type"] == "SHT_NOBITS"
+            secs[s.name] = (s["sh_addr"], s["sh_size"], b"" if nob else s.data())
+    syms = {}
+    tab = elf.get_section_by_name(".symtab")
+    for sym in (tab.iter_symbols() if tab is not None else ()):
+        if sym.name and sym["st_info"]["type"] != "STT_SECTION" and sym["st_info"]["type"] != "STT_FILE":
+            syms.setdefault(sym.name, []).append((sym["st_value"], sym["st_size"]))
+    return secs, syms, plt
+
+
+# x86-64 psABI lazy PLT entry size; call/jmp rel32 opcodes.
+PLT_ENTRY = 16
+CALL_REL32, JMP_REL32 = 0xE8, 0xE9
+PLT_TABLES = (".plt", ".rela.plt", ".got.plt")
+
+
+def _plt_permutation(name: str, a: tuple, b: tuple, pa: dict, pb: dict) -> str | None:
+    """Explain a difference that is only another numbering of the same PLT slots (gold
+    numbers them in its own order): same slots per symbol, calls reach the same
+    symbol's slot. None if the difference is anything else."""
+    (aa, _, ad), (_, _, bd) = a, b
+    if sorted(pa.values()) != sorted(pb.values()):
+        return None
+    if name in PLT_TABLES:
+        return f"{name}: same {len(pa)} PLT slots numbered in another order"
+    k, n = 0, len(ad)
+    while k < n:
+        if ad[k] == bd[k]:
+            k += 1
+            continue
+        ok = False
+        for f in range(max(1, k - 3), k + 1):        # the rel32 field holding byte k
+            if ad[f - 1] == bd[f - 1] and ad[f - 1] in (CALL_REL32, JMP_REL32) and f + 4 <= n:
+                ta = aa + f + 4 + int.from_bytes(ad[f:f + 4], "little", signed=True)
+                tb = aa + f + 4 + int.from_bytes(bd[f:f + 4], "little", signed=True)
+                if ta in pa and tb in pb and pa[ta] == pb[tb] and ad[f + 4:f + 5] == bd[f + 4:f + 5]:
+                    ok, k = True, f + 4
+                    break
+        if not ok:
+            return None
+    return f"{name}: calls reach the same symbols' PLT slots, numbered in another order"
+
+
+def _holder(syms: dict, addr: int) -> str:
+    best = None
+    for name, vals in syms.items():
+        for v, sz in vals:
+            if v <= addr < v + max(sz, 1) and (best is None or v > best[1]):
+                best = (name, v)
+    return f" (in {best[0]}+{addr - best[1]:#x})" if best else ""
+
+
+def check(originals: list[Path], split: list[Path], linker: str = "lld") -> CheckResult:
+    """Link both sides in original order with ``linker`` and compare (see module doc)."""
+    with tempfile.TemporaryDirectory(prefix="elflayout-split-check-") as td:
+        a, b = Path(td) / "original.so", Path(td) / "split.so"
+        style, errs = None, []
+        for st in STYLES:
+            r = _link(originals, linker, st, a)
+            if r.returncode == 0:
+                style = st
+                break
+            errs.append((r.stderr or r.stdout).strip().splitlines()[-1:] or ["?"])
+        if style is None:
+            raise ElflayoutError(f"--check: the original objects do not link with {linker}: {errs[0][0]}")
+        r = _link(split, linker, style, b)
+        if r.returncode != 0:
+            tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
+            return CheckResult(linker, style, False, 0, 0, 0, f"the split objects do not link with {linker}: {tail}")
+        sa, ya, pa = _image(a)
+        sb, yb, pb = _image(b)
+    res = CheckResult(linker, style, True, 0, 0, 0)
+    for name in sorted(set(sa) | set(sb), key=lambda n: (sa.get(n) or sb.get(n))[0]):
+        if name not in sa or name not in sb:
+            res.differences.append(f"section {name} only in the {'split' if name in sb else 'original'} link")
+            continue
+        (aa, az, ad), (ba, bz, bd) = sa[name], sb[name]
+        res.sections_compared += 1
+        if (aa, az) != (ba, bz):
+            res.differences.append(f"section {name}: at {aa:#x} size {az:#x} in the original link, "
+                                   f"at {ba:#x} size {bz:#x} in the split one")
+            continue
+        res.bytes_compared += len(ad)
+        if ad != bd and (why := _plt_permutation(name, sa[name], sb[name], pa, pb)):
+            res.explained.append(why)
+        elif ad != bd:
+            k = next(i for i in range(len(ad)) if ad[i] != bd[i])
+            res.differences.append(f"section {name}: first different byte at {aa + k:#x}{_holder(ya, aa + k)}")
+    for name in sorted(set(ya) | set(yb)):
+        res.symbols_compared += 1
+        if sorted(ya.get(name, [])) != sorted(yb.get(name, [])):
+            res.differences.append(f"symbol {name}: {sorted(ya.get(name, []))} in the original link, "
+                                   f"{sorted(yb.get(name, []))} in the split one")
+    if res.differences:
+        res.identical = False
+        res.first_difference = res.differences[0]
+    return res

@@ -1,0 +1,355 @@
+"""Split plan of one object: which units share a section, and where every reference goes.
+
+Goal: give every function and data object its own section, as ``-ffunction-sections
+-fdata-sections`` would, without changing what any byte of a link means — whatever
+order the linker then puts the sections in. Where that cannot be proved for two
+neighbouring units they stay in one section ("glued"), with the reason.
+
+Definitions:
+- *unit*: a function or data object with the bytes up to the next one (``extents``).
+- *group*: a maximal run of glued units; each group becomes one output section.
+- *target* T of a reference to section S: the offset in S it designates. For a
+  relocation against S's section symbol: ``A`` for absolute types; ``A + (end of the
+  instruction - r_offset)`` for PC-relative ones in code; ``A - (r_offset - table
+  base)`` for PC-relative entries of a jump table in ``.rodata`` (GCC's ``.long
+  .L5-.L4``); ``A`` in ``.eh_frame`` (pointers relative to the field itself).
+- *address-taking* reference: ``lea`` or a data pointer (not a load/store/branch).
+
+Steps:
+1. Units of each splittable section (``extents``); sections with fewer than two, or
+   in a group, TLS or mergeable, are left as they are.
+2. Disassemble every code section (``disasm``). Glue a unit to the next when it falls
+   through into it (its last instruction is not ret/jmp/ud2/hlt/call), when an
+   instruction crosses the boundary, and keep a code section whole when a stretch of
+   it cannot be decoded.
+3. References the assembler resolved inside a section: to the start of another unit
+   with a 32-bit displacement → a new R_X86_64_PC32 relocation; with an 8-bit one, or
+   into the middle of another unit → glue the two (and everything between).
+4. Every relocation against a split section's section symbol: find its target T and
+   the unit holding it. An address-taking reference to a data object's start that is
+   also the previous object's end (``lea arr+N(%rip)``, a loop bound) could mean
+   either: glue the two. A jump-table entry whose target is not in the function that
+   loads the table's address, or a PC-relative reference from data without a known
+   base, or a relocation type not listed, keeps the section whole.
+5. Relocations against named symbols stay as they are (the symbol moves with its
+   unit); their target must still lie in that unit's group, else glue. A relocation
+   field must not cross a unit boundary.
+6. Groups whose section name a linker would read specially (``.text.exit``,
+   ``.text.foo_unlikely``) are glued to their neighbour.
+
+What is assumed, not proved: that compiled code never addresses an object through
+its neighbour (``lea arr-8(%rip)`` folded by the assembler into the previous
+object's bytes); GCC and clang put such offsets in the addressing mode's displacement.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import numpy as np
+from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_SH_TYPE_BASE
+
+from elflayout.split import disasm
+from elflayout.split.extents import SPLIT_PREFIX, STT, Unit, is_code, name_conflict, splittable, units
+from elflayout.split.reader import ObjectFile, Section
+
+R = ENUM_RELOC_TYPE_x64
+SHT = ENUM_SH_TYPE_BASE
+# x86-64 psABI types pyelftools does not name.
+R_X86_64_GOTPCRELX = 41
+R_X86_64_CODE_4_GOTPCRELX = 43
+PCREL = {R["R_X86_64_PC32"], R["R_X86_64_PLT32"], R["R_X86_64_PC64"], R["R_X86_64_PC16"], R["R_X86_64_PC8"]}
+ABSOLUTE = {R["R_X86_64_64"], R["R_X86_64_32"], R["R_X86_64_32S"], R["R_X86_64_16"], R["R_X86_64_8"],
+            R["R_X86_64_GOTOFF64"]}
+_W8 = ("R_X86_64_64", "R_X86_64_PC64", "R_X86_64_GOTOFF64", "R_X86_64_GOT64", "R_X86_64_GOTPCREL64",
+       "R_X86_64_GOTPC64", "R_X86_64_GOTPLT64", "R_X86_64_PLTOFF64", "R_X86_64_DTPMOD64", "R_X86_64_DTPOFF64",
+       "R_X86_64_TPOFF64", "R_X86_64_TLSDESC")
+_W2 = ("R_X86_64_16", "R_X86_64_PC16")
+_W1 = ("R_X86_64_8", "R_X86_64_PC8")
+# Bytes a relocation of each type writes (psABI table "Relocation Types"); NONE and
+# TLSDESC_CALL write nothing.
+WIDTH = {R[n]: 8 for n in _W8} | {R[n]: 2 for n in _W2} | {R[n]: 1 for n in _W1}
+WIDTH |= {R["R_X86_64_NONE"]: 0, R["R_X86_64_TLSDESC_CALL"]: 0}
+WIDTH_DEFAULT = 4
+# A data pointer this close before the next object may be that object minus a constant
+# (CPython's obmalloc initialises ``usedpools`` with ``&usedpools[2k] - 16``); the two
+# objects are kept together rather than guessed apart.
+NEAR_NEXT = 64
+
+
+@dataclass
+class NewReloc:
+    """A relocation added for an assembler-resolved reference (step 3)."""
+
+    field: int       # offset in the source section
+    target_unit: int
+    addend_in_unit: int   # addend relative to the target unit's start
+
+
+@dataclass
+class SectionPlan:
+    sec: Section
+    units: list[Unit]
+    glue: list[bool]                        # glue[k]: units k and k+1 share a section
+    reasons: list[tuple[int, int, str]] = field(default_factory=list)
+    whole: str | None = None                # why the section is kept whole
+    new_relocs: list[NewReloc] = field(default_factory=list)
+    groups: list[tuple[int, int]] = field(default_factory=list)   # [first unit, last unit]
+
+    def glue_range(self, a: int, b: int, reason: str) -> None:
+        a, b = min(a, b), max(a, b)
+        if a == b:
+            return
+        if not all(self.glue[a:b]):
+            self.reasons.append((a, b, reason))
+        for k in range(a, b):
+            self.glue[k] = True
+
+    def keep_whole(self, reason: str) -> None:
+        if self.whole is None:
+            self.whole = reason
+
+    def unit_at(self, off: int) -> int:
+        """Unit holding section offset ``off`` (the end of the section counts as the last unit)."""
+        return max(0, bisect_right(self._starts, off) - 1)
+
+    def finish_groups(self) -> None:
+        if self.whole is not None:
+            self.groups = [(0, len(self.units) - 1)]
+            return
+        self.groups, first = [], 0
+        for k in range(len(self.units)):
+            if k == len(self.units) - 1 or not self.glue[k]:
+                self.groups.append((first, k))
+                first = k + 1
+
+    def __post_init__(self):
+        self._starts = [u.start for u in self.units]
+
+
+@dataclass
+class RelocFix:
+    """Section-symbol relocation ``rela[j]`` of RELA section ``rela_index`` now goes to unit ``unit`` of ``sec``."""
+
+    rela_index: int
+    j: int
+    sec: int
+    unit: int
+
+
+@dataclass
+class Plan:
+    obj: ObjectFile
+    sections: dict[int, SectionPlan]        # split candidates by section index
+    fixes: list[RelocFix]
+    unchanged: str | None = None            # why the object is copied as it is
+
+    @property
+    def splits(self) -> dict[int, SectionPlan]:
+        return {i: sp for i, sp in self.sections.items() if len(sp.groups) > 1}
+
+
+def make_plan(obj: ObjectFile) -> Plan:
+    cands: dict[int, SectionPlan] = {}
+    for sec in obj.sections:
+        if splittable(obj, sec) is None:
+            us = units(obj, sec)
+            if len(us) > 1:
+                cands[sec.index] = SectionPlan(sec, us, [False] * (len(us) - 1))
+    if not cands or obj.symtab_index == 0:
+        return Plan(obj, {}, [], unchanged="nothing to split (already one section per function and object)")
+    _link_order_users(obj, cands)
+    code = _disassemble(obj, cands)
+    for i, sp in cands.items():
+        if i in code:
+            _code_rules(sp, code[i])
+    fixes = _relocation_rules(obj, cands, code)
+    for sp in cands.values():
+        _name_rules(sp)
+    if all(len(sp.groups) <= 1 for sp in cands.values()):
+        return Plan(obj, cands, [], unchanged="every split section had to stay whole")
+    return Plan(obj, cands, fixes)
+
+
+def _link_order_users(obj: ObjectFile, cands: dict[int, SectionPlan]) -> None:
+    from elftools.elf.constants import SH_FLAGS
+    for s in obj.sections:
+        if s.flags & SH_FLAGS.SHF_LINK_ORDER and s.link in cands:
+            cands[s.link].keep_whole(f"{s.name} is link-ordered to it")
+
+
+def _disassemble(obj: ObjectFile, cands: dict[int, SectionPlan]) -> dict[int, disasm.Code]:
+    out = {}
+    func = STT["STT_FUNC"]
+    for sec in obj.sections:
+        if not is_code(sec) or sec.nobits or sec.size == 0:
+            continue
+        covered = np.zeros(sec.size + 8, bool)
+        ri = obj.rela_of.get(sec.index)
+        if ri is not None:
+            r = obj.relas[ri]
+            for off, t in zip(r["r_offset"].tolist(), (r["r_info"] & 0xFFFFFFFF).tolist()):
+                covered[off:off + WIDTH.get(t, WIDTH_DEFAULT)] = True
+        syms = obj.symbols
+        restarts = syms["st_value"][(syms["st_shndx"] == sec.index) & ((syms["st_info"] & 0xF) == func)]
+        out[sec.index] = disasm.analyse(sec.data, covered, restarts.tolist())
+    return out
+
+
+def _code_rules(sp: SectionPlan, code: disasm.Code) -> None:
+    """Steps 2 and 3."""
+    us, name = sp.units, sp.sec.name
+    if code.undecodable:
+        sp.keep_whole(f"bytes at {name}+{code.undecodable[0]:#x} cannot be decoded as x86-64 code")
+        return
+    for k in range(len(us) - 1):
+        last = code.last_real(us[k].start, us[k].end)
+        if last is not None and last not in disasm.TERMINATORS:
+            sp.glue_range(k, k + 1, f"{us[k].name} falls through into {us[k + 1].name} (ends with {last})")
+        i = code.insn_at(us[k].end - 1)
+        if i >= 0 and code.ends[i] > us[k].end:
+            sp.glue_range(k, k + 1, f"an instruction crosses from {us[k].name} into {us[k + 1].name}")
+    for ref in code.internal:
+        if not 0 <= ref.target <= sp.sec.size:
+            sp.keep_whole(f"{name}+{ref.insn:#x} refers outside the section without a relocation")
+            return
+        u, v = sp.unit_at(ref.insn), sp.unit_at(ref.target)
+        if u == v:
+            continue
+        if ref.target != us[v].start:
+            sp.glue_range(u, v, f"{us[u].name} refers into the middle of {us[v].name} "
+                                f"({name}+{ref.insn:#x} -> {us[v].name}+{ref.target - us[v].start:#x})")
+        elif ref.width != 4:
+            sp.glue_range(u, v, f"{us[u].name} reaches {us[v].name} with an {8 * ref.width}-bit displacement")
+        else:
+            sp.new_relocs.append(NewReloc(ref.field, v, (ref.target - us[v].start) - (ref.end - ref.field)))
+
+
+def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict[int, disasm.Code]) -> list[RelocFix]:
+    """Steps 4 and 5."""
+    secsym = {}
+    info, shndx, values = obj.symbols["st_info"], obj.symbols["st_shndx"], obj.symbols["st_value"]
+    sect = STT["STT_SECTION"]
+    for i in range(1, len(obj.symbols)):
+        if (info[i] & 0xF) == sect and shndx[i] in cands:
+            secsym[i] = int(shndx[i])
+    eh = {s.index for s in obj.sections if s.name == ".eh_frame"}
+    # Table bases: offsets in data sections whose address code loads with lea (step 4).
+    bases: dict[int, list[tuple[int, int, int]]] = {}   # data sec -> [(offset, code sec, insn offset)]
+    decoded = []
+    for ri, r in obj.relas.items():
+        d = obj.sections[obj.sections[ri].info]
+        offs, syms = r["r_offset"].tolist(), (r["r_info"] >> 32).tolist()
+        types, adds = (r["r_info"] & 0xFFFFFFFF).tolist(), r["r_addend"].tolist()
+        decoded.append((ri, d, offs, syms, types, adds))
+        if d.index not in code:
+            continue
+        c = code[d.index]
+        for off, s, t, a in zip(offs, syms, types, adds):
+            if t not in PCREL or (info[s] & 0xF) != sect:
+                continue
+            k = c.insn_at(off)
+            if k >= 0 and c.mnemonics[k] == "lea":
+                bases.setdefault(int(shndx[s]), []).append((a + int(c.ends[k]) - off, d.index, int(c.starts[k])))
+    for v in bases.values():
+        v.sort()
+    fixes = []
+    for ri, d, offs, syms, types, adds in decoded:
+        here = cands.get(d.index)
+        c = code.get(d.index)
+        for j, (off, s, t, a) in enumerate(zip(offs, syms, types, adds)):
+            if here is not None:
+                k = here.unit_at(off)
+                if off + WIDTH.get(t, WIDTH_DEFAULT) > here.units[k].end and k + 1 < len(here.units):
+                    here.glue_range(k, k + 1, f"a relocation at {d.name}+{off:#x} crosses into "
+                                              f"{here.units[k + 1].name}")
+            tsec = secsym.get(s)
+            named = tsec is None and shndx[s] in cands and (info[s] & 0xF) != sect
+            if tsec is None and not named:
+                continue
+            sp = cands[int(shndx[s])]
+            sv = 0 if tsec is not None else int(values[s])
+            addr_taking = True
+            if t in ABSOLUTE:
+                target = sv + a
+            elif t in PCREL:
+                if c is not None:
+                    k = c.insn_at(off)
+                    if k < 0:
+                        sp.keep_whole(f"relocation at {d.name}+{off:#x} is outside any instruction")
+                        continue
+                    target = sv + a + int(c.ends[k]) - off
+                    addr_taking = c.mnemonics[k] == "lea"
+                elif d.index in eh:
+                    target = sv + a
+                else:
+                    target = _table_target(sp, d, off, sv + a, bases.get(d.index, []), code)
+                    if target is None:
+                        continue
+            elif named:
+                continue    # GOT/TLS/PLT relocations against a named symbol: the symbol moves with its unit
+            else:
+                sp.keep_whole(f"relocation type {t} at {d.name}+{off:#x} against the section")
+                continue
+            if not 0 <= target <= sp.sec.size:
+                sp.keep_whole(f"relocation at {d.name}+{off:#x} designates {sp.sec.name}{target:+#x}, outside it")
+                continue
+            v = sp.unit_at(target)
+            us = sp.units
+            if named:
+                u = sp.unit_at(sv)
+                if not (us[u].start <= target <= us[u].end):
+                    sp.glue_range(u, v, f"{d.name}+{off:#x} reaches {us[v].name} through {obj.sym_names[s]}")
+                continue
+            if addr_taking and not is_code(sp.sec):
+                if v > 0 and target == us[v].start and us[v - 1].symend == target:
+                    sp.glue_range(v - 1, v, f"{d.name}+{off:#x} points at the end of {us[v - 1].name} "
+                                            f"or the start of {us[v].name}")
+                elif v + 1 < len(us) and target != us[v].start and us[v + 1].start - target <= NEAR_NEXT:
+                    sp.glue_range(v, v + 1, f"{d.name}+{off:#x} points {us[v + 1].start - target} bytes before "
+                                            f"{us[v + 1].name}: maybe a negative offset from it")
+            fixes.append(RelocFix(ri, j, sp.sec.index, v))
+    for sp in cands.values():
+        sp.finish_groups()
+    return fixes
+
+
+def _table_target(sp: SectionPlan, d: Section, off: int, sa: int, bases, code) -> int | None:
+    """Target of a PC-relative entry at ``d+off`` (``.long .L5-.L4``): the table base is the
+    nearest lea-loaded offset at or before it; its entries must land in the function that
+    loads it."""
+    k = bisect_right(bases, (off, 1 << 62, 1 << 62)) - 1
+    if k < 0:
+        sp.keep_whole(f"PC-relative reference from {d.name}+{off:#x} with no table base found")
+        return None
+    base, csec, insn = bases[k]
+    target = sa - (off - base)
+    if csec != sp.sec.index:
+        sp.keep_whole(f"jump table at {d.name}+{base:#x} is loaded from another section")
+        return None
+    if 0 <= target <= sp.sec.size:
+        u, v = sp.unit_at(insn), sp.unit_at(target)
+        if u != v:
+            sp.glue_range(u, v, f"jump table {d.name}+{base:#x} of {sp.units[u].name} reaches {sp.units[v].name}")
+    return target
+
+
+def _name_rules(sp: SectionPlan) -> None:
+    """Step 6 (repeated: a glue can change a group's name)."""
+    for _ in range(len(sp.units)):
+        changed = False
+        for a, _b in sp.groups:
+            why = name_conflict(sp.sec.name, sp.units[a].name)
+            if why and len(sp.groups) > 1:
+                if a > 0:
+                    sp.glue_range(a - 1, a, why)
+                else:
+                    sp.glue_range(a, a + 1, why)
+                changed = True
+        sp.finish_groups()
+        if not changed:
+            return
+
+
+__all__ = ["Plan", "SectionPlan", "make_plan", "SPLIT_PREFIX"]

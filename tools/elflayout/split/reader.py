@@ -1,0 +1,141 @@
+"""Read one relocatable x86-64 object (ET_REL) into plain data the splitter can rewrite.
+
+pyelftools checks and parses the ELF header and section headers; the symbol table and
+the RELA tables, which the splitter rewrites wholesale, are read as numpy record arrays
+(layouts declared once in ``elflayout.layouts``) because per-entry parsing of ~10^5 relocations per
+archive through pyelftools' structs is too slow for the 10-second budget of a
+libpython-sized archive. Bad input raises ``ElflayoutError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SHN_INDICES
+from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_E_MACHINE, ENUM_E_TYPE, ENUM_SH_TYPE_BASE
+
+from elflayout.errors import ElflayoutError
+from elflayout.layouts import RELA64, SYM64
+
+SHT = ENUM_SH_TYPE_BASE
+# gABI "Sections": indexes from here on are reserved (extended numbering not handled).
+SHN_LORESERVE = SHN_INDICES.SHN_LORESERVE
+
+
+@dataclass
+class Section:
+    """One section header and its bytes (``data`` is empty for SHT_NOBITS)."""
+
+    index: int
+    name: str
+    sh_type: int
+    flags: int
+    addr: int
+    link: int
+    info: int
+    align: int
+    entsize: int
+    size: int
+    data: bytes
+
+    @property
+    def nobits(self) -> bool:
+        return self.sh_type == SHT["SHT_NOBITS"]
+
+
+@dataclass
+class ObjectFile:
+    """A relocatable object: sections by index, its symbol table and RELA tables."""
+
+    name: str                       # for messages: "lib.a(member.o)" or a path
+    raw: bytes
+    sections: list[Section]
+    symtab_index: int               # 0 when the object has no symbol table
+    symbols: np.ndarray             # SYM64 records (index 0 is the null symbol)
+    sym_names: list[str]
+    rela_of: dict[int, int] = field(default_factory=dict)   # target section -> its RELA section
+    relas: dict[int, np.ndarray] = field(default_factory=dict)  # RELA section index -> RELA64 records
+    e_flags: int = 0
+    osabi: int = 0
+
+
+def _err(name: str, what: str) -> ElflayoutError:
+    return ElflayoutError(f"{name}: {what}")
+
+
+def read_object(raw: bytes, name: str) -> ObjectFile:
+    """Parse ``raw`` as an x86-64 relocatable object, or raise ``ElflayoutError``."""
+    if raw[:4] != b"\x7fELF":
+        raise _err(name, "not an ELF file")
+    try:
+        elf = ELFFile(io.BytesIO(raw))
+        hdr = elf.header
+        if elf.elfclass != 64 or not elf.little_endian:
+            raise _err(name, "not a 64-bit little-endian ELF file (only x86-64 objects can be split)")
+        if hdr.e_machine != "EM_X86_64":
+            raise _err(name, f"foreign architecture {hdr.e_machine} (only x86-64 objects can be split)")
+        if hdr.e_type != "ET_REL":
+            raise _err(name, f"not a relocatable object (e_type {hdr.e_type}); split reads .o files and .a archives")
+        if hdr.e_shoff + hdr.e_shnum * hdr.e_shentsize > len(raw) or hdr.e_shnum == 0:
+            raise _err(name, "truncated (section headers past the end of the file)")
+        sections = []
+        for i, s in enumerate(elf.iter_sections()):
+            h = s.header
+            nobits = h.sh_type == "SHT_NOBITS"
+            if not nobits and h.sh_offset + h.sh_size > len(raw):
+                raise _err(name, f"truncated (section {s.name or i} past the end of the file)")
+            t = h.sh_type if isinstance(h.sh_type, int) else SHT.get(h.sh_type)
+            if t is None:
+                raise _err(name, f"section {s.name}: unknown type {h.sh_type}")
+            sections.append(Section(i, s.name, t, h.sh_flags, h.sh_addr, h.sh_link, h.sh_info,
+                                    max(1, h.sh_addralign), h.sh_entsize, h.sh_size,
+                                    b"" if nobits else raw[h.sh_offset:h.sh_offset + h.sh_size]))
+        e_flags, osabi = hdr.e_flags, hdr.e_ident.EI_OSABI
+    except (ELFError, ValueError, KeyError, IndexError, EOFError) as e:
+        raise _err(name, f"truncated or corrupt ELF ({e})") from None
+    except Exception as e:  # construct's StreamError/ConstructError on short reads
+        if type(e).__module__.startswith("construct") or type(e).__module__.startswith("elftools"):
+            raise _err(name, f"truncated or corrupt ELF ({type(e).__name__})") from None
+        raise
+    if len(sections) >= SHN_LORESERVE:
+        raise _err(name, "extended section numbering is not supported")
+    symtab = [s for s in sections if s.sh_type == SHT["SHT_SYMTAB"]]
+    if len(symtab) > 1:
+        raise _err(name, "more than one symbol table")
+    obj = ObjectFile(name, raw, sections, 0, np.zeros(1, SYM64), [""], e_flags=e_flags,
+                     osabi=0 if isinstance(osabi, str) else osabi)
+    if symtab:
+        st = symtab[0]
+        if st.size % SYM64.itemsize or st.link >= len(sections):
+            raise _err(name, f"{st.name}: malformed symbol table")
+        obj.symtab_index = st.index
+        obj.symbols = np.frombuffer(st.data, SYM64).copy()
+        strtab = sections[st.link].data
+        names = []
+        for n in obj.symbols["st_name"].tolist():
+            end = strtab.find(b"\0", n)
+            if n >= len(strtab) or end < 0:
+                raise _err(name, f"{st.name}: symbol name offset {n} outside its string table")
+            names.append(strtab[n:end].decode("utf-8", "surrogateescape"))
+        obj.sym_names = names
+    for s in sections:
+        if s.sh_type == SHT["SHT_REL"]:
+            raise _err(name, f"{s.name}: SHT_REL relocations (x86-64 objects use RELA)")
+        if s.sh_type != SHT["SHT_RELA"]:
+            continue
+        if s.size % RELA64.itemsize or s.info >= len(sections) or s.info == 0:
+            raise _err(name, f"{s.name}: malformed relocation section")
+        if s.link != obj.symtab_index:
+            raise _err(name, f"{s.name}: relocations against a table other than the symbol table")
+        r = np.frombuffer(s.data, RELA64).copy()
+        if len(r) and int((r["r_info"] >> 32).max()) >= len(obj.symbols):
+            raise _err(name, f"{s.name}: relocation against a symbol index outside the symbol table")
+        if s.info in obj.rela_of:
+            raise _err(name, f"{s.name}: second relocation section for {sections[s.info].name}")
+        obj.rela_of[s.info] = s.index
+        obj.relas[s.index] = r
+    return obj
