@@ -39,9 +39,15 @@ def test_full_and_fractional_designs():
 def test_factors_and_points():
     f = [screen.parse_factor("aslr=on,off"), screen.parse_factor("read_ahead_kb=128,8192"),
          screen.parse_factor("pin=none,0"), screen.parse_factor("lib=/a,/b")]
-    cmd, extra, levels = screen.point_setup(f, [1, -1, 1, 1], "LD_LIBRARY_PATH={lib} x")
-    assert cmd == "LD_LIBRARY_PATH=/b x" and extra == ["--no-aslr", "--read-ahead-kb", "128", "--pin", "0"]
+    cmd, controls, levels = screen.point_setup(f, [1, -1, 1, 1], "LD_LIBRARY_PATH={lib} x")
+    assert cmd == "LD_LIBRARY_PATH=/b x" and controls == {"no_aslr": True, "read_ahead_kb": 128, "pin": [0]}
     assert levels == {"aslr": "off", "read_ahead_kb": "128", "pin": "0", "lib": "/b"}
+    from elflayout.measure.session import MeasurePlan
+
+    plan = screen.point_plan(MeasurePlan(variants=[], read_ahead_kb=None, census="none"), f, [-1, 1, -1, -1],
+                             "LD_LIBRARY_PATH={lib} x", "p05", 3, ["hot"], ["/l"], 7)
+    assert plan.variants == [("p05", "LD_LIBRARY_PATH=/a x")] and plan.read_ahead_kb == 8192
+    assert plan.no_aslr is False and plan.pin is None and plan.census == "none" and plan.runs == 3
     for bad in ("aslr=on", "aslr=yes,no", "x=1,1", "read_ahead_kb=a,b", "pin=all,0", "=1,2"):
         with pytest.raises(ElflayoutError):
             screen.parse_factor(bad)

@@ -241,7 +241,14 @@ def test_time_verdict_needs_the_paired_interval_too():
             for v, xs in (("a", a), ("b", b)) for i, x in enumerate(xs)]
     out = stats.analyse(runs, ["a", "b"], ["hot"], metrics=("wall_s",))["comparisons"][0]
     assert out["verdict"] == "no change" and out["improved"] is None
-    assert any("paired" in w for w in out["warnings"])
+    # enough rounds pair: the paired test decides (and its interval is the one shown)
+    assert out["test"] == "paired t, log" and out["paired"] and out["ci_low"] < 1 < out["ci_high"]
+    assert out["p_welch"] < 0.05 < out["p_value"]
+    # without pairing (disturbed runs left most rounds unpaired) the paired interval still vetoes
+    few = [r for r in runs if not (r["variant"] == "b" and r["round"] % 10)]
+    few += [{**r, "round": 1000 + r["round"]} for r in runs if r["variant"] == "b" and r["round"] % 10]
+    out = stats.analyse(few, ["a", "b"], ["hot"], metrics=("wall_s",))["comparisons"][0]
+    assert out["test"] == "Welch t, log" and out["n_pairs"] == 10
     # a real, consistent change survives both intervals
     runs = [{"variant": v, "state": "hot", "round": i, "seq": i, "wall_s": x * (1.2 if v == "b" else 1.0)}
             for v in "ab" for i, x in enumerate(np.linspace(1, 1.05, 10))]

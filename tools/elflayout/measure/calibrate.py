@@ -11,7 +11,7 @@ change a two-sided Welch test detects with 80% power at that n and noise, at the
 the multiplicity correction of a file of that shape uses (statsmodels.stats.power).
 
 Steps:
-1. run the A/A session (``elflayout measure``'s library path, in process);
+1. run the A/A session (``measure.session``, in process, as ``elflayout measure`` would);
 2. compare a2 against a exactly as ``elflayout compare`` does (Welch on log times, exact
    or Welch counts, Holm across the file): any alarm is a false alarm, and says the
    machine's noise is not stationary (another job started, thermal state...);
@@ -28,24 +28,20 @@ from elflayout.measure import stats
 A, A2 = "a", "a2"
 
 
-def measure_argv(command: str, runs: int, states, files, out, seed: int = 0, extra=()) -> list[str]:
-    """Arguments of the A/A ``elflayout measure`` session."""
-    argv = ["--name", A, command, "--name", A2, command, "--runs", str(runs), "--seed", str(seed),
-            "-o", str(out), "--force"]
-    for s in states:
-        argv += ["--state", s]
-    if files:
-        argv += ["--files", *map(str, files)]
-    return argv + list(extra)
+def aa_plan(base, command: str, runs: int, states, files, seed: int = 0):
+    """The A/A session: ``base`` (a session.MeasurePlan carrying the controls) measuring
+    ``command`` under two names."""
+    import dataclasses
+
+    return dataclasses.replace(base, variants=[(A, command), (A2, command)], runs=runs, states=list(states),
+                               files=list(map(str, files)), seed=seed)
 
 
-def run_session(argv: list[str], quiet: bool = False) -> None:
-    """Run ``elflayout measure`` in process with these arguments (its results file is the output)."""
-    from elflayout.cli import verb_parser
+def measure(plan, on_event=None) -> dict:
+    """Run the A/A session (measure.session, in process); the results document."""
+    from elflayout.measure import session
 
-    p, mod = verb_parser("measure")
-    args = p.parse_args(argv + (["--quiet"] if quiet else []))
-    mod.run(args)
+    return session.measure(plan, on_event)
 
 
 def analyse(doc: dict, target_effect: float = 0.05, primary=stats.DEFAULT_PRIMARY) -> dict:

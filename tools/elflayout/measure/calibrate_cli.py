@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
+import sys
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
@@ -39,11 +38,41 @@ def add_arguments(p):
     p.add_argument("--target-effect", default="5%", metavar="PCT", help="the change to detect (default 5%%)")
     p.add_argument("--seed", type=int, default=0, help="seed of the run order (default 0)")
     p.add_argument("--measure-arg", action="append", default=[], metavar="ARG",
-                   help="pass an option to measure (repeatable), e.g. --measure-arg=--no-aslr")
+                   help="an option of 'elflayout measure' for the session (repeatable), e.g. "
+                        "--measure-arg=--no-aslr --measure-arg=--pin=1")
     p.add_argument("-o", "--output", help="keep the A/A results file here")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.add_argument("--json", action="store_true", help="the calibration as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress from the measurement")
+
+
+def base_plan(measure_args: list[str]):
+    """A session.MeasurePlan carrying the controls given as 'elflayout measure' options."""
+    from elflayout.cli import verb_parser
+    from elflayout.measure.cli import plan_of
+
+    p, _ = verb_parser("measure")
+    for a in measure_args:
+        if a.split("=", 1)[0] in ("--name", "--runs", "--state", "--files", "-o", "--output", "--seed"):
+            raise ElflayoutError(f"--measure-arg {a}: set by this verb itself")
+    try:
+        ns = p.parse_args(["--name", "x", "true", "-o", "unused.json", *measure_args])
+    except SystemExit:
+        raise ElflayoutError(f"--measure-arg: not valid options of elflayout measure: {' '.join(measure_args)}") from None
+    return plan_of(ns)
+
+
+def _progress(quiet: bool):
+    def on_event(kind, info):
+        if quiet:
+            return
+        if kind in ("note", "warning"):
+            print(f"  {kind}: {info['message']}", file=sys.stderr)
+        elif kind == "lock":
+            print(f"  waiting for another measurement session ({info.get('waiting_for')})", file=sys.stderr)
+        elif kind == "run":
+            print(f"\r  run {info.get('seq', 0) + 1}", end="", file=sys.stderr, flush=True)
+    return on_event
 
 
 def run(args) -> int:
@@ -61,12 +90,13 @@ def run(args) -> int:
         if args.runs < 2:
             raise ElflayoutError(f"--runs: an A/A calibration needs at least 2 rounds (got {args.runs})")
         out = fileio.check_output(args.output, force=args.force) if args.output else None
-        with tempfile.TemporaryDirectory(prefix="elflayout-calibrate-") as td:
-            path = out or Path(td) / "aa.json"
-            calibrate.run_session(calibrate.measure_argv(args.command, args.runs, args.state or ["selective", "hot"],
-                                                         args.files, path, args.seed, args.measure_arg),
-                                  quiet=True if args.json else args.quiet)
-            doc = model.load(path)
+        plan = calibrate.aa_plan(base_plan(args.measure_arg), args.command, args.runs,
+                                 args.state or ["selective", "hot"], args.files, args.seed)
+        doc = calibrate.measure(plan, _progress(args.quiet or args.json))
+        if not (args.quiet or args.json):
+            print(file=sys.stderr)
+        if out:
+            fileio.dump_json(doc, out)
     try:
         cal = calibrate.analyse(doc, effect)
     except ValueError as e:

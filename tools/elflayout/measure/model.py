@@ -280,20 +280,18 @@ def markdown(doc: dict) -> str:
                      f"| {_fmt(s['sd'], m)} | {cov} | {_fmt(s['min'], m)} | {_fmt(s['max'], m)} "
                      f"| [{_fmt(s['ci_low'], m)}, {_fmt(s['ci_high'], m)}] |")
     if doc.get("comparisons"):
-        lines += ["", "| b vs a | state | metric | ratio b/a | 95% CI | paired ratio [95% CI] | diff | test | p "
-                      "| p (Holm) | MDE (80% power) | p (B–F) | verdict |",
-                  "|---|---|---|---:|---|---|---:|---|---:|---:|---:|---:|---|"]
+        lines += ["", "| b vs a | state | metric | ratio b/a | 95% CI | diff | test | p | p (Holm) "
+                      "| MDE (80% power) | p (B–F) | verdict |",
+                  "|---|---|---|---:|---|---:|---|---:|---:|---:|---:|---|"]
         for c in doc["comparisons"]:
             m = c["metric"]
             p = lambda x: "–" if x is None else f"{x:.3g}"  # noqa: E731
             ci = "–" if c.get("ci_low") is None else f"[{c['ci_low']:.4f}, {c['ci_high']:.4f}]"
             ratio = "–" if c.get("ratio") is None else f"{c['ratio']:.4f}"
-            pr = ("–" if c.get("paired_ci_low") is None else
-                  f"{c['paired_ratio']:.4f} [{c['paired_ci_low']:.4f}, {c['paired_ci_high']:.4f}]")
             mde = "–" if c.get("mde") is None else f"{c['mde'] * 100:.1f}%" + (
                 f" (n={c['runs_needed']} for target)" if c.get("runs_needed") else "")
             star = " (primary)" if c.get("primary") else ""
-            lines.append(f"| {c['b']} vs {c['a']} | {c['state']} | {m}{star} | {ratio} | {ci} | {pr} "
+            lines.append(f"| {c['b']} vs {c['a']} | {c['state']} | {m}{star} | {ratio} | {ci} "
                          f"| {_fmt(c.get('diff'), m)} | {c.get('test') or '–'} | {p(c.get('p_value'))} "
                          f"| {p(c.get('p_adjusted'))} | {mde} | {p(c.get('p_brown_forsythe'))} "
                          f"| **{c.get('verdict')}** |")

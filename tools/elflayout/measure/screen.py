@@ -95,24 +95,34 @@ def design(k: int, full: bool = False) -> tuple[np.ndarray, dict]:
                "interactions": res >= 5}
 
 
-def point_setup(factors: list[Factor], coded, command: str) -> tuple[str, list[str], dict]:
-    """(command, extra measure arguments, levels) of one design point."""
+def point_setup(factors: list[Factor], coded, command: str) -> tuple[str, dict, dict]:
+    """(command, control settings of session.MeasurePlan, levels) of one design point."""
     levels = {f.name: (f.high if c > 0 else f.low) for f, c in zip(factors, coded)}
-    extra = []
+    controls = {}
     cmd = command
     for f in factors:
         v = levels[f.name]
         if f.name == "aslr":
-            extra += ["--no-aslr"] if v == "off" else []
+            controls["no_aslr"] = v == "off"
         elif f.name == "read_ahead_kb":
-            extra += ["--read-ahead-kb", v]
+            controls["read_ahead_kb"] = int(v)
         elif f.name == "pin":
-            extra += [] if v == "none" else ["--pin", v]
+            controls["pin"] = None if v == "none" else [int(v)]
         elif f.name == "storage":
-            extra += [] if v == "none" else ["--storage", v]
+            controls["storage"] = None if v == "none" else v
         else:
             cmd = cmd.replace("{" + f.name + "}", v)
-    return cmd, extra, levels
+    return cmd, controls, levels
+
+
+def point_plan(base, factors: list[Factor], coded, command: str, name: str, runs: int, states, files, seed: int):
+    """The measure session (session.MeasurePlan) of one design point: ``base``'s controls,
+    overridden by the factors' levels."""
+    import dataclasses
+
+    cmd, controls, _ = point_setup(factors, coded, command)
+    return dataclasses.replace(base, variants=[(name, cmd)], runs=runs, states=list(states),
+                               files=list(map(str, files)), seed=seed, **controls)
 
 
 def check_command(factors: list[Factor], command: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,14 +45,15 @@ def add_arguments(p):
     p.add_argument("--full", action="store_true", help="the full 2^k design even for 5 or more factors")
     p.add_argument("--seed", type=int, default=0, help="seed of the run order (default 0)")
     p.add_argument("--measure-arg", action="append", default=[], metavar="ARG",
-                   help="pass an option to every measure session (repeatable)")
+                   help="an option of 'elflayout measure' for every session (repeatable), e.g. "
+                        "--measure-arg=--census=none")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
     p.add_argument("--force", action="store_true", help="write into an existing non-empty directory")
 
 
 def run(args) -> int:
-    from elflayout.measure import model, screen, stats
-    from elflayout.measure.calibrate import run_session
+    from elflayout.measure import screen, session, stats
+    from elflayout.measure.calibrate_cli import base_plan
 
     if not args.command or not args.command.strip():
         raise ElflayoutError("screen: name the command after the options: -- 'CMD'")
@@ -73,25 +73,22 @@ def run(args) -> int:
     out = Path(args.output)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not args.force)):
         raise ElflayoutError(f"{out}: exists and is not an empty directory (use --force to write into it)")
+    base = base_plan(args.measure_arg)
     x, props = screen.design(len(factors), args.full)
     order = screen.run_order(len(x), args.replicates, args.seed)
     print(f"screen: {len(factors)} factors, {props['kind']} design, {len(x)} points x {args.replicates} "
           f"replicate(s) x {args.runs} rounds = {len(order)} measure sessions", file=sys.stderr)
     runs, t0 = [], time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="elflayout-screen-") as td:
-        for i, (rep, p) in enumerate(order):
-            cmd, extra, levels = screen.point_setup(factors, x[p], args.command)
-            lv = " ".join(f"{k}={v}" for k, v in levels.items())
-            print(f"  [{i + 1}/{len(order)}] {screen.point_name(p)} {lv}  ({time.monotonic() - t0:.0f} s)",
-                  file=sys.stderr, flush=True)
-            f = Path(td) / f"s{i}.json"
-            argv = ["--name", screen.point_name(p), cmd, "--runs", str(args.runs), "--seed", str(args.seed + i),
-                    "-o", str(f), "--force", "--quiet", *sum((["--state", s] for s in states), []),
-                    *(["--files", *args.files] if args.files else []), *extra, *args.measure_arg]
-            run_session(argv)
-            doc = model.load(f)
-            for r in doc["runs"]:
-                runs.append({**r, "point": int(p), "replicate": rep, "session": i})
+    for i, (rep, p) in enumerate(order):
+        _, _, levels = screen.point_setup(factors, x[p], args.command)
+        lv = " ".join(f"{k}={v}" for k, v in levels.items())
+        print(f"  [{i + 1}/{len(order)}] {screen.point_name(p)} {lv}  ({time.monotonic() - t0:.0f} s)",
+              file=sys.stderr, flush=True)
+        plan = screen.point_plan(base, factors, x[p], args.command, screen.point_name(p), args.runs, states,
+                                 args.files, args.seed + i)
+        doc = session.measure(plan)
+        for r in doc["runs"]:
+            runs.append({**r, "point": int(p), "replicate": rep, "session": i})
     analysis = [screen.fit_effects(runs, factors, x, props, m, s, clustered=args.replicates > 1)
                 for m in metrics for s in states]
     result = fileio.envelope("screen", 1, {"command": args.command, "states": states, "runs": args.runs,

@@ -244,8 +244,16 @@ def compare(a, b, metric: str, seed=0, pairs=None, min_time_runs: int = MIN_TIME
     is_time = metric in TIME_METRICS
     both_const = bool(min(len(a), len(b)) >= 2 and np.ptp(a) == 0 and np.ptp(b) == 0)
     log = is_time and bool((a > 0).all() and (b > 0).all())
-    t = t_test(a, b, log=log)
-    raw = t_test(a, b, log=False) if log else t
+    welch = t_test(a, b, log=log)
+    raw = t_test(a, b, log=False) if log else welch
+    # Times: the paired test on per-round log ratios decides when enough rounds pair
+    # (the coverage study: it holds its level, and load shared by a round cancels);
+    # else Welch on logs (conservative when the rounds are correlated).
+    pa, pb = (np.asarray(pairs[0], float), np.asarray(pairs[1], float)) if pairs is not None else ((), ())
+    paired = (is_time and log and len(pa) >= min_time_runs and bool((pa > 0).all() and (pb > 0).all()))
+    t = t_test(pa, pb, log=True, paired=True) if paired else welch
+    if paired and t is None:
+        paired, t = False, welch
     ratio = mb / ma if ma else None
     rlo = rhi = None
     if log and t:  # ratio of geometric means and its interval
@@ -257,12 +265,12 @@ def compare(a, b, metric: str, seed=0, pairs=None, min_time_runs: int = MIN_TIME
     dlo, dhi = (raw["lo"], raw["hi"]) if raw else (diff, diff) if both_const else (None, None)
     p_mwu = _p(ss.mannwhitneyu, a, b, alternative="two-sided")
     p_bf = None if both_const or min(len(a), len(b)) < 2 else _p(ss.levene, a, b, center="median")
-    n = min(len(a), len(b))
-    if n < MIN_RUNS:
+    n = len(pa) if paired else min(len(a), len(b))
+    if min(len(a), len(b)) < MIN_RUNS:
         warn.append(f"fewer than {MIN_RUNS} runs per side ({len(a)} and {len(b)}): the verdict is not reliable")
     deterministic = (not is_time) and both_const
     test = ("exact (deterministic)" if deterministic else None if t is None else
-            ("Welch t, log" if log else "Welch t"))
+            ("paired t, log" if paired else "Welch t, log" if log else "Welch t"))
     if deterministic:
         changed = abs(diff) > COUNT_FLOOR
         verdict = ("more" if diff > 0 else "fewer") if changed else "no change"
@@ -282,10 +290,10 @@ def compare(a, b, metric: str, seed=0, pairs=None, min_time_runs: int = MIN_TIME
                 "diff": diff, "diff_ci_low": _f(dlo), "diff_ci_high": _f(dhi),
                 "ci_method": "t, log scale" if log and t else "t" if raw else "exact" if both_const else None,
                 "test": test, "p_value": _f(t["p"]) if t and not deterministic else None,
-                "p_welch": _f(t["p"]) if t and not deterministic else None,
+                "p_welch": _f(welch["p"]) if welch and not deterministic else None,
                 "p_mwu": p_mwu, "p_brown_forsythe": p_bf, "verdict": verdict,
                 "improved": (diff < 0) if changed else None, "deterministic": deterministic,
-                "noise_sd": _f(t["sd"]) if t else None, "log_scale": log, "warnings": warn})
+                "noise_sd": _f(t["sd"]) if t else None, "log_scale": log, "paired": paired, "warnings": warn})
     if pairs is not None:
         out.update(paired_ratio(*pairs, seed))
     return out
@@ -366,14 +374,15 @@ def adjust(comparisons: list[dict], alpha: float = ALPHA, primary=DEFAULT_PRIMAR
             c["improved"] = (c["diff"] < 0) if changed else None
         sd, scale = c.get("noise_sd"), c.get("log_scale")
         if sd is not None and not c.get("deterministic") and c.get("n_a", 0) >= 2:
-            d = mde(sd, c["n_a"], c["n_b"], level)
+            n_a, n_b = (c["n_pairs"], c["n_pairs"]) if c.get("paired") else (c["n_a"], c["n_b"])
+            d = mde(sd, n_a, n_b, level, paired=bool(c.get("paired")))
             rel = (math.expm1(d) if scale else d / abs(c["mean_a"]) if c.get("mean_a") else None) if d else None
             c["mde"] = _f(rel)
         else:
             c["mde"] = None
         if target_effect and sd is not None and not c.get("deterministic"):
             eff = math.log1p(target_effect) if scale else (target_effect * abs(c["mean_a"]) if c.get("mean_a") else None)
-            c["runs_needed"] = runs_needed(eff, sd, level) if eff else None
+            c["runs_needed"] = runs_needed(eff, sd, level, paired=bool(c.get("paired"))) if eff else None
     return {"method": "holm", "alpha": alpha, "comparisons": len(comparisons), "tested": m,
             "tested_if_enough": sum(1 for c in comparisons if c.get("p_value") is not None),
             "exact": sum(1 for c in comparisons if c.get("deterministic")),
