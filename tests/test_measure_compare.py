@@ -78,9 +78,10 @@ def test_compare_says_how_many_comparisons_and_power(tmp_path):
     mu = j["multiplicity"]
     assert mu["comparisons"] == len(j["comparisons"]) == 12 and mu["method"] == "holm"
     assert mu["target_effect"] == 0.05
-    # 5 runs per side: no time verdict, but the noise, the MDE and the runs needed are given
+    # 5 runs per side of a noisy time: no change, with the MDE and the runs needed for 5%
     w = next(c for c in j["comparisons"] if c["metric"] == "wall_s" and c["state"] == "selective")
-    assert w["verdict"] == "too few runs" and w["mde"] > 0 and w["runs_needed"] > 5 and w["primary"]
+    assert w["verdict"] == "no change" and w["mde"] > 0.05 and w["runs_needed"] > 5 and w["primary"]
+    assert w["test"] == "paired t, log" and w["p_adjusted"] >= w["p_value"]
     csv_text = run_cli("compare", EXAMPLE, "--csv", check=0).stdout
     assert "comparisons,tested" in csv_text
     assert "METRIC:STATE" in run_cli("compare", EXAMPLE, "--primary", "wall", check=2).stderr

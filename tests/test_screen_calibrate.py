@@ -110,11 +110,11 @@ def test_calibrate_from_results():
 
 @needs_root
 def test_calibrate_runs_an_aa_session(tmp_path):
-    r = run_cli("calibrate", "/usr/bin/true", "--state", "hot", "--files", "/usr/bin/true", "--runs", "4",
+    r = run_cli("calibrate", "/usr/bin/true", "--state", "hot", "--files", "/usr/bin/true", "--runs", "3",
                 "--measure-arg=--census=none", "--measure-arg=--read-ahead-kb=-1", "--json",
                 "-o", tmp_path / "aa.json", check=0)
     cal = json.loads(r.stdout)
     assert cal["variants"] == ["a", "a2"] and cal["multiplicity"]["comparisons"] == 6
     w = next(x for x in cal["rows"] if x["metric"] == "wall_s")
-    assert w["n"] == 4 and w["verdict"] == "too few runs" and w["noise_sd"] > 0 and w["runs_needed"] >= 2
+    assert w["n"] == 3 and w["verdict"] == "too few runs" and w["noise_sd"] > 0 and w["runs_needed"] >= 2
     assert (tmp_path / "aa.json").exists()

@@ -51,7 +51,7 @@ METRICS = TIME_METRICS + COUNT_METRICS
 TIME_FLOOR = 0.01  # relative: 1% of the baseline mean
 COUNT_FLOOR = 0.0  # absolute: any interval-backed change in a deterministic count
 MIN_RUNS = 4  # below this per side, intervals and tests are not worth much (warning)
-MIN_TIME_RUNS = 10  # no time verdict below this per side: see bench/bench_verdicts.py
+MIN_TIME_RUNS = 4  # no time verdict below this per side: the coverage study of bench/bench_verdicts.py
 ALPHA = 0.05
 POWER = 0.80
 DEFAULT_PRIMARY = (("pages_read", "selective"), ("wall_s", "selective"))
@@ -178,6 +178,16 @@ def t_test(a, b, log: bool, paired: bool = False) -> dict | None:
         return None
     return {"p": float(r.pvalue), "lo": float(ci.low), "hi": float(ci.high), "sd": sd, "df": float(r.df),
             "point": float(np.mean(b) - np.mean(a))}
+
+
+def t_intervals(la, lb, paired: bool):
+    """Vectorised ``t_test`` for studies: rows of log values (k x n arrays, no degenerate
+    rows) -> (lo, hi, p) arrays of the 95% interval of mean(lb) - mean(la) per row."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = ss.ttest_rel(lb, la, axis=-1) if paired else ss.ttest_ind(lb, la, equal_var=False, axis=-1)
+        ci = r.confidence_interval(CONFIDENCE)
+    return np.asarray(ci.low), np.asarray(ci.high), np.asarray(r.pvalue)
 
 
 @functools.lru_cache(maxsize=4096)
