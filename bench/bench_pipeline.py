@@ -438,6 +438,12 @@ def bench_python(runs: int) -> dict:
     print(f"  relinks: libpython.prepare(linker) and libpython.prepare(linker, object_order=<{objs.name}>) "
           f"for {', '.join(linkers)} (elflayout.targets, cached)", flush=True)
     ordered = {lk: libpython.prepare(lk, object_order=order) for lk in linkers}
+    # Function order on the same objects after `elflayout split` (docs/splitting.md).
+    lorder = w / "python.split.lld"
+    cli("order", prof, "--format", "lld", "--lib", lld["lib"], "--objects-from", lld["map"], "-o", lorder, "--force")
+    sextra = [f"--symbol-ordering-file={hashed_copy(lorder)}", "--no-warn-symbol-ordering"]
+    print(f"  relink: libpython.prepare(\"lld\", split=True, extra_link_args={sextra})", flush=True)
+    split = libpython.prepare("lld", split=True, extra_link_args=sextra)
     variants = {}
     for lk in linkers:
         b, o = base[lk], ordered[lk]
@@ -448,6 +454,9 @@ def bench_python(runs: int) -> dict:
         variants[f"packed {lk}"] = (p, variant_cmd(p.parent, [b["launcher"], "-c", IMPORTS], env))
         op = pack(o["lib"], w / "libs" / f"ordered-packed-{lk}")
         variants[f"ordered+packed {lk}"] = (op, variant_cmd(op.parent, [o["launcher"], "-c", IMPORTS], env))
+    sp = pack(split["lib"], w / "libs" / "split-ordered-packed-lld")
+    variants["split+function order+packed lld"] = (
+        sp, variant_cmd(sp.parent, [split["launcher"], "-c", IMPORTS], split["env"]))
     doc = measure(w / "python.results.json", variants, runs)
     summ = summarise(doc, {n: lib for n, (lib, _) in variants.items()})
     lim = physical_limit(profile_target(prof), lld["lib"])

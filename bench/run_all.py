@@ -67,6 +67,15 @@ BENCHES = [
           "order speed", RA_SET),
     Bench("pack", "bench_pack.py", ("--runs", "3"),
           "Relocation packing: pack-relocs speed on libLLVM-16, pages read before/after packing", RA_SET),
+    Bench("fuzz", "bench_fuzz.py", ("--count", "10000"),
+          "Damaged-input fuzzing of inspect/relocs/pack-relocs --check: refusals, internal errors, accepted "
+          "outputs compared after real loads (about 20 min)", "not relevant (warm page cache)"),
+    Bench("pack_forms", "bench_pack_forms.py", ("--runs", "5"),
+          "Packed forms for old and new glibc: pages read by Debian 11's llc-11 through libLLVM-11 packed relr vs "
+          "self (vs original)", RA_SET),
+    Bench("pack_sweep", "bench_pack_sweep.py", (),
+          "pack-relocs --check over every library in /usr/lib/x86_64-linux-gnu: packed, refused (reasons), "
+          "check failures (about 12 min)", "not relevant (warm page cache)"),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
     Bench("inspect", "bench_inspect.py", ("--runs", "5"),
@@ -74,6 +83,9 @@ BENCHES = [
     Bench("profile", "bench_profile.py", ("-n", "5"),
           "Profiler overhead: valgrind backend vs valgrind --tool=none, trace backend vs native",
           "not relevant (warm page cache)"),
+    Bench("split", "bench_split.py", ("--runs", "3", "--regrtest"),
+          "elflayout split on libpython3.11-pic.a: split time, --check with three linkers, function order on "
+          "the split objects with lld/gold/GNU ld (pages read), CPython's regression tests through it", RA_SET),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),

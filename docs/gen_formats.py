@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["conventions", "inspect", "split", "profile", "order", "relocs", "results", "history"]
+ORDER = ["conventions", "inspect", "split", "profile", "order", "relocs", "results", "history", "preload-plan"]
 
 HEADER = """# File formats
 

@@ -15,6 +15,7 @@ APT_PACKAGES=(
   fuse3 libfuse3-dev pkg-config                     # slow-storage emulation
   chromium sqlite3 file                             # report rendering test, history db
   postgresql                                        # history in PostgreSQL (tests start a private server)
+  debootstrap                                       # a Debian 11 root (glibc 2.31) for pack-relocs tests
 )
 
 need=()
@@ -42,8 +43,8 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   touch "$stamp"
 fi
 
-# The C parts: the valgrind tool (out of tree) and the FUSE slow-storage server.
-for d in tools/firsttouch tools/slowfs; do
+# The C parts: the valgrind tool (out of tree), the FUSE slow-storage server, the preloader.
+for d in tools/firsttouch tools/slowfs tools/preload; do
   [ -f "$d/Makefile" ] && make -s -C "$d"
 done
 

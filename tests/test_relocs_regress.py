@@ -149,3 +149,95 @@ def test_enospc_names_the_output(bfd, tmp_path):
         assert not list(mnt.iterdir())
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+NO_LIBC = r"""
+#include <math.h>
+static const char *names[] = {"a", "bb", "ccc", "dddd", "eeeee", "ffffff", "ggggggg", "hhhhhhhh"};
+static double (*fns[])(double) = {cos, sin, tan, cos};
+double nolibc_sum(double x) { double s = 0; for (int i = 0; i < 4; i++) s += fns[i](x) + names[i][0]; return s; }
+"""
+
+
+def test_library_without_libc_needed_packs_and_loads_without_the_version_need(tmp_path):
+    """libabsl_*-like: DT_NEEDED libm.so.6 only (versioned), no libc.so.6. glibc requires
+    GLIBC_ABI_DT_RELR only with a DT_NEEDED libc.so.*: the output loads without it, and
+    --check must accept it (a real load proves it)."""
+    need_tool("gcc")
+    (tmp_path / "n.c").write_text(NO_LIBC)
+    lib = tmp_path / "libnolibc.so"
+    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", "-nostdlib", str(tmp_path / "n.c"), "-o", str(lib), "-lm"],
+                   check=True)
+    with simload.Loaded(lib) as ld:
+        needed = ld.needed()
+    assert b"libm.so.6" in needed and not any(n.startswith(b"libc.so.") for n in needed)
+    out = tmp_path / "out" / lib.name
+    out.parent.mkdir()
+    st = json.loads(run_cli("pack-relocs", lib, "-o", out, "--check", "--json", check=0).stdout)
+    assert st["version_need"].startswith("not needed") and st["check"]["real_load"]["equal"]
+    assert simload.dlopen_check(out) is None
+
+
+def test_relr_without_the_need_is_refused_by_glibc_when_libc_is_needed(bfd, tmp_path):
+    """The other half of the rule, shown with a real load: remove the need from a packed
+    library that needs libc.so.6 and glibc refuses it; the checker says so too."""
+    out = tmp_path / "p.so"
+    pack.pack(bfd["lib"], out)
+    b = bytearray(out.read_bytes())
+    with elfcore.ElfImage(out) as img:
+        vr = img.section(".gnu.version_r")
+    # Turn the need into a weak need of another name: no missing-version error, no need.
+    other = b"GLIBC_ABI_DT_RELX"
+    i = b.find(b"GLIBC_ABI_DT_RELR\0")
+    b[i:i + len(other)] = other
+    off, n = vr.offset, 0
+    while True:  # Verneed chain, then each Vernaux chain (glibc elf.h layouts)
+        _, cnt, _, aux, nxt = L.VERNEED.unpack_from(b, off)
+        a = off + aux
+        for _ in range(cnt):
+            h, fl, ot, name, anext = L.VERNAUX.unpack_from(b, a)
+            if h == pack.GLIBC_ABI_DT_RELR_HASH:
+                L.VERNAUX.pack_into(b, a, L.elf_hash(other), fl | 2, ot, name, anext)  # 2: VER_FLG_WEAK
+                n += 1
+            a += anext
+        if not nxt:
+            break
+        off += nxt
+    assert n == 1
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(bytes(b))
+    assert "DT_RELR without GLIBC_ABI_DT_RELR dependency" in (simload.dlopen_check(bad) or "")
+    assert simload.compare(bfd["lib"], bad)["table_problems"]  # the checker refuses it too
+
+
+def test_version_index_beyond_the_known_versions_is_refused(bfd, tmp_path):
+    """ld.so reads l_versions[index] past its end for such a symbol, and the version need
+    the packer adds changes what it reads: the input's behaviour is undefined, refuse it."""
+    src = tmp_path / "libt.so"
+    shutil.copy(bfd["lib"], src)
+    with elfcore.ElfImage(src) as img:
+        vs = img.section(".gnu.version")
+    b = bytearray(src.read_bytes())
+    k = vs.offset + 2 * (vs.size // 2 - 1)
+    b[k:k + 2] = (112).to_bytes(2, "little")
+    src.write_bytes(bytes(b))
+    r = run_cli("pack-relocs", src, "-o", tmp_path / "out.so", check=2)
+    assert "version index 112" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_writable_first_segment_compares_tables_field_by_field(bfd, tmp_path):
+    """A first PT_LOAD flagged writable holds the ELF header and the dynamic-linking tables
+    the packer rewrites: the real-load comparison leaves them to compare_tables, as the
+    simulated one does, instead of calling the output different."""
+    src = tmp_path / "libt.so"
+    shutil.copy(bfd["lib"], src)
+    with elfcore.ElfImage(src) as img:
+        phoff = img.elf.header["e_phoff"]
+        k = next(s.index for s in img.segments if s.type == "PT_LOAD")
+    b = bytearray(src.read_bytes())
+    at = phoff + k * L.PHDR64.itemsize + L.field_offset(L.PHDR64, "p_flags")
+    b[at] |= L.PF_W
+    src.write_bytes(bytes(b))
+    out = tmp_path / "out.so"
+    st = json.loads(run_cli("pack-relocs", src, "-o", out, "--check", "--json", check=0).stdout)
+    assert st["check"]["real_load"]["equal"]

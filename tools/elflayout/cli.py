@@ -46,6 +46,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "plot": ("elflayout.report.plot_cli", "access-pattern and timing plots of results or profiles"),
     "report": ("elflayout.report.cli", "self-contained HTML report of results and profiles"),
     "storage": ("elflayout.storage.cli", "serve a directory through an emulated slow disk (FUSE)"),
+    "preload": ("elflayout.preload.cli", "plan and apply startup preloading for libraries you cannot relink"),
     "demo": ("elflayout.demo", "run the whole pipeline on the bundled example"),
 }
 

@@ -82,19 +82,21 @@ def _lib_variant(d: Demo, name: str, lib: Path) -> Path:
     return target
 
 
-def _relink_python(d: Demo, base: dict, profile: Path, linker: str, fmt: str) -> Path:
-    """Relink libpython with the profile's ordering through `elflayout link`."""
-    outdir = d.out / "libs" / f"ordered-{linker}"
+def _relink_python(d: Demo, base: dict, profile: Path, linker: str, fmt: str, split: bool = False) -> Path:
+    """Relink libpython with the profile's ordering through `elflayout link` (``split``:
+    `link --split`, the objects get one section per function first)."""
+    outdir = d.out / "libs" / f"{'split-' if split else ''}ordered-{linker}"
     outdir.mkdir(parents=True, exist_ok=True)
     lib = outdir / base["lib"].name
     cmd = list(base["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(lib)
     cmd = [c.replace(str(base["map"]), str(outdir / (lib.name + ".map"))) for c in cmd]
-    keep = d.out / f"order-{linker}.{ 'txt' if fmt == 'objects' else fmt}"
-    # Debian's objects are built without -ffunction-sections: the object order is the
-    # lever, so do not demand function-level order from check-order.
-    d.el("link", "--profile", profile, "--linker", linker, "--format", fmt, "--objects-from", base["map"],
-         "--keep-order-file", keep, "--force", "--min-order", "0", "--", *cmd)
+    keep = d.out / f"order-{'split-' if split else ''}{linker}.{ 'txt' if fmt == 'objects' else fmt}"
+    # Debian's objects are built without -ffunction-sections: without --split the object
+    # order is the lever, so do not demand function-level order from check-order.
+    d.el("link", *(["--split"] if split else []), "--profile", profile, "--linker", linker, "--format", fmt,
+         "--objects-from", base["map"], "--keep-order-file", keep, "--force",
+         *([] if split else ["--min-order", "0"]), "--", *cmd)
     return lib
 
 
@@ -161,6 +163,9 @@ def run_python(d: Demo, args) -> tuple[Path, Path]:
                "bfd": _relink_python(d, base["bfd"], prof, "bfd", "objects")}
     d.el("check-order", ordered["lld"], "--profile", prof, check=False)
 
+    d.head("split the objects (one section per function and data object) and relink in function order")
+    split_lld = _relink_python(d, lld, prof, "lld", "lld", split=True)
+
     d.head("pack relocations (RELATIVE -> DT_RELR), proved equivalent")
     variants = {
         "baseline": _lib_variant(d, "baseline", lld["lib"]),
@@ -168,6 +173,7 @@ def run_python(d: Demo, args) -> tuple[Path, Path]:
         "packed": _pack(d, lld["lib"], "packed"),
         "ordered+packed": _pack(d, ordered["lld"], "ordered-packed"),
         "ordered-bfd+packed": _pack(d, ordered["bfd"], "ordered-bfd-packed"),
+        "split+function order+packed": _pack(d, split_lld, "split-ordered-packed"),
     }
 
     d.head("measure: interleaved rounds, pages read per library (tracefs), read_ahead_kb 128")

@@ -98,6 +98,10 @@ class ElfImage:
             if shend > self.size or phend > self.size:
                 raise ElflayoutError(f"{p}: truncated ELF file (headers end at {max(shend, phend)}, file has {self.size} bytes)")
             self.sections  # parse now so a damaged file fails here, in one place
+            for g in self.loads:
+                if g.offset + g.filesz > self.size:
+                    raise ElflayoutError(f"{p}: truncated or malformed ELF file (PT_LOAD at offset {g.offset:#x} "
+                                         f"ends at {g.offset + g.filesz}, file has {self.size} bytes)")
             for s in self.sections:
                 if s.occupies_file and s.offset + s.size > self.size:
                     raise ElflayoutError(
@@ -183,13 +187,16 @@ class ElfImage:
     @functools.cached_property
     def dynamic(self) -> list[tuple[str, int]]:
         """DT_* entries in file order as (tag name, value); unknown tags as 'DT_0x...'."""
-        for s in self.elf.iter_sections():
-            if s["sh_type"] == "SHT_DYNAMIC":
-                out = []
-                for t in s.iter_tags():
-                    tag = t.entry.d_tag
-                    out.append((tag if isinstance(tag, str) else f"DT_{tag:#x}", t.entry.d_val))
-                return out
+        try:
+            for s in self.elf.iter_sections():
+                if s["sh_type"] == "SHT_DYNAMIC":
+                    out = []
+                    for t in s.iter_tags():  # also resolves DT_NEEDED/DT_SONAME names: may fail
+                        tag = t.entry.d_tag
+                        out.append((tag if isinstance(tag, str) else f"DT_{tag:#x}", t.entry.d_val))
+                    return out
+        except (ELFError, ELFParseError, OSError, ValueError, OverflowError, UnicodeDecodeError) as e:
+            raise ElflayoutError(f"{self.path}: malformed dynamic section ({type(e).__name__}: {e})") from None
         return []
 
     def dt(self, tag: str) -> int | None:

@@ -19,7 +19,7 @@ import struct
 import numpy as np
 from elftools.elf.constants import P_FLAGS, SH_FLAGS
 from elftools.elf.enums import (ENUM_D_TAG_COMMON, ENUM_DT_FLAGS, ENUM_DT_FLAGS_1, ENUM_P_TYPE_BASE,
-                                ENUM_SH_TYPE_BASE, ENUM_ST_INFO_TYPE)
+                                ENUM_SH_TYPE_BASE, ENUM_ST_INFO_BIND, ENUM_ST_INFO_TYPE)
 from elftools.elf.hash import ELFHashTable
 
 # --- records (gABI field order and widths) ----------------------------------------------
@@ -87,7 +87,8 @@ SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = SH_FLAGS.SHF_WRITE, SH_FLAGS.SHF_ALLOC, SH
     "SHT_DYNAMIC", "SHT_NOTE", "SHT_NOBITS", "SHT_REL", "SHT_DYNSYM", "SHT_INIT_ARRAY", "SHT_RELR",
     "SHT_GNU_HASH", "SHT_GNU_verdef", "SHT_GNU_verneed", "SHT_GNU_versym")
 SHT_BY_NAME = {k: v for k, v in ENUM_SH_TYPE_BASE.items() if k.startswith("SHT_")}  # pyelftools' names
-STT_SECTION = ENUM_ST_INFO_TYPE["STT_SECTION"]
+STT_SECTION, STT_OBJECT = ENUM_ST_INFO_TYPE["STT_SECTION"], ENUM_ST_INFO_TYPE["STT_OBJECT"]
+STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
 # Dynamic-linking tables that hold no absolute address of themselves and are only found
 # through DT_* tags and section headers: safe to slide by a few bytes.
 MOVABLE_TYPES = {SHT_STRTAB, SHT_HASH, SHT_DYNSYM, SHT_GNU_HASH, SHT_GNU_VERDEF, SHT_GNU_VERNEED, SHT_GNU_VERSYM}

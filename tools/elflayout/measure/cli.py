@@ -34,6 +34,10 @@ examples:
       'chromium --headless --no-sandbox --user-data-dir=/tmp/p --screenshot=/tmp/x.png data:text/html,x' \\
       --census-under /usr/lib/chromium --runs 10 -o chromium.json
 
+  # with and without a startup preload plan (elflayout preload plan): adds 'llc+preload'
+  elflayout measure --name llc 'llc-16 --version' --files build/a/libLLVM-16.so.1 --storage hdd \
+      --preload plan.json --runs 5 -o preload.json
+
   elflayout compare results.json --markdown
   elflayout measure --restore     # after a session was killed with SIGKILL
 
@@ -79,6 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve the directories holding --files from an emulated slow disk (elflayout storage); "
                         "commands see the mounts as {mount0}, {mount1}... (one directory: {mount}, also put "
                         "first in LD_LIBRARY_PATH)")
+    p.add_argument("--preload", metavar="PLAN",
+                   help="also run each variant as NAME+preload, started by the preloader with this plan "
+                        "(elflayout preload plan; docs/preload.md)")
     p.add_argument("--census-under", action="append", default=[], metavar="DIR",
                    help="the census measures only files under DIR (repeatable; e.g. the application's own "
                         "directory); files outside are left warm and listed")
@@ -104,7 +111,7 @@ def plan_of(args) -> "MeasurePlan":
         read_ahead_kb=None if args.read_ahead_kb == -1 else args.read_ahead_kb, no_aslr=args.no_aslr, pin=args.pin,
         governor=args.governor, env=dict(e.split("=", 1) for e in args.env), census=args.census,
         census_under=list(args.census_under), retries=args.retries, timeout=args.timeout or None,
-        trace=not args.no_trace, storage=args.storage, argv=list(sys.argv))
+        trace=not args.no_trace, storage=args.storage, preload=args.preload, argv=list(sys.argv))
 
 
 def restore() -> int:

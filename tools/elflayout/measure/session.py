@@ -59,6 +59,7 @@ class MeasurePlan:
     timeout: float | None = 600
     trace: bool = True
     storage: str | None = None
+    preload: str | None = None  # a preload plan: each variant also runs as NAME+preload (elflayout.preload)
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
     def check(self) -> None:
@@ -107,6 +108,10 @@ class MeasurePlan:
             raise ElflayoutError(f"--read-ahead-kb: expected a positive size in KiB or -1 (got {self.read_ahead_kb})")
         if self.storage and not self.files:
             raise ElflayoutError("--storage needs --files: it serves the directories holding them")
+        if self.preload:
+            from elflayout.preload.runner import checked_text
+
+            checked_text(self.preload)
 
 
 def _cpu_model() -> str | None:
@@ -273,7 +278,12 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     plan.check()
     emit = on_event or (lambda kind, info: None)
     states = list(dict.fromkeys(plan.states))
-    variants = [Variant(n, c) for n, c in plan.variants]
+    pairs = plan.variants
+    if plan.preload:
+        from elflayout.preload.runner import measure_variants
+
+        pairs = measure_variants(pairs, plan.preload, plan.files, plan.storage)
+    variants = [Variant(n, c) for n, c in pairs]
     trace_why = "disabled by --no-trace" if not plan.trace else tracefs_status()
     notes = _notes(plan, trace_why)
     census_method = plan.census or ("drop" if "cold" in states else "evict")

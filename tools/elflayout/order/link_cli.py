@@ -29,6 +29,9 @@ examples:
       -- g++ -shared -fuse-ld=lld -o libLLVM-16.so.1 ...
   # direct linker invocation
   elflayout link --profile p.json --linker gold -- ld.gold -shared -o libx.so a.o b.o
+  # objects built without -ffunction-sections: split them first (docs/splitting.md)
+  elflayout link --split --profile py.json --linker lld -- gcc -shared -fuse-ld=lld -o libpy.so \
+      -Wl,--whole-archive libpython3.11-pic.a -Wl,--no-whole-archive -lm
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
 with INSERT, mold: object order. The link's own output and exit status pass through
@@ -61,6 +64,9 @@ def add_arguments(p) -> None:
     p.add_argument("--dynstr", action="store_true",
                    help="lld: also put the names ld.so reads first in .dynstr (-u/-y response file; needs the "
                         "profiled library, the profile's target path)")
+    p.add_argument("--split", action="store_true",
+                   help="first give the command's objects and .a archives one section per function and data "
+                        "object (elflayout split, into a temporary directory) and link those")
     p.add_argument("--force", action="store_true", help="replace --keep-order-file; use a profile of another build")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- LINK COMMAND ...")
 
@@ -134,6 +140,21 @@ def apply(parsed: dict, linker: str, fmt: str, text: str, order_file: Path) -> l
     raise ElflayoutError(f"--format {fmt}: unknown")
 
 
+def _split_command(parsed: dict, dest: Path) -> dict:
+    """The command with its object and archive arguments replaced by split copies."""
+    from elflayout.split.api import split_inputs
+
+    cmd = list(parsed["cmd"])
+    pos = [i for i, a in enumerate(cmd[1:], 1)
+           if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",)) and os.path.isfile(a)]
+    for k, i in enumerate(pos):
+        # One directory per input: two inputs may share a file name.
+        split_inputs([cmd[i]], dest / str(k))
+        cmd[i] = str(dest / str(k) / Path(cmd[i]).name)
+    print(f"elflayout: link: split {len(pos)} objects and archives into {dest}", file=sys.stderr)
+    return dict(parsed, cmd=cmd)
+
+
 def run(args) -> int:
     linker = args.linker
     fmt = DEFAULT_FORMAT[linker] if args.format == "auto" else args.format
@@ -143,6 +164,8 @@ def run(args) -> int:
                              "expand it on the command line")
     if fmt == "objects" and len(parsed["object_positions"]) < 2:
         raise ElflayoutError(f"{parsed['cmd'][0]}: fewer than two object files on the command line: nothing to reorder")
+    if args.split and fmt == "objects":
+        raise ElflayoutError("--split: an object order moves whole objects, so splitting them changes nothing")
     extras = [n for n, on in (("--data-script", args.data_script), ("--dynstr", args.dynstr)) if on]
     if extras and (linker != "lld" or fmt != "lld"):
         raise ElflayoutError(f"{extras[0]}: an lld companion (--linker lld, --format lld), not {linker}/{fmt}")
@@ -171,6 +194,8 @@ def run(args) -> int:
         from elflayout.fileio import atomic_write_text
 
         atomic_write_text(order_file, text)
+        if args.split:
+            parsed = _split_command(parsed, Path(td) / "split")
         cmd = apply(parsed, linker, fmt, text, order_file)
         wl = (lambda a: "-Wl," + a) if parsed["driver"] else (lambda a: a)
         if args.data_script:

@@ -106,7 +106,7 @@ def analyze(img: elfcore.ElfImage) -> dict:
     tgt = np.concatenate(all_targets) if all_targets else np.zeros(0, np.uint64)
     off = img.vaddr_to_offset(tgt) if tgt.size else np.zeros(0, np.int64)
     pg = off[off >= 0] // elfcore.PAGE
-    target_pages = np.flatnonzero(np.bincount(pg)) if pg.size else pg
+    target_pages = np.unique(pg)
     word = arch.word
     fileback = img.vaddr_to_offset(rel_offsets) >= 0 if rel_offsets.size else np.zeros(0, bool)
     packable = rel_offsets[(rel_offsets % word == 0) & fileback]

@@ -20,9 +20,11 @@ function below)
   2. Select and encode (``_select``): the packable relocations, their addends (stored
      in the target words by ``write_plan``: RELR means ``*where += base``) and their
      RELR encoding (elfcore.relr_encode: lld's greedy encoding).
-  3. Version need (``_version_need``): add ``GLIBC_ABI_DT_RELR`` under libc.so.6 (glibc
-     2.36 refuses a DT_RELR object that needs libc.so.6 versions without it) by
-     appending the name to .dynstr and a Vernaux to .gnu.version_r.
+  3. Version need (``_version_need``): add ``GLIBC_ABI_DT_RELR`` under libc.so.6 where
+     glibc >= 2.36 requires it (``glibc_requires_relr_need``: version needs and a
+     DT_NEEDED libc.so.*) by appending the name to .dynstr and a Vernaux to
+     .gnu.version_r. A .gnu.version naming an index beyond the versions the library
+     defines or needs is refused (``_check_versions``).
   4. Layout (``_layout``): slide the run forward into the space freed at the start of
      .rela.dyn (tables are found only through DT_* tags and section headers), then
      write the kept relocations and the RELR table into the old .rela.dyn space; zero
@@ -57,13 +59,25 @@ from elflayout import elfcore
 from elflayout import layouts as L
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_output
+from elflayout.relocs import selfapply
 from elflayout.relocs.arch import arch_of
 
 GLIBC_ABI_DT_RELR = b"GLIBC_ABI_DT_RELR"
 GLIBC_ABI_DT_RELR_HASH = L.elf_hash(GLIBC_ABI_DT_RELR)  # 0xfd0e42: glibc elf/dl-version.c compares it
 LIBC_SONAME = b"libc.so.6"
 EXTRA_DYN_SLOTS = 4  # spare DT_NULLs left in a rebuilt dynamic array for later tools
+PAGE = elfcore.PAGE
+FORMS = ("relr", "self")
 SHN_LORESERVE = SHN_INDICES.SHN_LORESERVE  # e_shstrndx at/above it means extended numbering
+
+
+def glibc_requires_relr_need(needed: set[bytes], has_verneed: bool) -> bool:
+    """glibc's rule (elf/dl-version.c, _dl_check_map_versions, since 2.36): an object with
+    DT_RELR and DT_VERNEED, one of whose DT_NEEDED names starts with "libc.so.", must
+    have a GLIBC_ABI_DT_RELR version need (by hash and name, under any file) or it is
+    refused with "missing GLIBC_ABI_DT_RELR dependency". Objects needing no libc.so.*
+    directly (libabsl_*: only libstdc++.so.6) load without it."""
+    return has_verneed and any(n.startswith(b"libc.so.") for n in needed)
 
 
 class AlreadyPacked(Exception):
@@ -95,6 +109,7 @@ class _Input:
     n_used: int              # entries before the first DT_NULL
     names: list
     sec: dict                # first section index of each name
+    form: str = "relr"       # "relr" (DT_RELR, glibc >= 2.36) or "self" (selfapply.py)
 
     @property
     def live(self) -> np.ndarray:
@@ -152,7 +167,7 @@ def _fail(img, msg):
     raise ElflayoutError(f"{img.path}: {msg}")
 
 
-def validate(img) -> _Input:
+def validate(img, form: str = "relr") -> _Input:
     """Step 1: reject what cannot be packed; return the input's raw tables."""
     hdr = img.elf.header
     if hdr["e_type"] != "ET_DYN":
@@ -183,7 +198,7 @@ def validate(img) -> _Input:
         _fail(img, "inconsistent dynamic array (no DT_NULL terminator)")
     names = [s.name for s in img.sections]
     inp = _Input(img, arch, shdrs, phdrs, dyn, dyn_off, int(np.argmax(dyn["d_tag"] == L.DT_NULL)), names,
-                 {n: i for i, n in reversed(list(enumerate(names)))})
+                 {n: i for i, n in reversed(list(enumerate(names)))}, form)
     tag = inp.tag
     if tag(L.DT_TEXTREL) is not None or (tag(L.DT_FLAGS) or 0) & L.DF_TEXTREL:
         _fail(img, "has text relocations (DT_TEXTREL): relocating read-only code cannot be packed safely")
@@ -247,6 +262,8 @@ def _select(inp: _Input) -> _Selection:
     mine = np.zeros(starts.size, bool)
     mine[:rel.size] = packable
     packable &= ~_overlapped(starts, widths, mine)[:rel.size]
+    if inp.form == "self":
+        packable &= ~_read_before_init(inp, r_off, all_types)
     if not packable.any():
         raise AlreadyPacked(f"{img.path}: no packable RELATIVE relocations (nothing to do)")
     kept = rel[~packable]
@@ -256,11 +273,79 @@ def _select(inp: _Input) -> _Selection:
     return _Selection(rel, types, packable, tgt_file, kept, lead, relr)
 
 
+def _read_before_init(inp: _Input, r_off: np.ndarray, all_types: np.ndarray) -> np.ndarray:
+    """Self form: targets something reads between relocation and our DT_INIT, which must
+    stay with ld.so (in RELA):
+
+    - the TLS initialization image (PT_TLS): copied into threads' static TLS right after
+      relocation;
+    - exported data objects (defined STT_OBJECT in .dynsym): an executable's COPY
+      relocations copy them when it is relocated, before any initializer.
+
+    IRELATIVE resolvers run during relocation and may read anything: such a library is
+    refused for the self form."""
+    img = inp.img
+    irel = [t for t, rt in inp.arch.types.items() if rt.kind == "ifunc(B+A)"]
+    if np.isin(all_types, irel).any():
+        _fail(img, "has IRELATIVE relocations (ifunc resolvers run during relocation, before a self-applying "
+                   "routine): use --format relr (glibc >= 2.36)")
+    lo, hi = [], []
+    for p in inp.phdrs[inp.phdrs["p_type"] == L.PT_TLS]:
+        lo.append(int(p["p_vaddr"]))
+        hi.append(int(p["p_vaddr"] + p["p_memsz"]))
+    ds = inp.sec.get(".dynsym")
+    if ds is not None and int(inp.shdrs[ds]["sh_type"]) == L.SHT_DYNSYM:
+        n = inp.sh(ds, "sh_size") // L.SYM64.itemsize * L.SYM64.itemsize
+        sy = _read(img, inp.sh(ds, "sh_offset"), n, L.SYM64)
+        obj = ((sy["st_info"] & 0xF) == L.STT_OBJECT) & (sy["st_shndx"] != 0) & (sy["st_size"] > 0) & \
+              ((sy["st_info"] >> 4) != L.STB_LOCAL)
+        lo += sy["st_value"][obj].astype(np.int64).tolist()
+        hi += (sy["st_value"][obj] + sy["st_size"][obj]).astype(np.int64).tolist()
+    if not lo:
+        return np.zeros(r_off.size, bool)
+    order = np.argsort(lo)
+    los, his = np.array(lo, np.int64)[order], np.maximum.accumulate(np.array(hi, np.int64)[order])
+    v = r_off.astype(np.int64)
+    k = np.searchsorted(los, v, side="right") - 1
+    return (k >= 0) & (v < his[np.clip(k, 0, None)])
+
+
 def _widths(arch, types: np.ndarray) -> np.ndarray:
     """Bytes written per relocation; an unknown type counts as a whole word (conservative)."""
     u, inv = np.unique(np.asarray(types, np.int64), return_inverse=True)
     w = np.array([max(arch.types[t].width, 1) if t in arch.types else arch.word for t in u.tolist()], np.int64)
     return w[inv.reshape(-1)]
+
+
+def _check_versions(inp: _Input) -> tuple[list, list]:
+    """The version needs and every version index the library defines or needs; refuse a
+    .gnu.version naming an index beyond them (ld.so would read past its version array,
+    and adding a version need would change what it reads)."""
+    img, tag, sec = inp.img, inp.tag, inp.sec
+    entries, ndx = [], [0, 1]  # VER_NDX_LOCAL, VER_NDX_GLOBAL
+    if tag(L.DT_VERNEED) is not None:
+        vn_i = sec.get(".gnu.version_r")
+        if vn_i is None or inp.sh(vn_i, "sh_addr") != tag(L.DT_VERNEED):
+            _fail(img, "inconsistent: .gnu.version_r section does not match DT_VERNEED")
+        try:
+            entries = L.parse_verneed(inp.section_bytes(vn_i), tag(L.DT_VERNEEDNUM) or 0)
+        except ValueError as e:
+            _fail(img, f"inconsistent .gnu.version_r ({e})")
+        ndx += [a["other"] & ~L.VERSYM_HIDDEN for e in entries for a in e["aux"]]
+    vd_i = sec.get(".gnu.version_d")
+    if tag(L.DT_VERDEF) is not None and vd_i is not None:
+        ndx += L.verdef_indices(inp.section_bytes(vd_i), tag(L.DT_VERDEFNUM) or 0)
+    vs_i, ds_i = sec.get(".gnu.version"), sec.get(".dynsym")
+    if tag(L.DT_VERSYM) is not None and vs_i is not None and ds_i is not None:
+        if inp.sh(vs_i, "sh_addr") != tag(L.DT_VERSYM):
+            _fail(img, "inconsistent: .gnu.version section does not match DT_VERSYM")
+        n = min(inp.sh(ds_i, "sh_size") // L.SYM64.itemsize, inp.sh(vs_i, "sh_size") // 2)
+        versym = _read(img, inp.sh(vs_i, "sh_offset"), 2 * n, np.dtype("<u2")) & ~np.uint16(L.VERSYM_HIDDEN)
+        if versym.size and int(versym.max()) > max(ndx):
+            k = int(np.argmax(versym))
+            _fail(img, f"inconsistent .gnu.version: symbol {k} has version index {int(versym[k])}, but the "
+                       f"library defines or needs versions up to {max(ndx)} only")
+    return entries, ndx
 
 
 def _version_need(inp: _Input) -> _VersionNeed:
@@ -273,21 +358,19 @@ def _version_need(inp: _Input) -> _VersionNeed:
     live = inp.live
     needed = {L.cstr(strtab, int(v)) for t, v in zip(live["d_tag"], live["d_val"]) if t == L.DT_NEEDED}
     out = _VersionNeed({}, "not needed (no DT_VERNEED: glibc only checks objects with version needs)", None)
+    entries, ndx = _check_versions(inp)
+    if inp.form == "self":
+        out.note = "not needed (self-applying form: no DT_RELR)"
+        return out
     if tag(L.DT_VERNEED) is None:
         return out
     vn_i = sec.get(".gnu.version_r")
-    if vn_i is None or inp.sh(vn_i, "sh_addr") != tag(L.DT_VERNEED):
-        _fail(img, "inconsistent: .gnu.version_r section does not match DT_VERNEED")
-    try:
-        entries = L.parse_verneed(inp.section_bytes(vn_i), tag(L.DT_VERNEEDNUM) or 0)
-    except ValueError as e:
-        _fail(img, f"inconsistent .gnu.version_r ({e})")
     libc = [e for e in entries if L.cstr(strtab, e["file"]) == LIBC_SONAME]
-    if any(L.cstr(strtab, a["name"]) == GLIBC_ABI_DT_RELR for e in libc for a in e["aux"]):
+    if any(L.cstr(strtab, a["name"]) == GLIBC_ABI_DT_RELR for e in entries for a in e["aux"]):
         out.note = "already present"
         return out
-    if LIBC_SONAME not in needed and not libc:
-        out.note = "not needed (libc.so.6 is not DT_NEEDED)"
+    if not glibc_requires_relr_need(needed, True):
+        out.note = "not needed (no libc.so.* in DT_NEEDED)"
         return out
     new_str = b""
     at = strtab.find(b"\0" + GLIBC_ABI_DT_RELR + b"\0")
@@ -295,10 +378,6 @@ def _version_need(inp: _Input) -> _VersionNeed:
         name_off = at + 1
     else:
         name_off, new_str = len(strtab), GLIBC_ABI_DT_RELR + b"\0"
-    ndx = [a["other"] & ~L.VERSYM_HIDDEN for e in entries for a in e["aux"]]
-    vd_i = sec.get(".gnu.version_d")
-    if tag(L.DT_VERDEF) is not None and vd_i is not None:
-        ndx += L.verdef_indices(inp.section_bytes(vd_i), tag(L.DT_VERDEFNUM) or 0)
     aux = dict(hash=GLIBC_ABI_DT_RELR_HASH, flags=0, other=max(ndx + [1]) + 1, name=name_off)
     if libc:
         libc[0]["aux"].append(aux)
@@ -369,6 +448,53 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
 
 
 @dataclass
+class _Applier:
+    off: int                 # file offset of the blob (block + routine)
+    entry: int               # link-time address of the routine (the new DT_INIT)
+    data: bytes
+    seg: int                 # program header extended to cover it
+    relro: tuple             # (page, length) mprotect'ed around the application
+
+
+def _applier(inp: _Input, sel: _Selection, lay: _Layout) -> _Applier:
+    """Self form: room for the routine after the end of the executable PT_LOAD, inside its
+    last page (the mapping covers that page already; filesz/memsz grow to say so)."""
+    img, ph = inp.img, inp.phdrs
+    xs = np.flatnonzero((ph["p_type"] == L.PT_LOAD) & (ph["p_flags"] & L.PF_X != 0))
+    if xs.size != 1:
+        _fail(img, f"{xs.size} executable PT_LOADs: the self-applying routine has no single place to go")
+    k = int(xs[0])
+    g = ph[k]
+    if g["p_filesz"] != g["p_memsz"]:
+        _fail(img, "the executable PT_LOAD has bss: no room after it for the self-applying routine")
+    end = int(g["p_offset"] + g["p_filesz"])
+    at = L.align_up(end, 16)
+    limit = (end + PAGE - 1) // PAGE * PAGE
+    vshift = int(g["p_vaddr"]) - int(g["p_offset"])
+    for i, q in enumerate(ph):  # nothing else may live there, in the file or in memory
+        if i != k and q["p_type"] == L.PT_LOAD:
+            if int(q["p_offset"]) >= end:
+                limit = min(limit, int(q["p_offset"]))
+            if int(q["p_vaddr"]) >= end + vshift:
+                limit = min(limit, int(q["p_vaddr"]) - vshift)
+    for s in inp.shdrs:
+        if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and int(s["sh_offset"]) >= end:
+            limit = min(limit, int(s["sh_offset"]))
+    if at + selfapply.SIZE > limit:
+        _fail(img, f"no room post-link for the self-applying routine ({limit - end} bytes free after the code, "
+                   f"{selfapply.SIZE} needed); the link-time path for such libraries is not implemented yet")
+    relro = (0, 0)
+    for q in ph[ph["p_type"] == L.PT_GNU_RELRO]:
+        lo, hi = int(q["p_vaddr"]) // PAGE * PAGE, int(q["p_vaddr"] + q["p_memsz"]) // PAGE * PAGE
+        relro = (lo, hi - lo)  # what glibc's _dl_protect_relro made read-only
+    old_init = inp.tag(L.DT_INIT) or 0
+    entry = at + vshift + selfapply.ENTRY
+    relr_start = lay.relr_off + lay.vshift
+    data = selfapply.blob(relr_start, relr_start + sel.relr.nbytes, relro[0], relro[1], old_init, entry)
+    return _Applier(at, entry, data, k, relro)
+
+
+@dataclass
 class _Dynamic:
     shift: dict              # section index -> file offset shift
     ashift: dict             # section index -> address shift
@@ -379,8 +505,9 @@ class _Dynamic:
     relr_addr: int
 
 
-def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout) -> _Dynamic:
-    """Step 5: the dynamic array, in place when it has 3 spare DT_NULL slots, else moved."""
+def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "_Applier | None") -> _Dynamic:
+    """Step 5: the dynamic array, in place when it has 3 spare DT_NULL slots (self form:
+    DT_INIT replaced, or one slot for it), else moved (relr form only)."""
     img, shdrs, dyn = inp.img, inp.shdrs, inp.dyn
     rela_i = inp.sec[".rela.dyn"]
     shift = {i: (no - inp.sh(i, "sh_offset")) for i, (no, _) in lay.moved.items()}
@@ -401,7 +528,14 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout) -> _D
         new_live["d_val"][dt == L.DT_VERNEEDNUM] = vn.verneednum
     relr_addr = lay.relr_off + lay.vshift
     word = inp.arch.word
-    add = np.array([(L.DT_RELR, relr_addr), (L.DT_RELRSZ, sel.relr.nbytes), (L.DT_RELRENT, word)], L.DYN64)
+    if ap is not None:  # self form: DT_INIT is the applier (which chains to the old one)
+        if np.any(dt == L.DT_INIT):
+            new_live["d_val"][dt == L.DT_INIT] = ap.entry
+            add = np.zeros(0, L.DYN64)
+        else:
+            add = np.array([(L.DT_INIT, ap.entry)], L.DYN64)
+    else:
+        add = np.array([(L.DT_RELR, relr_addr), (L.DT_RELRSZ, sel.relr.nbytes), (L.DT_RELRENT, word)], L.DYN64)
     spare = dyn.size - inp.n_used - 1
     dyn_i = next((i for i, s in enumerate(shdrs) if s["sh_type"] == L.SHT_DYNAMIC), None)
     if spare >= add.size:
@@ -409,6 +543,10 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout) -> _D
         return _Dynamic(shift, dict(shift), new_dyn, None, (inp.dyn_off, new_dyn.tobytes()),
                         "spare DT_NULL slots", relr_addr)
     # lld: no spare slots. Rebuild the array in the freed space, read-only.
+    if ap is not None:
+        _fail(img, "no DT_INIT and no spare DT_NULL slot to add one: the self-applying form cannot be made "
+                   "post-link (a read-only dynamic array needs glibc >= 2.35); the link-time path is not "
+                   "implemented yet")
     if np.any(dt == L.DT_DEBUG):
         _fail(img, "no spare DT_NULL slot and DT_DEBUG present (an executable): ld.so writes DT_DEBUG, so the "
                    "dynamic array cannot move to read-only memory; relink with -z pack-relative-relocs")
@@ -458,11 +596,16 @@ def _symbols(inp: _Input, lay: _Layout, dy: _Dynamic) -> list:
     return blocks
 
 
-def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _Dynamic):
+def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _Dynamic, ap=None):
     """Step 7: program/section headers and the ELF header; returns (blocks, tail offset, tail)."""
     img, shdrs, phdrs = inp.img, inp.shdrs, inp.phdrs
     hdr = img.elf.header
     blocks = []
+    if ap is not None:  # the executable PT_LOAD now ends after the routine
+        ph = phdrs.copy()
+        g = ph[ap.seg]
+        g["p_filesz"] = g["p_memsz"] = ap.off + len(ap.data) - int(g["p_offset"])
+        blocks.append((hdr["e_phoff"], ph.tobytes()))
     if dy.new_dyn_off is not None:
         ph = phdrs.copy()
         k = int(np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0][0])
@@ -486,14 +629,26 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
         sh["sh_flags"][dyn_i] &= ~np.uint64(L.SHF_WRITE)
     shstr_i = hdr["e_shstrndx"]
     shstr = _read(img, int(sh["sh_offset"][shstr_i]), int(sh["sh_size"][shstr_i])).tobytes()
-    at = shstr.find(b".relr.dyn\0")
-    if at < 0 or (at and shstr[at - 1] != 0):
-        at = len(shstr)
-        shstr += b".relr.dyn\0"
+
+    def name(n: bytes) -> int:
+        nonlocal shstr
+        at = shstr.find(n + b"\0")
+        if at < 0 or (at and shstr[at - 1] != 0):
+            at = len(shstr)
+            shstr += n + b"\0"
+        return at
+
     word = inp.arch.word
-    relr_sh = np.zeros(1, L.SHDR64)
-    relr_sh[0] = (at, L.SHT_RELR, L.SHF_ALLOC, dy.relr_addr, lay.relr_off, sel.relr.nbytes, 0, 0, word, word)
-    sh = np.concatenate([sh, relr_sh])
+    new = np.zeros(1 if ap is None else 2, L.SHDR64)
+    if ap is None:
+        new[0] = (name(b".relr.dyn"), L.SHT_RELR, L.SHF_ALLOC, dy.relr_addr, lay.relr_off, sel.relr.nbytes,
+                  0, 0, word, word)
+    else:  # a table only the routine reads: PROGBITS, so no tool takes it for DT_RELR's
+        new[0] = (name(b".relr.self"), L.SHT_PROGBITS, L.SHF_ALLOC, dy.relr_addr, lay.relr_off, sel.relr.nbytes,
+                  0, 0, word, word)
+        new[1] = (name(b".text.relr_apply"), L.SHT_PROGBITS, L.SHF_ALLOC | L.SHF_EXECINSTR,
+                  ap.entry - selfapply.ENTRY, ap.off, len(ap.data), 0, 0, 16, 0)
+    sh = np.concatenate([sh, new])
     # The tail (names + headers) is rewritten after the last other byte of the file.
     ends = [int(p["p_offset"] + p["p_filesz"]) for p in phdrs] + [int(hdr["e_phoff"] + phdrs.nbytes)]
     ends += [int(s["sh_offset"] + s["sh_size"]) for i, s in enumerate(shdrs)
@@ -511,18 +666,26 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
     return blocks, tail_at, tail
 
 
-def plan_pack(img) -> Plan:
-    """Compute the packed file as a list of patches (raises AlreadyPacked / ElflayoutError)."""
+def plan_pack(img, form: str = "relr") -> Plan:
+    """Compute the packed file as a list of patches (raises AlreadyPacked / ElflayoutError).
+
+    ``form``: "relr" (DT_RELR, glibc >= 2.36) or "self" (self-applying, any glibc).
+    """
+    if form not in FORMS:
+        raise ValueError(f"unknown packed form {form!r}")
     t0 = time.perf_counter()
-    inp = validate(img)
+    inp = validate(img, form)
     sel = _select(inp)
     t_enc = time.perf_counter()
     vn = _version_need(inp)
     lay = _layout(inp, sel, vn)
-    dy = _dynamic(inp, sel, vn, lay)
+    ap = _applier(inp, sel, lay) if form == "self" else None
+    dy = _dynamic(inp, sel, vn, lay, ap)
     sym_blocks = _symbols(inp, lay, dy)
-    hdr_blocks, tail_at, tail = _headers(inp, sel, vn, lay, dy)
+    hdr_blocks, tail_at, tail = _headers(inp, sel, vn, lay, dy, ap)
     blocks = [(lay.run_start, lay.blk.tobytes())] + sym_blocks + ([dy.patch] if dy.patch else []) + hdr_blocks
+    if ap is not None:
+        blocks.append((ap.off, ap.data))
     rela_i = inp.sec[".rela.dyn"]
     is_rel = sel.types == inp.arch.relative
     stats = dict(
@@ -531,7 +694,9 @@ def plan_pack(img) -> Plan:
         rela_dyn_bytes_before=inp.sh(rela_i, "sh_size"), rela_dyn_bytes_after=len(lay.kept_bytes),
         relr_bytes=int(sel.relr.nbytes), relr_words=int(sel.relr.size),
         relr_addr=int(dy.relr_addr), rela_addr=int(lay.new_rela_off + lay.vshift),
-        relacount=sel.lead, dynamic=dy.note, version_need=vn.note,
+        relacount=sel.lead, dynamic=dy.note, version_need=vn.note, form=form,
+        applier=(dict(entry=int(ap.entry), bytes=len(ap.data), relro=[int(x) for x in ap.relro])
+                 if ap is not None else None),
         moved_sections={inp.names[i]: int(s) for i, s in dy.shift.items() if s and i != rela_i},
         freed_bytes=int(lay.rela_end - lay.end), encode_s=round(t_enc - t0, 3),
     )
@@ -561,7 +726,7 @@ def write_plan(plan: Plan, src, dst) -> None:
         os.fsync(f.fileno())
 
 
-def pack(src, out, verify=None, *, replace: bool = False) -> dict:
+def pack(src, out, verify=None, *, replace: bool = False, form: str = "relr") -> dict:
     """Pack ``src`` into ``out`` atomically; returns the plan's statistics plus timings.
 
     ``verify(src, tmp)`` (optional) runs on the finished temporary file before it is
@@ -571,7 +736,7 @@ def pack(src, out, verify=None, *, replace: bool = False) -> dict:
     """
     t0 = time.perf_counter()
     with elfcore.ElfImage(src) as img:
-        plan = plan_pack(img)
+        plan = plan_pack(img, form)
     t1 = time.perf_counter()
     st = dict(plan.stats)
     with atomic_output(out, mode=os.stat(src).st_mode & 0o777, replace=replace) as tmp:

@@ -1,4 +1,4 @@
-"""``elflayout pack-relocs IN -o OUT [--check] [--json]``: RELATIVE relocations -> DT_RELR."""
+"""``elflayout pack-relocs IN -o OUT [--format relr|self|auto] [--check] [--json]``: packed RELATIVE relocations."""
 
 from __future__ import annotations
 
@@ -6,12 +6,20 @@ import json
 import shutil
 import sys
 
-SUMMARY = "pack the RELATIVE relocations of a linked x86-64 shared library into DT_RELR (glibc >= 2.36)"
+SUMMARY = "pack the RELATIVE relocations of a linked x86-64 shared library (DT_RELR, or self-applying for old glibc)"
 EPILOG = """example:
   elflayout pack-relocs /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 -o packed/libLLVM-16.so.1 --check
       .rela.dyn 9,780,864 -> 477,720 bytes, RELR 144,392 bytes (387,631 relocations packed)
       check: relocated images equal at 2 load bases; real load equal (9,423,136 writable bytes)
   LD_LIBRARY_PATH=packed llc-16 --version      # run a program through the packed library
+  elflayout pack-relocs ROOT/usr/lib/x86_64-linux-gnu/libLLVM-11.so.1 -o packed/libLLVM-11.so.1 \\
+      --root ROOT --check                       # a Debian 11 root: glibc 2.31 -> the self-applying form
+
+Forms: "relr" writes DT_RELR (glibc >= 2.36 applies it); "self" keeps the packed table where
+glibc does not look and adds a 260-byte routine, run as DT_INIT before the library's
+initializers, that applies it (any glibc); "auto" (default) picks relr when --min-glibc >= 2.36.
+The self form is made post-link when the code segment's last page has 260 free bytes and
+DT_INIT exists or a spare DT_NULL slot does; otherwise it is refused with the reason.
 
 Only word-aligned R_X86_64_RELATIVE relocations into file-backed data are packed; every
 other relocation keeps its order. No code or data address moves; only dynamic-linking tables
@@ -31,38 +39,52 @@ def add_arguments(p):
                         "of IN and OUT (ASLR off) with equal writable bytes")
     p.add_argument("--json", action="store_true", help="print an elflayout-pack-relocs JSON document")
     p.add_argument("--force", action="store_true", help="replace an existing OUT (and copy already-packed input)")
+    p.add_argument("--format", choices=("relr", "self", "auto"), default="auto",
+                   help="packed form: relr (DT_RELR, glibc >= 2.36), self (self-applying, any glibc), "
+                        "auto (relr if --min-glibc >= 2.36, else self; default)")
+    p.add_argument("--min-glibc", metavar="X.Y", type=_version,
+                   help="oldest glibc the output must load on (default: the glibc of this machine, or of --root)")
+    p.add_argument("--root", metavar="DIR",
+                   help="a system root holding the library's dependencies (e.g. a Debian 11 debootstrap): the "
+                        "check's real loads run in 'chroot DIR' and the default --min-glibc is DIR's glibc")
 
 
-def _verify(src, tmp):
-    from elflayout.errors import ElflayoutError, Finding
-    from elflayout.relocs import simload
+def _version(v: str) -> tuple[int, int]:
+    import argparse
 
+    try:
+        a, b = v.split(".")[:2]
+        return int(a), int(b)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a glibc version X.Y: {v!r}") from None
+
+
+RELR_GLIBC = (2, 36)  # first glibc that applies DT_RELR
+
+
+def choose_form(fmt: str, min_glibc, root=None) -> tuple[str, tuple[int, int]]:
+    """The form to write for --format/--min-glibc/--root; ElflayoutError if relr cannot load there."""
+    from elflayout.errors import ElflayoutError
+    from elflayout.relocs.simload import glibc_version
+
+    if min_glibc is None:
+        min_glibc = glibc_version(root)
+        if min_glibc is None:
+            raise ElflayoutError(f"cannot find the glibc version of {root or 'this machine'}: give --min-glibc X.Y")
+    if fmt == "auto":
+        fmt = "relr" if min_glibc >= RELR_GLIBC else "self"
+    if fmt == "relr" and min_glibc < RELR_GLIBC:
+        raise ElflayoutError(f"--format relr needs glibc >= 2.36 (DT_RELR) but --min-glibc is "
+                             f"{min_glibc[0]}.{min_glibc[1]}: use --format self or auto")
+    return fmt, min_glibc
+
+
+def _verify(src, tmp, root=None):
     from rich.console import Console
 
-    with Console(stderr=True).status("check: relocating input and output at two load bases"):
-        res = simload.compare(src, tmp)
-    if not res["equal"]:
-        d = res["first_difference"]
-        if res["table_problems"]:
-            raise Finding(f"check failed: {res['table_problems'][0]} (output not written)")
-        where = f"at {d.get('vaddr')} ({d.get('section')}), load base {d['base']}" if "vaddr" in d else d.get("reason")
-        raise Finding(f"check failed: relocated images differ {where}; {d.get('bytes_differing', '?')} bytes differ "
-                      "(output not written)")
-    if simload.is_executable(tmp):
-        res["dlopen"] = res["real_load"] = "skipped (a PIE executable cannot be dlopen'ed: run it)"
-        return res
-    with Console(stderr=True).status("check: real loads of the input and the packed library"):
-        real = simload.real_load_compare(src, tmp)
-    if "error" in real:
-        if simload.dlopen_check(src) is not None:
-            raise ElflayoutError(f"{src}: the input itself does not load ({simload.dlopen_check(src)}); "
-                                 "nothing to prove against")
-        raise Finding(f"check failed: dlopen of the packed library failed: {real['error']} (output not written)")
-    res["dlopen"], res["real_load"] = "ok", real
-    if not real["equal"]:
-        raise Finding(f"check failed: after a real load, {real.get('differing_bytes', '?')} writable bytes differ "
-                      f"from the input's ({real.get('reason', 'same load address, ASLR off')}; output not written)")
-    return res
+    from elflayout.relocs import simload
+
+    return simload.check(src, tmp, status=lambda msg: Console(stderr=True).status(msg), root=root)
 
 
 def run(args) -> int:
@@ -71,8 +93,11 @@ def run(args) -> int:
     from elflayout.relocs.pack import AlreadyPacked, pack
 
     check_output(args.output, force=args.force, inputs=(args.input,))
+    form, min_glibc = choose_form(args.format, args.min_glibc, args.root)
+    verify = (lambda a, b: _verify(a, b, args.root)) if args.check else None
     try:
-        st = pack(args.input, args.output, verify=_verify if args.check else None, replace=args.force)
+        st = pack(args.input, args.output, verify=verify, replace=args.force, form=form)
+        st["min_glibc"] = f"{min_glibc[0]}.{min_glibc[1]}"
     except AlreadyPacked as e:
         msg = f"{e}: nothing to do"
         if args.force:
@@ -95,6 +120,9 @@ def run(args) -> int:
     print(f"  .rela.dyn {st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes, "
           f"RELR {st['relr_bytes']:,} bytes ({st['packed']:,} of {st['relative']:,} RELATIVE relocations packed; "
           f"{st['kept']:,} kept, DT_RELACOUNT {st['relacount']})")
+    print(f"  form: {st['form']} (loads on {'glibc >= 2.36' if st['form'] == 'relr' else 'any glibc'}; --min-glibc "
+          f"{st['min_glibc']})" + (f", applier {st['applier']['bytes']} bytes at {st['applier']['entry']:#x} "
+                                   "(DT_INIT)" if st["applier"] else ""))
     print(f"  dynamic array: {st['dynamic']}; GLIBC_ABI_DT_RELR: {st['version_need']}")
     if st["moved_sections"]:
         print("  tables moved: " + ", ".join(f"{k} {v:+,} bytes" for k, v in st["moved_sections"].items()))

@@ -22,6 +22,7 @@ checked field by field instead (``compare_tables``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -35,9 +36,11 @@ import numpy as np
 from elflayout import elfcore
 from elflayout.errors import ElflayoutError
 from elflayout.relocs import arch as A
+from elflayout.relocs import selfapply
 from elflayout import layouts as L
 
 CHUNK = 1 << 24  # bytes compared at a time
+HEAP_PAD = 4096 + 48  # C-heap shift of the control load (not a multiple of any alignment)
 MAX_IMAGE = 1 << 30  # address span simulated; three images' worth is held at once
 BASES = (0x7F3A_5C00_0000, 0x0000_5555_0000_0000)  # two page-aligned bases, different high bits
 MASK = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
@@ -68,7 +71,8 @@ class Loaded:
         d = np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0]
         if d.size != 1:
             raise ElflayoutError(f"{img.path}: no PT_DYNAMIC")
-        dyn = np.frombuffer(img.mm, L.DYN64, int(ph["p_filesz"][d[0]]) // 16, int(ph["p_offset"][d[0]])).copy()
+        dyn = np.frombuffer(img.mm, L.DYN64, int(ph["p_filesz"][d[0]]) // L.DYN64.itemsize,
+                            int(ph["p_offset"][d[0]])).copy()
         n = int(np.argmax(dyn["d_tag"] == L.DT_NULL)) if np.any(dyn["d_tag"] == L.DT_NULL) else dyn.size
         self.dyn = dyn[:n]
         self.dyn_range = (int(ph["p_vaddr"][d[0]]), int(ph["p_vaddr"][d[0]] + ph["p_memsz"][d[0]]))
@@ -78,6 +82,11 @@ class Loaded:
         return int(self.dyn["d_val"][m[0]]) if m.size else default
 
     def at(self, vaddr, nbytes, dtype=np.uint8):
+        if vaddr is None:
+            raise ElflayoutError(f"{self.img.path}: a dynamic table is in the section headers but its DT_* tag "
+                                 "is missing")
+        if nbytes < 0:
+            raise ElflayoutError(f"{self.img.path}: dynamic table at {vaddr:#x} has a negative size")
         off = self.img.vaddr_to_offset(vaddr)
         if off < 0 or off + nbytes > self.img.size:
             raise ElflayoutError(f"{self.img.path}: dynamic table at {vaddr:#x} is not in the file")
@@ -95,6 +104,11 @@ class Loaded:
         if a is None or n == 0:
             return np.zeros(0, np.uint64)
         return elfcore.relr_decode(self.at(a, n, np.uint64))
+
+    def needed(self) -> set[bytes]:
+        """DT_NEEDED names."""
+        strtab = self.at(self.tag(L.DT_STRTAB), self.tag(L.DT_STRSZ, 0)).tobytes()
+        return {L.cstr(strtab, int(v)) for v in self.dyn["d_val"][self.dyn["d_tag"] == L.DT_NEEDED]}
 
     def sym_fake(self, symidx: np.ndarray) -> np.ndarray:
         """Fake address per symbol index, from the symbol's name (0 for index 0)."""
@@ -134,7 +148,26 @@ class Loaded:
             w[(relr // 8).astype(np.int64)] += B
         for t, nrelative in self.rela_ranges():
             self._apply(im, w, t, nrelative, B)
+        ap = self.applier()
+        if ap is not None:  # DT_INIT runs it after relocation, before any other initializer
+            words = im[ap["relr_start"]:ap["relr_end"]].view("<u8") if ap["relr_end"] <= size else None
+            if words is None or ap["relr_start"] % 8 or (ap["relr_end"] - ap["relr_start"]) % 8:
+                raise ElflayoutError(f"{self.img.path}: self-applying table outside the image or misaligned")
+            addrs = elfcore.relr_decode(words.copy())
+            if addrs.size and (np.any(addrs % 8) or addrs.max() + 8 > size):
+                raise ElflayoutError(f"{self.img.path}: self-applied address outside the image or misaligned")
+            w[(addrs // 8).astype(np.int64)] += B
         return im
+
+    def applier(self) -> dict | None:
+        """The self-applying routine DT_INIT points at (relocs/selfapply.py), if it is one."""
+        init = self.tag(L.DT_INIT)
+        if init is None or init < selfapply.ENTRY:
+            return None
+        off = self.img.vaddr_to_offset(init - selfapply.ENTRY)
+        if off < 0 or off + selfapply.SIZE > self.img.size:
+            return None
+        return selfapply.decode(bytes(self.img.mm[off:off + selfapply.SIZE]))
 
     def rela_ranges(self) -> list[tuple[np.ndarray, int]]:
         """The RELA ranges ld.so processes, in its order, with their DT_RELACOUNT.
@@ -229,6 +262,10 @@ class Loaded:
         hdr = self.img.elf.header
         out = [self.dyn_range, (0, hdr["e_ehsize"]),
                (hdr["e_phoff"], hdr["e_phoff"] + hdr["e_phnum"] * hdr["e_phentsize"])]
+        ap = self.applier()
+        if ap is not None:  # the routine (in the code segment's padding) and its table
+            out += [(ap["entry"] - selfapply.ENTRY, ap["entry"] - selfapply.ENTRY + selfapply.SIZE),
+                    (ap["relr_start"], ap["relr_end"])]
         for s in self.img.sections:
             t = L.sh_type_number(s.type)
             alloc_strtab = t == L.SHT_STRTAB and s.flags & L.SHF_ALLOC
@@ -256,15 +293,25 @@ def _section_at(img, vaddr) -> str:
 def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     """Field-by-field checks of what the byte compare leaves out; returns problems found."""
     bad = []
-    ha, hb = a.img.mm[:0x28], b.img.mm[:0x28]
-    if ha != hb or a.img.mm[0x30:0x3C] != b.img.mm[0x30:0x3C]:
+    shoff, flags, shnum = (L.field_offset(L.EHDR64, f) for f in ("e_shoff", "e_flags", "e_shnum"))
+    if a.img.mm[:shoff] != b.img.mm[:shoff] or a.img.mm[flags:shnum] != b.img.mm[flags:shnum]:
         bad.append("ELF header differs in more than e_shoff/e_shnum")
     pa, pb = a.phdrs, b.phdrs
+    if ap_b := b.applier():  # the code segment grew to hold the routine: nothing else
+        pb = pb.copy()
+        x = (pb["p_type"] == L.PT_LOAD) & (pb["p_flags"] & L.PF_X != 0)
+        if x.sum() == 1 and pa.size == pb.size:
+            pb["p_filesz"][x], pb["p_memsz"][x] = pa["p_filesz"][x], pa["p_memsz"][x]
     if pa.size != pb.size or not np.array_equal(pa[pa["p_type"] != L.PT_DYNAMIC], pb[pb["p_type"] != L.PT_DYNAMIC]):
         bad.append("program headers other than PT_DYNAMIC differ")
     same_tags = {L.DT_NEEDED, L.DT_SONAME, L.DT_RPATH, L.DT_RUNPATH, L.DT_PLTRELSZ, L.DT_JMPREL, L.DT_PLTGOT,
                  L.DT_INIT, L.DT_FINI, L.DT_INIT_ARRAY, L.DT_FINI_ARRAY, L.DT_INIT_ARRAYSZ, L.DT_FINI_ARRAYSZ,
                  L.DT_FLAGS, L.DT_FLAGS_1, L.DT_VERDEFNUM, L.DT_PLTREL}
+    ap_b = b.applier()
+    if ap_b is not None and a.applier() is None:
+        if ap_b["old_init"] != (a.tag(L.DT_INIT) or 0):
+            bad.append("the self-applying routine does not chain to the input's DT_INIT")
+        same_tags = same_tags - {L.DT_INIT}
     for t in sorted(same_tags):
         va = a.dyn["d_val"][a.dyn["d_tag"] == t].tolist()
         vb = b.dyn["d_val"][b.dyn["d_tag"] == t].tolist()
@@ -312,19 +359,22 @@ def _verneed_names(l: Loaded):
 
 
 def _compare_verneed(a: Loaded, b: Loaded) -> list[str]:
-    """The output's version needs are the input's plus at most GLIBC_ABI_DT_RELR under libc.so.6."""
+    """The output's version needs are the input's plus at most GLIBC_ABI_DT_RELR, which
+    must be there when glibc requires it (pack.glibc_requires_relr_need)."""
+    from elflayout.relocs.pack import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
+
     va, vb = _verneed_names(a), _verneed_names(b)
-    relr_name = b"GLIBC_ABI_DT_RELR"
-    extra = [(f, x) for f, xs in vb for x in xs if x[0] == relr_name]
+    extra = [(f, x) for f, xs in vb for x in xs if x[0] == GLIBC_ABI_DT_RELR]
     files_a = {f for f, _ in va}
-    rest_b = [(f, [x for x in xs if x[0] != relr_name]) for f, xs in vb]
+    rest_b = [(f, [x for x in xs if x[0] != GLIBC_ABI_DT_RELR]) for f, xs in vb]
     rest_b = [(f, xs) for f, xs in rest_b if xs or f in files_a]  # drop a libc.so.6 entry added for it
-    rest_a = [(f, [x for x in xs if x[0] != relr_name]) for f, xs in va]
+    rest_a = [(f, [x for x in xs if x[0] != GLIBC_ABI_DT_RELR]) for f, xs in va]
     if rest_a != rest_b:
         return ["version needs differ beyond GLIBC_ABI_DT_RELR"]
-    if b.tag(L.DT_RELR) is not None and b.tag(L.DT_VERNEED) is not None and \
-            not any(f == b"libc.so.6" and x[1] == 0x0FD0E42 for f, x in extra):
-        return ["DT_RELR without a GLIBC_ABI_DT_RELR version need under libc.so.6 (glibc 2.36 refuses it)"]
+    if b.tag(L.DT_RELR) is not None and glibc_requires_relr_need(b.needed(), b.tag(L.DT_VERNEED) is not None) \
+            and not any(x[1] == GLIBC_ABI_DT_RELR_HASH for _, x in extra):
+        return ["DT_RELR without a GLIBC_ABI_DT_RELR version need although libc.so.* is DT_NEEDED "
+                "(glibc >= 2.36 refuses it)"]
     return []
 
 
@@ -368,8 +418,12 @@ def compare(path_a, path_b, bases=BASES) -> dict:
 
 
 def _counts(l: Loaded) -> dict:
+    ap = l.applier()
+    n = 0
+    if ap is not None:
+        n = int(elfcore.relr_decode(l.at(ap["relr_start"], ap["relr_end"] - ap["relr_start"], np.uint64)).size)
     return dict(rela=int(l.rela(L.DT_RELA, L.DT_RELASZ).size), jmprel=int(l.rela(L.DT_JMPREL, L.DT_PLTRELSZ).size),
-                relr=int(l.relr().size))
+                relr=int(l.relr().size), self_applied=n)
 
 
 _DLOPEN = """
@@ -391,16 +445,88 @@ def is_executable(path) -> bool:
         l.close()
 
 
-def dlopen_check(path, timeout: float = 120) -> str | None:
+class Host:
+    """Where real loads run: this machine, or ``chroot ROOT`` (a root with its own glibc
+    and the library's dependencies, e.g. scripts/bullseye-root.sh); the checker's small
+    Python script runs under the root's own python3."""
+
+    def __init__(self, root=None):
+        self.root = Path(root).resolve() if root else None
+        if self.root is None:
+            self.python = sys.executable
+            return
+        if os.geteuid() != 0:
+            raise ElflayoutError(f"--root {self.root}: real loads inside a root need chroot, i.e. root privileges")
+        cands = sorted(self.root.glob("usr/bin/python3*"))
+        cands = [c for c in cands if c.name.replace("python3", "").replace(".", "").isdigit() or c.name == "python3"]
+        if not cands:
+            raise ElflayoutError(f"--root {self.root}: no python3 inside it to run the loader check "
+                                 "(install python3-minimal there)")
+        self.python = "/" + str(cands[0].relative_to(self.root))
+
+    def tempdir(self):
+        import tempfile
+
+        base = None
+        if self.root is not None:
+            base = self.root / "tmp"
+            base.mkdir(exist_ok=True)
+        return tempfile.TemporaryDirectory(prefix="elflayout-load-", dir=base)
+
+    def inside(self, p) -> str | None:
+        """``p`` as the loaded program sees it (None: not visible inside the root)."""
+        p = Path(p).resolve()
+        if self.root is None:
+            return str(p)
+        try:
+            return "/" + str(p.relative_to(self.root))
+        except ValueError:
+            return None
+
+    def run(self, args, env, timeout, setarch=False):
+        cmd = (["setarch", "-R"] if setarch else []) + (["chroot", str(self.root)] if self.root else []) + \
+              [self.python, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, errors="replace")
+
+    def env(self, *dirs) -> dict:
+        env = dict(os.environ, PYTHONHASHSEED="0")  # a deterministic interpreter heap
+        if self.root is not None:
+            env.pop("PYTHONPATH", None)
+            env.pop("PYTHONHOME", None)
+            env.pop("LD_LIBRARY_PATH", None)
+        ds = [x for x in (self.inside(d) for d in dirs) if x]
+        if env.get("LD_LIBRARY_PATH"):
+            ds.append(env["LD_LIBRARY_PATH"])
+        if ds:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(ds)
+        return env
+
+
+def glibc_version(root=None) -> tuple[int, int] | None:
+    """(major, minor) of the glibc in ``root`` ("/" by default), read from its libc.so.6."""
+    import re
+
+    r = Path(root or "/")
+    for d in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64", "usr/lib64", "lib", "usr/lib"):
+        f = r / d / "libc.so.6"
+        if f.exists():
+            m = re.search(rb"release version (\d+)\.(\d+)", f.read_bytes())
+            if m:
+                return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def dlopen_check(path, timeout: float = 120, root=None) -> str | None:
     """Load ``path`` with the real glibc loader in a subprocess; None if it loaded, else why not."""
+    h = Host(root)
     p = Path(path).resolve()
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = str(p.parent) + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    try:
-        r = subprocess.run([sys.executable, "-c", _DLOPEN, str(p)], capture_output=True, text=True, env=env,
-                           timeout=timeout, errors="replace")
-    except subprocess.TimeoutExpired:
-        return f"dlopen did not return within {timeout:.0f} s"
+    with h.tempdir() as d:
+        lib = Path(d) / p.name
+        shutil.copyfile(p, lib)
+        try:
+            r = h.run(["-c", _DLOPEN, h.inside(lib)], h.env(lib.parent, p.parent), timeout)
+        except subprocess.TimeoutExpired:
+            return f"dlopen did not return within {timeout:.0f} s"
     if r.returncode == 0:
         return None
     msg = (r.stdout.strip() or r.stderr.strip().splitlines()[-1:] or [f"exit status {r.returncode}"])
@@ -409,18 +535,18 @@ def dlopen_check(path, timeout: float = 120) -> str | None:
 
 _LOADED_STATE = """
 import ctypes, json, os, sys
-path, first_vaddr, ranges, out = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+path, ranges, out, pad = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+if pad:  # shift the C heap: bytes that move with it are heap addresses, not relocations
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    keep = libc.malloc(pad)
 try:
-    ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+    h = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
 except OSError as e:
     print(json.dumps(dict(error=str(e)))); sys.exit(1)
-st = os.stat(path)
-base = None
-for line in open("/proc/self/maps"):
-    f = line.split()
-    if len(f) >= 6 and int(f[4]) == st.st_ino and int(f[2], 16) == 0:
-        base = int(f[0].split("-")[0], 16) - first_vaddr // 4096 * 4096
-        break
+# glibc's handle is the object's struct link_map, whose first field is l_addr (<link.h>):
+# the load base, without /proc (absent in a bare chroot).
+base = ctypes.c_void_p.from_address(h._handle).value or 0
 with open(out, "wb") as f:
     for lo, hi in ranges:
         f.write(ctypes.string_at(base + lo, hi - lo))
@@ -430,13 +556,14 @@ print(json.dumps(dict(base=base)))
 
 def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
     """Link-time ranges of the file-backed part of ``a``'s writable PT_LOADs, less both
-    files' dynamic arrays (ld.so relocates DT_* pointers in place, and the packer
-    rewrites the array). .bss is left out: nothing is packed there, and constructors
-    store run-dependent values in it (timestamps, seeds)."""
+    files' dynamic-linking metadata (``meta_ranges``: the packer rewrites it and
+    ``compare_tables`` checks it field by field; ld.so also relocates DT_* pointers in
+    place). .bss is left out: nothing is packed there, and constructors store
+    run-dependent values in it (timestamps, seeds)."""
     out = []
     for p in a.phdrs[(a.phdrs["p_type"] == L.PT_LOAD) & (a.phdrs["p_flags"] & L.PF_W != 0)]:
         out.append((int(p["p_vaddr"]), int(p["p_vaddr"] + p["p_filesz"])))
-    for lo, hi in (a.dyn_range, b.dyn_range):
+    for lo, hi in a.meta_ranges() + b.meta_ranges():
         cut = []
         for x, y in out:
             cut += [r for r in ((x, min(y, lo)), (max(x, hi), y)) if r[0] < r[1]]
@@ -444,18 +571,16 @@ def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
     return out
 
 
-def _load_state(src: Path, name: str, first: int, ranges, env, timeout) -> tuple[dict, np.ndarray | None]:
-    import tempfile
-
+def _load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 0) -> tuple[dict, np.ndarray | None]:
     # The same file name in a directory of the same length: identical heap layout. A
     # copy, not a link: a new inode, so ld.so never mistakes it for an object it already
     # has (the interpreter itself may have loaded the input through LD_LIBRARY_PATH).
-    with tempfile.TemporaryDirectory(prefix="elflayout-load-") as d:
+    with h.tempdir() as d:
         lib, out = Path(d) / name, Path(d) / "state"
         shutil.copyfile(src, lib)
-        cmd = ["setarch", "-R", sys.executable, "-c", _LOADED_STATE, str(lib), str(first), json.dumps(ranges), str(out)]
+        args = ["-c", _LOADED_STATE, h.inside(lib), json.dumps(ranges), h.inside(out), str(pad)]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, errors="replace")
+            r = h.run(args, h.env(*dirs), timeout, setarch=True)
         except subprocess.TimeoutExpired:
             return dict(error=f"{src}: dlopen did not return within {timeout:.0f} s"), None
         try:
@@ -467,30 +592,31 @@ def _load_state(src: Path, name: str, first: int, ranges, env, timeout) -> tuple
         return doc, np.fromfile(out, np.uint8)
 
 
-def real_load_compare(path_a, path_b, timeout: float = 300) -> dict:
+def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
     """dlopen both files (ASLR off, RTLD_NOW, each in a fresh process under the same
-    name and environment) and compare their file-backed writable bytes.
+    name and environment; inside ``chroot root`` when given) and compare their
+    file-backed writable bytes.
 
-    Bytes that differ between two loads of ``path_a`` itself (run-dependent values
-    stored by constructors) are left out and counted as ``unstable_bytes``. Returns
+    Bytes that differ between two loads of ``path_a`` itself, the second with the C heap
+    shifted by ``HEAP_PAD`` bytes, are left out and counted as ``unstable_bytes``:
+    run-dependent values and heap addresses stored by constructors (ld.so's own
+    allocations differ between input and output, e.g. one more version need). Returns
     dict(equal, compared_bytes, unstable_bytes, differing_bytes) or dict(error=...)
     when a file does not load.
     """
     a, b = Loaded(path_a), Loaded(path_b)
     try:
         ranges = _writable_ranges(a, b)
-        first = int(a.phdrs["p_vaddr"][a.phdrs["p_type"] == L.PT_LOAD].min())
     finally:
         a.close()
         b.close()
+    h = Host(root)
     pa, pb = Path(path_a).resolve(), Path(path_b).resolve()
-    env = dict(os.environ, PYTHONHASHSEED="0")  # a deterministic interpreter heap
-    env["LD_LIBRARY_PATH"] = os.pathsep.join([str(pa.parent), str(pb.parent)] +
-                                             ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else []))
-    da, sa = _load_state(pa, pa.name, first, ranges, env, timeout)
+    dirs = (pa.parent, pb.parent)
+    da, sa = _load_state(h, pa, pa.name, ranges, dirs, timeout)
     if sa is None:
         return da
-    db, sb = _load_state(pb, pa.name, first, ranges, env, timeout)
+    db, sb = _load_state(h, pb, pa.name, ranges, dirs, timeout)
     if sb is None:
         return db
     n = int(sa.size)
@@ -499,9 +625,49 @@ def real_load_compare(path_a, path_b, timeout: float = 300) -> dict:
         return dict(res, equal=False, reason="different load addresses with ASLR off")
     diff = sa != sb
     if diff.any():
-        _, sa2 = _load_state(pa, pa.name, first, ranges, env, timeout)
+        _, sa2 = _load_state(h, pa, pa.name, ranges, dirs, timeout, pad=HEAP_PAD)
         stable = sa == sa2 if sa2 is not None else np.ones(n, bool)
         res.update(unstable_bytes=int(n - np.count_nonzero(stable)),
                    differing_bytes=int(np.count_nonzero(diff & stable)))
         res["equal"] = res["differing_bytes"] == 0
+    return res
+
+
+def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
+    """``pack-relocs --check``: prove ``tmp`` (the packed file) equivalent to ``src``.
+
+    1. Simulated loader at two load bases, every byte compared, tables field by field.
+    2. (``real_load``) Both dlopen'ed with ASLR off, file-backed writable bytes equal.
+    Raises Finding (exit 1) on a difference, ElflayoutError (exit 2) when the input
+    itself does not load (real loads happen inside ``chroot root`` when given); returns the comparison document otherwise. ``status(msg)``
+    gives a context manager that shows progress (the CLI's spinner).
+    """
+    from elflayout.errors import Finding
+
+    status = status or (lambda msg: contextlib.nullcontext())
+    with status("check: relocating input and output at two load bases"):
+        res = compare(src, tmp)
+    if not res["equal"]:
+        d = res["first_difference"]
+        if res["table_problems"]:
+            raise Finding(f"check failed: {res['table_problems'][0]} (output not written)")
+        where = f"at {d.get('vaddr')} ({d.get('section')}), load base {d['base']}" if "vaddr" in d else d.get("reason")
+        raise Finding(f"check failed: relocated images differ {where}; {d.get('bytes_differing', '?')} bytes differ "
+                      "(output not written)")
+    if not real_load:
+        return res
+    if is_executable(tmp):
+        res["dlopen"] = res["real_load"] = "skipped (a PIE executable cannot be dlopen'ed: run it)"
+        return res
+    with status("check: real loads of the input and the packed library"):
+        real = real_load_compare(src, tmp, root=root)
+    if "error" in real:
+        why = dlopen_check(src, root=root)
+        if why is not None:
+            raise ElflayoutError(f"{src}: the input itself does not load ({why}); nothing to prove against")
+        raise Finding(f"check failed: dlopen of the packed library failed: {real['error']} (output not written)")
+    res["dlopen"], res["real_load"] = "ok", real
+    if not real["equal"]:
+        raise Finding(f"check failed: after a real load, {real.get('differing_bytes', '?')} writable bytes differ "
+                      f"from the input's ({real.get('reason', 'same load address, ASLR off')}; output not written)")
     return res

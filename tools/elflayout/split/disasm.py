@@ -75,9 +75,15 @@ class Code:
         return None
 
 
+_branch_memo: dict[str, bool] = {}
+
+
 def _is_branch(m: str) -> bool:
-    m = m.split()[-1]
-    return m in BRANCHES or (m.startswith("j") and m != "jmp" and len(m) <= 4)
+    b = _branch_memo.get(m)
+    if b is None:
+        w = m.split()[-1]
+        b = _branch_memo[m] = w in BRANCHES or (w.startswith("j") and w != "jmp" and len(w) <= 4)
+    return b
 
 
 def analyse(data: bytes, covered: np.ndarray, restarts: list[int]) -> Code:
@@ -86,17 +92,20 @@ def analyse(data: bytes, covered: np.ndarray, restarts: list[int]) -> Code:
     offsets (symbol starts) where decoding resumes after an undecodable stretch."""
     starts, ends, mnems, internal, undecodable = [], [], [], [], []
     size = len(data)
+    # Prefix sums: an instruction [a, e) holds relocated bytes iff cum[e] > cum[a].
+    cum = np.concatenate([[0], np.cumsum(covered[:size], dtype=np.int64)]).tolist()
     pos = 0
     restarts = sorted(set(r for r in restarts if 0 <= r < size))
+    add_start, add_end, add_mnem, memo = starts.append, ends.append, mnems.append, _branch_memo
     while pos < size:
         last = pos
         for addr, n, m, ops in _MD.disasm_lite(data[pos:], pos):
-            starts.append(addr)
+            add_start(addr)
             end = addr + n
-            ends.append(end)
-            mnems.append(m)
+            add_end(end)
+            add_mnem(m)
             last = end
-            if covered[addr:end].any():
+            if cum[end] != cum[addr]:
                 continue
             if "rip" in ops:
                 mo = _RIP.search(ops)
@@ -108,7 +117,7 @@ def analyse(data: bytes, covered: np.ndarray, restarts: list[int]) -> Code:
                 insn = next(_MD_DETAIL.disasm(data[addr:end], addr))
                 internal.append(InternalRef(addr, end, addr + insn.disp_offset, insn.disp_size or 4, end + disp,
                                             False, m == "lea"))
-            elif _is_branch(m) and _IMM.match(ops):
+            elif (memo[m] if m in memo else _is_branch(m)) and _IMM.match(ops):
                 target = int(ops, 0)      # capstone prints targets below 10 in decimal
                 rel32 = int.from_bytes(data[end - 4:end], "little", signed=True) if n >= 5 else None
                 if rel32 is not None and end + rel32 == target:

@@ -96,6 +96,7 @@ class SectionPlan:
     whole: str | None = None                # why the section is kept whole
     new_relocs: list[NewReloc] = field(default_factory=list)
     groups: list[tuple[int, int]] = field(default_factory=list)   # [first unit, last unit]
+    rename: bool = False                    # a single named unit: only the section's name changes
 
     def glue_range(self, a: int, b: int, reason: str) -> None:
         a, b = min(a, b), max(a, b)
@@ -147,7 +148,8 @@ class Plan:
 
     @property
     def splits(self) -> dict[int, SectionPlan]:
-        return {i: sp for i, sp in self.sections.items() if len(sp.groups) > 1}
+        """Sections rewritten: split in several, or one function/object renamed ``.text.<symbol>``."""
+        return {i: sp for i, sp in self.sections.items() if len(sp.groups) > 1 or sp.rename}
 
 
 def make_plan(obj: ObjectFile) -> Plan:
@@ -157,6 +159,10 @@ def make_plan(obj: ObjectFile) -> Plan:
             us = units(obj, sec)
             if len(us) > 1:
                 cands[sec.index] = SectionPlan(sec, us, [False] * (len(us) - 1))
+            elif us[0].name and sec.size and name_conflict(sec.name, us[0].name) is None:
+                # One function in .text: named .text.<function> as -ffunction-sections would,
+                # so gold's and GNU ld's ordering files can name it.
+                cands[sec.index] = SectionPlan(sec, us, [], rename=True)
     if not cands or obj.symtab_index == 0:
         return Plan(obj, {}, [], unchanged="nothing to split (already one section per function and object)")
     _link_order_users(obj, cands)
@@ -167,7 +173,9 @@ def make_plan(obj: ObjectFile) -> Plan:
     fixes = _relocation_rules(obj, cands, code)
     for sp in cands.values():
         _name_rules(sp)
-    if all(len(sp.groups) <= 1 for sp in cands.values()):
+    for sp in cands.values():
+        sp.rename = sp.rename and sp.whole is None
+    if all(len(sp.groups) <= 1 and not sp.rename for sp in cands.values()):
         return Plan(obj, cands, [], unchanged="every split section had to stay whole")
     return Plan(obj, cands, fixes)
 

@@ -16,10 +16,10 @@ import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SHN_INDICES
 from elftools.elf.elffile import ELFFile
-from elftools.elf.enums import ENUM_E_MACHINE, ENUM_E_TYPE, ENUM_SH_TYPE_BASE
+from elftools.elf.enums import ENUM_SH_TYPE_BASE
 
 from elflayout.errors import ElflayoutError
-from elflayout.layouts import RELA64, SYM64
+from elflayout.layouts import RELA64, SHDR64, SYM64
 
 SHT = ENUM_SH_TYPE_BASE
 # gABI "Sections": indexes from here on are reserved (extended numbering not handled).
@@ -82,18 +82,26 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
             raise _err(name, f"not a relocatable object (e_type {hdr.e_type}); split reads .o files and .a archives")
         if hdr.e_shoff + hdr.e_shnum * hdr.e_shentsize > len(raw) or hdr.e_shnum == 0:
             raise _err(name, "truncated (section headers past the end of the file)")
+        if hdr.e_shentsize != SHDR64.itemsize:
+            raise _err(name, f"unexpected section header size {hdr.e_shentsize}")
+        # Section headers as one numpy read (pyelftools' per-header parse costs more
+        # than the whole split on archives of many small objects).
+        shdrs = np.frombuffer(raw, SHDR64, hdr.e_shnum, hdr.e_shoff)
+        if hdr.e_shstrndx >= hdr.e_shnum:
+            raise _err(name, "section name table index out of range")
+        sn = shdrs[hdr.e_shstrndx]
+        shstr = raw[int(sn["sh_offset"]):int(sn["sh_offset"]) + int(sn["sh_size"])]
         sections = []
-        for i, s in enumerate(elf.iter_sections()):
-            h = s.header
-            nobits = h.sh_type == "SHT_NOBITS"
-            if not nobits and h.sh_offset + h.sh_size > len(raw):
-                raise _err(name, f"truncated (section {s.name or i} past the end of the file)")
-            t = h.sh_type if isinstance(h.sh_type, int) else SHT.get(h.sh_type)
-            if t is None:
-                raise _err(name, f"section {s.name}: unknown type {h.sh_type}")
-            sections.append(Section(i, s.name, t, h.sh_flags, h.sh_addr, h.sh_link, h.sh_info,
-                                    max(1, h.sh_addralign), h.sh_entsize, h.sh_size,
-                                    b"" if nobits else raw[h.sh_offset:h.sh_offset + h.sh_size]))
+        for i, h in enumerate(shdrs.tolist()):
+            nm, t, flags, addr, off, size, link, info, align, entsize = h
+            nobits = t == SHT["SHT_NOBITS"]
+            if not nobits and off + size > len(raw):
+                raise _err(name, f"truncated (section {i} past the end of the file)")
+            end = shstr.find(b"\0", nm)
+            if nm >= len(shstr) or end < 0:
+                raise _err(name, f"section {i}: name outside the section name table")
+            sections.append(Section(i, shstr[nm:end].decode("utf-8", "surrogateescape"), t, flags, addr, link, info,
+                                    max(1, align), entsize, size, b"" if nobits else raw[off:off + size]))
         e_flags, osabi = hdr.e_flags, hdr.e_ident.EI_OSABI
     except (ELFError, ValueError, KeyError, IndexError, EOFError) as e:
         raise _err(name, f"truncated or corrupt ELF ({e})") from None

@@ -84,6 +84,24 @@ def objects() -> list[Path]:
     return [dest / n for n in names]
 
 
+def split_objects() -> list[Path]:
+    """The same objects after ``elflayout split`` (one section per function and data
+    object), cached per version of the splitter's code."""
+    import hashlib
+
+    from elflayout import split as split_pkg
+    from elflayout.split.api import split_inputs
+
+    objs = objects()
+    code = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(split_pkg.__file__).parent.glob("*.py"))))
+    dest = cache_dir("libpython", f"split-objects-{code.hexdigest()[:12]}")
+    with locked(cache_dir("libpython") / ".split.lock"):
+        if not (dest / ".done").exists():
+            split_inputs(objs, dest, force=True)
+            (dest / ".done").write_text("")
+    return [dest / o.name for o in objs]
+
+
 def _ordered(objs: list[Path], object_order) -> list[Path]:
     if object_order is None:
         return objs
@@ -102,17 +120,18 @@ def _ordered(objs: list[Path], object_order) -> list[Path]:
     return out
 
 
-def prepare(linker: str = "bfd", extra_link_args=(), object_order=None, outdir=None) -> dict:
+def prepare(linker: str = "bfd", extra_link_args=(), object_order=None, outdir=None, split: bool = False) -> dict:
     """Link libpython3.11.so.1.0 (and the launcher) with ``linker``; cached by
     (linker, extra args, object order). Returns ``dict(lib, map, launcher, objects,
     link_cmd, env, workloads={"pass": argv, "imports": argv}, outdir, linker)``;
     run a workload as ``subprocess.run(d["workloads"]["imports"], env=os.environ | d["env"])``.
+    ``split``: link the objects after ``elflayout split`` (function and data sections).
     """
     flag = linker_flag(linker)
     ensure_installed(RUNTIME_PACKAGES)
-    objs = _ordered(objects(), object_order)
+    objs = _ordered(split_objects() if split else objects(), object_order)
     extra = driver_args(extra_link_args)
-    key = param_key(linker, args_fingerprint(extra), [o.name for o in objs])
+    key = param_key(linker, args_fingerprint(extra), [o.name for o in objs] + ([objs[0].parent.name] if split else []))
     with build_slot("libpython", linker, key, outdir, outputs=(SONAME, f"{SONAME}.map", "python3.11")) as (out, done):
         if done:
             return _as_paths(done)

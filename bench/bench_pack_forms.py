@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The two packed forms side by side: pages read at a selectively-cold start, relr vs self.
+
+Debian 11's libLLVM-11 (from the root made by scripts/bullseye-root.sh) is packed in both
+forms (relr: DT_RELR, applied by ld.so; self: the self-applying DT_INIT routine) and
+Debian 11's llc-11 compiles a small IR file on this machine (glibc 2.36 applies both
+forms) through each copy and through the original. Before each run only the library is
+evicted (measure.cache.evict); pages added to the page cache for it are counted with
+tracefs (filemap:mm_filemap_add_to_page_cache), read_ahead_kb 128 (restored afterwards).
+Runs are interleaved in a seeded shuffled order. Target: self within 2% of relr.
+
+Run:  python3 bench/bench_pack_forms.py [--runs 5]   (root, tracefs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import numpy as np  # noqa: E402
+
+from elflayout.measure.cache import evict, expand  # noqa: E402
+from elflayout.relocs.pack import pack  # noqa: E402
+from elflayout.tracefs import TraceSession, file_key, tracefs_status  # noqa: E402
+
+RA = Path("/sys/block/vda/queue/read_ahead_kb")
+RA_KB = 128
+LIB = "usr/lib/x86_64-linux-gnu/libLLVM-11.so.1"
+IR = "define i32 @f(i32 %x) {\n  %y = mul i32 %x, 7\n  ret i32 %y\n}\n"
+HOST_LIBDIRS = (Path("/usr/lib/x86_64-linux-gnu"), Path("/lib/x86_64-linux-gnu"))
+
+
+def deps_dir(root: Path, lib: Path, d: Path) -> Path:
+    """Links to the root's copies of the library's dependencies this machine lacks (libffi.so.7)."""
+    out = d / "deps"
+    out.mkdir()
+    r = subprocess.run(["readelf", "-dW", str(lib)], capture_output=True, text=True, check=True)
+    for line in r.stdout.splitlines():
+        if "(NEEDED)" in line:
+            name = line.split("[", 1)[1].rstrip("]")
+            if not any((h / name).exists() for h in HOST_LIBDIRS):
+                (out / name).symlink_to(root / "usr/lib/x86_64-linux-gnu" / name)
+    return out
+
+
+def one_run(lib: Path, libdir: Path, argv, deps: Path) -> int:
+    ev = evict(lib)
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{libdir}:{deps}")
+    with TraceSession([lib], kinds=("add",)) as ts:
+        subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL)
+    e = ts.result.of(file_key(lib), "add")
+    if ev["left"]:
+        print(f"  note: {ev['left']} pages of {lib} stayed resident ({ev['why']})", file=sys.stderr)
+    return int(np.unique(expand(e["page"], e["npages"])).size) if e.size else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    why = tracefs_status()
+    if why:
+        print(f"skipped: {why}")
+        return 0
+    root = Path(subprocess.run([str(ROOT / "scripts/bullseye-root.sh")], capture_output=True, text=True,
+                               check=True).stdout.split()[-1])
+    src = root / LIB
+    with tempfile.TemporaryDirectory(prefix="elflayout-forms-", dir=os.environ.get("ELFLAYOUT_CACHE")) as d:
+        d = Path(d)
+        (d / "original").mkdir()  # a directory of its own: not the root's, whose libc would be picked
+        shutil.copy2(src, d / "original" / src.name)
+        variants = {"original": d / "original" / src.name}
+        for form in ("relr", "self"):
+            (d / form).mkdir()
+            st = pack(src, d / form / src.name, form=form)
+            variants[form] = d / form / src.name
+            print(f"# {form}: {st['packed']:,} of {st['relative']:,} RELATIVE packed, table {st['relr_bytes']:,} bytes, "
+                  f".rela.dyn {st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes")
+        (d / "t.ll").write_text(IR)
+        argv = [str(root / "usr/bin/llc-11"), "-O2", str(d / "t.ll"), "-o", os.devnull]
+        deps = deps_dir(root, src, d)
+        outs = {v: subprocess.run(argv[:-2] + ["-o", "-"], capture_output=True, check=True,
+                                  env=dict(os.environ, LD_LIBRARY_PATH=f"{p.parent}:{deps}")).stdout
+                for v, p in variants.items()}
+        print(f"# program output identical across variants: {len(set(outs.values())) == 1}")
+        rng = random.Random(a.seed)
+        order = [v for _ in range(a.runs) for v in rng.sample(list(variants), len(variants))]
+        old = RA.read_text().strip()
+        res = {v: [] for v in variants}
+        try:
+            RA.write_text(str(RA_KB))
+            for v in order:
+                res[v].append(one_run(variants[v], variants[v].parent, argv, deps))
+        finally:
+            RA.write_text(old)
+    print(f"## pages of libLLVM-11 read by `llc-11 -O2 t.ll` (Debian 11 build) on this machine, "
+          f"selective eviction, read_ahead_kb {RA_KB} (restored to {old})")
+    med = {v: statistics.median(x) for v, x in res.items()}
+    for v, x in res.items():
+        print(f"  {v:<9} pages {' '.join(f'{n:,}' for n in x)} (median {med[v]:,.0f})")
+    r = med["self"] / med["relr"]
+    print(f"  self/relr: {med['self']:,.0f}/{med['relr']:,.0f} = {r:.4f} ({(r - 1):+.2%}; target within 2%)")
+    print(f"  relr/original: {med['relr'] / med['original']:.3f}; self/original: {med['self'] / med['original']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Figures of ``elflayout split`` on libpython3.11 (Debian's libpython3.11-pic.a).
+
+1. Split time of the archive's 179 objects (goal ≤ 10 s), library call
+   ``elflayout.split.api.split_inputs`` timed on this machine.
+2. ``split --check`` with lld, gold and GNU ld (original-order links identical).
+3. The pipeline on split objects: libpython linked from the split objects with lld
+   (``libpython.prepare("lld", split=True)``), profiled with valgrind on
+   ``python3.11 -c "import json, decimal, asyncio, re"``, ordered at function granularity
+   (``elflayout order --format lld`` / ``gold`` / ``ld-script``), relinked with lld,
+   gold and GNU ld, packed, and measured selective at read_ahead_kb 128 against the
+   object-ordered+packed variant of bench_pipeline (goal: ≤ 950 pages with lld, gold
+   and GNU ld within 5% of lld).
+4. CPython's regression tests through the function-ordered split library
+   (``--regrtest``; Debian's libpython3.11-testsuite), compared with Debian's python3.11.
+5. A second archive, OpenSSL's libcrypto.a: split --check with three linkers and
+   libcrypto.so.3 relinked in reversed function order, compared with Debian's library.
+
+Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_pipeline as bp  # noqa: E402
+
+DEBIAN_PYTHON = "/usr/bin/python3.11"
+REGRTESTS = ["test_json", "test_decimal", "test_re", "test_asyncio", "test_struct", "test_unicode"]
+
+
+def split_time() -> None:
+    from elflayout.split.api import split_inputs, summary
+    from elflayout.targets import libpython
+
+    objs = libpython.objects()
+    with tempfile.TemporaryDirectory() as td:
+        t, c = time.monotonic(), time.process_time()
+        reps = split_inputs(objs, td)
+        dt, dc = time.monotonic() - t, time.process_time() - c
+    s = summary(reps)
+    load = os.getloadavg()[0]
+    print(f"split of {len(objs)} libpython objects: {dt:.1f} s wall, {dc:.1f} s CPU (goal ≤ 10 s; load average "
+          f"{load:.1f} on {os.cpu_count()} CPUs) — {s['objects_split']} split, "
+          f"{s['units']:,} functions and data objects -> {s['sections']:,} sections, "
+          f"{s['new_relocations']:,} new relocations, {s['glued']:,} neighbours kept together, "
+          f"{s['sections_kept_whole']} sections kept whole", flush=True)
+
+
+def check_all() -> None:
+    from elflayout.targets.libpython import ARCHIVE, DEV_PACKAGES
+    from elflayout.targets import fetch_debs
+
+    archive = fetch_debs(DEV_PACKAGES, "libpython3.11") / ARCHIVE
+    with tempfile.TemporaryDirectory() as td:
+        r = bp.cli("split", archive, "-o", td, "--check", "--linker", "lld", "--linker", "gold", "--linker", "bfd",
+                   check=False)
+    print("\n".join("    " + ln for ln in r.stdout.strip().splitlines()), flush=True)
+    if r.returncode:
+        raise SystemExit(f"bench_split: split --check failed: {r.stderr.strip()}")
+
+
+def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
+    from elflayout.targets import libpython
+
+    w = bp.work_dir() / "split"
+    w.mkdir(parents=True, exist_ok=True)
+    base = libpython.prepare("lld", split=True)
+    argv = [str(base["launcher"]), "-c", bp.IMPORTS]
+    envs = sum((["--env", f"{k}={v}"] for k, v in base["env"].items()), [])
+    prof = bp.cached_profile(w / "python-split.profile.json", base["lib"],
+                             ["profile", "--target", base["lib"], "--map", base["map"], "--data", *envs,
+                              "-o", w / "python-split.profile.json", "--force", "--", *argv])
+    files = {}
+    for fmt in ("lld", "gold", "ld-script"):
+        files[fmt] = w / f"python-split.{fmt}"
+        bp.cli("order", prof, "--format", fmt, "--lib", base["lib"], "--objects-from", base["map"],
+               "-o", files[fmt], "--force")
+    extra = {
+        "lld": [f"--symbol-ordering-file={bp.hashed_copy(files['lld'])}", "--no-warn-symbol-ordering"],
+        "gold": [f"--section-ordering-file={bp.hashed_copy(files['gold'])}"],
+        "bfd": [f"-Wl,-T,{bp.hashed_copy(files['ld-script'])}"],
+    }
+    # The product's fullest lld recipe (as bench_pipeline's libLLVM): hot-last code order,
+    # a data script placing the touched data sections, hot .dynstr names first.
+    full = {k: w / f"python-split-full.{k}" for k in ("lld", "ld", "rsp")}
+    bp.cli("order", prof, "--format", "lld", "--lib", base["lib"], "--objects-from", base["map"],
+           "--algorithm", "hot-last", "--data-script", full["ld"], "--dynstr-out", full["rsp"],
+           "-o", full["lld"], "--force")
+    h = {k: bp.hashed_copy(v) for k, v in full.items()}
+    extra["lld+data"] = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
+                         f"-Wl,@{h['rsp']}"]
+    linked = {}
+    for lk in ("lld", "gold", "bfd", "lld+data"):
+        print(f"  relink: libpython.prepare({lk.split('+')[0]!r}, split=True, extra_link_args={extra[lk]})",
+              flush=True)
+        linked[lk] = libpython.prepare(lk.split("+")[0], split=True, extra_link_args=extra[lk])
+    variants = {"split baseline lld": (base["lib"], bp.variant_cmd(base["lib"].parent, argv, base["env"]))}
+    for lk, d in linked.items():
+        a = [d["launcher"], "-c", bp.IMPORTS]
+        variants[f"split+function order {lk}"] = (d["lib"], bp.variant_cmd(d["lib"].parent, a, d["env"]))
+        p = bp.pack(d["lib"], w / "libs" / f"split-ordered-packed-{lk}")
+        variants[f"split+function order+packed {lk}"] = (p, bp.variant_cmd(p.parent, a, d["env"]))
+    if regrtest:
+        run_regrtests(linked["lld"])
+    if skip_measure:
+        return
+    doc = bp.measure(w / "python-split.results.json", variants, runs)
+    summ = bp.summarise(doc, {n: lib for n, (lib, _) in variants.items()})
+    lim = bp.physical_limit(bp.profile_target(prof), base["lib"])
+    print(f"\n  physical limit (split lld baseline, from {prof.name}): {bp.describe_limit(lim)}")
+    rows = [(n, summ.get(n)) for n in variants]
+    print()
+    print(bp.table(rows, lim, "split baseline lld", True,
+                   "libpython3.11 from split objects — selective, read_ahead_kb 128"))
+    pk = {lk: (summ.get(f"split+function order+packed {lk}") or {}).get("pages")
+          for lk in ("lld", "gold", "bfd", "lld+data")}
+    if pk["lld"]:
+        print(f"\nGoal ≤ 950 pages with lld: {pk['lld']:,.0f} pages (function order), {pk['lld+data']:,.0f} "
+              f"(+ data script and .dynstr order); gold {pk['gold']:,.0f} "
+              f"({(pk['gold'] / pk['lld'] - 1) * 100:+.1f}%), GNU ld {pk['bfd']:,.0f} "
+              f"({(pk['bfd'] / pk['lld'] - 1) * 100:+.1f}%) — goal within 5% of lld")
+    print(bp.determinism_note(rows))
+
+
+def run_regrtests(d: dict) -> None:
+    """CPython's own tests through the relinked split library, and through Debian's."""
+    if not Path("/usr/lib/python3.11/test/test_json").exists():
+        print("  regrtest: skipped (apt-get install libpython3.11-testsuite)")
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "LD_LIBRARY_PATH"}
+    out = {}
+    for name, exe, e in (("split+function order lld", str(d["launcher"]), env | d["env"]),
+                         ("Debian python3.11", DEBIAN_PYTHON, env)):
+        t = time.monotonic()
+        r = subprocess.run([exe, "-m", "test", *REGRTESTS], capture_output=True, text=True, env=e)
+        tail = [ln for ln in r.stdout.splitlines() if ln.startswith(("Total tests", "Result", "Tests result"))
+                or ln.strip().endswith(("tests OK.", "skipped:", "failed:"))]
+        out[name] = (r.returncode, " ".join(tail))
+        print(f"  $ {exe} -m test {' '.join(REGRTESTS)}   ({time.monotonic() - t:.0f} s): exit {r.returncode}; "
+              f"{' '.join(tail)}", flush=True)
+    same = len({v for v in out.values()}) == 1
+    print(f"  regrtest results {'identical' if same else 'DIFFER'} through the split library and Debian's")
+
+
+CRYPTO_TESTS = ["test_hashlib", "test_hmac", "test_ssl"]
+KEY, IV = "00" * 32, "00" * 16
+
+
+def crypto(regrtest: bool) -> None:
+    """The second archive: OpenSSL's libcrypto.a (libssl-dev; built without function
+    sections, with perlasm assembly). Split + --check with the three linkers, then
+    libcrypto.so.3 relinked from the split archive in *reversed* symbol order (every
+    moved reference exercised) with Debian's symbol versions, and compared with Debian's
+    library on digests, ciphers and (--regrtest) CPython's hashlib/hmac/ssl tests."""
+    from elflayout.targets import fetch_debs
+
+    print("\n## second archive: libcrypto.a (OpenSSL 3, libssl-dev)\n", flush=True)
+    root = fetch_debs(["libssl-dev"], "libssl-dev")
+    archive = root / "usr/lib/x86_64-linux-gnu/libcrypto.a"
+    w = bp.work_dir() / "split-crypto"
+    shutil.rmtree(w, ignore_errors=True)
+    w.mkdir(parents=True)
+    r = bp.cli("split", archive, "-o", w / "split", "--check", "--linker", "lld", "--linker", "gold",
+               "--linker", "bfd", check=False)
+    print("\n".join("    " + ln for ln in r.stdout.strip().splitlines()), flush=True)
+    if r.returncode:
+        raise SystemExit(f"bench_split: split --check of libcrypto.a failed: {r.stderr.strip()}")
+    deb = Path("/usr/lib/x86_64-linux-gnu/libcrypto.so.3")
+    dyn = subprocess.run(["objdump", "-T", deb], capture_output=True, text=True, check=True).stdout
+    versions: dict[str, list[str]] = {}
+    for ln in dyn.splitlines():
+        f = ln.split()
+        if len(f) >= 7 and f[-2].startswith("OPENSSL_3") and "*UND*" not in ln:
+            versions.setdefault(f[-2], []).append(f[-1])
+    vs = sorted(versions, key=lambda v: tuple(map(int, v.split("_")[1].split("."))))
+    script, prev = [], None
+    for v in vs:
+        body = "".join(f"    {n};\n" for n in sorted(set(versions[v])))
+        script.append(f"{v} {{\n  global:\n{body}{'  local: *;' if prev is None else ''}\n}}{' ' + prev if prev else ''};\n")
+        prev = v
+    (w / "crypto.ver").write_text("".join(script))
+    nm = subprocess.run(["nm", "--defined-only", w / "split" / "libcrypto.a"], capture_output=True, text=True).stdout
+    names = [ln.split()[2] for ln in nm.splitlines() if len(ln.split()) == 3 and ln.split()[1] in "tTdDbBrR"]
+    (w / "reversed.order").write_text("\n".join(dict.fromkeys(reversed(names))) + "\n")
+    lib = w / "lib" / "libcrypto.so.3"
+    lib.parent.mkdir()
+    cmd = ["gcc", "-shared", "-fuse-ld=lld", f"-Wl,--symbol-ordering-file={w / 'reversed.order'}",
+           "-Wl,--no-warn-symbol-ordering", "-Wl,-soname,libcrypto.so.3", f"-Wl,--version-script={w / 'crypto.ver'}",
+           "-o", str(lib), "-Wl,--whole-archive", str(w / "split" / "libcrypto.a"), "-Wl,--no-whole-archive",
+           "-lpthread"]
+    print(f"  $ {' '.join(cmd)}", flush=True)
+    subprocess.run(cmd, check=True)
+    data = Path(DEBIAN_PYTHON).read_bytes()[:1 << 20]
+    same, total = 0, 0
+    env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent))
+    for args in (["dgst", "-sha256"], ["dgst", "-sha512"], ["dgst", "-sha3-256"], ["dgst", "-blake2b512"],
+                 ["dgst", "-md5"], ["dgst", "-sm3"], ["enc", "-aes-256-cbc", "-K", KEY, "-iv", IV],
+                 ["enc", "-aes-128-ctr", "-K", KEY[:32], "-iv", IV], ["enc", "-chacha20", "-K", KEY, "-iv", IV],
+                 ["enc", "-camellia-256-cbc", "-K", KEY, "-iv", IV]):
+        a = subprocess.run(["openssl", *args], input=data, capture_output=True, env=env).stdout
+        b = subprocess.run(["openssl", *args], input=data, capture_output=True).stdout
+        total += 1
+        same += a == b and bool(a)
+    print(f"  openssl dgst/enc of 1 MiB through the reversed split libcrypto: {same}/{total} outputs identical "
+          f"to Debian's library", flush=True)
+    if regrtest:
+        res = {}
+        for name, e in (("reversed split libcrypto", env), ("Debian libcrypto", dict(os.environ))):
+            t = time.monotonic()
+            r = subprocess.run([DEBIAN_PYTHON, "-m", "test", *CRYPTO_TESTS], capture_output=True, text=True, env=e)
+            tail = [ln for ln in r.stdout.splitlines() if ln.startswith(("Tests result", "Result"))
+                    or ln.strip().endswith(("tests OK.", "skipped:", "failed:"))]
+            res[name] = (r.returncode, " ".join(tail))
+            print(f"  $ {'LD_LIBRARY_PATH=' + str(lib.parent) + ' ' if e is env else ''}{DEBIAN_PYTHON} -m test "
+                  f"{' '.join(CRYPTO_TESTS)}   ({time.monotonic() - t:.0f} s): exit {r.returncode}; {' '.join(tail)}",
+                  flush=True)
+        print(f"  regrtest results {'identical' if len(set(res.values())) == 1 else 'DIFFER'}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--regrtest", action="store_true", help="run CPython's regression tests through the split build")
+    ap.add_argument("--skip-measure", action="store_true")
+    ap.add_argument("--no-crypto", action="store_true", help="skip the second archive (libcrypto.a)")
+    a = ap.parse_args(argv)
+    print("## elflayout split on libpython3.11-pic.a\n", flush=True)
+    split_time()
+    check_all()
+    pipeline(a.runs, a.regrtest, a.skip_measure)
+    if not a.no_crypto:
+        crypto(a.regrtest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""A short seeded fuzz run (relocs/fuzz.py); the long one is bench/bench_fuzz.py."""
+
+from pathlib import Path
+
+import pytest
+
+import relocs_testlib as testlib
+from conftest import need_tool
+from elflayout.relocs import fuzz
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory):
+    need_tool("gcc")
+    w = tmp_path_factory.mktemp("fuzzlibs")
+    out = [testlib.build(w, linker)["lib"] for linker in ("bfd", "lld")]
+    z = Path("/usr/lib/x86_64-linux-gnu/libz.so.1")
+    return out + ([z] if z.exists() else [])
+
+
+def test_short_fuzz_run_has_no_internal_error_and_no_wrong_output(libs, tmp_path):
+    t = fuzz.run(libs, seed=20261124, count=60, workdir=tmp_path)
+    assert t.variants == 60
+    assert t.internal_errors == 0 and t.inputs_modified == 0 and t.multi_line_messages == 0, t.failures
+    assert t.accepted_differs == 0, t.failures
+    # The run exercised both outcomes: damage refused, and damage that still packs and loads.
+    assert t.refused > 0 and t.accepted_equal > 0
+    assert len(t.by_kind) >= 6
+
+
+def test_variants_are_reproducible(libs):
+    data = libs[0].read_bytes()
+    import numpy as np
+
+    a = fuzz.damage(data, "dynamic", np.random.default_rng([5, 17]))
+    b = fuzz.damage(data, "dynamic", np.random.default_rng([5, 17]))
+    c = fuzz.damage(data, "dynamic", np.random.default_rng([5, 18]))
+    assert a == b != data and a != c

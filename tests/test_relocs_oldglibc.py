@@ -1,0 +1,74 @@
+"""pack-relocs for glibc < 2.36: the self-applying form in a real Debian 11 root (glibc 2.31).
+
+Debian 11's own big libraries (libLLVM-11, libpython3.9) are packed on the host with
+``--root`` (the check's real loads run in the root) and their programs run inside the
+root (chroot) through the packed copies: byte-identical output. The DT_RELR form is
+refused for --min-glibc 2.31, and a DT_RELR file is shown not to work there.
+"""
+
+import json
+
+import pytest
+
+from conftest import run_cli
+from oldglibc_root import bullseye_root, python_launcher, run_in
+from elflayout.relocs import pack, simload
+
+pytestmark = pytest.mark.slow
+
+LIBDIR = "usr/lib/x86_64-linux-gnu"
+IR = "define i32 @f(i32 %x) {\n  %y = mul i32 %x, 7\n  %z = add i32 %y, 3\n  ret i32 %z\n}\n"
+PROG = ("import sys, json, decimal, re, hashlib; print(sys.version_info[:2], json.dumps({'q': str(decimal.Decimal(1) / 7),"
+        " 'm': re.findall(r'\\w+', 'a bb ccc'), 'h': hashlib.sha256(b'x').hexdigest()}, sort_keys=True))")
+
+
+@pytest.fixture(scope="module")
+def root():
+    return bullseye_root()
+
+
+def test_root_has_an_old_glibc(root):
+    assert simload.glibc_version(root) == (2, 31)
+
+
+@pytest.mark.parametrize("lib", ["libLLVM-11.so.1", "libpython3.9.so.1.0"])
+def test_self_form_runs_identically_in_the_old_root(root, lib):
+    out_dir = root / "opt/elflayout/packed-self"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / lib
+    r = run_cli("pack-relocs", root / LIBDIR / lib, "-o", out, "--root", root, "--check", "--json", "--force", check=0)
+    st = json.loads(r.stdout)
+    assert st["form"] == "self" and st["min_glibc"] == "2.31" and st["packed"] > 10_000
+    assert st["check"]["equal"] and st["check"]["real_load"]["equal"]
+    if lib.startswith("libLLVM"):
+        (root / "opt/elflayout/t.ll").write_text(IR)
+        argv = ["llc-11", "-O2", "/opt/elflayout/t.ll", "-o", "-"]
+    else:
+        argv = [python_launcher(root), "-c", PROG]
+    want = run_in(root, argv)
+    got = run_in(root, argv, libdir="/opt/elflayout/packed-self")
+    seen = run_in(root, ["/usr/bin/env", "LD_DEBUG=libs", *argv], libdir="/opt/elflayout/packed-self")
+    assert want.returncode == 0 and got.returncode == 0, got.stderr[-500:]
+    assert got.stdout == want.stdout and len(want.stdout) > 20
+    assert f"calling init: /opt/elflayout/packed-self/{lib}".encode() in seen.stderr  # the packed copy ran
+
+
+def test_relr_form_is_refused_for_an_old_glibc(root, tmp_path):
+    lib = root / LIBDIR / "libLLVM-11.so.1"
+    r = run_cli("pack-relocs", lib, "-o", tmp_path / "x.so", "--format", "relr", "--min-glibc", "2.31", check=2)
+    assert "needs glibc >= 2.36" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("pack-relocs", lib, "-o", tmp_path / "y.so", "--format", "relr", "--root", root, check=2)
+    assert "--min-glibc is 2.31" in r.stderr
+
+
+def test_a_relr_file_does_not_work_in_the_old_root(root):
+    """glibc 2.31 ignores DT_RELR (an unknown tag): the packed words keep their addends."""
+    out_dir = root / "opt/elflayout/packed-relr"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pack.pack(root / LIBDIR / "libLLVM-11.so.1", out_dir / "libLLVM-11.so.1", replace=True, form="relr")
+    (root / "opt/elflayout/t.ll").write_text(IR)
+    argv = ["llc-11", "-O2", "/opt/elflayout/t.ll", "-o", "-"]
+    want = run_in(root, argv)
+    got = run_in(root, argv, libdir="/opt/elflayout/packed-relr")
+    assert want.returncode == 0
+    assert got.returncode != 0 or got.stdout != want.stdout

@@ -1,0 +1,53 @@
+"""``elflayout link --split``: objects built without -ffunction-sections are split in a
+temporary directory and linked in profile order by lld, gold and GNU ld."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import need_tool, run_cli
+
+from elflayout.order import testlib
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The synthetic library's objects rebuilt without function sections, and its profile."""
+    need_tool("gcc")
+    wd = tmp_path_factory.mktemp("plain")
+    d = testlib.build(wd, n_objects=6, funcs_per_object=8, seed=3)
+    pp = wd / "p.json"
+    pp.write_text(json.dumps(testlib.truth_profile(d["lib"], d["truth"])))
+    objs = []
+    for o in d["objects"]:  # obj0..5.o and entry.o
+        n = wd / "plain" / o.name
+        n.parent.mkdir(exist_ok=True)
+        flags = [f for f in testlib.CFLAGS if f not in ("-ffunction-sections", "-fdata-sections")]
+        subprocess.run(["gcc", *flags, "-c", str(o.with_suffix(".c")), "-o", str(n)], check=True)
+        objs.append(str(n))
+    return {"profile": pp, "objects": objs, "driver": d["driver"]}
+
+
+@pytest.mark.parametrize("linker", ["lld", "gold", "bfd"])
+def test_link_split_honours_function_order(plain, tmp_path, linker):
+    need_tool({"lld": "ld.lld", "gold": "ld.gold", "bfd": "ld.bfd"}[linker])
+    lib = tmp_path / "libsynth.so"
+    r = run_cli("link", "--split", "--profile", plain["profile"], "--linker", linker, "--",
+                "gcc", "-shared", "-o", lib, *plain["objects"], check=0)
+    assert "split 7 objects and archives" in r.stderr
+    res = json.loads(run_cli("check-order", lib, "--profile", plain["profile"], "--json", check=0).stdout)
+    assert res["in_order_fraction"] == 1.0
+
+
+def test_link_without_split_is_not_honoured(plain, tmp_path):
+    need_tool("ld.lld")
+    r = run_cli("link", "--profile", plain["profile"], "--linker", "lld", "--",
+                "gcc", "-shared", "-o", tmp_path / "l.so", *plain["objects"])
+    assert r.returncode == 1 and "did not honour the ordering" in r.stderr
+
+
+def test_link_split_refused_for_object_order(plain, tmp_path):
+    r = run_cli("link", "--split", "--profile", plain["profile"], "--linker", "mold", "--",
+                "gcc", "-shared", "-fuse-ld=mold", "-o", tmp_path / "l.so", *plain["objects"], check=2)
+    assert "changes nothing" in r.stderr
