@@ -223,7 +223,9 @@ def power(pool, n, rng, stats, trials, slow, state):
     return out
 
 
-def study(pool_path: Path, trials: int, seed: int, demo_n: int):
+def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: int = 50, power_trials: int = 40,
+          both_n: bool = False):
+    """The three studies (each A/A or A/B file is a full compare: 1-3 s on a loaded 2-core machine)."""
     from elflayout.measure import stats
 
     pool = json.loads(pool_path.read_text())
@@ -256,8 +258,8 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int):
     print(f"   ({time.monotonic() - t0:.0f} s)")
 
     t0 = time.monotonic()
-    for n in sorted({demo_n, stats.MIN_TIME_RUNS}):
-        res = false_alarms(pool, n, rng, stats, trials // 10)
+    for n in sorted({demo_n, stats.MIN_TIME_RUNS}) if both_n else [demo_n]:
+        res = false_alarms(pool, n, rng, stats, aa_resampled)
         print(f"\n2. A/A false alarms at n = {n}" + (" (the demo's default)" if n == demo_n else ""))
         for kind, rows in res.items():
             if not rows:
@@ -278,10 +280,10 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int):
         xa, xb = series(rounds, ok, "a", st, "wall_s"), series(rounds, ok, slow, st, "wall_s")
         print(f"   {slow} ({st}): realised slowdown (pool) geometric {np.exp(np.log(xb).mean() - np.log(xa).mean()):.4f}"
               f", means {xb.mean() / xa.mean():.4f}")
-        for n in (stats.MIN_TIME_RUNS, 30):
+        for n in (demo_n, 30):
             if n > len(ok) // 4:
                 continue
-            res = power(pool, n, rng, stats, trials // 20, slow, st)
+            res = power(pool, n, rng, stats, power_trials, slow, st)
             small = [d for d, m in res if m is not None and m <= 0.05]
             big = [m for d, m in res if m is None or m > 0.05]
             det = sum(d for d, _ in res)
@@ -301,7 +303,10 @@ def main():
     ap.add_argument("--collect-only", action="store_true")
     ap.add_argument("--partial", action="store_true", help="study the sessions of the pool collected so far")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--trials", type=int, default=1000, help="resampled files per figure (default 1000)")
+    ap.add_argument("--trials", type=int, default=2000, help="resampled files per n in the coverage study")
+    ap.add_argument("--aa-resampled", type=int, default=50, help="resampled A/A files beside the disjoint ones")
+    ap.add_argument("--power-trials", type=int, default=40, help="resampled A/B files per n in the power study")
+    ap.add_argument("--both-n", action="store_true", help="A/A files also at stats.MIN_TIME_RUNS")
     ap.add_argument("--demo-n", type=int, default=None, help="the demo's default runs (default: read from demo)")
     a = ap.parse_args()
     pool = a.pool or cache_dir() / f"pool-{a.rounds}.json"
@@ -322,7 +327,7 @@ def main():
         from elflayout import demo
 
         demo_n = demo.DEFAULT_RUNS
-    study(pool, a.trials, a.seed, demo_n)
+    study(pool, a.trials, a.seed, demo_n, a.aa_resampled, a.power_trials, a.both_n)
     return 0
 
 

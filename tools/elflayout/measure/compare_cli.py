@@ -17,13 +17,14 @@ examples:
   elflayout compare results.json --fail-on slower   # exit 1 if a primary time got slower
   elflayout compare results.json --primary wall_s:hot --fail-on any --target-effect 5%
 
-Statistics are recomputed from the runs: times by Welch's t on log times (the ratio of
-geometric means b/a with its 95% interval), counts exactly when the runs show them
-deterministic and by Welch's t otherwise; Holm's correction across all the file's
-tested comparisons (the output says how many). A time comparison needs at least 10
-runs per side, else "too few runs". Every "no change" carries the minimum detectable
-effect (MDE, 80% power); --target-effect adds the runs per side needed to detect that
-change. Only --primary comparisons (default pages_read:selective and wall_s:selective)
+Statistics are recomputed from the runs: times by a paired t-test on per-round log
+ratios (Welch's t on log times when too few rounds pair): the ratio of geometric means
+b/a with its 95% interval; counts exactly when the runs show them deterministic and by
+Welch's t otherwise; Holm's correction across all the file's tested comparisons (the
+output says how many). A time comparison needs at least 4 runs per side (a coverage
+study: bench/bench_verdicts.py), else "too few runs". Every row that is not exact
+carries the minimum detectable effect (MDE, 80% power); --target-effect adds the runs
+per side needed to detect that change. Only --primary comparisons (default pages_read:selective and wall_s:selective)
 decide the exit code of --fail-on. See docs/methodology.md.
 """
 
