@@ -12,6 +12,7 @@ import pytest
 from conftest import need_root_tracefs, run_cli
 
 from elflayout.errors import ElflayoutError
+from elflayout.layouts import PF_X
 
 
 def need_firsttouch():
@@ -213,7 +214,7 @@ def test_trace_pages_consistent_with_truth(synth_big, tmp_path):
     from elflayout.elfcore import ElfImage
 
     loads = ElfImage(lib).loads
-    rx = next(s for s in loads if s.flags & 1)
+    rx = next(s for s in loads if s.flags & PF_X)
     lo, hi = rx.offset // 4096, (rx.offset + rx.filesz - 1) // 4096
     # Events carry file pages, not the mapping: a page at a segment boundary may be mapped by
     # the neighbouring segment's VMA too. Fault-around stays inside one VMA, so a window wholly

@@ -22,6 +22,7 @@ import bisect
 import numpy as np
 
 from elflayout.elfcore import PAGE, ElfImage
+from elflayout.layouts import SHF_EXECINSTR
 from elflayout.profile.model import Target
 from elflayout.order.resolve import clone_base, ctor_alias, elf_symbols, is_fde_only, thunk_target
 
@@ -56,7 +57,7 @@ def check(lib, target: Target) -> dict:
         ident = img.identity()
         same_build = bool(target.build_id) and target.build_id == ident["build_id"]
         funcs_by_name = lib_functions(img)
-        exec_secs = [s for s in img.sections if s.occupies_file and (s.flags & 4)]  # SHF_EXECINSTR
+        exec_secs = [s for s in img.sections if s.occupies_file and (s.flags & SHF_EXECINSTR)]
     entries = target.functions
     placed: list[tuple[int, int]] = []  # (offset, size) in profile order
     missing, ambiguous, fde_only = [], [], 0
