@@ -85,7 +85,7 @@ def bench_speed(out: Path, runs: int) -> dict:
         t = time.perf_counter()
         subprocess.run(cmd, check=True, env=env, capture_output=True)
         walls.append(time.perf_counter() - t)
-    inproc = [pack(LIB, out) for _ in range(runs)]
+    inproc = [pack(LIB, out, replace=True) for _ in range(runs)]
     return dict(cmd=" ".join(cmd), wall=walls, plan=[s["plan_s"] for s in inproc],
                 write=[s["write_s"] for s in inproc], total=[s["pack_s"] for s in inproc], stats=inproc[0])
 

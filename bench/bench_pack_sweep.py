@@ -39,12 +39,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="/usr/lib/x86_64-linux-gnu")
     ap.add_argument("--limit", type=int, default=0, help="first N libraries only (0: all)")
+    ap.add_argument("--format", choices=("relr", "self"), default="relr", help="packed form (default relr)")
     a = ap.parse_args()
     libs = sorted(p for p in Path(a.dir).iterdir() if p.is_file() and not p.is_symlink() and ".so" in p.name
                   and p.read_bytes()[:4] == b"\x7fELF")
     if a.limit:
         libs = libs[:a.limit]
-    print(f"# bench_pack_sweep: {len(libs)} shared libraries in {a.dir} (regular files named *.so*)")
+    print(f"# bench_pack_sweep: {len(libs)} shared libraries in {a.dir} (regular files named *.so*), "
+          f"form {a.format}")
     t0 = time.time()
     count = collections.Counter()
     reasons = collections.Counter()
@@ -55,7 +57,7 @@ def main() -> int:
         for i, lib in enumerate(libs):
             out = Path(d) / lib.name
             try:
-                st = pack(lib, out, verify=simload.check, replace=True)
+                st = pack(lib, out, verify=simload.check, replace=True, form=a.format)
                 count["packed and checked"] += 1
                 packed_relative += st["packed"]
             except AlreadyPacked as e:

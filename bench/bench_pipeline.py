@@ -63,6 +63,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 import numpy as np  # noqa: E402
 
 from elflayout.elfcore import PAGE, ElfImage, relr_size  # noqa: E402
+from elflayout.errors import ElflayoutError  # noqa: E402
+from elflayout.profile import model  # noqa: E402
 
 PY = sys.executable
 RA_KB = 128
@@ -123,17 +125,17 @@ def reloc_bytes_packed(img: ElfImage) -> dict:
     return out
 
 
-def physical_limit(target: dict, lib) -> dict:
+def physical_limit(target, lib) -> dict:
     """Pages a perfect layout would read: see the module docstring. ``target`` is one
-    entry of a profile's ``targets`` (valgrind backend, ideally with ``--data``)."""
+    ``profile.model.Target`` of a profile (valgrind backend, ideally with ``--data``)."""
     with ElfImage(lib) as img:
         secs = {s.index: s for s in img.sections}
         file_pages = math.ceil(os.path.getsize(lib) / PAGE)
         spans = [(seg.offset // PAGE, (seg.offset + seg.filesz - 1) // PAGE) for seg in img.loads if seg.filesz > 0]
         relocs = reloc_bytes_packed(img)
-        pages = target.get("pages", [])
-        pg = np.array([p["page"] for p in pages], dtype=np.int64)
-        kind = np.array([p["kind"] for p in pages], dtype="U1")
+        pages = target.pages
+        pg = np.array([p.page for p in pages], dtype=np.int64)
+        kind = np.array([p.kind for p in pages], dtype="U1")
         sec = img.section_of_offsets(pg * PAGE) if len(pg) else np.zeros(0, np.int64)
     name = np.array([secs[i].name if i >= 0 else "" for i in sec], dtype=object)
     execi = np.array([bool(secs[i].flags & SHF_EXECINSTR) if i >= 0 else False for i in sec], dtype=bool)
@@ -144,11 +146,11 @@ def physical_limit(target: dict, lib) -> dict:
     is_reloc = np.isin(name, RELOC_SECTIONS)
     data = (kind != "x") & in_file & ~is_reloc & ~execi
     data_pages = set(pg[data].tolist())
-    code_bytes = int(sum(f["size"] for f in target.get("functions", [])))
+    code_bytes = int(sum(f.size for f in target.functions))
     # Executed pages outside functions (PLT, .init): their functions are unknown, count pages.
     fpages = set()
-    for f in target.get("functions", []):
-        a, b = f["offset"] // PAGE, (f["offset"] + max(f["size"], 1) - 1) // PAGE
+    for f in target.functions:
+        a, b = f.offset // PAGE, (f.offset + max(f.size, 1) - 1) // PAGE
         fpages.update(range(a, b + 1))
     x_other = set(pg[(kind == "x") & in_file & ~np.isin(name, (".text",))].tolist()) - fpages - data_pages
     header = 0 if 0 in data_pages else 1
@@ -158,7 +160,7 @@ def physical_limit(target: dict, lib) -> dict:
     reloc_total = relocs["rela"] + relocs["relr"] + relocs["plt"]
     total_bytes = code_bytes + PAGE * (len(data_pages) + len(x_other) + header) + reloc_total
     return {"pages": math.ceil(total_bytes / PAGE), "bytes": total_bytes, "code_bytes": code_bytes,
-            "functions": len(target.get("functions", [])), "data_pages": len(data_pages),
+            "functions": len(target.functions), "data_pages": len(data_pages),
             "exec_pages_outside_functions": len(x_other), "header_pages": header,
             "reloc_bytes": relocs, "data_pages_by_section": dict(sorted(by_section.items(), key=lambda kv: -kv[1])),
             "has_data": bool((kind != "x").any())}
@@ -176,21 +178,21 @@ def describe_limit(lim: dict) -> str:
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def profile_target(path: Path) -> dict:
-    return json.loads(Path(path).read_text())["targets"][0]
+def profile_target(path: Path):
+    return model.load(path).targets[0]
 
 
 def cached_profile(out: Path, lib: Path, profile_args: list, data=True) -> Path:
     """Profile with valgrind unless OUT already profiles this very build (same build-id)."""
     if out.exists():
         try:
-            doc = json.loads(out.read_text())
+            doc = model.load(out)
             with ElfImage(lib) as img:
                 bid = img.build_id
-            if doc["targets"][0]["build_id"] == bid and bool(doc["metadata"].get("data")) == data:
+            if doc.targets[0].build_id == bid and bool(doc.metadata.get("data")) == data:
                 print(f"  $ {show_cmd(profile_args)}   (cached: same build-id {bid})", flush=True)
                 return out
-        except (ValueError, KeyError, IndexError):
+        except ElflayoutError:  # damaged or of another version: profile again
             pass
     cli(*profile_args)
     return out

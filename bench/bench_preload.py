@@ -19,7 +19,7 @@ Figures: median wall time per variant, the ratio preload/as-is with its 95% BCa 
 hot-start overhead: ``/bin/true`` directly vs through the launcher with the libLLVM plan
 (all cached), and through the LD_AUDIT library.
 
-    python3 bench/bench_preload.py [--runs 5] [--presets hdd,emmc,sata-ssd,host] [--relink] [--chromium]
+    python3 bench/bench_preload.py [--runs 5] [--presets hdd,emmc,sata-ssd,host] [--relink] [--methods] [--chromium]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def work_dir() -> Path:
 
 def private_copy(lib: Path, name: str) -> Path:
     """A byte-identical copy, alone in a directory (what the storage mount serves). A copy,
-    not a hard link: other users of this shared machine map the system library, which
+    not a hard link: any running llc-16 or opt-16 maps the system library, which
     defeats its eviction on the host-cached disk; copy2 keeps the mtime."""
     d = work_dir() / name
     d.mkdir(exist_ok=True)
@@ -197,6 +197,24 @@ def relinked_packed() -> Path:
     return out
 
 
+def methods(lib: Path, plan_text: Path, runs: int) -> None:
+    """hdd, selective: the ways of applying a plan other than the launcher's default."""
+    launcher, _ = runner.binaries()
+    m = f"--map {shlex.quote(str(lib.parent))}={{mount}}"
+    env_of = lambda audit: " ".join(  # noqa: E731
+        f"{k}={shlex.quote(v)}" for k, v in runner.library_env(plan_text, audit=audit,
+                                                               map_=[f"{lib.parent}={{mount}}"]).items())
+    variants = [("as-is", CMD), ("launcher pread", f"{launcher} {m} {plan_text} -- {CMD}"),
+                ("launcher readahead", f"{launcher} --method readahead {m} {plan_text} -- {CMD}"),
+                ("LD_AUDIT pread", f"{env_of(True)} {CMD}"), ("LD_PRELOAD pread", f"{env_of(False)} {CMD}")]
+    print(f"\nmethods on hdd: {runs} rounds, selective", flush=True)
+    doc = session(work_dir() / "methods.hdd.results.json", variants, lib, "hdd", ["selective"], runs)
+    for v, _ in variants:
+        c = comparison(doc, v, "selective")
+        print(f"  {v:<20} {cell(doc, v, 'selective') * 1e3:>7,.0f} ms  {cell(doc, v, 'selective', 'pages_read'):>7,.0f} "
+              f"pages  ratio {fmt_ratio(c) if c else '-'}")
+
+
 CHROMIUM_DIR = Path("/usr/lib/chromium")
 
 
@@ -256,6 +274,12 @@ def main() -> int:
     ap.add_argument("--presets", default="hdd,emmc,sata-ssd,host",
                     help="storage presets, 'host' = no emulation (default hdd,emmc,sata-ssd,host)")
     ap.add_argument("--relink", action="store_true", help="also the ordered+packed relink (hdd; builds it, cached)")
+    ap.add_argument("--relinked", metavar="LIB", type=Path,
+                    help="with --relink: measure this ordered+packed libLLVM-16 (e.g. bench_pipeline's best) "
+                         "instead of building one")
+    ap.add_argument("--only-relink", action="store_true", help="only the relink figures (implies --relink)")
+    ap.add_argument("--methods", action="store_true",
+                    help="also readahead, LD_AUDIT and LD_PRELOAD on hdd (selective)")
     ap.add_argument("--chromium", action="store_true", help="also Chromium's headless start (hdd, emmc)")
     ap.add_argument("--only-chromium", action="store_true", help="only the Chromium figures")
     ap.add_argument("--overhead-runs", type=int, default=40, help="rounds of the hot-overhead session (default 40)")
@@ -265,20 +289,32 @@ def main() -> int:
         bench_chromium(a.runs, ["hdd", "emmc"])
         return 0
     print(f"$ python3 bench/bench_preload.py --runs {a.runs} --presets {a.presets}{' --relink' if a.relink else ''}"
+          f"{' --only-relink' if a.only_relink else ''}{f' --relinked {a.relinked}' if a.relinked else ''}"
           f"   (load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)", flush=True)
-    print(f"\n## Debian's libLLVM-16 as shipped ({SYSTEM_LIB}), `{CMD}`", flush=True)
+    if a.only_relink:
+        a.relink, presets = True, []
     lib = private_copy(SYSTEM_LIB, "system")
-    plans = make_plans(lib, "system", presets)
-    rows = ab(lib, "system", plans, presets, a.runs)
-    table(f"Debian's libLLVM-16, {CMD}, selective cold (library evicted), read_ahead_kb 128, {a.runs} rounds, "
-          f"medians; ratio = mean preload / mean as-is, 95% BCa CI", rows)
+    if presets:
+        print(f"\n## Debian's libLLVM-16 as shipped ({SYSTEM_LIB}), `{CMD}`", flush=True)
+        plans = make_plans(lib, "system", presets)
+        rows = ab(lib, "system", plans, presets, a.runs)
+        table(f"Debian's libLLVM-16, {CMD}, selective cold (library evicted), read_ahead_kb 128, {a.runs} rounds, "
+              f"medians; ratio = mean preload / mean as-is, 95% BCa CI", rows)
     if a.relink:
         print("\n## libLLVM-16 relinked in profile order (lld) and packed (DT_RELR)", flush=True)
-        rp = relinked_packed()
-        rplans = make_plans(rp, "ordered-packed", ["hdd"])
-        rrows = ab(rp, "ordered-packed", rplans, ["hdd"], a.runs)
+        rp = private_copy(a.relinked, "relinked-given") if a.relinked else relinked_packed()
+        if a.relinked:
+            print(f"  ordered+packed: {a.relinked} (given), measured through a copy {rp}", flush=True)
+        tag = "relinked-given" if a.relinked else "ordered-packed"
+        rplans = make_plans(rp, tag, ["hdd"])
+        rrows = ab(rp, tag, rplans, ["hdd"], a.runs)
         table(f"ordered+packed relink, {CMD}, selective cold, {a.runs} rounds", rrows)
+    if a.only_relink:
+        return 0
     overhead(lib, plans[presets[0]], a.overhead_runs)
+    if a.methods:
+        mplans = plans if "hdd" in plans else make_plans(lib, "system", ["hdd"])
+        methods(lib, mplans["hdd"], max(2, a.runs // 2))
     if a.chromium:
         bench_chromium(a.runs, ["hdd", "emmc"])
     return 0

@@ -83,6 +83,12 @@ BENCHES = [
     Bench("profile", "bench_profile.py", ("-n", "5"),
           "Profiler overhead: valgrind backend vs valgrind --tool=none, trace backend vs native",
           "not relevant (warm page cache)"),
+    Bench("heldout", "bench_heldout.py", (),
+          "Held-out startups: libLLVM-16 ordered by the other workloads vs by the workload itself "
+          "(cross-validation, readahead-model predictions)", "128 (modelled)"),
+    Bench("peers", "bench_peers.py", ("--runs", "3"),
+          "Peers side by side on libLLVM-16 (llc-16 --version): Debian's library, lld default, lld RELR, "
+          "lld C3 from callgrind (with and without RELR), elflayout's best", RA_SET, markdown=True),
     Bench("split", "bench_split.py", ("--runs", "3", "--regrtest"),
           "elflayout split on libpython3.11-pic.a: split time, --check with three linkers, function order on "
           "the split objects with lld/gold/GNU ld (pages read), CPython's regression tests through it", RA_SET),
@@ -307,8 +313,8 @@ from the linker, its arguments and inputs) and the benches' work files.
   same count (a bench says so when they do not). Bytes read = pages × 4096. A *seek* is a
   read starting more than 32 pages from the end of the previous one (time order).
 - **Wall times** are medians; this VM's disk is cached by the host, so wall times hide
-  most of the I/O cost and move with the machine's load (7 other engineers share its 2
-  cores). Compare them only inside one section, never across sections.
+  most of the I/O cost and move with the machine's load (its 2 cores are shared with
+  other jobs). Compare them only inside one section, never across sections.
 - **Physical limit** (`bench/bench_pipeline.py`, `physical_limit`): the bytes a startup
   touches, packed densely — from a valgrind `elflayout profile --data` profile: bytes of the
   executed functions + 4096 × distinct file pages touched as data (read or written, e.g.
@@ -334,8 +340,8 @@ def render(facts: dict, blocks: dict[str, str], metas: dict[str, dict], argv_cmd
     labels = {"date": "date (page generated)", "kernel": "kernel", "machine": "architecture",
               "cpu_model": "CPU model", "cores": "cores", "memory": "memory",
               "load_average": "load average (1/5/15 min) when the page was generated",
-              "read_ahead_kb_device": "read_ahead_kb of the device when the page was generated (other users' "
-                                      "measurement sessions set it to 128 while they run)",
+              "read_ahead_kb_device": "read_ahead_kb of the device when the page was generated (a "
+                                      "measurement session sets it to 128 while it runs)",
               "python": "Python", "commit": "git commit (HEAD)"}
     facts_md = "\n".join(f"| {labels.get(k, k)} | {v} |" for k, v in facts.items())
     facts_md += "\n| read_ahead_kb used for page counts | 128 (set by the harness/scripts, then restored) |"

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   binutils gcc g++ make lld mold valgrind          # linkers and compilers
   llvm-16 libllvm16                                 # real target: libLLVM-16.so.1, llc-16, opt-16
+  lld-16                                            # bench_peers: lld's own -z pack-relative-relocs (lld 14 lacks it)
   libffi8 libedit2 libzstd1 libtinfo6 libxml2 libz3-4  # libLLVM relinked from archives links these
   libpython3.11-stdlib libexpat1 zlib1g             # stdlib for the relinked libpython
   libpython3.11-testsuite                           # CPython's regression tests through a split relink (bench_split)
@@ -39,7 +40,7 @@ stamp=.venv/.elflayout-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "bootstrap: installing elflayout and its Python dependencies into .venv"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test,postgresql]'
+  .venv/bin/python -m pip install -q -e '.[test,report,stats,postgresql]'
   touch "$stamp"
 fi
 

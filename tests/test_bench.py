@@ -118,13 +118,14 @@ def test_physical_limit_known_answer(tmp_path):
     assert rela_page * 4096 < rela_off + rela_size, "test library: .rela.dyn should span a page start"
     bss_page = size // 4096 + 10  # beyond the file: anonymous memory, not read from disk
     fn_page = text_off // 4096
-    target = {
-        "functions": [{"name": "f0", "offset": text_off, "size": 100},
-                      {"name": "f1", "offset": text_off + 200, "size": 5000}],
-        "pages": [{"page": data_page, "kind": "r"}, {"page": data_page, "kind": "w"},
-                  {"page": ro_page, "kind": "r"}, {"page": rela_page, "kind": "r"},
-                  {"page": fn_page, "kind": "x"}, {"page": bss_page, "kind": "w"}],
-    }
+    from elflayout.profile.model import Function, Page, Target
+
+    target = Target(path=str(lib),
+                    functions=[Function("f0", 0, offset=text_off, size=100),
+                               Function("f1", 1, offset=text_off + 200, size=5000)],
+                    pages=[Page(data_page, i, kind) for i, (data_page, kind) in enumerate(
+                        [(data_page, "r"), (data_page, "w"), (ro_page, "r"), (rela_page, "r"), (fn_page, "x"),
+                         (bss_page, "w")])])
     lim = bench_pipeline.physical_limit(target, lib)
     rel = (types == 8) & (offs % 8 == 0)
     assert rel.sum() >= 1000
@@ -145,8 +146,10 @@ def test_physical_limit_header_page_counted_once(tmp_path):
     src.write_text("int g(int x) { return x + 1; }\n")
     lib = tmp_path / "libu.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, src], check=True)
-    base = bench_pipeline.physical_limit({"functions": [], "pages": []}, lib)
-    touched = bench_pipeline.physical_limit({"functions": [], "pages": [{"page": 0, "kind": "r"}]}, lib)
+    from elflayout.profile.model import Page, Target
+
+    base = bench_pipeline.physical_limit(Target(path=str(lib)), lib)
+    touched = bench_pipeline.physical_limit(Target(path=str(lib), pages=[Page(0, 0, "r")]), lib)
     assert base["header_pages"] == 1 and touched["header_pages"] == 0
     assert base["pages"] == touched["pages"]
 

@@ -1,6 +1,6 @@
 """order / link / check-order on a small synthetic library linked with the real linkers.
 
-The library (elflayout.order.testlib) has a known first-call order; its ground truth is
+The library (tests/order_testlib.py) has a known first-call order; its ground truth is
 turned into a profile v1 as the profiler would record it. Each linker relinks the same
 objects with the generated ordering and check-order must find the order honoured; the
 default link must not pass.
@@ -9,10 +9,12 @@ default link must not pass.
 import json
 import subprocess
 
+import numpy as np
 import pytest
 
 from conftest import need_tool, run_cli
-from elflayout.order import testlib
+import order_testlib as testlib
+from elflayout.errors import ElflayoutError
 from elflayout.order.check import lis_length
 from elflayout.order.resolve import Universe, clone_base, resolve, same_object, thunk_target
 
@@ -56,8 +58,10 @@ def test_resolve_against_universe():
         "foo": [(".text.foo", "a.o")],
         "_ZN3Foo3barEv": [(".text._ZN3Foo3barEv", "b.o")],
     }, sections={".text.helper", ".text.foo", ".text._ZN3Foo3barEv"}, source="test")
-    entries = [{"name": "foo.part.0"}, {"name": "helper", "object": "b.o"}, {"name": "_ZThn8_N3Foo3barEv"},
-               {"name": "fde_e2f680"}, {"name": "nothere"}, {"name": "helper"}]
+    from elflayout.profile.model import Function
+
+    entries = [Function("foo.part.0", 0), Function("helper", 1, object="b.o"), Function("_ZThn8_N3Foo3barEv", 2),
+               Function("fde_e2f680", 3), Function("nothere", 4), Function("helper", 5)]
     res, rep = resolve(entries, u)
     hows = [r.how for r in res]
     assert hows[:5] == ["clone", "object", "thunk", "fde-only", "missing"]
@@ -159,9 +163,12 @@ def test_profile_of_another_library_is_refused(synth, tmp_path):
     other = tmp_path / "other.so"
     subprocess.run(["gcc", "-shared", "-o", str(other), str(synth["objects"][1])], check=True)
     r = run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x", check=2)
-    assert "profile is of build" in r.stderr and "--force" in r.stderr and "Traceback" not in r.stderr
+    assert "profile is of build" in r.stderr and "--allow-stale-profile" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "x").exists()
-    run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x", "--force", check=0)
+    # --force only replaces outputs; a stale profile needs its own option
+    run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x", "--force", check=2)
+    run_cli("order", synth["profile"], "--format", "lld", "--lib", other, "-o", tmp_path / "x",
+            "--allow-stale-profile", check=0)
 
 
 def test_empty_profile(synth, tmp_path):
@@ -463,3 +470,147 @@ def test_lld_data_script_hot_strings_get_their_own_pool(tmp_path):
     import sys
     out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "hot string used at start|cold string never used|shared string|shared string"
+
+
+# -- several workloads: combining and held-out evaluation --------------------------------
+
+def _two_workloads(synth, tmp_path):
+    """Two workloads of the synthetic library made from its truth: the first two thirds
+    of the call order, and the last two thirds (they share the middle third)."""
+    import copy
+
+    from elflayout.profile import merge, model
+
+    fs = synth["prof"]["targets"][0]["functions"]
+    n = len(fs)
+    parts = {"a": fs[: 2 * n // 3], "b": fs[n // 3:]}
+    docs = []
+    for name, entries in parts.items():
+        d = copy.deepcopy(synth["prof"])
+        d["targets"][0]["functions"] = [dict(f, first=i) for i, f in enumerate(entries)]
+        d["targets"][0]["objects"] = []
+        d["metadata"]["argv"] = [name]
+        docs.append(model.parse(d))
+    m = merge.merge(docs, list(parts), rule="concat")
+    p = tmp_path / "set.json"
+    p.write_text(json.dumps(m))
+    return p, parts
+
+
+def test_order_combine_rules(synth, tmp_path):
+    p, parts = _two_workloads(synth, tmp_path)
+    a, b = [f["name"] for f in parts["a"]], [f["name"] for f in parts["b"]]
+    got = {}
+    for rule in ("concat", "earliest", "mean", "shared"):
+        out = tmp_path / f"{rule}.order"
+        run_cli("order", p, "--format", "lld", "--combine", rule, "-o", out, check=0)
+        got[rule] = [ln for ln in out.read_text().splitlines() if ln and not ln.startswith("#")]
+    want_all = set(a) | set(b)
+    for rule, names in got.items():  # code any workload touches is in the hot region
+        assert want_all <= set(names) | {"helper"}, rule
+    # concat: a's order, then what only b touches
+    only_b = [x for x in b if x not in a]
+    assert [x for x in got["concat"] if x in only_b] == list(dict.fromkeys(only_b))
+    assert got["concat"].index(a[0]) < got["concat"].index(only_b[0])
+    # earliest: b's first function (rank 0 in b) comes before a's second (rank > 0 in a)
+    assert got["earliest"].index(b[0]) < got["earliest"].index(a[1])
+    # mean (untouched = 1): b's first function, also touched half-way through a (mean
+    # rank ~0.25), comes before a's first, which b never touches (mean rank 0.5)
+    assert b[0] in a and a[0] not in b
+    assert got["mean"].index(b[0]) < got["mean"].index(a[0])
+    assert got["concat"].index(a[0]) < got["concat"].index(b[0])
+    # shared: everything both workloads touch comes before what only one touches
+    shared = [x for x in a if x in b and x != "helper"]
+    lonely = [x for x in a + b if (x in a) != (x in b) and x != "helper"]
+    assert max(got["shared"].index(x) for x in shared) < min(got["shared"].index(x) for x in lonely)
+
+
+def test_cross_validation_table(synth, tmp_path):
+    from elflayout.elfcore import ElfImage
+    from elflayout.order import heldout
+    from elflayout.profile import model
+
+    p, parts = _two_workloads(synth, tmp_path)
+    prof = model.load(p)
+    with ElfImage(synth["lib"]) as img:
+        rows = heldout.cross_validate(img, prof, "earliest", read_ahead_kb=16)
+        base = heldout.functions_of(img)
+        # the virtual layout packs the hot set at the start of .text, in training order
+        train = prof.targets[0]
+        lay = heldout.ordered_layout(img, base, train)
+        idx = list(dict.fromkeys(base.index(np.array([f.offset for f in train.functions])).tolist()))
+        assert -1 not in idx and lay.hot.sum() == len(idx)
+        assert np.all(np.diff(lay.new[idx]) > 0)  # training order
+        text = [s for s in img.sections if s.name == ".text"][0]
+        in_text = (base.start >= text.offset) & (base.start < text.offset + text.size)
+        assert lay.new[idx].max() < lay.new[in_text & ~lay.hot].min()  # before every cold function
+    assert [r["workload"] for r in rows] == ["a", "b"]
+    key = lambda f: (f["name"], f["offset"])  # noqa: E731
+    ka, kb = {key(f) for f in parts["a"]}, {key(f) for f in parts["b"]}
+    ra, rb = rows
+    assert ra["functions"] == len(ka) and ra["in_hot_region"] == len(ka & kb) and ra["cold_functions"] == len(ka - kb)
+    assert rb["functions"] == len(kb) and rb["in_hot_region"] == len(ka & kb)
+    for r in rows:
+        assert r["worse_than_unordered"] == (r["predicted_pages"] > r["unordered_pages"])
+        assert r["self_pages"] > 0 and r["unordered_pages"] > 0
+        assert r["in_hot_fraction"] == pytest.approx(r["in_hot_region"] / r["functions"])
+    r = run_cli("check-order", synth["lib"], "--profile", p, "--cross-validate", "--read-ahead-kb", "16",
+                check=None)
+    assert r.returncode in (0, 1) and "held-out workload" in r.stdout and "Traceback" not in r.stderr
+    r = run_cli("check-order", synth["lib"], "--profile", p, "--cross-validate", "--json", check=None)
+    assert [w["workload"] for w in json.loads(r.stdout)["workloads"]] == ["a", "b"]
+    # a profile of one workload cannot be cross-validated
+    r = run_cli("check-order", synth["lib"], "--profile", synth["profile"], "--cross-validate", check=2)
+    assert "several workloads" in r.stderr
+
+
+def test_held_out_against_a_training_profile(synth, tmp_path):
+    from elflayout.profile import merge, model
+
+    p, parts = _two_workloads(synth, tmp_path)
+    prof = model.load(p)
+    for k, name in enumerate(("a", "b")):
+        (tmp_path / f"{name}.json").write_text(json.dumps(merge.workload_view(prof, k).to_doc()))
+    r = run_cli("check-order", synth["lib"], "--profile", tmp_path / "b.json", "--trained-on", tmp_path / "a.json",
+                "--json", check=0)
+    res = json.loads(r.stdout)
+    kb = {(f["name"], f["offset"]) for f in parts["b"]}
+    ka = {(f["name"], f["offset"]) for f in parts["a"]}
+    assert res["functions"] == len(kb) and res["in_hot_region"] == len(ka & kb)
+    assert res["cold_functions"] == len(kb - ka) and res["predicted_pages"] > 0
+    r = run_cli("check-order", synth["lib"], "--profile", tmp_path / "b.json", "--trained-on", tmp_path / "a.json",
+                check=0)
+    assert "in the ordered region" in r.stdout and "pages predicted" in r.stdout
+
+
+def test_callgrind_call_graph_for_lld(tmp_path):
+    """A peer's input: callgrind's call counts → lld's --call-graph-ordering-file, which
+    lld accepts and uses (C3 puts a caller next to its heaviest callee)."""
+    need_tool("valgrind")
+    need_tool("ld.lld")
+    from elflayout.order import callgraph
+
+    (tmp_path / "l.c").write_text("int h(int x){return x*3;}\nint pad(int x){return x+7;}\n"
+                                  "int g(int x){int s=0; for(int i=0;i<5;i++) s+=h(x+i); return s;}\n"
+                                  "int f(int x){return g(x)+h(x);}\n")
+    (tmp_path / "m.c").write_text("int f(int);int main(){return f(1)==0;}\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-ffunction-sections", "-c", "-o", tmp_path / "l.o",
+                    tmp_path / "l.c"], check=True)
+    subprocess.run(["gcc", "-shared", "-o", tmp_path / "libl.so", tmp_path / "l.o"], check=True)
+    subprocess.run(["gcc", "-o", tmp_path / "m", tmp_path / "m.c", f"-L{tmp_path}", "-ll",
+                    f"-Wl,-rpath,{tmp_path}"], check=True)
+    out = tmp_path / "cg.out"
+    subprocess.run([*callgraph.callgrind_command(out), tmp_path / "m"], check=True)
+    rep = callgraph.from_callgrind(out, tmp_path / "libl.so", tmp_path / "cg.txt")
+    lines = (tmp_path / "cg.txt").read_text().splitlines()
+    assert lines[0] == "g h 5" and set(lines) == {"g h 5", "f g 1", "f h 1"} and rep["edges"] >= 3
+    r = subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", tmp_path / "libc3.so", tmp_path / "l.o",
+                        f"-Wl,--call-graph-ordering-file={tmp_path / 'cg.txt'}"], capture_output=True, text=True)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    nm = subprocess.run(["nm", tmp_path / "libc3.so"], capture_output=True, text=True, check=True).stdout
+    addr = {ln.split()[2]: int(ln.split()[0], 16) for ln in nm.splitlines() if ln.split()[-1] in ("f", "g", "h", "pad")}
+    # the link order puts pad between h and g; lld places the call graph's sections first
+    assert addr["pad"] > max(addr["f"], addr["g"], addr["h"])
+    with pytest.raises(ElflayoutError, match="not a callgrind profile"):
+        (tmp_path / "bad").write_text("hello\n")
+        callgraph.edges(tmp_path / "bad", "libl.so")

@@ -12,6 +12,7 @@ import pytest
 from conftest import need_root_tracefs, run_cli
 
 from elflayout.errors import ElflayoutError
+from elflayout.layouts import PF_X
 
 
 def need_firsttouch():
@@ -213,7 +214,7 @@ def test_trace_pages_consistent_with_truth(synth_big, tmp_path):
     from elflayout.elfcore import ElfImage
 
     loads = ElfImage(lib).loads
-    rx = next(s for s in loads if s.flags & 1)
+    rx = next(s for s in loads if s.flags & PF_X)
     lo, hi = rx.offset // 4096, (rx.offset + rx.filesz - 1) // 4096
     # Events carry file pages, not the mapping: a page at a segment boundary may be mapped by
     # the neighbouring segment's VMA too. Fault-around stays inside one VMA, so a window wholly
@@ -353,11 +354,12 @@ def test_validate_rejects_unordered(tmp_path):
 
 
 def test_merge_concat_and_rank(tmp_path):
-    from elflayout.profile import merge
+    from elflayout.profile import merge, model
 
     a = _doc("/l.so", "aa", [("f1", 0, "a.o", 0), ("f2", 8, "b.o", 1), ("f3", 16, "a.o", 2), ("f4", 24, "c.o", 3)],
              pages=[(0, "x", 0), (3, "x", 3)])
     b = _doc("/l.so", "aa", [("f5", 32, "d.o", 0), ("f2", 8, "b.o", 1)], pages=[(3, "x", 0), (5, "x", 1)])
+    a, b = model.parse(a), model.parse(b)
     m = merge.merge([a, b], force=False, rule="concat")
     t = m["targets"][0]
     assert [f["name"] for f in t["functions"]] == ["f1", "f2", "f3", "f4", "f5"]
@@ -420,3 +422,120 @@ def test_libpython_import_objects_via_linkmap(tmp_path):
     assert any("ceval" in o for o in objs) and any("pylifecycle" in o for o in objs)
     # every object a profiled function belongs to is in the objects list, once
     assert len(objs) == len(set(objs)) and {Path(f["object"]).name for f in with_obj} <= set(objs)
+
+
+# -- limits of the valgrind tool are counted, not silent ---------------------------------------
+
+def test_tool_counts_mappings_past_its_table(tmp_path, monkeypatch):
+    """With a 1-entry mapping table (--ft-max-maps=1) libc's other mappings cannot be
+    recorded: the tool counts them in its end records and the profile says so."""
+    need_firsttouch()
+    from elflayout.profile import record, valgrind
+
+    cmd = valgrind.valgrind_command([LIBC], str(tmp_path / "ft.log"), False)
+    subprocess.run(["valgrind", *cmd[1:3], "--ft-max-maps=1", *cmd[3:], "/bin/true"], check=True,
+                   env=dict(os.environ, VALGRIND_LIB=str(valgrind.tool_dir())))
+    log = valgrind.read_log(tmp_path / "ft.log")
+    assert log.complete and log.dropped.get(1, 0) >= 1
+    assert any("mappings past the tool's table" in w for w in log.warnings())
+    # the same through `profile`: a warning in metadata.warnings (and on stderr)
+    real = valgrind.valgrind_command
+    monkeypatch.setattr(valgrind, "valgrind_command",
+                        lambda *a, **k: [*real(*a, **k)[:3], "--ft-max-maps=1", *real(*a, **k)[3:]])
+    setup = record.prepare(record.Setup(targets=[LIBC]))
+    doc = record.record(setup, record.Workload("true", ["/bin/true"]))
+    assert doc["metadata"]["dropped"]["1"] >= 1
+    assert any("mappings past" in w for w in doc["metadata"]["warnings"])
+    # and an unconstrained run drops nothing
+    monkeypatch.setattr(valgrind, "valgrind_command", real)
+    doc = record.record(setup, record.Workload("true", ["/bin/true"]))
+    assert doc["metadata"]["dropped"] == {} and doc["metadata"]["warnings"] == []
+
+
+def test_drop_records_are_read(tmp_path):
+    from elflayout.profile import valgrind
+
+    head = b"FIRSTTOUCH 1\nrecsize 32\ndata 0\npid 1\nt0 5\nexe /x\ntarget 0 1 2 /l.so\n--\n"
+    rec = np.zeros(3, valgrind.REC_DTYPE)
+    rec["kind"] = ord("D"), ord("D"), ord("Z")
+    rec["flags"] = 2, 5, 0
+    rec["addr"] = 7, 3, 0
+    (tmp_path / "log").write_bytes(head + rec.tobytes())
+    log = valgrind.read_log(tmp_path / "log")
+    assert log.complete and log.dropped == {2: 7, 5: 3}
+    w = log.warnings()
+    assert any("7 instruction runs" in x for x in w) and any("3 records lost to failed writes" in x for x in w)
+
+
+# -- a set of workloads: one command under several stdout conditions -------------------------
+
+STDOUT_LIB = r"""
+int on_tty(int x) { return x + 1; }
+int on_pipe(int x) { return x + 2; }
+int on_file(int x) { return x + 3; }
+int on_null(int x) { return x + 4; }
+int common(int x) { return x * 2; }
+"""
+STDOUT_MAIN = r"""
+#include <sys/stat.h>
+#include <unistd.h>
+int on_tty(int), on_pipe(int), on_file(int), on_null(int), common(int);
+int main(void) {
+    struct stat st;
+    int r = common(1);
+    if (isatty(1)) r += on_tty(r);
+    else if (fstat(1, &st) == 0 && S_ISFIFO(st.st_mode)) r += on_pipe(r);
+    else if (S_ISREG(st.st_mode)) r += on_file(r);
+    else r += on_null(r);
+    return r == 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def stdout_prog(tmp_path_factory):
+    d = tmp_path_factory.mktemp("stdout")
+    (d / "w.c").write_text(STDOUT_LIB)
+    (d / "m.c").write_text(STDOUT_MAIN)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", d / "libw.so", d / "w.c"], check=True)
+    subprocess.run(["gcc", "-O1", "-o", d / "m", d / "m.c", f"-L{d}", "-lw", f"-Wl,-rpath,{d}"], check=True)
+    return d
+
+
+def test_workload_set_under_stdout_conditions(stdout_prog, tmp_path):
+    """Each stdout condition runs its own code; the merged profile holds all of it, and
+    each entry's ranks say which conditions touched it."""
+    need_firsttouch()
+    from elflayout.profile import merge, model
+
+    d = stdout_prog
+    out = tmp_path / "set.json"
+    r = run_cli("profile", "--target", d / "libw.so", "-o", out, "--stdout", "tty", "--stdout", "pipe",
+                "--stdout", "file", "--stdout", "null", "--", d / "m", check=0)
+    assert "4 workloads merged" in r.stdout
+    p = model.load(out)
+    names = [w["name"] for w in p.workloads]
+    assert names == ["m >tty", "m >pipe", "m >file", "m >null"]
+    t = p.targets[0]
+    ranks = {f.name: f.ranks for f in t.functions}
+    assert {"on_tty", "on_pipe", "on_file", "on_null", "common"} <= set(ranks)
+    for i, fn in enumerate(("on_tty", "on_pipe", "on_file", "on_null")):
+        assert [r is not None for r in ranks[fn]] == [j == i for j in range(4)], (fn, ranks[fn])
+    assert all(r is not None for r in ranks["common"])
+    # one workload's own view: only what it touched, in its own order
+    v = merge.workload_view(p, 1).targets[0]
+    got = [f.name for f in v.functions]
+    assert "on_pipe" in got and "on_tty" not in got and got.index("common") < got.index("on_pipe")
+    # re-combining by mean puts common (touched by all) before the per-condition functions
+    m = [f.name for f in merge.recombine(p, "mean").targets[0].functions]
+    assert all(m.index("common") < m.index(fn) for fn in ("on_tty", "on_pipe", "on_file", "on_null"))
+
+
+def test_workload_names_and_bad_workloads(tmp_path):
+    r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--workload", "true", check=2)
+    assert "NAME=VALUE" in r.stderr
+    r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--workload", "a=true",
+                "--workload", "a=false", check=2)
+    assert "given twice" in r.stderr
+    r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--workload", "a='unclosed", check=2)
+    assert "Traceback" not in r.stderr and "--workload" in r.stderr

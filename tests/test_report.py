@@ -222,8 +222,8 @@ def test_profile_plot(tmp_path):
 
     kind, doc = D.load(PROFILE)
     assert kind == "profile"
-    t = doc["targets"][0]
-    t["elf_sections"] = [{"name": ".text", "offset": 0x1000, "size": 0x3000000},
+    t = doc.targets[0]
+    t.extra["elf_sections"] = [{"name": ".text", "offset": 0x1000, "size": 0x3000000},
                          {"name": ".rela.dyn", "offset": 0x3001000, "size": 0x100000}]
     fig = access.profile_figure(t)
     try:
@@ -285,8 +285,10 @@ def test_plot_bad_inputs(tmp_path, capsys):
     bad = _load(RESULTS)
     bad["runs"][1]["files"][LIB]["reads"] = [[0.1, 2]]
     assert "malformed 'reads'" in err("report", _write(bad, tmp_path / "m2.json"), "-o", tmp_path / "m.html")
-    assert "target 0 is malformed" in err("plot", _write({"format": "elflayout-profile", "version": 1,
-                                                          "targets": [{"pages": 5}]}, tmp_path / "m3.json"),
+    assert "targets[0].pages is not a list" in err("plot", _write({"format": "elflayout-profile", "version": 1,
+                                                                   "metadata": {},
+                                                                   "targets": [{"path": "/l.so", "pages": 5}]},
+                                                                  tmp_path / "m3.json"),
                                           "-o", tmp_path / "m.png")
     assert not list(tmp_path.glob("z.*")) and not list(tmp_path.glob(".*.tmp"))
 
@@ -552,15 +554,15 @@ def test_valgrind_profile_plot_kinds():
     from elflayout.report import data as D
 
     _, doc = D.load(PY_PROFILE)
-    t = doc["targets"][0]
+    t = doc.targets[0]
     fig = access.profile_figure(t)
     try:
         texts = _texts(fig)
         legend = [x.get_text() for x in fig.legends[0].get_texts()]
-        kinds = {p["kind"] for p in t["pages"]}
+        kinds = {p.kind for p in t.pages}
         assert {"x", "r", "w"} <= kinds
         for k in ("executed", "read", "written"):
-            n = sum(p["kind"] == k[0] if k != "executed" else p["kind"] == "x" for p in t["pages"])
+            n = sum(p.kind == k[0] if k != "executed" else p.kind == "x" for p in t.pages)
             assert f"{k}: {n:,} pages" in legend
         assert "first-access sequence number" in texts and ".text" in texts
     finally:

@@ -85,7 +85,7 @@ def test_header_read_and_eof():
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
     need_tool("gcc")
-    from elflayout.order import testlib
+    import order_testlib as testlib
 
     wd = tmp_path_factory.mktemp("sim")
     d = testlib.build(wd, n_objects=6, funcs_per_object=8, seed=5)
@@ -182,8 +182,10 @@ def test_relink_dynstr_reads_follow_names(synth, tmp_path):
     from elflayout.order.dynstr import _dynsym
     from elflayout.order.readahead import profile_touches
 
+    from elflayout.profile import model
+
     with ElfImage(lib) as img:
-        pg, kinds, notes = profile_touches(t, img)
+        pg, kinds, notes = profile_touches(model.parse(doc).targets[0], img)
         d2 = img.section(".dynstr")
         recs, names = _dynsym(img)
     info = notes["dynstr_by_name"]

@@ -157,6 +157,14 @@ def test_asm_fall_through_and_short_jump_glued(tmp_path):
     assert text.sections == 2      # {f1,f2} and {f3,f4}
 
 
+def test_debug_info_keeps_sections_whole(tmp_path):
+    need_tool("gcc")
+    o = _cc(tmp_path, "dbg", LIB_C, "-g")
+    _, rep = split_object(o.read_bytes(), "dbg.o")
+    text = [x for x in rep.sections if x.name == ".text"][0]
+    assert text.kept_whole and "DWARF" in text.kept_whole and text.sections == 1
+
+
 def test_already_split_object_unchanged(tmp_path):
     need_tool("gcc")
     o = _cc(tmp_path, "fs", LIB_C, "-ffunction-sections", "-fdata-sections")

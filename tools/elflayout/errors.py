@@ -14,3 +14,20 @@ class Finding(Exception):
     """A result the user asked to fail on (e.g. ``--check`` found a difference): exit 1."""
 
     exit_status = 1
+
+
+# Optional dependencies (setup.cfg extras) and the extra that installs each.
+EXTRAS = {"matplotlib": "report", "statsmodels": "stats", "pandas": "stats"}
+
+
+def require(module: str):
+    """Import an optional dependency, or fail with one line saying how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        top = module.split(".")[0]
+        extra = EXTRAS.get(top)
+        how = f"pip install 'elflayout[{extra}]'" if extra else f"pip install {top}"
+        raise ElflayoutError(f"{top} is not installed: this needs it ({how}; make bootstrap installs it)") from None

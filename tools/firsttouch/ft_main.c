@@ -13,7 +13,11 @@
    mappings and a per-page "seen" byte; only a first touch calls the helper.
 
    Output (--ft-out=FILE): a text header, then 32-byte little-endian records
-   (see docs/formats/profile.md, "raw log"), flushed in chunks and at exit/exec. */
+   (see docs/formats/profile.md, "raw log"), flushed in chunks and at exit/exec.
+
+   Limits: the tables below have fixed sizes.  Whatever does not fit is counted
+   (dropped[]) and reported in 'D' records just before the end record, so the
+   profile can say what it is missing instead of silently lacking it. */
 
 #include "pub_tool_basics.h"
 #include "pub_tool_tooliface.h"
@@ -37,11 +41,21 @@
 #define K_EXEC 'x'
 #define K_READ 'r'
 #define K_WRITE 'w'
-#define K_MAP 'm'      /* addr=start, len=size, aux=file offset, flags=prot */
+#define K_MAP 'm'      /* addr=start, len=size, t_ns=file offset, flags=prot */
 #define K_UNMAP 'u'    /* addr=start, len=size */
 #define K_ENTRY 'E'    /* first execution in the main executable: addr */
 #define K_MARK 'M'     /* first execution of a --ft-mark offset of the executable: flags=index */
-#define K_END 'Z'      /* trailer: aux = exit code */
+#define K_DROP 'D'     /* before the end record: flags=what (DROP_*), addr=how many */
+#define K_END 'Z'      /* trailer: addr = exit code */
+
+/* what a fixed cap or a failed write made us lose (K_DROP flags) */
+#define DROP_MAPS 1        /* target mappings past MAX_MAPS: their accesses are lost */
+#define DROP_RUNS 2        /* instruction runs past MAX_RUNS in one group: not logged */
+#define DROP_GROUPS 3      /* superblock exits past MAX_GROUPS: later code logged with the last group */
+#define DROP_MIXED 4       /* runs of a second target inside one group: not logged */
+#define DROP_WRITE 5       /* records lost to failed writes of the log */
+#define N_DROP 6
+static ULong dropped[N_DROP];
 
 typedef struct {
    ULong seq;
@@ -78,6 +92,7 @@ static const HChar* clo_targets[MAX_TARGETS];
 static Int n_clo_targets = 0;
 static const HChar* clo_out = NULL;
 static Bool clo_data = False;
+static Int clo_max_maps = MAX_MAPS;  /* --ft-max-maps: a smaller table, to test the drop count */
 #define MAX_MARKS 8
 static ULong clo_marks[MAX_MARKS];
 static Int n_marks = 0;
@@ -125,7 +140,10 @@ static void flush(void)
       Int left = nbuf * (Int)sizeof(Rec);
       while (left > 0) {
          Int w = VG_(write)(out_fd, p, left);
-         if (w <= 0) break;
+         if (w <= 0) {
+            dropped[DROP_WRITE] += (ULong)(left + (Int)sizeof(Rec) - 1) / sizeof(Rec);
+            break;
+         }
          p += w; left -= w;
       }
    }
@@ -202,11 +220,13 @@ static Bool cut_maps(Addr a, SizeT len)
       if (m->end <= a || m->start >= e) { i++; continue; }
       changed = True;
       if (m->start < a && m->end > e) {       /* split */
-         if (n_maps < MAX_MAPS) {
+         if (n_maps < clo_max_maps) {
             Map tail = *m;
             tail.foff += e - m->start;
             tail.start = e;
             maps[n_maps++] = tail;
+         } else {
+            dropped[DROP_MAPS]++;
          }
          m->end = a;
          i++;
@@ -250,7 +270,8 @@ static void new_mapping(Addr a, SizeT len, Bool rr, Bool ww, Bool xx)
    NSegment const* seg = VG_(am_find_nsegment)(a);
    note_exe(seg, a, len);
    Int t = target_of_segment(seg);
-   if (t >= 0 && n_maps < MAX_MAPS) {
+   if (t >= 0 && n_maps >= clo_max_maps) dropped[DROP_MAPS]++;
+   if (t >= 0 && n_maps < clo_max_maps) {
       Map m;
       m.start = a; m.end = a + len;
       m.foff = seg->offset + (a - seg->start);
@@ -402,6 +423,7 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
       IRStmt* st = sbIn->stmts[i];
       if (st->tag == Ist_Exit) {
          if (cur + 1 < MAX_GROUPS) { cur++; nruns[cur] = 0; gtarget[cur] = -1; }
+         else dropped[DROP_GROUPS]++;
       } else if (st->tag == Ist_IMark) {
          Addr a = (Addr)st->Ist.IMark.addr;
          UInt len = st->Ist.IMark.len;
@@ -410,13 +432,15 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
          if (m < 0) continue;
          Int t = maps[m].target;
          any = True;
-         if (gtarget[cur] >= 0 && gtarget[cur] != t) continue; /* two targets in a group: keep first */
+         if (gtarget[cur] >= 0 && gtarget[cur] != t) { dropped[DROP_MIXED]++; continue; } /* keep the first target */
          gtarget[cur] = t;
          Int k = nruns[cur];
          if (k > 0 && runs[cur][k - 1].a + runs[cur][k - 1].len == a) {
             runs[cur][k - 1].len += len;
          } else if (k < MAX_RUNS) {
             runs[cur][k].a = a; runs[cur][k].len = len; nruns[cur] = k + 1;
+         } else {
+            dropped[DROP_RUNS]++;
          }
       }
    }
@@ -535,6 +559,7 @@ static Bool ft_process_cmd_line_option(const HChar* arg)
    }
    else if VG_STR_CLO(arg, "--ft-out", clo_out) {}
    else if VG_BOOL_CLO(arg, "--ft-data", clo_data) {}
+   else if VG_BINT_CLO(arg, "--ft-max-maps", clo_max_maps, 1, MAX_MAPS) {}
    else return False;
    return True;
 }
@@ -545,7 +570,8 @@ static void ft_print_usage(void)
 "    --ft-target=PATH          record first accesses to this file's mappings (repeatable)\n"
 "    --ft-out=FILE             write the log here [firsttouch.out.<pid>]\n"
 "    --ft-mark=HEXOFF          log the first execution of this file offset of the executable\n"
-"    --ft-data=no|yes          also record first read/write of each data page [no]\n");
+"    --ft-data=no|yes          also record first read/write of each data page [no]\n"
+"    --ft-max-maps=N           size of the target mapping table (1..1024) [1024]\n");
 }
 
 static void ft_print_debug_usage(void) {}
@@ -629,6 +655,9 @@ static void ft_post_clo_init(void)
 static void ft_fini(Int exitcode)
 {
    if (out_fd < 0) return;
+   /* counted before the final flush: a write failing now cannot be reported */
+   for (Int k = 1; k < N_DROP; k++)
+      if (dropped[k]) emit(K_DROP, dropped[k], 0, -1, now_ns(), (UShort)k);
    emit(K_END, 0, 0, -1, now_ns(), 0);
    /* trailer: exit code in addr */
    buf[nbuf - 1].addr = (ULong)(Long)exitcode;

@@ -380,8 +380,9 @@ class Governor(Control):
 
 
 # Variables kept from the caller's environment; everything else is dropped so the
-# measured process sees the same environment whoever runs it (seed 000: environment
-# size moves stack alignment and hence timings).
+# measured process sees the same environment whoever runs it (environment size moves
+# stack alignment and hence timings: Mytkowicz et al., "Producing wrong data without
+# doing anything obviously wrong!", ASPLOS 2009; Larres et al. 2013).
 KEEP_ENV = ("PATH", "HOME", "TERM", "TMPDIR", "USER")
 ENV_SIZE = 4096
 

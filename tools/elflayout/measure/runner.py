@@ -38,13 +38,11 @@ import numpy as np
 from elflayout.errors import ElflayoutError
 from elflayout.measure import cache
 from elflayout.measure.controls import ControlSet, FixedEnv
+from elflayout.pages import SEEK_PAGES  # noqa: F401 - re-exported
+from elflayout.pages import count_seeks as seeks_of
 from elflayout.tracefs import TraceSession, file_key, tracefs_status
 
 STATES = ("selective", "cold", "hot")
-# A jump larger than this between the end of one read and the start of the next counts
-# as a seek: 32 pages = 128 KiB, the read-ahead window the harness sets by default, so
-# anything read-ahead could have bridged is not a seek.
-SEEK_PAGES = 32
 _SHELL_CHARS = re.compile(r"[|&;<>()$`\\*?\[\]{}~!#\n]")
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -128,14 +126,6 @@ def own_tids() -> np.ndarray:
 def child_events(res) -> np.ndarray:
     ev = res.events
     return ev[~np.isin(ev["pid"], own_tids())]
-
-
-def seeks_of(pages: np.ndarray, npages: np.ndarray) -> int:
-    """Jumps of more than SEEK_PAGES pages between consecutive reads (in time order)."""
-    if len(pages) < 2:
-        return 0
-    ends = pages[:-1] + npages[:-1]
-    return int(np.count_nonzero(np.abs(pages[1:] - ends) > SEEK_PAGES))
 
 
 class Runner:

@@ -1,21 +1,22 @@
 """Statistics for measurement results: summaries, comparisons, verdicts, power, outliers.
 
-Methods (Mytkowicz et al. 2009; Larres et al. 2013; Flater, NIST TN 1855, 2014):
+Methods (Mytkowicz et al. 2009; Larres, Potanin and Hirose, ACSC 2013; Flater, NIST TN
+1855, 2014):
 - Summaries: 95% BCa bootstrap intervals (``scipy.stats.bootstrap``, seeded) of the mean
   and the median of each series; n < 2 or no spread gives the degenerate interval
   [value, value]; a BCa interval that cannot be computed falls back to the percentile
   interval and says so in ``ci_method``.
-- Comparisons of times: Welch's t-test and t-interval of the difference of mean *log*
-  times, i.e. of the ratio of geometric means b/a. Startup times are skewed and
-  multiplicative (a slower disk scales the whole run); on the log scale they are close
-  to symmetric, and a t-interval there keeps its coverage at small n where the BCa
-  interval of the ratio of means does not (coverage study: bench/bench_verdicts.py,
-  docs/methodology.md). The interval and the p-value come from the same test, so a
-  verdict can never contradict its row's p-value. Series with a zero or negative value
-  (user/sys times below the clock tick) use Welch on the raw values.
-- Paired by round: the same t-interval on per-round log ratios (each round runs a and b
-  back to back), reported beside it; a faster/slower verdict also needs it to exclude 1
-  (drift of a shared machine that happened to hit one side more cannot fake a change).
+- Comparisons of times: a t-test on *log* times, i.e. of the ratio of geometric means
+  b/a: paired by round (per-round log ratios; each round runs a and b back to back, so
+  load shared by a round cancels) when at least MIN_TIME_RUNS rounds pair, else Welch's
+  (conservative when rounds are correlated). Startup times are skewed and
+  multiplicative; on the log scale they are close to symmetric, and the t-interval
+  keeps its coverage at small n where the BCa interval of the ratio of means does not
+  (coverage study: bench/bench_verdicts.py, docs/methodology.md). The interval and the
+  p-value come from the same test, so a verdict can never contradict its row's p-value.
+  Series with a zero or negative value (user/sys times below the clock tick) use Welch
+  on the raw values. When Welch decided, a faster/slower verdict also needs the paired
+  interval to exclude 1.
 - Counts (pages, bytes, major faults): *deterministic* only where the runs show it (no
   spread on either side, n >= 2 each): then any difference is a change, exactly, with no
   test and no p-value. Otherwise (hot runs on a shared machine: other processes evict
@@ -23,11 +24,14 @@ Methods (Mytkowicz et al. 2009; Larres et al. 2013; Flater, NIST TN 1855, 2014):
 - Multiplicity: Holm's step-down correction (``statsmodels.stats.multitest``) across all
   tested comparisons of a results file; the verdict uses the adjusted p-value and a
   magnitude floor (1% for times). ``primary`` comparisons decide exit codes.
-- Power: with every "no change", the minimum detectable effect at 80% power for the
-  observed noise at the Bonferroni level alpha/m (Holm never needs less), and the runs
-  per side needed to detect a target effect (``statsmodels.stats.power``).
+- Power: with every row that is not exact, the minimum detectable effect at 80% power
+  for the observed noise at the Bonferroni level alpha/m (Holm never needs less), and
+  the runs per side needed to detect a target effect (``statsmodels.stats.power``).
 - Minimum n: below MIN_TIME_RUNS per side a time comparison gives "too few runs"
-  (coverage of the 95% interval falls below 93% there; bench/bench_verdicts.py).
+  (from the coverage study of bench/bench_verdicts.py).
+- Brown-Forsythe (Levene with center='median') flags a change in spread; Mann-Whitney U
+  is reported for reference. Tests undefined on the data give ``None``, never a made-up
+  p-value.
 - Outliers: modified Z-score (Iglewicz and Hoaglin 1993), |Mi| > 3.5, with
   Mi = 0.6745 (xi - median) / MAD; when MAD is 0 the mean absolute deviation is used
   (Mi = (xi - median) / (1.253314 MeanAD)); when both are 0 there are no outliers.
@@ -44,6 +48,8 @@ from itertools import product
 
 import numpy as np
 from scipy import stats as ss
+
+from elflayout.errors import ElflayoutError
 
 TIME_METRICS = ("wall_s", "user_s", "sys_s")
 COUNT_METRICS = ("major_faults", "pages_read", "bytes_read")
@@ -146,6 +152,24 @@ def _p(test, *args, **kw):
             return None
 
 
+def _statsmodels_power():
+    try:
+        from statsmodels.stats.power import TTestIndPower, TTestPower
+    except ImportError:
+        raise ElflayoutError("the power analysis needs statsmodels: pip install 'elflayout[stats]' "
+                             "(make bootstrap installs it)") from None
+    return TTestIndPower, TTestPower
+
+
+def _statsmodels_multipletests():
+    try:
+        from statsmodels.stats.multitest import multipletests
+    except ImportError:
+        raise ElflayoutError("Holm's correction needs statsmodels: pip install 'elflayout[stats]' "
+                             "(make bootstrap installs it)") from None
+    return multipletests
+
+
 def t_test(a, b, log: bool, paired: bool = False) -> dict | None:
     """Welch (or paired) t-test of b against a: {p, lo, hi, sd, df} on the log or raw scale.
 
@@ -193,7 +217,7 @@ def t_intervals(la, lb, paired: bool):
 @functools.lru_cache(maxsize=4096)
 def _effect_size(n_a: int, n_b: int, alpha: float, power: float, paired: bool):
     """Cohen's d detected with ``power`` (statsmodels' root finding is slow: cached by n)."""
-    from statsmodels.stats.power import TTestIndPower, TTestPower
+    TTestIndPower, TTestPower = _statsmodels_power()
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -220,7 +244,7 @@ def mde(sd: float, n_a: int, n_b: int, alpha: float = ALPHA, power: float = POWE
 def runs_needed(effect: float, sd: float, alpha: float = ALPHA, power: float = POWER, paired: bool = False):
     """Runs per side for a two-sided t-test at ``alpha`` to detect a mean difference of
     ``effect`` (same units as ``sd``) with ``power``; None when undefined."""
-    from statsmodels.stats.power import TTestIndPower, TTestPower
+    TTestIndPower, TTestPower = _statsmodels_power()
 
     if not sd or not np.isfinite(sd) or not effect:
         return None
@@ -348,7 +372,7 @@ def adjust(comparisons: list[dict], alpha: float = ALPHA, primary=DEFAULT_PRIMAR
     ``primary``, ``mde`` (relative, for "no change" / "too few runs"), ``runs_needed``
     (per side, for ``target_effect``). Returns the multiplicity summary of the file.
     """
-    from statsmodels.stats.multitest import multipletests
+    multipletests = _statsmodels_multipletests()
 
     prim = {tuple(p) for p in primary}
     # rows without a verdict to give ("too few runs") need no correction: not in the family

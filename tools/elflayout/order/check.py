@@ -22,7 +22,8 @@ import bisect
 import numpy as np
 
 from elflayout.elfcore import PAGE, ElfImage
-from elflayout.order.profile_input import by_first
+from elflayout.layouts import SHF_EXECINSTR
+from elflayout.profile.model import Target
 from elflayout.order.resolve import clone_base, ctor_alias, elf_symbols, is_fde_only, thunk_target
 
 
@@ -51,21 +52,21 @@ def lib_functions(img: ElfImage) -> dict[str, list[tuple[int, int]]]:
     return out
 
 
-def check(lib, target: dict) -> dict:
+def check(lib, target: Target) -> dict:
     with ElfImage(lib) as img:
         ident = img.identity()
-        same_build = bool(target.get("build_id")) and target.get("build_id") == ident["build_id"]
+        same_build = bool(target.build_id) and target.build_id == ident["build_id"]
         funcs_by_name = lib_functions(img)
-        exec_secs = [s for s in img.sections if s.occupies_file and (s.flags & 4)]  # SHF_EXECINSTR
-    entries = by_first([f for f in target.get("functions", []) if isinstance(f, dict)])
+        exec_secs = [s for s in img.sections if s.occupies_file and (s.flags & SHF_EXECINSTR)]
+    entries = target.functions
     placed: list[tuple[int, int]] = []  # (offset, size) in profile order
     missing, ambiguous, fde_only = [], [], 0
     how = {"exact": 0, "clone": 0, "thunk": 0, "offset": 0}
     seen = set()
     for e in entries:
-        name = e.get("name") or ""
-        if same_build and e.get("offset") is not None:
-            ext = (int(e["offset"]), int(e.get("size") or 1))
+        name = e.name
+        if same_build and e.offset is not None:
+            ext = (e.offset, e.size or 1)
             h = "offset"
         else:
             if is_fde_only(name):
@@ -96,7 +97,7 @@ def check(lib, target: dict) -> dict:
     n = len(placed)
     res = {
         "lib": ident,
-        "profile_target": {k: target.get(k) for k in ("path", "build_id")},
+        "profile_target": {"path": target.path, "build_id": target.build_id},
         "same_build": same_build,
         "profiled": len(entries),
         "placed": n,
@@ -169,7 +170,7 @@ def summary_lines(res: dict) -> list[str]:
     return lines
 
 
-def object_order_fraction(lib, target: dict, objects=None) -> float | None:
+def object_order_fraction(lib, target: Target, objects=None) -> float | None:
     """Share of touched objects (LIS) whose code starts in the profile's object order.
 
     An object's place is the lowest address of its profiled functions in ``lib``;
@@ -181,11 +182,11 @@ def object_order_fraction(lib, target: dict, objects=None) -> float | None:
     with ElfImage(lib) as img:
         funcs = lib_functions(img)
     where: dict[str, int] = {}
-    for e in by_first([f for f in target.get("functions", []) if isinstance(f, dict)]):
-        o, c = e.get("object"), funcs.get(e.get("name") or "")
+    for e in target.functions:
+        o, c = e.object, funcs.get(e.name)
         if o and c and len(c) == 1:
             where[o] = min(where.get(o, c[0][0]), c[0][0])
-    order = [o.get("object") for o in by_first([o for o in target.get("objects", []) if isinstance(o, dict)])]
+    order = [o.object for o in target.objects]
     order = [o for o in dict.fromkeys(order + list(where)) if o in where]
     if objects is not None:
         order = [o for o in order if any(same_object(o, a) for a in objects)]

@@ -15,8 +15,16 @@ examples:
   elflayout check-order libpython3.11.so.1.0 --profile py.json --json
   elflayout check-order libfoo.so --profile p.json --fail-under 0.9   # exit 1 if not ordered
 
+  # held-out: how the relink ordered from train.json does on a startup it never saw
+  elflayout check-order ordered/libLLVM-16.so.1 --profile opt.json --trained-on train.json
+
+  # cross-validation over the workloads of a merged profile recorded on LIB itself
+  elflayout check-order libLLVM-16.so.1 --profile set.json --cross-validate
+
 A profile of another build is fine (names are matched); entries it names that the
-library no longer defines are reported as stale.
+library no longer defines are reported as stale. --cross-validate trains on all
+workloads but one, evaluates on that one, for each (virtual code layouts of LIB, pages
+predicted by the readahead model; docs/ordering.md, "Held-out evaluation").
 """
 
 
@@ -27,12 +35,25 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--fail-under", type=float, metavar="FRACTION",
                    help="exit 1 when less than FRACTION of the placed functions are in profile order")
+    p.add_argument("--trained-on", metavar="PROFILE",
+                   help="held-out evaluation: the profile the order of LIB was built from; --profile is a "
+                        "workload it did not see")
+    p.add_argument("--cross-validate", action="store_true",
+                   help="leave-one-out over the workloads of --profile (a merged profile recorded on LIB)")
+    p.add_argument("--combine", default="shared", help="--cross-validate: how the training workloads are "
+                   "combined (shared (default), earliest, mean, concat; as order --combine)")
+    p.add_argument("--read-ahead-kb", type=int, default=None,
+                   help="held-out predictions: read_ahead_kb to model (default: the profile's, else 128)")
+    p.add_argument("--map", metavar="LINK.map", help="held-out predictions: link map of LIB (data pages of a "
+                   "relink follow their input sections)")
 
 
 def run(args) -> int:
     doc = load_profile(args.profile)
-    t = pick_target(doc, args.profile, args.target or (args.lib if len(doc["targets"]) > 1 else None))
+    t = pick_target(doc, args.profile, args.target or (args.lib if len(doc.targets) > 1 else None))
     require_touches(t, args.profile)
+    if args.cross_validate or args.trained_on:
+        return _heldout(args, doc, t)
     res = check(args.lib, t)
     if args.json:
         print(json.dumps(res, indent=1))
@@ -42,4 +63,38 @@ def run(args) -> int:
         frac = res["in_order_fraction"]
         raise Finding(f"{args.lib}: only {0 if frac is None else 100 * frac:.1f}% of profiled functions in profile order "
                       f"(wanted ≥ {100 * args.fail_under:.0f}%)")
+    return 0
+
+
+def _heldout(args, doc, t) -> int:
+    from elflayout.elfcore import ElfImage
+    from elflayout.errors import ElflayoutError
+    from elflayout.order import heldout
+    from elflayout.profile.merge import RULES
+
+    ra = args.read_ahead_kb if args.read_ahead_kb is not None else (doc.metadata.get("read_ahead_kb") or 128)
+    with ElfImage(args.lib) as img:
+        if args.cross_validate:
+            if args.combine not in RULES:
+                raise ElflayoutError(f"--combine {args.combine}: choose from {', '.join(RULES)}")
+            rows = heldout.cross_validate(img, doc, args.combine, ra, args.target)
+            if args.json:
+                print(json.dumps({"read_ahead_kb": ra, "combine": args.combine, "workloads": rows}, indent=1))
+            else:
+                print("\n".join(heldout.table_lines(rows)))
+            worse = [r["workload"] for r in rows if r["worse_than_unordered"]]
+            if worse:
+                raise Finding(f"{args.lib}: the order trained on the other workloads reads more than the unordered "
+                              f"layout for {', '.join(worse)}")
+            return 0
+        train_doc = load_profile(args.trained_on)
+        train = train_doc.target(t.path if len(train_doc.targets) > 1 else None)
+        if t.build_id and t.build_id == img.build_id:
+            res = heldout.evaluate(img, t, train, ra)
+        else:
+            res = heldout.evaluate_relink(img, t, train, ra, args.map)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print("\n".join(heldout.summary_lines(res, f"{args.profile} against the order trained on {args.trained_on}")))
     return 0

@@ -67,7 +67,7 @@ def add_arguments(p) -> None:
     p.add_argument("--split", action="store_true",
                    help="first give the command's objects and .a archives one section per function and data "
                         "object (elflayout split, into a temporary directory) and link those")
-    p.add_argument("--force", action="store_true", help="replace --keep-order-file; use a profile of another build")
+    p.add_argument("--force", action="store_true", help="replace --keep-order-file")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- LINK COMMAND ...")
 
 
@@ -174,11 +174,11 @@ def run(args) -> int:
 
         fileio.check_output(args.keep_order_file, force=args.force, inputs=(args.profile,))
     doc = load_profile(args.profile)
-    t = pick_target(doc, args.profile, args.target or (Path(parsed["output"]).name if len(doc["targets"]) > 1 else None))
+    t = pick_target(doc, args.profile, args.target or (Path(parsed["output"]).name if len(doc.targets) > 1 else None))
     require_touches(t, args.profile)
     from elflayout.order.cli import load_universe
 
-    universe, note = load_universe(args.objects_from, t.get("map"), t.get("path"))
+    universe, note = load_universe(args.objects_from, t.map, t.path)
     layout = algorithms.get(args.algorithm).compute(t, universe)
     from elflayout.order.cli import check_layout
 
@@ -208,10 +208,10 @@ def run(args) -> int:
         if args.dynstr:
             from elflayout.order import dynstr
 
-            lib = t.get("path")
+            lib = t.path
             if not lib or not os.path.exists(lib):
                 raise ElflayoutError(f"--dynstr: the profiled library {lib} is not there (its relocations name the symbols)")
-            names, rep = dynstr.read_names(lib, dynstr.workload_executable(doc.get("metadata")))
+            names, rep = dynstr.read_names(lib, dynstr.workload_executable(doc.metadata))
             rfile = Path(td) / "dynstr.rsp"
             atomic_write_text(rfile, dynstr.write_lld_undefined(names, rep["weak_undefined"]))
             cmd.append(wl("@" + str(rfile)))

@@ -16,8 +16,7 @@ linking and measuring. What is modelled (mm/filemap.c, mm/readahead.c, mm/memory
    each page mapped this way lowers ``mmap_miss``.
 3. **Sync mmap readahead** (``do_sync_mmap_readahead``) on a fault of an uncached page:
    ``mmap_miss`` +1 (readahead is skipped, one page read, when it exceeds
-   HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios
-MMAP_LOTSAMISS = 100); in a ``VM_EXEC`` mapping (6.16+: "allow arch to request folio
+   MMAP_LOTSAMISS = 100); in a ``VM_EXEC`` mapping (6.16+: "allow arch to request folio
    size for exec memory") the window is ``[p, p + ra)`` clamped to the VMA, with no
    async part; otherwise the read-around window ``[p - ra/2, p + ra/2)`` (not clamped
    to the VMA, only to EOF) with ``async_size = ra/4`` and a PG_readahead mark on the
@@ -45,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from elflayout.elfcore import PAGE, ElfImage
+from elflayout.profile.model import Target
 
 HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios
 MMAP_LOTSAMISS = 100  # mm/filemap.c: stop read-around when misses outnumber hits by this
@@ -330,7 +330,7 @@ def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb:
     }
 
 
-def profile_touches(target: dict, img: ElfImage, code_bytes: int = 1, lib_map=None) -> tuple[np.ndarray, np.ndarray, dict]:
+def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=None) -> tuple[np.ndarray, np.ndarray, dict]:
     """The profile's touch sequence as pages of ``img``: (pages, kinds, notes).
 
     Same build (build-id): offsets are used as they are. Another build (a relink): a
@@ -339,22 +339,23 @@ def profile_touches(target: dict, img: ElfImage, code_bytes: int = 1, lib_map=No
     to the section's size here (the profiled file must still exist for its section
     table); with ``lib_map`` (this library's link map) and the profile's own ``map``, a
     data page follows its input section instead (same name and object, same offset in
-    it), which is what a data-ordered relink needs. ``code_bytes``: how much of a function its first execution is taken to
-    touch from its entry (1 = the entry page only).
+    it), which is what a data-ordered relink needs. ``code_bytes``: how much of a
+    function its first execution is taken to touch from its entry (1 = the entry page
+    only).
     """
     from elflayout.order.check import lib_functions
     from elflayout.order.resolve import clone_base, thunk_target
 
-    same = bool(target.get("build_id")) and target.get("build_id") == img.build_id
+    same = bool(target.build_id) and target.build_id == img.build_id
     firsts, pages, kinds = [], [], []
     notes = {"same_build": same, "functions": 0, "functions_unplaced": 0, "pages": 0, "pages_unplaced": 0}
     funcs = None if same else lib_functions(img)
-    for i, f in enumerate(target.get("functions", [])):
-        first = f.get("first", i)
-        if same and f.get("offset") is not None:
-            off, size = int(f["offset"]), int(f.get("size") or 1)
+    for f in target.functions:
+        first = f.first
+        if same and f.offset is not None:
+            off, size = f.offset, f.size or 1
         else:
-            name = f.get("name") or ""
+            name = f.name
             c = funcs.get(name) or funcs.get(clone_base(name)) or funcs.get(thunk_target(name) or "")
             if not c:
                 notes["functions_unplaced"] += 1
@@ -366,11 +367,11 @@ def profile_touches(target: dict, img: ElfImage, code_bytes: int = 1, lib_map=No
             pages.append(p)
             kinds.append(b"x")
         notes["functions"] += 1
-    plist = [p for p in target.get("pages", []) if isinstance(p, dict)]
+    plist = target.pages
     if plist:
-        pg = np.array([int(p["page"]) for p in plist], dtype=np.int64)
-        kd = np.array([str(p.get("kind", "t")).encode() for p in plist])
-        fs = np.array([p.get("first", i) if p.get("first") is not None else i for i, p in enumerate(plist)], dtype=np.float64)
+        pg = np.array([p.page for p in plist], dtype=np.int64)
+        kd = np.array([p.kind.encode() for p in plist], dtype="S1")
+        fs = np.array([p.first for p in plist], dtype=np.float64)
         if not same:
             moved = _remap_by_input_section(pg, target, img, lib_map, notes) if lib_map else None
             fallback = _remap_pages(pg, target, img, notes)
@@ -402,12 +403,12 @@ def _remap_by_input_section(pg, target, img, lib_map, notes):
 
     from elflayout import linkmap
 
-    src_map, src_path = target.get("map"), target.get("path")
+    src_map, src_path = target.map, target.path
     if not (src_map and os.path.exists(src_map) and src_path and os.path.exists(src_path)):
         notes["remap_by_section"] = "the profile's own map or library is missing"
         return None
     with ElfImage(src_path) as src:
-        if src.build_id != target.get("build_id"):
+        if src.build_id != target.build_id:
             notes["remap_by_section"] = f"{src_path} is no longer the profiled build"
             return None
         a = linkmap.parse(src_map, src)
@@ -439,11 +440,11 @@ def _dynstr_lookups(pg, fs, target, img, notes):
 
     from elflayout.order import dynstr
 
-    src_path = target.get("path")
-    if not src_path or not os.path.exists(src_path):
+    src_path = target.path
+    if not os.path.exists(src_path):
         return None, None
     with ElfImage(src_path) as src:
-        if src.build_id != target.get("build_id"):
+        if src.build_id != target.build_id:
             return None, None
         ss = src.section(".dynstr")
     ds = img.section(".dynstr")
@@ -466,17 +467,17 @@ def _dynstr_lookups(pg, fs, target, img, notes):
     return (hit, new), float(np.min(fs[hit]))
 
 
-def _remap_pages(pg: np.ndarray, target: dict, img: ElfImage, notes: dict) -> np.ndarray:
+def _remap_pages(pg: np.ndarray, target: Target, img: ElfImage, notes: dict) -> np.ndarray:
     import os
 
     out = np.full(pg.shape, -1, dtype=np.int64)
-    src_path = target.get("path")
-    if not src_path or not os.path.exists(src_path):
+    src_path = target.path
+    if not os.path.exists(src_path):
         notes["pages_unplaced"] = int(len(pg))
         notes["remap"] = "profiled file not found: data pages of another build cannot be placed"
         return out
     with ElfImage(src_path) as src:
-        if src.build_id != target.get("build_id"):
+        if src.build_id != target.build_id:
             notes["pages_unplaced"] = int(len(pg))
             notes["remap"] = f"{src_path} is no longer the profiled build"
             return out

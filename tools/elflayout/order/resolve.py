@@ -198,8 +198,8 @@ def universe_from_linkmap(path, image=None) -> Universe:
     return u
 
 
-def resolve(entries: list[dict], universe: Universe | None) -> tuple[list[Resolved], dict]:
-    """Resolve profile function entries (``name``, optional ``object``) in order.
+def resolve(entries: list, universe: Universe | None) -> tuple[list[Resolved], dict]:
+    """Resolve profile function entries (``profile.model.Function``) in order.
 
     Returns one ``Resolved`` per entry (duplicates of an earlier link name dropped) and a
     report: counts per outcome and a few examples of each failure.
@@ -209,9 +209,8 @@ def resolve(entries: list[dict], universe: Universe | None) -> tuple[list[Resolv
     examples: dict[str, list[str]] = defaultdict(list)
     taken: set[tuple[str, tuple]] = set()
     for e in entries:
-        name = e.get("name") or ""
-        obj = e.get("object")
-        r = _resolve_one(name, obj, universe)
+        name = e.name
+        r = _resolve_one(name, e.object, universe)
         counts[r.how] += 1
         if r.how in ("fde-only", "missing", "ambiguous") and len(examples[r.how]) < 5:
             examples[r.how].append(name)

@@ -44,11 +44,11 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     doc = load_profile(args.profile)
-    t = pick_target(doc, args.profile, args.target or (args.lib if len(doc["targets"]) > 1 else None))
+    t = pick_target(doc, args.profile, args.target or (args.lib if len(doc.targets) > 1 else None))
     require_touches(t, args.profile)
     ra = args.read_ahead_kb
     if ra is None:
-        ra = doc.get("metadata", {}).get("read_ahead_kb") or 128
+        ra = doc.metadata.get("read_ahead_kb") or 128
     if ra < 0:
         raise ElflayoutError(f"--read-ahead-kb: must be ≥ 0, got {ra}")
     with ElfImage(args.lib) as img:

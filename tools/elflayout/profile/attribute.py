@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
+
+from elftools.common.exceptions import DWARFError, ELFError
+
 from elflayout.elfcore import PAGE, ElfImage
+from elflayout.pages import expand
 from elflayout.profile.model import EVENT_DTYPE
 
 PHASE_NAMES = np.array(["loader", "init", "main"], dtype=object)
@@ -106,7 +111,7 @@ def _explode_runs(start: np.ndarray, end: np.ndarray, table_start: np.ndarray, t
     return run[ok], tab[ok]
 
 
-def dwarf_units(img: ElfImage):
+def dwarf_units(img: ElfImage, warnings: list | None = None):
     """(start offsets, end offsets, names) of DWARF compile units, sorted; None without DWARF.
 
     Used as objects when no link map is given: a CU is one compiled source file (its
@@ -146,7 +151,10 @@ def dwarf_units(img: ElfImage):
                     for r in rl.get_range_list_at_offset(at["DW_AT_ranges"].value, cu=cu):
                         if hasattr(r, "begin_offset") and r.end_offset > r.begin_offset:
                             ranges.append((base + r.begin_offset, base + r.end_offset, cu_name(cu)))
-    except Exception:  # damaged or unusual DWARF: objects are optional
+    except (ELFError, DWARFError, KeyError, ValueError, AssertionError, IndexError) as e:
+        # damaged or unusual DWARF: objects are optional, but the profile says why it has none
+        if warnings is not None:
+            warnings.append(f"DWARF compile units unreadable ({type(e).__name__}: {e}): no objects without --map")
         return None
     if not ranges:
         return None
@@ -162,111 +170,162 @@ def _r6(x) -> float:
     return round(float(x), 6)
 
 
+@dataclass
+class _Run:
+    """One target's events in sequence order, and what attribution needs of them."""
+    ev: np.ndarray
+    ph: np.ndarray | None
+    xm: np.ndarray  # indices of code runs
+    xs: np.ndarray  # their [start, end) file offsets
+    xe: np.ndarray
+    out_names: list
+
+    def out_name(self, i: int):
+        return self.out_names[i] if i >= 0 else None
+
+    def phase_of(self, i: int):
+        return None if self.ph is None else PHASE_NAMES[self.ph[i]]
+
+    def when(self, e: int) -> dict:
+        return {"first": int(self.ev["seq"][e]), "phase": self.phase_of(e), "t": _r6(self.ev["t"][e])}
+
+
 def build_target(img: ElfImage, events: np.ndarray, *, functions=None, linkmap=None, phase_idx=None,
                  map_path=None) -> tuple[dict, dict]:
     """The profile's target entry for ``img`` from its events (EVENT_DTYPE, any order).
 
-    Returns (target dict, stats dict). ``functions`` is a ``symbols.FunctionTable``
-    (computed when None); ``linkmap`` a parsed and attached ``LinkMap`` or None.
+    Returns (target dict, stats dict); ``stats["warnings"]`` lists what could not be
+    attributed and why. ``functions`` is a ``symbols.FunctionTable`` (computed when
+    None); ``linkmap`` a parsed and attached ``LinkMap`` or None. Steps: 1. sort the
+    events; 2. code runs → functions; 3. → input sections and objects (link map, else
+    DWARF units, else output sections); 4. pages; 5. reads and fault-around windows.
     """
     from elflayout import symbols
 
     assert events.dtype == EVENT_DTYPE
     order = np.argsort(events["seq"], kind="stable")
     ev = events[order]
-    ph = phase_idx[order] if phase_idx is not None else None
+    xm = np.flatnonzero(ev["kind"] == b"x")
+    xs = ev["offset"][xm]
+    run = _Run(ev, phase_idx[order] if phase_idx is not None else None, xm, xs,
+               xs + np.maximum(ev["length"][xm], 1), [s.name for s in img.sections])
     ft = functions if functions is not None else symbols.functions(img)
-    secs = img.sections
-    out_name = lambda i: secs[i].name if i >= 0 else None  # noqa: E731
+    warnings: list[str] = []
+    cus = dwarf_units(img, warnings) if linkmap is None else None
 
     tgt = img.identity()
     tgt["map"] = str(map_path) if map_path else None
+    funs, covered = _functions(run, img, ft, linkmap, cus)
+    sections, objects = _sections_objects(run, img, linkmap, cus)
+    pages, data_objects = _pages(run, img, linkmap)
+    reads, windows = _extents(run, b"a"), _extents(run, b"m")
 
-    def phase_of(i):
-        return None if ph is None else PHASE_NAMES[ph[i]]
+    tgt.update(functions=funs, sections=sections, objects=objects, pages=pages, reads=reads)
+    if windows or reads:
+        tgt["windows"] = windows
+    if data_objects:
+        tgt["data_objects"] = data_objects
+    stats = {
+        "code_runs": int(xm.size),
+        "code_runs_outside_functions": int((~covered).sum()),
+        "functions": len(funs),
+        "functions_named": sum(1 for f in funs if f["source"] != "eh_frame"),
+        "function_table": ft.counts(),
+        "pages": {k: sum(1 for p in pages if p["kind"] == k) for k in "xrwt"},
+        "reads": len(reads),
+    }
+    tgt["stats"] = stats
+    return tgt, {**stats, "warnings": warnings}
 
-    # -- code: runs → functions ---------------------------------------------------------
-    xm = np.flatnonzero(ev["kind"] == b"x")
-    xs, xe = ev["offset"][xm], ev["offset"][xm] + np.maximum(ev["length"][xm], 1)
+
+def _functions(run: _Run, img: ElfImage, ft, linkmap, cus) -> tuple[list[dict], np.ndarray]:
+    """Step 2: each function's first execution; and which code runs fell in a function."""
+    from elflayout import symbols
+
+    ev, xm = run.ev, run.xm
     fst, fen = ft.offset, ft.offset + np.maximum(ft.size, 1)
-    run, fidx = _explode_runs(xs, xe, fst, fen)
-    fun_seq = ev["seq"][xm][run]
-    pick = _first_per_key(fidx, fun_seq)
+    rix, fidx = _explode_runs(run.xs, run.xe, fst, fen)
+    pick = _first_per_key(fidx, ev["seq"][xm][rix])
     fsel = fidx[pick]
-    fev = xm[run[pick]]  # event index of each function's first execution
+    fev = xm[rix[pick]]  # event index of each function's first execution
     covered = np.zeros(xm.size, dtype=bool)
-    covered[run] = True
-
-    cus = dwarf_units(img) if linkmap is None else None
+    covered[rix] = True
     cu_of_fun = None
     if cus is not None and fsel.size:
         fo = ft.offset[fsel]
         k = np.searchsorted(cus[0], fo, side="right") - 1
         kc = np.clip(k, 0, None)
         cu_of_fun = np.where((k >= 0) & (fo < cus[1][kc]), k, -1)
-    lm_sec_of_fun = None
-    if linkmap is not None and fsel.size:
-        lm_sec_of_fun = linkmap.lookup_offsets(ft.offset[fsel])
+    lm_sec = linkmap.lookup_offsets(ft.offset[fsel]) if linkmap is not None and fsel.size else None
     fout = img.section_of_offsets(ft.offset[fsel]) if fsel.size else np.zeros(0, np.int64)
     funs = []
     for j in range(fsel.size):
         f, e = int(fsel[j]), int(fev[j])
         d = {"name": ft.names[f], "offset": int(ft.offset[f]), "size": int(ft.size[f])}
-        osec = out_name(int(fout[j]))
-        if lm_sec_of_fun is not None and lm_sec_of_fun[j] >= 0:
-            s = int(lm_sec_of_fun[j])
+        osec = run.out_name(int(fout[j]))
+        if lm_sec is not None and lm_sec[j] >= 0:
+            s = int(lm_sec[j])
             d["section"], d["object"] = linkmap.name[s], linkmap.object[s]
         else:
             d["section"], d["object"] = osec, None
-            if cus is not None and cu_of_fun[j] >= 0:
+            if cu_of_fun is not None and cu_of_fun[j] >= 0:
                 d["object"] = cus[2][int(cu_of_fun[j])]
         d["output_section"] = osec
         d["source"] = symbols.SOURCES[int(ft.source[f])]
-        d["first"] = int(ev["seq"][e])
-        d["phase"] = phase_of(e)
-        d["t"] = _r6(ev["t"][e])
+        d.update(run.when(e))
         funs.append(d)
+    return funs, covered
 
-    # -- sections and objects (code first access) -----------------------------------------
+
+def _sections_objects(run: _Run, img: ElfImage, linkmap, cus) -> tuple[list[dict], list[dict]]:
+    """Step 3: first execution of each input section and object (link map), else of each
+    DWARF compile unit as an object and each output section."""
+    ev, xm = run.ev, run.xm
     sections, objects = [], []
-    if linkmap is not None and xm.size:
-        run2, sidx = _explode_runs(xs, xe, *_lm_extents(linkmap))
+    if not xm.size:
+        return sections, objects
+    if linkmap is not None:
+        rix, sidx = _explode_runs(run.xs, run.xe, *_lm_extents(linkmap))
         sidx = _lm_order(linkmap)[sidx] if sidx.size else sidx
-        sseq = ev["seq"][xm][run2]
-        for p in _first_per_key(sidx, sseq):
-            s, e = int(sidx[p]), int(xm[run2[p]])
+        for p in _first_per_key(sidx, ev["seq"][xm][rix]):
+            s, e = int(sidx[p]), int(xm[rix[p]])
             sections.append({"name": linkmap.name[s], "object": linkmap.object[s], "output_section": linkmap.output[s],
-                             "first": int(ev["seq"][e]), "phase": phase_of(e), "t": _r6(ev["t"][e])})
+                             **run.when(e)})
         seen = {}
         for s in sections:
             if s["object"] not in seen:
                 seen[s["object"]] = {"object": s["object"], "first": s["first"], "phase": s["phase"], "t": s["t"]}
-        objects = list(seen.values())
-    if linkmap is None and cus is not None and xm.size:
-        run3, cidx = _explode_runs(xs, xe, cus[0], cus[1])
+        return sections, list(seen.values())
+    if cus is not None:
+        rix, cidx = _explode_runs(run.xs, run.xe, cus[0], cus[1])
         seen = {}
-        for p in _first_per_key(cidx, ev["seq"][xm][run3]):
-            c, e = int(cidx[p]), int(xm[run3[p]])
-            name = cus[2][c]
+        for p in _first_per_key(cidx, ev["seq"][xm][rix]):
+            name = cus[2][int(cidx[p])]
             if name not in seen:
-                seen[name] = {"object": name, "first": int(ev["seq"][e]), "phase": phase_of(e), "t": _r6(ev["t"][e]),
-                              "from": "dwarf"}
+                seen[name] = {"object": name, **run.when(int(xm[rix[p]])), "from": "dwarf"}
         objects = list(seen.values())
-    if linkmap is None and xm.size:
-        so = img.section_of_offsets(xs)
-        for p in _first_per_key(so, ev["seq"][xm]):
-            e = int(xm[p])
-            sections.append({"name": out_name(int(so[p])), "object": None, "output_section": out_name(int(so[p])),
-                             "first": int(ev["seq"][e]), "phase": phase_of(e), "t": _r6(ev["t"][e])})
+    so = img.section_of_offsets(run.xs)
+    for p in _first_per_key(so, ev["seq"][xm]):
+        name = run.out_name(int(so[p]))
+        sections.append({"name": name, "object": None, "output_section": name, **run.when(int(xm[p]))})
+    return sections, objects
 
-    # -- pages --------------------------------------------------------------------------
+
+# page key = page * 4 + kind code, so one sort finds each (page, kind)'s first access
+_PAGE_KINDS = "xrwt"
+
+
+def _pages(run: _Run, img: ElfImage, linkmap) -> tuple[list[dict], list[dict]]:
+    """Step 4: first access of each (page, kind): code pages from the runs (every page a
+    run spans), data pages from r/w/t events; with a link map, each object's first data
+    access (valgrind --data records the exact address of a page's first access)."""
+    ev, xm = run.ev, run.xm
     pk, pseq, pev = [], [], []
     if xm.size:
-        p0, p1 = xs // PAGE, (xe - 1) // PAGE
+        p0, p1 = run.xs // PAGE, (run.xe - 1) // PAGE
         cnt = p1 - p0 + 1
         r = np.repeat(np.arange(xm.size), cnt)
-        pages = p0[r] + (np.arange(r.size) - np.repeat(np.cumsum(cnt) - cnt, cnt))
-        pk.append(pages * 4 + 0)
+        pk.append(expand(p0, cnt) * 4 + 0)
         pseq.append(ev["seq"][xm][r])
         pev.append(xm[r])
     for code, kind in ((1, b"r"), (2, b"w"), (3, b"t")):
@@ -275,59 +334,36 @@ def build_target(img: ElfImage, events: np.ndarray, *, functions=None, linkmap=N
             pk.append(ev["offset"][m] // PAGE * 4 + code)
             pseq.append(ev["seq"][m])
             pev.append(m)
+    if not pk:
+        return [], []
+    keys, seqs, evs = np.concatenate(pk), np.concatenate(pseq), np.concatenate(pev)
+    sel = _first_per_key(keys, seqs)
+    first_off = ev["offset"][evs[sel]]
+    psec = img.section_of_offsets(first_off)
     pages = []
+    for j, p in enumerate(sel):
+        e = int(evs[p])
+        pages.append({"page": int(keys[p] // 4), "kind": _PAGE_KINDS[int(keys[p] % 4)], "first": int(seqs[p]),
+                      "section": run.out_name(int(psec[j])), "phase": run.phase_of(e), "t": _r6(ev["t"][e])})
     data_objects = []
-    if pk:
-        keys, seqs, evs = np.concatenate(pk), np.concatenate(pseq), np.concatenate(pev)
-        sel = _first_per_key(keys, seqs)
-        first_off = ev["offset"][evs[sel]]
-        psec = img.section_of_offsets(first_off)
-        kinds = "xrwt"
-        for j, p in enumerate(sel):
-            e = int(evs[p])
-            pages.append({"page": int(keys[p] // 4), "kind": kinds[int(keys[p] % 4)], "first": int(seqs[p]),
-                          "section": out_name(int(psec[j])), "phase": phase_of(e), "t": _r6(ev["t"][e])})
-        if linkmap is not None:
-            # first data access of each object (valgrind --data: exact address of a page's first access)
-            dm = np.isin(keys[sel] % 4, (1, 2))
-            if dm.any():
-                ls = linkmap.lookup_offsets(first_off[dm])
-                seen = {}
-                for j, s in zip(np.flatnonzero(dm).tolist(), ls.tolist()):
-                    if s >= 0 and linkmap.object[s] not in seen:
-                        seen[linkmap.object[s]] = {"object": linkmap.object[s], "first": pages[j]["first"],
-                                                   "kind": pages[j]["kind"], "phase": pages[j]["phase"]}
-                data_objects = list(seen.values())
+    dm = np.isin(keys[sel] % 4, (1, 2)) if linkmap is not None else np.zeros(0, bool)
+    if dm.any():
+        ls = linkmap.lookup_offsets(first_off[dm])
+        seen = {}
+        for j, s in zip(np.flatnonzero(dm).tolist(), ls.tolist()):
+            if s >= 0 and linkmap.object[s] not in seen:
+                seen[linkmap.object[s]] = {"object": linkmap.object[s], "first": pages[j]["first"],
+                                           "kind": pages[j]["kind"], "phase": pages[j]["phase"]}
+        data_objects = list(seen.values())
+    return pages, data_objects
 
-    # -- reads (trace backend) ------------------------------------------------------------
-    reads = []
-    am = np.flatnonzero(ev["kind"] == b"a")
-    for e in am.tolist():
-        reads.append({"page": int(ev["offset"][e] // PAGE), "npages": int(max(1, ev["length"][e] // PAGE)),
-                      "first": int(ev["seq"][e]), "t": _r6(ev["t"][e])})
 
-    windows = []
-    for e in np.flatnonzero(ev["kind"] == b"m").tolist():
-        windows.append({"page": int(ev["offset"][e] // PAGE), "npages": int(max(1, ev["length"][e] // PAGE)),
-                        "first": int(ev["seq"][e]), "t": _r6(ev["t"][e])})
-
-    tgt.update(functions=funs, sections=sections, objects=objects, pages=pages, reads=reads)
-    if windows or am.size:
-        tgt["windows"] = windows
-    if data_objects:
-        tgt["data_objects"] = data_objects
-    named = sum(1 for f in funs if f["source"] != "eh_frame")
-    stats = {
-        "code_runs": int(xm.size),
-        "code_runs_outside_functions": int((~covered).sum()),
-        "functions": len(funs),
-        "functions_named": named,
-        "function_table": ft.counts(),
-        "pages": {k: sum(1 for p in pages if p["kind"] == k) for k in "xrwt"},
-        "reads": len(reads),
-    }
-    tgt["stats"] = stats
-    return tgt, stats
+def _extents(run: _Run, kind: bytes) -> list[dict]:
+    """Step 5 (trace backend): folios added to the page cache (``a``) or fault-around
+    windows mapped (``m``), in order."""
+    ev = run.ev
+    return [{"page": int(ev["offset"][e] // PAGE), "npages": int(max(1, ev["length"][e] // PAGE)),
+             "first": int(ev["seq"][e]), "t": _r6(ev["t"][e])} for e in np.flatnonzero(ev["kind"] == kind).tolist()]
 
 
 def _lm_order(lm):

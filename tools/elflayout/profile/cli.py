@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
+import shlex
 import sys
 
 from elflayout.errors import ElflayoutError
@@ -21,12 +21,22 @@ EPILOG = """examples:
   elflayout profile --backend trace --evict --target /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 \\
       -o llc.trace.json -- llc-16 --version
 
-The workload's output goes to the terminal. A workload that exits non-zero or crashes
-still gets its profile written, with a warning and exit status 1 (0 with --allow-failure).
+  # a set of workloads, each with stdout on a pipe and on /dev/null, merged into one
+  # profile that keeps each workload's own order (order, check-order --workload use it)
+  elflayout profile --target /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 -o set.json \\
+      --workload 'llc=llc-16 --version' --workload 'opt=opt-16 --version' \\
+      --stdout pipe --stdout null --combine shared
+
+The workload's output goes to the terminal (--stdout changes that). A workload that
+exits non-zero or crashes still gets its profile written, with a warning and exit
+status 1 (0 with --allow-failure).
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from elflayout.profile.merge import RULES
+    from elflayout.profile.record import STDOUT_MODES
+
     p.add_argument("--target", action="append", required=True, metavar="LIB",
                    help="shared library (or executable) to profile; repeatable")
     p.add_argument("--backend", choices=("valgrind", "trace"), default="valgrind",
@@ -44,7 +54,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exit 0 even when the workload exits non-zero or crashes")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="set an environment variable for the workload only; repeatable")
-    p.add_argument("--keep-log", metavar="FILE", help="valgrind: also keep the tool's raw log here")
+    p.add_argument("--workload", action="append", default=[], metavar="NAME=COMMAND",
+                   help="a workload of a set (shell-quoted command line); repeatable; with -- CMD too, that is "
+                        "one more")
+    p.add_argument("--stdout", action="append", default=[], choices=STDOUT_MODES, metavar="MODE",
+                   help="run every workload with stdout on MODE: " + ", ".join(STDOUT_MODES) +
+                        " (default inherit); repeatable: one run per mode")
+    p.add_argument("--env-variant", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+                   help="also run every workload with these variables set; repeatable: one run per variant")
+    p.add_argument("--combine", choices=RULES, default="shared",
+                   help="several runs: how their first-access ranks make the merged order (default shared: what "
+                        "every workload touches first, then what fewer do, each by earliest position; earliest: "
+                        "earliest position in any workload; see docs/formats/profile.md)")
+    p.add_argument("--keep-log", metavar="FILE", help="valgrind: also keep the tool's raw log here (FILE.N per run)")
     p.add_argument("-o", "--output", required=True, help="profile to write (JSON; .gz compresses)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG ...]: the workload")
@@ -64,140 +86,74 @@ class _Null:
     def __exit__(self, *a):
         return False
 
-
-def _check_map(path, img, lm) -> None:
-    """Refuse a link map of another link: output sections must sit where the ELF has them."""
-    from elftools.elf.constants import SH_FLAGS
-
-    secs = {s.name: s for s in img.sections if s.flags & SH_FLAGS.SHF_ALLOC and s.size}
-    bad = [o["name"] for o in lm.output_sections
-           if o["name"] in secs and o.get("size") and (o["vaddr"], o["size"]) != (secs[o["name"]].addr, secs[o["name"]].size)]
-    if ".text" in bad or len(bad) > 2:
-        raise ElflayoutError(f"{path}: link map does not describe {img.path} (output sections {', '.join(bad[:4])} "
-                             f"differ in address or size)")
+    def update(self, *a):
+        pass
 
 
-def run(args: argparse.Namespace) -> int:
-    from elflayout import fileio
-    from elflayout.elfcore import ElfImage
-    from elflayout.profile import attribute, model
+def _kv(text: str, what: str) -> tuple[str, str]:
+    k, sep, v = text.partition("=")
+    if not sep or not k:
+        raise ElflayoutError(f"{what} {text!r}: expected NAME=VALUE")
+    return k, v
+
+
+def _commands(args) -> list[tuple[str, list[str]]]:
+    import os
 
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    if not cmd:
-        raise ElflayoutError("no workload given (put it after --, e.g. -- llc-16 --version)")
-    targets = [os.path.realpath(t) for t in args.target]
-    imgs = [ElfImage(t) for t in targets]  # fails early on missing / non-ELF targets
-    maps = args.map or []
-    if len(maps) > len(targets):
-        raise ElflayoutError(f"{len(maps)} --map for {len(targets)} --target (give at most one map per target)")
-    for m in maps:
-        if not os.path.isfile(m):
-            raise ElflayoutError(f"{m}: no such link map")
-    if args.evict and args.backend != "trace":
-        raise ElflayoutError("--evict is for --backend trace (valgrind does not see the page cache)")
-    if args.data and args.backend != "valgrind":
-        raise ElflayoutError("--data needs --backend valgrind (the trace backend sees pages, not accesses)")
-    env = dict(os.environ)
-    for kv in args.env:
-        k, sep, v = kv.partition("=")
-        if not sep or not k:
-            raise ElflayoutError(f"--env {kv!r}: expected NAME=VALUE")
-        env[k] = v
-    out = fileio.check_output(args.output, force=args.force, inputs=targets + maps)
+    out = []
+    if cmd:
+        out.append((os.path.basename(cmd[0]), cmd))
+    for w in args.workload:
+        name, c = _kv(w, "--workload")
+        try:
+            argv = shlex.split(c)
+        except ValueError as e:
+            raise ElflayoutError(f"--workload {w!r}: {e}") from None
+        if not argv:
+            raise ElflayoutError(f"--workload {w!r}: no command")
+        out.append((name, argv))
+    if not out:
+        raise ElflayoutError("no workload given (put it after --, e.g. -- llc-16 --version, or use --workload)")
+    return out
 
-    if args.backend == "valgrind":
-        from elflayout.profile import valgrind as be
 
-        why = be.tool_status()
-    else:
-        from elflayout.profile import trace as be
+def run(args: argparse.Namespace) -> int:
+    from elflayout import fileio
+    from elflayout.profile import model, record
 
-        why = be.status()
-    if why:
-        raise ElflayoutError(why)
-
-    # link maps parsed before the (long) run so a bad map fails fast
-    from elflayout import linkmap as lmmod
-
-    lms = [lmmod.parse(m, img) for m, img in zip(maps, imgs)] + [None] * (len(targets) - len(maps))
-    for m, img, lm in zip(maps, imgs, lms):
-        _check_map(m, img, lm)
-
-    meta = model.base_metadata(cmd, args.backend, "block" if args.backend == "valgrind" else "page", targets[0])
-    with _progress(f"running the workload under {args.backend} ..."):
-        if args.backend == "valgrind":
-            r = be.run(targets, cmd, data=args.data, log_path=args.keep_log, env=env, children=args.children)
-        else:
-            r = be.run(targets, cmd, evict_first=args.evict, env=env, children=args.children)
-    meta["duration_s"] = round(r.duration_s, 4)
-    meta["exit_status"] = r.returncode
-    meta["command"] = r.command
-    if args.env:
-        meta["env"] = list(args.env)
-
-    if args.backend == "valgrind":
-        meta["data"] = bool(args.data)
-        meta["children"] = bool(args.children)
-        meta["processes"] = r.marks.get("processes", 1)
-        meta["notes"] += list(r.log.notes)
-        if not r.log.complete:
-            meta["notes"].append("the tool's log has no end record (workload killed?): events up to the end are kept")
-        meta["notes"].append("valgrind backend: 'first' orders first executions of code blocks (and with --data "
-                             "first reads/writes of pages) of all targets in one sequence; 't' is seconds since "
-                             "valgrind started, dilated by valgrind")
-    else:
-        meta["notes"].append(be.HIDDEN_NOTE)
-        meta["evicted"] = bool(args.evict)
-        meta["children"] = bool(args.children)
-        meta["lost_events"] = r.lost
-        if r.other_pid_events:
-            meta["notes"].append(f"{r.other_pid_events} events of other processes on the targets were ignored")
-
-    with _progress("attributing addresses to functions, sections and objects ..."):
-        tdocs, never = [], []
-        for i, (img, lm) in enumerate(zip(imgs, lms)):
-            ev = r.events[r.events["target"] == i]
-            if args.backend == "valgrind":
-                loaded = i in r.marks["first_map_seq"]
-                start = r.marks["main_seq"] if r.marks["main_seq"] is not None else r.marks["entry_seq"]
-                ph, bounds = attribute.phases(ev, attribute.init_entries(img), start,
-                                              r.marks["first_map_seq"].get(i))
-            else:
-                loaded = ev.size > 0
-                ph, bounds = None, None
-            if not loaded:
-                never.append(targets[i])
-            tdoc, _ = attribute.build_target(img, ev, linkmap=lm, phase_idx=ph, map_path=maps[i] if i < len(maps) else None)
-            if bounds is not None:
-                bounds["main_is"] = "main()" if r.marks["main_seq"] is not None else "executable entry"
-                tdoc["phases"] = bounds
-            if args.backend == "valgrind":
-                tdoc["mappings"] = r.marks["maps"].get(i, [])
-            else:
-                tdoc["fault_around_mapped_pages"] = r.mapped_pages.get(i, 0)
-            tdocs.append(tdoc)
-    if never and args.backend == "valgrind" and not r.log.complete and r.events.size == 0:
-        raise ElflayoutError(f"the workload ended (status {r.returncode}) before firsttouch could write its log "
-                             f"(killed with SIGKILL?): nothing was recorded")
-    if never:
-        hint = "" if args.children else "; if the program is started through a script or another program, add --children"
-        raise ElflayoutError(f"{never[0]}: never loaded by the workload ({' '.join(cmd)}); "
-                             f"check the path (is it the file the program really loads? see ldd){hint}")
-    doc = model.new_profile(meta, tdocs)
+    commands = _commands(args)
+    env_variants = [dict(_kv(x, "--env-variant") for x in v.split(",")) for v in args.env_variant]
+    workloads = record.workload_set(commands, args.stdout, env_variants)
+    setup = record.Setup(targets=list(args.target), maps=list(args.map or []), backend=args.backend, data=args.data,
+                         evict=args.evict, children=args.children, env=dict(_kv(x, "--env") for x in args.env),
+                         keep_log=args.keep_log)
+    record.prepare(setup)  # fails early on missing / non-ELF targets and bad maps
+    out = fileio.check_output(args.output, force=args.force, inputs=setup.targets + setup.maps)
+    with _progress("recording ...") as st:
+        doc, statuses = record.record_set(setup, workloads, args.combine, progress=st.update)
     model.save(doc, out)
-    for t in tdocs:
-        s = t["stats"]
-        print(f"{t['path']}: {s['functions']} functions ({s['functions_named']} named), "
-              f"{len(t['objects'])} objects, pages x/r/w/t {s['pages']['x']}/{s['pages']['r']}/"
-              f"{s['pages']['w']}/{s['pages']['t']}"
-              + (f", {s['reads']} reads, {len(t.get('windows', []))} fault-around windows" if args.backend == "trace" else ""))
+    prof = model.parse(doc)
+    for t in prof.targets:
+        s = t.stats
+        line = f"{t.path}: {len(t.functions)} functions"
+        if s:
+            line += f" ({s['functions_named']} named)"
+        pk = {k: sum(1 for p in t.pages if p.kind == k) for k in "xrwt"}
+        line += f", {len(t.objects)} objects, pages x/r/w/t {pk['x']}/{pk['r']}/{pk['w']}/{pk['t']}"
+        if args.backend == "trace":
+            line += f", {len(t.reads)} reads, {len(t.windows)} fault-around windows"
+        print(line)
+    if len(workloads) > 1:
+        print(f"{len(workloads)} workloads merged ({args.combine}): " + "; ".join(w.name for w in workloads))
     print(f"wrote {out}")
-    rc = r.returncode
-    if rc != 0:
+    for w in prof.metadata.get("warnings", []):
+        print(f"elflayout: warning: {w} (recorded in the profile's metadata.warnings)", file=sys.stderr)
+    failed = [(n, rc) for n, rc in statuses if rc]
+    for n, rc in failed:
         how = f"was killed by signal {-rc}" if rc < 0 else f"exited with status {rc}"
-        print(f"elflayout: warning: the workload {how} (profile written"
+        print(f"elflayout: warning: the workload {n} {how} (profile written"
               f"{'' if args.allow_failure else '; --allow-failure accepts this'})", file=sys.stderr)
-        return 0 if args.allow_failure else 1
-    return 0
+    return 0 if not failed or args.allow_failure else 1

@@ -1,100 +1,150 @@
 """Merge several profiles (runs or workloads) of the same build into one.
 
-Rule (docs/formats/profile.md, "merge"): profiles are taken in the order given.
-``concat`` (default): profile k's sequence numbers are shifted past every earlier
-profile's, so an entry's merged first access is its earliest one, with earlier profiles
-winning — the first workload's order is kept and later workloads only append what it
-never touched (icegrind's way of combining runs). ``rank``: each profile's sequence
-numbers are scaled to [0, 1) of its own length and the earliest relative position wins,
-interleaving workloads of similar length. Either way ``first`` is renumbered 0..N-1
-over all entries of all targets, and every list stays in first-access order.
+Goal: one profile whose order serves every workload it was recorded from, so that code
+any workload touches lands in the hot region, and which still remembers each
+workload's own order (for held-out evaluation and for re-combining).
 
-Targets are matched by build-id (else sha256, else path); the same path with a
-different build-id or content is refused unless ``force``.
+Definitions:
+- *rank* of an entry in workload w: its first-access position in w scaled to [0, 1)
+  (``first / (last first of w + 1)``); None when w never touched it. Every merged entry
+  keeps its ranks, one per workload, in ``ranks`` (order of ``metadata.workloads``).
+- *rule*: how the ranks become the merged ``first``:
+  - ``concat``: workload k's sequence is shifted past every earlier one's, so earlier
+    workloads win and later ones only append what they never touched (icegrind's way
+    of combining runs: Hommey 2011).
+  - ``earliest`` (alias ``rank``): the smallest rank over the workloads that touched
+    it — every workload's first accesses interleave near the front, like the startup
+    traces of lld's balanced partitioning, where a function used early by any trace is
+    pulled early (``--bp-startup-sort``; Hoag et al., "Optimizing Function Layout for
+    Mobile Applications", LCTES 2023).
+  - ``shared``: first what every workload touches, then what all but one touch, and so
+    on; the earliest rank orders each group. Code all startups share stays dense at the
+    front, and what only one workload needs does not dilute it (the "common to both
+    phases" part of Chromium's phased orderfile, tools/cygprofile/phased_orderfile.py).
+  - ``mean``: the mean rank, a workload that never touched the entry counting 1.0:
+    what most workloads need early comes first (Chromium's orderfile pipeline averages
+    symbol positions over its profiled runs, tools/cygprofile).
+
+Steps:
+1. Targets are matched by build-id (else sha256, else path); the same path with a
+   different build-id or content is refused unless ``force``.
+2. For every list, each key's ranks are collected per workload (keys: see KEYS).
+3. The rule turns ranks into one key; ties keep workload order, then list order.
+4. ``first`` is renumbered 0..N-1 over all entries of all targets; every list stays in
+   first-access order (docs/formats/profile.md, "merge").
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from elflayout.errors import ElflayoutError
-from elflayout.profile.model import LISTS, new_profile
+from elflayout.profile.model import ENTRY_TYPES, LISTS, Profile, Target, new_profile
 
 KEYS = {
-    "functions": lambda e: (e.get("name"), e.get("offset")),
-    "sections": lambda e: (e.get("name"), e.get("object")),
-    "objects": lambda e: e.get("object"),
-    "pages": lambda e: (e.get("page"), e.get("kind")),
-    "reads": lambda e: e.get("page"),
-    "data_objects": lambda e: e.get("object"),
-    "windows": lambda e: (e.get("page"), e.get("npages")),
+    "functions": lambda e: (e.name, e.offset),
+    "sections": lambda e: (e.name, e.object),
+    "objects": lambda e: e.object,
+    "pages": lambda e: (e.page, e.kind),
+    "reads": lambda e: e.page,
+    "data_objects": lambda e: e.object,
+    "windows": lambda e: (e.page, e.npages),
 }
-RULES = ("concat", "rank")
+RULES = ("earliest", "shared", "mean", "concat", "rank")
 
 
-def _ident(t: dict):
-    return t.get("build_id") or t.get("sha256") or t["path"]
+def _ident(t: Target):
+    return t.build_id or t.sha256 or t.path
 
 
-def _max_first(doc: dict) -> int:
+def _max_first(p: Profile) -> int:
     m = -1
-    for t in doc["targets"]:
+    for t in p.targets:
         for k in KEYS:
-            for e in t.get(k, []):
-                m = max(m, e["first"])
+            for e in getattr(t, k):
+                m = max(m, e.first)
     return m
 
 
-def merge(docs: list[dict], names: list[str] | None = None, *, force: bool = False, rule: str = "concat") -> dict:
+def combine(ranks: list, rule: str, index: int = 0) -> float:
+    """One sort key from an entry's per-workload ranks (None = not touched)."""
+    got = [r for r in ranks if r is not None]
+    if rule in ("earliest", "rank"):
+        return min(got)
+    if rule == "mean":
+        return sum(1.0 if r is None else r for r in ranks) / len(ranks)
+    if rule == "shared":  # fewest workloads missing it first, then earliest
+        return (len(ranks) - len(got)) + min(got)
+    # concat: the first workload that touched it, shifted past the earlier ones
+    k = next(i for i, r in enumerate(ranks) if r is not None)
+    return k + ranks[k]
+
+
+def merge(profiles: list[Profile], names: list[str] | None = None, *, force: bool = False,
+          rule: str = "concat", workloads: list[dict] | None = None) -> dict:
+    """The merged profile document (JSON) of ``profiles`` taken in priority order.
+
+    ``workloads``: what to record in ``metadata.workloads`` for each input (name, argv,
+    conditions); by default its name, argv and backend."""
     if rule not in RULES:
         raise ElflayoutError(f"unknown merge rule {rule!r} (known: {', '.join(RULES)})")
-    if not docs:
+    if not profiles:
         raise ElflayoutError("nothing to merge")
-    names = names or [f"profile {i}" for i in range(len(docs))]
-    # build-id check: one path, one build
+    names = names or [f"profile {i}" for i in range(len(profiles))]
+    n = len(profiles)
+    # 1. one path, one build
     seen_path: dict = {}
-    for name, d in zip(names, docs):
-        for t in d["targets"]:
-            p, ident = t["path"], _ident(t)
+    for name, d in zip(names, profiles):
+        for t in d.targets:
+            p, ident = t.path, _ident(t)
             if p in seen_path and seen_path[p][0] != ident and not force:
                 raise ElflayoutError(f"{name}: {p} is a different build (build-id/sha256 {str(ident)[:16]}…) than in "
                                      f"{seen_path[p][1]} ({str(seen_path[p][0])[:16]}…); use --force to merge anyway")
             seen_path.setdefault(p, (ident, name))
-    # merged key per entry
-    shift, order_t, merged = 0.0, [], {}
-    for d in docs:
-        mf = _max_first(d)
-        for t in d["targets"]:
+    # 2. ranks per key: {ident: {list: {key: [entry of the earliest workload, ranks]}}}
+    order_t, bases, lists = [], {}, {}
+    for w, d in enumerate(profiles):
+        scale = _max_first(d) + 1
+        for t in d.targets:
             ident = _ident(t)
-            if ident not in merged:
-                base = {k: v for k, v in t.items() if k not in KEYS and k not in ("stats",)}
-                merged[ident] = (base, {k: {} for k in KEYS})
+            if ident not in bases:
+                bases[ident] = t
+                lists[ident] = {k: {} for k in KEYS}
                 order_t.append(ident)
-            lists = merged[ident][1]
             for k, keyf in KEYS.items():
-                for e in t.get(k, []):
-                    key = (shift + e["first"]) if rule == "concat" else e["first"] / (mf + 1)
+                got = lists[ident][k]
+                for e in getattr(t, k):
                     kk = keyf(e)
-                    old = lists[k].get(kk)
-                    if old is None or key < old[0]:
-                        lists[k][kk] = (key, e)
-        shift += mf + 1
-    allkeys = sorted({v[0] for ident in order_t for k in KEYS for v in merged[ident][1][k].values()})
-    rank = {v: i for i, v in enumerate(allkeys)}
+                    r = e.first / scale
+                    # an input that is itself merged: keep its workloads' ranks folded into one
+                    slot = got.get(kk)
+                    if slot is None:
+                        got[kk] = slot = [e, [None] * n]
+                    if slot[1][w] is None or r < slot[1][w]:
+                        slot[1][w] = r
+    # 3. the rule's key; 4. renumber
+    keyed = []
+    for ti, ident in enumerate(order_t):
+        for li, k in enumerate(KEYS):
+            for pos, (kk, (e, ranks)) in enumerate(lists[ident][k].items()):
+                keyed.append((combine(ranks, rule), ti, li, pos, ident, k, e, ranks))
+    keyed.sort(key=lambda x: x[:4])
+    out: dict = {ident: {k: [] for k in KEYS} for ident in order_t}
+    for i, (_key, _ti, _li, _pos, ident, k, e, ranks) in enumerate(keyed):
+        out[ident][k].append(dataclasses.replace(e, first=i, ranks=[None if r is None else round(r, 6) for r in ranks]))
     targets = []
     for ident in order_t:
-        base, lists = merged[ident]
-        t = dict(base)
-        for k in KEYS:
-            items = sorted(lists[k].values(), key=lambda v: v[0])
-            out = []
-            for key, e in items:
-                e = dict(e)
-                e["first"] = rank[key]
-                out.append(e)
-            if k in LISTS or out:
-                t[k] = out
-        targets.append(t)
-    metas = [d["metadata"] for d in docs]
+        b = bases[ident]
+        t = Target(path=b.path, build_id=b.build_id, size=b.size, sha256=b.sha256, map=b.map, phases=b.phases,
+                   mappings=b.mappings, extra=dict(b.extra), **out[ident])
+        d = t.to_dict()
+        for k in LISTS:
+            d.setdefault(k, [])
+        targets.append(d)
+    metas = [d.metadata for d in profiles]
     backends = sorted({m.get("backend") for m in metas})
+    wl = workloads or [{"name": nm, "argv": m.get("argv"), "backend": m.get("backend"), "env": m.get("env", []),
+                        "started": m.get("started")} for nm, m in zip(names, metas)]
     meta = {
         "argv": metas[0].get("argv"),
         "backend": backends[0] if len(backends) == 1 else "mixed",
@@ -104,9 +154,55 @@ def merge(docs: list[dict], names: list[str] | None = None, *, force: bool = Fal
         "started": min((m.get("started") or "") for m in metas) or None,
         "duration_s": sum((m.get("duration_s") or 0) for m in metas),
         "exit_status": next((m.get("exit_status") for m in metas if m.get("exit_status")), 0),
-        "notes": [f"merged from {len(docs)} profiles with rule {rule!r} (earliest first access wins; "
-                  f"see docs/formats/profile.md)"],
-        "merge": {"rule": rule, "inputs": [{"name": n, "argv": m.get("argv"), "backend": m.get("backend"),
-                                            "started": m.get("started")} for n, m in zip(names, metas)]},
+        "notes": [f"merged from {n} profiles with rule {rule!r} (see docs/formats/profile.md, merge)"],
+        "warnings": [w for m in metas for w in m.get("warnings", [])],
+        "merge": {"rule": rule, "inputs": [{"name": nm, "argv": m.get("argv"), "backend": m.get("backend"),
+                                            "started": m.get("started")} for nm, m in zip(names, metas)]},
+        "workloads": wl,
     }
     return new_profile(meta, targets)
+
+
+def recombine(profile: Profile, rule: str) -> Profile:
+    """The same profile with ``first`` recomputed from the entries' ``ranks`` by ``rule``
+    (``order --combine``); a profile without ranks (one workload) is returned as is."""
+    if rule not in RULES:
+        raise ElflayoutError(f"unknown combination rule {rule!r} (known: {', '.join(RULES)})")
+    if not profile.workloads:
+        return profile
+    keyed = []
+    for ti, t in enumerate(profile.targets):
+        for li, k in enumerate(KEYS):
+            for pos, e in enumerate(getattr(t, k)):
+                if e.ranks is None or all(r is None for r in e.ranks):
+                    raise ElflayoutError(f"{profile.source}: {t.name}: {k} entry {pos} has no per-workload ranks")
+                keyed.append((combine(e.ranks, rule), ti, li, pos, t, k, e))
+    keyed.sort(key=lambda x: x[:4])
+    out = [{k: [] for k in KEYS} for _ in profile.targets]
+    for i, (_key, ti, _li, _pos, _t, k, e) in enumerate(keyed):
+        out[ti][k].append(dataclasses.replace(e, first=i))
+    targets = [dataclasses.replace(t, **out[ti]) for ti, t in enumerate(profile.targets)]
+    return Profile(profile.metadata, targets, profile.source)
+
+
+def workload_view(profile: Profile, index: int) -> Profile:
+    """The part of a merged profile that workload ``index`` touched, in its own order
+    (its ranks), as a one-workload profile: held-out evaluation of a merged profile."""
+    wl = profile.workloads
+    if not 0 <= index < len(wl):
+        raise ElflayoutError(f"{profile.source}: no workload {index} (has {len(wl)})")
+    targets = []
+    for t in profile.targets:
+        lists = {}
+        for k in KEYS:
+            got = [e for e in getattr(t, k) if e.ranks is not None and e.ranks[index] is not None]
+            got.sort(key=lambda e: e.ranks[index])
+            lists[k] = [dataclasses.replace(e, first=i, ranks=None) for i, e in enumerate(got)]
+        targets.append(dataclasses.replace(t, **lists))
+    meta = dict(profile.metadata)
+    meta.pop("workloads", None)
+    meta["argv"] = wl[index].get("argv")
+    return Profile(meta, targets, f"{profile.source}[{wl[index].get('name', index)}]")
+
+
+assert set(KEYS) == set(ENTRY_TYPES)

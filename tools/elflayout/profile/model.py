@@ -1,10 +1,19 @@
-"""Profile format v1: build, validate, read and write (docs/formats/profile.md)."""
+"""Profile format v1: build, validate, read and write (docs/formats/profile.md).
+
+A profile file is parsed once, by ``load``/``parse``, into the dataclasses below
+(``Profile`` → ``Target`` → ``Function``, ``Section``, ``ObjectEntry``, ``Page``,
+``Extent`` …); every reader (order, check-order, simulate, report, merge) works on those
+and never re-checks the JSON. Writers build the JSON document (``new_profile``) and
+``save`` parses it before writing, so what is written is what a reader accepts.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import platform
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -75,44 +84,245 @@ def new_profile(metadata: dict, targets: list[dict]) -> dict:
     return envelope(KIND, VERSION, metadata, targets=targets)
 
 
-def validate(doc: dict, path="profile") -> dict:
-    """Check the structure a reader relies on; raise ElflayoutError naming the problem."""
-    if not isinstance(doc.get("metadata"), dict):
+# -- typed data --------------------------------------------------------------------------
+# One class per list entry; field names are the JSON keys (``from`` is ``from_``).
+# Required keys have no default. ``ranks`` (merged multi-workload profiles only): the
+# entry's first-access position in each workload, in [0, 1), or None where that
+# workload never touched it (order of ``metadata.workloads``).
+
+@dataclass(slots=True)
+class Function:
+    name: str
+    first: int
+    offset: int | None = None
+    size: int = 0
+    section: str | None = None
+    output_section: str | None = None
+    object: str | None = None
+    source: str | None = None
+    phase: str | None = None
+    t: float | None = None
+    ranks: list | None = None
+
+
+@dataclass(slots=True)
+class Section:
+    name: str
+    first: int
+    object: str | None = None
+    output_section: str | None = None
+    phase: str | None = None
+    t: float | None = None
+    ranks: list | None = None
+
+
+@dataclass(slots=True)
+class ObjectEntry:
+    object: str
+    first: int
+    phase: str | None = None
+    t: float | None = None
+    from_: str | None = None
+    kind: str | None = None  # data_objects only: r / w
+    ranks: list | None = None
+
+
+@dataclass(slots=True)
+class Page:
+    page: int
+    first: int
+    kind: str = "t"
+    section: str | None = None
+    phase: str | None = None
+    t: float | None = None
+    ranks: list | None = None
+
+
+@dataclass(slots=True)
+class Extent:
+    """A read (folio added to the page cache) or a fault-around window: pages
+    [page, page + npages)."""
+    page: int
+    first: int
+    npages: int = 1
+    t: float | None = None
+    ranks: list | None = None
+
+
+ENTRY_TYPES = {"functions": Function, "sections": Section, "objects": ObjectEntry, "pages": Page,
+               "reads": Extent, "windows": Extent, "data_objects": ObjectEntry}
+# JSON type(s) each field may hold (None is always allowed for optional fields)
+_FIELD_TYPES = {"name": str, "object": str, "offset": int, "size": int, "section": str, "output_section": str,
+                "source": str, "phase": str, "t": (int, float), "first": int, "page": int, "npages": int,
+                "kind": str, "from_": str, "ranks": list}
+# Keys a reader must find: the rest may be absent or null
+_REQUIRED = {"functions": ("name",), "sections": ("name",), "objects": ("object",), "pages": ("page",),
+             "reads": ("page",), "windows": ("page",), "data_objects": ("object",)}
+_TARGET_KEYS = ("path", "build_id", "size", "sha256", "map") + LISTS + OPTIONAL_LISTS + ("phases", "mappings", "stats")
+
+
+@dataclass
+class Target:
+    """One profiled file. ``extra`` keeps keys this version does not interpret
+    (``fault_around_mapped_pages``, ``elf_sections`` …) so they survive a rewrite."""
+    path: str
+    build_id: str | None = None
+    size: int | None = None
+    sha256: str | None = None
+    map: str | None = None
+    functions: list[Function] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
+    objects: list[ObjectEntry] = field(default_factory=list)
+    pages: list[Page] = field(default_factory=list)
+    reads: list[Extent] = field(default_factory=list)
+    windows: list[Extent] = field(default_factory=list)
+    data_objects: list[ObjectEntry] = field(default_factory=list)
+    phases: dict | None = None
+    mappings: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+    def touched(self) -> bool:
+        return bool(self.functions or self.sections or self.objects or self.pages)
+
+    def matches(self, want: str) -> bool:
+        """``want`` names this target: its path, file name or build-id."""
+        return want in (self.path, self.name, self.build_id)
+
+    def to_dict(self) -> dict:
+        d = {"path": self.path, "build_id": self.build_id, "size": self.size, "sha256": self.sha256, "map": self.map}
+        for k in LISTS:
+            d[k] = [_entry_dict(e) for e in getattr(self, k)]
+        for k in OPTIONAL_LISTS:
+            if getattr(self, k):
+                d[k] = [_entry_dict(e) for e in getattr(self, k)]
+        if self.phases is not None:
+            d["phases"] = self.phases
+        if self.mappings:
+            d["mappings"] = self.mappings
+        if self.stats:
+            d["stats"] = self.stats
+        d.update(self.extra)
+        return d
+
+
+@dataclass
+class Profile:
+    metadata: dict
+    targets: list[Target]
+    source: str = "profile"  # the file it was read from, for messages
+
+    @property
+    def workloads(self) -> list[dict]:
+        """The workloads of a multi-workload profile (``metadata.workloads``), else []."""
+        return list(self.metadata.get("workloads") or [])
+
+    def target(self, want: str | os.PathLike | None = None) -> Target:
+        """The target named ``want`` (path, file name or build-id), or the only one.
+        A different build of the same library (a relink) matches on its file name."""
+        ts = self.targets
+        if want is None:
+            if len(ts) == 1:
+                return ts[0]
+            names = ", ".join(t.name for t in ts)
+            raise ElflayoutError(f"{self.source}: profile has {len(ts)} targets ({names}); choose one with --target")
+        w = str(want)
+        wres = str(Path(w).resolve()) if os.path.exists(w) else None
+        for t in ts:
+            if t.matches(w) or (wres and wres == t.path):
+                return t
+        for t in ts:
+            if t.name == Path(w).name:
+                return t
+        raise ElflayoutError(f"{self.source}: no target {w!r} in the profile (has: {', '.join(t.path for t in ts)})")
+
+    def to_doc(self) -> dict:
+        return new_profile(self.metadata, [t.to_dict() for t in self.targets])
+
+
+def _entry_dict(e) -> dict:
+    d = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if f.name in ("from_", "kind", "ranks") and v is None and not (f.name == "kind" and isinstance(e, Page)):
+            continue
+        d["from" if f.name == "from_" else f.name] = v
+    return d
+
+
+def _parse_entries(cls, raw, where: str, required: tuple) -> list:
+    if not isinstance(raw, list):
+        raise ElflayoutError(f"{where} is not a list")
+    names = {f.name for f in dataclasses.fields(cls)}
+    out = []
+    prev = None
+    for i, e in enumerate(raw):
+        if not isinstance(e, dict):
+            raise ElflayoutError(f"{where}[{i}] is not an object")
+        kw = {}
+        for k, v in e.items():
+            k = "from_" if k == "from" else k
+            if k not in names or v is None:
+                continue
+            want = _FIELD_TYPES.get(k)
+            if want is not None and (not isinstance(v, want) or (want is int and isinstance(v, bool))):
+                raise ElflayoutError(f"{where}[{i}].{k}: expected {getattr(want, '__name__', 'a number')}, "
+                                     f"got {type(v).__name__}")
+            kw[k] = v
+        first = kw.get("first")
+        if not isinstance(first, int):
+            raise ElflayoutError(f"{where}[{i}] needs an integer 'first'")
+        for k in required:
+            if k not in kw:
+                raise ElflayoutError(f"{where}[{i}] has no '{k}'")
+        if prev is not None and first < prev:
+            raise ElflayoutError(f"{where} is not in first-access order (entry {i})")
+        prev = first
+        out.append(cls(**kw))
+    return out
+
+
+def parse(doc: dict, path="profile") -> Profile:
+    """The typed profile of a JSON document; raise ElflayoutError naming the problem."""
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict):
         raise ElflayoutError(f"{path}: profile has no metadata object")
     ts = doc.get("targets")
-    if not isinstance(ts, list):
-        raise ElflayoutError(f"{path}: profile has no targets list")
+    if not isinstance(ts, list) or not ts:
+        raise ElflayoutError(f"{path}: profile has no targets")
+    targets = []
     for i, t in enumerate(ts):
-        if not isinstance(t, dict) or "path" not in t:
+        if not isinstance(t, dict) or not isinstance(t.get("path"), str):
             raise ElflayoutError(f"{path}: targets[{i}] has no path")
-        for k in LISTS + OPTIONAL_LISTS:
-            v = t.get(k, [])
-            if not isinstance(v, list):
-                raise ElflayoutError(f"{path}: targets[{i}].{k} is not a list")
-            firsts = [e.get("first") for e in v if isinstance(e, dict)]
-            if len(firsts) != len(v) or any(not isinstance(f, int) for f in firsts):
-                raise ElflayoutError(f"{path}: targets[{i}].{k} entries need an integer 'first'")
-            if any(b < a for a, b in zip(firsts, firsts[1:])):
-                raise ElflayoutError(f"{path}: targets[{i}].{k} is not in first-access order")
+        kw = {k: t[k] for k in ("path", "build_id", "size", "sha256", "map") if t.get(k) is not None}
+        for k, cls in ENTRY_TYPES.items():
+            kw[k] = _parse_entries(cls, t.get(k) or [], f"{path}: targets[{i}].{k}", _REQUIRED[k])
+        for k, typ in (("phases", dict), ("mappings", list), ("stats", dict)):
+            if t.get(k) is not None:
+                if not isinstance(t[k], typ):
+                    raise ElflayoutError(f"{path}: targets[{i}].{k} is not a{'n object' if typ is dict else ' list'}")
+                kw[k] = t[k]
+        kw["extra"] = {k: v for k, v in t.items() if k not in _TARGET_KEYS}
+        targets.append(Target(**kw))
+    return Profile(meta, targets, str(path))
+
+
+def validate(doc: dict, path="profile") -> dict:
+    """Check the structure a reader relies on (by parsing it); return ``doc``."""
+    parse(doc, path)
     return doc
 
 
-def load(path) -> dict:
-    return validate(load_json(path, KIND, (VERSION,)), path)
+def load(path) -> Profile:
+    return parse(load_json(path, KIND, (VERSION,)), path)
 
 
-def save(doc: dict, path) -> None:
+def save(doc: dict | Profile, path) -> None:
+    if isinstance(doc, Profile):
+        doc = doc.to_doc()
     dump_json(validate(doc), path)
 
-
-def target_of(doc: dict, lib: str | None = None) -> dict:
-    """The target entry for ``lib`` (path, file name or build-id); the only one if None."""
-    ts = doc["targets"]
-    if lib is None:
-        if len(ts) != 1:
-            raise ElflayoutError(f"profile has {len(ts)} targets; name one ({', '.join(t['path'] for t in ts)})")
-        return ts[0]
-    for t in ts:
-        if lib in (t["path"], Path(t["path"]).name, t.get("build_id")):
-            return t
-    raise ElflayoutError(f"{lib}: not a target of this profile ({', '.join(t['path'] for t in ts)})")

@@ -27,7 +27,13 @@ TOOL_NAME = "firsttouch"
 
 REC_DTYPE = np.dtype([("seq", "<u8"), ("t_ns", "<u8"), ("addr", "<u8"), ("len", "<u4"), ("kind", "u1"),
                       ("target", "u1"), ("flags", "<u2")])
-K = {c: ord(c) for c in "xrwmuEMZ"}
+K = {c: ord(c) for c in "xrwmuEMDZ"}
+# 'D' records (flags): what the tool's fixed tables or a failed write made it lose
+DROPS = {"outside": "accesses outside any recorded target mapping (dropped)", 1: "target mappings past the tool's table (their accesses are lost)",
+         2: "instruction runs past the per-group cap (not logged)",
+         3: "superblock exits past the per-block cap (later code logged at the last group's first execution)",
+         4: "runs of a second target inside one group (not logged)",
+         5: "records lost to failed writes of the log"}
 
 
 def tool_dir() -> Path:
@@ -54,6 +60,11 @@ class RawLog:
     complete: bool
     exit_code: int | None
     notes: list[str] = field(default_factory=list)
+    dropped: dict = field(default_factory=dict)  # DROPS key -> count
+
+    def warnings(self) -> list[str]:
+        """One sentence per kind of loss, for the profile's metadata.warnings."""
+        return [f"firsttouch: {n:,} {DROPS.get(k, f'losses of kind {k}')}" for k, n in self.dropped.items()]
 
 
 def read_log(path) -> RawLog:
@@ -86,7 +97,10 @@ def read_log(path) -> RawLog:
         notes.append("log ends with a partial record (truncated)")
     complete = bool(n and recs["kind"][-1] == K["Z"])
     exit_code = int(recs["addr"][-1].astype(np.int64)) if complete else None
-    return RawLog(header, targets, recs, complete, exit_code, notes)
+    dropped = {}
+    for d in recs[recs["kind"] == K["D"]]:
+        dropped[int(d["flags"])] = dropped.get(int(d["flags"]), 0) + int(d["addr"])
+    return RawLog(header, targets, recs, complete, exit_code, notes, dropped)
 
 
 def to_events(log: RawLog, t0: int | None = None) -> tuple[np.ndarray, dict]:
@@ -121,7 +135,7 @@ def to_events(log: RawLog, t0: int | None = None) -> tuple[np.ndarray, dict]:
     keep = off >= 0
     lost = int((~keep).sum())
     if lost:
-        log.notes.append(f"{lost} accesses fell outside any recorded target mapping and were dropped")
+        log.dropped["outside"] = log.dropped.get("outside", 0) + lost
     a, off = a[keep], off[keep]
     ev = np.zeros(a.size, dtype=EVENT_DTYPE)
     ev["seq"] = a["seq"].astype(np.int64)
@@ -202,6 +216,9 @@ class Run:
 def main_offset(exe: str) -> int | None:
     """File offset of the executable's ``main`` (symbol, or the address _start hands to
     __libc_start_main), so the profile can tell constructors from main. None if unknown."""
+    import capstone
+    from elftools.common.exceptions import ELFError
+
     from elflayout.elfcore import ElfImage
 
     try:
@@ -217,8 +234,6 @@ def main_offset(exe: str) -> int | None:
                         return int(img.vaddr_to_offset(sym["st_value"]))
         if not img.is_x86_64:
             return None
-        import capstone
-
         entry = img.elf.header["e_entry"]
         off = img.vaddr_to_offset(entry)
         if off < 0:
@@ -237,7 +252,7 @@ def main_offset(exe: str) -> int | None:
                     and ops[1].type == capstone.x86.X86_OP_IMM:
                 o = img.vaddr_to_offset(ops[1].imm)
                 return int(o) if o >= 0 else None
-    except Exception:  # a heuristic: never fail the profile for it
+    except (ELFError, capstone.CsError):  # a damaged symbol table or code: main() stays unknown
         return None
     finally:
         img.close()
@@ -290,4 +305,6 @@ def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | 
     for lg in logs[1:]:
         log.notes.extend(lg.notes)
         log.complete = log.complete and lg.complete
+        for k, n in lg.dropped.items():
+            log.dropped[k] = log.dropped.get(k, 0) + n
     return Run(log, ev, marks, r.returncode, dt, cmd)

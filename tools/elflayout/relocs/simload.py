@@ -530,7 +530,8 @@ def dlopen_check(path, timeout: float = 120, root=None) -> str | None:
     if r.returncode == 0:
         return None
     msg = (r.stdout.strip() or r.stderr.strip().splitlines()[-1:] or [f"exit status {r.returncode}"])
-    return msg if isinstance(msg, str) else msg[0]
+    msg = msg if isinstance(msg, str) else msg[0]
+    return msg.replace(h.inside(lib), str(p))  # name the user's file, not the temporary copy
 
 
 _LOADED_STATE = """

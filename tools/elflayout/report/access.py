@@ -1,6 +1,7 @@
 """Access-pattern plots: where in a file the bytes were read, and when.
 
-Modelled on Hommey's libxul graphs (seed 004): x = time since exec, y = offset in the
+Modelled on the libxul graphs of Mike Hommey, "Reducing Firefox startup I/O in
+libxul.so" (2011): x = time since exec, y = offset in the
 file, the ELF sections as coloured bands, pages read as dots, thin lines joining
 consecutive reads so that seeks show as long strokes. A narrow margin beside each panel
 shows pages read (and touched) per slice of the file, so "where the bytes go" can be
@@ -24,8 +25,9 @@ LABEL_FONTSIZE = 9
 
 
 def _plt():
-    import matplotlib
+    from elflayout.errors import require
 
+    matplotlib = require("matplotlib")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
@@ -302,9 +304,14 @@ def results_panels(doc: dict, plan: dict[str, str], state: str | None = None,
             continue
         k, r = got
         title = f"{v} · {state} · run {k}" + (" (disturbed)" if D.disturbed(r, path) else "")
+        acc = D.access_of(r, path)
+        if "elflayout-preload" in D.command_of(doc, v):
+            # a preload plan's reads all come before the program's first fault of the file
+            before = acc.npages[acc.t < (acc.ft.min() if len(acc.ft) else np.inf)].sum()
+            title += f"\npreload: {int(before):,} pages read before the first fault"
         if len(set(plan.values())) > 1:
             title += f"\n{_short(path)}"
-        panels.append(Panel(title, D.access_of(r, path), D.bands(D.sections_of(doc, path)), path, v,
+        panels.append(Panel(title, acc, D.bands(D.sections_of(doc, path)), path, v,
                             (files_md.get(path) or {}).get("size")))
     if not panels:
         raise ElflayoutError(f"no runs of state {state!r} for the chosen variants")
@@ -346,45 +353,50 @@ PROFILE_KINDS = {  # kind -> (label, colour, marker)
 }
 
 
-def profile_sections(target: dict) -> list[dict]:
-    """ELF sections of a profile target: from the target record, the file, or its functions."""
-    secs = D.file_sections(target.get("elf_sections") or [])
+def profile_sections(target, warnings: list | None = None) -> list[dict]:
+    """ELF sections of a profile target (``profile.model.Target``): from the target
+    record, the file, or its functions. What could not be used is appended to
+    ``warnings``."""
+    secs = D.file_sections(target.extra.get("elf_sections") or [])
     if secs:
         return secs
-    path = target.get("path")
-    import os
+    path = target.path
+    if os.path.isfile(path):
+        if target.size not in (None, os.path.getsize(path)):
+            if warnings is not None:
+                warnings.append(f"{path} changed since it was profiled: section bands from the profile's functions")
+        else:
+            from elflayout.errors import ElflayoutError
 
-    if path and os.path.isfile(path):
-        try:
-            size_ok = target.get("size") in (None, os.path.getsize(path))
-            if size_ok:
+            try:
                 return D.sections_from_elf(path)
-        except Exception:  # noqa: BLE001 - a damaged file just means no bands
-            pass
+            except ElflayoutError as e:  # a damaged file: no bands from it, and say so
+                if warnings is not None:
+                    warnings.append(f"section bands: {e}")
     # Last resort: extents of the output sections named by the functions.
     ext: dict[str, list[int]] = {}
-    for f in target.get("functions") or []:
-        s, o, z = f.get("section"), f.get("offset"), f.get("size") or 0
-        if s and isinstance(o, int):
-            e = ext.setdefault(s, [o, o + z])
-            e[0], e[1] = min(e[0], o), max(e[1], o + z)
+    for f in target.functions:
+        if f.section and f.offset is not None:
+            e = ext.setdefault(f.section, [f.offset, f.offset + f.size])
+            e[0], e[1] = min(e[0], f.offset), max(e[1], f.offset + f.size)
     return [{"name": k, "offset": v[0], "size": v[1] - v[0]} for k, v in ext.items()]
 
 
-def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
+def profile_figure(target, x: str = "sequence", title: str | None = None):
     """First-touch order over the file: x = order of first touch (or time), y = offset."""
     plt = _plt()
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    pages = target.get("pages") or []
-    reads = target.get("reads") or []
-    bands = D.bands(profile_sections(target))
-    size = int(target.get("size") or 0)
-    pg = np.array([p.get("page", -1) for p in pages], dtype=np.int64)
-    first = np.array([p.get("first", i) for i, p in enumerate(pages)], dtype=float)
-    tt = np.array([p.get("t") if isinstance(p.get("t"), (int, float)) else np.nan for p in pages], dtype=float)
-    kind = np.array([str(p.get("kind", "t")) for p in pages])
+    pages = target.pages
+    reads = target.reads
+    warnings: list[str] = []
+    bands = D.bands(profile_sections(target, warnings))
+    size = int(target.size or 0)
+    pg = np.array([p.page for p in pages], dtype=np.int64)
+    first = np.array([p.first for p in pages], dtype=float)
+    tt = np.array([np.nan if p.t is None else p.t for p in pages], dtype=float)
+    kind = np.array([p.kind for p in pages])
     use_t = x == "time" and pages and not np.isnan(tt).all()
     xs = tt * 1e3 if use_t else first
     xlabel = "time as recorded by the profiler (ms)" if use_t else "first-access sequence number"
@@ -399,10 +411,10 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
     _draw_bands(ax, bands)
     _draw_bands(mx, bands)
     if reads:
-        rp = np.array([r.get("page", 0) for r in reads], dtype=np.int64)
-        rn = np.array([r.get("npages", 1) for r in reads], dtype=np.int64)
-        rf = np.array([r.get("first", 0) for r in reads], dtype=float)
-        rt = np.array([r.get("t") if isinstance(r.get("t"), (int, float)) else np.nan for r in reads], dtype=float)
+        rp = np.array([r.page for r in reads], dtype=np.int64)
+        rn = np.array([r.npages for r in reads], dtype=np.int64)
+        rf = np.array([r.first for r in reads], dtype=float)
+        rt = np.array([np.nan if r.t is None else r.t for r in reads], dtype=float)
         rx = rt * 1e3 if use_t else rf
         ax.scatter(rx, (rp + rn / 2) * D.PAGE / MB, s=10 + 4 * np.sqrt(rn), color="#9e9e9e", lw=0, alpha=0.5,
                    zorder=2, label="read", rasterized=_raster(rp.size))
@@ -435,7 +447,7 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
     # Phase boundaries (loader → static constructors → main) where the profile has them.
     phases = {}
     for x_, p in zip(xs, pages):
-        ph = p.get("phase")
+        ph = p.phase
         if ph and np.isfinite(x_) and (ph not in phases or x_ < phases[ph]):
             phases[ph] = float(x_)
     phase_text = ""
@@ -453,17 +465,19 @@ def profile_figure(target: dict, x: str = "sequence", title: str | None = None):
     cap_text = f"{np.unique(pg).size:,} pages touched"
     if total:
         cap_text += f" of {total:,} in the file ({np.unique(pg).size / total:.1%})"
-    nf = len(target.get("functions") or [])
+    nf = len(target.functions)
     if nf:
         cap_text += f"; {nf:,} functions"
     if reads:
-        cap_text += f"; {int(sum(r.get('npages', 1) for r in reads)):,} pages read"
+        cap_text += f"; {sum(r.npages for r in reads):,} pages read"
     if phase_text:
         cap_text += "\n" + phase_text
+    for w in warnings:
+        cap_text += "\nwarning: " + w
     ax.text(0.0, -0.13, cap_text, transform=ax.transAxes, va="top", ha="left", fontsize=8.5)
     _label_bands(fig, mx, bands, ylim, ax.get_position().height * height)
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.09, 0.955), ncol=2, fontsize=8, frameon=False)
-    fig.suptitle(title or f"First-access order in {target.get('path', '?')}", x=0.09, y=0.995, ha="left", va="top",
+    fig.suptitle(title or f"First-access order in {target.path}", x=0.09, y=0.995, ha="left", va="top",
                  fontsize=12)
     return fig
 

@@ -19,16 +19,14 @@ import numpy as np
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
 
-PAGE = 4096
-# A jump of more than this many pages between consecutive reads counts as a seek
-# (the measurement harness uses the same threshold, issue 6).
-SEEK_PAGES = 32
+from elflayout.pages import PAGE, SEEK_PAGES, count_seeks, expand  # noqa: F401 - PAGE, SEEK_PAGES re-exported
 
 KINDS = ("results", "profile")
 
 
-def load(path: str | os.PathLike) -> tuple[str, dict]:
-    """(kind, document) of a results or profile file; one-line error otherwise."""
+def load(path: str | os.PathLike) -> tuple[str, object]:
+    """(kind, document) of a results or profile file; one-line error otherwise.
+    A profile comes back parsed (``profile.model.Profile``)."""
     p = Path(path)
     doc = fileio.load_json(p, KINDS, (1,))
     kind = doc["format"][len("elflayout-"):]
@@ -53,14 +51,9 @@ def load(path: str | os.PathLike) -> tuple[str, dict]:
         if not isinstance(doc.get("metadata", {}), dict):
             raise ElflayoutError(f"{p}: 'metadata' is not an object")
     else:
-        if not isinstance(doc.get("targets"), list):
-            raise ElflayoutError(f"{p}: profile file has no 'targets' list")
-        for i, t in enumerate(doc["targets"]):
-            if not isinstance(t, dict) or not all(isinstance(t.get(k, []), list)
-                                                  and all(isinstance(x, dict) for x in t.get(k, []))
-                                                  for k in ("pages", "reads", "functions", "objects")):
-                raise ElflayoutError(f"{p}: target {i} is malformed (pages, reads, functions, objects must be "
-                                     "lists of objects)")
+        from elflayout.profile import model
+
+        doc = model.parse(doc, p)
     return kind, doc
 
 
@@ -374,18 +367,12 @@ class Access:
 
     def read_pages(self) -> np.ndarray:
         """Every page read (folios expanded)."""
-        if not self.npages.size:
-            return np.zeros(0, dtype=np.int64)
-        starts = np.repeat(self.page, self.npages)
-        within = np.arange(starts.size) - np.repeat(np.cumsum(self.npages) - self.npages, self.npages)
-        return starts + within
+        return expand(self.page, self.npages)
 
 
-def count_seeks(page: np.ndarray, npages: np.ndarray, gap: int = SEEK_PAGES) -> int:
-    if page.size < 2:
-        return 0
-    jump = page[1:] - (page[:-1] + npages[:-1])
-    return int(np.count_nonzero(np.abs(jump) > gap))
+def command_of(doc: dict, variant: str) -> str:
+    """The shell command of a variant ('' if not recorded)."""
+    return next((v.get("command") or "" for v in doc.get("variants", []) if v.get("name") == variant), "")
 
 
 def access_of(run: dict, path: str) -> Access:

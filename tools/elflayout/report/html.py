@@ -417,31 +417,28 @@ def results_section(src: str, doc: dict, idx: int) -> str:
 # ----------------------------------------------------------------------------------
 # profiles
 
-def profile_section(src: str, doc: dict, idx: int) -> str:
+def profile_section(src: str, doc, idx: int) -> str:
     from elflayout.report import access
 
     out = [f'<h2 id="p{idx}">Profile: {escape(Path(src).name)}</h2>']
-    meta = doc.get("metadata") or {}
+    meta = doc.metadata
     argv = meta.get("argv")
     if argv:
         cmd = " ".join(map(str, argv)) if isinstance(argv, list) else str(argv)
         out.append(f'<p class="sub">Workload: <code>{escape(cmd)}</code>; backend {escape(str(meta.get("backend")))}, '
                    f'granularity {escape(str(meta.get("granularity")))}</p>')
-    for t in doc["targets"]:
-        if not isinstance(t, dict):
-            continue
-        path = str(t.get("path"))
-        pages = t.get("pages") or []
+    for t in doc.targets:
+        path = t.path
+        pages = t.pages
         kinds: dict[str, int] = {}
         phases: dict[str, int] = {}
         for p in pages:
-            k = str(p.get("kind"))
-            kinds[k] = kinds.get(k, 0) + 1
-            if p.get("phase"):
-                phases[str(p["phase"])] = phases.get(str(p["phase"]), 0) + 1
-        rows = [[td(escape(path), cls="t"), td(escape(str(t.get("build_id") or "–")), cls="t"),
-                 td(_num(len(t.get("functions") or [])), len(t.get("functions") or [])),
-                 td(_num(len(t.get("objects") or [])), len(t.get("objects") or [])),
+            kinds[p.kind] = kinds.get(p.kind, 0) + 1
+            if p.phase:
+                phases[p.phase] = phases.get(p.phase, 0) + 1
+        rows = [[td(escape(path), cls="t"), td(escape(str(t.build_id or "–")), cls="t"),
+                 td(_num(len(t.functions)), len(t.functions)),
+                 td(_num(len(t.objects)), len(t.objects)),
                  td(_num(len(pages)), len(pages)),
                  td(escape(", ".join(f"{access.PROFILE_KINDS.get(k, (k,))[0]} {n:,}" for k, n in kinds.items())),
                     cls="t"),
@@ -453,10 +450,10 @@ def profile_section(src: str, doc: dict, idx: int) -> str:
             out.append(figure_png(access.profile_figure(t), "x: order of first access; y: offset in the file; "
                                   "bands: ELF sections. Margin: share of each slice of the file that was touched.",
                                   alt=f"first-access order in {path}"))
-        objs = t.get("objects") or []
+        objs = t.objects
         if objs:
-            orow = [[td(_num(i + 1), i + 1), td(escape(str(o.get("object"))), cls="t"),
-                     td(_num(o.get("first")), o.get("first"))] for i, o in enumerate(objs[:60])]
+            orow = [[td(_num(i + 1), i + 1), td(escape(o.object), cls="t"),
+                     td(_num(o.first), o.first)] for i, o in enumerate(objs[:60])]
             more = f" (first 60 of {len(objs):,})" if len(objs) > 60 else ""
             out.append(f"<details><summary>Objects in first-access order{more}</summary>"
                        + table(["#", "object", "first"], orow) + "</details>")

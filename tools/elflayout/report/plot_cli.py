@@ -121,24 +121,14 @@ def build_figure(args):
     return access.results_figure(doc, plan, args.state, args.run, x=args.x or "time")
 
 
-def choose_target(doc: dict, file: str | None, src: str) -> dict:
+def choose_target(doc, file: str | None, src: str):
+    """The profile target ``--file`` names (path or file name), or the only one."""
     from elflayout.errors import ElflayoutError
 
-    targets = [t for t in doc["targets"] if isinstance(t, dict)]
-    if not targets:
-        raise ElflayoutError(f"{src}: profile has no targets")
-    if file is None:
-        if len(targets) > 1:
-            names = ", ".join(str(t.get("path")) for t in targets)
-            raise ElflayoutError(f"{src}: several targets; choose one with --file ({names})")
-        return targets[0]
-    import os
-
-    for t in targets:
-        p = str(t.get("path"))
-        if p == file or os.path.basename(p) == os.path.basename(file):
-            return t
-    raise ElflayoutError(f"{src}: no target {file} (targets: {', '.join(str(t.get('path')) for t in targets)})")
+    if file is None and len(doc.targets) > 1:
+        names = ", ".join(t.path for t in doc.targets)
+        raise ElflayoutError(f"{src}: several targets; choose one with --file ({names})")
+    return doc.target(file)
 
 
 def _is_sqlite(path) -> bool:

@@ -166,6 +166,7 @@ def make_plan(obj: ObjectFile) -> Plan:
     if not cands or obj.symtab_index == 0:
         return Plan(obj, {}, [], unchanged="nothing to split (already one section per function and object)")
     _link_order_users(obj, cands)
+    _debug_users(obj, cands)
     code = _disassemble(obj, cands)
     for i, sp in cands.items():
         if i in code:
@@ -185,6 +186,20 @@ def _link_order_users(obj: ObjectFile, cands: dict[int, SectionPlan]) -> None:
     for s in obj.sections:
         if s.flags & SH_FLAGS.SHF_LINK_ORDER and s.link in cands:
             cands[s.link].keep_whole(f"{s.name} is link-ordered to it")
+
+
+def _debug_users(obj: ObjectFile, cands: dict[int, SectionPlan]) -> None:
+    """DWARF describes a section without function sections as one range: the CU's
+    low_pc is its start and location lists, line tables and ranges hold offsets from
+    it, which no relocation would follow. Such sections are kept whole."""
+    for ri, r in obj.relas.items():
+        d = obj.sections[obj.sections[ri].info]
+        if not d.name.startswith((".debug_", ".zdebug_")) or not len(r):
+            continue
+        for s in set(obj.symbols["st_shndx"][(r["r_info"] >> 32).astype(np.int64)].tolist()):
+            if s in cands:
+                cands[s].keep_whole(f"{d.name} describes it as one range (DWARF debug information: strip -g first "
+                                    "to split it)")
 
 
 def _disassemble(obj: ObjectFile, cands: dict[int, SectionPlan]) -> dict[int, disasm.Code]:

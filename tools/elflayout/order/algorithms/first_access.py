@@ -23,7 +23,7 @@ Definitions:
   first access, since the function reads its table the first time it switches.
 
 Steps:
-1. Sort function entries by *first* (stable: ties and missing values keep profile order).
+1. Function entries come in *first* order (the profile parser guarantees it).
 2. Resolve every entry to link names (resolution report kept in ``Layout.report``);
    later duplicates of a link name are dropped, so each section is placed once at its
    first access.
@@ -32,7 +32,8 @@ Steps:
 3. Data sections with a recorded first access come from (a) the profile's ``sections``
    list, (b) its data ``pages`` mapped onto input section extents of the profiled build
    when the universe (a link map of that build) has them, except big sections touched
-   on few of their pages (SPARSE_*). Key = first access. Pages
+   on few of their pages (SPARSE_*). Key = the earliest first access of any page the
+   extent overlaps (every overlapping extent counts, however many share a page). Pages
    first touched by the loader are left out: relocation processing writes every
    .data.rel.ro page, so those touches carry no order.
 4. Associated data of each resolved function gets the function's *first* as key, unless
@@ -50,8 +51,9 @@ from __future__ import annotations
 import numpy as np
 
 from elflayout.order.algorithms import Layout
-from elflayout.order.profile_input import by_first
 from elflayout.order.resolve import Universe, resolve
+from elflayout.pages import PAGE
+from elflayout.profile.model import Target
 
 NAME = "first-access"
 
@@ -66,19 +68,14 @@ SPARSE_MIN_PAGES = 4
 SPARSE_DENSITY = 0.5
 
 
-def compute(target: dict, universe: Universe | None = None, *, data: bool = True) -> Layout:
-    funcs = by_first([f for f in target.get("functions", []) if isinstance(f, dict)])
+def compute(target: Target, universe: Universe | None = None, *, data: bool = True) -> Layout:
+    funcs = target.functions
     resolved, report = resolve(funcs, universe)
-    fn_first = {}
-    placed = []
     # resolve() dropped duplicates, so pair by name through a dict of first values
-    first_of = {}
+    first_of: dict[str, float] = {}
     for f in funcs:
-        first_of.setdefault(f.get("name"), f.get("first"))
-    for r in resolved:
-        if r.link_name is not None:
-            placed.append(r)
-            fn_first.setdefault(r.link_name, first_of.get(r.name))
+        first_of.setdefault(f.name, f.first)
+    placed = [r for r in resolved if r.link_name is not None]
 
     placed, n_sec = _merge_code_sections(target, universe, placed, first_of)
     report["code_sections_without_function"] = n_sec
@@ -106,9 +103,9 @@ def _merge_code_sections(target, universe, placed, first_of):
             by_member.setdefault((n, object_member(o)), []).append((o, v))
     have = {(sec, o) for r in placed for sec in r.sections for o in r.objects}
     extra = []
-    for s in by_first([s for s in target.get("sections", []) if isinstance(s, dict)]):
-        name, obj, f = s.get("name") or "", s.get("object"), s.get("first")
-        if not name.startswith(TEXT_PREFIXES) or f is None or (name, obj) in have:
+    for s in target.sections:
+        name, obj, f = s.name, s.object, s.first
+        if not name.startswith(TEXT_PREFIXES) or (name, obj) in have:
             continue
         syms = oss.get((name, obj))
         if syms is None:
@@ -121,50 +118,27 @@ def _merge_code_sections(target, universe, placed, first_of):
     if not extra:
         return placed, 0
     big = float("inf")
-    merged = sorted(placed + extra, key=lambda r: first_of.get(r.name) if first_of.get(r.name) is not None else big)
+    merged = sorted(placed + extra, key=lambda r: first_of.get(r.name, big))
     return merged, len(extra)
 
 
-def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
+def _order_data(target: Target, universe, placed, first_of, layout: Layout) -> None:
     key: dict[tuple[str, str | None], float] = {}
     big = float("inf")
     # 3a. sections the profiler attributed directly
-    for s in by_first([s for s in target.get("sections", []) if isinstance(s, dict)]):
-        name = s.get("name") or ""
-        if not name.startswith(DATA_PREFIXES):
-            continue
-        k = (name, s.get("object"))
-        f = s.get("first")
-        key[k] = min(key.get(k, big), f if f is not None else big)
+    for s in target.sections:
+        if s.name.startswith(DATA_PREFIXES):
+            k = (s.name, s.object)
+            key[k] = min(key.get(k, big), s.first)
     # 3b. data pages of the profiled build → input section extents from its link map
     ext = getattr(universe, "extents", None) if universe is not None else None
-    # ld.so's relocation pass writes every .data.rel.ro page whatever the order: only
-    # touches after it (phases init/main) say which data the program needs first
-    pages = [p for p in target.get("pages", []) if isinstance(p, dict) and p.get("kind") in ("r", "w", "t")
-             and p.get("phase") != "loader"]
     n_from_pages = n_sparse = 0
-    if ext is not None and len(ext) and pages:
-        pg = np.array([p["page"] for p in pages], dtype=np.int64)
-        fi = np.array([p.get("first", i) if p.get("first") is not None else i for i, p in enumerate(pages)], dtype=np.float64)
-        starts, ends = ext["offset"] // 4096, (ext["offset"] + np.maximum(ext["size"], 1) - 1) // 4096
-        # each extent's first touch = min first over pages it overlaps; extents are few
-        # per page, so go from pages to extents with searchsorted on sorted starts
-        order = np.argsort(starts, kind="stable")
-        s_sorted = starts[order]
-        hits: dict[int, tuple[float, set]] = {}
-        for p, f in zip(pg.tolist(), fi.tolist()):
-            hi = int(np.searchsorted(s_sorted, p, side="right"))
-            lo = max(0, hi - 64)  # extents overlapping p start at most 64 entries earlier
-            for j in order[lo:hi].tolist():
-                if ends[j] >= p and not universe.extent_names[j].startswith(TEXT_PREFIXES):
-                    f0, seen = hits.get(j, (f, set()))
-                    seen.add(p)
-                    hits[j] = (min(f0, f), seen)
-        for j, (f, seen) in hits.items():
-            npg = int(ends[j] - starts[j] + 1)
+    if ext is not None and len(ext):
+        for j, f, touched in _extents_touched(target, ext, universe.extent_names):
+            npg = int((ext["offset"][j] + max(int(ext["size"][j]), 1) - 1) // PAGE - ext["offset"][j] // PAGE + 1)
             # a big section touched on a few of its pages (often only the page it shares
             # with a touched neighbour) would stretch the hot region by its whole size
-            if npg > SPARSE_MIN_PAGES and len(seen) < SPARSE_DENSITY * npg:
+            if npg > SPARSE_MIN_PAGES and touched < SPARSE_DENSITY * npg:
                 n_sparse += 1
                 continue
             k = (universe.extent_names[j], universe.extent_objects[j])
@@ -199,9 +173,40 @@ def _order_data(target, universe, placed, first_of, layout: Layout) -> None:
                              "symbols_for_lld": len(layout.data_symbols)}
 
 
-def _order_objects(target, funcs, placed) -> list[str]:
-    objs = [o.get("object") for o in by_first([o for o in target.get("objects", []) if isinstance(o, dict)])]
+def _order_objects(target: Target, funcs, placed) -> list[str]:
+    objs = [o.object for o in target.objects]
     if not objs:
-        objs = [f.get("object") for f in funcs]
+        objs = [f.object for f in funcs]
         objs += [o for r in placed for o in r.objects]
     return list(dict.fromkeys(o for o in objs if o))
+
+
+def _extents_touched(target: Target, ext, names) -> list[tuple[int, float, int]]:
+    """Step 3b: (extent index, earliest first, distinct pages touched) of every data
+    extent that overlaps a data page touched after the loader phase.
+
+    ld.so's relocation pass writes every .data.rel.ro page whatever the order: only
+    touches after it (phases init/main) say which data the program needs first. Exact for
+    any number of extents per page: each extent's page range is looked up in the sorted
+    touched pages, and the earliest first over that range is a segmented minimum."""
+    pages = [p for p in target.pages if p.kind in ("r", "w", "t") and p.phase != "loader"]
+    if not pages:
+        return []
+    pg = np.array([p.page for p in pages], dtype=np.int64)
+    fi = np.array([p.first for p in pages], dtype=np.float64)
+    tp, inv = np.unique(pg, return_inverse=True)  # touched pages, sorted
+    tf = np.full(tp.size, np.inf)
+    np.minimum.at(tf, inv, fi)  # earliest first per page
+    starts = ext["offset"] // PAGE
+    ends = (ext["offset"] + np.maximum(ext["size"], 1) - 1) // PAGE
+    lo = np.searchsorted(tp, starts, side="left")
+    hi = np.searchsorted(tp, ends, side="right")
+    text = np.array([n.startswith(TEXT_PREFIXES) for n in names], dtype=bool)
+    hit = np.flatnonzero((hi > lo) & ~text)
+    if not hit.size:
+        return []
+    # min of tf[lo:hi] per extent: reduceat over (lo, hi) pairs, even results; a sentinel
+    # keeps hi == len(tp) a valid index
+    tfs = np.append(tf, np.inf)
+    mins = np.minimum.reduceat(tfs, np.stack([lo[hit], hi[hit]], axis=1).ravel())[::2]
+    return list(zip(hit.tolist(), mins.tolist(), (hi[hit] - lo[hit]).tolist()))

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Peers side by side: libLLVM-16, ``llc-16 --version``, selective cold start.
+
+    python3 bench/bench_peers.py [--runs 3] [--json OUT]
+
+One interleaved ``elflayout measure`` session (same counter for all: page-cache
+insertions of the library, read_ahead_kb 128, the library alone evicted) over:
+
+- Debian's library (measured through a byte-identical copy, which no other process maps);
+- lld default: the library relinked from LLVM 16's archives (``elflayout.targets.libllvm``);
+- lld ``-z pack-relative-relocs`` (RELR; Debian's lld 16, as Debian 12's default lld 14
+  predates the option and glibc refuses its ``--pack-dyn-relocs=relr`` output);
+- lld ``--call-graph-ordering-file`` (C3; Ottoni and Maher, CGO 2017) from a callgrind
+  profile of the same startup (``elflayout.order.callgraph``), with and without RELR;
+- (not yet: BOLT, Debian's ``bolt-16``, whose instrumented libLLVM needs ~17 GB of RAM);
+- elflayout's best: order (hot-last, data script, .dynstr names) from a valgrind
+  profile of the default relink, relinked, relocations packed.
+
+Per variant: pages read (median of --runs), seeks, file size, time and peak memory of
+the steps that produce it in this run (``cached`` when the relink came from the cache),
+and whether ``llc-16 --version`` prints the same as with Debian's library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_pipeline as bp  # noqa: E402
+
+from elflayout.order import callgraph  # noqa: E402
+from elflayout.targets import libllvm  # noqa: E402
+
+PY = sys.executable
+# Debian 12's default lld is 14, which lacks `-z pack-relative-relocs` (lld 15+), and its
+# --pack-dyn-relocs=relr output is refused by glibc 2.36 ("DT_RELR without
+# GLIBC_ABI_DT_RELR dependency"): RELR links use Debian's lld 16 (package lld-16; gcc
+# finds its ld.lld through -B).
+LLD16_DIR = "/usr/lib/llvm-16/bin"
+RELR_ARGS = [f"-B{LLD16_DIR}", "-Wl,-z,pack-relative-relocs"]
+
+
+class Step:
+    """Wall time and peak RSS of the child processes run inside a block (the peak of any
+    one child: ru_maxrss of RUSAGE_CHILDREN, read in a fresh process per step)."""
+
+    def __init__(self, what: str, log: dict):
+        self.what, self.log = what, log
+
+    def run(self, argv, env=None, **kw):
+        code = ("import resource, subprocess, sys, json; r = subprocess.run(sys.argv[1:]); "
+                "print(json.dumps([r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]), "
+                "file=sys.stderr)")
+        t0 = time.monotonic()
+        r = subprocess.run([PY, "-c", code, *map(str, argv)], env=env, stdout=kw.pop("stdout", subprocess.PIPE),
+                           stderr=subprocess.PIPE, text=True, **kw)
+        dt = time.monotonic() - t0
+        rc, rss = json.loads(r.stderr.strip().splitlines()[-1])
+        if rc != 0:
+            raise SystemExit(f"{self.what}: {' '.join(map(str, argv))} failed ({rc}):\n{r.stderr[-2000:]}")
+        e = self.log.setdefault(self.what, {"seconds": 0.0, "peak_mib": 0.0})
+        e["seconds"] += dt
+        e["peak_mib"] = max(e["peak_mib"], rss / 1024)
+        return r
+
+
+def timed_relink(name: str, log: dict, **kw) -> dict:
+    """libllvm.relink("lld", **kw) in a fresh process, so the peak RSS of its children
+    (the linker) is this link's alone; a relink served from the cache costs nothing."""
+    code = ("import json, resource, sys; from elflayout.targets import libllvm; "
+            "d = libllvm.relink('lld', **json.loads(sys.argv[1])); "
+            "print(json.dumps([str(d['lib']), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
+    t0 = time.monotonic()
+    r = subprocess.run([PY, "-c", code, json.dumps(kw)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")))
+    if r.returncode != 0:
+        raise SystemExit(f"{name}: relink failed:\n{r.stderr[-2000:]}")
+    dt = time.monotonic() - t0
+    lib, rss = json.loads(r.stdout.strip().splitlines()[-1])
+    cached = rss == 0 or dt < 20
+    log[name] = {"seconds": 0.0 if cached else dt, "peak_mib": None if cached else rss / 1024, "cached": cached}
+    return {"lib": lib, "map": lib + ".map"}
+
+
+def callgrind_order(base: dict, w: Path, log: dict, argv: list) -> Path:
+    out = w / "llc.callgrind.out"
+    cg = w / "llc.callgraph.txt"
+    # run every time (not cached), so the table's time to produce is this run's
+    env = dict(os.environ, LD_LIBRARY_PATH=str(Path(base["lib"]).parent))
+    Step("C3: callgrind profile", log).run([*callgraph.callgrind_command(out), *argv], env=env,
+                                           stdout=subprocess.DEVNULL)
+    rep = callgraph.from_callgrind(out, base["lib"], cg)
+    print(f"  callgrind: {rep['edges']:,} call edges ({rep['calls']:,} calls) inside {Path(base['lib']).name}",
+          flush=True)
+    return bp.hashed_copy(cg)
+
+
+def elflayout_best(base: dict, w: Path, log: dict, argv: list) -> Path:
+    prof = w / "llc.profile.json"
+    st = Step("elflayout: profile + order + pack", log)
+    st.run([PY, "-m", "elflayout", "profile", "--target", base["lib"], "--map", base["map"], "--data", "--env",
+            f"LD_LIBRARY_PATH={Path(base['lib']).parent}", "-o", prof, "--force", "--", *argv],
+           env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")), stdout=subprocess.DEVNULL)
+    tmp = {k: w / f"best.{k}" for k in ("lld", "ld", "rsp")}
+    st.run([PY, "-m", "elflayout", "order", prof, "--format", "lld", "--lib", base["lib"], "--algorithm", "hot-last",
+            "--data-script", tmp["ld"], "--dynstr-out", tmp["rsp"], "-o", tmp["lld"], "--force"],
+           env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")))
+    h = {k: bp.hashed_copy(v) for k, v in tmp.items()}
+    full = timed_relink("elflayout: relink", log, extra_link_args=[
+        f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}", f"-Wl,@{h['rsp']}"])
+    t0 = time.monotonic()
+    packed = bp.pack(Path(full["lib"]), w / "libs" / "best-packed")
+    log["elflayout: profile + order + pack"]["seconds"] += time.monotonic() - t0
+    return packed
+
+
+def same_output(lib_dir: Path | None, argv: list, want: str) -> bool:
+    env = dict(os.environ)
+    if lib_dir is not None:
+        env["LD_LIBRARY_PATH"] = str(lib_dir)
+    return subprocess.run(argv, capture_output=True, text=True, env=env).stdout == want
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", metavar="OUT")
+    args = ap.parse_args()
+    w = bp.work_dir() / "peers"
+    (w / "libs").mkdir(parents=True, exist_ok=True)
+    sysd = libllvm.system()
+    argv = [str(sysd["llc"]), "--version"]
+    log: dict = {}
+    print(f"## Peers: libLLVM-16, `{' '.join(argv)}`, selective, read_ahead_kb {bp.RA_KB}\n", flush=True)
+    base = timed_relink("lld default", log)
+    relr = timed_relink("lld RELR", log, extra_link_args=RELR_ARGS)
+    cg = callgrind_order(base, w, log, argv)
+    c3 = timed_relink("lld C3", log, extra_link_args=[f"--call-graph-ordering-file={cg}"])
+    c3r = timed_relink("lld C3 + RELR", log, extra_link_args=[f"--call-graph-ordering-file={cg}", *RELR_ARGS])
+    best = elflayout_best(base, w, log, argv)
+    copy = w / "libs" / "system-copy" / Path(sysd["lib"]).name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    if not copy.exists() or bp.file_sha(copy) != bp.file_sha(Path(sysd["lib"])):
+        shutil.copyfile(sysd["lib"], copy)
+    libs = {"Debian's library": copy, "lld default": Path(base["lib"]), "lld RELR": Path(relr["lib"]),
+            "lld C3 (callgrind)": Path(c3["lib"]), "lld C3 + RELR": Path(c3r["lib"]),
+            "elflayout best (ordered + packed)": best}
+    want = subprocess.run(argv, capture_output=True, text=True).stdout
+    variants = {n: (lib, bp.variant_cmd(lib.parent, argv, {})) for n, lib in libs.items()}
+    summ = bp.summarise(bp.measure(w / "peers.results.json", variants, args.runs), {n: v[0] for n, v in variants.items()})
+    cost = {"lld default": ["lld default"], "lld RELR": ["lld RELR"], "lld C3 (callgrind)": ["C3: callgrind profile", "lld C3"],
+            "lld C3 + RELR": ["C3: callgrind profile", "lld C3 + RELR"],
+            "elflayout best (ordered + packed)": ["elflayout: profile + order + pack", "elflayout: relink"]}
+    print("| variant | pages read | seeks | file size (MB) | time to produce (s) | peak memory (MiB) | output identical |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    rows = {}
+    for n, lib in libs.items():
+        s = summ.get(n)
+        steps = [log[k] for k in cost.get(n, []) if k in log]
+        secs = sum(e["seconds"] for e in steps) if steps else None
+        cached = any(e.get("cached") for e in steps)
+        peak = max((e["peak_mib"] or 0) for e in steps) if steps else None
+        # a cached link's cost was paid by an earlier run: show what this run measured, say so
+        tp = "—" if secs is None else (f"{secs:,.0f}" + (" + link (cached)" if cached else ""))
+        pm = "—" if not peak or (cached and len(steps) == 1) else f"{peak:,.0f}" + (" + link (cached)" if cached else "")
+        ident = same_output(lib.parent, argv, want)
+        pages = "disturbed" if not s else f"{s['pages']:,.0f}"
+        seeks = "—" if not s else f"{s['seeks']:,.0f}"
+        print(f"| {n} | {pages} | {seeks} | {lib.stat().st_size / 1e6:,.1f} | {tp} | {pm} | {'yes' if ident else 'NO'} |")
+        rows[n] = {"lib": str(lib), "summary": s, "size": lib.stat().st_size, "produce": steps, "identical": ident}
+    print("\nBOLT: not in this table yet (its instrumented libLLVM needs ~17 GB of RAM).")
+    print(bp.NOTE_WALL)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""Held-out evaluation: how an order does on a startup it was not trained on.
+
+Goal: before shipping an order learned from some workloads, predict what it costs a
+workload it never saw, and name the code that costs it: the share of the held-out
+workload's touched functions that sit in the ordered (hot) region, the pages the
+readahead model predicts it reads, and the cold functions it touches outside the hot
+region. Over a set of workloads, k-fold cross-validation (train on k−1, evaluate on the
+held-out one) compares, per workload, three layouts of the *same* library: unordered
+(as linked), ordered by the other workloads, ordered by the workload itself.
+
+Definitions:
+- *library*: one build (the one the profiles were recorded on: offsets identify
+  functions exactly, no name matching).
+- *hot set* of a training profile: the library's functions (extents of
+  ``symbols.functions``) containing a function entry of the training profile.
+- *virtual layout* of an order: the hot set packed at the start of the executable
+  section that holds it, in training order (``first``), each function keeping its size
+  and 16-byte alignment; every other function follows in its original order. That is
+  what ``order --format lld`` asks lld to do with ``-ffunction-sections`` objects; data
+  is not moved (a code-only what-if).
+- *touches* of a profile in a layout: each function entry's entry page (``x``; the same
+  convention as ``simulate --code-bytes 1``), and its data pages (``r``/``w``/``t``) where
+  they are, in ``first`` order.
+- *predicted pages*: ``readahead.simulate`` of the touches on the library's segments.
+
+Steps (``cross_validate``):
+1. For each workload k of a merged profile: the training profile is the merge of the
+   other workloads' views (``merge.workload_view``) by the chosen rule (``shared`` by
+   default, as ``profile``; see ``profile/merge.py``); the held-out profile is workload
+   k's view.
+2. Virtual layouts: none (unordered), trained on the others, trained on k itself.
+3. Predicted pages of k's touches in each; the cold functions k touches outside the
+   others' hot set, with the pages only they touch.
+4. Never worse than unordered: a held-out workload whose cross-trained layout reads
+   more pages than the unordered one is flagged, with the functions that cause it (the
+   cold functions whose pages nothing else touches, and which the hot region moved
+   away from their neighbours).
+
+Citation: the leave-one-out check of an orderfile against startups it was not trained
+on is the question of Chromium's orderfile pipeline (``tools/cygprofile``, which
+profiles several runs and phases); lld's balanced partitioning (``--bp-startup-sort``;
+Hoag et al., "Optimizing Function Layout for Mobile Applications", LCTES 2023) trains on
+a set of startup traces for the same reason. The page model is ``order/readahead.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from elflayout.elfcore import PAGE, ElfImage
+from elflayout.errors import ElflayoutError
+from elflayout.profile.model import Profile, Target
+
+# Function start alignment assumed when packing the hot set (x86-64 GCC/clang -O2 use
+# 16 for most functions; a smaller guess would make the hot region look denser than lld
+# can make it).
+FUNCTION_ALIGN = 16
+# Cold functions listed per workload (all are counted).
+MAX_LISTED = 10
+
+
+@dataclass
+class Layout:
+    """A code layout of one library: new offset of each function extent."""
+    start: np.ndarray  # original offsets, sorted
+    size: np.ndarray
+    names: list
+    new: np.ndarray  # offsets in this layout
+    hot: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # in the hot set
+
+    def index(self, offsets: np.ndarray) -> np.ndarray:
+        """Function index containing each offset (-1: none)."""
+        k = np.searchsorted(self.start, offsets, side="right") - 1
+        kc = np.clip(k, 0, None)
+        ok = (k >= 0) & (offsets < self.start[kc] + np.maximum(self.size[kc], 1))
+        return np.where(ok, k, -1)
+
+    def move(self, offsets: np.ndarray) -> np.ndarray:
+        """Offsets in this layout (code outside any function stays where it is)."""
+        k = self.index(offsets)
+        out = offsets.copy()
+        m = k >= 0
+        out[m] = self.new[k[m]] + (offsets[m] - self.start[k[m]])
+        return out
+
+
+def functions_of(img: ElfImage) -> Layout:
+    """The library's function extents as they are (the unordered layout)."""
+    from elflayout import symbols
+
+    ft = symbols.functions(img)
+    off, size = np.asarray(ft.offset, dtype=np.int64), np.asarray(ft.size, dtype=np.int64)
+    o = np.argsort(off, kind="stable")
+    off, size = off[o], size[o]
+    keep = np.ones(off.size, dtype=bool)
+    keep[1:] = off[1:] != off[:-1]  # aliases: one extent
+    names = [ft.names[i] for i in o[keep].tolist()]
+    off, size = off[keep], size[keep]
+    return Layout(off, size, names, off.copy(), np.zeros(off.size, dtype=bool))
+
+
+def _exec_ranges(img: ElfImage) -> list[tuple[int, int]]:
+    from elftools.elf.constants import SH_FLAGS
+
+    return [(s.offset, s.offset + s.size) for s in img.sections
+            if s.occupies_file and s.flags & SH_FLAGS.SHF_EXECINSTR and s.size]
+
+
+def ordered_layout(img: ElfImage, base: Layout, train: Target) -> Layout:
+    """The virtual layout of an order trained on ``train`` (see Definitions)."""
+    offs = np.array([f.offset for f in train.functions if f.offset is not None], dtype=np.int64)
+    idx = base.index(offs)
+    hot = list(dict.fromkeys(i for i in idx.tolist() if i >= 0))  # training order, once each
+    is_hot = np.zeros(base.start.size, dtype=bool)
+    is_hot[hot] = True
+    new = base.start.copy()
+    for lo, hi in _exec_ranges(img):
+        inside = np.flatnonzero((base.start >= lo) & (base.start < hi))
+        if not inside.size:
+            continue
+        order = [i for i in hot if lo <= base.start[i] < hi] + [i for i in inside.tolist() if not is_hot[i]]
+        pos = lo
+        for i in order:
+            pos = -(-pos // FUNCTION_ALIGN) * FUNCTION_ALIGN
+            new[i] = pos
+            pos += max(int(base.size[i]), 1)
+        if pos > hi + FUNCTION_ALIGN * len(order):
+            raise ElflayoutError(f"{img.path}: packed functions overflow their section ({pos - hi} bytes)")
+    return Layout(base.start, base.size, base.names, new, is_hot)
+
+
+def touches(target: Target, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """(pages, kinds) of a profile of this very build in ``layout``, in first order."""
+    fo = np.array([f.offset for f in target.functions if f.offset is not None], dtype=np.int64)
+    ff = np.array([f.first for f in target.functions if f.offset is not None], dtype=np.float64)
+    data = [p for p in target.pages if p.kind != "x"]
+    dp = np.array([p.page for p in data], dtype=np.int64)
+    df = np.array([p.first for p in data], dtype=np.float64)
+    dk = np.array([p.kind.encode() for p in data], dtype="S1")
+    pages = np.concatenate([layout.move(fo) // PAGE, dp])
+    kinds = np.concatenate([np.full(fo.size, b"x", dtype="S1"), dk])
+    o = np.argsort(np.concatenate([ff, df]), kind="stable")
+    return pages[o], kinds[o]
+
+
+def predict(img: ElfImage, target: Target, layout: Layout, read_ahead_kb: int) -> dict:
+    from elflayout.order.readahead import simulate
+
+    pages, kinds = touches(target, layout)
+    return simulate(img, pages, kinds, read_ahead_kb, loader=True)
+
+
+def _same_build(img: ElfImage, t: Target, what: str) -> None:
+    if not t.build_id or t.build_id != img.build_id:
+        raise ElflayoutError(f"{what}: profile of build {t.build_id or '?'} but {img.path} is {img.build_id}: "
+                             "held-out evaluation needs profiles recorded on this very library")
+
+
+def evaluate(img: ElfImage, heldout: Target, train: Target, read_ahead_kb: int,
+             base: Layout | None = None) -> dict:
+    """The held-out figures of one workload against an order trained on ``train``."""
+    base = base or functions_of(img)
+    lay = ordered_layout(img, base, train)
+    offs = np.array([f.offset for f in heldout.functions if f.offset is not None], dtype=np.int64)
+    k = base.index(offs)
+    k = k[k >= 0]
+    inside = lay.hot[k]
+    hot_pages = set((lay.new[lay.hot] // PAGE).tolist()) | set(((lay.new[lay.hot] + np.maximum(
+        base.size[lay.hot], 1) - 1) // PAGE).tolist())
+    entry_pages = lay.new[k] // PAGE
+    cold = k[~inside]
+    # pages only cold functions touch: what the order costs this workload
+    warm = set(entry_pages[inside].tolist()) | hot_pages
+    cold_only = sorted(set((lay.new[cold] // PAGE).tolist()) - warm)
+    names = [base.names[i] for i in cold.tolist()]
+    pred = predict(img, heldout, lay, read_ahead_kb)
+    return {
+        "functions": int(k.size),
+        "in_hot_region": int(inside.sum()),
+        "in_hot_fraction": float(inside.mean()) if k.size else None,
+        "pages_touched": int(np.unique(entry_pages).size),
+        "pages_in_hot_region": int(np.isin(np.unique(entry_pages), list(hot_pages)).sum()),
+        "hot_region_functions": int(lay.hot.sum()),
+        "cold_functions": len(names),
+        "cold_examples": names[:MAX_LISTED],
+        "cold_only_pages": len(cold_only),
+        "predicted_pages": pred["pages"],
+        "predicted_requests": pred["requests"],
+    }
+
+
+def cross_validate(img: ElfImage, profile: Profile, rule: str = "shared", read_ahead_kb: int = 128,
+                   target: str | None = None, progress=None) -> list[dict]:
+    """Leave-one-out over the workloads of a merged profile (see Steps)."""
+    from elflayout.profile.merge import merge, workload_view
+
+    wl = profile.workloads
+    if len(wl) < 2:
+        raise ElflayoutError(f"{profile.source}: cross-validation needs a profile of several workloads "
+                             f"(profile --workload ... or merge); this one has {len(wl)}")
+    t0 = profile.target(target)
+    _same_build(img, t0, profile.source)
+    views = [workload_view(profile, k) for k in range(len(wl))]
+    base = functions_of(img)
+    rows = []
+    for k, w in enumerate(wl):
+        if progress:
+            progress(f"workload {k + 1}/{len(wl)}: {w.get('name')}")
+        held = views[k].target(t0.path)
+        others = [views[j] for j in range(len(wl)) if j != k]
+        if len(others) == 1:
+            train = others[0].target(t0.path)
+        else:
+            from elflayout.profile import model
+
+            merged = merge(others, [wl[j].get("name") for j in range(len(wl)) if j != k], rule=rule)
+            train = model.parse(merged).target(t0.path)
+        cross = evaluate(img, held, train, read_ahead_kb, base)
+        unordered = predict(img, held, base, read_ahead_kb)["pages"]
+        self_pages = predict(img, held, ordered_layout(img, base, held), read_ahead_kb)["pages"]
+        row = {"workload": w.get("name"), **cross, "unordered_pages": unordered, "self_pages": self_pages,
+               "vs_self": cross["predicted_pages"] / self_pages - 1 if self_pages else None,
+               "worse_than_unordered": cross["predicted_pages"] > unordered}
+        if row["worse_than_unordered"]:
+            row["culprits"] = cross["cold_examples"]
+        rows.append(row)
+    return rows
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    """The cross-validation table, for the terminal."""
+    hdr = f"{'held-out workload':<28} {'funcs':>6} {'in hot':>7} {'cold':>5} {'unordered':>10} {'others':>8} " \
+          f"{'itself':>8} {'vs itself':>9}"
+    out = [hdr, "-" * len(hdr)]
+    for r in rows:
+        frac = "-" if r["in_hot_fraction"] is None else f"{100 * r['in_hot_fraction']:.1f}%"
+        vs = "-" if r["vs_self"] is None else f"{100 * r['vs_self']:+.1f}%"
+        flag = "  WORSE than unordered" if r["worse_than_unordered"] else ""
+        out.append(f"{str(r['workload'])[:28]:<28} {r['functions']:>6,} {frac:>7} {r['cold_functions']:>5,} "
+                   f"{r['unordered_pages']:>10,} {r['predicted_pages']:>8,} {r['self_pages']:>8,} {vs:>9}{flag}")
+        if r.get("culprits"):
+            out.append(f"    culprits (cold functions it touches outside the hot region): {', '.join(r['culprits'])}")
+    out.append("pages: predicted by the readahead model (order/readahead.py) for virtual code layouts of this "
+               "library; 'others' = ordered by the other workloads, 'itself' = by the held-out workload")
+    return out
+
+
+def evaluate_relink(img: ElfImage, heldout: Target, train: Target | None, read_ahead_kb: int,
+                    lib_map: str | None = None) -> dict:
+    """Held-out figures for a real ordered relink (another build than the profiles'):
+    functions are matched by name (``check.lib_functions``, clones and thunks as in
+    ``resolve``); the hot set is the training profile's functions as placed in ``img``;
+    pages are predicted from the held-out touches placed by ``readahead.profile_touches``."""
+    from elflayout.order.check import lib_functions
+    from elflayout.order.readahead import profile_touches, simulate
+    from elflayout.order.resolve import clone_base, thunk_target
+
+    funcs = lib_functions(img)
+
+    def place(name):
+        c = funcs.get(name) or funcs.get(clone_base(name)) or funcs.get(thunk_target(name) or "")
+        return c[0] if c and len(c) == 1 else None
+
+    pages, kinds, notes = profile_touches(heldout, img, 1, lib_map)
+    pred = simulate(img, pages, kinds, read_ahead_kb, loader=True)
+    res = {"predicted_pages": pred["pages"], "predicted_requests": pred["requests"],
+           "functions_unplaced": notes["functions_unplaced"]}
+    if train is None:
+        return res
+    hot = {place(f.name) for f in train.functions} - {None}
+    hot_pages = {p for o, s in hot for p in range(o // PAGE, (o + max(s, 1) - 1) // PAGE + 1)}
+    placed = [(f.name, place(f.name)) for f in heldout.functions]
+    placed = [(n, e) for n, e in placed if e is not None]
+    inside = [e in hot for _n, e in placed]
+    cold = [n for (n, _e), i in zip(placed, inside) if not i]
+    entry = {e[0] // PAGE for _n, e in placed}
+    warm = hot_pages | {e[0] // PAGE for (_n, e), i in zip(placed, inside) if i}
+    res.update({
+        "functions": len(placed),
+        "in_hot_region": sum(inside),
+        "in_hot_fraction": sum(inside) / len(placed) if placed else None,
+        "pages_touched": len(entry),
+        "pages_in_hot_region": len(entry & hot_pages),
+        "hot_region_functions": len(hot),
+        "cold_functions": len(cold),
+        "cold_examples": cold[:MAX_LISTED],
+        "cold_only_pages": len({e[0] // PAGE for (_n, e), i in zip(placed, inside) if not i} - warm),
+    })
+    return res
+
+
+def summary_lines(res: dict, what: str) -> list[str]:
+    lines = [f"held-out:  {what}"]
+    if "functions" in res:
+        frac = "-" if res["in_hot_fraction"] is None else f"{100 * res['in_hot_fraction']:.1f}%"
+        lines.append(f"           {res['in_hot_region']:,} of {res['functions']:,} touched functions ({frac}) in the "
+                     f"ordered region ({res['hot_region_functions']:,} functions); {res['pages_in_hot_region']:,} of "
+                     f"{res['pages_touched']:,} entry pages")
+        lines.append(f"           {res['cold_functions']:,} cold functions outside it, {res['cold_only_pages']:,} pages "
+                     f"only they touch" + (": " + ", ".join(res["cold_examples"]) if res["cold_examples"] else ""))
+    lines.append(f"           {res['predicted_pages']:,} pages predicted (readahead model) in "
+                 f"{res['predicted_requests']:,} reads")
+    return lines

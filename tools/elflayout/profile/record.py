@@ -1,0 +1,276 @@
+"""Record profiles: run workloads under a backend and attribute their events.
+
+``record`` runs one workload and returns its profile document; ``record_set`` runs a
+set of workloads (several commands, each under several conditions: where stdout goes,
+environment variants) and merges them into one profile that keeps every workload's
+own first-access ranks (``profile.merge``). The CLI only parses and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import threading
+from dataclasses import dataclass, field
+
+from elflayout.elfcore import ElfImage
+from elflayout.errors import ElflayoutError
+from elflayout.profile import attribute, model
+
+# Where a workload's stdout goes. Programs behave differently on each (isatty, buffering,
+# a character device's ioctl): code only one of them runs is missing from a profile
+# recorded with another.
+STDOUT_MODES = ("inherit", "tty", "pipe", "file", "null")
+
+
+@dataclass
+class Setup:
+    """What every run of a profile shares."""
+    targets: list[str]
+    maps: list[str] = field(default_factory=list)
+    backend: str = "valgrind"
+    data: bool = False
+    evict: bool = False
+    children: bool = False
+    env: dict = field(default_factory=dict)  # --env settings, on top of os.environ
+    keep_log: str | None = None
+    imgs: list = field(default_factory=list)
+    linkmaps: list = field(default_factory=list)
+
+
+@dataclass
+class Workload:
+    name: str
+    argv: list[str]
+    stdout: str = "inherit"
+    env: dict = field(default_factory=dict)  # this workload's environment variant
+
+    def describe(self) -> dict:
+        return {"name": self.name, "argv": list(self.argv), "stdout": self.stdout,
+                "env": [f"{k}={v}" for k, v in self.env.items()]}
+
+
+def check_map(path, img: ElfImage, lm) -> None:
+    """Refuse a link map of another link: output sections must sit where the ELF has them."""
+    from elftools.elf.constants import SH_FLAGS
+
+    secs = {s.name: s for s in img.sections if s.flags & SH_FLAGS.SHF_ALLOC and s.size}
+    bad = [o["name"] for o in lm.output_sections
+           if o["name"] in secs and o.get("size") and (o["vaddr"], o["size"]) != (secs[o["name"]].addr, secs[o["name"]].size)]
+    if ".text" in bad or len(bad) > 2:
+        raise ElflayoutError(f"{path}: link map does not describe {img.path} (output sections {', '.join(bad[:4])} "
+                             f"differ in address or size)")
+
+
+def prepare(setup: Setup) -> Setup:
+    """Open the targets and parse the link maps before any (long) run, so bad input
+    fails in the first second."""
+    from elflayout import linkmap as lmmod
+
+    setup.targets = [os.path.realpath(t) for t in setup.targets]
+    setup.imgs = [ElfImage(t) for t in setup.targets]
+    if len(setup.maps) > len(setup.targets):
+        raise ElflayoutError(f"{len(setup.maps)} --map for {len(setup.targets)} --target (give at most one map per target)")
+    for m in setup.maps:
+        if not os.path.isfile(m):
+            raise ElflayoutError(f"{m}: no such link map")
+    if setup.evict and setup.backend != "trace":
+        raise ElflayoutError("--evict is for --backend trace (valgrind does not see the page cache)")
+    if setup.data and setup.backend != "valgrind":
+        raise ElflayoutError("--data needs --backend valgrind (the trace backend sees pages, not accesses)")
+    why = backend(setup.backend).tool_status() if setup.backend == "valgrind" else backend(setup.backend).status()
+    if why:
+        raise ElflayoutError(why)
+    lms = [lmmod.parse(m, img) for m, img in zip(setup.maps, setup.imgs)]
+    for m, img, lm in zip(setup.maps, setup.imgs, lms):
+        check_map(m, img, lm)
+    setup.linkmaps = lms + [None] * (len(setup.targets) - len(lms))
+    return setup
+
+
+def backend(name: str):
+    if name == "valgrind":
+        from elflayout.profile import valgrind as be
+    else:
+        from elflayout.profile import trace as be
+    return be
+
+
+@contextlib.contextmanager
+def stdout_for(mode: str):
+    """The file descriptor (or None: inherit) a workload's stdout goes to. ``tty`` is a
+    pseudo-terminal, ``pipe`` a pipe; both are drained in a thread so the workload
+    never blocks on a full buffer."""
+    if mode not in STDOUT_MODES:
+        raise ElflayoutError(f"--stdout {mode}: choose from {', '.join(STDOUT_MODES)}")
+    if mode == "inherit":
+        yield None
+        return
+    if mode == "null":
+        fd = os.open(os.devnull, os.O_WRONLY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+        return
+    if mode == "file":
+        import tempfile
+
+        with tempfile.TemporaryFile(prefix="elflayout-stdout-") as f:
+            yield f.fileno()
+        return
+    if mode == "tty":
+        import pty
+
+        rd, wr = pty.openpty()
+    else:
+        rd, wr = os.pipe()
+
+    def drain():
+        try:
+            while os.read(rd, 65536):
+                pass
+        except OSError:  # EIO: the pty's last writer closed
+            pass
+
+    th = threading.Thread(target=drain, daemon=True)
+    th.start()
+    try:
+        yield wr
+    finally:
+        os.close(wr)
+        th.join(timeout=10)
+        os.close(rd)
+
+
+def _metadata(setup: Setup, wl: Workload, r) -> dict:
+    meta = model.base_metadata(wl.argv, setup.backend, "block" if setup.backend == "valgrind" else "page",
+                               setup.targets[0])
+    meta["duration_s"] = round(r.duration_s, 4)
+    meta["exit_status"] = r.returncode
+    meta["command"] = r.command
+    meta["warnings"] = []
+    env = [f"{k}={v}" for k, v in {**setup.env, **wl.env}.items()]
+    if env:
+        meta["env"] = env
+    if wl.stdout != "inherit":
+        meta["stdout"] = wl.stdout
+    meta["children"] = bool(setup.children)
+    if setup.backend == "valgrind":
+        meta["data"] = bool(setup.data)
+        meta["processes"] = r.marks.get("processes", 1)
+        meta["notes"] += list(r.log.notes)
+        meta["dropped"] = {str(k): n for k, n in r.log.dropped.items()}
+        meta["warnings"] += r.log.warnings()
+        if not r.log.complete:
+            meta["notes"].append("the tool's log has no end record (workload killed?): events up to the end are kept")
+        meta["notes"].append("valgrind backend: 'first' orders first executions of code blocks (and with --data "
+                             "first reads/writes of pages) of all targets in one sequence; 't' is seconds since "
+                             "valgrind started, dilated by valgrind")
+    else:
+        meta["notes"].append(backend("trace").HIDDEN_NOTE)
+        meta["evicted"] = bool(setup.evict)
+        meta["lost_events"] = r.lost
+        if r.lost:
+            meta["warnings"].append(f"the kernel dropped {r.lost:,} trace events")
+        if r.other_pid_events:
+            meta["notes"].append(f"{r.other_pid_events} events of other processes on the targets were ignored")
+    return meta
+
+
+def _targets(setup: Setup, r, warnings: list) -> tuple[list[dict], list[str]]:
+    """Target documents of one run, and the targets it never loaded."""
+    tdocs, never = [], []
+    valgrind = setup.backend == "valgrind"
+    for i, (img, lm) in enumerate(zip(setup.imgs, setup.linkmaps)):
+        ev = r.events[r.events["target"] == i]
+        if valgrind:
+            loaded = i in r.marks["first_map_seq"]
+            start = r.marks["main_seq"] if r.marks["main_seq"] is not None else r.marks["entry_seq"]
+            ph, bounds = attribute.phases(ev, attribute.init_entries(img), start, r.marks["first_map_seq"].get(i))
+        else:
+            loaded = ev.size > 0
+            ph, bounds = None, None
+        if not loaded:
+            never.append(setup.targets[i])
+        tdoc, stats = attribute.build_target(img, ev, linkmap=lm, phase_idx=ph,
+                                             map_path=setup.maps[i] if i < len(setup.maps) else None)
+        warnings += [f"{img.path}: {w}" for w in stats.get("warnings", [])]
+        if bounds is not None:
+            bounds["main_is"] = "main()" if r.marks["main_seq"] is not None else "executable entry"
+            tdoc["phases"] = bounds
+        if valgrind:
+            tdoc["mappings"] = r.marks["maps"].get(i, [])
+        else:
+            tdoc["fault_around_mapped_pages"] = r.mapped_pages.get(i, 0)
+        tdocs.append(tdoc)
+    return tdocs, never
+
+
+def record(setup: Setup, wl: Workload, progress=None) -> dict:
+    """Run one workload; its profile document (validated)."""
+    be = backend(setup.backend)
+    env = dict(os.environ)
+    env.update(setup.env)
+    env.update(wl.env)
+    with stdout_for(wl.stdout) as out:
+        if progress:
+            progress(f"running {wl.name} under {setup.backend} ...")
+        if setup.backend == "valgrind":
+            r = be.run(setup.targets, wl.argv, data=setup.data, log_path=setup.keep_log, env=env,
+                       children=setup.children, stdout=out)
+        else:
+            r = be.run(setup.targets, wl.argv, evict_first=setup.evict, env=env, children=setup.children, stdout=out)
+    meta = _metadata(setup, wl, r)
+    if progress:
+        progress(f"attributing {wl.name}'s addresses to functions, sections and objects ...")
+    tdocs, never = _targets(setup, r, meta["warnings"])
+    if never and setup.backend == "valgrind" and not r.log.complete and r.events.size == 0:
+        raise ElflayoutError(f"the workload ended (status {r.returncode}) before firsttouch could write its log "
+                             f"(killed with SIGKILL?): nothing was recorded")
+    if never:
+        hint = "" if setup.children else "; if the program is started through a script or another program, add --children"
+        raise ElflayoutError(f"{never[0]}: never loaded by the workload ({shlex.join(wl.argv)}); "
+                             f"check the path (is it the file the program really loads? see ldd){hint}")
+    return model.validate(model.new_profile(meta, tdocs))
+
+
+def workload_set(commands: list[tuple[str, list[str]]], stdout_modes: list[str], env_variants: list[dict]) -> list[Workload]:
+    """Every command under every condition: stdout modes × environment variants (the
+    empty variant included), named ``NAME``, ``NAME >pipe``, ``NAME K=V`` …"""
+    modes = stdout_modes or ["inherit"]
+    variants = [{}] + [v for v in env_variants if v]
+    out = []
+    for name, argv in commands:
+        for m in modes:
+            for v in variants:
+                label = name + ("" if m == "inherit" else f" >{m}") + "".join(f" {k}={x}" for k, x in v.items())
+                out.append(Workload(label, list(argv), m, dict(v)))
+    names = [w.name for w in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise ElflayoutError(f"workload {dup!r} given twice: name workloads with NAME=COMMAND")
+    return out
+
+
+def record_set(setup: Setup, workloads: list[Workload], rule: str = "shared", progress=None) -> tuple[dict, list]:
+    """Run every workload; one merged profile (per-workload ranks kept) and the
+    workloads' exit statuses. One workload: its own profile, unmerged."""
+    from elflayout.profile import merge
+
+    docs, statuses = [], []
+    keep = setup.keep_log
+    for i, wl in enumerate(workloads):
+        if progress:
+            progress(f"workload {i + 1}/{len(workloads)}: {wl.name}")
+        if keep and len(workloads) > 1:
+            setup.keep_log = f"{keep}.{i}"
+        d = record(setup, wl, progress)
+        docs.append(d)
+        statuses.append((wl.name, d["metadata"]["exit_status"]))
+    if len(docs) == 1:
+        return docs[0], statuses
+    merged = merge.merge([model.parse(d) for d in docs], [w.name for w in workloads], rule=rule,
+                         workloads=[w.describe() for w in workloads])
+    return merged, statuses
