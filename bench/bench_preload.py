@@ -53,7 +53,7 @@ def work_dir() -> Path:
 
 def private_copy(lib: Path, name: str) -> Path:
     """A byte-identical copy, alone in a directory (what the storage mount serves). A copy,
-    not a hard link: other users of this shared machine map the system library, which
+    not a hard link: any running llc-16 or opt-16 maps the system library, which
     defeats its eviction on the host-cached disk; copy2 keeps the mtime."""
     d = work_dir() / name
     d.mkdir(exist_ok=True)

@@ -15,6 +15,7 @@ APT_PACKAGES=(
   python3 python3-venv python3-pip                  # Debian's python if none other is first on PATH
   fuse3 libfuse3-dev pkg-config                     # slow-storage emulation
   chromium sqlite3 file                             # report rendering test, history db
+  postgresql                                        # history in PostgreSQL (tests start a private server)
   debootstrap                                       # a Debian 11 root (glibc 2.31) for pack-relocs tests
 )
 
@@ -39,7 +40,7 @@ stamp=.venv/.elflayout-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "bootstrap: installing elflayout and its Python dependencies into .venv"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test,report,stats]'
+  .venv/bin/python -m pip install -q -e '.[test,report,stats,postgresql]'
   touch "$stamp"
 fi
 

@@ -65,7 +65,27 @@ def test_compare_recomputes_and_fails_on(tmp_path):
     c = next(c for c in j["comparisons"] if c["metric"] == "pages_read" and c["state"] == "selective")
     assert c["verdict"] == "more"
     r = run_cli("compare", p, "--fail-on", "more", check=1)
-    assert "pages_read" in r.stderr
+    assert "pages_read" in r.stderr and "Holm" in r.stderr
+    # only primary comparisons decide the exit code
+    run_cli("compare", p, "--fail-on", "more", "--primary", "wall_s:hot", check=0)
+    run_cli("compare", p, "--fail-on", "any", "--primary", "pages_read:selective", check=1)
+
+
+def test_compare_says_how_many_comparisons_and_power(tmp_path):
+    md = run_cli("compare", EXAMPLE, "--target-effect", "5%", check=0).stdout
+    assert "12 comparisons:" in md and "Holm" in md and "primary: pages_read:selective, wall_s:selective" in md
+    j = json.loads(run_cli("compare", EXAMPLE, "--json", "--target-effect", "0.05", check=0).stdout)
+    mu = j["multiplicity"]
+    assert mu["comparisons"] == len(j["comparisons"]) == 12 and mu["method"] == "holm"
+    assert mu["target_effect"] == 0.05
+    # 5 runs per side of a noisy time: no change, with the MDE and the runs needed for 5%
+    w = next(c for c in j["comparisons"] if c["metric"] == "wall_s" and c["state"] == "selective")
+    assert w["verdict"] == "no change" and w["mde"] > 0.05 and w["runs_needed"] > 5 and w["primary"]
+    assert w["test"] == "paired t, log" and w["p_adjusted"] >= w["p_value"]
+    csv_text = run_cli("compare", EXAMPLE, "--csv", check=0).stdout
+    assert "comparisons,tested" in csv_text
+    assert "METRIC:STATE" in run_cli("compare", EXAMPLE, "--primary", "wall", check=2).stderr
+    assert "--target-effect" in run_cli("compare", EXAMPLE, "--target-effect", "lots", check=2).stderr
 
 
 def test_disturbed_runs_are_left_out(tmp_path):

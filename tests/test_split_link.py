@@ -7,8 +7,7 @@ import subprocess
 import pytest
 
 from conftest import need_tool, run_cli
-
-from elflayout.order import testlib
+import order_testlib as testlib
 
 
 @pytest.fixture(scope="module")

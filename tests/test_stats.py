@@ -33,16 +33,40 @@ def test_zero_variance_and_single_value_give_degenerate_intervals():
     assert stats.describe([])["n"] == 0
 
 
-def test_welch_mwu_brown_forsythe_are_scipy_values():
-    a = [1.1, 1.3, 0.9, 1.2, 1.0, 1.15]
-    b = [1.4, 1.6, 1.5, 1.45, 1.7, 1.55]
+def test_time_comparison_is_welch_t_on_log_times():
+    rng = np.random.default_rng(1)
+    a = np.exp(rng.normal(0.0, 0.05, 12))
+    b = np.exp(rng.normal(0.3, 0.05, 12))
     c = stats.compare(a, b, "wall_s")
-    assert c["p_welch"] == pytest.approx(ss.ttest_ind(a, b, equal_var=False).pvalue)
+    ref = ss.ttest_ind(np.log(b), np.log(a), equal_var=False)
+    assert c["p_welch"] == c["p_value"] == pytest.approx(ref.pvalue)
+    lo, hi = ref.confidence_interval(0.95)
+    assert (c["ci_low"], c["ci_high"]) == pytest.approx((np.exp(lo), np.exp(hi)))
+    assert c["ratio"] == pytest.approx(np.exp(np.log(b).mean() - np.log(a).mean()))
     assert c["p_mwu"] == pytest.approx(ss.mannwhitneyu(a, b, alternative="two-sided").pvalue)
     assert c["p_brown_forsythe"] == pytest.approx(ss.levene(a, b, center="median").pvalue)
-    assert c["ratio"] == pytest.approx(np.mean(b) / np.mean(a))
-    assert c["verdict"] == "slower" and c["improved"] is False
-    assert c["ci_low"] > 1
+    assert c["verdict"] == "slower" and c["improved"] is False and c["ci_low"] > 1
+    assert c["test"] == "Welch t, log"
+    # a zero time (below the clock tick) cannot be logged: Welch on the raw values
+    z = stats.compare([0.0] + [0.004] * 11, [0.004, 0.008] * 6, "user_s")
+    assert z["test"] == "Welch t" and z["log_scale"] is False
+
+
+def test_verdict_never_contradicts_its_p_values():
+    rng = np.random.default_rng(7)
+    for i in range(60):
+        n = int(rng.integers(2, 25))
+        a = np.exp(rng.normal(0, rng.uniform(0.01, 0.3), n))
+        b = np.exp(rng.normal(rng.choice([0, 0.02, 0.1]), rng.uniform(0.01, 0.3), n))
+        runs = [{"variant": v, "state": "hot", "round": k, "seq": 2 * k + (v == "b"), "wall_s": x}
+                for v, xs in (("a", a), ("b", b)) for k, x in enumerate(xs)]
+        c = stats.analyse(runs, ["a", "b"], ["hot"], metrics=("wall_s",))["comparisons"][0]
+        if c["verdict"] in ("faster", "slower"):
+            assert c["p_adjusted"] < 0.05 and c["p_value"] < 0.05
+            assert c["ci_low"] > 1 or c["ci_high"] < 1
+            assert n >= stats.MIN_TIME_RUNS
+        if c["p_value"] is not None and c["p_value"] >= 0.05:
+            assert c["verdict"] in ("no change", "too few runs")
 
 
 def test_verdicts_for_counts_constant_samples():
@@ -69,6 +93,79 @@ def test_aa_same_distribution_is_no_change():
     rng = np.random.default_rng(42)
     a, b = rng.normal(0.1, 0.005, 30), rng.normal(0.1, 0.005, 30)
     assert stats.compare(a, b, "wall_s")["verdict"] == "no change"
+
+
+def test_counts_are_deterministic_only_where_the_runs_show_it():
+    # hot runs on a shared machine: one run had pages evicted by someone else
+    c = stats.compare([0, 0, 0, 0, 0, 0], [0, 0, 120, 0, 0, 0], "pages_read")
+    assert c["deterministic"] is False and c["test"] == "Welch t"
+    assert c["verdict"] == "no change" and c["p_value"] > 0.05
+    d = stats.compare([14227] * 4, [14227] * 4, "pages_read")
+    assert d["deterministic"] is True and d["p_value"] is None and d["verdict"] == "no change"
+
+
+def test_too_few_runs_for_a_time_verdict():
+    n = stats.MIN_TIME_RUNS - 1
+    c = stats.compare([1.0, 1.01, 0.99, 1.0, 1.02][:n], [2.0, 2.01, 1.99, 2.0, 2.02][:n], "wall_s")
+    assert n >= 2
+    assert c["verdict"] == "too few runs" and c["p_value"] < 0.01  # the test is shown, no verdict given
+    assert any("needed" in w for w in c["warnings"])
+    # counts have no minimum: deterministic ones are exact
+    assert stats.compare([100] * 2, [90] * 2, "pages_read")["verdict"] == "fewer"
+
+
+def test_holm_across_a_files_comparisons():
+    rng = np.random.default_rng(3)
+    runs = []
+    for k in range(12):
+        for v in ("a", "b", "c", "d"):
+            for s in ("selective", "hot"):
+                runs.append({"variant": v, "state": s, "round": k, "seq": len(runs),
+                             "wall_s": float(np.exp(rng.normal(0, 0.1))), "user_s": float(np.exp(rng.normal(0, 0.1))),
+                             "sys_s": float(np.exp(rng.normal(0, 0.1))), "pages_read": 100, "major_faults": 3,
+                             "bytes_read": 409600})
+    out = stats.analyse(runs, ["a", "b", "c", "d"], ["selective", "hot"])
+    rows = out["comparisons"]
+    tested = [c for c in rows if c["p_value"] is not None]
+    assert len(rows) == 3 * 2 * 6 and len(tested) == 3 * 2 * 3
+    from statsmodels.stats.multitest import multipletests
+
+    ref = multipletests([c["p_value"] for c in tested], method="holm")[1]
+    assert [c["p_adjusted"] for c in tested] == pytest.approx(list(ref))
+    mu = out["multiplicity"]
+    assert mu["method"] == "holm" and mu["comparisons"] == 36 and mu["tested"] == 18 and mu["exact"] == 18
+    assert sum(c["primary"] for c in rows) == 3 * 2  # pages_read and wall_s, selective, per variant
+    for c in rows:
+        if c["verdict"] in ("faster", "slower"):
+            assert c["p_adjusted"] < 0.05
+
+
+def test_mde_is_the_effect_detected_with_80_percent_power():
+    from statsmodels.stats.power import TTestIndPower
+
+    sd, n = 0.05, 20
+    d = stats.mde(sd, n, n, alpha=0.05)
+    assert d / sd == pytest.approx(TTestIndPower().solve_power(nobs1=n, alpha=0.05, power=0.8))
+    # Monte Carlo: an effect of the MDE is found about 80% of the time
+    rng = np.random.default_rng(5)
+    hits = sum(ss.ttest_ind(rng.normal(d, sd, n), rng.normal(0, sd, n)).pvalue < 0.05 for _ in range(400))
+    assert 0.7 < hits / 400 < 0.9
+    assert stats.runs_needed(d, sd, alpha=0.05) in (n, n + 1)
+    # rows that say "no change" carry the MDE (relative) and the runs for a target effect
+    rng = np.random.default_rng(6)
+    runs = [{"variant": v, "state": "hot", "round": k, "seq": 2 * k + (v == "b"),
+             "wall_s": float(np.exp(rng.normal(0, 0.05)))} for v in "ab" for k in range(12)]
+    c = stats.analyse(runs, ["a", "b"], ["hot"], metrics=("wall_s",), target_effect=0.05)["comparisons"][0]
+    assert c["verdict"] == "no change" and 0.02 < c["mde"] < 0.2
+    assert c["runs_needed"] > 12 if c["mde"] > 0.05 else c["runs_needed"] <= 12
+
+
+def test_parse_primary():
+    assert stats.parse_primary(["wall_s:hot"]) == [("wall_s", "hot")]
+    with pytest.raises(ValueError):
+        stats.parse_primary(["walltime:hot"])
+    with pytest.raises(ValueError):
+        stats.parse_primary(["wall_s"])
 
 
 def test_few_runs_warn_but_do_not_crash():
@@ -112,7 +209,7 @@ def test_analyse_structure():
     out = stats.analyse(runs, ["a", "b"], ["selective", "hot"])
     assert len(out["summary"]) == 2 * 2 * len(stats.METRICS)
     pr = [c for c in out["comparisons"] if c["metric"] == "pages_read" and c["state"] == "selective"][0]
-    assert pr["verdict"] == "fewer" and pr["ratio"] == pytest.approx(0.6)
+    assert pr["verdict"] == "fewer" and pr["ratio"] == pytest.approx(0.6) and pr["deterministic"]
     io = [r for r in out["io_bound"] if r.get("variant") == "a"][0]
     assert io["value"] == pytest.approx(0.01)
 
@@ -145,7 +242,14 @@ def test_time_verdict_needs_the_paired_interval_too():
             for v, xs in (("a", a), ("b", b)) for i, x in enumerate(xs)]
     out = stats.analyse(runs, ["a", "b"], ["hot"], metrics=("wall_s",))["comparisons"][0]
     assert out["verdict"] == "no change" and out["improved"] is None
-    assert any("paired" in w for w in out["warnings"])
+    # enough rounds pair: the paired test decides (and its interval is the one shown)
+    assert out["test"] == "paired t, log" and out["paired"] and out["ci_low"] < 1 < out["ci_high"]
+    assert out["p_welch"] < 0.05 < out["p_value"]
+    # without pairing (disturbed runs left most rounds unpaired) the paired interval still vetoes
+    few = [r for r in runs if not (r["variant"] == "b" and r["round"] % 10)]
+    few += [{**r, "round": 1000 + r["round"]} for r in runs if r["variant"] == "b" and r["round"] % 10]
+    out = stats.analyse(few, ["a", "b"], ["hot"], metrics=("wall_s",))["comparisons"][0]
+    assert out["test"] == "Welch t, log" and out["n_pairs"] == 10
     # a real, consistent change survives both intervals
     runs = [{"variant": v, "state": "hot", "round": i, "seq": i, "wall_s": x * (1.2 if v == "b" else 1.0)}
             for v in "ab" for i, x in enumerate(np.linspace(1, 1.05, 10))]
@@ -159,5 +263,16 @@ def test_single_timed_run_per_side_gives_no_verdict():
     row = stats.compare([1.0], [0.8], "wall_s")
     assert row["verdict"] == "too few runs"
     assert row["improved"] is None
-    # Deterministic counts still compare (their floor is documented as 0 pages).
-    assert stats.compare([100.0], [90.0], "pages_read")["verdict"] == "fewer"
+    # Counts are deterministic only where the runs show it: one run per side shows nothing.
+    assert stats.compare([100.0], [90.0], "pages_read")["verdict"] == "too few runs"
+    assert stats.compare([100.0] * 2, [90.0] * 2, "pages_read")["verdict"] == "fewer"
+
+
+def test_vectorised_t_intervals_match_t_test():
+    rng = np.random.default_rng(11)
+    la, lb = rng.normal(0, 0.1, (5, 8)), rng.normal(0.05, 0.1, (5, 8))
+    for paired in (False, True):
+        lo, hi, p = stats.t_intervals(la, lb, paired)
+        for i in range(5):
+            t = stats.t_test(np.exp(la[i]), np.exp(lb[i]), log=True, paired=paired)
+            assert (lo[i], hi[i], p[i]) == pytest.approx((t["lo"], t["hi"], t["p"]))

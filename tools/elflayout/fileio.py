@@ -103,18 +103,24 @@ def dump_json(doc: dict, path: str | os.PathLike) -> None:
     atomic_write_bytes(path, data)
 
 
-def load_json(path: str | os.PathLike, kind: str | tuple[str, ...], versions: tuple[int, ...] = (1,)) -> dict:
-    """Read an elflayout envelope of ``kind`` (or one of several kinds), checking format and version."""
-    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+def read_input(path: str | os.PathLike, expected: str) -> bytes:
+    """The bytes of an input file; one-line errors (``expected`` names what a directory is not)."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        return p.read_bytes()
     except IsADirectoryError:
-        raise ElflayoutError(f"{p}: is a directory, expected an elflayout-{kind} JSON file") from None
+        raise ElflayoutError(f"{p}: is a directory, expected {expected}") from None
     except FileNotFoundError:
         raise ElflayoutError(f"{p}: no such file") from None
     except OSError as e:
         raise ElflayoutError(f"{p}: cannot read: {e.strerror}") from None
+
+
+def load_json(path: str | os.PathLike, kind: str | tuple[str, ...], versions: tuple[int, ...] = (1,)) -> dict:
+    """Read an elflayout envelope of ``kind`` (or one of several kinds), checking format and version."""
+    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+    p = Path(path)
+    raw = read_input(p, f"an elflayout-{kind} JSON file")
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)

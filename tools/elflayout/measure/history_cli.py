@@ -1,4 +1,4 @@
-"""``elflayout history add|check|show``: results over time in SQLite, ETS alarms."""
+"""``elflayout history add|check|show``: results over time in SQLite or PostgreSQL, ETS alarms."""
 
 from __future__ import annotations
 
@@ -6,13 +6,16 @@ import json
 
 from elflayout.errors import ElflayoutError, Finding
 
-SUMMARY = "keep results in SQLite and flag regressions (ETS intervals)"
+SUMMARY = "keep results in SQLite or PostgreSQL and flag regressions (ETS intervals)"
 EPILOG = """\
 examples:
   elflayout history add results.json                 # into ~/.cache/elflayout/history.sqlite
   elflayout history check new.json --metric wall_s --metric pages_read
   elflayout history show --variant after --state selective --metric pages_read
   elflayout history add results.json --db perf.sqlite --label nightly-2026-01-05
+  # one history for a CI fleet (PostgreSQL; the tables are created on first use):
+  elflayout history add results.json --db postgresql://ci@db.example/perf --label "$GIT_COMMIT"
+  elflayout history check results.json --db postgresql://ci@db.example/perf
 
 check fits simple exponential smoothing (statsmodels ETS, additive errors) to each
 series (variant x state x metric, by session start time) and exits 1 when the new mean
@@ -24,7 +27,9 @@ sessions per series and says so otherwise.
 def add_arguments(p):
     p.add_argument("action", choices=("add", "check", "show"))
     p.add_argument("results", nargs="*", help="results files (add: one or more; check: one)")
-    p.add_argument("--db", help="SQLite database (default: $ELFLAYOUT_CACHE/history.sqlite)")
+    p.add_argument("--db", metavar="sqlite:///PATH|postgresql://...",
+                   help="the history: an SQLite file (PATH or sqlite:///PATH) or a PostgreSQL URL "
+                        "(default: $ELFLAYOUT_CACHE/history.sqlite)")
     p.add_argument("--label", help="add: a label for the session (e.g. a commit)")
     p.add_argument("--metric", action="append", help="check/show: only these metrics")
     p.add_argument("--variant", help="show: this variant's series")
@@ -44,7 +49,7 @@ def run(args) -> int:
         con = history.connect(db)
         for f, doc in docs:
             sid, new = history.add(con, doc, str(f), args.label)
-            print(f"{f}: {'added as session' if new else 'already in the history as session'} {sid} ({db})")
+            print(f"{f}: {'added as session' if new else 'already in the history as session'} {sid} ({con.name})")
         return 0
     if args.action == "check":
         if len(args.results) != 1:
@@ -69,11 +74,7 @@ def run(args) -> int:
     # show
     if args.results:
         raise ElflayoutError("history show takes no results file (use --variant/--state/--metric)")
-    from pathlib import Path
-
-    if not Path(db).exists():
-        raise ElflayoutError(f"{db}: no history yet (run 'elflayout history add R.json')")
-    con = history.connect(db)
+    con = history.connect(db, readonly=True)
     if args.variant or args.state or args.metric:
         if not (args.variant and args.state):
             raise ElflayoutError("history show: a series needs --variant and --state (and --metric, default wall_s)")
@@ -92,7 +93,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps([dict(zip(("id", "started", "added", "source", "host", "label"), r)) for r in rows], indent=1))
     else:
-        print(f"{len(rows)} session(s) in {db}")
+        print(f"{len(rows)} session(s) in {con.name}")
         for r in rows:
             print(f"  {r[0]:>4}  {r[1]}  {r[3]}" + (f"  [{r[5]}]" if r[5] else ""))
     return 0

@@ -101,7 +101,7 @@ def run_pages(reads):
 def build(metadata: dict, variants: list[dict], runs: list[dict], analysis: dict) -> dict:
     return fileio.envelope(KIND, VERSION, metadata, variants=variants, runs=runs,
                            summary=analysis.get("summary", []), comparisons=analysis.get("comparisons", []),
-                           io_bound=analysis.get("io_bound", []))
+                           multiplicity=analysis.get("multiplicity"), io_bound=analysis.get("io_bound", []))
 
 
 # -- typed reading (one parser for every consumer: compare, history, plot, report) -------------
@@ -310,10 +310,17 @@ def summary_csv(doc: dict) -> str:
         w.writerow([s.get(c) for c in cols])
     out.write("\n")
     cols = ["a", "b", "state", "metric", "mean_a", "mean_b", "ratio", "ci_low", "ci_high", "diff", "diff_ci_low",
-            "diff_ci_high", "p_welch", "p_mwu", "p_brown_forsythe", "verdict"]
+            "diff_ci_high", "p_welch", "p_mwu", "p_brown_forsythe", "verdict", "test", "p_adjusted", "primary", "mde",
+            "runs_needed"]
     w.writerow(cols)
     for c in doc.get("comparisons", []):
         w.writerow([c.get(k) for k in cols])
+    mu = doc.get("multiplicity")
+    if mu:  # how many comparisons the verdicts were corrected for
+        out.write("\n")
+        cols = ["method", "alpha", "comparisons", "tested", "exact", "too_few_runs", "primary", "min_time_runs"]
+        w.writerow(cols)
+        w.writerow([" ".join(mu[k]) if k == "primary" else mu.get(k) for k in cols])
     return out.getvalue()
 
 
@@ -327,19 +334,28 @@ def markdown(doc: dict) -> str:
                      f"| {_fmt(s['sd'], m)} | {cov} | {_fmt(s['min'], m)} | {_fmt(s['max'], m)} "
                      f"| [{_fmt(s['ci_low'], m)}, {_fmt(s['ci_high'], m)}] |")
     if doc.get("comparisons"):
-        lines += ["", "| b vs a | state | metric | ratio b/a | 95% CI | paired ratio [95% CI] | diff | p (Welch) "
-                      "| p (MWU) | p (B–F) | verdict |",
-                  "|---|---|---|---:|---|---|---:|---:|---:|---:|---|"]
+        lines += ["", "| b vs a | state | metric | ratio b/a | 95% CI | diff | test | p | p (Holm) "
+                      "| MDE (80% power) | p (B–F) | verdict |",
+                  "|---|---|---|---:|---|---:|---|---:|---:|---:|---:|---|"]
         for c in doc["comparisons"]:
             m = c["metric"]
             p = lambda x: "–" if x is None else f"{x:.3g}"  # noqa: E731
             ci = "–" if c.get("ci_low") is None else f"[{c['ci_low']:.4f}, {c['ci_high']:.4f}]"
             ratio = "–" if c.get("ratio") is None else f"{c['ratio']:.4f}"
-            pr = ("–" if c.get("paired_ratio") is None else
-                  f"{c['paired_ratio']:.4f} [{c['paired_ci_low']:.4f}, {c['paired_ci_high']:.4f}]")
-            lines.append(f"| {c['b']} vs {c['a']} | {c['state']} | {m} | {ratio} | {ci} | {pr} | {_fmt(c.get('diff'), m)} "
-                         f"| {p(c.get('p_welch'))} | {p(c.get('p_mwu'))} | {p(c.get('p_brown_forsythe'))} "
+            mde = "–" if c.get("mde") is None else f"{c['mde'] * 100:.1f}%" + (
+                f" (n={c['runs_needed']} for target)" if c.get("runs_needed") else "")
+            star = " (primary)" if c.get("primary") else ""
+            lines.append(f"| {c['b']} vs {c['a']} | {c['state']} | {m}{star} | {ratio} | {ci} "
+                         f"| {_fmt(c.get('diff'), m)} | {c.get('test') or '–'} | {p(c.get('p_value'))} "
+                         f"| {p(c.get('p_adjusted'))} | {mde} | {p(c.get('p_brown_forsythe'))} "
                          f"| **{c.get('verdict')}** |")
+        mu = doc.get("multiplicity")
+        if mu:
+            lines += ["", f"{mu['comparisons']} comparisons: {mu['tested']} tested (Holm-corrected at "
+                          f"{mu['alpha']:g} across all of them), {mu['exact']} exact (deterministic counts), "
+                          f"{mu.get('too_few_runs', 0)} without a verdict (too few runs); "
+                          f"primary: {', '.join(mu['primary'])}; no time verdict below {mu['min_time_runs']} runs "
+                          "per side."]
     io_rows = [r for r in doc.get("io_bound", []) if "variant" in r and "value" in r]
     if io_rows:
         def n_of(v, state):

@@ -1,32 +1,47 @@
-"""Statistics for measurement results: summaries, comparisons, verdicts, outliers.
+"""Statistics for measurement results: summaries, comparisons, verdicts, power, outliers.
 
-Methods (Larres, Potanin and Hirose, ACSC 2013; Flater, NIST TN 1855, 2014):
-- 95% BCa bootstrap confidence intervals (``scipy.stats.bootstrap``, seeded) of the mean
-  and the median; of the ratio and the difference of means between two variants.
-  Degenerate samples (n < 2, or no spread) get the degenerate interval [value, value];
-  a BCa interval that cannot be computed (NaN, e.g. almost-constant data) falls back to
-  the percentile interval and says so in ``ci_method``.
-- Welch's t and Mann-Whitney U p-values for a change in location; Brown-Forsythe
-  (Levene with center='median') for a change in spread. Tests that are undefined on
-  the data (both samples constant) give ``None``, never a made-up p-value.
-- Verdict: the interval decides, a magnitude floor keeps negligible changes out.
-  Times: the 95% CI of the ratio of means must exclude 1 *and* the point change must be
-  at least TIME_FLOOR (1%) — smaller timing changes are below what this harness's noise
-  can resolve. Counts (pages, bytes, faults) are deterministic under control, so the
-  floor is 0: the CI of the difference must exclude 0.
+Methods (Mytkowicz et al. 2009; Larres, Potanin and Hirose, ACSC 2013; Flater, NIST TN
+1855, 2014):
+- Summaries: 95% BCa bootstrap intervals (``scipy.stats.bootstrap``, seeded) of the mean
+  and the median of each series; n < 2 or no spread gives the degenerate interval
+  [value, value]; a BCa interval that cannot be computed falls back to the percentile
+  interval and says so in ``ci_method``.
+- Comparisons of times: a t-test on *log* times, i.e. of the ratio of geometric means
+  b/a: paired by round (per-round log ratios; each round runs a and b back to back, so
+  load shared by a round cancels) when at least MIN_TIME_RUNS rounds pair, else Welch's
+  (conservative when rounds are correlated). Startup times are skewed and
+  multiplicative; on the log scale they are close to symmetric, and the t-interval
+  keeps its coverage at small n where the BCa interval of the ratio of means does not
+  (coverage study: bench/bench_verdicts.py, docs/methodology.md). The interval and the
+  p-value come from the same test, so a verdict can never contradict its row's p-value.
+  Series with a zero or negative value (user/sys times below the clock tick) use Welch
+  on the raw values. When Welch decided, a faster/slower verdict also needs the paired
+  interval to exclude 1.
+- Counts (pages, bytes, major faults): *deterministic* only where the runs show it (no
+  spread on either side, n >= 2 each): then any difference is a change, exactly, with no
+  test and no p-value. Otherwise (hot runs on a shared machine: other processes evict
+  pages) Welch's t on the raw values, like a time.
+- Multiplicity: Holm's step-down correction (``statsmodels.stats.multitest``) across all
+  tested comparisons of a results file; the verdict uses the adjusted p-value and a
+  magnitude floor (1% for times). ``primary`` comparisons decide exit codes.
+- Power: with every row that is not exact, the minimum detectable effect at 80% power
+  for the observed noise at the Bonferroni level alpha/m (Holm never needs less), and
+  the runs per side needed to detect a target effect (``statsmodels.stats.power``).
+- Minimum n: below MIN_TIME_RUNS per side a time comparison gives "too few runs"
+  (from the coverage study of bench/bench_verdicts.py).
+- Brown-Forsythe (Levene with center='median') flags a change in spread; Mann-Whitney U
+  is reported for reference. Tests undefined on the data give ``None``, never a made-up
+  p-value.
 - Outliers: modified Z-score (Iglewicz and Hoaglin 1993), |Mi| > 3.5, with
   Mi = 0.6745 (xi - median) / MAD; when MAD is 0 the mean absolute deviation is used
   (Mi = (xi - median) / (1.253314 MeanAD)); when both are 0 there are no outliers.
-- Paired by round: the geometric mean of per-round ratios b/a with a BCa interval. For
-  times, a faster/slower verdict of the unpaired interval stands only if the paired
-  interval (when there are >= 4 pairs) also excludes 1: drift of a shared machine that
-  happened to hit one variant more cannot fake a change there.
 - Hommey's I/O-bound figure: mean(cold) - mean(hot) per variant (cold or selective)
   and the change of that difference between variants, with a bootstrap interval.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from itertools import product
@@ -34,17 +49,21 @@ from itertools import product
 import numpy as np
 from scipy import stats as ss
 
+from elflayout.errors import ElflayoutError
+
 TIME_METRICS = ("wall_s", "user_s", "sys_s")
 COUNT_METRICS = ("major_faults", "pages_read", "bytes_read")
 METRICS = TIME_METRICS + COUNT_METRICS
 TIME_FLOOR = 0.01  # relative: 1% of the baseline mean
 COUNT_FLOOR = 0.0  # absolute: any interval-backed change in a deterministic count
-MIN_RUNS = 4  # below this per side, intervals and tests are not worth much
+MIN_RUNS = 4  # below this per side, intervals and tests are not worth much (warning)
+MIN_TIME_RUNS = 4  # no time verdict below this per side: the coverage study of bench/bench_verdicts.py
+ALPHA = 0.05
+POWER = 0.80
+DEFAULT_PRIMARY = (("pages_read", "selective"), ("wall_s", "selective"))
 Z_OUTLIER = 3.5
 N_RESAMPLES = 4999
 CONFIDENCE = 0.95
-
-
 def _f(x):
     """JSON-friendly float: None for NaN/inf."""
     if x is None:
@@ -133,49 +152,189 @@ def _p(test, *args, **kw):
             return None
 
 
-def compare(a, b, metric: str, seed=0) -> dict:
-    """Variant b against baseline a for one metric: ratio b/a, difference b - a, tests, verdict."""
+def _statsmodels_power():
+    try:
+        from statsmodels.stats.power import TTestIndPower, TTestPower
+    except ImportError:
+        raise ElflayoutError("the power analysis needs statsmodels: pip install 'elflayout[stats]' "
+                             "(make bootstrap installs it)") from None
+    return TTestIndPower, TTestPower
+
+
+def _statsmodels_multipletests():
+    try:
+        from statsmodels.stats.multitest import multipletests
+    except ImportError:
+        raise ElflayoutError("Holm's correction needs statsmodels: pip install 'elflayout[stats]' "
+                             "(make bootstrap installs it)") from None
+    return multipletests
+
+
+def t_test(a, b, log: bool, paired: bool = False) -> dict | None:
+    """Welch (or paired) t-test of b against a: {p, lo, hi, sd, df} on the log or raw scale.
+
+    lo/hi: the 95% interval of mean(b) - mean(a) (of log values: of the log ratio of
+    geometric means); sd: the noise the power analysis uses (pooled sd of the two
+    samples, or sd of the per-pair differences). None when undefined (n < 2 on a side,
+    or no spread at all).
+    """
+    a = np.asarray(a, float)
+    b = np.asarray(b, float)
+    if log:
+        a, b = np.log(a), np.log(b)
+    if min(len(a), len(b)) < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if paired:
+            d = b - a
+            if np.ptp(d) == 0:
+                return None
+            r = ss.ttest_rel(b, a)
+            sd = float(np.std(d, ddof=1))
+        else:
+            if np.ptp(a) == 0 and np.ptp(b) == 0:
+                return None
+            r = ss.ttest_ind(b, a, equal_var=False)
+            sd = float(np.sqrt((np.var(a, ddof=1) + np.var(b, ddof=1)) / 2))
+        ci = r.confidence_interval(CONFIDENCE)
+    if not (np.isfinite(r.pvalue) and np.isfinite(ci.low) and np.isfinite(ci.high)):
+        return None
+    return {"p": float(r.pvalue), "lo": float(ci.low), "hi": float(ci.high), "sd": sd, "df": float(r.df),
+            "point": float(np.mean(b) - np.mean(a))}
+
+
+def t_intervals(la, lb, paired: bool):
+    """Vectorised ``t_test`` for studies: rows of log values (k x n arrays, no degenerate
+    rows) -> (lo, hi, p) arrays of the 95% interval of mean(lb) - mean(la) per row."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = ss.ttest_rel(lb, la, axis=-1) if paired else ss.ttest_ind(lb, la, equal_var=False, axis=-1)
+        ci = r.confidence_interval(CONFIDENCE)
+    return np.asarray(ci.low), np.asarray(ci.high), np.asarray(r.pvalue)
+
+
+@functools.lru_cache(maxsize=4096)
+def _effect_size(n_a: int, n_b: int, alpha: float, power: float, paired: bool):
+    """Cohen's d detected with ``power`` (statsmodels' root finding is slow: cached by n)."""
+    TTestIndPower, TTestPower = _statsmodels_power()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if paired:
+                d = TTestPower().solve_power(nobs=min(n_a, n_b), alpha=alpha, power=power)
+            else:
+                d = TTestIndPower().solve_power(nobs1=n_a, ratio=n_b / n_a, alpha=alpha, power=power)
+        except (ValueError, RuntimeError, ZeroDivisionError):
+            return None
+    d = float(np.ravel(d)[0])
+    return d if np.isfinite(d) else None
+
+
+def mde(sd: float, n_a: int, n_b: int, alpha: float = ALPHA, power: float = POWER, paired: bool = False):
+    """Smallest |mean difference| detected with ``power`` by a two-sided t-test at ``alpha``,
+    in the units of ``sd`` (log units for times). None when it cannot be computed."""
+    if sd is None or not np.isfinite(sd) or min(n_a, n_b) < 2:
+        return None
+    d = _effect_size(int(n_a), int(n_b), float(alpha), float(power), bool(paired))
+    return d * sd if d is not None else None
+
+
+def runs_needed(effect: float, sd: float, alpha: float = ALPHA, power: float = POWER, paired: bool = False):
+    """Runs per side for a two-sided t-test at ``alpha`` to detect a mean difference of
+    ``effect`` (same units as ``sd``) with ``power``; None when undefined."""
+    TTestIndPower, TTestPower = _statsmodels_power()
+
+    if not sd or not np.isfinite(sd) or not effect:
+        return None
+    es = abs(effect) / sd
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            n = (TTestPower().solve_power(effect_size=es, alpha=alpha, power=power) if paired else
+                 TTestIndPower().solve_power(effect_size=es, ratio=1.0, alpha=alpha, power=power))
+        except (ValueError, RuntimeError, ZeroDivisionError):
+            return None
+    n = float(np.ravel(n)[0])
+    return max(2, math.ceil(n)) if np.isfinite(n) else None
+
+
+def compare(a, b, metric: str, seed=0, pairs=None, min_time_runs: int = MIN_TIME_RUNS) -> dict:
+    """Variant b against baseline a for one metric: ratio b/a, difference b - a, test, p.
+
+    The verdict here is *unadjusted*; ``adjust`` applies the multiplicity correction
+    across a file's comparisons and sets the final verdict. ``pairs``: (a, b) values of
+    the rounds both sides ran, for the paired interval.
+    """
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     out = {"n_a": len(a), "n_b": len(b)}
     warn = []
     if len(a) == 0 or len(b) == 0:
-        return {**out, "verdict": "no data", "warnings": ["a side has no runs"]}
+        return {**out, "verdict": "no data", "warnings": ["a side has no runs"], "test": None, "p_value": None}
     ma, mb = float(a.mean()), float(b.mean())
-    rlo = rhi = ratio = None
-    if ma != 0:
-        ratio = mb / ma
-        rlo, rhi, _ = bootstrap_ci([a, b], _ratio, seed)
-    dlo, dhi, how = bootstrap_ci([a, b], _diff, seed)
-    both_const = np.ptp(a) == 0 and np.ptp(b) == 0
-    p_welch = None if both_const or min(len(a), len(b)) < 2 else _p(ss.ttest_ind, a, b, equal_var=False)
+    diff = mb - ma
+    is_time = metric in TIME_METRICS
+    both_const = bool(min(len(a), len(b)) >= 2 and np.ptp(a) == 0 and np.ptp(b) == 0)
+    log = is_time and bool((a > 0).all() and (b > 0).all())
+    welch = t_test(a, b, log=log)
+    raw = t_test(a, b, log=False) if log else welch
+    # Times: the paired test on per-round log ratios decides when enough rounds pair
+    # (the coverage study: it holds its level, and load shared by a round cancels);
+    # else Welch on logs (conservative when the rounds are correlated).
+    pa, pb = (np.asarray(pairs[0], float), np.asarray(pairs[1], float)) if pairs is not None else ((), ())
+    paired = (is_time and log and len(pa) >= min_time_runs and bool((pa > 0).all() and (pb > 0).all()))
+    t = t_test(pa, pb, log=True, paired=True) if paired else welch
+    if paired and t is None:
+        paired, t = False, welch
+    ratio = mb / ma if ma else None
+    rlo = rhi = None
+    if log and t:  # ratio of geometric means and its interval
+        ratio, rlo, rhi = math.exp(t["point"]), math.exp(t["lo"]), math.exp(t["hi"])
+    elif raw and ma:
+        rlo, rhi = 1 + raw["lo"] / ma, 1 + raw["hi"] / ma
+    elif both_const and ma:
+        rlo = rhi = ratio
+    dlo, dhi = (raw["lo"], raw["hi"]) if raw else (diff, diff) if both_const else (None, None)
     p_mwu = _p(ss.mannwhitneyu, a, b, alternative="two-sided")
     p_bf = None if both_const or min(len(a), len(b)) < 2 else _p(ss.levene, a, b, center="median")
+    n = len(pa) if paired else min(len(a), len(b))
     if min(len(a), len(b)) < MIN_RUNS:
         warn.append(f"fewer than {MIN_RUNS} runs per side ({len(a)} and {len(b)}): the verdict is not reliable")
-    diff = mb - ma
-    if metric in TIME_METRICS and min(len(a), len(b)) < 2:
-        # One timed run per side has no spread to judge noise by: no verdict.
-        changed, verdict = False, "too few runs"
-    elif metric in TIME_METRICS:
-        floor_ok = ma != 0 and abs(diff) / abs(ma) >= TIME_FLOOR
-        ci_ok = rlo is not None and (rlo > 1 or rhi < 1) if ratio is not None else (dlo > 0 or dhi < 0)
-        changed = floor_ok and ci_ok
-        verdict = ("slower" if diff > 0 else "faster") if changed else "no change"
-    else:
-        changed = abs(diff) > COUNT_FLOOR and (dlo > 0 or dhi < 0)
+    deterministic = (not is_time) and both_const
+    test = ("exact (deterministic)" if deterministic else None if t is None else
+            ("paired t, log" if paired else "Welch t, log" if log else "Welch t"))
+    if deterministic:
+        changed = abs(diff) > COUNT_FLOOR
         verdict = ("more" if diff > 0 else "fewer") if changed else "no change"
-    if p_bf is not None and p_bf < 0.05:
+    elif t is None:
+        changed, verdict = False, "too few runs" if n < 2 else "no change"
+    else:
+        # unadjusted; adjust() replaces it with the verdict at the corrected level
+        changed = t["p"] < ALPHA and (not is_time or (ma != 0 and abs(diff) / abs(ma) >= TIME_FLOOR))
+        up, down = ("slower", "faster") if is_time else ("more", "fewer")
+        verdict = (up if diff > 0 else down) if changed else "no change"
+    if is_time and n < min_time_runs and verdict != "no data":
+        warn.append(f"{n} runs per side: fewer than the {min_time_runs} needed for a trustworthy time interval")
+        changed, verdict = False, "too few runs"
+    if p_bf is not None and p_bf < ALPHA:
         warn.append(f"spread changed (Brown-Forsythe p = {p_bf:.3g})")
     out.update({"mean_a": ma, "mean_b": mb, "ratio": _f(ratio), "ci_low": _f(rlo), "ci_high": _f(rhi),
-                "diff": diff, "diff_ci_low": _f(dlo), "diff_ci_high": _f(dhi), "ci_method": how,
-                "p_welch": p_welch, "p_mwu": p_mwu, "p_brown_forsythe": p_bf, "verdict": verdict,
-                "improved": (diff < 0) if changed else None, "warnings": warn})
+                "diff": diff, "diff_ci_low": _f(dlo), "diff_ci_high": _f(dhi),
+                "ci_method": "t, log scale" if log and t else "t" if raw else "exact" if both_const else None,
+                "test": test, "p_value": _f(t["p"]) if t and not deterministic else None,
+                "p_welch": _f(welch["p"]) if welch and not deterministic else None,
+                "p_mwu": p_mwu, "p_brown_forsythe": p_bf, "verdict": verdict,
+                "improved": (diff < 0) if changed else None, "deterministic": deterministic,
+                "noise_sd": _f(t["sd"]) if t else None, "log_scale": log, "paired": paired, "warnings": warn})
+    if pairs is not None:
+        out.update(paired_ratio(*pairs, seed))
     return out
 
 
 def paired_ratio(a, b, seed=0) -> dict:
-    """Geometric-mean ratio b/a over rounds (pairs run close in time) with a BCa interval.
+    """Geometric-mean ratio b/a over rounds (pairs run close in time) with a t-interval.
 
     Each round runs a and b back to back, so a per-round ratio cancels slow drift of
     the machine (load from other jobs) that inflates the unpaired interval. Pairs with
@@ -187,9 +346,83 @@ def paired_ratio(a, b, seed=0) -> dict:
     if ok.sum() < 1:
         return {"n_pairs": int(ok.sum())}
     lr = np.log(b[ok] / a[ok])
-    lo, hi, _ = bootstrap_ci([lr], _mean, seed)
-    return {"n_pairs": int(ok.sum()), "paired_ratio": float(np.exp(lr.mean())), "paired_ci_low": _f(np.exp(lo)),
-            "paired_ci_high": _f(np.exp(hi))}
+    point = float(np.exp(lr.mean()))
+    t = t_test(a[ok], b[ok], log=True, paired=True)
+    lo, hi = (math.exp(t["lo"]), math.exp(t["hi"])) if t else (point, point) if np.ptp(lr) == 0 else (None, None)
+    return {"n_pairs": int(ok.sum()), "paired_ratio": point, "paired_ci_low": _f(lo), "paired_ci_high": _f(hi),
+            "paired_p": _f(t["p"]) if t else None}
+
+
+def parse_primary(specs) -> list[tuple[str, str]]:
+    """["wall_s:selective", ...] -> [(metric, state)]; ValueError names a bad one."""
+    out = []
+    for s in specs:
+        m, sep, st = str(s).partition(":")
+        if not sep or m not in METRICS or not st:
+            raise ValueError(f"{s!r}: expected METRIC:STATE with METRIC one of {', '.join(METRICS)}")
+        out.append((m, st))
+    return out
+
+
+def adjust(comparisons: list[dict], alpha: float = ALPHA, primary=DEFAULT_PRIMARY,
+           target_effect: float | None = None) -> dict:
+    """Holm's correction across the tested comparisons; final verdicts, MDE, runs needed.
+
+    Rows are changed in place: ``p_adjusted``, ``verdict`` (at the corrected level),
+    ``primary``, ``mde`` (relative, for "no change" / "too few runs"), ``runs_needed``
+    (per side, for ``target_effect``). Returns the multiplicity summary of the file.
+    """
+    multipletests = _statsmodels_multipletests()
+
+    prim = {tuple(p) for p in primary}
+    # rows without a verdict to give ("too few runs") need no correction: not in the family
+    tested = [c for c in comparisons if c.get("p_value") is not None and c["verdict"] not in ("too few runs", "no data")]
+    m = len(tested)
+    if m:
+        _, padj, _, _ = multipletests([c["p_value"] for c in tested], alpha=alpha, method="holm")
+        for c, pa in zip(tested, padj):
+            c["p_adjusted"] = float(pa)
+    # Bonferroni: the level Holm's first step uses, for the family this file would have
+    # with enough runs (rows now "too few runs" included)
+    level = alpha / max(sum(1 for c in comparisons if c.get("p_value") is not None), 1)
+    for c in comparisons:
+        c.setdefault("p_adjusted", None)
+        c["primary"] = (c.get("metric"), c.get("state")) in prim
+        is_time = c.get("metric") in TIME_METRICS
+        if c.get("p_adjusted") is not None:
+            floor_ok = not is_time or (c["mean_a"] and abs(c["diff"]) / abs(c["mean_a"]) >= TIME_FLOOR)
+            changed = c["p_adjusted"] < alpha and floor_ok
+            if changed and is_time and c.get("n_pairs", 0) >= MIN_RUNS:
+                lo, hi = c.get("paired_ci_low"), c.get("paired_ci_high")
+                if lo is not None and hi is not None and lo <= 1 <= hi:
+                    c["warnings"] = c["warnings"] + [
+                        f"the unpaired interval excludes 1 but the paired-by-round interval "
+                        f"[{lo:.4f}, {hi:.4f}] contains 1: no change"]
+                    changed = False
+            if c["p_value"] < alpha and c["p_adjusted"] >= alpha and floor_ok:
+                c["warnings"] = c["warnings"] + [
+                    f"p = {c['p_value']:.3g} alone, but {c['p_adjusted']:.3g} after Holm's correction "
+                    f"for {m} comparisons: no change"]
+            up, down = ("slower", "faster") if is_time else ("more", "fewer")
+            c["verdict"] = (up if c["diff"] > 0 else down) if changed else "no change"
+            c["improved"] = (c["diff"] < 0) if changed else None
+        sd, scale = c.get("noise_sd"), c.get("log_scale")
+        if sd is not None and not c.get("deterministic") and c.get("n_a", 0) >= 2:
+            n_a, n_b = (c["n_pairs"], c["n_pairs"]) if c.get("paired") else (c["n_a"], c["n_b"])
+            d = mde(sd, n_a, n_b, level, paired=bool(c.get("paired")))
+            rel = (math.expm1(d) if scale else d / abs(c["mean_a"]) if c.get("mean_a") else None) if d else None
+            c["mde"] = _f(rel)
+        else:
+            c["mde"] = None
+        if target_effect and sd is not None and not c.get("deterministic"):
+            eff = math.log1p(target_effect) if scale else (target_effect * abs(c["mean_a"]) if c.get("mean_a") else None)
+            c["runs_needed"] = runs_needed(eff, sd, level, paired=bool(c.get("paired"))) if eff else None
+    return {"method": "holm", "alpha": alpha, "comparisons": len(comparisons), "tested": m,
+            "tested_if_enough": sum(1 for c in comparisons if c.get("p_value") is not None),
+            "exact": sum(1 for c in comparisons if c.get("deterministic")),
+            "too_few_runs": sum(1 for c in comparisons if c.get("verdict") == "too few runs"),
+            "primary": [f"{mt}:{st}" for mt, st in primary], "min_time_runs": MIN_TIME_RUNS,
+            "target_effect": target_effect}
 
 
 def io_bound(cold, hot, seed=0) -> dict:
@@ -220,16 +453,37 @@ def _series(runs, variant, state, metric):
                      and r.get(metric) is not None], dtype=float)
 
 
+def compare_runs(runs: list[dict], variants: list[str], states: list[str], seed: int = 0, metrics=METRICS,
+                 primary=DEFAULT_PRIMARY, target_effect: float | None = None,
+                 min_time_runs: int = MIN_TIME_RUNS) -> tuple[list[dict], dict]:
+    """(comparisons, multiplicity) of each variant against the first, over the given runs
+    (all of them: leave disturbed runs out before)."""
+    comparisons = []
+    base = variants[0] if variants else None
+    for b, s, m in product(variants[1:], states, metrics):
+        xa, xb = _series(runs, base, s, m), _series(runs, b, s, m)
+        if len(xa) == 0 and len(xb) == 0:
+            continue
+        pa = {r["round"]: r[m] for r in runs if r["variant"] == base and r["state"] == s and r.get(m) is not None}
+        pb = {r["round"]: r[m] for r in runs if r["variant"] == b and r["state"] == s and r.get(m) is not None}
+        both = sorted(set(pa) & set(pb))
+        pairs = ([pa[k] for k in both], [pb[k] for k in both])
+        comparisons.append({"a": base, "b": b, "state": s, "metric": m,
+                            **compare(xa, xb, m, seed, pairs=pairs, min_time_runs=min_time_runs)})
+    return comparisons, adjust(comparisons, primary=primary, target_effect=target_effect)
+
+
 def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int = 0,
-            metrics=METRICS, include_disturbed: bool = False) -> dict:
-    """summary, comparisons (each variant against the first) and io_bound of a results file.
+            metrics=METRICS, include_disturbed: bool = False, primary=DEFAULT_PRIMARY,
+            target_effect: float | None = None, min_time_runs: int = MIN_TIME_RUNS) -> dict:
+    """summary, comparisons (each variant against the first), multiplicity and io_bound.
 
     Runs flagged ``interference`` (another process used the files under test meanwhile)
     are left out unless ``include_disturbed``.
     """
     if not include_disturbed:
         runs = [r for r in runs if not r.get("interference")]
-    summary, comparisons, io = [], [], []
+    summary, io = [], []
     for v, s, m in product(variants, states, metrics):
         x = _series(runs, v, s, m)
         if len(x) == 0:
@@ -239,26 +493,9 @@ def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int 
         seqs = [r.get("seq") for r in runs if r["variant"] == v and r["state"] == s and r.get(m) is not None]
         d["outliers"] = [seqs[i] for i in d["outliers"]]
         summary.append({"variant": v, "state": s, "metric": m, **d})
+    comparisons, multiplicity = compare_runs(runs, variants, states, seed, metrics, primary, target_effect,
+                                             min_time_runs)
     base = variants[0] if variants else None
-    for b, s, m in product(variants[1:], states, metrics):
-        xa, xb = _series(runs, base, s, m), _series(runs, b, s, m)
-        if len(xa) == 0 and len(xb) == 0:
-            continue
-        row = {"a": base, "b": b, "state": s, "metric": m, **compare(xa, xb, m, seed)}
-        pa = {r["round"]: r[m] for r in runs if r["variant"] == base and r["state"] == s and r.get(m) is not None}
-        pb = {r["round"]: r[m] for r in runs if r["variant"] == b and r["state"] == s and r.get(m) is not None}
-        both = sorted(set(pa) & set(pb))
-        row.update(paired_ratio([pa[k] for k in both], [pb[k] for k in both], seed))
-        # Times on a shared machine: a change must also show in the paired interval
-        # (drift that happened to hit one side more cannot fake it there).
-        if m in TIME_METRICS and row["verdict"] in ("faster", "slower") and row.get("n_pairs", 0) >= MIN_RUNS:
-            lo, hi = row.get("paired_ci_low"), row.get("paired_ci_high")
-            if lo is not None and hi is not None and lo <= 1 <= hi:
-                row["warnings"] = row["warnings"] + [
-                    f"unpaired interval says {row['verdict']} but the paired-by-round interval "
-                    f"[{lo:.4f}, {hi:.4f}] contains 1: no change"]
-                row["verdict"], row["improved"] = "no change", None
-        comparisons.append(row)
     if "hot" in states:
         for cold_state in [s for s in ("cold", "selective") if s in states]:
             for m in ("wall_s",):
@@ -270,4 +507,4 @@ def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int 
                     ch = io_bound_change(_series(runs, base, cold_state, m), _series(runs, base, "hot", m),
                                          _series(runs, b, cold_state, m), _series(runs, b, "hot", m), seed)
                     io.append({"a": base, "b": b, "cold_state": cold_state, "metric": m, "change": ch})
-    return {"summary": summary, "comparisons": comparisons, "io_bound": io}
+    return {"summary": summary, "comparisons": comparisons, "multiplicity": multiplicity, "io_bound": io}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from elflayout.measure.history import MIN_POINTS, prediction_interval  # one ETS model for check and plot
 from elflayout.report import data as D
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
@@ -100,7 +101,6 @@ def _median_ci(doc, variant, state, metric, x, scale):
 # ----------------------------------------------------------------------------------
 # history
 
-MIN_POINTS = 6  # as `elflayout history check`: fewer past points and an ETS fit is not worth trusting
 
 
 def prediction_band(values, alpha: float = 0.05, min_points: int = MIN_POINTS):
@@ -117,23 +117,8 @@ def prediction_band(values, alpha: float = 0.05, min_points: int = MIN_POINTS):
         return None
     mean, lower, upper = (np.full(y.size + 1, np.nan) for _ in range(3))
     for i in range(min_points, y.size + 1):
-        mean[i], lower[i], upper[i] = _next_interval(y[:i], alpha)
+        mean[i], lower[i], upper[i] = prediction_interval(y[:i], alpha)
     return mean, lower, upper
-
-
-def _next_interval(y, alpha):
-    if np.ptp(y) == 0:
-        return float(y[-1]), float(y[-1]), float(y[-1])
-    import warnings
-
-    import pandas as pd  # statsmodels' prediction results need an indexed series
-    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit = ETSModel(pd.Series(y), error="add", trend=None, seasonal=None).fit(disp=False)
-        fr = fit.get_prediction(start=y.size, end=y.size).summary_frame(alpha=alpha)
-    return float(fr["mean"].iloc[0]), float(fr["pi_lower"].iloc[0]), float(fr["pi_upper"].iloc[0])
 
 
 def history_figure(series: list[dict], title: str | None = None):
@@ -173,24 +158,21 @@ def history_figure(series: list[dict], title: str | None = None):
 
 
 def load_history(path, variants=None, states=None, metric: str | None = None) -> list[dict]:
-    """Series from a history source: the SQLite database of `elflayout history` (one
-    series per variant × state of ``metric``, default wall_s) or a JSON file
-    ``{"series": [{"name", "values", "labels"?, "unit"?}]}`` (also a bare list of such
-    objects, or a bare list of numbers)."""
+    """Series from a history source: the database of `elflayout history` (an SQLite file
+    or a postgresql:// URL; one series per variant × state of ``metric``, default wall_s)
+    or a JSON file ``{"series": [{"name", "values", "labels"?, "unit"?}]}`` (also a bare
+    list of such objects, or a bare list of numbers)."""
     import json
     from pathlib import Path
 
+    from elflayout import fileio
     from elflayout.errors import ElflayoutError
+    from elflayout.measure import history
 
+    if history.is_url(path):
+        return _history_from_db(path, variants, states, metric or "wall_s")
     p = Path(path)
-    try:
-        head = p.read_bytes()[:16]
-    except IsADirectoryError:
-        raise ElflayoutError(f"{p}: is a directory, expected a history database or JSON series") from None
-    except FileNotFoundError:
-        raise ElflayoutError(f"{p}: no such file") from None
-    except OSError as e:
-        raise ElflayoutError(f"{p}: cannot read: {e.strerror}") from None
+    head = fileio.read_input(p, "a history database or JSON series")[:16]
     if head.startswith(b"SQLite format 3"):
         return _history_from_db(p, variants, states, metric or "wall_s")
     try:
@@ -211,35 +193,24 @@ def load_history(path, variants=None, states=None, metric: str | None = None) ->
 
 def _history_from_db(p, variants, states, metric) -> list[dict]:
     """Series of `elflayout history` (elflayout.measure.history): the mean of each session."""
-    import sqlite3
-
     from elflayout.errors import ElflayoutError
+    from elflayout.measure import history
 
     if metric not in D.METRICS:
         raise ElflayoutError(f"--metric {metric}: unknown (one of: {', '.join(D.METRICS)})")
     label, scale, unit = D.METRICS[metric]
-    try:
-        # Read-only: plotting must never create or change a history database.
-        con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
-        keys = con.execute("SELECT DISTINCT variant, state FROM points WHERE metric = ? ORDER BY variant, state",
-                           (metric,)).fetchall()
-    except sqlite3.DatabaseError as e:
-        raise ElflayoutError(f"{p}: not an elflayout history database ({e})") from None
+    con = history.connect(p, readonly=True)
     out = []
     try:
-        for v, s in keys:
+        for v, s in history.series_keys(con, metric):
             if (variants and v not in variants) or (states and s not in states):
                 continue
-            rows = con.execute(
-                "SELECT s.started, p.mean FROM points p JOIN sessions s ON s.id = p.session "
-                "WHERE p.variant = ? AND p.state = ? AND p.metric = ? ORDER BY s.started, s.id",
-                (v, s, metric)).fetchall()
-            vals = [r[1] * scale for r in rows if isinstance(r[1], (int, float))]
+            rows = [(t, m) for _, t, m in history.series(con, v, s, metric) if isinstance(m, (int, float))]
             out.append({"name": label, "title": f"{v} · {s} · {label} (mean of each session)", "unit": unit,
-                        "values": vals, "labels": [str(r[0])[:16] for r in rows if isinstance(r[1], (int, float))]})
+                        "values": [m * scale for _, m in rows], "labels": [str(t)[:16] for t, _ in rows]})
     finally:
         con.close()
     if not out:
-        raise ElflayoutError(f"{p}: no history for metric {metric}"
+        raise ElflayoutError(f"{history.redact(p)}: no history for metric {metric}"
                              + (" and the chosen variants/states" if variants or states else ""))
     return out

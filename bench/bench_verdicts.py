@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Figures of the time verdicts: false alarms, interval coverage, power (prints figures).
+
+    python3 bench/bench_verdicts.py                 # collect the pool once (cached), then study it
+    python3 bench/bench_verdicts.py --rounds 400    # pool size (rounds of 4 variants x 2 states)
+    python3 bench/bench_verdicts.py --pool P.json   # study an existing pool (no measuring)
+
+Method: one pool of real runs is collected once, with a CPU hog running beside it (a
+loaded machine): `elflayout measure` of four variants of `llc-16 --version` (libLLVM-16
+under test), interleaved, selective and hot, ``--rounds`` rounds:
+  a, a2        the same command under two names (A/A),
+  slow_hot     a wrapper that spins 5% of a's hot median wall time, then execs the command,
+  slow_sel     the same with 5% of a's selective median.
+The studies then resample *rounds* of the pool (keeping each round's runs together, as
+a real session pairs them) instead of hours of fresh runs on a shared machine:
+1. coverage of the 95% interval of the ratio b/a (A/A: the truth is 1; A/B: the pool's
+   ratio of geometric means) by n per side -> the minimum n (coverage >= 93%);
+2. false alarms on A/A files: disjoint blocks of n consecutive rounds (independent
+   files, as separate sessions would give), per primary metric and any alarm in a file
+   after Holm's correction; also from resampled files;
+3. power: detection of the 5% slowdown with the MDE each comparison prints.
+Needs root (tracefs, eviction), cc and llc-16.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
+CMD = "llc-16 --version"
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("ELFLAYOUT_CACHE") or Path.home() / ".cache" / "elflayout") / "bench-verdicts"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def measure(out, *args):
+    cmd = [sys.executable, "-m", "elflayout", "measure", *map(str, args), "--census", "none", "-o", str(out),
+           "--force", "--quiet"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    t = time.monotonic()
+    subprocess.run(cmd, check=True, env=env)
+    print(f"  $ elflayout measure {' '.join(map(str, args))} -o {out}   ({time.monotonic() - t:.0f} s)", flush=True)
+    return json.loads(Path(out).read_text())
+
+
+def spinner(d: Path) -> Path:
+    exe = d / "spin_exec"
+    if not exe.exists():
+        tmp = d / f".spin_exec.{os.getpid()}"
+        subprocess.run(["cc", "-O2", "-o", tmp, ROOT / "bench" / "spin_exec.c"], check=True)
+        os.replace(tmp, exe)
+    return exe
+
+
+def median_wall(doc, variant, state):
+    x = [r["wall_s"] for r in doc["runs"] if r["variant"] == variant and r["state"] == state]
+    clean = [r["wall_s"] for r in doc["runs"] if r["variant"] == variant and r["state"] == state
+             and not r.get("interference")]
+    return statistics.median(clean or x)  # disturbed runs still time the command
+
+
+CHUNK = 20  # rounds per measure session: the read-ahead lock is held per session, so others get turns
+
+
+def assemble(parts: list[dict], rounds: int, spin: dict) -> dict:
+    """One pool document from the sessions (rounds renumbered, each run tagged with its session)."""
+    runs = []
+    for k, part in enumerate(parts):
+        for r in part["runs"]:
+            runs.append({**r, "round": r["round"] + k * CHUNK, "seq": r["seq"] + k * 100000, "session": k})
+    return {**parts[0], "runs": runs, "summary": [], "comparisons": [],
+            "metadata": {**parts[0]["metadata"], "runs": rounds, "sessions": len(parts), "spin_us": spin}}
+
+
+def collect(rounds: int, out: Path, seed: int) -> dict:
+    """The pool: 4 variants x (selective, hot) x ``rounds``, with a CPU hog beside, in
+    sessions of CHUNK rounds (each cached: an interrupted collection resumes)."""
+    d = out.parent / f"{out.stem}.parts"
+    d.mkdir(exist_ok=True)
+    spin = spinner(out.parent)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        print(f"CPU hog beside the measurements: pid {hog.pid}", flush=True)
+        pre_f = d / "pre.json"
+        pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
+            pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective", "--state", "hot", "--runs", 10,
+            "--seed", seed)
+        us_hot = round(0.05 * median_wall(pre, "a", "hot") * 1e6)
+        us_sel = round(0.05 * median_wall(pre, "a", "selective") * 1e6)
+        print(f"  5% of the hot median = {us_hot} us; of the selective median = {us_sel} us", flush=True)
+        parts = []
+        for k in range((rounds + CHUNK - 1) // CHUNK):
+            f = d / f"part{k:03d}.json"
+            parts.append(json.loads(f.read_text()) if f.exists() else measure(
+                f, "--name", "a", CMD, "--name", "a2", CMD, "--name", "slow_hot", f"{spin} {us_hot} {CMD}",
+                "--name", "slow_sel", f"{spin} {us_sel} {CMD}", "--files", LLVM, "--state", "selective",
+                "--state", "hot", "--runs", min(CHUNK, rounds - k * CHUNK), "--seed", seed + k))
+    finally:
+        hog.kill()
+        hog.wait()
+    doc = assemble(parts, rounds, {"slow_hot": us_hot, "slow_sel": us_sel})
+    from elflayout import fileio
+
+    fileio.dump_json(doc, out)
+    return doc
+
+
+# --- studies on the pool --------------------------------------------------------------
+
+def by_round(pool: dict) -> tuple[list[int], dict]:
+    """All rounds and {round: [undisturbed runs]}: a file of n rounds drawn from the pool
+    loses its disturbed runs exactly as a real session's statistics do."""
+    rounds = {}
+    for r in pool["runs"]:
+        rounds.setdefault(r["round"], [])
+        if not r.get("interference"):
+            rounds[r["round"]].append(r)
+    return sorted(rounds), rounds
+
+
+def series(rounds, keys, variant, state, metric):
+    return np.array([r[metric] for k in keys for r in rounds[k] if r["variant"] == variant and r["state"] == state],
+                    float)
+
+
+BCA_NS = (5, 10, 20)  # the replaced method, for reference only at these n
+
+
+def coverage(pool, ns, trials, rng, stats):
+    """Coverage of the 95% interval of b/a: A/A (truth 1) and a vs slow (truth: the pool's
+    ratio of geometric means); the method in use (paired t on log ratios), its fallback
+    (Welch t on logs) and the BCa bootstrap of the ratio of means it replaced. Files of
+    n rounds are drawn from the rounds where both runs of the case are undisturbed."""
+    ok, rounds = by_round(pool)
+    cases = [("A/A wall selective", "a2", "selective"), ("A/A wall hot", "a2", "hot"),
+             ("A/B wall hot (slow_hot)", "slow_hot", "hot"), ("A/B wall selective (slow_sel)", "slow_sel", "selective")]
+    data, truth = {}, {}
+    for name, b, st in cases:
+        pa = {k: r["wall_s"] for k in ok for r in rounds[k] if r["variant"] == "a" and r["state"] == st}
+        pb = {k: r["wall_s"] for k in ok for r in rounds[k] if r["variant"] == b and r["state"] == st}
+        both = [k for k in ok if k in pa and k in pb]
+        xa, xb = np.array([pa[k] for k in both]), np.array([pb[k] for k in both])
+        data[name] = (xa, xb)
+        truth[name] = 1.0 if name.startswith("A/A") else float(np.exp(np.log(xb).mean() - np.log(xa).mean()))
+        truth[name + " (means)"] = 1.0 if name.startswith("A/A") else float(xb.mean() / xa.mean())
+    table = {}
+    for n in ns:
+        table[n] = {}
+        for name, _, _ in cases:
+            xa, xb = data[name]
+            idx = np.array([rng.choice(len(xa), n, replace=False) for _ in range(trials)])
+            la, lb = np.log(xa[idx]), np.log(xb[idx])
+            lt = np.log(truth[name])
+            cov = []
+            for paired in (False, True):
+                lo, hi, _ = stats.t_intervals(la, lb, paired)
+                cov.append(float(np.mean((lo <= lt) & (lt <= hi))))
+            bca = None
+            if n in BCA_NS:  # the bootstrap is 1000x slower: a tenth of the trials
+                k = max(trials // 10, 1)
+                hits = 0
+                for t in range(k):
+                    lo, hi, _ = stats.bootstrap_ci([xa[idx[t]], xb[idx[t]]], stats._ratio, seed=t, n_resamples=999)
+                    hits += lo <= truth[name + " (means)"] <= hi
+                bca = hits / k
+            table[n][name] = (cov[0], cov[1], bca)
+        row = "  ".join(f"{v[0] * 100:5.1f} {v[1] * 100:5.1f} " + (f"{v[2] * 100:5.1f}" if v[2] is not None else "    -")
+                        for v in table[n].values())
+        print(f"  n={n:3d}  {row}", flush=True)
+    sizes = ", ".join(f"{k} {len(v[0])}" for k, v in data.items())
+    print(f"   rounds with both runs undisturbed: {sizes}")
+    return table, truth, [c[0] for c in cases]
+
+
+def files(pool, n, rng, resampled: int):
+    """Files of n rounds: the disjoint blocks of consecutive rounds (independent sessions),
+    then ``resampled`` files of n random rounds."""
+    ok, rounds = by_round(pool)
+    out = [("disjoint", ok[i:i + n]) for i in range(0, len(ok) - n + 1, n)]
+    out += [("resampled", sorted(rng.choice(ok, n, replace=False))) for _ in range(resampled)]
+    return out, rounds
+
+
+def runs_of(rounds, keys, variants):
+    return [r for k in keys for r in rounds[k] if r["variant"] in variants]
+
+
+def false_alarms(pool, n, rng, stats, resampled):
+    """A/A files (a vs a2, selective + hot, all metrics): alarms per primary metric, and
+    files with any alarm after Holm's correction."""
+    fl, rounds = files(pool, n, rng, resampled)
+    res = {"disjoint": [], "resampled": []}
+    for kind, keys in fl:
+        comps, mu = stats.compare_runs(runs_of(rounds, keys, ("a", "a2")), ["a", "a2"], ["selective", "hot"])
+        alarm = {(c["metric"], c["state"]): c["verdict"] in ("faster", "slower", "more", "fewer") for c in comps}
+        res[kind].append((alarm, mu["comparisons"], mu["tested"]))
+    return res
+
+
+def power(pool, n, rng, stats, trials, slow, state):
+    """a vs the spinning wrapper: detection of the slowdown on wall_s in ``state``, with
+    the MDE the row prints."""
+    ok, rounds = by_round(pool)
+    out = []
+    for _ in range(trials):
+        keys = sorted(rng.choice(ok, n, replace=False))
+        comps, _ = stats.compare_runs(runs_of(rounds, keys, ("a", slow)), ["a", slow], ["selective", "hot"])
+        c = next(c for c in comps if c["metric"] == "wall_s" and c["state"] == state)
+        out.append((c["verdict"] == "slower", c.get("mde")))
+    return out
+
+
+def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: int = 50, power_trials: int = 40,
+          both_n: bool = False):
+    """The three studies (each A/A or A/B file is a full compare: 1-3 s on a loaded 2-core machine)."""
+    from elflayout.measure import stats
+
+    pool = json.loads(pool_path.read_text())
+    rng = np.random.default_rng(seed)
+    ok, rounds = by_round(pool)
+    md = pool["metadata"]
+    dist = sum(1 for r in pool["runs"] if r.get("interference"))
+    print(f"pool: {pool_path} - {len(ok)} rounds in {md.get('sessions', 1)} sessions, {len(pool['runs'])} runs "
+          f"({dist} disturbed by other processes, left out as compare does) "
+          f"(`llc-16 --version`, libLLVM-16, CPU hog beside), spin {md.get('spin_us')}")
+    for v in ("a", "a2", "slow_hot", "slow_sel"):
+        for st in ("selective", "hot"):
+            x = series(rounds, ok, v, st, "wall_s")
+            print(f"  {v:9s} {st:9s} wall median {np.median(x) * 1e3:7.2f} ms  CoV {x.std(ddof=1) / x.mean() * 100:5.1f}%"
+                  f"  sd(log) {np.log(x).std(ddof=1):.3f}")
+    t0 = time.monotonic()
+    print("\n1. coverage of the 95% interval of b/a (%), per case: Welch-log (fallback)  paired-log (used)  "
+          "BCa of the ratio of means (replaced; at n = 5, 10, 20, a tenth of the trials)")
+    # n well below the pool's size: resampling most of a finite pool would shrink every
+    # interval around the pool's own ratio and bias the coverage
+    ns = [n for n in (3, 4, 5, 6, 8, 10, 12, 15, 20, 30) if n <= len(ok) // 5]
+    table, truth, names = coverage(pool, ns, trials, rng, stats)
+    print("   columns: " + " | ".join(names))
+    print("   truths (ratio of geometric means): " + ", ".join(f"{k} {truth[k]:.4f}" for k in names))
+    # the paired interval decides when rounds pair; Welch (the fallback) must hold too
+    ok_n = [n for n in ns if all(min(table[m][k][:2]) >= 0.93 for k in names for m in ns if m >= n)]
+    min_n = max(ok_n[0], stats.MIN_RUNS) if ok_n else None
+    print(f"   minimum n with coverage >= 93% for every case, paired and Welch, from there on: {min_n}; "
+          f"stats.MIN_TIME_RUNS = {stats.MIN_TIME_RUNS}" + ("" if min_n == stats.MIN_TIME_RUNS else "  <-- DIFFERS"))
+    print(f"   ({time.monotonic() - t0:.0f} s)")
+
+    t0 = time.monotonic()
+    for n in sorted({demo_n, stats.MIN_TIME_RUNS}) if both_n else [demo_n]:
+        res = false_alarms(pool, n, rng, stats, aa_resampled)
+        print(f"\n2. A/A false alarms at n = {n}" + (" (the demo's default)" if n == demo_n else ""))
+        for kind, rows in res.items():
+            if not rows:
+                continue
+            k = len(rows)
+            per = {p: sum(a[p] for a, _, _ in rows) for p in stats.DEFAULT_PRIMARY}
+            anyf = sum(any(a.values()) for a, _, _ in rows)
+            hot = sum(a[("wall_s", "hot")] for a, _, _ in rows)
+            print(f"   {kind:9s} {k:4d} files ({rows[0][1]} comparisons each, {rows[0][2]} tested): "
+                  + ", ".join(f"{m}:{s} {per[(m, s)]}/{k} ({per[(m, s)] / k * 100:.1f}%)" for m, s in per)
+                  + f", wall_s:hot {hot}/{k} ({hot / k * 100:.1f}%); any alarm after Holm {anyf}/{k} "
+                  f"({anyf / k * 100:.1f}%)")
+    print(f"   ({time.monotonic() - t0:.0f} s)")
+
+    t0 = time.monotonic()
+    print("\n3. power: a vs the wrapper spinning 5% of a's median (then exec), wall_s")
+    for slow, st in (("slow_hot", "hot"), ("slow_sel", "selective")):
+        xa, xb = series(rounds, ok, "a", st, "wall_s"), series(rounds, ok, slow, st, "wall_s")
+        print(f"   {slow} ({st}): realised slowdown (pool) geometric {np.exp(np.log(xb).mean() - np.log(xa).mean()):.4f}"
+              f", means {xb.mean() / xa.mean():.4f}")
+        for n in (demo_n, 30):
+            if n > len(ok) // 4:
+                continue
+            res = power(pool, n, rng, stats, power_trials, slow, st)
+            small = [d for d, m in res if m is not None and m <= 0.05]
+            big = [m for d, m in res if m is None or m > 0.05]
+            det = sum(d for d, _ in res)
+            print(f"     n={n:3d}: detected {det}/{len(res)} ({det / len(res) * 100:.0f}%); printed MDE <= 5% in "
+                  f"{len(small)} trials, detected in {sum(small)} of them"
+                  + (f" ({sum(small) / len(small) * 100:.0f}%)" if small else "")
+                  + (f"; MDE > 5% in {len(big)} (median MDE {np.median([m for m in big if m]) * 100:.1f}%)"
+                     if big and any(big) else ""))
+    print(f"   ({time.monotonic() - t0:.0f} s)")
+    return min_n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=400)
+    ap.add_argument("--pool", type=Path, help="an existing pool (results file of the four variants)")
+    ap.add_argument("--collect-only", action="store_true")
+    ap.add_argument("--partial", action="store_true", help="study the sessions of the pool collected so far")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--trials", type=int, default=2000, help="resampled files per n in the coverage study")
+    ap.add_argument("--aa-resampled", type=int, default=50, help="resampled A/A files beside the disjoint ones")
+    ap.add_argument("--power-trials", type=int, default=40, help="resampled A/B files per n in the power study")
+    ap.add_argument("--both-n", action="store_true", help="A/A files also at stats.MIN_TIME_RUNS")
+    ap.add_argument("--demo-n", type=int, default=None, help="the demo's default runs (default: read from demo)")
+    a = ap.parse_args()
+    pool = a.pool or cache_dir() / f"pool-{a.rounds}.json"
+    if a.partial:  # study the sessions collected so far (another process may still be collecting)
+        parts = sorted((cache_dir() / f"pool-{a.rounds}.parts").glob("part*.json"))
+        docs = [json.loads(f.read_text()) for f in parts]
+        pool = cache_dir() / f"pool-{a.rounds}-partial.json"
+        from elflayout import fileio
+
+        fileio.dump_json(assemble(docs, len(docs) * CHUNK, None), pool)
+    elif not pool.exists():
+        print(f"collecting the pool: {a.rounds} rounds -> {pool}", flush=True)
+        collect(a.rounds, pool, a.seed)
+    if a.collect_only:
+        return 0
+    demo_n = a.demo_n
+    if demo_n is None:
+        from elflayout import demo
+
+        demo_n = demo.DEFAULT_RUNS
+    study(pool, a.trials, a.seed, demo_n, a.aa_resampled, a.power_trials, a.both_n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
