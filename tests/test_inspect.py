@@ -437,3 +437,30 @@ def test_initializers_in_run_order_with_pages_from_a_profile(tmp_path):
     html = tmp_path / "r.html"
     run_cli("report", prof, "-o", html, check=0)
     assert "Static initializers: " in html.read_text() and "init_0" in html.read_text()
+
+
+def test_initializers_of_a_stripped_executable_without_unwind_tables(tmp_path):
+    """A PIE executable as its own target (Chromium's case): its constructors have neither
+    a symbol nor an FDE, so no function extent starts at them; the profiler marks their
+    entry offsets, and each is charged with the data pages it first writes."""
+    need_tool("gcc")
+    from elflayout.profile.valgrind import tool_status
+
+    if tool_status():
+        pytest.skip(tool_status())
+    src = tmp_path / "e.c"
+    src.write_text("".join(
+        f"static char big{i}[3 * 4096] = {{{i + 1}}};\n"
+        f"__attribute__((constructor)) static void init_{i}(void) {{ for (int k = 0; k < 3 * 4096; k += 4096)"
+        f" big{i}[k] = {i + 1}; }}\n" for i in range(3)) + "int main(void) { return big0[0] + big1[0] != 3; }\n")
+    exe = tmp_path / "exe"
+    subprocess.run(["gcc", "-O0", "-fPIE", "-pie", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-s",
+                    "-o", exe, src], check=True)
+    prof = tmp_path / "p.json"
+    run_cli("profile", "--target", exe, "--data", "-o", prof, "--", exe, check=0)
+    res = json.loads(run_cli("inspect", "--initializers", "--json", exe, "--profile", prof, check=0).stdout)
+    arr = [e for e in res["initializers"] if e["via"] == "DT_INIT_ARRAY"]
+    assert len(arr) >= 3 and all(e["ran"] for e in res["initializers"]), res["initializers"]
+    # the three constructors each write their own array first (>= 2 of its 3 pages)
+    assert sum(e["data_pages"] >= 2 for e in arr) >= 3, arr
+    assert res["pages_charged"] == res["init_phase_pages"]

@@ -75,7 +75,8 @@ def run_initializers(args) -> int:
     for i, e in enumerate(res["initializers"]):
         row = [str(i), f"{e['via']}[{e['index']}]", _h(e["vaddr"]), _n(e["code_page"])]
         if t is not None:
-            row += ["yes" if e["ran"] else "no", _n(e.get("code_pages")), _n(e.get("data_pages")),
+            ran = "yes" if e["ran"] else "no" if e["ran"] is False else "unseen"
+            row += [ran, _n(e.get("code_pages")), _n(e.get("data_pages")),
                     "-" if e.get("t_s") is None else f"{e['t_s'] * 1e3:.1f}"]
         rows.append(row + [e["function"] or "?", e["object"] or ""])
     head = ["#", "via", "vaddr", "page"] + (["ran", "code pg", "data pg", "t ms*"] if t is not None else []) + \

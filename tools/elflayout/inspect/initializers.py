@@ -21,7 +21,8 @@ Steps:
    at ``main`` or, for a dlopen, the end of the init phase); every page whose first
    access falls in that window is charged to it (``x``: code, ``r``/``w``: data), and
    its time is the difference of ``t`` (valgrind-dilated: compare, do not add to
-   native times).
+   native times). An executable's initializers are also marked by the profiler (their
+   first execution, ``phases.initializers``), which finds those without a function extent.
 """
 
 from __future__ import annotations
@@ -111,14 +112,22 @@ def charge(es: list[dict], t) -> dict:
     if end_all is None:
         init_firsts = [p.first for p in pages if p.phase == "init"]
         end_all = max(init_firsts) + 1 if init_firsts else None
+    # an executable's initializers are also marked by the profiler (``phases.initializers``):
+    # that finds the ones with no function extent (no symbol, no FDE), as in Chromium
+    marked = {int(m["offset"]): m for m in phases.get("initializers") or [] if m.get("first") is not None}
     started = []
     for e in es:
         f = by_off.get(e["offset"])
+        m = marked.get(e["offset"])
         e["object"] = f.object if f else None
         if f is not None and f.first is not None:
             started.append((int(f.first), f.t, e))
+        elif m is not None:
+            started.append((int(m["first"]), m.get("t"), e))
         else:
-            e.update(ran=False, code_pages=0, data_pages=0, pages=0, t_s=None)
+            # unseen: did not run, or (no function extent, not marked) ran unrecognised
+            e.update(ran=False if f is not None or e["offset"] in marked else None,
+                     code_pages=0, data_pages=0, pages=0, t_s=None)
     started.sort(key=lambda x: x[0])
     # DT_INIT (_init) has no sized symbol: it starts where the profile's init phase does
     init_start = phases.get("init_start")

@@ -213,6 +213,10 @@ def _targets(setup: Setup, r, warnings: list, notes: list) -> tuple[list[dict], 
             notes.append(f"{img.path}: function names from its debug file {ft.symbol_counts['debug_file']}")
         if bounds is not None:
             bounds["main_is"] = "main()" if r.marks["main_seq"] is not None else "executable entry"
+            if r.marks.get("initializer_marks") and os.path.realpath(img.path) == r.marks["marked_exe"]:
+                bounds["initializers"] = [{"offset": o, "first": None if v is None else v[0],
+                                           "t": None if v is None else round(v[1], 6)}
+                                          for o, v in r.marks["initializer_marks"].items()]
             tdoc["phases"] = bounds
         if valgrind:
             tdoc["mappings"] = r.marks["maps"].get(i, [])

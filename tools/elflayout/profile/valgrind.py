@@ -146,8 +146,9 @@ def to_events(log: RawLog, t0: int | None = None) -> tuple[np.ndarray, dict]:
     ev["offset"] = off
     ev["length"] = a["len"].astype(np.int64)
     pseudo = []
-    for kind, rec in [(b"E", x) for x in r[kinds == K["E"]][:1]] + [(b"M", x) for x in r[kinds == K["M"]][:1]]:
-        pseudo.append((int(rec["seq"]), (int(rec["t_ns"]) - t0) / 1e9, kind, -1, 0, 0))
+    # an M record's flags hold the index of its --ft-mark (0: main); kept in ``length``
+    for kind, rec in [(b"E", x) for x in r[kinds == K["E"]][:1]] + [(b"M", x) for x in r[kinds == K["M"]]]:
+        pseudo.append((int(rec["seq"]), (int(rec["t_ns"]) - t0) / 1e9, kind, -1, 0, int(rec["flags"])))
     for tgt, m in first_map.items():
         # a map record's time is that of the access just before it (its t_ns field is the offset)
         prev = r[(r["seq"] < m["seq"]) & (r["t_ns"] > 0) & (kinds != K["m"])]
@@ -195,10 +196,14 @@ def combine(logs: list[RawLog]) -> tuple[np.ndarray, dict]:
             marks["first_map_seq"][tgt] = int(ev["seq"][j])
             if owner is None:
                 owner = int(li[j])
-    for kind, key in ((b"E", "entry_seq"), (b"M", "main_seq")):
-        j = np.flatnonzero((ev["kind"] == kind) & (li == (owner if owner is not None else 0)))
-        if j.size:
-            marks[key] = int(ev["seq"][j[0]])
+    mine = li == (owner if owner is not None else 0)
+    j = np.flatnonzero((ev["kind"] == b"E") & mine)
+    if j.size:
+        marks["entry_seq"] = int(ev["seq"][j[0]])
+    # first execution of each --ft-mark offset: {mark index: (seq, t)}
+    marks["mark_seqs"] = {}
+    for j in np.flatnonzero((ev["kind"] == b"M") & mine):
+        marks["mark_seqs"].setdefault(int(ev["length"][j]), (int(ev["seq"][j]), float(ev["t"][j])))
     real = np.isin(ev["kind"], (b"x", b"r", b"w"))
     return ev[real], marks
 
@@ -211,6 +216,25 @@ class Run:
     returncode: int
     duration_s: float
     command: list[str]
+
+
+MAX_MARKS = 8  # firsttouch's --ft-mark limit (MAX_MARKS in firsttouch.c); one is main()
+
+
+def exe_initializer_marks(exe: str, targets: list[str]) -> list[int]:
+    """File offsets of the executable's initializers when it is one of the targets (at most
+    MAX_MARKS - 1; the rest are found by their function extents only)."""
+    from elflayout.elfcore import ElfImage
+    from elflayout.inspect import initializers
+
+    real = os.path.realpath(exe)
+    if real not in {os.path.realpath(t) for t in targets}:
+        return []
+    try:
+        with ElfImage(real) as img:
+            return [int(o) for o in initializers.offsets(img)[:MAX_MARKS - 1]]
+    except ElflayoutError:
+        return []
 
 
 def main_offset(exe: str) -> int | None:
@@ -284,7 +308,10 @@ def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | 
     with tempfile.TemporaryDirectory(prefix="elflayout-ft-") as td:
         out = os.path.join(td, "ft.%p.log") if children else os.path.join(td, "firsttouch.log")
         mo = None if children else main_offset(os.path.realpath(exe))
-        cmd = valgrind_command(targets, out, data, [mo] if mo is not None else [], children)
+        # a target that is the executable itself: its initializers without a function
+        # extent (no symbol, no FDE) are found by marking their entry offsets too
+        init_marks = exe_initializer_marks(exe, targets) if mo is not None else []
+        cmd = valgrind_command(targets, out, data, [mo, *init_marks] if mo is not None else [], children)
         cmd += [os.path.realpath(exe), *argv[1:]]
         t0 = time.monotonic()
         try:
@@ -301,6 +328,10 @@ def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | 
             for f in files:
                 shutil.copyfile(f, log_path if len(files) == 1 else f"{log_path}.{f.name.split('.')[1]}")
     ev, marks = combine(logs)
+    ms = marks.pop("mark_seqs")
+    marks["main_seq"] = ms[0][0] if mo is not None and 0 in ms else None
+    marks["initializer_marks"] = {off: ms.get(i + 1) for i, off in enumerate(init_marks)}
+    marks["marked_exe"] = os.path.realpath(exe)
     log = logs[0]
     for lg in logs[1:]:
         log.notes.extend(lg.notes)
