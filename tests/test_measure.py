@@ -449,7 +449,7 @@ def test_results_parse_typed_and_errors(tmp_path):
     bad["runs"][0]["files"][first]["reads"] = [[0.1, 2]]
     p = tmp_path / "bad.json"
     p.write_text(json.dumps(bad))
-    with pytest.raises(ElflayoutError, match="run 0: .*'reads': malformed"):
+    with pytest.raises(ElflayoutError, match="run 0: .*malformed 'reads'"):
         model.read(p)
     bad = json.loads(json.dumps(doc))
     bad["runs"][1]["variant"] = "nobody"

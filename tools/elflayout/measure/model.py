@@ -183,7 +183,7 @@ class Results:
                        and not (clean and r.disturbed)), key=lambda r: r.seq)
 
 
-def _table(rows, width: int, where: str) -> tuple:
+def _table(rows, width: int, where: str, key: str) -> tuple:
     if rows is None:
         return ()
     try:
@@ -191,7 +191,7 @@ def _table(rows, width: int, where: str) -> tuple:
     except (TypeError, ValueError):
         a = None
     if a is None or any(len(row) != width for row in a):
-        raise ElflayoutError(f"{where}: malformed (expected a list of {width}-number lists)")
+        raise ElflayoutError(f"{where}: malformed '{key}' (expected a list of {width}-number lists)")
     return tuple(a)
 
 
@@ -216,8 +216,12 @@ def parse(doc: dict, source: str = "results") -> Results:
                                  else f"{source}: '{key}' is not a list of objects")
         return v
 
-    variants = need_list("variants", True)
+    if isinstance(doc.get("runs"), list):
+        for i, r in enumerate(doc["runs"]):
+            if not isinstance(r, dict):
+                raise ElflayoutError(f"{source}: run {i} is malformed (needs variant, state, wall_s)")
     raw_runs = need_list("runs", True)
+    variants = need_list("variants", True)
     md = doc.get("metadata", {})
     if not isinstance(md, dict):
         raise ElflayoutError(f"{source}: 'metadata' is not an object")
@@ -245,7 +249,7 @@ def parse(doc: dict, source: str = "results") -> Results:
                 resident_after=None if f.get("resident_after") is None else _int(f["resident_after"], w),
                 resident_before=None if f.get("resident_before") is None else _int(f["resident_before"], w),
                 estimated=bool(f.get("estimated")),
-                reads=_table(f.get("reads"), 3, f"{w}: 'reads'"), faults=_table(f.get("faults"), 2, f"{w}: 'faults'"))
+                reads=_table(f.get("reads"), 3, w, "reads"), faults=_table(f.get("faults"), 2, w, "faults"))
         why = r.get("interference")
         if why is not None and not isinstance(why, str):
             why = str(why)

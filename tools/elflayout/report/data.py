@@ -31,38 +31,14 @@ def load(path: str | os.PathLike) -> tuple[str, object]:
     doc = fileio.load_json(p, KINDS, (1,))
     kind = doc["format"][len("elflayout-"):]
     if kind == "results":
-        if not isinstance(doc.get("runs"), list):
-            raise ElflayoutError(f"{p}: results file has no 'runs' list")
-        for i, r in enumerate(doc["runs"]):
-            if not isinstance(r, dict) or "variant" not in r or "state" not in r:
-                raise ElflayoutError(f"{p}: run {i} is malformed (needs variant and state)")
-            if not isinstance(r.get("files", {}), dict):
-                raise ElflayoutError(f"{p}: run {i}: 'files' is not an object")
-            for path, f in (r.get("files") or {}).items():
-                if not isinstance(f, dict):
-                    raise ElflayoutError(f"{p}: run {i}: files[{path}] is not an object")
-                for key, width in (("reads", 3), ("faults", 2)):
-                    if f.get(key) and not _table_ok(f[key], width):
-                        raise ElflayoutError(f"{p}: run {i}: {path}: malformed '{key}' (expected a list of "
-                                             f"{width}-number lists)")
-        for key in ("variants", "summary", "comparisons"):
-            if not isinstance(doc.get(key, []), list) or not all(isinstance(x, dict) for x in doc.get(key, [])):
-                raise ElflayoutError(f"{p}: '{key}' is not a list of objects")
-        if not isinstance(doc.get("metadata", {}), dict):
-            raise ElflayoutError(f"{p}: 'metadata' is not an object")
+        from elflayout.measure import model as results_model
+
+        results_model.parse(doc, str(p))  # the one results parser: raises on anything malformed
     else:
         from elflayout.profile import model
 
         doc = model.parse(doc, p)
     return kind, doc
-
-
-def _table_ok(rows, width: int) -> bool:
-    try:
-        a = np.asarray(rows, dtype=float)
-    except (TypeError, ValueError):
-        return False
-    return a.ndim == 2 and a.shape[1] == width
 
 
 # ----------------------------------------------------------------------------------
