@@ -394,16 +394,19 @@ def test_already_packed_library_is_worded_for_what_it_is(tmp_path):
     assert re.search(r"optimal RELR for \d+ R_X86_64_RELATIVE \(", out) and "already packed" not in out, out
 
 
+# three constructors, each writing the 3 pages of its own array
+_CTORS = "".join(f"static char big{i}[3 * 4096] = {{{i + 1}}};\n"
+                 f"__attribute__((constructor)) static void init_{i}(void) {{ for (int k = 0; k < 3 * 4096; k += 4096)"
+                 f" big{i}[k] = {i + 1}; }}\n" for i in range(3))
+
+
 def test_initializers_in_run_order_with_pages_from_a_profile(tmp_path):
     """Three constructors touching their own data: listed in the order ld.so runs them
     (count as readelf shows: DT_INIT + INIT_ARRAYSZ / 8), named, and with a valgrind
     profile each is charged with the pages it first touches."""
     need_tool("gcc")
     src = tmp_path / "i.c"
-    src.write_text("".join(
-        f"static char big{i}[3 * 4096] = {{{i + 1}}};\n"
-        f"__attribute__((constructor)) static void init_{i}(void) {{ for (int k = 0; k < 3 * 4096; k += 4096)"
-        f" big{i}[k] = {i + 1}; }}\n" for i in range(3)) + "int api(void) { return big0[0] + big1[0] + big2[0]; }\n")
+    src.write_text(_CTORS + "int api(void) { return big0[0] + big1[0] + big2[0]; }\n")
     lib = tmp_path / "libi.so"
     subprocess.run(["gcc", "-O0", "-g", "-shared", "-fPIC", "-o", lib, src], check=True)
     (tmp_path / "m.c").write_text("int api(void); int main(void) { return api() != 6; }\n")
@@ -449,10 +452,7 @@ def test_initializers_of_a_stripped_executable_without_unwind_tables(tmp_path):
     if tool_status():
         pytest.skip(tool_status())
     src = tmp_path / "e.c"
-    src.write_text("".join(
-        f"static char big{i}[3 * 4096] = {{{i + 1}}};\n"
-        f"__attribute__((constructor)) static void init_{i}(void) {{ for (int k = 0; k < 3 * 4096; k += 4096)"
-        f" big{i}[k] = {i + 1}; }}\n" for i in range(3)) + "int main(void) { return big0[0] + big1[0] != 3; }\n")
+    src.write_text(_CTORS + "int main(void) { return big0[0] + big1[0] != 3; }\n")
     exe = tmp_path / "exe"
     subprocess.run(["gcc", "-O0", "-fPIE", "-pie", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-s",
                     "-o", exe, src], check=True)
