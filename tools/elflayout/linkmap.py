@@ -280,14 +280,12 @@ def _is_hex(tok: str) -> bool:
 
 
 def _parse_gnu(path: Path, lines: list[str], start: int, flavour: str) -> LinkMap:
-    """GNU ld and gold: the "memory map" part, from ``start`` to the end."""
+    """GNU ld and gold: the "memory map" part, from ``start`` to the end.
+
+    Kept as one loop: it is a line-by-line state machine (a wrapped output or input section
+    name waits in ``pending_out``/``pending_in`` for its address line), clearer in one place."""
     b = _Builder()
-    discarded, in_disc = 0, False
-    for ln in lines[:start]:
-        if ln and ln[0] != " ":
-            in_disc = ln.startswith("Discarded input sections")
-        elif in_disc and len(ln) > 1 and ln[1] != " ":
-            discarded += 1
+    discarded = _count_discarded(lines[:start])
     pending_out = None  # output section name whose address is on the next line
     pending_in = None  # input section name (or gold "** kind") whose address is on the next line
     for i in range(start + 1, len(lines)):
@@ -367,6 +365,17 @@ def _parse_gnu(path: Path, lines: list[str], start: int, flavour: str) -> LinkMa
     if not b.outs:
         raise _err(path, start + 1, "no output sections found")
     return b.build(path, flavour, discarded)
+
+
+def _count_discarded(lines: list[str]) -> int:
+    """Input sections listed under "Discarded input sections" (before the memory map)."""
+    discarded, in_disc = 0, False
+    for ln in lines:
+        if ln and ln[0] != " ":
+            in_disc = ln.startswith("Discarded input sections")
+        elif in_disc and len(ln) > 1 and ln[1] != " ":
+            discarded += 1
+    return discarded
 
 
 def _parse_columns(path: Path, lines: list[str], start: int, flavour: str) -> LinkMap:

@@ -82,6 +82,10 @@ static char *slurp(const char *path, int *err)
 	return buf;
 }
 
+/* Field F of an ELF structure T (Ehdr, Phdr) read from BUF, in the file's class. */
+#define ELF_FIELD(buf, is64, T, f) \
+	((is64) ? ((const Elf64_##T *)(const void *)(buf))->f : ((const Elf32_##T *)(const void *)(buf))->f)
+
 /* The GNU build-id of an ELF file as lower-case hex, from its PT_NOTE segments. */
 static int build_id(int fd, char *out, size_t outsz)
 {
@@ -89,30 +93,16 @@ static int build_id(int fd, char *out, size_t outsz)
 	if (pread(fd, e, sizeof e, 0) < (ssize_t)sizeof(Elf32_Ehdr) || memcmp(e, ELFMAG, SELFMAG))
 		return -1;
 	int is64 = e[EI_CLASS] == ELFCLASS64;
-	uint64_t phoff;
-	unsigned phnum, phentsize;
-	if (is64) {
-		Elf64_Ehdr *h = (Elf64_Ehdr *)e;
-		phoff = h->e_phoff, phnum = h->e_phnum, phentsize = h->e_phentsize;
-	} else {
-		Elf32_Ehdr *h = (Elf32_Ehdr *)e;
-		phoff = h->e_phoff, phnum = h->e_phnum, phentsize = h->e_phentsize;
-	}
+	uint64_t phoff = ELF_FIELD(e, is64, Ehdr, e_phoff);
+	unsigned phnum = ELF_FIELD(e, is64, Ehdr, e_phnum), phentsize = ELF_FIELD(e, is64, Ehdr, e_phentsize);
 	if (phnum == 0 || phnum > 256 || phentsize < (is64 ? sizeof(Elf64_Phdr) : sizeof(Elf32_Phdr)))
 		return -1;
 	for (unsigned i = 0; i < phnum; i++) {
 		unsigned char ph[sizeof(Elf64_Phdr)];
 		if (pread(fd, ph, phentsize < sizeof ph ? phentsize : sizeof ph, phoff + (uint64_t)i * phentsize) <= 0)
 			return -1;
-		uint32_t type;
-		uint64_t off, sz;
-		if (is64) {
-			Elf64_Phdr *p = (Elf64_Phdr *)ph;
-			type = p->p_type, off = p->p_offset, sz = p->p_filesz;
-		} else {
-			Elf32_Phdr *p = (Elf32_Phdr *)ph;
-			type = p->p_type, off = p->p_offset, sz = p->p_filesz;
-		}
+		uint32_t type = ELF_FIELD(ph, is64, Phdr, p_type);
+		uint64_t off = ELF_FIELD(ph, is64, Phdr, p_offset), sz = ELF_FIELD(ph, is64, Phdr, p_filesz);
 		if (type != PT_NOTE || sz == 0 || sz > MAX_NOTES_BYTES)
 			continue;
 		unsigned char notes[MAX_NOTES_BYTES];

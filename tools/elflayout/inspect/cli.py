@@ -165,6 +165,35 @@ def table(headers: list[str], rows: list[list], right: set[int] = frozenset(), i
     return "\n".join([line(headers)] + [line(r) for r in cells]) + "\n"
 
 
+def _render_relocations(r: dict, f: dict) -> str:
+    """The "Dynamic relocations" part of the text: tables, by type, RELR existing and optimal."""
+    out = []
+    mark = "" if f["x86_64"] else f"  [{f['machine']} type names]"
+    out.append(f"\nDynamic relocations: {r['count']:,} ({r['bytes']:,} bytes){mark}\n")
+    if r["tables"]:
+        out.append(table(["table", "count", "bytes"], [[t["section"], _n(t["count"]), _n(t["bytes"])] for t in r["tables"]],
+                         right={1, 2}))
+        out.append(table(["type", "count", "bytes"], [[t["type"], _n(t["count"]), _n(t["bytes"])] for t in r["by_type"]],
+                         right={1, 2}))
+    if r["relr_existing"]:
+        e = r["relr_existing"]
+        out.append(f"  existing RELR table {e['section']}: {e['bytes']:,} bytes for {e['count']:,} relocations\n")
+    rel = r["relative"]
+    if rel and r["relr_existing"] and rel["count"] == 0:
+        # already packed: the RELR table holds every relative relocation; say how close to optimal it is
+        e = r["relr_existing"]
+        extra = e["bytes"] - rel["relr_bytes"]
+        out.append(f"  already packed: no {rel['type']} left in the RELA/REL tables; the existing RELR table is "
+                   + ("optimal" if extra <= 0 else f"{extra:,} bytes larger than the optimal {rel['relr_bytes']:,}")
+                   + f" ({rel['word_aligned']:,} word-aligned relative relocations)\n")
+    elif rel:
+        also = (f" plus the {r['relr_existing']['count']:,} already in {r['relr_existing']['section']}"
+                if r["relr_existing"] else "")
+        out.append(f"  optimal RELR for {rel['count']:,} {rel['type']}{also} ({rel['word_aligned']:,} word-aligned): "
+                   f"{rel['relr_bytes']:,} bytes ({rel['relr_words']:,} words), saves {rel['saved_bytes']:,} bytes\n")
+    return "".join(out)
+
+
 def render_text(doc: dict, input_sections: bool = True) -> str:
     from elflayout.elfcore import page_range
 
@@ -192,30 +221,7 @@ def render_text(doc: dict, input_sections: bool = True) -> str:
           _h(s["addr"]), _pg(s["pages"]), "-" if s["segment"] is None else s["segment"]] for s in doc["sections"]],
         right={0, 4, 5, 6, 8}))
 
-    r = doc["relocations"]
-    mark = "" if f["x86_64"] else f"  [{f['machine']} type names]"
-    out.append(f"\nDynamic relocations: {r['count']:,} ({r['bytes']:,} bytes){mark}\n")
-    if r["tables"]:
-        out.append(table(["table", "count", "bytes"], [[t["section"], _n(t["count"]), _n(t["bytes"])] for t in r["tables"]],
-                         right={1, 2}))
-        out.append(table(["type", "count", "bytes"], [[t["type"], _n(t["count"]), _n(t["bytes"])] for t in r["by_type"]],
-                         right={1, 2}))
-    if r["relr_existing"]:
-        e = r["relr_existing"]
-        out.append(f"  existing RELR table {e['section']}: {e['bytes']:,} bytes for {e['count']:,} relocations\n")
-    rel = r["relative"]
-    if rel and r["relr_existing"] and rel["count"] == 0:
-        # already packed: the RELR table holds every relative relocation; say how close to optimal it is
-        e = r["relr_existing"]
-        extra = e["bytes"] - rel["relr_bytes"]
-        out.append(f"  already packed: no {rel['type']} left in the RELA/REL tables; the existing RELR table is "
-                   + ("optimal" if extra <= 0 else f"{extra:,} bytes larger than the optimal {rel['relr_bytes']:,}")
-                   + f" ({rel['word_aligned']:,} word-aligned relative relocations)\n")
-    elif rel:
-        also = (f" plus the {r['relr_existing']['count']:,} already in {r['relr_existing']['section']}"
-                if r["relr_existing"] else "")
-        out.append(f"  optimal RELR for {rel['count']:,} {rel['type']}{also} ({rel['word_aligned']:,} word-aligned): "
-                   f"{rel['relr_bytes']:,} bytes ({rel['relr_words']:,} words), saves {rel['saved_bytes']:,} bytes\n")
+    out.append(_render_relocations(doc["relocations"], f))
 
     out.append("\nSymbols\n")
     rows = []

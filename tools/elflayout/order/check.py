@@ -72,16 +72,7 @@ def check(lib, target: Target) -> dict:
             if is_fde_only(name):
                 fde_only += 1
                 continue
-            cands = funcs_by_name.get(name)
-            h = "exact"
-            if not cands:
-                b, t = clone_base(name), thunk_target(name)
-                if b != name and funcs_by_name.get(b):
-                    cands, h = funcs_by_name[b], "clone"
-                elif t and funcs_by_name.get(t):
-                    cands, h = funcs_by_name[t], "thunk"
-                elif ctor_alias(name) and funcs_by_name.get(ctor_alias(name)):
-                    cands, h = funcs_by_name[ctor_alias(name)], "clone"
+            cands, h = _candidates(name, funcs_by_name)
             if not cands:
                 missing.append(name)
                 continue
@@ -113,6 +104,30 @@ def check(lib, target: Target) -> dict:
         res.update(in_order_fraction=None, kendall_tau=None, contiguity=None, pages=0, pages_min=0, span_bytes=0,
                    touched_bytes=0)
         return res
+    res.update(_order_metrics(placed))
+    res["text_bytes"] = sum(s.size for s in exec_secs)
+    return res
+
+
+def _candidates(name: str, funcs_by_name: dict) -> tuple[list | None, str]:
+    """The extents a profiled name may stand for in the library, and how it matched
+    (exact name, else its clone base, thunk target or constructor alias)."""
+    cands = funcs_by_name.get(name)
+    if cands:
+        return cands, "exact"
+    b, t = clone_base(name), thunk_target(name)
+    if b != name and funcs_by_name.get(b):
+        return funcs_by_name[b], "clone"
+    if t and funcs_by_name.get(t):
+        return funcs_by_name[t], "thunk"
+    if ctor_alias(name) and funcs_by_name.get(ctor_alias(name)):
+        return funcs_by_name[ctor_alias(name)], "clone"
+    return cands, "exact"
+
+
+def _order_metrics(placed: list[tuple[int, int]]) -> dict:
+    """How ordered and compact the placed (offset, size) extents, in profile order, are."""
+    n = len(placed)
     offs = np.array([p[0] for p in placed], dtype=np.int64)
     sizes = np.maximum(np.array([p[1] for p in placed], dtype=np.int64), 1)
     from scipy.stats import kendalltau
@@ -121,19 +136,15 @@ def check(lib, target: Target) -> dict:
     touched = int(sizes.sum())
     span = int((offs + sizes).max() - offs.min())
     first_pg, last_pg = offs // PAGE, (offs + sizes - 1) // PAGE
-    pages = _count_pages(first_pg, last_pg)
-    text_bytes = sum(s.size for s in exec_secs)
-    res.update(
+    return dict(
         in_order_fraction=lis_length(offs.tolist()) / n,
         kendall_tau=tau,
         touched_bytes=touched,
         span_bytes=span,
         contiguity=touched / span if span else 1.0,
-        pages=pages,
+        pages=_count_pages(first_pg, last_pg),
         pages_min=-(-touched // PAGE),
-        text_bytes=text_bytes,
     )
-    return res
 
 
 def _count_pages(first_pg: np.ndarray, last_pg: np.ndarray) -> int:

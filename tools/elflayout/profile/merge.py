@@ -93,14 +93,7 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
     names = names or [f"profile {i}" for i in range(len(profiles))]
     n = len(profiles)
     # 1. one path, one build
-    seen_path: dict = {}
-    for name, d in zip(names, profiles):
-        for t in d.targets:
-            p, ident = t.path, _ident(t)
-            if p in seen_path and seen_path[p][0] != ident and not force:
-                raise ElflayoutError(f"{name}: {p} is a different build (build-id/sha256 {str(ident)[:16]}…) than in "
-                                     f"{seen_path[p][1]} ({str(seen_path[p][0])[:16]}…); use --force to merge anyway")
-            seen_path.setdefault(p, (ident, name))
+    _check_one_build(profiles, names, force)
     # 2. ranks per key: {ident: {list: {key: [entry of the earliest workload, ranks]}}}
     order_t, bases, lists = [], {}, {}
     for w, d in enumerate(profiles):
@@ -141,11 +134,29 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
         for k in LISTS:
             d.setdefault(k, [])
         targets.append(d)
+    return new_profile(_merged_metadata(profiles, names, rule, workloads), targets)
+
+
+def _check_one_build(profiles: list[Profile], names: list[str], force: bool) -> None:
+    """Refuse (unless ``force``) two inputs that profiled different builds under one path."""
+    seen_path: dict = {}
+    for name, d in zip(names, profiles):
+        for t in d.targets:
+            p, ident = t.path, _ident(t)
+            if p in seen_path and seen_path[p][0] != ident and not force:
+                raise ElflayoutError(f"{name}: {p} is a different build (build-id/sha256 {str(ident)[:16]}…) than in "
+                                     f"{seen_path[p][1]} ({str(seen_path[p][0])[:16]}…); use --force to merge anyway")
+            seen_path.setdefault(p, (ident, name))
+
+
+def _merged_metadata(profiles: list[Profile], names: list[str], rule: str, workloads: list[dict] | None) -> dict:
+    """The merged profile's metadata: the inputs' conditions, warnings and workloads."""
+    n = len(profiles)
     metas = [d.metadata for d in profiles]
     backends = sorted({m.get("backend") for m in metas})
     wl = workloads or [{"name": nm, "argv": m.get("argv"), "backend": m.get("backend"), "env": m.get("env", []),
                         "started": m.get("started")} for nm, m in zip(names, metas)]
-    meta = {
+    return {
         "argv": metas[0].get("argv"),
         "backend": backends[0] if len(backends) == 1 else "mixed",
         "granularity": metas[0].get("granularity") if len(backends) == 1 else "mixed",
@@ -160,7 +171,6 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
                                             "started": m.get("started")} for nm, m in zip(names, metas)]},
         "workloads": wl,
     }
-    return new_profile(meta, targets)
 
 
 def recombine(profile: Profile, rule: str) -> Profile:

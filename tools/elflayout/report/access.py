@@ -167,21 +167,8 @@ def access_figure(panels: list[Panel], title: str | None = None, x: str = "time"
     gs = fig.add_gridspec(1, 3 * n, width_ratios=widths, wspace=0.02, left=0.7 / total, right=0.99,
                           top=0.84, bottom=0.2)
 
-    ymax = max([b.end for p in panels for b in p.bands] + [p.size or 0 for p in panels]) / MB
-    for p in panels:
-        if p.acc.page.size:
-            ymax = max(ymax, float((p.acc.page + p.acc.npages).max()) * D.PAGE / MB)
-        if p.acc.fpage.size:
-            ymax = max(ymax, float(p.acc.fpage.max() + 1) * D.PAGE / MB)
-    ymax = ymax or 1.0
-    ylim = (0.0, ymax * 1.01)
-    xmax = 1.0
-    for p in panels:
-        xr, xf = _xs(p.acc, x)
-        xmax = max([xmax] + [float(v.max()) for v in (xr, xf) if v.size])
-    xlim = (0.0, xmax * 1.03)
+    ylim, xlim, bin_pages = _access_limits(panels, x)
     xlabel = "time since exec (ms)" if x == "time" else "read number (reads in order)"
-    bin_pages = max(1, int(round(ymax * MB / D.PAGE / 120)))
 
     axes, margins = [], []
     for i, p in enumerate(panels):
@@ -191,32 +178,7 @@ def access_figure(panels: list[Panel], title: str | None = None, x: str = "time"
         margins.append(mx)
         _draw_bands(ax, p.bands)
         _draw_bands(mx, p.bands)
-        a = p.acc
-        xr, xf = _xs(a, x)
-        if a.t.size:
-            ax.plot(xr, (a.page + a.npages / 2) * D.PAGE / MB, color=SEEK_COLOUR, lw=0.5, alpha=0.45,
-                    zorder=2, rasterized=_raster(a.t.size))
-            ax.scatter(xr, (a.page + a.npages / 2) * D.PAGE / MB, s=3 + 2.0 * np.sqrt(a.npages),
-                       color=READ_COLOUR, lw=0, alpha=0.8, zorder=3, rasterized=_raster(a.t.size))
-        if a.ft.size:
-            # Under the reads: a touch that also read shows as a dot; a touch without a
-            # read (the page was already cached) stays visible as a bare cross.
-            ax.scatter(xf, (a.fpage + 0.5) * D.PAGE / MB, s=14, marker="x", color=FAULT_COLOUR,
-                       lw=0.7, alpha=0.9, zorder=2.5, rasterized=_raster(a.ft.size))
-        _margin(mx, a.read_pages(), np.unique(a.fpage), ylim, bin_pages)
-        ax.set_xlim(*xlim)
-        ax.set_ylim(*ylim)
-        ax.set_xlabel(xlabel)
-        if i == 0:
-            ax.set_ylabel("file offset (MB)")
-        else:
-            ax.tick_params(labelleft=False)
-        mx.tick_params(labelleft=False, left=False, labelsize=7)
-        mx.set_xlabel(f"share read\nper {bin_pages:,}-page\nslice", fontsize=8)
-        ax.set_title(p.title, fontsize=11, fontweight="bold", loc="left")
-        ax.text(0.0, -0.13, "\n".join(_wrap(D.caption(a), 62)), transform=ax.transAxes, va="top", ha="left",
-                fontsize=8.5)
-        ax.grid(axis="x", color="#dddddd", lw=0.5)
+        _draw_access_panel(ax, mx, p, i, x, xlim, ylim, xlabel, bin_pages)
     if margins:
         h_in = axes[0].get_position().height * height
         for p, mx in zip(panels, margins):
@@ -235,6 +197,52 @@ def access_figure(panels: list[Panel], title: str | None = None, x: str = "time"
     if title:
         fig.suptitle(title, x=x0, y=0.995, ha="left", va="top", fontsize=12)
     return fig
+
+
+def _access_limits(panels: list[Panel], x: str) -> tuple[tuple, tuple, int]:
+    """Shared axes of every panel: y (file offset, MB) and x limits, and the margin's slice in pages."""
+    ymax = max([b.end for p in panels for b in p.bands] + [p.size or 0 for p in panels]) / MB
+    for p in panels:
+        if p.acc.page.size:
+            ymax = max(ymax, float((p.acc.page + p.acc.npages).max()) * D.PAGE / MB)
+        if p.acc.fpage.size:
+            ymax = max(ymax, float(p.acc.fpage.max() + 1) * D.PAGE / MB)
+    ymax = ymax or 1.0
+    xmax = 1.0
+    for p in panels:
+        xr, xf = _xs(p.acc, x)
+        xmax = max([xmax] + [float(v.max()) for v in (xr, xf) if v.size])
+    return (0.0, ymax * 1.01), (0.0, xmax * 1.03), max(1, int(round(ymax * MB / D.PAGE / 120)))
+
+
+def _draw_access_panel(ax, mx, p: Panel, i: int, x: str, xlim, ylim, xlabel: str, bin_pages: int) -> None:
+    """Reads, faults and the margin histogram of panel ``i``."""
+    a = p.acc
+    xr, xf = _xs(a, x)
+    if a.t.size:
+        ax.plot(xr, (a.page + a.npages / 2) * D.PAGE / MB, color=SEEK_COLOUR, lw=0.5, alpha=0.45,
+                zorder=2, rasterized=_raster(a.t.size))
+        ax.scatter(xr, (a.page + a.npages / 2) * D.PAGE / MB, s=3 + 2.0 * np.sqrt(a.npages),
+                   color=READ_COLOUR, lw=0, alpha=0.8, zorder=3, rasterized=_raster(a.t.size))
+    if a.ft.size:
+        # Under the reads: a touch that also read shows as a dot; a touch without a
+        # read (the page was already cached) stays visible as a bare cross.
+        ax.scatter(xf, (a.fpage + 0.5) * D.PAGE / MB, s=14, marker="x", color=FAULT_COLOUR,
+                   lw=0.7, alpha=0.9, zorder=2.5, rasterized=_raster(a.ft.size))
+    _margin(mx, a.read_pages(), np.unique(a.fpage), ylim, bin_pages)
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_xlabel(xlabel)
+    if i == 0:
+        ax.set_ylabel("file offset (MB)")
+    else:
+        ax.tick_params(labelleft=False)
+    mx.tick_params(labelleft=False, left=False, labelsize=7)
+    mx.set_xlabel(f"share read\nper {bin_pages:,}-page\nslice", fontsize=8)
+    ax.set_title(p.title, fontsize=11, fontweight="bold", loc="left")
+    ax.text(0.0, -0.13, "\n".join(_wrap(D.caption(a), 62)), transform=ax.transAxes, va="top", ha="left",
+            fontsize=8.5)
+    ax.grid(axis="x", color="#dddddd", lw=0.5)
 
 
 def sections_figure(panels: list[Panel], title: str | None = None):
@@ -429,6 +437,28 @@ def profile_figure(target, x: str = "sequence", title: str | None = None):
     if reads:
         handles.append(Line2D([], [], marker="o", ls="", color="#9e9e9e", markersize=5, label="read from disk"))
     # Margin: touched vs untouched pages per slice of the file.
+    _touched_margin(mx, pg, ymax, ylim)
+    handles += [Patch(color="#3f007d", label="margin: touched share of slice"),
+                Patch(color="#d9d9d9", label="untouched")]
+    ax.set_ylim(*ylim)
+    if xs.size:
+        ax.set_xlim(float(np.nanmin(xs)) - 0.5, float(np.nanmax(xs)) * 1.02 + 0.5)
+    # Phase boundaries (loader → static constructors → main) where the profile has them.
+    phase_text = _draw_phases(ax, xs, pages, use_t)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("file offset (MB)")
+    ax.grid(axis="x", color="#dddddd", lw=0.5)
+    ax.text(0.0, -0.13, _profile_caption(target, pg, size, phase_text, warnings), transform=ax.transAxes,
+            va="top", ha="left", fontsize=8.5)
+    _label_bands(fig, mx, bands, ylim, ax.get_position().height * height)
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.09, 0.955), ncol=2, fontsize=8, frameon=False)
+    fig.suptitle(title or f"First-access order in {target.path}", x=0.09, y=0.995, ha="left", va="top",
+                 fontsize=12)
+    return fig
+
+
+def _touched_margin(mx, pg: np.ndarray, ymax: float, ylim: tuple) -> None:
+    """The margin histogram of a profile figure: touched share of each slice of the file."""
     bin_pages = max(1, int(round(ymax * MB / D.PAGE / 120)))
     edges = np.arange(0, int(np.ceil(ylim[1] * MB / D.PAGE)) + bin_pages, bin_pages)
     touched, _ = np.histogram(np.unique(pg), bins=edges)
@@ -439,28 +469,28 @@ def profile_figure(target, x: str = "sequence", title: str | None = None):
     mx.set_xticks([1.0], ["100%"])
     mx.tick_params(labelleft=False, left=False, labelsize=7)
     mx.set_xlabel(f"share touched\nper {bin_pages:,}-page\nslice", fontsize=8)
-    handles += [Patch(color="#3f007d", label="margin: touched share of slice"),
-                Patch(color="#d9d9d9", label="untouched")]
-    ax.set_ylim(*ylim)
-    if xs.size:
-        ax.set_xlim(float(np.nanmin(xs)) - 0.5, float(np.nanmax(xs)) * 1.02 + 0.5)
-    # Phase boundaries (loader → static constructors → main) where the profile has them.
+
+
+def _draw_phases(ax, xs: np.ndarray, pages, use_t: bool) -> str:
+    """Dashed lines at the phase boundaries (loader → static constructors → main) where the
+    profile has them; returns their caption text ("" when there is at most one phase)."""
     phases = {}
     for x_, p in zip(xs, pages):
         ph = p.phase
         if ph and np.isfinite(x_) and (ph not in phases or x_ < phases[ph]):
             phases[ph] = float(x_)
-    phase_text = ""
-    if len(phases) > 1:
-        # Boundaries are often a few events apart: lines on the plot, names in the caption.
-        order = sorted(phases.items(), key=lambda kv: kv[1])
-        for ph, x0 in order[1:]:
-            ax.axvline(x0, color="#555555", lw=0.7, ls="--", zorder=1)
-        unit = " ms" if use_t else ""
-        phase_text = "phases (dashed lines): " + ", ".join(f"{ph} from {x0:,.0f}{unit}" for ph, x0 in order)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("file offset (MB)")
-    ax.grid(axis="x", color="#dddddd", lw=0.5)
+    if len(phases) <= 1:
+        return ""
+    # Boundaries are often a few events apart: lines on the plot, names in the caption.
+    order = sorted(phases.items(), key=lambda kv: kv[1])
+    for ph, x0 in order[1:]:
+        ax.axvline(x0, color="#555555", lw=0.7, ls="--", zorder=1)
+    unit = " ms" if use_t else ""
+    return "phases (dashed lines): " + ", ".join(f"{ph} from {x0:,.0f}{unit}" for ph, x0 in order)
+
+
+def _profile_caption(target, pg: np.ndarray, size: int, phase_text: str, warnings: list[str]) -> str:
+    """Caption under a profile figure: pages touched and read, functions, phases, warnings."""
     total = (size + D.PAGE - 1) // D.PAGE if size else None
     cap_text = f"{np.unique(pg).size:,} pages touched"
     if total:
@@ -468,18 +498,13 @@ def profile_figure(target, x: str = "sequence", title: str | None = None):
     nf = len(target.functions)
     if nf:
         cap_text += f"; {nf:,} functions"
-    if reads:
-        cap_text += f"; {sum(r.npages for r in reads):,} pages read"
+    if target.reads:
+        cap_text += f"; {sum(r.npages for r in target.reads):,} pages read"
     if phase_text:
         cap_text += "\n" + phase_text
     for w in warnings:
         cap_text += "\nwarning: " + w
-    ax.text(0.0, -0.13, cap_text, transform=ax.transAxes, va="top", ha="left", fontsize=8.5)
-    _label_bands(fig, mx, bands, ylim, ax.get_position().height * height)
-    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.09, 0.955), ncol=2, fontsize=8, frameon=False)
-    fig.suptitle(title or f"First-access order in {target.path}", x=0.09, y=0.995, ha="left", va="top",
-                 fontsize=12)
-    return fig
+    return cap_text
 
 
 def save(fig, out, fmt: str | None = None, dpi: int = 110) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from elflayout.errors import ElflayoutError
-from elflayout.fileio import atomic_output
+from elflayout.fileio import atomic_output, read_input
 from elflayout.split import archive
 from elflayout.split.extents import SPLIT_PREFIX
 from elflayout.split.plan import make_plan
@@ -98,14 +98,7 @@ def split_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, 
         p = Path(p)
         if progress:
             progress(f"[{k + 1}/{len(inputs)}] {p}")
-        try:
-            raw = p.read_bytes()
-        except FileNotFoundError:
-            raise ElflayoutError(f"{p}: no such file") from None
-        except IsADirectoryError:
-            raise ElflayoutError(f"{p}: is a directory") from None
-        except OSError as e:
-            raise ElflayoutError(f"{p}: cannot read: {e.strerror}") from None
+        raw = read_input(p, "an object file or archive")
         out = outdir / p.name
         if out.exists() and os.path.samefile(out, p):
             raise ElflayoutError(f"{out}: output would overwrite the input")

@@ -251,32 +251,11 @@ def _code_rules(sp: SectionPlan, code: disasm.Code) -> None:
 
 def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict[int, disasm.Code]) -> list[RelocFix]:
     """Steps 4 and 5."""
-    secsym = {}
     info, shndx, values = obj.symbols["st_info"], obj.symbols["st_shndx"], obj.symbols["st_value"]
     sect = STT["STT_SECTION"]
-    for i in range(1, len(obj.symbols)):
-        if (info[i] & 0xF) == sect and shndx[i] in cands:
-            secsym[i] = int(shndx[i])
+    secsym = {i: int(shndx[i]) for i in range(1, len(obj.symbols)) if (info[i] & 0xF) == sect and shndx[i] in cands}
     eh = {s.index for s in obj.sections if s.name == ".eh_frame"}
-    # Table bases: offsets in data sections whose address code loads with lea (step 4).
-    bases: dict[int, list[tuple[int, int, int]]] = {}   # data sec -> [(offset, code sec, insn offset)]
-    decoded = []
-    for ri, r in obj.relas.items():
-        d = obj.sections[obj.sections[ri].info]
-        offs, syms = r["r_offset"].tolist(), (r["r_info"] >> 32).tolist()
-        types, adds = (r["r_info"] & 0xFFFFFFFF).tolist(), r["r_addend"].tolist()
-        decoded.append((ri, d, offs, syms, types, adds))
-        if d.index not in code:
-            continue
-        c = code[d.index]
-        for off, s, t, a in zip(offs, syms, types, adds):
-            if t not in PCREL or (info[s] & 0xF) != sect:
-                continue
-            k = c.insn_at(off)
-            if k >= 0 and c.mnemonics[k] == "lea":
-                bases.setdefault(int(shndx[s]), []).append((a + int(c.ends[k]) - off, d.index, int(c.starts[k])))
-    for v in bases.values():
-        v.sort()
+    decoded, bases = _decode_relocations(obj, code)
     fixes = []
     for ri, d, offs, syms, types, adds in decoded:
         here = cands.get(d.index)
@@ -336,6 +315,32 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
     for sp in cands.values():
         sp.finish_groups()
     return fixes
+
+
+def _decode_relocations(obj: ObjectFile, code: dict[int, disasm.Code]) -> tuple[list, dict]:
+    """Every RELA section as lists (offsets, symbols, types, addends), and the table bases:
+    offsets in data sections whose address code loads with lea (step 4)."""
+    info, shndx = obj.symbols["st_info"], obj.symbols["st_shndx"]
+    sect = STT["STT_SECTION"]
+    bases: dict[int, list[tuple[int, int, int]]] = {}   # data sec -> [(offset, code sec, insn offset)]
+    decoded = []
+    for ri, r in obj.relas.items():
+        d = obj.sections[obj.sections[ri].info]
+        offs, syms = r["r_offset"].tolist(), (r["r_info"] >> 32).tolist()
+        types, adds = (r["r_info"] & 0xFFFFFFFF).tolist(), r["r_addend"].tolist()
+        decoded.append((ri, d, offs, syms, types, adds))
+        if d.index not in code:
+            continue
+        c = code[d.index]
+        for off, s, t, a in zip(offs, syms, types, adds):
+            if t not in PCREL or (info[s] & 0xF) != sect:
+                continue
+            k = c.insn_at(off)
+            if k >= 0 and c.mnemonics[k] == "lea":
+                bases.setdefault(int(shndx[s]), []).append((a + int(c.ends[k]) - off, d.index, int(c.starts[k])))
+    for v in bases.values():
+        v.sort()
+    return decoded, bases
 
 
 def _table_target(sp: SectionPlan, d: Section, off: int, sa: int, bases, code) -> int | None:

@@ -55,14 +55,25 @@ def write(plan: Plan) -> bytes:
     """Bytes of the split object described by ``plan`` (which must split something)."""
     obj = plan.obj
     splits = plan.splits
-    secs = obj.sections
-    split_rela = {obj.rela_of[i] for i in splits if i in obj.rela_of}
     starts = {i: [sp.units[a].start for a, _ in sp.groups] for i, sp in splits.items()}
     # 1. Symbol table rows (index order) and the old -> new symbol index map.
     rows, mp, grp_sym, nlocal = _symbol_rows(plan, splits)
     # 2. Relocations of every output RELA section.
     relas = _relocations(plan, splits, starts, mp, grp_sym)
     # 3. Section numbering (empty group RELA sections are dropped).
+    order, new_index, group_index = _section_order(obj, splits, relas)
+    # 4. Symbols: section indexes and values relative to their group.
+    symbols = _renumbered_symbols(obj, splits, starts, rows, new_index, group_index)
+    # 5. Section contents and headers.
+    outs = _section_outputs(obj, splits, order, new_index, group_index, symbols, nlocal, relas, mp)
+    return _layout(obj, outs)
+
+
+def _section_order(obj, splits: dict, relas: dict) -> tuple[list[tuple], dict[int, int], dict[tuple[int, int], int]]:
+    """The output sections in order (copies, groups and their RELA sections) and the new
+    index of every copied section and every group."""
+    secs = obj.sections
+    split_rela = {obj.rela_of[i] for i in splits if i in obj.rela_of}
     order: list[tuple] = []
     for s in secs[1:]:
         if s.index in splits:
@@ -81,7 +92,12 @@ def write(plan: Plan) -> bytes:
             new_index[item[1]] = k
         elif item[0] == "group":
             group_index[(item[1], item[2])] = k
-    # 4. Symbols: section indexes and values relative to their group.
+    return order, new_index, group_index
+
+
+def _renumbered_symbols(obj, splits: dict, starts: dict, rows: list, new_index: dict, group_index: dict) -> np.ndarray:
+    """The output symbol table: section indexes renumbered, values relative to their group."""
+    secs = obj.sections
     symbols = np.zeros(len(rows), SYM64)
     for k, (i, sg) in enumerate(rows):
         if sg is not None:
@@ -102,8 +118,14 @@ def write(plan: Plan) -> bytes:
                 raise ValueError(f"symbol {obj.sym_names[i]} is defined in relocation section {secs[s].name}")
             sym["st_shndx"] = new_index[s]
         symbols[k] = sym
+    return symbols
+
+
+def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, group_index: dict,
+                     symbols: np.ndarray, nlocal: int, relas: dict, mp) -> list:
+    """Contents and headers of the output sections, in ``order``."""
+    secs = obj.sections
     symtab_new = new_index[obj.symtab_index]
-    # 5. Section contents and headers.
     outs: list[_Out] = [_Out("", SHT["SHT_NULL"], 0, 0, 0, 0, 0, b"", 0)]
     for item in order:
         s = secs[item[1]]
@@ -137,7 +159,7 @@ def write(plan: Plan) -> bytes:
             data = relas[(s.index, item[2])].tobytes()
             outs.append(_Out(".rela" + gname, SHT["SHT_RELA"], rflags, symtab_new,
                              group_index[(s.index, item[2])], 8, RELA64.itemsize, data, len(data)))
-    return _layout(obj, outs)
+    return outs
 
 
 def _symbol_rows(plan: Plan, splits: dict[int, SectionPlan]):

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from elflayout.errors import ElflayoutError
+from elflayout.procs import pid_alive
 
 FSTYPE = "fuse.elflayout"
 FSNAME = "elflayout-slowfs"
@@ -211,16 +212,6 @@ def unmount(path: str | os.PathLike, lazy: bool = True, timeout: float = 5.0) ->
     return mount_at(p) is None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def cleanup_stale(base: Path = RUN_BASE) -> list[str]:
     """Unmount our dead mounts and remove run dirs of dead owners; return what was cleaned.
 
@@ -231,13 +222,13 @@ def cleanup_stale(base: Path = RUN_BASE) -> list[str]:
     cleaned = []
     for m in fuse_mounts():
         owner = _owner_of(m.path, base)
-        if is_dead(m.path) or (owner is not None and not _pid_alive(owner)):
+        if is_dead(m.path) or (owner is not None and not pid_alive(owner)):
             if unmount(m.path, lazy=True):
                 cleaned.append(m.path)
     if base.is_dir():
         for d in base.iterdir():
             owner = _owner_of(str(d / "mnt"), base)
-            if owner is None or _pid_alive(owner):
+            if owner is None or pid_alive(owner):
                 continue
             if mount_at(d / "mnt") is not None:
                 continue

@@ -1,0 +1,168 @@
+"""Library side of ``elflayout link``: read a link command, add a profile's ordering to it,
+and judge whether the linker honoured it (the CLI in ``link_cli`` only parses and prints)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from elflayout.errors import ElflayoutError, Finding
+from elflayout.fileio import atomic_write_text
+from elflayout.order import formats
+from elflayout.order.check import check, object_order_fraction, summary_lines
+
+DEFAULT_FORMAT = {"lld": "lld", "gold": "gold", "bfd": "ld-script", "mold": "objects"}
+DIRECT = {"ld": "bfd", "ld.bfd": "bfd", "ld.gold": "gold", "gold": "gold", "ld.lld": "lld", "lld": "lld",
+          "ld.mold": "mold", "mold": "mold"}
+# options whose value is the next argument (so it is not an object file)
+_TAKES_VALUE = {"-o", "-T", "-Map", "-L", "-l", "-soname", "-h", "-z", "-e", "-rpath", "--version-script", "-x",
+                "-MF", "-MT", "-include", "-isystem", "-I", "-D", "-U", "-Xlinker", "--sysroot", "-dynamic-linker"}
+_OBJ_EXT = (".o", ".lo", ".obj")
+
+
+def parse_command(cmd: list[str], linker: str) -> dict:
+    """What the link command is: driver or direct linker, its output, its object arguments."""
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ElflayoutError("link: no link command given (put it after --)")
+    base = Path(cmd[0]).name
+    direct = DIRECT.get(base)
+    if direct is not None and direct != linker:
+        raise ElflayoutError(f"{cmd[0]}: the command runs {direct} but --linker says {linker}")
+    fuse = [a for a in cmd[1:] if a.startswith("-fuse-ld=")]
+    if direct is None and fuse:
+        used = fuse[-1].split("=", 1)[1]
+        used = {"ld": "bfd"}.get(Path(used).name.replace("ld.", ""), Path(used).name.replace("ld.", ""))
+        if used != linker:
+            raise ElflayoutError(f"{fuse[-1]}: the command links with {used} but --linker says {linker}")
+    out, objs = None, []
+    i = 1
+    while i < len(cmd):
+        a = cmd[i]
+        if a == "-o" and i + 1 < len(cmd):
+            out = cmd[i + 1]
+            i += 2
+            continue
+        if a.startswith("-o") and len(a) > 2 and direct is None:
+            out = a[2:]
+        elif a.startswith("--output="):
+            out = a.split("=", 1)[1]
+        elif a in _TAKES_VALUE:
+            i += 2
+            continue
+        elif not a.startswith("-") and a.endswith(_OBJ_EXT):
+            objs.append(i)
+        i += 1
+    if out is None:
+        raise ElflayoutError(f"{cmd[0]}: the link command has no -o OUTPUT (needed to check the result)")
+    return {"cmd": list(cmd), "driver": direct is None, "output": out, "object_positions": objs, "fuse": bool(fuse)}
+
+
+def apply(parsed: dict, linker: str, fmt: str, text: str, order_file: Path) -> list[str]:
+    """The link command with the ordering applied."""
+    cmd = list(parsed["cmd"])
+    wl = (lambda *a: ["-Wl," + ",".join(a)]) if parsed["driver"] else (lambda *a: list(a))
+    if parsed["driver"] and not parsed["fuse"] and linker != "bfd":
+        cmd.insert(1, f"-fuse-ld={linker}")
+        parsed = dict(parsed, object_positions=[p + 1 for p in parsed["object_positions"]])
+    if fmt == "objects":
+        pos = parsed["object_positions"]
+        wanted = [l for l in text.splitlines() if l]
+        if sorted(wanted) != sorted(cmd[p] for p in pos):
+            raise ElflayoutError("link: internal error: object order does not list the command's objects")
+        for p, o in zip(pos, wanted):
+            cmd[p] = o
+        return cmd
+    if fmt == "lld":
+        if linker != "lld":
+            raise ElflayoutError(f"--format lld: {linker} has no --symbol-ordering-file (use --format auto)")
+        return cmd + wl(f"--symbol-ordering-file={order_file}", "--no-warn-symbol-ordering")
+    if fmt == "gold":
+        if linker != "gold":
+            raise ElflayoutError(f"--format gold: {linker} has no --section-ordering-file (use --format auto)")
+        return cmd + wl(f"--section-ordering-file={order_file}")
+    if fmt == "ld-script":
+        if linker not in ("bfd",):
+            raise ElflayoutError(f"--format ld-script: an INSERT script is for GNU ld (bfd), not {linker}")
+        return cmd + (["-Wl,-T," + str(order_file)] if parsed["driver"] else ["-T", str(order_file)])
+    raise ElflayoutError(f"--format {fmt}: unknown")
+
+
+def split_command(parsed: dict, dest: Path, progress=None) -> dict:
+    """The command with its object and archive arguments replaced by split copies."""
+    from elflayout.split.api import split_inputs
+
+    cmd = list(parsed["cmd"])
+    pos = [i for i, a in enumerate(cmd[1:], 1)
+           if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",)) and os.path.isfile(a)]
+    for k, i in enumerate(pos):
+        # One directory per input: two inputs may share a file name.
+        split_inputs([cmd[i]], dest / str(k))
+        cmd[i] = str(dest / str(k) / Path(cmd[i]).name)
+    if progress:
+        progress(f"split {len(pos)} objects and archives into {dest}")
+    return dict(parsed, cmd=cmd)
+
+
+def check_request(parsed: dict, linker: str, fmt: str, split: bool, data_script: bool, dynstr: bool) -> None:
+    """Refuse option combinations that cannot work on this command, before anything is linked."""
+    if fmt == "objects" and any(a.startswith("@") for a in parsed["cmd"][1:]):
+        raise ElflayoutError(f"{parsed['cmd'][0]}: objects inside a response file (@FILE) cannot be reordered; "
+                             "expand it on the command line")
+    if fmt == "objects" and len(parsed["object_positions"]) < 2:
+        raise ElflayoutError(f"{parsed['cmd'][0]}: fewer than two object files on the command line: nothing to reorder")
+    if split and fmt == "objects":
+        raise ElflayoutError("--split: an object order moves whole objects, so splitting them changes nothing")
+    extras = [n for n, on in (("--data-script", data_script), ("--dynstr", dynstr)) if on]
+    if extras and (linker != "lld" or fmt != "lld"):
+        raise ElflayoutError(f"{extras[0]}: an lld companion (--linker lld, --format lld), not {linker}/{fmt}")
+
+
+def companion_args(parsed: dict, layout, target, metadata: dict, workdir: Path, data_script: bool, dynstr: bool,
+                   progress=None) -> list[str]:
+    """The lld companion arguments: a -T data-section script and a .dynstr -u/-y response file,
+    written into ``workdir``."""
+    wl = (lambda a: "-Wl," + a) if parsed["driver"] else (lambda a: a)
+    extra = []
+    if data_script:
+        dtext, dstats = formats.write_lld_data_script(layout)
+        if dstats["data_sections"]:
+            dfile = workdir / "data.ld"
+            atomic_write_text(dfile, dtext)
+            extra += [wl("-T"), wl(str(dfile))] if not parsed["driver"] else [f"-Wl,-T,{dfile}"]
+        if progress:
+            progress(f"data script: {dstats['data_sections']} data sections")
+    if dynstr:
+        from elflayout.order import dynstr as dynstr_mod
+
+        lib = target.path
+        if not lib or not os.path.exists(lib):
+            raise ElflayoutError(f"--dynstr: the profiled library {lib} is not there (its relocations name the symbols)")
+        names, rep = dynstr_mod.read_names(lib, dynstr_mod.workload_executable(metadata))
+        rfile = workdir / "dynstr.rsp"
+        atomic_write_text(rfile, dynstr_mod.write_lld_undefined(names, rep["weak_undefined"]))
+        extra.append(wl("@" + str(rfile)))
+        if progress:
+            progress(f".dynstr: {rep['names']} names first")
+    return extra
+
+
+def check_output(out: str, target, fmt: str, cmd_objs: list[str], linker: str, min_order: float) -> list[str]:
+    """Lines describing how well the linked ``out`` honours the profile; raise Finding when it does not
+    (fewer than ``min_order`` of the placed functions, or objects, in profile order)."""
+    if not os.path.exists(out):
+        raise ElflayoutError(f"{out}: the link command succeeded but wrote no output")
+    res = check(out, target)
+    lines = list(summary_lines(res))
+    if fmt == "objects":
+        frac = object_order_fraction(out, target, cmd_objs)
+        lines.append(f"objects: {'n/a' if frac is None else f'{100 * frac:.1f}%'} of touched objects placed in profile order")
+    else:
+        frac = res["in_order_fraction"]
+    if frac is None:
+        raise Finding(f"{out}: no profiled function found in the output: cannot tell whether the ordering was honoured")
+    if frac < min_order:
+        raise Finding(f"{out}: {linker} did not honour the ordering: only {100 * frac:.1f}% in profile order "
+                      f"(< {100 * min_order:.0f}%; objects without -ffunction-sections, or the option ignored?)")
+    return lines
