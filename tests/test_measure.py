@@ -160,10 +160,14 @@ def test_selective_pages_identical_and_mincore_agrees(tmp_path, libpair):
     pages = [r["files"][lib]["pages_read"] for r in doc["runs"]]
     assert len(pages) == 10 and len(set(pages)) == 1, pages
     assert pages[0] > 500  # 32 scattered touches, each a read-around window
-    # independent check 1: mincore residency after each run equals the traced count
-    # (the harness records pages evicted after being read, by memory reclaim, apart)
-    assert all(r["files"][lib]["resident_after"] + r["files"][lib].get("evicted_after_read", 0)
-               == r["files"][lib]["pages_read"] for r in doc["runs"])
+    # independent check 1: mincore residency after each run equals the traced count,
+    # unless the kernel removed file pages meanwhile (reclaim or drop_caches, which the
+    # harness reads from /proc/vmstat into cache_events): then it may only be lower
+    for r in doc["runs"]:
+        x = r["files"][lib]
+        assert x["resident_after"] <= x["pages_read"], r
+        if not r.get("cache_events"):
+            assert x["resident_after"] == x["pages_read"], r
     # independent check 2: util-linux fincore (not our code) after the session: the pages
     # the last selective run brought in are still resident (nothing else reads this private
     # file). Pages can only go meanwhile if the kernel removes them: memory reclaim (the
@@ -410,7 +414,10 @@ def test_libllvm_selective_pages_identical():
         pytest.skip(f"{10 - len(clean)} of 10 runs disturbed by other processes using libLLVM-16 ({why})")
     pages = {r["files"][lib]["pages_read"] for r in clean}
     assert len(pages) == 1, pages
-    assert all(r["files"][lib]["resident_after"] == r["pages_read"] for r in clean)
+    for r in clean:  # mincore agrees with the trace unless the kernel removed file pages meanwhile
+        assert r["files"][lib]["resident_after"] <= r["pages_read"], r
+        if not r.get("cache_events"):
+            assert r["files"][lib]["resident_after"] == r["pages_read"], r
     assert pages.pop() > 10000
 
 

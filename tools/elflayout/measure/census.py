@@ -95,15 +95,18 @@ def resolve(keys: set[tuple[int, int]], command: str, env: dict,
     def fresh(st) -> bool:
         return changed_before is None or st.st_ctime <= changed_before
 
+    def take(path: str, wanted: set, name: str) -> None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        k = (kdev(st.st_dev), st.st_ino)
+        if k in wanted and k not in found and fresh(st):
+            found[k] = name
+
     found: dict[tuple[int, int], str] = {}
     for p in candidates(command, env) + ["/etc/ld.so.cache"]:
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        k = (kdev(st.st_dev), st.st_ino)
-        if k in keys and k not in found and fresh(st):
-            found[k] = os.path.realpath(p)
+        take(p, keys, os.path.realpath(p))
     left = keys - set(found)
     mounts = _mounts()
     for dev in sorted({d for d, _ in left}):
@@ -120,13 +123,7 @@ def resolve(keys: set[tuple[int, int]], command: str, env: dict,
         except (OSError, subprocess.TimeoutExpired):
             continue
         for line in r.stdout.splitlines():
-            try:
-                st = os.stat(line)
-            except OSError:
-                continue
-            k = (kdev(st.st_dev), st.st_ino)
-            if k in left and k not in found and fresh(st):
-                found[k] = line
+            take(line, left, line)
     return found
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
+from elflayout.procs import pid_alive
 
 ADDR_NO_RANDOMIZE = 0x0040000
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -259,7 +260,7 @@ class StateFile:
             except (OSError, ValueError, KeyError, TypeError):
                 p.unlink(missing_ok=True)
                 continue
-            if _alive(pid):
+            if pid_alive(pid):
                 continue
             knob = Path(st.get("knob", ""))
             try:
@@ -278,16 +279,6 @@ class StateFile:
         except (ImportError, OSError):
             pass
         return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Aslr(Control):

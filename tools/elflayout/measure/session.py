@@ -266,6 +266,52 @@ def files_under_test(census: list[dict]) -> tuple[list[str], list[dict]]:
     return list(seen), list(left.values())
 
 
+def _census(plan: MeasurePlan, runner: Runner, variants: list[Variant], method: str,
+            emit: Callable[[str, dict], None]) -> tuple[list[dict], list[dict]]:
+    """Step 2: the census of what each variant reads; without --files, the files under
+    test are what it found (``runner`` is told). Returns (census, files left out)."""
+    from elflayout.tracefs import file_key
+
+    census: list[dict] = []
+    if method != "none":
+        for v in variants:
+            emit("census", {"variant": v.name, "method": method})
+            census.append(census_mod.census(runner, v, method, under=plan.census_under))
+        # the census evicted (or dropped) files: bring them back untimed, or the
+        # first measured run would pay for them alone
+        for v in variants:
+            runner.spawn(v)
+    left_out: list[dict] = []
+    if not runner.plan.files:
+        runner.plan.files, left_out = files_under_test(census)
+        runner.keys = {f: file_key(f) for f in runner.plan.files}
+        if not runner.plan.files:
+            raise ElflayoutError("the census found no file to measure (all cached and mapped by other processes, "
+                                 "or outside --census-under): name the files with --files or use --census drop")
+    return census, left_out
+
+
+def _identify(files: list[str], source_of: dict[str, str]) -> dict[str, dict]:
+    """Step 3: identity of every file under test. Before the runs (sha256 reads whole
+    files), so the page cache after the session shows only what the last run read;
+    hashed from the original file (through a slow mount it costs minutes)."""
+    md: dict[str, dict] = {}
+    for f in files:
+        md[f] = model.file_metadata(source_of.get(f, f))
+        md[f].update(fs_of(f))
+        if f in source_of:
+            md[f]["served_from"] = os.path.realpath(source_of[f])
+    return md
+
+
+def _machine() -> dict:
+    """The machine a session ran on (results metadata)."""
+    u = os.uname()
+    return {"host": socket.gethostname(), "kernel": f"{u.sysname} {u.release} {u.version}", "machine": u.machine,
+            "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "page_size": os.sysconf("SC_PAGE_SIZE")}
+
+
 def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = None) -> dict:
     """Run a session; return the results document (format v1). See the module docstring.
 
@@ -274,7 +320,7 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     ``warning`` {message}.
     """
     from elflayout.measure import stats
-    from elflayout.tracefs import file_key, tracefs_status
+    from elflayout.tracefs import tracefs_status
 
     plan.check()
     emit = on_event or (lambda kind, info: None)
@@ -296,9 +342,6 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     anchor = plan.files[0] if plan.files else variants[0].argv(envctl.build())[0][0]
     started = datetime.datetime.now(datetime.timezone.utc)
     t_start = time.monotonic()
-    census: list[dict] = []
-    left_out: list[dict] = []
-    files_md: dict[str, dict] = {}
     with contextlib.ExitStack() as stack:
         lock = stack.enter_context(MeasurementLock(on_wait=lambda holder: emit("lock", {"waiting_for": holder})))
         restored = StateFile.restore_stale()
@@ -319,28 +362,8 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         runner = Runner(run_plan, cs, envctl, trace=not trace_why, on_event=emit, variant_env=variant_env,
                         retries=plan.retries, timeout=plan.timeout or None, readahead=readahead)
         stack.callback(runner.close)
-        if census_method != "none":
-            for v in variants:
-                emit("census", {"variant": v.name, "method": census_method})
-                census.append(census_mod.census(runner, v, census_method, under=plan.census_under))
-            # the census evicted (or dropped) files: bring them back untimed, or the
-            # first measured run would pay for them alone
-            for v in variants:
-                runner.spawn(v)
-        if not run_plan.files:
-            run_plan.files, left_out = files_under_test(census)
-            runner.keys = {f: file_key(f) for f in run_plan.files}
-            if not run_plan.files:
-                raise ElflayoutError("the census found no file to measure (all cached and mapped by other processes, "
-                                     "or outside --census-under): name the files with --files or use --census drop")
-        # identity (sha256 reads whole files) before the runs, so the page cache after
-        # the session shows only what the last run read; hashed from the original file
-        # (through a slow mount it costs minutes)
-        for f in run_plan.files:
-            files_md[f] = model.file_metadata(source_of.get(f, f))
-            files_md[f].update(fs_of(f))
-            if f in source_of:
-                files_md[f]["served_from"] = os.path.realpath(source_of[f])
+        census, left_out = _census(plan, runner, variants, census_method, emit)
+        files_md = _identify(run_plan.files, source_of)
         emit("start", {"total": len(run_plan.schedule())})
         runs = runner.run()
         storage_md = _storage_metadata(plan, mounts, storage_dirs)
@@ -348,12 +371,10 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         lock_record = lock.record()
     duration = time.monotonic() - t_start
     analysis = stats.analyse(runs, [v.name for v in variants], states, seed=plan.seed)
-    u = os.uname()
     metadata = {
         "argv": plan.argv, "started": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
-        "host": socket.gethostname(), "kernel": f"{u.sysname} {u.release} {u.version}", "machine": u.machine,
-        "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-        "page_size": os.sysconf("SC_PAGE_SIZE"), "states": states, "runs": plan.runs, "warmup": plan.warmup,
+        **_machine(),
+        "states": states, "runs": plan.runs, "warmup": plan.warmup,
         "seed": plan.seed, "seek_pages": SEEK_PAGES,
         "read_ahead_kb": control_records["read_ahead_kb"]["applied"],
         "aslr": control_records["aslr"]["applied"], "controls": control_records, "lock": lock_record,
