@@ -15,6 +15,8 @@ import random
 import subprocess
 from pathlib import Path
 
+from elftools.elf.enums import ENUM_ST_INFO_TYPE
+
 from elflayout.elfcore import ElfImage
 
 CFLAGS = ["-O1", "-fPIC", "-ffunction-sections", "-fdata-sections", "-fno-inline", "-fno-ipa-icf"]
@@ -76,6 +78,16 @@ def build(workdir, n_objects: int = 6, funcs_per_object: int = 8, seed: int = 0,
     return {"lib": lib, "map": mp, "driver": driver, "objects": objects, "truth": tp, "link_cmd": link_cmd}
 
 
+def build_profiled(workdir, **kw) -> dict:
+    """``build`` plus its ground-truth profile: ``prof`` (the document) and ``profile``
+    (its path, ``workdir/p.json``)."""
+    d = build(workdir, **kw)
+    d["prof"] = truth_profile(d["lib"], d["truth"])
+    d["profile"] = Path(workdir) / "p.json"
+    d["profile"].write_text(json.dumps(d["prof"]))
+    return d
+
+
 def truth_profile(lib, truth_path) -> dict:
     """Profile v1 of ``lib`` from the ground truth: what the valgrind backend would record.
 
@@ -90,7 +102,7 @@ def truth_profile(lib, truth_path) -> dict:
         arr, names = elf_symbols(img)
         funcs = {}
         for i, n in enumerate(names):
-            if arr["type"][i] == 2:
+            if arr["type"][i] == ENUM_ST_INFO_TYPE["STT_FUNC"]:
                 funcs.setdefault(n, []).append((int(arr["offset"][i]), int(arr["size"][i])))
     seen, out, seq = set(), [], 0
     last_obj = None

@@ -23,12 +23,7 @@ from elflayout.order.resolve import Universe, clone_base, resolve, same_object, 
 def synth(tmp_path_factory):
     need_tool("gcc")
     wd = tmp_path_factory.mktemp("synth")
-    d = testlib.build(wd, n_objects=6, funcs_per_object=8, seed=3)
-    prof = testlib.truth_profile(d["lib"], d["truth"])
-    pp = wd / "p.json"
-    pp.write_text(json.dumps(prof))
-    d["profile"] = pp
-    d["prof"] = prof
+    d = testlib.build_profiled(wd, n_objects=6, funcs_per_object=8, seed=3)
     d["wd"] = wd
     return d
 

@@ -88,11 +88,7 @@ def synth(tmp_path_factory):
     import order_testlib as testlib
 
     wd = tmp_path_factory.mktemp("sim")
-    d = testlib.build(wd, n_objects=6, funcs_per_object=8, seed=5)
-    p = wd / "p.json"
-    p.write_text(json.dumps(testlib.truth_profile(d["lib"], d["truth"])))
-    d["profile"] = p
-    return d
+    return testlib.build_profiled(wd, n_objects=6, funcs_per_object=8, seed=5)
 
 
 def test_simulate_verb_same_build_and_relink(synth, tmp_path):

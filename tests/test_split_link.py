@@ -15,9 +15,7 @@ def plain(tmp_path_factory):
     """The synthetic library's objects rebuilt without function sections, and its profile."""
     need_tool("gcc")
     wd = tmp_path_factory.mktemp("plain")
-    d = testlib.build(wd, n_objects=6, funcs_per_object=8, seed=3)
-    pp = wd / "p.json"
-    pp.write_text(json.dumps(testlib.truth_profile(d["lib"], d["truth"])))
+    d = testlib.build_profiled(wd, n_objects=6, funcs_per_object=8, seed=3)
     objs = []
     for o in d["objects"]:  # obj0..5.o and entry.o
         n = wd / "plain" / o.name
@@ -25,7 +23,7 @@ def plain(tmp_path_factory):
         flags = [f for f in testlib.CFLAGS if f not in ("-ffunction-sections", "-fdata-sections")]
         subprocess.run(["gcc", *flags, "-c", str(o.with_suffix(".c")), "-o", str(n)], check=True)
         objs.append(str(n))
-    return {"profile": pp, "objects": objs, "driver": d["driver"]}
+    return {"profile": d["profile"], "objects": objs, "driver": d["driver"]}
 
 
 @pytest.mark.parametrize("linker", ["lld", "gold", "bfd"])
