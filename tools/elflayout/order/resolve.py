@@ -70,6 +70,22 @@ def text_section_of(name: str) -> str:
     return ".text." + name
 
 
+# GCC puts a whole function in .text.unlikely.NAME (noreturn ``__throw_*`` helpers, code
+# only reached from cold paths), .text.hot.NAME, .text.startup.NAME (static constructors)
+# or .text.exit.NAME when it is all cold/hot/startup/exit code
+_PREFIXED_TEXT = (".text.unlikely.", ".text.hot.", ".text.startup.", ".text.exit.")
+
+
+def own_text_section(name: str, sections) -> str | None:
+    """The input section ``-ffunction-sections`` gave function ``name`` itself, if the link
+    has one: ``.text.NAME`` (``.text.unlikely.BASE`` for ``BASE.cold``), else NAME in a
+    hot/cold/startup/exit section."""
+    for sec in (text_section_of(name), *(p + name for p in _PREFIXED_TEXT)):
+        if sec in sections:
+            return sec
+    return None
+
+
 def same_object(a: str | None, b: str | None) -> bool:
     """Object names from different maps: ``x/libfoo.a(bar.o)`` vs ``libfoo.a(bar.o)`` vs ``bar.o``."""
     if not a or not b:
@@ -252,6 +268,12 @@ def _resolve_one(name: str, obj: str | None, u: Universe | None) -> Resolved:
         base = clone_base(name)
         tgt = thunk_target(name)
         alias = ctor_alias(name)
+        own = own_text_section(name, u.sections)
+        if own:
+            # its own section first: C1/C2 of a class with virtual bases are two functions,
+            # each in its own section (lld maps print demangled names, so only the section
+            # name says which)
+            return Resolved(name, name, [own], [obj], "exact")
         if base != name and u.symbols.get(base):
             cands, how, link = u.symbols[base], "clone", base
         elif tgt and u.symbols.get(tgt):
@@ -260,8 +282,6 @@ def _resolve_one(name: str, obj: str | None, u: Universe | None) -> Resolved:
             cands, how, link = u.symbols[alias], "alias", alias
         elif alias and text_section_of(alias) in u.sections:
             return Resolved(name, alias, [text_section_of(alias)], [obj], "alias")
-        elif text_section_of(name) in u.sections:
-            return Resolved(name, name, [text_section_of(name)], [obj], "exact")
         else:
             return Resolved(name, None, [], [], "missing")
     if len(cands) > 1:
