@@ -13,30 +13,87 @@ Metrics (docs/ordering.md):
   profile is of another build); ``ambiguous``: names defined more than once (local
   symbols of several objects) that the order metrics leave out unless the profile is of
   this very build (then offsets identify them).
+- ``landed`` / ``reasons``: where each profiled function landed (file offset, output
+  section; input section and object with the library's link map) and, for each one out
+  of profile order (not in the longest increasing subsequence) or not placed, why,
+  grouped by cause (``REASONS``).
 """
 
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 
 import numpy as np
 
 from elflayout.elfcore import PAGE, ElfImage
 from elflayout.layouts import SHF_EXECINSTR
 from elflayout.profile.model import Target
-from elflayout.order.resolve import clone_base, ctor_alias, elf_symbols, is_fde_only, thunk_target
+from elflayout.order.resolve import clone_base, ctor_alias, elf_symbols, is_fde_only, same_object, thunk_target
 
 
 def lis_length(seq) -> int:
     """Longest strictly increasing subsequence (patience sorting, O(n log n))."""
-    tails: list = []
-    for x in seq:
-        i = bisect.bisect_left(tails, x)
-        if i == len(tails):
+    return sum(lis_members(seq))
+
+
+def lis_members(seq) -> list[bool]:
+    """Which items belong to one longest strictly increasing subsequence of ``seq``."""
+    tails: list = []      # value ending the best subsequence of each length
+    tail_at: list[int] = []
+    prev = [-1] * len(seq)
+    for i, x in enumerate(seq):
+        k = bisect.bisect_left(tails, x)
+        if k == len(tails):
             tails.append(x)
+            tail_at.append(i)
         else:
-            tails[i] = x
-    return len(tails)
+            tails[k] = x
+            tail_at[k] = i
+        prev[i] = tail_at[k - 1] if k else -1
+    keep = [False] * len(seq)
+    i = tail_at[-1] if tail_at else -1
+    while i >= 0:
+        keep[i] = True
+        i = prev[i]
+    return keep
+
+
+# Why a profiled function is out of profile order or not placed: key -> what it means.
+REASONS = {
+    "shared-section": "in an input section holding other functions too (plain .text of an object built without "
+                      "-ffunction-sections): an ordering file names sections, so the section moves whole, in its own "
+                      "order; gold cannot name it per object at all. Split it: elflayout link --split",
+    "prefixed-section": "whole function in .text.unlikely/.hot/.startup/.exit: not named in the ordering, the "
+                        "linker's default rules grouped it with the cold/hot/startup/exit code",
+    "comdat-other-object": "COMDAT section kept from another object than the profiled one (section names are "
+                           "shared; the linker kept the first copy)",
+    "same-name-section": "a section name several objects use (a local function's, e.g. foo.isra.0): an lld symbol "
+                         "file or a gold section file names every copy at once, so they land together at the first "
+                         "one's place (a GNU ld script names the file too)",
+    "not-ordered": "its input section is not named in the ordering file",
+    "same-address": "shares its address with another profiled function (ICF-folded or an alias): placed once",
+    "not-in-output": "not in the output: discarded (--gc-sections, an unused COMDAT copy), folded, or renamed",
+    "ambiguous-name": "local name defined in several objects of the output: cannot tell which one ran",
+    "other": "in a section of its own, yet out of order: the ordering did not name it or the linker did not "
+             "honour it (--ordering FILE tells the two apart)",
+}
+_GENERIC_TEXT = (".text", ".text.unlikely", ".text.hot", ".text.startup", ".text.exit")
+_PREFIXED = (".text.unlikely.", ".text.hot.", ".text.startup.", ".text.exit.")
+
+
+def ordered_sections_of(text: str) -> set[str]:
+    """Input section names an ordering file names: a gold ``--section-ordering-file``
+    (one name a line; globs left out) or a GNU ld script (``*(NAME)``,
+    ``FILE(NAME)``). An lld symbol file names symbols, not sections: empty set."""
+    import re
+
+    if "SECTIONS" in text:
+        return set(re.findall(r"\(([^()*?\s]+)\)", text))
+    names = {ln.strip() for ln in text.splitlines()}
+    if any(n.startswith(".") for n in names):
+        return {n for n in names if n.startswith(".") and not any(c in n for c in "*?[")}
+    return set()
 
 
 def lib_functions(img: ElfImage) -> dict[str, list[tuple[int, int]]]:
@@ -52,17 +109,24 @@ def lib_functions(img: ElfImage) -> dict[str, list[tuple[int, int]]]:
     return out
 
 
-def check(lib, target: Target) -> dict:
+def check(lib, target: Target, lib_map=None, ordered_sections=None) -> dict:
+    """``lib_map``: the link map of ``lib`` (input sections and objects of each function);
+    ``ordered_sections``: the input section names the ordering file named (both optional:
+    they sharpen the reasons)."""
     with ElfImage(lib) as img:
         ident = img.identity()
         same_build = bool(target.build_id) and target.build_id == ident["build_id"]
         funcs_by_name = lib_functions(img)
         exec_secs = [s for s in img.sections if s.occupies_file and (s.flags & SHF_EXECINSTR)]
+        out_secs = [(s.offset, s.offset + s.size, s.name) for s in img.sections if s.occupies_file and s.size]
+    where = _input_sections(lib_map, lib) if lib_map else None
     entries = target.functions
     placed: list[tuple[int, int]] = []  # (offset, size) in profile order
+    placed_entries = []
     missing, ambiguous, fde_only = [], [], 0
     how = {"exact": 0, "clone": 0, "thunk": 0, "offset": 0}
-    seen = set()
+    seen: dict = {}
+    unplaced: list[tuple] = []  # (entry, reason key)
     for e in entries:
         name = e.name
         if same_build and e.offset is not None:
@@ -75,16 +139,24 @@ def check(lib, target: Target) -> dict:
             cands, h = _candidates(name, funcs_by_name)
             if not cands:
                 missing.append(name)
+                unplaced.append((e, "not-in-output"))
                 continue
+            if len(cands) > 1 and where is not None and e.object:
+                # a local name of several objects: the profiled object's copy, by the map
+                cands = [c for c in cands if same_object(_where(c[0], where)[1], e.object)] or cands
             if len(cands) > 1:
                 ambiguous.append(name)
+                unplaced.append((e, "ambiguous-name"))
                 continue
             ext = cands[0]
         if ext in seen:
+            if seen[ext] != name:
+                unplaced.append((e, "same-address"))
             continue
-        seen.add(ext)
+        seen[ext] = name
         how[h] += 1
         placed.append(ext)
+        placed_entries.append(e)
     n = len(placed)
     res = {
         "lib": ident,
@@ -100,6 +172,7 @@ def check(lib, target: Target) -> dict:
         "ambiguous_examples": list(dict.fromkeys(ambiguous))[:10],
         "fde_only": fde_only,
     }
+    res.update(_landed(placed, placed_entries, unplaced, out_secs, where, ordered_sections, lib_map))
     if n == 0:
         res.update(in_order_fraction=None, kendall_tau=None, contiguity=None, pages=0, pages_min=0, span_bytes=0,
                    touched_bytes=0)
@@ -107,6 +180,102 @@ def check(lib, target: Target) -> dict:
     res.update(_order_metrics(placed))
     res["text_bytes"] = sum(s.size for s in exec_secs)
     return res
+
+
+def _input_sections(lib_map, lib):
+    """(sorted start offsets, ends, input section names, objects, functions per section) of
+    ``lib`` from its link map."""
+    from elflayout.order.resolve import universe_from_linkmap
+
+    u = universe_from_linkmap(lib_map, lib)
+    ext = u.extents
+    o = np.argsort(ext["offset"], kind="stable")
+    starts = ext["offset"][o]
+    ends = starts + ext["size"][o]
+    names = [u.extent_names[k] for k in o.tolist()]
+    objs = [u.extent_objects[k] for k in o.tolist()]
+    return starts, ends, names, objs, Counter(n for n in names if n.startswith(".text"))
+
+
+def _where(off: int, where):
+    """(input section, object) holding file offset ``off``, or (None, None)."""
+    if where is None:
+        return None, None
+    starts, ends, names, objs, _ = where
+    k = int(np.searchsorted(starts, off, side="right")) - 1
+    # empty sections may start at the same offset as the one holding ``off``
+    while k >= 0 and ends[k] <= off and k > 0 and starts[k - 1] == starts[k]:
+        k -= 1
+    if k >= 0 and starts[k] <= off < ends[k]:
+        return names[k], objs[k]
+    return None, None
+
+
+def _reason(e, sec: str | None, obj: str | None, shared: int, ordered_sections, where) -> str:
+    """Why a placed function is out of profile order (``REASONS`` key)."""
+    psec = sec or e.section
+    if psec in _GENERIC_TEXT and (shared > 1 or sec is None):
+        return "shared-section"
+    if sec and where is not None and where[4][sec] > 1:
+        return "same-name-section"
+    if ordered_sections is not None and psec and psec not in ordered_sections:
+        return "prefixed-section" if psec.startswith(_PREFIXED) else "not-ordered"
+    if obj and e.object and not same_object(obj, e.object):
+        return "comdat-other-object"
+    if psec and psec.startswith(_PREFIXED) and ordered_sections is None:
+        return "prefixed-section"
+    return "other"
+
+
+def _landed(placed, placed_entries, unplaced, out_secs, where, ordered_sections, lib_map) -> dict:
+    """``landed`` (every profiled function: where it is, in order or why not) and
+    ``reasons`` (counts and examples per cause)."""
+    order_ok = lis_members([p[0] for p in placed])
+    locs = [_where(off, where) for off, _ in placed]
+    per_section = Counter(locs)  # profiled functions sharing one input section of one object
+    landed, counts, examples = [], Counter(), {}
+    for (off, size), e, ok, (sec, obj) in zip(placed, placed_entries, order_ok, locs):
+        shared = per_section[(sec, obj)] if sec is not None else 0
+        why = None if ok else _reason(e, sec, obj, shared, ordered_sections, where)
+        osec = next((nm for a, b, nm in out_secs if a <= off < b), None)
+        row = {"name": e.name, "rank": e.first, "offset": off, "size": size, "output_section": osec,
+               "input_section": sec, "object": obj, "profiled_section": e.section, "profiled_object": e.object,
+               "in_order": ok, "reason": why}
+        landed.append(row)
+        if why:
+            counts[why] += 1
+            examples.setdefault(why, []).append(row)
+    for e, why in unplaced:
+        row = {"name": e.name, "rank": e.first, "offset": None, "size": e.size, "output_section": None,
+               "input_section": None, "object": None, "profiled_section": e.section, "profiled_object": e.object,
+               "in_order": None, "reason": why}
+        landed.append(row)
+        counts[why] += 1
+        examples.setdefault(why, []).append(row)
+    reasons = {k: {"count": c, "what": REASONS[k], "examples": [_example(r) for r in examples[k][:5]],
+                   "objects": _top_objects(examples[k])} for k, c in counts.most_common()}
+    return {"out_of_order": sum(1 for ok in order_ok if not ok), "reasons": reasons, "landed": landed,
+            "map": str(lib_map) if lib_map else None}
+
+
+def _example(r: dict) -> str:
+    sec = r["input_section"] or r["profiled_section"]
+    obj = r["object"] or r["profiled_object"]
+    at = f" at {r['offset']:#x}" if r["offset"] is not None else ""
+    return f"{r['name']}{at} ({sec or '?'} of {_short(obj)})"
+
+
+def _top_objects(rows: list[dict]) -> dict:
+    c = Counter(_short(r["object"] or r["profiled_object"]) for r in rows)
+    return dict(c.most_common(5))
+
+
+def _short(obj: str | None) -> str:
+    """``/x/y/libfoo.a(bar.o)`` → ``libfoo.a(bar.o)``."""
+    if not obj:
+        return "?"
+    head, sep, tail = obj.partition("(")
+    return head.rsplit("/", 1)[-1] + sep + tail
 
 
 def _candidates(name: str, funcs_by_name: dict) -> tuple[list | None, str]:
@@ -178,6 +347,35 @@ def summary_lines(res: dict) -> list[str]:
                  f"(contiguity {100 * res['contiguity']:.1f}%); {res['pages']:,} pages, {res['pages_min']:,} at best")
     if res["missing_examples"]:
         lines.append("missing:   " + ", ".join(res["missing_examples"][:5]) + (" …" if res["missing"] > 5 else ""))
+    lines += reason_lines(res)
+    return lines
+
+
+def reason_lines(res: dict, examples: int = 3) -> list[str]:
+    """Out-of-order and unplaced functions grouped by cause, with a few examples each."""
+    reasons = res.get("reasons") or {}
+    if not reasons:
+        return []
+    lines = [f"why:       {res.get('out_of_order', 0)} placed functions out of profile order, "
+             f"{res['profiled'] - res['placed'] - res['fde_only']} not placed"
+             + ("" if res.get("map") else " (give the library's link map, --map, for input sections and objects)")]
+    for key, r in reasons.items():
+        objs = ", ".join(f"{o} {n}" for o, n in r["objects"].items())
+        lines.append(f"  {r['count']:>5}  {key}: {r['what']}")
+        lines.append(f"         objects: {objs}")
+        for ex in r["examples"][:examples]:
+            lines.append(f"         e.g. {ex}")
+    return lines
+
+
+def landed_lines(res: dict) -> list[str]:
+    """One line per profiled function, in profile order: where it landed and, if out of order, why."""
+    lines = [f"{'rank':>6}  {'offset':>10}  {'in order':8}  {'section / object':40}  function"]
+    for r in sorted(res.get("landed", []), key=lambda r: r["rank"]):
+        at = f"{r['offset']:#x}" if r["offset"] is not None else "-"
+        ok = {True: "yes", False: "NO", None: "-"}[r["in_order"]]
+        where = f"{r['input_section'] or r['output_section'] or r['profiled_section'] or '?'} {_short(r['object'] or r['profiled_object'])}"
+        lines.append(f"{r['rank']:>6}  {at:>10}  {ok:8}  {where:40}  {r['name']}" + (f"  [{r['reason']}]" if r["reason"] else ""))
     return lines
 
 
@@ -188,8 +386,6 @@ def object_order_fraction(lib, target: Target, objects=None) -> float | None:
     functions whose name is defined more than once are left out. ``objects`` (the link's
     object arguments), when given, restricts the check to objects of this link.
     """
-    from elflayout.order.resolve import same_object
-
     with ElfImage(lib) as img:
         funcs = lib_functions(img)
     where: dict[str, int] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from elflayout.errors import Finding
-from elflayout.order.check import check, honoured, summary_lines
+from elflayout.order.check import check, honoured, landed_lines, ordered_sections_of, summary_lines
 from elflayout.order.profile_input import load_profile, pick_target, require_touches
 
 SUMMARY = "how well a linked library honours a profile"
@@ -15,11 +15,23 @@ examples:
   elflayout check-order libpython3.11.so.1.0 --profile py.json --json
   elflayout check-order libfoo.so --profile p.json --fail-under 0.9   # exit 1 if not ordered
 
+  # why functions are out of order: input sections and objects from the link map,
+  # the ordering file the link used, every function's place
+  elflayout check-order libstdc++.so.6 --profile p.json --map libstdc++.so.6.map \
+      --ordering order.gold --where
+
   # held-out: how the relink ordered from train.json does on a startup it never saw
   elflayout check-order ordered/libLLVM-16.so.1 --profile opt.json --trained-on train.json
 
   # cross-validation over the workloads of a merged profile recorded on LIB itself
   elflayout check-order libLLVM-16.so.1 --profile set.json --cross-validate
+
+Functions out of profile order (not in the longest increasing subsequence) and
+profiled functions not placed are grouped by cause (docs/ordering.md, "Why a function
+is out of order"): a shared input section (plain .text), .text.unlikely/.hot/.startup
+left to the linker's default rules, a COMDAT copy kept from another object, a section
+the ordering does not name, an address shared with another function (ICF), not in the
+output, an ambiguous local name.
 
 A profile of another build is fine (names are matched); entries it names that the
 library no longer defines are reported as stale. --cross-validate trains on all
@@ -44,8 +56,12 @@ def add_arguments(p) -> None:
                    "combined (shared (default), earliest, mean, concat; as order --combine)")
     p.add_argument("--read-ahead-kb", type=int, default=None,
                    help="held-out predictions: read_ahead_kb to model (default: the profile's, else 128)")
-    p.add_argument("--map", metavar="LINK.map", help="held-out predictions: link map of LIB (data pages of a "
-                   "relink follow their input sections)")
+    p.add_argument("--map", metavar="LINK.map", help="link map of LIB: the input section and object of each "
+                   "function in the reasons; held-out predictions: data pages of a relink follow their input sections")
+    p.add_argument("--ordering", metavar="FILE", help="the ordering file LIB was linked with (gold section "
+                   "ordering file or GNU ld script): functions whose section it does not name are told apart")
+    p.add_argument("--where", action="store_true", help="also print every profiled function: offset, section, "
+                   "object, in order or not and why")
 
 
 def run(args) -> int:
@@ -54,11 +70,18 @@ def run(args) -> int:
     require_touches(t, args.profile)
     if args.cross_validate or args.trained_on:
         return _heldout(args, doc, t)
-    res = check(args.lib, t)
+    from elflayout.fileio import read_input
+
+    ordered = None
+    if args.ordering:
+        ordered = ordered_sections_of(read_input(args.ordering, "an ordering file").decode("utf-8", "replace")) or None
+    if args.map:
+        read_input(args.map, "a link map")
+    res = check(args.lib, t, lib_map=args.map, ordered_sections=ordered)
     if args.json:
         print(json.dumps(res, indent=1))
     else:
-        print("\n".join(summary_lines(res)))
+        print("\n".join(summary_lines(res) + (landed_lines(res) if args.where else [])))
     if args.fail_under is not None and not honoured(res, args.fail_under):
         frac = res["in_order_fraction"]
         raise Finding(f"{args.lib}: only {0 if frac is None else 100 * frac:.1f}% of profiled functions in profile order "

@@ -22,6 +22,7 @@ import re
 
 from elflayout.order.algorithms import Layout
 from elflayout.order.resolve import object_member, same_object
+from elflayout.split.extents import SPLIT_PREFIX
 
 FORMATS = ("objects", "lld", "gold", "ld-script")
 
@@ -35,10 +36,39 @@ DATA_GROUPS = (
 _LD_UNSAFE = re.compile(r"[\s()*?\[\]{}\"';,=]")
 
 
-def text_sections(layout: Layout) -> list[str]:
+# Code sections that are not one function's own: an object built without
+# -ffunction-sections keeps all its code in .text (its cold/hot/startup parts in these)
+GENERIC_TEXT = (".text", ".text.unlikely", ".text.hot", ".text.startup", ".text.exit")
+
+
+def text_sections(layout: Layout, split: bool = False) -> list[str]:
+    """Input section names of the layout's functions, in order. ``split``: the objects are
+    linked after ``elflayout split``, which gives a function of a generic section
+    (``.text``) its own, ``.text.NAME``."""
     out = []
     for r in layout.functions:
-        out.extend(r.sections)
+        for sec in r.sections:
+            out.append(SPLIT_PREFIX[sec] + r.name if split and sec in SPLIT_PREFIX and r.name else sec)
+    return list(dict.fromkeys(out))
+
+
+def text_entries(layout: Layout, split: bool = False) -> list[tuple[str, str | None]]:
+    """(input section name, object or None) in layout order: a section name that several
+    objects use (plain ``.text``; a local function's -ffunction-sections name defined in
+    several objects) carries the object it was profiled in, where known."""
+    names = {}
+    for r in layout.functions:
+        for sec in r.sections:
+            names.setdefault(sec, set()).update(o for o in r.objects if o)
+    out = []
+    for r in layout.functions:
+        for sec in r.sections:
+            if split and sec in SPLIT_PREFIX and r.name:
+                out.append((SPLIT_PREFIX[sec] + r.name, None))
+            elif (sec in GENERIC_TEXT or len(names[sec]) > 1) and len(set(r.objects)) == 1 and r.objects[0]:
+                out.append((sec, r.objects[0]))
+            else:
+                out.append((sec, None))
     return list(dict.fromkeys(out))
 
 
@@ -82,32 +112,66 @@ def write_lld(layout: Layout) -> tuple[str, dict]:
     return _lines(names), {"symbols": len(names), "data_symbols": len(layout.data_symbols)}
 
 
-def write_gold(layout: Layout) -> tuple[str, dict]:
-    text = text_sections(layout)
+def write_gold(layout: Layout, split: bool = False) -> tuple[str, dict]:
+    text = text_sections(layout, split)
     data = list(dict.fromkeys(n for n, _ in layout.data))
     lines = text + ([".text*"] if text else [])
     for prefix, _out in DATA_GROUPS:
         grp = [n for n in data if _group(n) == prefix]
         if grp:
             lines += grp + [prefix + "*"]
-    return _lines(lines), {"text_sections": len(text), "data_sections": len(data)}
+    shared = _shared_objects(layout) if not split else []
+    # gold's ordering file names sections, not files: a generic .text listed moves every
+    # object's .text, in link order, to the first one's place
+    return _lines(lines), {"text_sections": len(text), "data_sections": len(data), "shared_section_objects": len(shared),
+                           "shared_section_examples": shared[:5]}
 
 
-def write_ld_script(layout: Layout, header: str = "") -> tuple[str, dict]:
-    text = text_sections(layout)
+def _shared_objects(layout: Layout) -> list[str]:
+    """Objects whose profiled code is in a generic section (plain .text) that an ordering
+    file cannot name by function."""
+    return list(dict.fromkeys(o for r in layout.functions for sec in r.sections if sec in GENERIC_TEXT
+                              for o in r.objects if o))
+
+
+def write_ld_script(layout: Layout, header: str = "", split: bool = False) -> tuple[str, dict]:
+    text = text_entries(layout, split)
     data = list(dict.fromkeys(n for n, _ in layout.data))
-    skipped = [n for n in text + data if _LD_UNSAFE.search(n)]
+    skipped = [n for n in [t for t, _ in text] + data if _LD_UNSAFE.search(n)]
     bad = set(skipped)
     blocks = []
     if header:
         blocks.append("".join(f"/* {h} */\n" for h in header.splitlines()))
     if text:
-        blocks.append(_ld_block(".text.elflayout", ".text", [n for n in text if n not in bad]))
+        # a section several objects use is named with its file (``archive:member``), so
+        # only the profiled object's copy moves; GNU ld matches -T statements first
+        pats, by_file = [], 0
+        for sec, obj in text:
+            if sec in bad:
+                continue
+            fpats = ld_file_patterns(obj) if obj else []
+            by_file += bool(fpats)
+            pats += [f"{fp}({sec})" for fp in fpats] or [f"*({sec})"]
+        blocks.append(_ld_block(".text.elflayout", ".text", pats, raw=len(pats)))
     for prefix, out in DATA_GROUPS:
         grp = [n for n in data if _group(n) == prefix and n not in bad]
         if grp:
             blocks.append(_ld_block(out + ".elflayout", out, grp))
-    return "\n".join(blocks), {"text_sections": len(text), "data_sections": len(data), "skipped_unsafe_names": len(skipped)}
+    return "\n".join(blocks), {"text_sections": len(text), "data_sections": len(data), "skipped_unsafe_names": len(skipped),
+                                "named_with_file": by_file if text else 0}
+
+
+def ld_file_patterns(obj: str) -> list[str]:
+    """GNU ld file patterns for a link-map object name: ``x/libfoo.a(m.o)`` →
+    ``*libfoo.a:m.o``; ``dir/m.o`` → ``*/m.o`` and ``m.o`` (the path as the command
+    line gave it may be relative). Empty when a name would be parsed as script syntax."""
+    if obj.endswith(")") and "(" in obj:
+        a, m = obj[:-1].split("(", 1)
+        pats = [f"*{a.rsplit('/', 1)[-1]}:{m.rsplit('/', 1)[-1]}"]
+    else:
+        base = obj.rsplit("/", 1)[-1]
+        pats = [f"*/{base}", base]
+    return [] if any(_LD_UNSAFE.search(p.replace("*", "")) or not p for p in pats) else pats
 
 
 # Output sections the lld data script orders: .data.rel.ro is left out (relocation
@@ -174,13 +238,16 @@ def _lines(items) -> str:
     return "".join(f"{x}\n" for x in items)
 
 
-def write(fmt: str, layout: Layout, all_objects: list[str] | None = None, header: str = "") -> tuple[str, dict]:
+def write(fmt: str, layout: Layout, all_objects: list[str] | None = None, header: str = "",
+          split: bool = False) -> tuple[str, dict]:
+    """``split``: the link's objects are the output of ``elflayout split`` (a function of
+    a generic section is named by its own section, ``.text.NAME``)."""
     if fmt == "objects":
         return write_objects(layout, all_objects)
     if fmt == "lld":
         return write_lld(layout)
     if fmt == "gold":
-        return write_gold(layout)
+        return write_gold(layout, split)
     if fmt == "ld-script":
-        return write_ld_script(layout, header)
+        return write_ld_script(layout, header, split)
     raise ValueError(f"unknown format {fmt!r}")

@@ -156,6 +156,7 @@ class Resolved:
     sections: list[str]  # input section name(s) holding it
     objects: list[str | None]
     how: str  # exact | object | ambiguous | clone | thunk | alias | unverified | fde-only | missing
+    first: float | None = None  # the profile entry's first-access rank (a local name may be profiled twice)
 
 
 def universe_from_linkmap(path, image=None) -> Universe:
@@ -227,13 +228,14 @@ def resolve(entries: list, universe: Universe | None) -> tuple[list[Resolved], d
     for e in entries:
         name = e.name
         r = _resolve_one(name, e.object, universe)
+        r.first = e.first
         counts[r.how] += 1
         if r.how in ("fde-only", "missing", "ambiguous") and len(examples[r.how]) < 5:
             examples[r.how].append(name)
         if r.link_name is None:
             out.append(r)
             continue
-        key = (r.link_name, tuple(r.sections))
+        key = (r.link_name, tuple(r.sections), tuple(r.objects))  # a local name in several objects: each
         if key in taken:
             counts["duplicate"] += 1
             continue

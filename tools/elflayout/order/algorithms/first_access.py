@@ -118,7 +118,7 @@ def _merge_code_sections(target, universe, placed, first_of):
     if not extra:
         return placed, 0
     big = float("inf")
-    merged = sorted(placed + extra, key=lambda r: first_of.get(r.name, big))
+    merged = sorted(placed + extra, key=lambda r: first_of.get(r.name, big) if r.first is None else r.first)
     return merged, len(extra)
 
 
