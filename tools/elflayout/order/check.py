@@ -74,7 +74,9 @@ REASONS = {
     "not-ordered": "its input section is not named in the ordering file",
     "same-address": "shares its address with another profiled function (ICF-folded or an alias): placed once",
     "not-in-output": "not in the output: discarded (--gc-sections, an unused COMDAT copy), folded, or renamed",
-    "ambiguous-name": "local name defined in several objects of the output: cannot tell which one ran",
+    "ambiguous-name": "local name defined in several objects of the output (e.g. foo.isra.0): left out of the order "
+                      "metrics; an lld symbol file or a gold section file names every copy at once, so they land "
+                      "together at the first one's place (a GNU ld script names the file too)",
     "other": "in a section of its own, yet out of order: the ordering did not name it or the linker did not "
              "honour it (--ordering FILE tells the two apart)",
 }
@@ -141,9 +143,6 @@ def check(lib, target: Target, lib_map=None, ordered_sections=None) -> dict:
                 missing.append(name)
                 unplaced.append((e, "not-in-output"))
                 continue
-            if len(cands) > 1 and where is not None and e.object:
-                # a local name of several objects: the profiled object's copy, by the map
-                cands = [c for c in cands if same_object(_where(c[0], where)[1], e.object)] or cands
             if len(cands) > 1:
                 ambiguous.append(name)
                 unplaced.append((e, "ambiguous-name"))

@@ -163,15 +163,19 @@ def write_ld_script(layout: Layout, header: str = "", split: bool = False) -> tu
 
 def ld_file_patterns(obj: str) -> list[str]:
     """GNU ld file patterns for a link-map object name: ``x/libfoo.a(m.o)`` →
-    ``*libfoo.a:m.o``; ``dir/m.o`` → ``*/m.o`` and ``m.o`` (the path as the command
-    line gave it may be relative). Empty when a name would be parsed as script syntax."""
+    ``*libfoo.a:m.o``; ``dir/m.o`` → ``*/m.o`` and ``[m].o`` (the path as the command
+    line gave it may be relative; a pattern without a wildcard would make ld load that
+    file). Empty when a name would be parsed as script syntax."""
     if obj.endswith(")") and "(" in obj:
         a, m = obj[:-1].split("(", 1)
-        pats = [f"*{a.rsplit('/', 1)[-1]}:{m.rsplit('/', 1)[-1]}"]
-    else:
-        base = obj.rsplit("/", 1)[-1]
-        pats = [f"*/{base}", base]
-    return [] if any(_LD_UNSAFE.search(p.replace("*", "")) or not p for p in pats) else pats
+        a, m = a.rsplit("/", 1)[-1], m.rsplit("/", 1)[-1]
+        if not a or not m or _LD_UNSAFE.search(a + m):
+            return []
+        return [f"*{a}:{m}"]
+    base = obj.rsplit("/", 1)[-1]
+    if not base or _LD_UNSAFE.search(base):
+        return []
+    return [f"*/{base}", f"[{base[0]}]{base[1:]}"]
 
 
 # Output sections the lld data script orders: .data.rel.ro is left out (relocation

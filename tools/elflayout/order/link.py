@@ -148,12 +148,37 @@ def companion_args(parsed: dict, layout, target, metadata: dict, workdir: Path, 
     return extra
 
 
-def check_output(out: str, target, fmt: str, cmd_objs: list[str], linker: str, min_order: float) -> list[str]:
-    """Lines describing how well the linked ``out`` honours the profile; raise Finding when it does not
-    (fewer than ``min_order`` of the placed functions, or objects, in profile order)."""
+class OrderNotHonoured(Finding):
+    """The linker did not honour the ordering; ``lines`` say how and why."""
+
+    def __init__(self, lines: list[str], msg: str):
+        super().__init__(msg)
+        self.lines = lines
+
+
+def map_of(cmd: list[str]) -> str | None:
+    """The link map a command writes (``-Map=F``, ``-Map F``, ``-Wl,-Map=F``, ``-Wl,-Map,F``)."""
+    for i, a in enumerate(cmd):
+        a = a.removeprefix("-Wl,").replace("--Map", "-Map")
+        if a.startswith("-Map="):
+            return a[5:]
+        if a.startswith("-Map,"):
+            return a[5:]
+        if a == "-Map" and i + 1 < len(cmd):
+            return cmd[i + 1]
+    return None
+
+
+def check_output(out: str, target, fmt: str, cmd_objs: list[str], linker: str, min_order: float,
+                 lib_map: str | None = None, ordered_sections=None) -> list[str]:
+    """Lines describing how well the linked ``out`` honours the profile, with the reasons for
+    what is out of order (sharper with the link's map and the ordering's section names);
+    raise Finding when it does not (fewer than ``min_order`` of the placed functions, or
+    objects, in profile order)."""
     if not os.path.exists(out):
         raise ElflayoutError(f"{out}: the link command succeeded but wrote no output")
-    res = check(out, target)
+    res = check(out, target, lib_map=lib_map if lib_map and os.path.exists(lib_map) else None,
+                ordered_sections=ordered_sections)
     lines = list(summary_lines(res))
     if fmt == "objects":
         frac = object_order_fraction(out, target, cmd_objs)
@@ -163,6 +188,7 @@ def check_output(out: str, target, fmt: str, cmd_objs: list[str], linker: str, m
     if frac is None:
         raise Finding(f"{out}: no profiled function found in the output: cannot tell whether the ordering was honoured")
     if frac < min_order:
-        raise Finding(f"{out}: {linker} did not honour the ordering: only {100 * frac:.1f}% in profile order "
-                      f"(< {100 * min_order:.0f}%; objects without -ffunction-sections, or the option ignored?)")
+        top = ", ".join(f"{r['count']} {k}" for k, r in (res.get("reasons") or {}).items())
+        raise OrderNotHonoured(lines, f"{out}: {linker} did not honour the ordering: only {100 * frac:.1f}% in profile order "
+                      f"(< {100 * min_order:.0f}%; out of order or not placed: {top or 'no reason found'})")
     return lines

@@ -99,9 +99,22 @@ def run(args) -> int:
         if r.returncode != 0:
             print(f"elflayout: link command failed (exit {r.returncode})", file=sys.stderr)
             return r.returncode
-    for line in check_output(parsed["output"], t, fmt, cmd_objs, linker, args.min_order):
-        print("elflayout: check: " + line, file=sys.stderr)
+    from elflayout.order.check import ordered_sections_of
+    from elflayout.order.link import OrderNotHonoured, map_of
+
+    sections = ordered_sections_of(text) if fmt in ("gold", "ld-script") else None
+    try:
+        lines = check_output(parsed["output"], t, fmt, cmd_objs, linker, args.min_order, map_of(cmd), sections or None)
+    except OrderNotHonoured as e:
+        _say_check(e.lines)
+        raise
+    _say_check(lines)
     return 0
+
+
+def _say_check(lines: list[str]) -> None:
+    for line in lines:
+        print("elflayout: check: " + line, file=sys.stderr)
 
 
 def _say(msg: str) -> None:
