@@ -227,7 +227,7 @@ def resolve(entries: list, universe: Universe | None) -> tuple[list[Resolved], d
     taken: set[tuple[str, tuple]] = set()
     for e in entries:
         name = e.name
-        r = _resolve_one(name, e.object, universe)
+        r = _resolve_one(name, e.object, universe, getattr(e, "section", None))
         r.first = e.first
         counts[r.how] += 1
         if r.how in ("fde-only", "missing", "ambiguous") and len(examples[r.how]) < 5:
@@ -254,7 +254,7 @@ def resolve(entries: list, universe: Universe | None) -> tuple[list[Resolved], d
     return out, report
 
 
-def _resolve_one(name: str, obj: str | None, u: Universe | None) -> Resolved:
+def _resolve_one(name: str, obj: str | None, u: Universe | None, section: str | None = None) -> Resolved:
     if not name:
         return Resolved(name, None, [], [], "missing")
     if u is None:
@@ -284,6 +284,10 @@ def _resolve_one(name: str, obj: str | None, u: Universe | None) -> Resolved:
             cands, how, link = u.symbols[alias], "alias", alias
         elif alias and text_section_of(alias) in u.sections:
             return Resolved(name, alias, [text_section_of(alias)], [obj], "alias")
+        elif section and obj and (section, obj) in u.object_section_symbols:
+            # the input section the profile found it in, of the same object: a C++
+            # function in plain .text, which an lld map lists only demangled
+            return Resolved(name, name, [section], [obj], "exact")
         else:
             return Resolved(name, None, [], [], "missing")
     if len(cands) > 1:

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Function order for a C++ runtime relinked from its PIC archive, with lld, gold and GNU ld.
+
+libstdc++.so.6 relinked from Debian's ``libstdc++_pic.a`` (libstdc++-12-pic: 178
+objects, -ffunction-sections, many sections in COMDAT groups; the demangler's
+cp-demangle.o keeps its code in one plain ``.text``), ``targets.libstdcxx``:
+
+1. the lld relink is profiled with valgrind (``elflayout profile --data``) running
+   ``cxxstart`` (iostream, locale, regex, stringstream, exceptions thrown inside the
+   library, a demangled type name, filesystem);
+2. for each linker, the unordered relink, and the relink by ``elflayout link`` (the
+   default ordering of each linker: lld symbol file, gold section file, GNU ld script)
+   with and without ``--split``; ``link``'s exit status and its order check are printed,
+   and ``check-order`` with the link map says why what is out of order is;
+3. pages read from the library, selective (library evicted), read_ahead_kb 128, one
+   interleaved measure session (``--runs`` rounds; page counts are deterministic).
+
+Goal: gold and GNU ld cut pages about as much as lld (ordered pages within 5% of lld's).
+
+Usage: python3 bench/bench_cxx.py [--runs N] [--skip-measure]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_pipeline as bp  # noqa: E402
+
+LINKERS = ("lld", "gold", "bfd")
+
+
+def relink_ordered(prof: Path, linker: str, split: bool, dest: Path) -> dict:
+    """``elflayout link`` of libstdc++.so.6 into ``dest``; its exit status and check lines."""
+    from elflayout.targets import libstdcxx
+
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = libstdcxx.link_command(linker, dest)
+    r = bp.cli("link", *(["--split"] if split else []), "--profile", prof, "--linker", linker,
+               "--keep-order-file", dest / "order", "--force", "--", *cmd, check=False)
+    check = [ln.removeprefix("elflayout: check: ") for ln in r.stderr.splitlines() if ln.startswith("elflayout: check: ")]
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    if r.returncode not in (0, 1) or not (dest / libstdcxx.SONAME).exists():
+        raise SystemExit(f"bench_cxx: elflayout link --linker {linker} failed (exit {r.returncode}): {last}")
+    return {"lib": dest / libstdcxx.SONAME, "map": dest / f"{libstdcxx.SONAME}.map", "exit": r.returncode,
+            "check": check, "message": last if r.returncode else "", "order": dest / "order"}
+
+
+def why(prof: Path, d: dict) -> dict:
+    """check-order with the relink's map and ordering file (library call)."""
+    from elflayout.order.check import check, ordered_sections_of
+    from elflayout.profile import model
+
+    t = model.load(prof).targets[0]
+    secs = ordered_sections_of(d["order"].read_text()) if d.get("order") and d["order"].exists() else set()
+    return check(d["lib"], t, lib_map=d["map"], ordered_sections=secs or None)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3, help="rounds of measure (default 3)")
+    ap.add_argument("--skip-measure", action="store_true", help="links and order checks only")
+    ap.add_argument("--json", help="also write the figures as JSON here")
+    a = ap.parse_args(argv)
+    from elflayout.tracefs import tracefs_status
+    from elflayout.targets import libstdcxx
+
+    measure = not a.skip_measure
+    reason = tracefs_status() or (None if os.geteuid() == 0 else "not root")
+    if measure and reason:
+        print(f"bench_cxx: measuring skipped: needs root and tracefs ({reason})")
+        measure = False
+    shown = argv if argv is not None else sys.argv[1:]
+    print(f"# bench_cxx   (python3 bench/bench_cxx.py {shlex.join(shown)})")
+    print(f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n", flush=True)
+    t0 = time.monotonic()
+    w = bp.work_dir() / "cxx"
+    w.mkdir(parents=True, exist_ok=True)
+    base = libstdcxx.prepare("lld")
+    argv0 = [str(base["launcher"])]
+    prof = bp.cached_profile(w / "cxxstart.profile.json", base["lib"],
+                             ["profile", "--target", base["lib"], "--map", base["map"], "--data",
+                              "-o", w / "cxxstart.profile.json", "--force", "--", *argv0])
+    libs, checks = {}, {}
+    for lk in LINKERS:
+        print(f"  relink: targets.libstdcxx.prepare({lk!r})", flush=True)
+        d = libstdcxx.prepare(lk)
+        libs[f"{lk} unordered"] = d["lib"]
+        checks[f"{lk} unordered"] = {"lib": d["lib"], "map": d["map"], "exit": None, "check": [], "message": ""}
+        for split in (False, True):
+            name = f"{lk} {'split+' if split else ''}ordered"
+            checks[name] = relink_ordered(prof, lk, split, w / "libs" / name.replace(" ", "-").replace("+", "-"))
+            libs[name] = checks[name]["lib"]
+    print("\n**Order check** (`elflayout link`'s exit status; check-order with the relink's map and ordering file)\n")
+    print("| variant | link exit | in profile order | touched code span (KB) | out of order / not placed, by reason |")
+    print("|---|---:|---:|---:|---|")
+    figures = {}
+    for name, d in checks.items():
+        res = why(prof, d)
+        reasons = ", ".join(f"{r['count']} {k}" for k, r in res["reasons"].items()) or "—"
+        frac = res["in_order_fraction"]
+        figures[name] = {"in_order": frac, "span_bytes": res["span_bytes"], "link_exit": d["exit"],
+                         "reasons": {k: r["count"] for k, r in res["reasons"].items()}}
+        print(f"| {name} | {'—' if d['exit'] is None else d['exit']} | {100 * frac:.1f}% | "
+              f"{res['span_bytes'] / 1024:,.0f} | {reasons} |")
+    for name, d in checks.items():
+        if d["exit"]:
+            print(f"\n  {name}: {d['message']}")
+    if measure:
+        variants = {n: (lib, bp.variant_cmd(lib.parent, argv0, {})) for n, lib in libs.items()}
+        doc = bp.measure(w / "cxx.results.json", variants, a.runs)
+        summ = bp.summarise(doc, libs)
+        print("\n**Pages read from libstdc++.so.6** (cxxstart, selective, read_ahead_kb 128, "
+              f"median of {a.runs})\n")
+        print("| linker | unordered | ordered | change | split+ordered | change | ordered vs lld | split+ordered vs lld |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        pg = {n: (s or {}).get("pages") for n, s in summ.items()}
+        for lk in LINKERS:
+            u, o, so = pg[f"{lk} unordered"], pg[f"{lk} ordered"], pg[f"{lk} split+ordered"]
+            lo, lso = pg["lld ordered"], pg["lld split+ordered"]
+            print(f"| {lk} | {u:,.0f} | {o:,.0f} | {100 * (o / u - 1):+.1f}% | {so:,.0f} | {100 * (so / u - 1):+.1f}% | "
+                  f"{100 * (o / lo - 1):+.1f}% | {100 * (so / lso - 1):+.1f}% |")
+            for n in (f"{lk} unordered", f"{lk} ordered", f"{lk} split+ordered"):
+                figures[n]["pages"] = pg[n]
+        print(bp.determinism_note([(n, summ.get(n)) for n in libs]))
+    print(f"\nbench_cxx: {time.monotonic() - t0:.0f} s", flush=True)
+    if a.json:
+        from elflayout.fileio import atomic_write_text
+
+        atomic_write_text(a.json, json.dumps(figures, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
