@@ -96,6 +96,10 @@ BENCHES = [
     Bench("split", "bench_split.py", ("--runs", "3", "--regrtest"),
           "elflayout split on libpython3.11-pic.a: split time, --check with three linkers, function order on "
           "the split objects with lld/gold/GNU ld (pages read), CPython's regression tests through it", RA_SET),
+    Bench("cxx", "bench_cxx.py", ("--runs", "3"),
+          "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
+          "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",
+          RA_SET, markdown=True),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),

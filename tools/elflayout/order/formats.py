@@ -47,6 +47,8 @@ def text_sections(layout: Layout, split: bool = False) -> list[str]:
     (``.text``) its own, ``.text.NAME``."""
     out = []
     for r in layout.functions:
+        if r.how == "section":
+            continue  # code known by section and object only (crtbeginS.o's .text): no name of its own
         for sec in r.sections:
             out.append(SPLIT_PREFIX[sec] + r.name if split and sec in SPLIT_PREFIX and r.name else sec)
     return list(dict.fromkeys(out))
@@ -63,7 +65,7 @@ def text_entries(layout: Layout, split: bool = False) -> list[tuple[str, str | N
     out = []
     for r in layout.functions:
         for sec in r.sections:
-            if split and sec in SPLIT_PREFIX and r.name:
+            if split and sec in SPLIT_PREFIX and r.name and r.how != "section":
                 out.append((SPLIT_PREFIX[sec] + r.name, None))
             elif (sec in GENERIC_TEXT or len(names[sec]) > 1) and len(set(r.objects)) == 1 and r.objects[0]:
                 out.append((sec, r.objects[0]))
@@ -130,8 +132,8 @@ def write_gold(layout: Layout, split: bool = False) -> tuple[str, dict]:
 def _shared_objects(layout: Layout) -> list[str]:
     """Objects whose profiled code is in a generic section (plain .text) that an ordering
     file cannot name by function."""
-    return list(dict.fromkeys(o for r in layout.functions for sec in r.sections if sec in GENERIC_TEXT
-                              for o in r.objects if o))
+    return list(dict.fromkeys(o for r in layout.functions if r.how != "section" for sec in r.sections
+                              if sec in GENERIC_TEXT for o in r.objects if o))
 
 
 def write_ld_script(layout: Layout, header: str = "", split: bool = False) -> tuple[str, dict]:

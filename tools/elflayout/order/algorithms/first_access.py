@@ -89,9 +89,8 @@ def compute(target: Target, universe: Universe | None = None, *, data: bool = Tr
 def _merge_code_sections(target, universe, placed, first_of):
     """Step 2b: code the profiler could attribute to an input section but to no function
     (crtbeginS.o's ``.text`` with frame_dummy, whose symbols have no size) is placed at
-    its first access too, named by a symbol the link map lists in it. Only lld can use
-    these (the section names are generic: ``.text`` of one object), so they get no
-    section name for gold / ld scripts."""
+    its first access too, named by a symbol the link map lists in it (lld) and by its
+    section and object (a GNU ld script names the file; gold cannot, see formats)."""
     from elflayout.order.resolve import Resolved, object_member, same_object
 
     oss = getattr(universe, "object_section_symbols", None) if universe is not None else None
@@ -114,7 +113,7 @@ def _merge_code_sections(target, universe, placed, first_of):
             continue
         key = f"<section {name} of {obj}>"
         first_of[key] = f
-        extra.append(Resolved(key, syms[0], [], [obj], "section"))
+        extra.append(Resolved(key, syms[0], [name], [obj], "section"))
     if not extra:
         return placed, 0
     big = float("inf")
