@@ -61,9 +61,10 @@ def lis_members(seq) -> list[bool]:
 
 # Why a profiled function is out of profile order or not placed: key -> what it means.
 REASONS = {
-    "shared-section": "in an input section holding other functions too (plain .text of an object built without "
-                      "-ffunction-sections): an ordering file names sections, so the section moves whole, in its own "
-                      "order; gold cannot name it per object at all. Split it: elflayout link --split",
+    "shared-section": "in an input section holding other profiled functions too (plain .text of an object built "
+                      "without -ffunction-sections, or functions elflayout split kept together): an ordering file "
+                      "names sections, so the section moves whole, in its own order; gold cannot name a plain .text "
+                      "per object at all. Split it: elflayout link --split",
     "prefixed-section": "whole function in .text.unlikely/.hot/.startup/.exit: not named in the ordering, the "
                         "linker's default rules grouped it with the cold/hot/startup/exit code",
     "comdat-other-object": "COMDAT section kept from another object than the profiled one (section names are "
@@ -213,7 +214,7 @@ def _where(off: int, where):
 def _reason(e, sec: str | None, obj: str | None, shared: int, ordered_sections, where) -> str:
     """Why a placed function is out of profile order (``REASONS`` key)."""
     psec = sec or e.section
-    if psec in _GENERIC_TEXT and (shared > 1 or sec is None):
+    if shared > 1 or (psec in _GENERIC_TEXT and sec is None):
         return "shared-section"
     if sec and where is not None and where[4][sec] > 1:
         return "same-name-section"

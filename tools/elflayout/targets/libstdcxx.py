@@ -173,8 +173,5 @@ def prepare(linker: str = "lld", extra_link_args=(), outdir=None, split: bool = 
 
 
 def _as_paths(d: dict) -> dict:
-    d = dict(d)
-    for k in ("lib", "map", "launcher", "outdir"):
-        d[k] = Path(d[k])
-    return d
+    return {**d, **{k: Path(d[k]) for k in ("lib", "map", "launcher", "outdir")}}
 
