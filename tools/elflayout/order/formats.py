@@ -47,10 +47,15 @@ def text_sections(layout: Layout, split: bool = False) -> list[str]:
     (``.text``) its own, ``.text.NAME``."""
     out = []
     for r in layout.functions:
-        if r.how == "section":
-            continue  # code known by section and object only (crtbeginS.o's .text): no name of its own
         for sec in r.sections:
-            out.append(SPLIT_PREFIX[sec] + r.name if split and sec in SPLIT_PREFIX and r.name else sec)
+            if r.how == "section":
+                # code known by section and object only (crtbeginS.o's .text, run at load):
+                # a section name alone moves every object's .text, so only when the
+                # objects were split (their .text is gone; the crt files' stays)
+                if split:
+                    out.append(sec)
+            else:
+                out.append(SPLIT_PREFIX[sec] + r.name if split and sec in SPLIT_PREFIX and r.name else sec)
     return list(dict.fromkeys(out))
 
 
