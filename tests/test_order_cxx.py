@@ -184,3 +184,31 @@ def test_check_order_reasons_on_a_default_gnu_ld_link(cx, tmp_path):
     assert rows["_Z7cx_failPKc"]["output_section"] == ".text"
     text = run_cli("check-order", lib, "--profile", cx["profile"], "--map", lmap, check=0).stdout
     assert "why:" in text and "prefixed-section" in text and "plain.o 3" in text
+
+
+def test_lis_members_mark_one_longest_increasing_subsequence():
+    import random
+
+    from elflayout.order.check import lis_members
+
+    rng = random.Random(5)
+    for n in (0, 1, 2, 7, 50):
+        seq = [rng.randrange(40) for _ in range(n)]
+        keep = lis_members(seq)
+        picked = [x for x, k in zip(seq, keep) if k]
+        assert all(a < b for a, b in zip(picked, picked[1:]))
+        # no longer strictly increasing subsequence exists (quadratic DP as reference)
+        best = [1] * n
+        for i in range(n):
+            for j in range(i):
+                if seq[j] < seq[i]:
+                    best[i] = max(best[i], best[j] + 1)
+        assert len(picked) == max(best, default=0)
+
+
+def test_ld_file_patterns_are_always_wildcards():
+    from elflayout.order.formats import ld_file_patterns
+
+    assert ld_file_patterns("/x/libstdc++_pic.a(cp-demangle.o)") == ["*libstdc++_pic.a:cp-demangle.o"]
+    assert ld_file_patterns("/tmp/b/plain.o") == ["*/plain.o", "[p]lain.o"]
+    assert ld_file_patterns("/tmp/has space.o") == []

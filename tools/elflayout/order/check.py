@@ -22,6 +22,7 @@ Metrics (docs/ordering.md):
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter
 
 import numpy as np
@@ -89,8 +90,6 @@ def ordered_sections_of(text: str) -> set[str]:
     """Input section names an ordering file names: a gold ``--section-ordering-file``
     (one name a line; globs left out) or a GNU ld script (``*(NAME)``,
     ``FILE(NAME)``). An lld symbol file names symbols, not sections: empty set."""
-    import re
-
     if "SECTIONS" in text:
         return set(re.findall(r"\(([^()*?\s]+)\)", text))
     names = {ln.strip() for ln in text.splitlines()}
@@ -183,8 +182,8 @@ def check(lib, target: Target, lib_map=None, ordered_sections=None) -> dict:
 
 
 def _input_sections(lib_map, lib):
-    """(sorted start offsets, ends, input section names, objects, functions per section) of
-    ``lib`` from its link map."""
+    """The input sections of ``lib`` from its link map: sorted start offsets, ends, names,
+    objects, and how many input sections bear each code section name."""
     from elflayout.order.resolve import universe_from_linkmap
 
     u = universe_from_linkmap(lib_map, lib)
@@ -204,7 +203,7 @@ def _where(off: int, where):
     starts, ends, names, objs, _ = where
     k = int(np.searchsorted(starts, off, side="right")) - 1
     # empty sections may start at the same offset as the one holding ``off``
-    while k >= 0 and ends[k] <= off and k > 0 and starts[k - 1] == starts[k]:
+    while k > 0 and ends[k] <= off and starts[k - 1] == starts[k]:
         k -= 1
     if k >= 0 and starts[k] <= off < ends[k]:
         return names[k], objs[k]
@@ -228,8 +227,8 @@ def _reason(e, sec: str | None, obj: str | None, shared: int, ordered_sections, 
 
 
 def _landed(placed, placed_entries, unplaced, out_secs, where, ordered_sections, lib_map) -> dict:
-    """``landed`` (every profiled function: where it is, in order or why not) and
-    ``reasons`` (counts and examples per cause)."""
+    """``landed`` (every profiled function: where it is, in order or why not),
+    ``reasons`` (counts and examples per cause), ``out_of_order`` and ``not_placed``."""
     order_ok = lis_members([p[0] for p in placed])
     locs = [_where(off, where) for off, _ in placed]
     per_section = Counter(locs)  # profiled functions sharing one input section of one object
@@ -254,7 +253,8 @@ def _landed(placed, placed_entries, unplaced, out_secs, where, ordered_sections,
         examples.setdefault(why, []).append(row)
     reasons = {k: {"count": c, "what": REASONS[k], "examples": [_example(r) for r in examples[k][:5]],
                    "objects": _top_objects(examples[k])} for k, c in counts.most_common()}
-    return {"out_of_order": sum(1 for ok in order_ok if not ok), "reasons": reasons, "landed": landed,
+    return {"out_of_order": sum(1 for ok in order_ok if not ok), "not_placed": len(unplaced), "reasons": reasons,
+            "landed": landed,
             "map": str(lib_map) if lib_map else None}
 
 
@@ -357,7 +357,7 @@ def reason_lines(res: dict, examples: int = 3) -> list[str]:
     if not reasons:
         return []
     lines = [f"why:       {res.get('out_of_order', 0)} placed functions out of profile order, "
-             f"{res['profiled'] - res['placed'] - res['fde_only']} not placed"
+             f"{res.get('not_placed', 0)} not placed"
              + ("" if res.get("map") else " (give the library's link map, --map, for input sections and objects)")]
     for key, r in reasons.items():
         objs = ", ".join(f"{o} {n}" for o, n in r["objects"].items())
