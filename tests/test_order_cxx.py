@@ -137,6 +137,8 @@ def test_plain_text_is_the_reason_without_split(cx, tmp_path, linker):
     """Without --split the plain .text object is out of order and link says why (exit 1)."""
     lib, lmap, r = _link(cx, tmp_path, linker, check=1)
     assert "shared-section" in r.stderr and "did not honour" in r.stderr
+    if linker == "gold":  # told before linking that gold cannot name one object's .text
+        assert "plain .text of 1 object (" in r.stderr and "plain.o" in r.stderr
     res = _check(cx, lib, "--map", lmap, "--ordering", tmp_path / "order")
     assert set(res["reasons"]) <= {"shared-section", "ambiguous-name"}, res["reasons"]
     shared = res["reasons"]["shared-section"]

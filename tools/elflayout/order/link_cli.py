@@ -83,6 +83,11 @@ def run(args) -> int:
                                 split=args.split)
     f = layout.report["functions"]
     _say(f"{f['matched']}/{f['profiled']} profiled functions matched; applying {fmt} ordering for {linker}")
+    if stats.get("shared_section_objects"):
+        n = stats["shared_section_objects"]
+        _say(f"profiled code in the plain .text of {n} object{'s' if n != 1 else ''} "
+             f"({', '.join(stats['shared_section_examples'][:3])}): gold names sections, not files, so '.text' moves "
+             f"every object's plain .text; --split gives each function its own section")
     with tempfile.TemporaryDirectory(prefix="elflayout-link-") as td:
         order_file = Path(args.keep_order_file) if args.keep_order_file else Path(td) / f"order.{fmt}"
         fileio.atomic_write_text(order_file, text)
