@@ -542,3 +542,54 @@ def test_workload_names_and_bad_workloads(tmp_path):
     assert "given twice" in r.stderr
     r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--workload", "a='unclosed", check=2)
     assert "Traceback" not in r.stderr and "--workload" in r.stderr
+
+
+# -- --repeat: a program whose code path changes from run to run -------------------------
+
+ALTERNATE_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int on_tty(int), on_pipe(int), common(int);
+int main(void) {
+    /* The path alternates between runs: a counter kept in a file (like a hash seed or
+       the garbage collector's timing, it differs from one run to the next). */
+    const char *path = getenv("COUNTER_FILE");
+    int n = 0;
+    FILE *f = fopen(path, "r");
+    if (f) { if (fscanf(f, "%d", &n) != 1) n = 0; fclose(f); }
+    f = fopen(path, "w");
+    fprintf(f, "%d\n", n + 1);
+    fclose(f);
+    int r = common(n);
+    r += (n & 1) ? on_pipe(r) : on_tty(r);
+    return r < 0;
+}
+"""
+
+
+def test_repeat_records_every_run_path(stdout_prog, tmp_path):
+    """--repeat N runs a workload N times and merges the runs: code only some runs
+    execute is in the profile, and each run is a workload of its own."""
+    need_firsttouch()
+    from elflayout.profile import model
+
+    d = stdout_prog
+    (tmp_path / "alt.c").write_text(ALTERNATE_MAIN)
+    exe = tmp_path / "alt"
+    subprocess.run(["gcc", "-O1", "-o", exe, tmp_path / "alt.c", f"-L{d}", "-lw", f"-Wl,-rpath,{d}"], check=True)
+    env = ["--env", f"COUNTER_FILE={tmp_path / 'counter'}"]
+    one = tmp_path / "one.json"
+    run_cli("profile", "--target", d / "libw.so", "-o", one, *env, "--", exe)
+    names1 = {f.name for f in model.load(one).targets[0].functions}
+    assert "on_tty" in names1 and "on_pipe" not in names1  # counter 0: one path only
+    out = tmp_path / "rep.json"
+    r = run_cli("profile", "--target", d / "libw.so", "-o", out, *env, "--repeat", "2", "--", exe)
+    assert "2 workloads merged" in r.stdout
+    p = model.load(out)
+    assert [w["name"] for w in p.workloads] == ["alt #1", "alt #2"]
+    ranks = {f.name: f.ranks for f in p.targets[0].functions}
+    assert [x is not None for x in ranks["on_pipe"]] == [True, False]  # counter 1, then 2
+    assert [x is not None for x in ranks["on_tty"]] == [False, True]
+    assert all(x is not None for x in ranks["common"])
+    r = run_cli("profile", "--target", d / "libw.so", "-o", tmp_path / "x.json", "--repeat", "0", "--", exe, check=2)
+    assert "--repeat 0" in r.stderr and "Traceback" not in r.stderr

@@ -62,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " (default inherit); repeatable: one run per mode")
     p.add_argument("--env-variant", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
                    help="also run every workload with these variables set; repeatable: one run per variant")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run every workload (under every condition) N times and merge the runs: for programs whose "
+                        "code path varies from run to run, e.g. with hash randomisation (default 1)")
     p.add_argument("--combine", choices=RULES, default="shared",
                    help="several runs: how their first-access ranks make the merged order (default shared: what "
                         "every workload touches first, then what fewer do, each by earliest position; earliest: "
@@ -132,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
     commands = _commands(args)
     env_variants = [dict(_kv(x, "--env-variant") for x in v.split(",")) for v in args.env_variant]
-    workloads = record.workload_set(commands, args.stdout, env_variants)
+    workloads = record.workload_set(commands, args.stdout, env_variants, args.repeat)
     setup = record.Setup(targets=list(args.target), maps=list(args.map or []), backend=args.backend, data=args.data,
                          evict=args.evict, children=args.children, env=dict(_kv(x, "--env") for x in args.env),
                          keep_log=args.keep_log, read_ahead_kb=args.read_ahead_kb, debug_files=list(args.debug_file))

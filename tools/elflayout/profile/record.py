@@ -273,9 +273,15 @@ def record(setup: Setup, wl: Workload, progress=None) -> dict:
     return model.validate(model.new_profile(meta, tdocs))
 
 
-def workload_set(commands: list[tuple[str, list[str]]], stdout_modes: list[str], env_variants: list[dict]) -> list[Workload]:
+def workload_set(commands: list[tuple[str, list[str]]], stdout_modes: list[str], env_variants: list[dict],
+                 repeat: int = 1) -> list[Workload]:
     """Every command under every condition: stdout modes × environment variants (the
-    empty variant included), named ``NAME``, ``NAME >pipe``, ``NAME K=V`` …"""
+    empty variant included), named ``NAME``, ``NAME >pipe``, ``NAME K=V`` …; with
+    ``repeat`` > 1 each of them ``repeat`` times (``NAME #1``, ``NAME #2`` …): a program
+    whose code path varies from run to run (hash randomisation, garbage-collector timing)
+    has every variant's code recorded."""
+    if repeat < 1:
+        raise ElflayoutError(f"--repeat {repeat}: give a count of 1 or more")
     modes = stdout_modes or ["inherit"]
     variants = [{}] + [v for v in env_variants if v]
     out = []
@@ -283,7 +289,8 @@ def workload_set(commands: list[tuple[str, list[str]]], stdout_modes: list[str],
         for m in modes:
             for v in variants:
                 label = name + ("" if m == "inherit" else f" >{m}") + "".join(f" {k}={x}" for k, x in v.items())
-                out.append(Workload(label, list(argv), m, dict(v)))
+                for k in range(repeat):
+                    out.append(Workload(label + (f" #{k + 1}" if repeat > 1 else ""), list(argv), m, dict(v)))
     names = [w.name for w in out]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
