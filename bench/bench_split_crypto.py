@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""A second archive through the whole pipeline: OpenSSL's libcrypto.a (Debian's libssl-dev,
+built without function sections, with perlasm assembly).
+
+``libcrypto.so.3`` is relinked from the archive (``elflayout.targets.libcrypto``; Debian's
+symbol versions, ``-z now -z nodelete``), profiled with valgrind (``--data``) on
+``openssl dgst -sha256 FILE`` under the measurement's own conditions (LC_ALL=C, stdout
+on /dev/null), ordered and relinked, each relink's digests and ciphers checked equal to
+Debian's library's, then measured selective at read_ahead_kb 128 in one session:
+
+* Debian's library (a private copy: measuring evicts the file under test);
+* the default relink (archive order) with lld;
+* object order (``elflayout order --format objects``) with lld;
+* split + function order (``elflayout order --format lld``, after ``elflayout split``),
+  unpacked and packed, with lld, and packed with gold and GNU ld (``--linkers``).
+
+Usage: python3 bench/bench_split_crypto.py [--runs N] [--linkers lld,gold,bfd] [--skip-measure]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_pipeline as bp  # noqa: E402
+
+# What the measurement session gives every run (measure.controls.FixedEnv, runner.spawn):
+# profiling under the same conditions records the code those runs execute.
+MEASURED_ENV = {"LC_ALL": "C"}
+
+
+def profile(out: Path, d: dict) -> Path:
+    envs = sum((["--env", f"{k}={v}"] for k, v in {**d["env"], **MEASURED_ENV}.items()), [])
+    return bp.cached_profile(out, d["lib"], ["profile", "--target", d["lib"], "--map", d["map"], "--data", *envs,
+                                             "--stdout", "null", "-o", out, "--force", "--", *d["workloads"]["dgst"]])
+
+
+def main(argv=None) -> int:
+    from elflayout.targets import libcrypto
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--linkers", default="lld,gold,bfd", help="linkers of the split + function order + packed rows")
+    ap.add_argument("--skip-measure", action="store_true")
+    a = ap.parse_args(argv)
+    linkers = [x for x in a.linkers.split(",") if x]
+    w = bp.work_dir() / "split-crypto"
+    w.mkdir(parents=True, exist_ok=True)
+    workload = " ".join(libcrypto.WORKLOADS["dgst"])
+    print(f"## libcrypto.so.3 from libcrypto.a (OpenSSL 3, libssl-dev), `openssl {workload}`, selective, "
+          f"read_ahead_kb {bp.RA_KB}\n", flush=True)
+    print("  relink: libcrypto.prepare(\"lld\") (elflayout.targets, cached; outputs verified against Debian's)",
+          flush=True)
+    base = libcrypto.prepare("lld")
+    prof = profile(w / "crypto.profile.json", base)
+    objs = w / "crypto.objects.txt"
+    bp.cli("order", prof, "--format", "objects", "--objects-from", base["map"], "-o", objs, "--force")
+    order = [ln for ln in objs.read_text().splitlines() if ln.strip()]
+    print(f"  relink: libcrypto.prepare(\"lld\", object_order=<{objs.name}>)", flush=True)
+    by_object = libcrypto.prepare("lld", object_order=order)
+    sbase = libcrypto.prepare("lld", split=True)
+    sprof = profile(w / "crypto-split.profile.json", sbase)
+    files = {}
+    for fmt in ("lld", "gold", "ld-script"):
+        files[fmt] = w / f"crypto-split.{fmt}"
+        # GNU ld: code only. With -z now, `.data.elflayout` INSERTed BEFORE .data lands inside
+        # PT_GNU_RELRO (the default script's DATA_SEGMENT_RELRO_END moves with .data), so
+        # written data becomes read-only and openssl crashes in CRYPTO_malloc.
+        nodata = ["--no-data"] if fmt == "ld-script" else []
+        bp.cli("order", sprof, "--format", fmt, "--lib", sbase["lib"], "--objects-from", sbase["map"], *nodata,
+               "-o", files[fmt], "--force")
+    extra = {"lld": [f"--symbol-ordering-file={bp.hashed_copy(files['lld'])}", "--no-warn-symbol-ordering"],
+             "gold": [f"--section-ordering-file={bp.hashed_copy(files['gold'])}"],
+             "bfd": [f"-Wl,-T,{bp.hashed_copy(files['ld-script'])}"]}
+    sys_d = libcrypto.system_copy()
+    argv_ = sys_d["workloads"]["dgst"]
+    variants = {"Debian's libcrypto.so.3": (sys_d["lib"], bp.variant_cmd(sys_d["lib"].parent, argv_, {})),
+                "default relink lld": (base["lib"], bp.variant_cmd(base["lib"].parent, argv_, {})),
+                "object order lld": (by_object["lib"], bp.variant_cmd(by_object["lib"].parent, argv_, {})),
+                "split baseline lld": (sbase["lib"], bp.variant_cmd(sbase["lib"].parent, argv_, {}))}
+    for lk in linkers:
+        print(f"  relink: libcrypto.prepare({lk!r}, split=True, extra_link_args={extra[lk]})", flush=True)
+        d = libcrypto.prepare(lk, split=True, extra_link_args=extra[lk])
+        if lk == "lld":
+            variants["split+function order lld"] = (d["lib"], bp.variant_cmd(d["lib"].parent, argv_, {}))
+        p = bp.pack(d["lib"], w / "libs" / f"split-ordered-packed-{lk}")
+        libcrypto.verify(p.parent)
+        variants[f"split+function order+packed {lk}"] = (p, bp.variant_cmd(p.parent, argv_, {}))
+    print(f"  every relink and packed copy: {len(libcrypto.VERIFY)} openssl dgst/enc outputs identical to "
+          f"Debian's library's (libcrypto.verify)", flush=True)
+    if a.skip_measure:
+        return 0
+    doc = bp.measure(w / "crypto.results.json", variants, a.runs)
+    summ = bp.summarise(doc, {n: lib for n, (lib, _) in variants.items()})
+    lim = bp.physical_limit(bp.profile_target(sprof), sbase["lib"])
+    print(f"\n  physical limit (split lld baseline, from {sprof.name}): {bp.describe_limit(lim)}")
+    rows = [(n, summ.get(n)) for n in variants]
+    print()
+    print(bp.table(rows, lim, "default relink lld", True,
+                   f"libcrypto.so.3, `openssl {workload}` — selective, read_ahead_kb {bp.RA_KB}"))
+    deb, best = summ.get("Debian's libcrypto.so.3"), summ.get("split+function order+packed lld")
+    if deb and best:
+        print(f"\nsplit + function order + packed (lld): {best['pages']:,.0f} pages against {deb['pages']:,.0f} for "
+              f"Debian's library ({(best['pages'] / deb['pages'] - 1) * 100:+.1f}%); estimate {lim['pages']:,}")
+    for lk in linkers:
+        s = summ.get(f"split+function order+packed {lk}")
+        if lk != "lld" and s and best:
+            print(f"  {lk}: {s['pages']:,.0f} pages ({(s['pages'] / best['pages'] - 1) * 100:+.1f}% vs lld)")
+    print(bp.determinism_note(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
