@@ -34,6 +34,7 @@ class Setup:
     evict: bool = False
     children: bool = False
     env: dict = field(default_factory=dict)  # --env settings, on top of os.environ
+    clean_env: bool = False  # start from measure's kept variables only, not all of os.environ
     keep_log: str | None = None
     read_ahead_kb: int | None = None  # trace: set for the run (None: leave it, record it)
     debug_files: list = field(default_factory=list)  # separate debug files of stripped targets
@@ -163,6 +164,8 @@ def _metadata(setup: Setup, wl: Workload, r) -> dict:
     env = [f"{k}={v}" for k, v in {**setup.env, **wl.env}.items()]
     if env:
         meta["env"] = env
+    if setup.clean_env:
+        meta["clean_env"] = True
     if wl.stdout != "inherit":
         meta["stdout"] = wl.stdout
     meta["children"] = bool(setup.children)
@@ -226,10 +229,22 @@ def _targets(setup: Setup, r, warnings: list, notes: list) -> tuple[list[dict], 
     return tdocs, never
 
 
+def base_env(clean: bool) -> dict:
+    """The environment a workload starts from: the caller's, or (``clean``) only the
+    variables ``measure`` keeps (PATH, HOME, TERM, TMPDIR, USER), so the profiled runs
+    and the measured runs see the same one: a caller's PYTHONUNBUFFERED or locale
+    changes which code a program runs."""
+    if not clean:
+        return dict(os.environ)
+    from elflayout.measure.controls import KEEP_ENV
+
+    return {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
+
+
 def record(setup: Setup, wl: Workload, progress=None) -> dict:
     """Run one workload; its profile document (validated)."""
     be = backend(setup.backend)
-    env = dict(os.environ)
+    env = base_env(setup.clean_env)
     env.update(setup.env)
     env.update(wl.env)
     with stdout_for(wl.stdout) as out:
