@@ -37,12 +37,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_pipeline as bp  # noqa: E402
 
 DEBIAN_PYTHON = "/usr/bin/python3.11"
-# Profile under the conditions every measured run has (measure.controls.FixedEnv sets
-# LC_ALL=C; measure.runner sends stdout to /dev/null): in the C locale Python decodes
-# through UTF-8 mode (_Py_DecodeUTF8Ex, the _codecs ASCII decoder), code a profile taken in
-# a C.UTF-8 shell never runs. And repeat the run: hash randomisation moves the garbage
-# collector's passes, so each run traverses some other types (iter_traverse, gen_traverse).
-MEASURED_CONDITIONS = ["--env", "LC_ALL=C", "--stdout", "null"]
+# Profile under the conditions every measured run has (measure.controls.FixedEnv keeps
+# PATH, HOME, TERM, TMPDIR, USER and sets LC_ALL=C; measure.runner sends stdout to
+# /dev/null): a caller's PYTHONUNBUFFERED=1 makes Python build its standard streams
+# without BufferedWriter (code the measured runs execute), and in the C locale Python
+# decodes through UTF-8 mode (_Py_DecodeUTF8Ex, the _codecs ASCII decoder), code a profile
+# taken in a C.UTF-8 shell never runs. And repeat the run: hash randomisation moves the
+# garbage collector's passes, so each run traverses some other types (iter_traverse,
+# gen_traverse, super_traverse).
+MEASURED_CONDITIONS = ["--clean-env", "--env", "LC_ALL=C", "--stdout", "null"]
 PROFILE_RUNS = 3
 REGRTESTS = ["test_json", "test_decimal", "test_re", "test_asyncio", "test_struct", "test_unicode"]
 
@@ -91,10 +94,10 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
     prof1 = bp.cached_profile(w / "python-split.profile.json", base["lib"],
                               ["profile", "--target", base["lib"], "--map", base["map"], "--data", *envs,
                                "-o", w / "python-split.profile.json", "--force", "--", *argv])
-    prof = bp.cached_profile(w / "python-split-measured.profile.json", base["lib"],
+    prof = bp.cached_profile(w / "python-split-clean.profile.json", base["lib"],
                              ["profile", "--target", base["lib"], "--map", base["map"], "--data", *envs,
                               *MEASURED_CONDITIONS, "--repeat", PROFILE_RUNS,
-                              "-o", w / "python-split-measured.profile.json", "--force", "--", *argv])
+                              "-o", w / "python-split-clean.profile.json", "--force", "--", *argv])
     files = {}
     for fmt in ("lld", "gold", "ld-script"):
         files[fmt] = w / f"python-split.{fmt}"
@@ -105,21 +108,40 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
         "gold": [f"--section-ordering-file={bp.hashed_copy(files['gold'])}"],
         "bfd": [f"-Wl,-T,{bp.hashed_copy(files['ld-script'])}"],
     }
-    # The product's fullest lld recipe (as bench_pipeline's libLLVM): hot-last code order,
-    # a data script placing the touched data sections, hot .dynstr names first.
-    for tag, p in (("lld+data", prof), ("lld+data, 1 run", prof1)):
-        full = {k: w / f"python-split-full{'-1run' if p is prof1 else ''}.{k}" for k in ("lld", "ld", "rsp")}
+    linked = {}
+
+    def full_recipe(tag: str, p: Path) -> None:
+        """The product's fullest lld recipe (as bench_pipeline's libLLVM): hot-last code
+        order, a data script placing the touched data sections, hot .dynstr names first."""
+        stem = "python-split-full-" + "".join(c if c.isalnum() else "-" for c in tag)
+        full = {k: w / f"{stem}.{k}" for k in ("lld", "ld", "rsp")}
         bp.cli("order", p, "--format", "lld", "--lib", base["lib"], "--objects-from", base["map"],
                "--algorithm", "hot-last", "--data-script", full["ld"], "--dynstr-out", full["rsp"],
                "-o", full["lld"], "--force")
         h = {k: bp.hashed_copy(v) for k, v in full.items()}
         extra[tag] = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
                       f"-Wl,@{h['rsp']}"]
-    linked = {}
-    for lk in ("lld", "gold", "bfd", "lld+data", "lld+data, 1 run"):
+
+    def link(lk: str) -> None:
         print(f"  relink: libpython.prepare({lk.split('+')[0]!r}, split=True, extra_link_args={extra[lk]})",
               flush=True)
         linked[lk] = libpython.prepare(lk.split("+")[0], split=True, extra_link_args=extra[lk])
+
+    full_recipe("lld+data", prof)
+    full_recipe("lld+data, 1 run", prof1)
+    for lk in ("lld", "gold", "bfd", "lld+data", "lld+data, 1 run"):
+        link(lk)
+    # Feedback: the lld+data build traced natively as it is measured; the functions on its
+    # code pages that faulted outside the profile are appended to it (merge --faults).
+    d = linked["lld+data"]
+    trace, fbp = w / "python-split-faults.trace.json", w / "python-split-clean+faults.profile.json"
+    bp.cli("profile", "--backend", "trace", "--evict", "--read-ahead-kb", bp.RA_KB, "--target", d["lib"],
+           "--map", d["map"], *envs, *MEASURED_CONDITIONS, "-o", trace, "--force", "--", d["launcher"], "-c",
+           bp.IMPORTS)
+    r = bp.cli("merge", prof, "--faults", trace, "-o", fbp, "--force")
+    print("    " + r.stdout.strip().splitlines()[0], flush=True)
+    full_recipe("lld+data+faults", fbp)
+    link("lld+data+faults")
     variants = {"split baseline lld": (base["lib"], bp.variant_cmd(base["lib"].parent, argv, base["env"]))}
     for lk, d in linked.items():
         a = [d["launcher"], "-c", bp.IMPORTS]
@@ -139,11 +161,11 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
     print(bp.table(rows, lim, "split baseline lld", True,
                    "libpython3.11 from split objects — selective, read_ahead_kb 128"))
     pk = {lk: (summ.get(f"split+function order+packed {lk}") or {}).get("pages")
-          for lk in ("lld", "gold", "bfd", "lld+data", "lld+data, 1 run")}
+          for lk in ("lld", "gold", "bfd", "lld+data", "lld+data, 1 run", "lld+data+faults")}
     if pk["lld"]:
         print(f"\nGoal ≤ 950 pages with lld: {pk['lld']:,.0f} pages (function order), {pk['lld+data']:,.0f} "
               f"(+ data script and .dynstr order; {pk['lld+data, 1 run']:,.0f} from one run in the caller's "
-              f"conditions); gold {pk['gold']:,.0f} "
+              f"conditions; {pk['lld+data+faults']:,.0f} with the traced faults fed back); gold {pk['gold']:,.0f} "
               f"({(pk['gold'] / pk['lld'] - 1) * 100:+.1f}%), GNU ld {pk['bfd']:,.0f} "
               f"({(pk['bfd'] / pk['lld'] - 1) * 100:+.1f}%) — goal within 5% of lld")
     est = math.ceil(lim["code_bytes"] / bp.PAGE)
@@ -152,7 +174,7 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
           f"{prof.name}; {est1:,} from the one-run profile), goal within 15%:")
     for n, sm in rows:
         if sm and "packed" in n:
-            t = sm["by_section"].get(".text", 0)
+            t = sum(c for k, c in sm["by_section"].items() if k == ".text" or k.startswith(".text."))
             print(f"  {n}: {t:,} ({(t / est - 1) * 100:+.1f}%)")
     print(bp.determinism_note(rows))
 

@@ -96,6 +96,10 @@ BENCHES = [
     Bench("split", "bench_split.py", ("--runs", "3", "--regrtest"),
           "elflayout split on libpython3.11-pic.a: split time, --check with three linkers, function order on "
           "the split objects with lld/gold/GNU ld (pages read), CPython's regression tests through it", RA_SET),
+    Bench("split_crypto", "bench_split_crypto.py", ("--runs", "3"),
+          "A second archive through split, profile, order, link: OpenSSL's libcrypto.so.3 from libcrypto.a, "
+          "`openssl dgst -sha256`: Debian's library, default relink, object order, split + function order "
+          "(+ packed) with lld, gold and GNU ld (pages read)", RA_SET, markdown=True),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),
