@@ -148,24 +148,32 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
         variants[f"split+function order {lk}"] = (d["lib"], bp.variant_cmd(d["lib"].parent, a, d["env"]))
         p = bp.pack(d["lib"], w / "libs" / f"split-ordered-packed-{lk}")
         variants[f"split+function order+packed {lk}"] = (p, bp.variant_cmd(p.parent, a, d["env"]))
+    # As Debian ships it: stripped (an unstripped library's .symtab follows the last
+    # PT_LOAD, and read-around past .data reads it), then packed.
+    d = linked["lld+data+faults"]
+    p = bp.pack(stripped(d["lib"], w / "libs" / "split-ordered-stripped-lld+data+faults"),
+                w / "libs" / "split-ordered-stripped-packed-lld+data+faults")
+    a = [d["launcher"], "-c", bp.IMPORTS]
+    r = subprocess.run([*a[:2], libpython.CHECK], env=dict(os.environ, LD_LIBRARY_PATH=str(p.parent), **d["env"]),
+                       capture_output=True, text=True)
+    if "True True" not in r.stdout:
+        raise SystemExit(f"bench_split: {p}: C accelerators not in use: {r.stdout.strip()} {r.stderr.strip()}")
+    variants["split+function order+packed lld+data+faults, stripped"] = (p, bp.variant_cmd(p.parent, a, d["env"]))
     if regrtest:
         run_regrtests(linked["lld"])
     if skip_measure:
         return
-    doc = bp.measure(w / "python-split.results.json", variants, runs)
-    summ = bp.summarise(doc, {n: lib for n, (lib, _) in variants.items()})
-    lim = bp.physical_limit(bp.profile_target(prof), base["lib"])
-    print(f"\n  physical limit (split lld baseline, from {prof.name}): {bp.describe_limit(lim)}")
-    rows = [(n, summ.get(n)) for n in variants]
-    print()
-    print(bp.table(rows, lim, "split baseline lld", True,
-                   "libpython3.11 from split objects — selective, read_ahead_kb 128"))
+    summ, lim, rows = measured_table(w / "python-split.results.json", variants, runs, prof, base["lib"],
+                                     "split baseline lld",
+                                     "libpython3.11 from split objects — selective, read_ahead_kb 128")
     pk = {lk: (summ.get(f"split+function order+packed {lk}") or {}).get("pages")
-          for lk in ("lld", "gold", "bfd", "lld+data", "lld+data, 1 run", "lld+data+faults")}
+          for lk in ("lld", "gold", "bfd", "lld+data", "lld+data, 1 run", "lld+data+faults",
+                     "lld+data+faults, stripped")}
     if pk["lld"]:
         print(f"\nGoal ≤ 950 pages with lld: {pk['lld']:,.0f} pages (function order), {pk['lld+data']:,.0f} "
               f"(+ data script and .dynstr order; {pk['lld+data, 1 run']:,.0f} from one run in the caller's "
-              f"conditions; {pk['lld+data+faults']:,.0f} with the traced faults fed back); gold {pk['gold']:,.0f} "
+              f"conditions; {pk['lld+data+faults']:,.0f} with the traced faults fed back, "
+              f"{pk['lld+data+faults, stripped']:,.0f} stripped as Debian ships it); gold {pk['gold']:,.0f} "
               f"({(pk['gold'] / pk['lld'] - 1) * 100:+.1f}%), GNU ld {pk['bfd']:,.0f} "
               f"({(pk['bfd'] / pk['lld'] - 1) * 100:+.1f}%) — goal within 5% of lld")
     est = math.ceil(lim["code_bytes"] / bp.PAGE)
@@ -177,6 +185,27 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
             t = sum(c for k, c in sm["by_section"].items() if k == ".text" or k.startswith(".text."))
             print(f"  {n}: {t:,} ({(t / est - 1) * 100:+.1f}%)")
     print(bp.determinism_note(rows))
+
+
+def measured_table(out: Path, variants: dict, runs: int, prof: Path, lib: Path, base_name: str, title: str):
+    """Measure VARIANTS in one session; print the physical limit (from PROF, on LIB) and
+    the table by section. Returns (summary, limit, rows)."""
+    doc = bp.measure(out, variants, runs)
+    summ = bp.summarise(doc, {n: lb for n, (lb, _) in variants.items()})
+    lim = bp.physical_limit(bp.profile_target(prof), lib)
+    print(f"\n  physical limit (split lld baseline, from {prof.name}): {bp.describe_limit(lim)}")
+    rows = [(n, summ.get(n)) for n in variants]
+    print()
+    print(bp.table(rows, lim, base_name, True, title))
+    return summ, lim, rows
+
+
+def stripped(lib: Path, dest: Path) -> Path:
+    """``strip --strip-all`` copy of LIB in DEST (as Debian ships its libraries)."""
+    out = dest / lib.name
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["strip", "--strip-all", "-o", out, lib], check=True)
+    return out
 
 
 def run_regrtests(d: dict) -> None:

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_pipeline as bp  # noqa: E402
+import bench_split  # noqa: E402
 from bench_split import MEASURED_CONDITIONS  # noqa: E402
 
 
@@ -45,14 +46,10 @@ def profile(out: Path, d: dict) -> Path:
 
 
 def stripped(lib: Path, dest: Path) -> Path:
-    """``strip --strip-all`` copy of LIB in DEST (as Debian ships its libraries)."""
-    import subprocess
-
+    """``bench_split.stripped``, verified against Debian's outputs."""
     from elflayout.targets import libcrypto
 
-    out = dest / lib.name
-    dest.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["strip", "--strip-all", "-o", out, lib], check=True)
+    out = bench_split.stripped(lib, dest)
     libcrypto.verify(dest)
     return out
 
@@ -133,14 +130,9 @@ def main(argv=None) -> int:
           f"Debian's library's (libcrypto.verify)", flush=True)
     if a.skip_measure:
         return 0
-    doc = bp.measure(w / "crypto.results.json", variants, a.runs)
-    summ = bp.summarise(doc, {n: lib for n, (lib, _) in variants.items()})
-    lim = bp.physical_limit(bp.profile_target(sprof), sbase["lib"])
-    print(f"\n  physical limit (split lld baseline, from {sprof.name}): {bp.describe_limit(lim)}")
-    rows = [(n, summ.get(n)) for n in variants]
-    print()
-    print(bp.table(rows, lim, "default relink lld", True,
-                   f"libcrypto.so.3, `openssl {workload}` — selective, read_ahead_kb {bp.RA_KB}"))
+    summ, lim, rows = bench_split.measured_table(
+        w / "crypto.results.json", variants, a.runs, sprof, sbase["lib"], "default relink lld",
+        f"libcrypto.so.3, `openssl {workload}` — selective, read_ahead_kb {bp.RA_KB}")
     deb, best = summ.get("Debian's libcrypto.so.3 (stripped)"), summ.get("split+function order+packed lld")
     if deb and best:
         print(f"\nsplit + function order + packed (lld): {best['pages']:,.0f} pages against {deb['pages']:,.0f} for "
