@@ -182,7 +182,7 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
           f"{prof.name}; {est1:,} from the one-run profile), goal within 15%:")
     for n, sm in rows:
         if sm and "packed" in n:
-            t = sum(c for k, c in sm["by_section"].items() if k == ".text" or k.startswith(".text."))
+            t = text_pages(sm)
             print(f"  {n}: {t:,} ({(t / est - 1) * 100:+.1f}%)")
     print(bp.determinism_note(rows))
 
@@ -198,6 +198,11 @@ def measured_table(out: Path, variants: dict, runs: int, prof: Path, lib: Path, 
     print()
     print(bp.table(rows, lim, base_name, True, title))
     return summ, lim, rows
+
+
+def text_pages(sm: dict) -> int:
+    """Code pages read: ``.text`` and the linkers' ordered ``.text.*`` output sections."""
+    return sum(c for k, c in sm["by_section"].items() if k == ".text" or k.startswith(".text."))
 
 
 def stripped(lib: Path, dest: Path) -> Path:

@@ -25,6 +25,7 @@ Usage: python3 bench/bench_split_crypto.py [--runs N] [--linkers lld,gold,bfd] [
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -141,6 +142,8 @@ def main(argv=None) -> int:
         s = summ.get(f"split+function order+packed {lk}")
         if lk != "lld" and s and best:
             print(f"  {lk}: {s['pages']:,.0f} pages ({(s['pages'] / best['pages'] - 1) * 100:+.1f}% vs lld)")
+    print(f"code pages read (.text and ordered .text.* sections; touched code {math.ceil(lim['code_bytes'] / bp.PAGE)} "
+          f"pages): " + ", ".join(f"{n} {bench_split.text_pages(sm):,}" for n, sm in rows if sm))
     print(bp.determinism_note(rows))
     return 0
 
