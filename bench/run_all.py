@@ -100,6 +100,10 @@ BENCHES = [
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",
           RA_SET, markdown=True),
+    Bench("split_crypto", "bench_split_crypto.py", ("--runs", "3"),
+          "A second archive through split, profile, order, link: OpenSSL's libcrypto.so.3 from libcrypto.a, "
+          "`openssl dgst -sha256`: Debian's library, default relink, object order, split + function order "
+          "(+ packed) with lld, gold and GNU ld (pages read)", RA_SET, markdown=True),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -542,3 +543,139 @@ def test_workload_names_and_bad_workloads(tmp_path):
     assert "given twice" in r.stderr
     r = run_cli("profile", "--target", LIBC, "-o", tmp_path / "p.json", "--workload", "a='unclosed", check=2)
     assert "Traceback" not in r.stderr and "--workload" in r.stderr
+
+
+# -- --repeat: a program whose code path changes from run to run -------------------------
+
+ALTERNATE_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int on_tty(int), on_pipe(int), common(int);
+int main(void) {
+    /* The path alternates between runs: a counter kept in a file (like a hash seed or
+       the garbage collector's timing, it differs from one run to the next). */
+    const char *path = getenv("COUNTER_FILE");
+    int n = 0;
+    FILE *f = fopen(path, "r");
+    if (f) { if (fscanf(f, "%d", &n) != 1) n = 0; fclose(f); }
+    f = fopen(path, "w");
+    fprintf(f, "%d\n", n + 1);
+    fclose(f);
+    int r = common(n);
+    r += (n & 1) ? on_pipe(r) : on_tty(r);
+    return r < 0;
+}
+"""
+
+
+def test_repeat_records_every_run_path(stdout_prog, tmp_path):
+    """--repeat N runs a workload N times and merges the runs: code only some runs
+    execute is in the profile, and each run is a workload of its own."""
+    need_firsttouch()
+    from elflayout.profile import model
+
+    d = stdout_prog
+    (tmp_path / "alt.c").write_text(ALTERNATE_MAIN)
+    exe = tmp_path / "alt"
+    subprocess.run(["gcc", "-O1", "-o", exe, tmp_path / "alt.c", f"-L{d}", "-lw", f"-Wl,-rpath,{d}"], check=True)
+    env = ["--env", f"COUNTER_FILE={tmp_path / 'counter'}"]
+    one = tmp_path / "one.json"
+    run_cli("profile", "--target", d / "libw.so", "-o", one, *env, "--", exe)
+    names1 = {f.name for f in model.load(one).targets[0].functions}
+    assert "on_tty" in names1 and "on_pipe" not in names1  # counter 0: one path only
+    out = tmp_path / "rep.json"
+    r = run_cli("profile", "--target", d / "libw.so", "-o", out, *env, "--repeat", "2", "--", exe)
+    assert "2 workloads merged" in r.stdout
+    p = model.load(out)
+    assert [w["name"] for w in p.workloads] == ["alt #1", "alt #2"]
+    ranks = {f.name: f.ranks for f in p.targets[0].functions}
+    assert [x is not None for x in ranks["on_pipe"]] == [True, False]  # counter 1, then 2
+    assert [x is not None for x in ranks["on_tty"]] == [False, True]
+    assert all(x is not None for x in ranks["common"])
+    r = run_cli("profile", "--target", d / "libw.so", "-o", tmp_path / "x.json", "--repeat", "0", "--", exe, check=2)
+    assert "--repeat 0" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- --clean-env, and native faults fed back (merge --faults) -------------------------------
+
+ENV_MAIN = r"""
+#include <stdlib.h>
+int on_tty(int), on_pipe(int), common(int);
+int main(void) {
+    int r = common(1);
+    r += getenv("ELFLAYOUT_TEST_COND") ? on_tty(r) : on_pipe(r);
+    return r < 0;
+}
+"""
+
+
+def test_clean_env_drops_the_callers_variables(stdout_prog, tmp_path):
+    """--clean-env: the caller's variables do not reach the workload, --env ones do."""
+    need_firsttouch()
+    from elflayout.profile import model
+
+    d = stdout_prog
+    (tmp_path / "e.c").write_text(ENV_MAIN)
+    exe = tmp_path / "e"
+    subprocess.run(["gcc", "-O1", "-o", exe, tmp_path / "e.c", f"-L{d}", "-lw", f"-Wl,-rpath,{d}"], check=True)
+    caller = {"ELFLAYOUT_TEST_COND": "1"}
+    got = {}
+    for name, extra in (("inherit", []), ("clean", ["--clean-env"]),
+                        ("clean+env", ["--clean-env", "--env", "ELFLAYOUT_TEST_COND=1"])):
+        out = tmp_path / f"{name}.json"
+        run_cli("profile", "--target", d / "libw.so", "-o", out, *extra, "--", exe, env=caller, check=0)
+        p = model.load(out)
+        got[name] = {f.name for f in p.targets[0].functions} & {"on_tty", "on_pipe"}
+        assert bool(p.metadata.get("clean_env")) == ("clean" in name)
+    assert got == {"inherit": {"on_tty"}, "clean": {"on_pipe"}, "clean+env": {"on_tty"}}
+
+
+PAGED_LIB = "".join(f"__attribute__((aligned(4096))) int f{i}(int x) {{ return x * {i + 3} + {i}; }}\n"
+                    for i in range(200))
+PAGED_MAIN = r"""
+#include <stdlib.h>
+int f0(int), f1(int), f120(int);
+int main(void) {
+    int r = f1(f0(1));
+    if (getenv("EXTRA")) r += f120(r);  /* only in the traced (native) runs */
+    return r < 0;
+}
+"""
+
+
+def test_merge_faults_appends_natively_faulted_functions(tmp_path):
+    """A valgrind profile without f120; a trace of a run that calls it faults on f120's
+    page (every function has a page of its own; f120 is far from the read-arounds of f0's
+    page and of .data at the end of the file);
+    merge --faults appends f120, after everything the profile had."""
+    need_firsttouch()
+    need_root_tracefs()
+    from elflayout.profile import model
+    from elflayout.targets import cache_dir
+
+    d = Path(tempfile.mkdtemp(prefix="faults-", dir=cache_dir("test-feedback")))  # on disk: evictable
+    try:
+        (d / "p.c").write_text(PAGED_LIB)
+        (d / "m.c").write_text(PAGED_MAIN)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", d / "libp.so", d / "p.c"], check=True)
+        subprocess.run(["gcc", "-O1", "-o", d / "m", d / "m.c", f"-L{d}", "-lp", f"-Wl,-rpath,{d}"], check=True)
+        prof, trace, out = tmp_path / "v.json", tmp_path / "t.json", tmp_path / "fb.json"
+        run_cli("profile", "--target", d / "libp.so", "-o", prof, "--", d / "m", check=0)
+        assert "f120" not in {f.name for f in model.load(prof).targets[0].functions}
+        run_cli("profile", "--backend", "trace", "--evict", "--read-ahead-kb", "128", "--target", d / "libp.so",
+                "--env", "EXTRA=1", "-o", trace, "--", d / "m", check=0)
+        r = run_cli("merge", prof, "--faults", trace, "-o", out, check=0)
+        assert "functions on them appended" in r.stdout
+        fs = model.load(out).targets[0].functions
+        names = [f.name for f in sorted(fs, key=lambda f: f.first)]
+        assert "f120" in names and names.count("f0") == 1
+        before = {f.name for f in model.load(prof).targets[0].functions}
+        assert all(n not in before for n in names[len(before):]) and names[:len(before)] == [
+            f.name for f in sorted(model.load(prof).targets[0].functions, key=lambda f: f.first)]
+        # bad use: two profiles, or a valgrind profile given as the trace
+        r = run_cli("merge", prof, prof, "--faults", trace, "-o", tmp_path / "x.json", check=2)
+        assert "one profile" in r.stderr
+        r = run_cli("merge", prof, "--faults", prof, "-o", tmp_path / "y.json", check=2)
+        assert "not a --backend trace profile" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

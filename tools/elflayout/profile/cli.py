@@ -54,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exit 0 even when the workload exits non-zero or crashes")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="set an environment variable for the workload only; repeatable")
+    p.add_argument("--clean-env", action="store_true",
+                   help="start the workload's environment from PATH, HOME, TERM, TMPDIR and USER only (what measure "
+                        "keeps), plus --env: the profiled runs then see what measured runs see, not the caller's "
+                        "shell (PYTHONUNBUFFERED, LANG ... change the code a program runs)")
     p.add_argument("--workload", action="append", default=[], metavar="NAME=COMMAND",
                    help="a workload of a set (shell-quoted command line); repeatable; with -- CMD too, that is "
                         "one more")
@@ -62,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " (default inherit); repeatable: one run per mode")
     p.add_argument("--env-variant", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
                    help="also run every workload with these variables set; repeatable: one run per variant")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run every workload (under every condition) N times and merge the runs: for programs whose "
+                        "code path varies from run to run, e.g. with hash randomisation (default 1)")
     p.add_argument("--combine", choices=RULES, default="shared",
                    help="several runs: how their first-access ranks make the merged order (default shared: what "
                         "every workload touches first, then what fewer do, each by earliest position; earliest: "
@@ -132,9 +139,10 @@ def run(args: argparse.Namespace) -> int:
 
     commands = _commands(args)
     env_variants = [dict(_kv(x, "--env-variant") for x in v.split(",")) for v in args.env_variant]
-    workloads = record.workload_set(commands, args.stdout, env_variants)
+    workloads = record.workload_set(commands, args.stdout, env_variants, args.repeat)
     setup = record.Setup(targets=list(args.target), maps=list(args.map or []), backend=args.backend, data=args.data,
                          evict=args.evict, children=args.children, env=dict(_kv(x, "--env") for x in args.env),
+                         clean_env=args.clean_env,
                          keep_log=args.keep_log, read_ahead_kb=args.read_ahead_kb, debug_files=list(args.debug_file))
     record.prepare(setup)  # fails early on missing / non-ELF targets and bad maps
     out = fileio.check_output(args.output, force=args.force, inputs=setup.targets + setup.maps)

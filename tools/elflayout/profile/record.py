@@ -34,6 +34,7 @@ class Setup:
     evict: bool = False
     children: bool = False
     env: dict = field(default_factory=dict)  # --env settings, on top of os.environ
+    clean_env: bool = False  # start from measure's kept variables only, not all of os.environ
     keep_log: str | None = None
     read_ahead_kb: int | None = None  # trace: set for the run (None: leave it, record it)
     debug_files: list = field(default_factory=list)  # separate debug files of stripped targets
@@ -163,6 +164,8 @@ def _metadata(setup: Setup, wl: Workload, r) -> dict:
     env = [f"{k}={v}" for k, v in {**setup.env, **wl.env}.items()]
     if env:
         meta["env"] = env
+    if setup.clean_env:
+        meta["clean_env"] = True
     if wl.stdout != "inherit":
         meta["stdout"] = wl.stdout
     meta["children"] = bool(setup.children)
@@ -226,10 +229,22 @@ def _targets(setup: Setup, r, warnings: list, notes: list) -> tuple[list[dict], 
     return tdocs, never
 
 
+def base_env(clean: bool) -> dict:
+    """The environment a workload starts from: the caller's, or (``clean``) only the
+    variables ``measure`` keeps (PATH, HOME, TERM, TMPDIR, USER), so the profiled runs
+    and the measured runs see the same one: a caller's PYTHONUNBUFFERED or locale
+    changes which code a program runs."""
+    if not clean:
+        return dict(os.environ)
+    from elflayout.measure.controls import KEEP_ENV
+
+    return {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
+
+
 def record(setup: Setup, wl: Workload, progress=None) -> dict:
     """Run one workload; its profile document (validated)."""
     be = backend(setup.backend)
-    env = dict(os.environ)
+    env = base_env(setup.clean_env)
     env.update(setup.env)
     env.update(wl.env)
     with stdout_for(wl.stdout) as out:
@@ -273,9 +288,15 @@ def record(setup: Setup, wl: Workload, progress=None) -> dict:
     return model.validate(model.new_profile(meta, tdocs))
 
 
-def workload_set(commands: list[tuple[str, list[str]]], stdout_modes: list[str], env_variants: list[dict]) -> list[Workload]:
+def workload_set(commands: list[tuple[str, list[str]]], stdout_modes: list[str], env_variants: list[dict],
+                 repeat: int = 1) -> list[Workload]:
     """Every command under every condition: stdout modes × environment variants (the
-    empty variant included), named ``NAME``, ``NAME >pipe``, ``NAME K=V`` …"""
+    empty variant included), named ``NAME``, ``NAME >pipe``, ``NAME K=V`` …; with
+    ``repeat`` > 1 each of them ``repeat`` times (``NAME #1``, ``NAME #2`` …): a program
+    whose code path varies from run to run (hash randomisation, garbage-collector timing)
+    has every variant's code recorded."""
+    if repeat < 1:
+        raise ElflayoutError(f"--repeat {repeat}: give a count of 1 or more")
     modes = stdout_modes or ["inherit"]
     variants = [{}] + [v for v in env_variants if v]
     out = []
@@ -283,7 +304,8 @@ def workload_set(commands: list[tuple[str, list[str]]], stdout_modes: list[str],
         for m in modes:
             for v in variants:
                 label = name + ("" if m == "inherit" else f" >{m}") + "".join(f" {k}={x}" for k, x in v.items())
-                out.append(Workload(label, list(argv), m, dict(v)))
+                for k in range(repeat):
+                    out.append(Workload(label + (f" #{k + 1}" if repeat > 1 else ""), list(argv), m, dict(v)))
     names = [w.name for w in out]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:

@@ -17,15 +17,13 @@ keeps the archive order visible in link maps.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
-from elflayout.fileio import atomic_write_text
-from elflayout.targets import (args_fingerprint, build_slot, cache_dir, driver_args, ensure_installed, fetch_debs,
-                               linker_flag, locked, param_key, run, save_record)
+from elflayout.targets import (archives, args_fingerprint, build_slot, driver_args, ensure_installed, fetch_debs,
+                               linker_flag, param_key, run, save_record)
 
 SONAME = "libpython3.11.so.1.0"
 ARCHIVE = "usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11-pic.a"
@@ -42,82 +40,15 @@ int main(int argc, char **argv) { return Py_BytesMain(argc, argv); }
 """
 
 
-def _read_ar(path: Path) -> list[tuple[str, bytes]]:
-    """Members of a System V/GNU ``ar`` archive, in order (names may repeat)."""
-    data = path.read_bytes()
-    if not data.startswith(b"!<arch>\n"):
-        raise ElflayoutError(f"{path}: not an ar archive")
-    pos, longnames, out = 8, b"", []
-    while pos + 60 <= len(data):
-        hdr = data[pos:pos + 60]
-        name = hdr[:16].decode().rstrip()
-        size = int(hdr[48:58].decode().strip())
-        body = data[pos + 60:pos + 60 + size]
-        pos += 60 + size + (size & 1)
-        if name == "//":
-            longnames = body
-        elif name in ("/", "/SYM64/"):
-            continue
-        else:
-            if name.startswith("/") and name[1:].isdigit():
-                off = int(name[1:])
-                name = longnames[off:longnames.index(b"/\n", off)].decode()
-            out.append((name.rstrip("/"), body))
-    return out
-
-
 def objects() -> list[Path]:
     """The PIC objects of libpython3.11-pic.a, unpacked once, in archive order."""
-    root = fetch_debs(DEV_PACKAGES, "libpython3.11")
-    dest = cache_dir("libpython", "objects")
-    stamp = dest / ".members.json"
-    with locked(cache_dir("libpython") / ".objects.lock"):
-        if stamp.exists():
-            return [dest / n for n in json.loads(stamp.read_text())]
-        members = _read_ar(root / ARCHIVE)
-        names = []
-        for k, (name, body) in enumerate(members):
-            fn = f"{k:03d}-{name}"
-            (dest / fn).write_bytes(body)
-            names.append(fn)
-        atomic_write_text(stamp, json.dumps(names))
-    return [dest / n for n in names]
+    return archives.unpack(fetch_debs(DEV_PACKAGES, "libpython3.11") / ARCHIVE, "libpython")
 
 
 def split_objects() -> list[Path]:
     """The same objects after ``elflayout split`` (one section per function and data
     object), cached per version of the splitter's code."""
-    import hashlib
-
-    from elflayout import split as split_pkg
-    from elflayout.split.api import split_inputs
-
-    objs = objects()
-    code = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(split_pkg.__file__).parent.glob("*.py"))))
-    dest = cache_dir("libpython", f"split-objects-{code.hexdigest()[:12]}")
-    with locked(cache_dir("libpython") / ".split.lock"):
-        if not (dest / ".done").exists():
-            split_inputs(objs, dest, force=True)
-            (dest / ".done").write_text("")
-    return [dest / o.name for o in objs]
-
-
-def _ordered(objs: list[Path], object_order) -> list[Path]:
-    if object_order is None:
-        return objs
-    by = {}
-    for o in objs:
-        by[str(o)] = o
-        by[o.name] = o
-    out = []
-    for x in object_order:
-        o = by.get(str(x)) or by.get(Path(x).name)
-        if o is None:
-            raise ElflayoutError(f"object order: {x} is not one of the libpython3.11-pic.a objects")
-        out.append(o)
-    if sorted(map(str, out)) != sorted(map(str, objs)):
-        raise ElflayoutError(f"object order: must list each of the {len(objs)} objects exactly once (got {len(out)})")
-    return out
+    return archives.split(objects(), "libpython")
 
 
 def prepare(linker: str = "bfd", extra_link_args=(), object_order=None, outdir=None, split: bool = False) -> dict:
@@ -129,7 +60,7 @@ def prepare(linker: str = "bfd", extra_link_args=(), object_order=None, outdir=N
     """
     flag = linker_flag(linker)
     ensure_installed(RUNTIME_PACKAGES)
-    objs = _ordered(split_objects() if split else objects(), object_order)
+    objs = archives.ordered(split_objects() if split else objects(), object_order, "libpython3.11-pic.a")
     extra = driver_args(extra_link_args)
     key = param_key(linker, args_fingerprint(extra), [o.name for o in objs] + ([objs[0].parent.name] if split else []))
     with build_slot("libpython", linker, key, outdir, outputs=(SONAME, f"{SONAME}.map", "python3.11")) as (out, done):

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""A second archive through the whole pipeline: OpenSSL's libcrypto.a (Debian's libssl-dev,
+built without function sections, with perlasm assembly).
+
+``libcrypto.so.3`` is relinked from the archive (``elflayout.targets.libcrypto``; Debian's
+symbol versions, ``-z now -z nodelete``), profiled with valgrind (``--data``) on
+``openssl dgst -sha256 FILE`` under the measurement's own conditions (``profile
+--clean-env``, LC_ALL=C, stdout on /dev/null), ordered and relinked, each relink's digests and ciphers checked equal to
+Debian's library's, then measured selective at read_ahead_kb 128 in one session:
+
+* Debian's library (a private copy: measuring evicts the file under test);
+* the default relink (archive order) with lld;
+* object order (``elflayout order --format objects``) with lld;
+* split + function order (``elflayout order --format lld``, after ``elflayout split``),
+  unpacked and packed, with lld, and packed with gold and GNU ld (``--linkers``); and
+  lld with hot-last code and .dynstr order, packed.
+
+Debian's library is stripped, so the relinks are measured stripped too (``strip
+--strip-all``, before packing); the packed lld relink also unstripped, to show what the
+symbol table costs (read-around past the last loaded page reads it).
+
+Usage: python3 bench/bench_split_crypto.py [--runs N] [--linkers lld,gold,bfd] [--skip-measure]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_pipeline as bp  # noqa: E402
+import bench_split  # noqa: E402
+from bench_split import MEASURED_CONDITIONS  # noqa: E402
+
+
+def profile(out: Path, d: dict) -> Path:
+    """valgrind profile of the dgst workload under the measured runs' conditions."""
+    envs = sum((["--env", f"{k}={v}"] for k, v in d["env"].items()), [])
+    return bp.cached_profile(out, d["lib"], ["profile", "--target", d["lib"], "--map", d["map"], "--data", *envs,
+                                             *MEASURED_CONDITIONS, "-o", out, "--force", "--",
+                                             *d["workloads"]["dgst"]])
+
+
+def stripped(lib: Path, dest: Path) -> Path:
+    """``bench_split.stripped``, verified against Debian's outputs."""
+    from elflayout.targets import libcrypto
+
+    out = bench_split.stripped(lib, dest)
+    libcrypto.verify(dest)
+    return out
+
+
+def main(argv=None) -> int:
+    from elflayout.targets import libcrypto
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--linkers", default="lld,gold,bfd", help="linkers of the split + function order + packed rows")
+    ap.add_argument("--skip-measure", action="store_true")
+    a = ap.parse_args(argv)
+    linkers = [x for x in a.linkers.split(",") if x]
+    w = bp.work_dir() / "split-crypto"
+    w.mkdir(parents=True, exist_ok=True)
+    workload = " ".join(libcrypto.WORKLOADS["dgst"])
+    print(f"## libcrypto.so.3 from libcrypto.a (OpenSSL 3, libssl-dev), `openssl {workload}`, selective, "
+          f"read_ahead_kb {bp.RA_KB}\n", flush=True)
+    print("  relink: libcrypto.prepare(\"lld\") (elflayout.targets, cached; outputs verified against Debian's)",
+          flush=True)
+    base = libcrypto.prepare("lld")
+    prof = profile(w / "crypto-clean.profile.json", base)
+    objs = w / "crypto.objects.txt"
+    bp.cli("order", prof, "--format", "objects", "--objects-from", base["map"], "-o", objs, "--force")
+    order = [ln for ln in objs.read_text().splitlines() if ln.strip()]
+    print(f"  relink: libcrypto.prepare(\"lld\", object_order=<{objs.name}>)", flush=True)
+    by_object = libcrypto.prepare("lld", object_order=order)
+    sbase = libcrypto.prepare("lld", split=True)
+    sprof = profile(w / "crypto-split-clean.profile.json", sbase)
+    files = {}
+    for fmt in ("lld", "gold", "ld-script"):
+        files[fmt] = w / f"crypto-split.{fmt}"
+        # GNU ld: code only. With -z now, `.data.elflayout` INSERTed BEFORE .data lands inside
+        # PT_GNU_RELRO (the default script's DATA_SEGMENT_RELRO_END moves with .data), so
+        # written data becomes read-only and openssl crashes in CRYPTO_malloc.
+        nodata = ["--no-data"] if fmt == "ld-script" else []
+        bp.cli("order", sprof, "--format", fmt, "--lib", sbase["lib"], "--objects-from", sbase["map"], *nodata,
+               "-o", files[fmt], "--force")
+    extra = {"lld": [f"--symbol-ordering-file={bp.hashed_copy(files['lld'])}", "--no-warn-symbol-ordering"],
+             "gold": [f"--section-ordering-file={bp.hashed_copy(files['gold'])}"],
+             "bfd": [f"-Wl,-T,{bp.hashed_copy(files['ld-script'])}"]}
+    # lld with hot-last code and hot .dynstr names first. (Not --data-script: lld refuses
+    # it here, "unable to insert .data.elflayout before .data".)
+    full = {k: w / f"crypto-split-full.{k}" for k in ("lld", "rsp")}
+    bp.cli("order", sprof, "--format", "lld", "--lib", sbase["lib"], "--objects-from", sbase["map"],
+           "--algorithm", "hot-last", "--dynstr-out", full["rsp"], "-o", full["lld"], "--force")
+    h = {k: bp.hashed_copy(v) for k, v in full.items()}
+    extra["lld+hot-last+dynstr"] = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering",
+                                    f"-Wl,@{h['rsp']}"]
+    sys_d = libcrypto.system_copy()
+    argv_ = sys_d["workloads"]["dgst"]
+
+    def row(lib: Path) -> tuple:
+        return lib, bp.variant_cmd(lib.parent, argv_, {})
+
+    # Debian ships its library stripped; an unstripped relink's .symtab follows the last
+    # PT_LOAD, and read-around past .data reads it. Relinks are measured stripped too
+    # (strip --strip-all, then packed), and the best one also as linked.
+    variants = {"Debian's libcrypto.so.3 (stripped)": row(sys_d["lib"]),
+                "default relink lld": row(stripped(base["lib"], w / "libs" / "default-lld")),
+                "object order lld": row(stripped(by_object["lib"], w / "libs" / "objects-lld")),
+                "split baseline lld": row(stripped(sbase["lib"], w / "libs" / "split-lld"))}
+    for lk in [*linkers, "lld+hot-last+dynstr"] if "lld" in linkers else linkers:
+        ln = lk.split("+")[0]
+        print(f"  relink: libcrypto.prepare({ln!r}, split=True, extra_link_args={extra[lk]})", flush=True)
+        d = libcrypto.prepare(ln, split=True, extra_link_args=extra[lk])
+        tag = lk.replace("+", "-")
+        if lk == "lld":
+            variants["split+function order lld"] = row(stripped(d["lib"], w / "libs" / f"split-ordered-{tag}"))
+            p = bp.pack(d["lib"], w / "libs" / f"split-ordered-packed-unstripped-{tag}")
+            libcrypto.verify(p.parent)
+            variants["split+function order+packed lld, not stripped"] = row(p)
+        p = bp.pack(stripped(d["lib"], w / "libs" / f"split-ordered-stripped-{tag}"),
+                    w / "libs" / f"split-ordered-packed-{tag}")
+        libcrypto.verify(p.parent)
+        variants[f"split+function order+packed {lk}"] = row(p)
+    print(f"  every relink and packed copy: {len(libcrypto.VERIFY)} openssl dgst/enc outputs identical to "
+          f"Debian's library's (libcrypto.verify)", flush=True)
+    if a.skip_measure:
+        return 0
+    summ, lim, rows = bench_split.measured_table(
+        w / "crypto.results.json", variants, a.runs, sprof, sbase["lib"], "default relink lld",
+        f"libcrypto.so.3, `openssl {workload}` — selective, read_ahead_kb {bp.RA_KB}")
+    deb, best = summ.get("Debian's libcrypto.so.3 (stripped)"), summ.get("split+function order+packed lld")
+    if deb and best:
+        print(f"\nsplit + function order + packed (lld): {best['pages']:,.0f} pages against {deb['pages']:,.0f} for "
+              f"Debian's library ({(best['pages'] / deb['pages'] - 1) * 100:+.1f}%); estimate {lim['pages']:,}")
+    for lk in [*linkers, "lld+hot-last+dynstr"]:
+        s = summ.get(f"split+function order+packed {lk}")
+        if lk != "lld" and s and best:
+            print(f"  {lk}: {s['pages']:,.0f} pages ({(s['pages'] / best['pages'] - 1) * 100:+.1f}% vs lld)")
+    print(f"code pages read (.text and ordered .text.* sections; touched code {math.ceil(lim['code_bytes'] / bp.PAGE)} "
+          f"pages): " + ", ".join(f"{n} {bench_split.text_pages(sm):,}" for n, sm in rows if sm))
+    print(bp.determinism_note(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
