@@ -15,9 +15,10 @@ insertions of the library, read_ahead_kb 128, the library alone evicted) over:
 - BOLT (Debian's ``bolt-16``; Panchenko et al., "BOLT: A Practical Binary Optimizer for
   Data Centers and Beyond", CGO 2019): an ``--emit-relocs`` lld link instrumented
   (``llvm-bolt -instrument``), the instrumented library run once under the same
-  startup, then optimised from that profile with ``BOLT_OPTS``; RELR by ``elflayout
-  pack-relocs`` on BOLT's output (see ``bolt_relr``). The profile and BOLT's outputs are
-  cached under the elflayout cache (``bolt/``), with what producing them cost;
+  startup, then optimised from that profile with ``BOLT_OPTS``; with RELR two ways: BOLT
+  on lld's ``-z pack-relative-relocs`` link, and ``elflayout pack-relocs`` on BOLT's
+  output (``bolt_variants``). The profile and BOLT's outputs are cached under the
+  elflayout cache (``bolt/``), with what producing them cost;
 - elflayout's best: order (hot-last, data script, .dynstr names) from a valgrind
   profile of the default relink, relinked, relocations packed.
 
@@ -183,10 +184,37 @@ def bolt_step(d: Path, argv, outputs, env=None, before=None) -> dict:
     return rec | {"cached": False}
 
 
+def _cost(rec: dict) -> str:
+    return f"{rec['seconds']} s, peak {rec['peak_mib']:,} MiB{', cached' if rec.get('cached') else ''}"
+
+
+def bolt_optimise(lib: Path, data: Path, log: dict, step: str, notes: list) -> Path | None:
+    """BOLT_OPTS on ``lib`` from profile ``data`` (cached by library, profile and options);
+    the result checked with ``libllvm.verify``. None (and a note saying why) on failure."""
+    root = cache_dir("bolt", bp.file_sha(lib)[:16])
+    key = hashlib.sha256(json.dumps([bp.file_sha(data), BOLT_OPTS]).encode()).hexdigest()[:12]
+    od = root / f"opt-{key}"
+    rec = bolt_step(od, [BOLT, lib, "-o", od / lib.name, f"-data={data}", *BOLT_OPTS], [lib.name])
+    log[step] = rec
+    if rec["rc"]:
+        notes.append(f"{step} FAILED (exit {rec['rc']}, {_cost(rec)}): `{' '.join(rec['argv'])}`: "
+                     + " / ".join(rec.get("error", [])))
+        return None
+    notes.append(f"{step}: `{' '.join(rec['argv'])}` ({_cost(rec)})")
+    try:
+        libllvm.verify(od)
+        notes.append(f"{step}: llc-16 and opt-16 -O2 outputs identical to Debian's library's (targets.libllvm.verify)")
+    except ElflayoutError as e:
+        notes.append(f"{step}: {e}")
+    return od / lib.name
+
+
 def bolt_variants(w: Path, log: dict, argv: list) -> tuple[dict, list[str]]:
     """BOLT's rows: {name: lib} and notes (the exact commands, any failure). An
     ``--emit-relocs`` relink is instrumented, run once under ``argv`` (the profile),
-    then optimised with BOLT_OPTS; RELR by ``bolt_relr``."""
+    then optimised with BOLT_OPTS. RELR both ways: lld's ``-z pack-relative-relocs``
+    on the ``--emit-relocs`` link BOLT optimises (with the same profile: the code is
+    the same), and ``elflayout pack-relocs`` on BOLT's output."""
     emit = timed_relink("BOLT: --emit-relocs link", log, extra_link_args=EMIT_RELOCS)
     lib = Path(emit["lib"])
     root = cache_dir("bolt", bp.file_sha(lib)[:16])
@@ -194,16 +222,19 @@ def bolt_variants(w: Path, log: dict, argv: list) -> tuple[dict, list[str]]:
     out: dict = {}
 
     def failed(step: str, rec: dict) -> tuple[dict, list[str]]:
-        notes.append(f"BOLT {step} FAILED (exit {rec['rc']}, {rec['seconds']} s, peak {rec['peak_mib']} MiB): "
-                     f"`{' '.join(rec['argv'])}`: " + " / ".join(rec.get("error", [])))
+        notes.append(f"{step} FAILED (exit {rec['rc']}, {_cost(rec)}): `{' '.join(rec['argv'])}`: "
+                     + " / ".join(rec.get("error", [])))
         return out, notes
 
+    # fdata only names the file the instrumented library writes (baked into it)
     fdata = root / "instr" / "prof.fdata"
     ins = bolt_step(root / "instr", [BOLT, lib, "-instrument", f"-instrumentation-file={fdata}", "-o",
                                      root / "instr" / lib.name], [lib.name])
     log["BOLT: instrument"] = ins
     if ins["rc"]:
-        return failed("instrumentation", ins)
+        return failed("BOLT: instrument", ins)
+    notes.append(f"BOLT: instrument: `{' '.join(ins['argv'])}` ({_cost(ins)})" +
+                 (f"; {ins['note']}" if ins.get("note") else ""))
     # the profile's path is baked into the instrumented library: take it from its command
     fdata = Path(next(a.split("=", 1)[1] for a in ins["argv"] if a.startswith("-instrumentation-file=")))
     run_dir = root / ("profile-" + hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:12])
@@ -217,44 +248,26 @@ def bolt_variants(w: Path, log: dict, argv: list) -> tuple[dict, list[str]]:
             shutil.copyfile(fdata, run_dir / "prof.fdata")
     log["BOLT: instrumented run"] = prof
     if prof["rc"] or not (run_dir / "prof.fdata").exists():
-        return failed("instrumented run", prof)
+        return failed("BOLT: instrumented run", prof)
     data = run_dir / "prof.fdata"
-    key = hashlib.sha256(json.dumps([bp.file_sha(data), BOLT_OPTS]).encode()).hexdigest()[:12]
-    od = root / f"opt-{key}"
-    opt = bolt_step(od, [BOLT, lib, "-o", od / lib.name, f"-data={data}", *BOLT_OPTS], [lib.name])
-    log["BOLT: optimise"] = opt
-    notes += [f"BOLT instrument: `{' '.join(ins['argv'])}` ({ins['seconds']} s, peak {ins['peak_mib']:,} MiB"
-              f"{', cached' if ins.get('cached') else ''})",
-              f"BOLT profile: `LD_LIBRARY_PATH={root / 'instr'} {' '.join(argv)}` ({prof['seconds']} s, "
-              f"peak {prof['peak_mib']:,} MiB)"]
-    if opt["rc"]:
-        return failed("optimisation", opt)
-    notes.append(f"BOLT optimise: `{' '.join(opt['argv'])}` ({opt['seconds']} s, peak {opt['peak_mib']:,} MiB"
-                 f"{', cached' if opt.get('cached') else ''})")
-    out["BOLT (instrumented, hfsort+, ext-tsp, split)"] = od / lib.name
-    try:
-        libllvm.verify(od)
-        notes.append("BOLT's library: llc-16 and opt-16 -O2 outputs identical to Debian's (targets.libllvm.verify)")
-    except ElflayoutError as e:
-        notes.append(f"BOLT's library: {e}")
-    relr, how = bolt_relr(od / lib.name, w, log)
-    notes.append(how)
-    if relr:
-        out["BOLT + RELR (pack-relocs)"] = relr
-    return out, notes
-
-
-def bolt_relr(bolted: Path, w: Path, log: dict) -> tuple[Path | None, str]:
-    """RELR for BOLT's output: ``elflayout pack-relocs`` after BOLT. BOLT 16 reads only
-    RELA dynamic relocations (DT_RELR support came to BOLT after LLVM 16), so lld's
-    ``-z pack-relative-relocs`` before it would leave BOLT blind to the packed pointers."""
+    notes.append(f"BOLT: profile: `LD_LIBRARY_PATH={root / 'instr'} {' '.join(argv)}` ({_cost(prof)})")
+    bolted = bolt_optimise(lib, data, log, "BOLT: optimise", notes)
+    if bolted is None:
+        return out, notes
+    out["BOLT (instrumented, hfsort+, ext-tsp, split)"] = bolted
+    relr = timed_relink("BOLT: --emit-relocs RELR link", log, extra_link_args=[*EMIT_RELOCS, *RELR_ARGS])
+    lld_relr = bolt_optimise(Path(relr["lib"]), data, log, "BOLT: optimise the RELR link", notes)
+    if lld_relr is not None:
+        out["BOLT on an lld RELR link"] = lld_relr
     t0 = time.monotonic()
     try:
-        out = bp.pack(bolted, w / "libs" / "bolt-relr")
+        out["BOLT, then pack-relocs"] = bp.pack(bolted, w / "libs" / "bolt-relr")
+        log["BOLT: pack-relocs"] = {"seconds": time.monotonic() - t0, "peak_mib": None}
+        notes.append("BOLT, then pack-relocs: `elflayout pack-relocs` on BOLT's output "
+                     "(bench_pipeline.pack: --check, or llc/opt output compared)")
     except Exception as e:  # noqa: BLE001 - the bench prints why instead of a row
-        return None, f"BOLT + RELR: pack-relocs on BOLT's output failed: {e}"
-    log["BOLT: pack-relocs"] = {"seconds": time.monotonic() - t0, "peak_mib": None}
-    return out, "BOLT + RELR: `elflayout pack-relocs` on BOLT's output (checked, see bench_pipeline.pack)"
+        notes.append(f"BOLT, then pack-relocs: FAILED: {e}")
+    return out, notes
 
 
 def same_output(lib_dir: Path | None, argv: list, want: str) -> bool:
@@ -296,7 +309,9 @@ def main() -> int:
             "lld C3 + RELR": ["C3: callgrind profile", "lld C3 + RELR"],
             "elflayout best (ordered + packed)": ["elflayout: profile + order + pack", "elflayout: relink"],
             "BOLT (instrumented, hfsort+, ext-tsp, split)": BOLT_STEPS,
-            "BOLT + RELR (pack-relocs)": [*BOLT_STEPS, "BOLT: pack-relocs"]}
+            "BOLT on an lld RELR link": [*BOLT_STEPS[:3], "BOLT: --emit-relocs RELR link",
+                                         "BOLT: optimise the RELR link"],
+            "BOLT, then pack-relocs": [*BOLT_STEPS, "BOLT: pack-relocs"]}
     print("| variant | pages read | seeks | file size (MB) | time to produce (s) | peak memory (MiB) | output identical |")
     print("|---|---:|---:|---:|---:|---:|---|")
     rows = {}
