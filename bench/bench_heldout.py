@@ -1,21 +1,24 @@
 #!/usr/bin/env python3
 """Held-out figures: how an order does on libLLVM-16 startups it was not trained on.
 
-    python3 bench/bench_heldout.py [--read-ahead-kb 128] [--combine shared] [--json OUT]
-    python3 bench/bench_heldout.py --measure [--only WORKLOAD] [--runs 3]
+    python3 bench/bench_heldout.py [--training broad|wide|held-out] [--read-ahead-kb 128] [--combine shared]
+    python3 bench/bench_heldout.py --measure [--training ...] [--only WORKLOAD] [--runs 3]
 
 Profiles Debian's libLLVM-16 (the shipped, unordered library) with the valgrind backend
-under five workloads — ``llc-16 -O2`` on a small ``.ll``, ``opt-16 --version``, and
-``llc-16 --version`` with stdout on ``/dev/null``, on a pipe and on a file — as one
-profile set (``elflayout.profile.record.record_set``), then cross-validates
-(``elflayout.order.heldout.cross_validate``): for each workload, the pages the
-readahead model predicts for the library as it is, ordered by the other four, and
-ordered by the workload itself (virtual code layouts; see docs/ordering.md,
-"Held-out evaluation"). Prints the table and the two checks of issue 16: within 3% of
-the self-trained order, never more than unordered. Predictions, not measurements;
-``--measure`` measures the same on real lld relinks of libLLVM (ordered by the other
-workloads' profile set, and by the workload itself, via ``elflayout order --format lld``).
-The profile set is cached (by the library's build-id) in the elflayout cache.
+as one profile set (``elflayout.profile.record.record_set``): five held-out workloads
+(``llc-16 -O2`` on a small ``.ll``, ``opt-16 --version``, and ``llc-16 --version`` with
+stdout on ``/dev/null``, on a pipe and on a file) and, with ``--training broad`` (the
+default) or ``wide``, workloads that only train (``training_only``: compiles of another
+module, other tools; never the held-out module). Then cross-validates
+(``elflayout.order.heldout.cross_validate``): for each held-out workload, the pages the
+readahead model predicts for the library as it is, ordered by every other workload
+(``heldout.training_set``: never one that runs its exact command), and ordered by the
+workload itself (virtual code layouts; see docs/ordering.md, "Held-out evaluation").
+Prints the table and the two checks: within 3% of the self-trained order, never more
+than unordered. Predictions, not measurements; ``--measure`` measures the same on real
+lld relinks of libLLVM (ordered by the others' profile set, and by the workload
+itself, via ``elflayout order --format lld``). Profile sets are cached (by the
+library's build-id and the workloads) in the elflayout cache.
 """
 
 from __future__ import annotations
@@ -62,6 +65,16 @@ def training_only(s: dict) -> list[record.Workload]:
             record.Workload("opt -O2 -S training.ll", [opt, "-O2", "-S", tl, "-o", "/dev/null"]),
             record.Workload("llvm-dis --version >null", [t["llvm-dis"], "--version"], "null"),
             record.Workload("llvm-mc --version >pipe", [t["llvm-mc"], "--version"], "pipe")]
+
+
+def training_wide(s: dict) -> list[record.Workload]:
+    """``training_only`` and more kinds of compile (``-O0``, object output, assembling):
+    more code covered, more of it that the held-out compile does not run."""
+    llc, tl = str(s["llc"]), str(libllvm.training_ll())
+    return training_only(s) + [
+        record.Workload("llc -O0 training.ll", [llc, "-O0", tl, "-o", "/dev/null"]),
+        record.Workload("llc -O3 -filetype=obj training.ll", [llc, "-O3", "-filetype=obj", tl, "-o", "/dev/null"]),
+        record.Workload("llvm-as training.ll", [str(libllvm.tool("llvm-as")), tl, "-o", "/dev/null"])]
 
 
 def set_key(lib: Path, wls: list[record.Workload]) -> str:
@@ -152,7 +165,8 @@ def measured(args, s: dict) -> list[dict]:
 def all_workloads(args, s: dict) -> tuple[list[record.Workload], list[record.Workload]]:
     """(held-out workloads, every workload recorded: the held-out ones first)."""
     held = workloads(s)
-    return held, held + (training_only(s) if args.training == "broad" else [])
+    extra = {"broad": training_only, "wide": training_wide, "held-out": lambda _s: []}[args.training](s)
+    return held, held + extra
 
 
 def main() -> int:
@@ -163,14 +177,16 @@ def main() -> int:
     ap.add_argument("--measure", action="store_true",
                     help="also relink libLLVM (lld) ordered by the others / by itself per held-out workload and "
                          "measure pages read (root, tracefs; minutes per workload)")
-    ap.add_argument("--training", choices=("broad", "held-out"), default="broad",
+    ap.add_argument("--training", choices=("broad", "wide", "held-out"), default="broad",
                     help="train on the other held-out workloads and the training-only ones (compiles of another "
-                         "module, other tools; default), or on the other held-out workloads alone")
+                         "module, other tools; default), those and more kinds of compile (wide), or on the other "
+                         "held-out workloads alone")
     ap.add_argument("--only", action="append", metavar="WORKLOAD", help="--measure: only these held-out workloads")
     ap.add_argument("--runs", type=int, default=3, help="--measure: rounds of measure (default 3)")
     args = ap.parse_args()
     s = libllvm.system()
     if args.measure:
+        held, wls = all_workloads(args, s)
         rows = measured(args, s)
         print(f"## Held-out startups of libLLVM-16 relinked with lld, measured (selective, read_ahead_kb 128, "
               f"median of {args.runs}), combine {args.combine}")

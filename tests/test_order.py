@@ -570,7 +570,7 @@ def test_cross_validation_table(synth, tmp_path):
     assert rb["functions"] == len(kb) and rb["in_hot_region"] == len(ka & kb)
     for r in rows:
         assert r["worse_than_unordered"] == (r["predicted_pages"] > r["unordered_pages"])
-        assert r["self_pages"] > 0 and r["unordered_pages"] > 0
+        assert r["self_pages"] > 0 and r["unordered_pages"] > 0 and r["order_only_pages"] > 0
         assert r["in_hot_fraction"] == pytest.approx(r["in_hot_region"] / r["functions"])
     r = run_cli("check-order", synth["lib"], "--profile", p, "--cross-validate", "--read-ahead-kb", "16",
                 check=None)

@@ -36,6 +36,10 @@ Steps (``cross_validate``):
    more pages than the unordered one is flagged, with the functions that cause it (the
    cold functions whose pages nothing else touches, and which the hot region moved
    away from their neighbours).
+5. Order only: the pages k would read if the hot region held k's own functions alone,
+   in the training order: what is left of the gap to "itself" once coverage and the
+   other workloads' code are taken out is the cost of walking the region in another
+   sequence (``order_only_pages``).
 
 Citation: the leave-one-out check of an orderfile against startups it was not trained
 on is the question of Chromium's orderfile pipeline (``tools/cygprofile``, which
@@ -46,6 +50,7 @@ a set of startup traces for the same reason. The page model is ``order/readahead
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -247,11 +252,16 @@ def cross_validate(img: ElfImage, profile: Profile, rule: str = "shared", read_a
                                  "(every other workload runs the same command)")
         train = train_on(profile, views, idx, rule).target(t0.path)
         cross = evaluate(img, held, train, read_ahead_kb, base)
+        # the same training order restricted to k's own functions: the part of the gap
+        # that is order (k walks the hot region in another sequence), not coverage
+        mine = {f.offset for f in held.functions}
+        same = dataclasses.replace(train, functions=[f for f in train.functions if f.offset in mine])
+        order_only = predict(img, held, ordered_layout(img, base, same), read_ahead_kb)["pages"]
         unordered = predict(img, held, base, read_ahead_kb)["pages"]
         self_pages = predict(img, held, ordered_layout(img, base, held), read_ahead_kb)["pages"]
         row = {"workload": w.get("name"), "trained_on": [names[j] for j in idx],
                "duplicates_left_out": len(wl) - 1 - len(idx), **cross, "unordered_pages": unordered,
-               "self_pages": self_pages,
+               "self_pages": self_pages, "order_only_pages": order_only,
                "vs_self": cross["predicted_pages"] / self_pages - 1 if self_pages else None,
                "worse_than_unordered": cross["predicted_pages"] > unordered}
         if row["worse_than_unordered"]:
@@ -263,18 +273,20 @@ def cross_validate(img: ElfImage, profile: Profile, rule: str = "shared", read_a
 def table_lines(rows: list[dict]) -> list[str]:
     """The cross-validation table, for the terminal."""
     hdr = f"{'held-out workload':<28} {'funcs':>6} {'in hot':>7} {'cold':>5} {'unordered':>10} {'others':>8} " \
-          f"{'itself':>8} {'vs itself':>9}"
+          f"{'itself':>8} {'vs itself':>9} {'order only':>10}"
     out = [hdr, "-" * len(hdr)]
     for r in rows:
         frac = "-" if r["in_hot_fraction"] is None else f"{100 * r['in_hot_fraction']:.1f}%"
         vs = "-" if r["vs_self"] is None else f"{100 * r['vs_self']:+.1f}%"
         flag = "  WORSE than unordered" if r["worse_than_unordered"] else ""
         out.append(f"{str(r['workload'])[:28]:<28} {r['functions']:>6,} {frac:>7} {r['cold_functions']:>5,} "
-                   f"{r['unordered_pages']:>10,} {r['predicted_pages']:>8,} {r['self_pages']:>8,} {vs:>9}{flag}")
+                   f"{r['unordered_pages']:>10,} {r['predicted_pages']:>8,} {r['self_pages']:>8,} {vs:>9} "
+                   f"{r['order_only_pages']:>10,}{flag}")
         if r.get("culprits"):
             out.append(f"    culprits (cold functions it touches outside the hot region): {', '.join(r['culprits'])}")
     out.append("pages: predicted by the readahead model (order/readahead.py) for virtual code layouts of this "
-               "library; 'others' = ordered by the other workloads, 'itself' = by the held-out workload")
+               "library; 'others' = ordered by the other workloads, 'itself' = by the held-out workload, "
+               "'order only' = the others' order of the held-out workload's own functions alone")
     return out
 
 
