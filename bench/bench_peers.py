@@ -185,7 +185,14 @@ def bolt_step(d: Path, argv, outputs, env=None, before=None) -> dict:
 
 
 def _cost(rec: dict) -> str:
-    return f"{rec['seconds']} s, peak {rec['peak_mib']:,} MiB{', cached' if rec.get('cached') else ''}"
+    peak = "?" if rec.get("peak_mib") is None else f"{rec['peak_mib']:,}"
+    return f"{rec['seconds']} s, peak {peak} MiB{', cached' if rec.get('cached') else ''}"
+
+
+def _failed(step: str, rec: dict) -> str:
+    """The note printed instead of a row: exit status, cost, command, error lines."""
+    return (f"{step} FAILED (exit {rec['rc']}, {_cost(rec)}): `{' '.join(rec['argv'])}`: "
+            + " / ".join(rec.get("error", [])))
 
 
 def bolt_optimise(lib: Path, data: Path, log: dict, step: str, notes: list) -> Path | None:
@@ -197,8 +204,7 @@ def bolt_optimise(lib: Path, data: Path, log: dict, step: str, notes: list) -> P
     rec = bolt_step(od, [BOLT, lib, "-o", od / lib.name, f"-data={data}", *BOLT_OPTS], [lib.name])
     log[step] = rec
     if rec["rc"]:
-        notes.append(f"{step} FAILED (exit {rec['rc']}, {_cost(rec)}): `{' '.join(rec['argv'])}`: "
-                     + " / ".join(rec.get("error", [])))
+        notes.append(_failed(step, rec))
         return None
     notes.append(f"{step}: `{' '.join(rec['argv'])}` ({_cost(rec)})")
     try:
@@ -222,8 +228,7 @@ def bolt_variants(w: Path, log: dict, argv: list) -> tuple[dict, list[str]]:
     out: dict = {}
 
     def failed(step: str, rec: dict) -> tuple[dict, list[str]]:
-        notes.append(f"{step} FAILED (exit {rec['rc']}, {_cost(rec)}): `{' '.join(rec['argv'])}`: "
-                     + " / ".join(rec.get("error", [])))
+        notes.append(_failed(step, rec))
         return out, notes
 
     # fdata only names the file the instrumented library writes (baked into it)
