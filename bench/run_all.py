@@ -92,7 +92,8 @@ BENCHES = [
           "(cross-validation, readahead-model predictions)", "128 (modelled)"),
     Bench("peers", "bench_peers.py", ("--runs", "3"),
           "Peers side by side on libLLVM-16 (llc-16 --version): Debian's library, lld default, lld RELR, "
-          "lld C3 from callgrind (with and without RELR), elflayout's best", RA_SET, markdown=True),
+          "lld C3 from callgrind (with and without RELR), BOLT from an instrumented profile (with and without "
+          "RELR), elflayout's best", RA_SET, markdown=True),
     Bench("split", "bench_split.py", ("--runs", "3", "--regrtest"),
           "elflayout split on libpython3.11-pic.a: split time, --check with three linkers, function order on "
           "the split objects with lld/gold/GNU ld (pages read), CPython's regression tests through it", RA_SET),

@@ -9,6 +9,7 @@ APT_PACKAGES=(
   binutils gcc g++ make lld mold valgrind          # linkers and compilers
   llvm-16 libllvm16                                 # real target: libLLVM-16.so.1, llc-16, opt-16
   lld-16                                            # bench_peers: lld's own -z pack-relative-relocs (lld 14 lacks it)
+  bolt-16                                           # bench_peers: BOLT rows (llvm-bolt, merge-fdata, the instrumentation runtime)
   libffi8 libedit2 libzstd1 libtinfo6 libxml2 libz3-4  # libLLVM relinked from archives links these
   libpython3.11-stdlib libexpat1 zlib1g             # stdlib for the relinked libpython
   libpython3.11-testsuite                           # CPython's regression tests through a split relink (bench_split)

@@ -6,6 +6,7 @@ objects with the generated ordering and check-order must find the order honoured
 default link must not pass.
 """
 
+import copy
 import json
 import subprocess
 
@@ -569,7 +570,7 @@ def test_cross_validation_table(synth, tmp_path):
     assert rb["functions"] == len(kb) and rb["in_hot_region"] == len(ka & kb)
     for r in rows:
         assert r["worse_than_unordered"] == (r["predicted_pages"] > r["unordered_pages"])
-        assert r["self_pages"] > 0 and r["unordered_pages"] > 0
+        assert r["self_pages"] > 0 and r["unordered_pages"] > 0 and r["order_only_pages"] > 0
         assert r["in_hot_fraction"] == pytest.approx(r["in_hot_region"] / r["functions"])
     r = run_cli("check-order", synth["lib"], "--profile", p, "--cross-validate", "--read-ahead-kb", "16",
                 check=None)
@@ -579,6 +580,35 @@ def test_cross_validation_table(synth, tmp_path):
     # a profile of one workload cannot be cross-validated
     r = run_cli("check-order", synth["lib"], "--profile", synth["profile"], "--cross-validate", check=2)
     assert "several workloads" in r.stderr
+
+
+def test_cross_validation_never_trains_on_the_held_out_command(synth, tmp_path):
+    """A workload that runs the held-out one's exact command is left out of its training
+    set; ``held_out`` evaluates only the named workloads, the others only train."""
+    from elflayout.elfcore import ElfImage
+    from elflayout.order import heldout
+    from elflayout.profile import merge, model
+
+    p, parts = _two_workloads(synth, tmp_path)
+    two = model.load(p)
+    views = [merge.workload_view(two, k) for k in range(2)]
+    again = model.parse(copy.deepcopy(views[0].to_doc()))  # a second run of a's command
+    m = model.parse(merge.merge([*views, again], ["a", "b", "a again"], rule="concat"))
+    wl = m.workloads
+    assert wl[0]["argv"] == wl[2]["argv"] == ["a"]
+    assert heldout.training_set(wl, 0) == [1] and heldout.training_set(wl, 2) == [1]
+    assert heldout.training_set(wl, 1) == [0, 2]
+    with ElfImage(synth["lib"]) as img:
+        rows = heldout.cross_validate(img, m, "earliest", read_ahead_kb=16, held_out=["a", "b"])
+        assert [r["workload"] for r in rows] == ["a", "b"]
+        assert rows[0]["trained_on"] == ["b"] and rows[0]["duplicates_left_out"] == 1
+        assert rows[1]["trained_on"] == ["a", "a again"] and rows[1]["duplicates_left_out"] == 0
+        # trained on b alone, a's figures are those of the two-workload table
+        ref = heldout.cross_validate(img, two, "earliest", read_ahead_kb=16)[0]
+        assert {k: rows[0][k] for k in ref if k != "duplicates_left_out"} == {
+            k: v for k, v in ref.items() if k != "duplicates_left_out"}
+        with pytest.raises(ElflayoutError, match="no workload named 'c'"):
+            heldout.cross_validate(img, m, held_out=["c"])
 
 
 def test_held_out_against_a_training_profile(synth, tmp_path):

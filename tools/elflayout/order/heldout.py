@@ -24,10 +24,11 @@ Definitions:
 - *predicted pages*: ``readahead.simulate`` of the touches on the library's segments.
 
 Steps (``cross_validate``):
-1. For each workload k of a merged profile: the training profile is the merge of the
-   other workloads' views (``merge.workload_view``) by the chosen rule (``shared`` by
-   default, as ``profile``; see ``profile/merge.py``); the held-out profile is workload
-   k's view.
+1. For each workload k of a merged profile (or each of the ``held_out`` ones; the
+   others only train): the training profile is the merge of the other workloads' views
+   (``merge.workload_view``) by the chosen rule (``shared`` by default, as ``profile``;
+   see ``profile/merge.py``), leaving out any that runs k's exact command
+   (``training_set``); the held-out profile is workload k's view.
 2. Virtual layouts: none (unordered), trained on the others, trained on k itself.
 3. Predicted pages of k's touches in each; the cold functions k touches outside the
    others' hot set, with the pages only they touch.
@@ -35,6 +36,10 @@ Steps (``cross_validate``):
    more pages than the unordered one is flagged, with the functions that cause it (the
    cold functions whose pages nothing else touches, and which the hot region moved
    away from their neighbours).
+5. Order only: the pages k would read if the hot region held k's own functions alone,
+   in the training order: what is left of the gap to "itself" once coverage and the
+   other workloads' code are taken out is the cost of walking the region in another
+   sequence (``order_only_pages``).
 
 Citation: the leave-one-out check of an orderfile against startups it was not trained
 on is the question of Chromium's orderfile pipeline (``tools/cygprofile``, which
@@ -45,6 +50,7 @@ a set of startup traces for the same reason. The page model is ``order/readahead
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -191,36 +197,71 @@ def evaluate(img: ElfImage, heldout: Target, train: Target, read_ahead_kb: int,
     }
 
 
+def same_command(a: dict, b: dict) -> bool:
+    """Two workload descriptions (``metadata.workloads`` entries) run the same command
+    under the same conditions (argv, stdout, environment)."""
+    return all(a.get(k) == b.get(k) for k in ("argv", "stdout", "env"))
+
+
+def training_set(workloads: list[dict], k: int) -> list[int]:
+    """Indices of the workloads an order held out from workload ``k`` trains on: every
+    other workload except any that runs k's exact command (a duplicate would not be
+    held out)."""
+    return [j for j, w in enumerate(workloads) if j != k and not same_command(w, workloads[k])]
+
+
+def train_on(profile: Profile, views: list[Profile], idx: list[int], rule: str) -> Profile:
+    """The training profile: workloads ``idx`` of ``profile`` (their ``views``) merged by ``rule``."""
+    from elflayout.profile import model
+    from elflayout.profile.merge import merge
+
+    if len(idx) == 1:
+        return views[idx[0]]
+    wl = profile.workloads
+    return model.parse(merge([views[j] for j in idx], [wl[j].get("name") for j in idx], rule=rule))
+
+
 def cross_validate(img: ElfImage, profile: Profile, rule: str = "shared", read_ahead_kb: int = 128,
-                   target: str | None = None, progress=None) -> list[dict]:
-    """Leave-one-out over the workloads of a merged profile (see Steps)."""
-    from elflayout.profile.merge import merge, workload_view
+                   target: str | None = None, progress=None, held_out: list[str] | None = None) -> list[dict]:
+    """Leave-one-out over the workloads of a merged profile (see Steps). ``held_out``:
+    the names of the workloads to evaluate (default: all); the others only train."""
+    from elflayout.profile.merge import workload_view
 
     wl = profile.workloads
     if len(wl) < 2:
         raise ElflayoutError(f"{profile.source}: cross-validation needs a profile of several workloads "
                              f"(profile --workload ... or merge); this one has {len(wl)}")
+    names = [w.get("name") for w in wl]
+    unknown = sorted(set(held_out or ()) - set(names))
+    if unknown:
+        raise ElflayoutError(f"{profile.source}: no workload named {unknown[0]!r} (has {', '.join(map(str, names))})")
     t0 = profile.target(target)
     _same_build(img, t0, profile.source)
     views = [workload_view(profile, k) for k in range(len(wl))]
     base = functions_of(img)
     rows = []
     for k, w in enumerate(wl):
+        if held_out is not None and w.get("name") not in held_out:
+            continue
         if progress:
             progress(f"workload {k + 1}/{len(wl)}: {w.get('name')}")
         held = views[k].target(t0.path)
-        others = [views[j] for j in range(len(wl)) if j != k]
-        if len(others) == 1:
-            train = others[0].target(t0.path)
-        else:
-            from elflayout.profile import model
-
-            merged = merge(others, [wl[j].get("name") for j in range(len(wl)) if j != k], rule=rule)
-            train = model.parse(merged).target(t0.path)
+        idx = training_set(wl, k)
+        if not idx:
+            raise ElflayoutError(f"{profile.source}: nothing to train on without {w.get('name')!r} "
+                                 "(every other workload runs the same command)")
+        train = train_on(profile, views, idx, rule).target(t0.path)
         cross = evaluate(img, held, train, read_ahead_kb, base)
+        # the same training order restricted to k's own functions: the part of the gap
+        # that is order (k walks the hot region in another sequence), not coverage
+        mine = {f.offset for f in held.functions}
+        same = dataclasses.replace(train, functions=[f for f in train.functions if f.offset in mine])
+        order_only = predict(img, held, ordered_layout(img, base, same), read_ahead_kb)["pages"]
         unordered = predict(img, held, base, read_ahead_kb)["pages"]
         self_pages = predict(img, held, ordered_layout(img, base, held), read_ahead_kb)["pages"]
-        row = {"workload": w.get("name"), **cross, "unordered_pages": unordered, "self_pages": self_pages,
+        row = {"workload": w.get("name"), "trained_on": [names[j] for j in idx],
+               "duplicates_left_out": len(wl) - 1 - len(idx), **cross, "unordered_pages": unordered,
+               "self_pages": self_pages, "order_only_pages": order_only,
                "vs_self": cross["predicted_pages"] / self_pages - 1 if self_pages else None,
                "worse_than_unordered": cross["predicted_pages"] > unordered}
         if row["worse_than_unordered"]:
@@ -232,18 +273,20 @@ def cross_validate(img: ElfImage, profile: Profile, rule: str = "shared", read_a
 def table_lines(rows: list[dict]) -> list[str]:
     """The cross-validation table, for the terminal."""
     hdr = f"{'held-out workload':<28} {'funcs':>6} {'in hot':>7} {'cold':>5} {'unordered':>10} {'others':>8} " \
-          f"{'itself':>8} {'vs itself':>9}"
+          f"{'itself':>8} {'vs itself':>9} {'order only':>10}"
     out = [hdr, "-" * len(hdr)]
     for r in rows:
         frac = "-" if r["in_hot_fraction"] is None else f"{100 * r['in_hot_fraction']:.1f}%"
         vs = "-" if r["vs_self"] is None else f"{100 * r['vs_self']:+.1f}%"
         flag = "  WORSE than unordered" if r["worse_than_unordered"] else ""
         out.append(f"{str(r['workload'])[:28]:<28} {r['functions']:>6,} {frac:>7} {r['cold_functions']:>5,} "
-                   f"{r['unordered_pages']:>10,} {r['predicted_pages']:>8,} {r['self_pages']:>8,} {vs:>9}{flag}")
+                   f"{r['unordered_pages']:>10,} {r['predicted_pages']:>8,} {r['self_pages']:>8,} {vs:>9} "
+                   f"{r['order_only_pages']:>10,}{flag}")
         if r.get("culprits"):
             out.append(f"    culprits (cold functions it touches outside the hot region): {', '.join(r['culprits'])}")
     out.append("pages: predicted by the readahead model (order/readahead.py) for virtual code layouts of this "
-               "library; 'others' = ordered by the other workloads, 'itself' = by the held-out workload")
+               "library; 'others' = ordered by the other workloads, 'itself' = by the held-out workload, "
+               "'order only' = the others' order of the held-out workload's own functions alone")
     return out
 
 
