@@ -8,6 +8,7 @@ driver is a non-PIE program whose COPY relocation copies an exported pointer arr
 of the library before DT_INIT runs: those pointers must stay in RELA.
 """
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -142,3 +143,30 @@ def test_link_time_self_form_in_an_old_root(tmp_path):
     # On this machine (glibc >= 2.36) all three load.
     for d in libs:
         assert simload.dlopen_check(libs[d]) is None
+
+
+@pytest.mark.slow
+def test_link_time_self_form_of_libpython(tmp_path):
+    """A real library: libpython3.11 relinked with lld 16 from Debian's PIC objects through
+    --pack self --check; Python runs through it with byte-identical output."""
+    from elflayout.targets import libpython
+
+    d = libpython.prepare("lld")
+    out = tmp_path / "self" / libpython.SONAME
+    cmd = [a for a in d["link_cmd"] if not a.startswith("-Wl,-Map=")]  # not the cached build's map
+    cmd = linkself.with_output(cmd, str(out))
+    out.parent.mkdir()
+    r = run_cli("link", "--pack", "self", "--check", "--linker", "lld", "--", cmd[0], "-B", _lld16(tmp_path),
+                *cmd[1:], check=0)
+    assert "real load equal" in r.stderr
+    with simload.Loaded(out) as lo:
+        ap = lo.applier()
+        n = elfcore.relr_decode(lo.at(ap["relr_start"], ap["relr_end"] - ap["relr_start"], np.uint64)).size
+    assert n > 10_000
+    prog = [str(d["launcher"]), "-c", libpython.CHECK + "; import hashlib; print(hashlib.sha256(b'x').hexdigest())"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "LD_LIBRARY_PATH"} | d["env"]
+    want = subprocess.run(prog, capture_output=True, env=env)
+    got = subprocess.run(prog, capture_output=True, env=env | {"LD_LIBRARY_PATH": str(out.parent),
+                                                              "LD_DEBUG": "libs"})
+    assert want.returncode == 0 and got.returncode == 0 and got.stdout == want.stdout and b"True True" in got.stdout
+    assert f"calling init: {out}".encode() in got.stderr  # the packed copy ran
