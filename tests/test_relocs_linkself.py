@@ -8,6 +8,7 @@ driver is a non-PIE program whose COPY relocation copies an exported pointer arr
 of the library before DT_INIT runs: those pointers must stay in RELA.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -69,6 +70,17 @@ def test_link_time_self_form_on_this_machine(tmp_path):
     finally:
         lo.close()
     assert simload.dlopen_check(self_) is None
+    # `relocs` counts the self-applied table, and no DT_RELR.
+    doc = json.loads(run_cli("relocs", self_, "--json", check=0).stdout)
+    sa = doc["self_applied"]
+    assert sa["present"] and sa["form"] == "link-time" and sa["routine"] == ap["entry"]
+    assert sa["count"] == elfcore.relr_decode(np.fromfile(self_, np.uint64, sa["bytes"] // 8, offset=sa["offset"])).size
+    assert sa["count"] > 1000 and not doc["relr"]["present"]
+    assert sum(d.get("SELF", 0) for d in doc["by_target_section"].values()) == sa["count"]
+    assert f"self-applied" in run_cli("relocs", self_, check=0).stdout
+    rdoc = json.loads(run_cli("relocs", relr, "--json", check=0).stdout)
+    assert rdoc["relr"]["count"] == sa["count"] + doc["relative"]["count"] - rdoc["relative"]["count"]
+    assert not rdoc["self_applied"]["present"]
     # mutable_ptrs is exported and holds pointers: its RELATIVE relocations went back to RELA.
     with elfcore.ElfImage(self_) as img:
         sym = next(s for s in img.elf.get_section_by_name(".dynsym").iter_symbols() if s.name == "mutable_ptrs")

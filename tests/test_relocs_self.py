@@ -38,6 +38,9 @@ def test_self_form_runs_identically(tmp_path, linker):
     with simload.Loaded(out_dir / "libt.so") as ld:
         assert ld.relr().size == 0 and ld.applier() is not None  # no DT_RELR: old glibc loads it
         assert ld.tag(simload.L.DT_RELR) is None
+    doc = json.loads(run_cli("relocs", out_dir / "libt.so", "--json", check=0).stdout)
+    assert doc["self_applied"]["present"] and doc["self_applied"]["form"] == "post-link"
+    assert doc["self_applied"]["count"] == st["packed"] and not doc["relr"]["present"]
     shutil.copy(b["driver"], out_dir / "main")
     got = subprocess.run([str(out_dir / "main")], capture_output=True, text=True)
     assert got.returncode == 0 and got.stdout == b["output"]
