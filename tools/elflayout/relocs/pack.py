@@ -157,6 +157,7 @@ class _Layout:
     kept_bytes: bytes
     relr_off: int
     end: int                 # first free byte after the kept relocations and RELR
+    freed: int               # bytes of the rewritten range nothing uses (zeroed)
 
 
 def _read(img, off, n, dtype=np.uint8):
@@ -448,6 +449,11 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
         cur = new + len(content)
     new_rela_off = L.align_up(cur, L.RELA64.alignment)
     kept_bytes = sel.kept.tobytes()
+    if inp.form == "self":
+        # At the end of the freed space, next to .rela.plt/.plt, whose faults read the pages
+        # around them anyway: the self form keeps more RELA (TLS, exported data), which at
+        # the front pulls one more readahead window of zeros (docs/relocation-packing.md).
+        new_rela_off = max(new_rela_off, (rela_end - len(kept_bytes) - sel.relr.nbytes) // 8 * 8)
     relr_off = new_rela_off + len(kept_bytes)
     end = relr_off + sel.relr.nbytes
     if end > rela_end:
@@ -456,7 +462,8 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
     blk[new_rela_off - run_start:relr_off - run_start] = np.frombuffer(kept_bytes, np.uint8)
     blk[relr_off - run_start:end - run_start] = sel.relr.view(np.uint8)
     return _Layout(run_start, rela_end, blk, moved, int(load["p_vaddr"]) - int(load["p_offset"]),
-                   new_rela_off, kept_bytes, relr_off, end)
+                   new_rela_off, kept_bytes, relr_off, end,
+                   rela_end - end + new_rela_off - L.align_up(cur, L.RELA64.alignment))
 
 
 @dataclass
@@ -573,6 +580,7 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "
         _fail(img, f"not enough space freed in .rela.dyn ({lay.rela_end - lay.run_start} bytes available, "
                    f"{end - lay.run_start} needed)")
     lay.blk[new_dyn_off - lay.run_start:end - lay.run_start] = new_dyn.view(np.uint8)
+    lay.freed -= end - lay.end
     lay.end = end
     shift[dyn_i] = new_dyn_off - inp.sh(dyn_i, "sh_offset")
     ashift = dict(shift)  # address shifts equal offset shifts inside the run's PT_LOAD ...
@@ -710,7 +718,7 @@ def plan_pack(img, form: str = "relr") -> Plan:
         applier=(dict(entry=int(ap.entry), bytes=len(ap.data), relro=[int(x) for x in ap.relro])
                  if ap is not None else None),
         moved_sections={inp.names[i]: int(s) for i, s in dy.shift.items() if s and i != rela_i},
-        freed_bytes=int(lay.rela_end - lay.end), encode_s=round(t_enc - t0, 3),
+        freed_bytes=int(lay.freed), encode_s=round(t_enc - t0, 3),
     )
     return Plan(str(img.path), img.size, sel.tgt_file[sel.packable],
                 sel.rel["r_addend"][sel.packable].view(np.uint64), blocks, tail_at, tail, stats)
