@@ -70,7 +70,8 @@ EXTRA_DYN_SLOTS = 4  # spare DT_NULLs left in a rebuilt dynamic array for later 
 PAGE = elfcore.PAGE
 FORMS = ("relr", "self")
 STT_GNU_IFUNC = ENUM_ST_INFO_TYPE["STT_LOOS"]  # GNU's name for STT_LOOS
-SHN_LORESERVE = SHN_INDICES.SHN_LORESERVE  # e_shstrndx at/above it means extended numbering
+SHN_LORESERVE = SHN_INDICES.SHN_LORESERVE
+READAROUND_BEFORE = 64 * 1024  # a page fault reads half of Linux's default 128 KiB window before it  # e_shstrndx at/above it means extended numbering
 
 
 def glibc_requires_relr_need(needed: set[bytes], has_verneed: bool) -> bool:
@@ -449,10 +450,11 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
         cur = new + len(content)
     new_rela_off = L.align_up(cur, L.RELA64.alignment)
     kept_bytes = sel.kept.tobytes()
-    if inp.form == "self":
+    if inp.form == "self" and len(kept_bytes) + sel.relr.nbytes <= READAROUND_BEFORE:
         # At the end of the freed space, next to .rela.plt/.plt, whose faults read the pages
-        # around them anyway: the self form keeps more RELA (TLS, exported data), which at
+        # before them anyway: the self form keeps more RELA (TLS, exported data), which at
         # the front pulls one more readahead window of zeros (docs/relocation-packing.md).
+        # Larger tables gain nothing there and lose a window at their start.
         new_rela_off = max(new_rela_off, (rela_end - len(kept_bytes) - sel.relr.nbytes) // 8 * 8)
     relr_off = new_rela_off + len(kept_bytes)
     end = relr_off + sel.relr.nbytes
