@@ -136,7 +136,7 @@ def _link(parsed: dict, cmd: list[str], args) -> int:
     from elflayout.relocs import linkself
 
     if args.pack == "relr":
-        return _run(cmd + linkself.pack_args(parsed["driver"]))
+        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], _run)
     if args.pack != "self":
         return _run(cmd)
     from rich.console import Console

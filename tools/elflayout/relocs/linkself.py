@@ -275,11 +275,14 @@ def check(ref, out, root=None, status=None) -> dict:
     from elflayout.relocs import simload
 
     have = simload.glibc_version()
-    real = have is not None and have >= (2, 36) and simload.dlopen_check(ref) is None
-    res = simload.check(ref, out, real_load=real, status=status)
-    if not real:
-        res["real_load"] = (f"skipped: the reference (DT_RELR) does not load on this machine "
-                            f"(glibc {have}, or its dependencies are missing)")
+    why_ref = simload.dlopen_check(ref) if have and have >= (2, 36) else \
+        f"glibc {'.'.join(map(str, have)) if have else '?'} ignores DT_RELR"
+    res = simload.check(ref, out, real_load=why_ref is None, status=status)
+    if why_ref is not None:
+        res["real_load"] = f"skipped: the linker's DT_RELR output does not load here ({why_ref.replace(f'{ref}: ', '')})"
+        why = simload.dlopen_check(out) if root is None else None
+        if why is not None:
+            raise Finding(f"check failed: the output does not load: {why} (output not written)")
     if root is not None:
         why = simload.dlopen_check(out, root=root)
         if why is not None:
@@ -306,6 +309,39 @@ def with_output(cmd: list[str], out: str) -> list[str]:
             cmd[i] = "-o" + out
             return cmd
     raise ElflayoutError(f"{cmd[0]}: the link command has no -o OUTPUT")
+
+
+def relr_need_missing(path) -> bool:
+    """A DT_RELR file that glibc >= 2.36 refuses: no GLIBC_ABI_DT_RELR version need although
+    it needs libc.so.* and has version needs (mold 1.10 writes such files)."""
+    from elflayout.relocs.pack import GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
+    from elflayout.relocs.simload import Loaded, verneed_names
+
+    with Loaded(path) as lo:
+        if lo.tag(L.DT_RELR) is None:
+            return False
+        hashes = {x[1] for _, xs in verneed_names(lo) for x in xs}
+        return glibc_requires_relr_need(lo.needed(), lo.tag(L.DT_VERNEED) is not None) and \
+            GLIBC_ABI_DT_RELR_HASH not in hashes
+
+
+def link_relr(cmd: list[str], driver: bool, output: str, run) -> int:
+    """Link with ``-z pack-relative-relocs`` into a temporary file; refuse a result glibc
+    would refuse (ElflayoutError), else rename it to ``output``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="elflayout-relr-") as td:
+        tmp = Path(td) / Path(output).name
+        rc = run(with_output(cmd, str(tmp)) + pack_args(driver))
+        if rc:
+            return rc
+        if relr_need_missing(tmp):
+            raise ElflayoutError(f"{output}: the linker wrote DT_RELR without a GLIBC_ABI_DT_RELR version need, "
+                                 "which glibc >= 2.36 refuses (mold 1.10 does): use --pack self, or "
+                                 "pack-relocs on an unpacked link")
+        with atomic_output(output, mode=os.stat(tmp).st_mode & 0o777) as out:
+            shutil.copyfile(tmp, out)
+    return 0
 
 
 def link(cmd: list[str], driver: bool, output: str, run, *, check_output: bool = False, root=None,

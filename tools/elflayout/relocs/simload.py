@@ -347,7 +347,7 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     return bad
 
 
-def _verneed_names(l: Loaded):
+def verneed_names(l: Loaded):
     vn, num = l.tag(L.DT_VERNEED), l.tag(L.DT_VERNEEDNUM, 0)
     if vn is None:
         return []
@@ -363,7 +363,7 @@ def _compare_verneed(a: Loaded, b: Loaded) -> list[str]:
     must be there when glibc requires it (pack.glibc_requires_relr_need)."""
     from elflayout.relocs.pack import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
 
-    va, vb = _verneed_names(a), _verneed_names(b)
+    va, vb = verneed_names(a), verneed_names(b)
     extra = [(f, x) for f, xs in vb for x in xs if x[0] == GLIBC_ABI_DT_RELR]
     files_a = {f for f, _ in va}
     rest_b = [(f, [x for x in xs if x[0] != GLIBC_ABI_DT_RELR]) for f, xs in vb]
