@@ -212,3 +212,20 @@ def test_link_time_self_form_with_gnu_ld_and_mold(tmp_path, linker):
                         "-lt", "-Wl,-rpath,$ORIGIN"], check=True)
         outs.append(subprocess.run([str(exe)], capture_output=True, check=True).stdout)
     assert outs[0] == outs[1] and b"lib_report" in outs[0]
+
+
+def test_pack_self_with_an_ordering(tmp_path):
+    """--pack self composes with --profile: the output is ordered and self-packed."""
+    import order_testlib
+
+    d = order_testlib.build_profiled(tmp_path / "synth", n_objects=6, funcs_per_object=8, seed=3)
+    lib = tmp_path / "libsynth.so"
+    r = run_cli("link", "--profile", d["profile"], "--pack", "self", "--check", "--linker", "lld", "--", "gcc",
+                "-B", _lld16(tmp_path), "-fuse-ld=lld", "-shared", "-o", lib, *map(str, d["objects"]), check=0)
+    assert "in profile order" in r.stderr and "relocated images equal at 2 load bases" in r.stderr
+    res = json.loads(run_cli("check-order", lib, "--profile", d["profile"], "--json", check=0).stdout)
+    assert res["in_order_fraction"] == 1.0
+    assert json.loads(run_cli("relocs", lib, "--json", check=0).stdout)["self_applied"]["form"] == "link-time"
+    got = subprocess.run([str(d["driver"])], capture_output=True, text=True, env={"LD_LIBRARY_PATH": str(tmp_path)})
+    ref = subprocess.run([str(d["driver"])], capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout == ref.stdout
