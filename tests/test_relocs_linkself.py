@@ -84,7 +84,10 @@ def test_link_time_self_form_on_this_machine(tmp_path):
     # mutable_ptrs is exported and holds pointers: its RELATIVE relocations went back to RELA.
     with elfcore.ElfImage(self_) as img:
         sym = next(s for s in img.elf.get_section_by_name(".dynsym").iter_symbols() if s.name == "mutable_ptrs")
-        rela = img.reloc_tables()[linkself.RELA_SECTION]
+        # lld keeps .rela.dyn .relr.dyn .rela.plt .elflayout.rela back to back: rewritten in place.
+        assert img.section(".rela.dyn").addr == img.dt("DT_RELA") and img.section(".rela.dyn").type == "SHT_RELA"
+        assert img.section(linkself.RELA_SECTION).size < 1024
+        rela = img.reloc_tables()[".rela.dyn"]
         lo_, hi_ = sym["st_value"], sym["st_value"] + sym["st_size"]
         assert np.count_nonzero((rela["r_offset"] >= lo_) & (rela["r_offset"] < hi_)) == 3
     main = tmp_path / "main.c"
@@ -198,6 +201,8 @@ def test_link_time_self_form_with_gnu_ld_and_mold(tmp_path, linker):
     r = run_cli("link", "--pack", "self", "--check", *link, "-o", self_, obj, check=0)
     assert "relocated images equal at 2 load bases" in r.stderr
     assert ("real load skipped" if linker == "mold" else "real load equal") in r.stderr
+    with elfcore.ElfImage(self_) as img:  # not lld's order: RELA moved whole into the reserved room
+        assert img.section(linkself.RELA_SECTION).addr == img.dt("DT_RELA")
     subprocess.run(["gcc", f"-fuse-ld={linker}", "-shared", "-Wl,-soname,libt.so", "-o", plain, obj], check=True)
     relr = tmp_path / "relr.so"
     r = run_cli("link", "--pack", "relr", *link, "-o", relr, obj)

@@ -148,6 +148,43 @@ def convert(src, dst) -> dict:
     return stats
 
 
+def _contiguous(inp, chain: list[int]) -> bool:
+    """lld's order: .rela.dyn, .relr.dyn, .rela.plt, then .elflayout.rela (created first,
+    before .rodata), back to back in one PT_LOAD (alignment padding only)."""
+    for a, b in zip(chain, chain[1:]):
+        gap = inp.sh(b, "sh_addr") - inp.sh(a, "sh_addr") - inp.sh(a, "sh_size")
+        if not 0 <= gap < 16 or inp.sh(b, "sh_offset") - inp.sh(a, "sh_offset") != \
+                inp.sh(b, "sh_addr") - inp.sh(a, "sh_addr"):
+            return False
+    return True
+
+
+def _rewrite_run(inp, chain, table, enc, blocks, sh, live, dt) -> int:
+    """Rewrite the run .rela.dyn .. .elflayout.rela as [RELA grown][JMPREL][table][zeros]:
+    no hole, no second copy, tables in ld.so's reading order. Returns the table's address."""
+    rela_i, relr_i, rrela_i = chain[0], chain[1], chain[-1]
+    plt_i = chain[2] if len(chain) == 4 else None
+    off0, addr0 = inp.sh(rela_i, "sh_offset"), inp.sh(rela_i, "sh_addr")
+    end = inp.sh(rrela_i, "sh_offset") + inp.sh(rrela_i, "sh_size")
+    plt = inp.section_bytes(plt_i) if plt_i is not None else b""
+    parts = [table.tobytes(), plt, enc.tobytes()]
+    used = sum(map(len, parts))
+    if off0 + used > end:
+        raise NeedRoom(used - (inp.sh(rrela_i, "sh_offset") - off0))
+    blocks.append((off0, b"".join(parts) + bytes(end - off0 - used)))
+    sh["sh_size"][rela_i] = table.nbytes
+    at = off0 + table.nbytes
+    if plt_i is not None:
+        sh["sh_offset"][plt_i], sh["sh_addr"][plt_i] = at, addr0 + at - off0
+        live["d_val"][dt == L.DT_JMPREL] = addr0 + at - off0
+        at += len(plt)
+    sh["sh_offset"][relr_i], sh["sh_addr"][relr_i] = at, addr0 + at - off0
+    relr_new = addr0 + at - off0
+    at += enc.nbytes
+    sh["sh_offset"][rrela_i], sh["sh_addr"][rrela_i], sh["sh_size"][rrela_i] = at, addr0 + at - off0, end - at
+    return relr_new
+
+
 def _plan(inp) -> tuple[list, dict]:
     img, arch, tag = inp.img, inp.arch, inp.tag
     if tag(L.DT_TEXTREL) is not None or (tag(L.DT_FLAGS) or 0) & L.DF_TEXTREL:
@@ -190,10 +227,10 @@ def _plan(inp) -> tuple[list, dict]:
     live = dyn[:inp.n_used]
     dt = live["d_tag"].copy()
     # 1. RELA: the kept RELATIVE relocations first (addend = the word lld stored in place).
+    enc = elfcore.relr_encode(addrs[~keep], arch.word)
+    relr_new = relr_addr  # where the table ends up
     if kept.size:
-        if rela.size and tag(L.DT_RELA) is None:
-            raise ElflayoutError(f"{img.path}: .rela.dyn without DT_RELA")
-        if tag(L.DT_RELA) is None:
+        if tag(L.DT_RELA) is None or not rela.size:
             raise ElflayoutError(f"{img.path}: {kept.size} relocations must stay with ld.so but the library has no "
                                  "DT_RELA to hold them (no spare dynamic slot)")
         new = np.zeros(kept.size, L.RELA64)
@@ -202,24 +239,30 @@ def _plan(inp) -> tuple[list, dict]:
             raise ElflayoutError(f"{img.path}: a DT_RELR word is not aligned in the file")
         new["r_addend"] = np.frombuffer(img.mm, np.int64, count=img.size // 8)[tgt // 8]
         table = np.concatenate([new, rela])
-        room = inp.sh(rrela_i, "sh_size")
-        if table.nbytes > room:
-            raise NeedRoom(table.nbytes)
-        blocks.append((inp.sh(rrela_i, "sh_offset"), table.tobytes()))
-        if rela.size:
-            blocks.append((inp.sh(rela_i, "sh_offset"), bytes(rela.nbytes)))
-            sh["sh_type"][rela_i] = L.SHT_PROGBITS  # stale: no tool should read it as RELA
-        dsym = next((i for i, s in enumerate(inp.shdrs) if int(s["sh_type"]) == L.SHT_DYNSYM), 0)
-        sh["sh_type"][rrela_i], sh["sh_size"][rrela_i] = L.SHT_RELA, table.nbytes
-        sh["sh_entsize"][rrela_i], sh["sh_link"][rrela_i] = L.RELA64.itemsize, dsym
-        live["d_val"][dt == L.DT_RELA] = inp.sh(rrela_i, "sh_addr")
         live["d_val"][dt == L.DT_RELASZ] = table.nbytes
         live["d_val"][dt == L.DT_RELACOUNT] = live["d_val"][dt == L.DT_RELACOUNT] + kept.size
-    # 2. The rest of RELR, re-encoded in place (a subset: never longer in practice; checked).
-    enc = elfcore.relr_encode(addrs[~keep], arch.word)
-    if enc.nbytes > relr_sz:
-        raise ElflayoutError(f"{img.path}: the re-encoded table ({enc.nbytes} bytes) outgrows .relr.dyn ({relr_sz})")
-    blocks.append((relr_off, enc.tobytes() + bytes(relr_sz - enc.nbytes)))
+        plt_i = next((i for i, x in enumerate(inp.shdrs) if int(x["sh_type"]) == L.SHT_RELA
+                      and tag(L.DT_JMPREL) is not None and int(x["sh_addr"]) == tag(L.DT_JMPREL)), None)
+        chain = [rela_i, relr_i] + ([plt_i] if plt_i is not None else []) + [rrela_i]
+        if _contiguous(inp, chain):
+            relr_new = _rewrite_run(inp, chain, table, enc, blocks, sh, live, dt)
+        else:
+            room = inp.sh(rrela_i, "sh_size")
+            if table.nbytes > room:
+                raise NeedRoom(table.nbytes)
+            blocks.append((inp.sh(rrela_i, "sh_offset"), table.tobytes()))
+            blocks.append((inp.sh(rela_i, "sh_offset"), bytes(rela.nbytes)))
+            sh["sh_type"][rela_i] = L.SHT_PROGBITS  # stale: no tool should read it as RELA
+            dsym = next((i for i, x in enumerate(inp.shdrs) if int(x["sh_type"]) == L.SHT_DYNSYM), 0)
+            sh["sh_type"][rrela_i], sh["sh_size"][rrela_i] = L.SHT_RELA, table.nbytes
+            sh["sh_entsize"][rrela_i], sh["sh_link"][rrela_i] = L.RELA64.itemsize, dsym
+            live["d_val"][dt == L.DT_RELA] = inp.sh(rrela_i, "sh_addr")
+    if relr_new == relr_addr:
+        # 2. The rest of RELR, re-encoded in place (a subset: never longer in practice; checked).
+        if enc.nbytes > relr_sz:
+            raise ElflayoutError(f"{img.path}: the re-encoded table ({enc.nbytes} bytes) outgrows .relr.dyn "
+                                 f"({relr_sz})")
+        blocks.append((relr_off, enc.tobytes() + bytes(relr_sz - enc.nbytes)))
     sh["sh_type"][relr_i], sh["sh_size"][relr_i] = L.SHT_PROGBITS, enc.nbytes
     # 3. The routine, as DT_INIT, chaining to the old one.
     if inp.sh(text_i, "sh_size") < selfapply.SIZE or not inp.sh(text_i, "sh_flags") & L.SHF_EXECINSTR:
@@ -234,12 +277,13 @@ def _plan(inp) -> tuple[list, dict]:
     at = inp.sh(text_i, "sh_addr")
     entry = at + selfapply.ENTRY
     blocks.append((inp.sh(text_i, "sh_offset"),
-                   selfapply.blob(relr_addr, relr_addr + enc.nbytes, relro[0], relro[1], old_init, entry)))
+                   selfapply.blob(relr_new, relr_new + enc.nbytes, relro[0], relro[1], old_init, entry)))
     live["d_val"][dt == L.DT_INIT] = entry
     # 4. Tags glibc ignores (relrhack's), and no GLIBC_ABI_DT_RELR need.
     for t in (L.DT_RELR, L.DT_RELRSZ, L.DT_RELRENT):
         live["d_tag"][dt == t] = t | DT_RELRHACK_BIT
     live["d_val"][dt == L.DT_RELRSZ] = enc.nbytes
+    live["d_val"][dt == L.DT_RELR] = relr_new
     dyn[:inp.n_used] = live
     blocks.append((inp.dyn_off, dyn.tobytes()))
     vn = _drop_relr_need(inp)
@@ -251,6 +295,8 @@ def _plan(inp) -> tuple[list, dict]:
                  table_bytes=int(enc.nbytes), relr_bytes=int(relr_sz),
                  rela_bytes_before=int(rela.nbytes), rela_bytes_after=int(rela.nbytes + 24 * kept.size),
                  rela_addr=int(live["d_val"][dt == L.DT_RELA][0]) if np.any(dt == L.DT_RELA) else None,
+                 tables=("rewritten in place, .rela.dyn to .elflayout.rela" if relr_new != relr_addr else
+                         "RELA moved to .elflayout.rela" if kept.size else "unchanged"),
                  version_need="GLIBC_ABI_DT_RELR dropped" if vn is not None else "none",
                  applier=dict(entry=int(entry), bytes=selfapply.SIZE, relro=[int(x) for x in relro],
                               old_init=int(old_init)))
@@ -348,7 +394,7 @@ def link(cmd: list[str], driver: bool, output: str, run, *, check_output: bool =
          say=None, status=None):
     """Run the link command ``cmd`` (``run(argv) -> exit status``) with the injected object
     and ``-z pack-relative-relocs`` into a temporary file, convert it, write ``output``.
-    Links twice when the kept relocations need RELA room. Returns the linker's non-zero
+    Links again (at most twice) when the kept relocations need RELA room. Returns the linker's non-zero
     exit status, or the conversion's statistics."""
     import tempfile
 
@@ -358,7 +404,10 @@ def link(cmd: list[str], driver: bool, output: str, run, *, check_output: bool =
         room, links = 0, 0
         while True:
             obj = inject_object(Path(td), room)
-            rc = run(with_output(cmd, str(ref)) + [str(obj)] + pack_args(driver))
+            # First on the command line: lld then creates .elflayout.rela before .rodata, so it
+            # lands right after .rela.plt, next to the other tables ld.so reads.
+            c = with_output(cmd, str(ref))
+            rc = run(c[:1] + [str(obj)] + c[1:] + pack_args(driver))
             links += 1
             if rc:
                 return rc
@@ -367,10 +416,12 @@ def link(cmd: list[str], driver: bool, output: str, run, *, check_output: bool =
             except ElflayoutError as e:  # name the user's output, not the temporary link
                 raise ElflayoutError(str(e).replace(str(ref), str(output))) from None
             except NeedRoom as e:
-                if links > 1:  # the set of relocations does not depend on the layout
+                # The set of relocations does not depend on the layout, the table's encoding
+                # barely (where a run crosses into a section that moved): a little slack.
+                if links > 2:
                     raise ElflayoutError(f"{output}: RELA room {room} still short of {e.rela_bytes} bytes "
                                          "after relinking") from None
-                room = e.rela_bytes
+                room = max(room, e.rela_bytes) + 64 + e.rela_bytes // 64
                 if say:
                     say(f"{room:,} bytes of RELA needed for relocations ld.so must apply: linking again")
                 continue
