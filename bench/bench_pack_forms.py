@@ -95,11 +95,16 @@ def measure_target(root: Path, lib_rel: str, argv_for, env_extra: dict, runs: in
     return res
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(doc: str) -> argparse.Namespace:
+    """--runs (per variant) and --seed (of the interleaved order)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    a = parse_args(__doc__)
     why = tracefs_status()
     if why:
         print(f"skipped: {why}")
@@ -129,13 +134,18 @@ def main() -> int:
     for name, res in results.items():
         print(f"## pages of {name} (Debian 11 build) read at a selectively-cold start of its program on this "
               f"machine, read_ahead_kb {RA_KB} (restored to {old})")
-        med = {v: statistics.median(x) for v, x in res.items()}
-        for v, x in res.items():
-            print(f"  {v:<9} pages {' '.join(f'{n:,}' for n in x)} (median {med[v]:,.0f})")
-        r = med["self"] / med["relr"]
-        print(f"  self/relr: {med['self']:,.0f}/{med['relr']:,.0f} = {r:.4f} ({(r - 1):+.2%}; target within 2%)")
-        print(f"  relr/original: {med['relr'] / med['original']:.3f}; self/original: {med['self'] / med['original']:.3f}")
+        print_pages(res, "original", "; target within 2%")
     return 0
+
+
+def print_pages(res: dict, base: str, note: str = "") -> None:
+    """Per variant its page counts and median, then self vs relr and both vs ``base``."""
+    med = {v: statistics.median(x) for v, x in res.items()}
+    for v, x in res.items():
+        print(f"  {v:<9} pages {' '.join(f'{n:,}' for n in x)} (median {med[v]:,.0f})")
+    r = med["self"] / med["relr"]
+    print(f"  self/relr: {med['self']:,.0f}/{med['relr']:,.0f} = {r:.4f} ({(r - 1):+.2%}{note})")
+    print(f"  relr/{base}: {med['relr'] / med[base]:.3f}; self/{base}: {med['self'] / med[base]:.3f}")
 
 
 if __name__ == "__main__":

@@ -14,11 +14,9 @@ Run:  python3 bench/bench_pack_linkself.py [--runs 5]   (root, tracefs, lld 16)
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_pack_forms import RA, RA_KB, one_run  # noqa: E402
+from bench_pack_forms import RA, RA_KB, one_run, parse_args, print_pages  # noqa: E402
 from elflayout.relocs import linkself  # noqa: E402
 from elflayout.targets import libpython  # noqa: E402
 from elflayout.tracefs import tracefs_status  # noqa: E402
@@ -39,10 +37,7 @@ def _run(cmd: list[str]) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args()
+    a = parse_args(__doc__)
     why = tracefs_status()
     if why or not shutil.which("ld.lld-16"):
         print(f"skipped: {why or 'ld.lld-16 is not installed'}")
@@ -92,12 +87,7 @@ def main() -> int:
             RA.write_text(old)
     print(f"## pages of {libpython.SONAME} (lld 16) read at a selectively-cold start of "
           f"`python3.11 -c 'import json, decimal, asyncio, re'`, read_ahead_kb {RA_KB} (restored to {old})")
-    med = {v: statistics.median(x) for v, x in res.items()}
-    for v, x in res.items():
-        print(f"  {v:<6} pages {' '.join(f'{n:,}' for n in x)} (median {med[v]:,.0f})")
-    r = med["self"] / med["relr"]
-    print(f"  self/relr: {med['self']:,.0f}/{med['relr']:,.0f} = {r:.4f} ({r - 1:+.2%})")
-    print(f"  relr/plain: {med['relr'] / med['plain']:.3f}; self/plain: {med['self'] / med['plain']:.3f}")
+    print_pages(res, "plain")
     return 0
 
 
