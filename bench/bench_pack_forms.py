@@ -16,6 +16,7 @@ Run:  python3 bench/bench_pack_forms.py [--runs 5]   (root, tracefs)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -95,6 +96,21 @@ def measure_target(root: Path, lib_rel: str, argv_for, env_extra: dict, runs: in
     return res
 
 
+@contextlib.contextmanager
+def readahead_session():
+    """The machine-wide measurement lock (other sessions set read_ahead_kb and evict too),
+    read_ahead_kb RA_KB while held; yields the value found, restored afterwards."""
+    from elflayout.measure.controls import MeasurementLock
+
+    with MeasurementLock(on_wait=lambda who: print(f"# waiting for the measurement lock ({who})", file=sys.stderr)):
+        old = RA.read_text().strip()
+        try:
+            RA.write_text(str(RA_KB))
+            yield old
+        finally:
+            RA.write_text(old)
+
+
 def parse_args(doc: str) -> argparse.Namespace:
     """--runs (per variant) and --seed (of the interleaved order)."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
@@ -122,15 +138,11 @@ def main() -> int:
         ("usr/lib/x86_64-linux-gnu/libpython3.9.so.1.0", lambda d: [str(launcher), "-c", PROG],
          {"PYTHONHOME": str(root / "usr")}),
     ]
-    old = RA.read_text().strip()
     results = {}
-    try:
-        RA.write_text(str(RA_KB))
+    with readahead_session() as old:
         for lib_rel, argv_for, env_extra in targets:
             with tempfile.TemporaryDirectory(prefix="elflayout-forms-") as d:
                 results[Path(lib_rel).name] = measure_target(root, lib_rel, argv_for, env_extra, a.runs, a.seed, Path(d))
-    finally:
-        RA.write_text(old)
     for name, res in results.items():
         print(f"## pages of {name} (Debian 11 build) read at a selectively-cold start of its program on this "
               f"machine, read_ahead_kb {RA_KB} (restored to {old})")

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_pack_forms import RA, RA_KB, one_run, parse_args, print_pages  # noqa: E402
+from bench_pack_forms import RA_KB, one_run, parse_args, print_pages, readahead_session  # noqa: E402
 from elflayout.relocs import linkself  # noqa: E402
 from elflayout.targets import libpython  # noqa: E402
 from elflayout.tracefs import tracefs_status  # noqa: E402
@@ -75,16 +75,12 @@ def main() -> int:
         outs = {v: subprocess.run(argv, capture_output=True, check=True, env=env | {"LD_LIBRARY_PATH": str(p.parent)}
                                   ).stdout for v, p in libs.items()}
         print(f"# program output identical across variants: {len(set(outs.values())) == 1}")
-        old = RA.read_text().strip()
         rng = random.Random(a.seed)
         order = [v for _ in range(a.runs) for v in rng.sample(list(libs), len(libs))]
         res = {v: [] for v in libs}
-        try:
-            RA.write_text(str(RA_KB))
+        with readahead_session() as old:
             for v in order:
                 res[v].append(one_run(libs[v], libs[v].parent, argv, td / "deps", env_extra))
-        finally:
-            RA.write_text(old)
     print(f"## pages of {libpython.SONAME} (lld 16) read at a selectively-cold start of "
           f"`python3.11 -c 'import json, decimal, asyncio, re'`, read_ahead_kb {RA_KB} (restored to {old})")
     print_pages(res, "plain")
