@@ -109,6 +109,8 @@ def test_link_time_self_form_refusals(tmp_path):
     assert "gold has no -z pack-relative-relocs" in r.stderr
     r = _link(tmp_path, obj, out, "--check", check=2)
     assert "only with --pack self" in r.stderr
+    r = _link(tmp_path, obj, out, "--pack", "self", "--root", tmp_path, check=2)
+    assert "--root: only with --check" in r.stderr
     r = _link(tmp_path, obj, out, "--pack", "self", "--split", check=2)
     assert "needs --profile" in r.stderr
     # lld 14 ignores -z pack-relative-relocs: nothing packed, refused with the reason.

@@ -80,6 +80,8 @@ def run(args) -> int:
         raise ElflayoutError("--pack: gold has no -z pack-relative-relocs (use lld, bfd or mold)")
     if (args.check or args.root) and args.pack != "self":
         raise ElflayoutError(f"{'--check' if args.check else '--root'}: only with --pack self")
+    if args.root and not args.check:
+        raise ElflayoutError("--root: only with --check (it is where the check loads the output)")
     if args.profile is None:
         if not args.pack:
             raise ElflayoutError("link: give --profile (ordering) and/or --pack FORM")
