@@ -16,6 +16,7 @@ Run:  python3 bench/bench_pack_forms.py [--runs 5]   (root, tracefs)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -95,11 +96,31 @@ def measure_target(root: Path, lib_rel: str, argv_for, env_extra: dict, runs: in
     return res
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@contextlib.contextmanager
+def readahead_session():
+    """The machine-wide measurement lock (other sessions set read_ahead_kb and evict too),
+    read_ahead_kb RA_KB while held; yields the value found, restored afterwards."""
+    from elflayout.measure.controls import MeasurementLock
+
+    with MeasurementLock(on_wait=lambda who: print(f"# waiting for the measurement lock ({who})", file=sys.stderr)):
+        old = RA.read_text().strip()
+        try:
+            RA.write_text(str(RA_KB))
+            yield old
+        finally:
+            RA.write_text(old)
+
+
+def parse_args(doc: str) -> argparse.Namespace:
+    """--runs (per variant) and --seed (of the interleaved order)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    a = parse_args(__doc__)
     why = tracefs_status()
     if why:
         print(f"skipped: {why}")
@@ -117,25 +138,26 @@ def main() -> int:
         ("usr/lib/x86_64-linux-gnu/libpython3.9.so.1.0", lambda d: [str(launcher), "-c", PROG],
          {"PYTHONHOME": str(root / "usr")}),
     ]
-    old = RA.read_text().strip()
     results = {}
-    try:
-        RA.write_text(str(RA_KB))
+    with readahead_session() as old:
         for lib_rel, argv_for, env_extra in targets:
             with tempfile.TemporaryDirectory(prefix="elflayout-forms-") as d:
                 results[Path(lib_rel).name] = measure_target(root, lib_rel, argv_for, env_extra, a.runs, a.seed, Path(d))
-    finally:
-        RA.write_text(old)
     for name, res in results.items():
         print(f"## pages of {name} (Debian 11 build) read at a selectively-cold start of its program on this "
               f"machine, read_ahead_kb {RA_KB} (restored to {old})")
-        med = {v: statistics.median(x) for v, x in res.items()}
-        for v, x in res.items():
-            print(f"  {v:<9} pages {' '.join(f'{n:,}' for n in x)} (median {med[v]:,.0f})")
-        r = med["self"] / med["relr"]
-        print(f"  self/relr: {med['self']:,.0f}/{med['relr']:,.0f} = {r:.4f} ({(r - 1):+.2%}; target within 2%)")
-        print(f"  relr/original: {med['relr'] / med['original']:.3f}; self/original: {med['self'] / med['original']:.3f}")
+        print_pages(res, "original", "; target within 2%")
     return 0
+
+
+def print_pages(res: dict, base: str, note: str = "") -> None:
+    """Per variant its page counts and median, then self vs relr and both vs ``base``."""
+    med = {v: statistics.median(x) for v, x in res.items()}
+    for v, x in res.items():
+        print(f"  {v:<9} pages {' '.join(f'{n:,}' for n in x)} (median {med[v]:,.0f})")
+    r = med["self"] / med["relr"]
+    print(f"  self/relr: {med['self']:,.0f}/{med['relr']:,.0f} = {r:.4f} ({(r - 1):+.2%}{note})")
+    print(f"  relr/{base}: {med['relr'] / med[base]:.3f}; self/{base}: {med['self'] / med[base]:.3f}")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,9 @@ BENCHES = [
     Bench("pack_forms", "bench_pack_forms.py", ("--runs", "5"),
           "Packed forms for old and new glibc: pages read by Debian 11's llc-11 through libLLVM-11 packed relr vs "
           "self (vs original)", RA_SET),
+    Bench("pack_linkself", "bench_pack_linkself.py", ("--runs", "5"),
+          "The link-time self form (elflayout link --pack self): pages read by python3.11 through libpython3.11 "
+          "linked with lld 16 plain, relr and self", RA_SET),
     Bench("pack_sweep", "bench_pack_sweep.py", (),
           "pack-relocs --check over every library in /usr/lib/x86_64-linux-gnu: packed, refused (reasons), "
           "check failures (about 12 min)", "not relevant (warm page cache)"),

@@ -16,7 +16,7 @@ from pathlib import Path
 from elflayout.errors import ElflayoutError
 
 
-def _source(n_tables: int) -> str:
+def _source(n_tables: int, ifunc: bool = True) -> str:
     out = ['#include <stdio.h>', '#include <string.h>', '#include <stdlib.h>',
            'static int f0(int x){return x+1;} static int f1(int x){return x*2;} static int f2(int x){return x-3;}',
            'struct rec { const char *name; int (*fn)(int); const struct rec *next; long v; };',
@@ -26,7 +26,8 @@ def _source(n_tables: int) -> str:
            'void *extern_ptrs[] = {(void*)&printf, (void*)&strlen, (void*)&malloc};',
            '__thread int tls_counter = 5;', 'static __thread const char *tls_name = "tls";',
            'static int impl_a(void){return 42;}', 'static void *resolve_pick(void){ return (void*)impl_a; }',
-           'int pick(void) __attribute__((ifunc("resolve_pick")));', 'extern char **environ;']
+           'int pick(void) __attribute__((ifunc("resolve_pick")));' if ifunc else 'int pick(void){return impl_a();}',
+           'extern char **environ;']
     # Tables with a stride of 1..9 words and lengths up to 300: long runs, sparse bitmaps, gaps.
     for t in range(n_tables):
         stride, n = 1 + t % 9, 5 + (t * 37) % 300
@@ -54,7 +55,7 @@ int main(void){ long s = lib_report(); printf("main: %ld %s\\n", s, mutable_ptrs
 """
 
 
-def build(workdir, linker: str = "bfd", n_tables: int = 24, extra=(), run: bool = True) -> dict:
+def build(workdir, linker: str = "bfd", n_tables: int = 24, extra=(), run: bool = True, ifunc: bool = True) -> dict:
     """Compile and link ``libt.so`` + ``main`` (RUNPATH $ORIGIN) with ``linker``.
 
     Returns dict(lib, driver, dir, output) where output is the driver's stdout (None
@@ -63,16 +64,24 @@ def build(workdir, linker: str = "bfd", n_tables: int = 24, extra=(), run: bool 
     w = Path(workdir)
     d = w / f"{linker}{'-' + '-'.join(x.strip('-').replace(',', '_').replace('=', '_') for x in extra) if extra else ''}"
     d.mkdir(parents=True, exist_ok=True)
-    src, obj = w / "libt.c", w / "libt.o"
-    if not obj.exists():
-        src.write_text(_source(n_tables))
-        (w / "main.c").write_text(DRIVER)
-        _run(["gcc", "-O1", "-fPIC", "-c", str(src), "-o", str(obj)])
+    obj = compile_lib(w, n_tables, ifunc)
     lib, drv = d / "libt.so", d / "main"
     _run(["gcc", "-shared", f"-fuse-ld={linker}", "-Wl,-soname,libt.so", *extra, str(obj), "-o", str(lib)])
     _run(["gcc", str(w / "main.c"), "-o", str(drv), f"-L{d}", "-lt", "-Wl,-rpath,$ORIGIN"])
     out = _run([str(drv)]) if run else None
     return dict(lib=lib, driver=drv, dir=d, output=out)
+
+
+def compile_lib(workdir, n_tables: int = 24, ifunc: bool = True) -> Path:
+    """``libt.o`` (and ``main.c``, the driver's source) in ``workdir``, compiled once.
+    Without ``ifunc`` the library has no IRELATIVE relocation (the self form refuses those)."""
+    w = Path(workdir)
+    src, obj = w / "libt.c", w / "libt.o"
+    if not obj.exists():
+        src.write_text(_source(n_tables, ifunc))
+        (w / "main.c").write_text(DRIVER)
+        _run(["gcc", "-O1", "-fPIC", "-c", str(src), "-o", str(obj)])
+    return obj
 
 
 def _run(cmd) -> str:

@@ -26,7 +26,7 @@ def test_code_is_the_assembled_source(tmp_path):
 @pytest.mark.parametrize("linker", ["bfd", "gold"])
 def test_self_form_runs_identically(tmp_path, linker):
     need_tool("gcc")
-    b = testlib.build(tmp_path, linker)
+    b = testlib.build(tmp_path, linker, ifunc=False)  # an ifunc definer is refused (test_relocs_linkself)
     out_dir = tmp_path / "packed"
     out_dir.mkdir()
     r = run_cli("pack-relocs", b["lib"], "-o", out_dir / "libt.so", "--format", "self", "--check", "--json", check=0)
@@ -38,6 +38,9 @@ def test_self_form_runs_identically(tmp_path, linker):
     with simload.Loaded(out_dir / "libt.so") as ld:
         assert ld.relr().size == 0 and ld.applier() is not None  # no DT_RELR: old glibc loads it
         assert ld.tag(simload.L.DT_RELR) is None
+    doc = json.loads(run_cli("relocs", out_dir / "libt.so", "--json", check=0).stdout)
+    assert doc["self_applied"]["present"] and doc["self_applied"]["form"] == "post-link"
+    assert doc["self_applied"]["count"] == st["packed"] and not doc["relr"]["present"]
     shutil.copy(b["driver"], out_dir / "main")
     got = subprocess.run([str(out_dir / "main")], capture_output=True, text=True)
     assert got.returncode == 0 and got.stdout == b["output"]
@@ -45,6 +48,6 @@ def test_self_form_runs_identically(tmp_path, linker):
 
 def test_self_form_without_room_is_refused_with_the_reason(tmp_path):
     need_tool("gcc")
-    b = testlib.build(tmp_path, "lld")  # lld: the code segment ends at a page boundary
+    b = testlib.build(tmp_path, "lld", ifunc=False)  # lld: the code segment ends at a page boundary
     r = run_cli("pack-relocs", b["lib"], "-o", tmp_path / "o.so", "--format", "self", check=2)
-    assert "no room post-link" in r.stderr and "link-time" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "no room post-link" in r.stderr and "elflayout link --pack self" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -32,6 +32,8 @@ examples:
   # objects built without -ffunction-sections: split them first (docs/splitting.md)
   elflayout link --split --profile py.json --linker lld -- gcc -shared -fuse-ld=lld -o libpy.so \
       -Wl,--whole-archive libpython3.11-pic.a -Wl,--no-whole-archive -lm
+  # packed at link time, loading on glibc < 2.36 too (relrhack's way; docs/relocation-packing.md)
+  elflayout link --pack self --check --linker lld -- gcc -shared -fuse-ld=lld -o libx.so *.o
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
 with INSERT, mold: object order. The link's own output and exit status pass through
@@ -40,7 +42,7 @@ linker did not honour the ordering (e.g. objects built without -ffunction-sectio
 """
 
 def add_arguments(p) -> None:
-    p.add_argument("--profile", required=True, help="profile (elflayout-profile v1)")
+    p.add_argument("--profile", help="profile (elflayout-profile v1); optional with --pack")
     p.add_argument("--linker", required=True, choices=sorted(DEFAULT_FORMAT), help="the linker the command runs")
     p.add_argument("--format", choices=("auto",) + formats.FORMATS, default="auto",
                    help="ordering to apply (auto: lld→lld, gold→gold, bfd→ld-script, mold→objects)")
@@ -58,6 +60,14 @@ def add_arguments(p) -> None:
     p.add_argument("--split", action="store_true",
                    help="first give the command's objects and .a archives one section per function and data "
                         "object (elflayout split, into a temporary directory) and link those")
+    p.add_argument("--pack", choices=("relr", "self"),
+                   help="also pack RELATIVE relocations at link time: relr (-z pack-relative-relocs, glibc >= 2.36) "
+                        "or self (relr + an injected self-applying routine and hidden tags, relrhack's way: any "
+                        "glibc; for libraries pack-relocs cannot make self-applying post-link)")
+    p.add_argument("--check", action="store_true",
+                   help="with --pack self: prove the output equivalent to the linker's DT_RELR output (simulated "
+                        "loader at two bases, real loads) before writing it")
+    p.add_argument("--root", metavar="DIR", help="with --pack self --check: the output must also load in 'chroot DIR'")
     p.add_argument("--force", action="store_true", help="replace --keep-order-file")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- LINK COMMAND ...")
 
@@ -66,6 +76,20 @@ def run(args) -> int:
     linker = args.linker
     fmt = DEFAULT_FORMAT[linker] if args.format == "auto" else args.format
     parsed = parse_command(args.command, linker)
+    if args.pack and linker == "gold":
+        raise ElflayoutError("--pack: gold has no -z pack-relative-relocs (use lld, bfd or mold)")
+    if (args.check or args.root) and args.pack != "self":
+        raise ElflayoutError(f"{'--check' if args.check else '--root'}: only with --pack self")
+    if args.root and not args.check:
+        raise ElflayoutError("--root: only with --check (it is where the check loads the output)")
+    if args.profile is None:
+        if not args.pack:
+            raise ElflayoutError("link: give --profile (ordering) and/or --pack FORM")
+        extra = [o for o, on in (("--split", args.split), ("--data-script", args.data_script),
+                                 ("--dynstr", args.dynstr), ("--keep-order-file", args.keep_order_file)) if on]
+        if extra:
+            raise ElflayoutError(f"{extra[0]}: an ordering option, which needs --profile")
+        return _link(parsed, parsed["cmd"], args)
     check_request(parsed, linker, fmt, args.split, args.data_script, args.dynstr)
     if args.keep_order_file:
         fileio.check_output(args.keep_order_file, force=args.force, inputs=(args.profile,))
@@ -97,13 +121,9 @@ def run(args) -> int:
         cmd += companion_args(parsed, layout, t, doc.metadata, Path(td), args.data_script, args.dynstr, _say)
         shown = cmd if len(cmd) <= 24 else [*cmd[:12], f"... ({len(cmd) - 16} more arguments) ...", *cmd[-4:]]
         _say(shlex.join(shown))
-        try:
-            r = subprocess.run(cmd)
-        except FileNotFoundError:
-            raise ElflayoutError(f"{cmd[0]}: command not found") from None
-        if r.returncode != 0:
-            print(f"elflayout: link command failed (exit {r.returncode})", file=sys.stderr)
-            return r.returncode
+        rc = _link(parsed, cmd, args)
+        if rc:
+            return rc
     from elflayout.order.check import ordered_sections_of
     from elflayout.order.link import OrderNotHonoured, map_of
 
@@ -120,6 +140,42 @@ def run(args) -> int:
 def _say_check(lines: list[str]) -> None:
     for line in lines:
         print("elflayout: check: " + line, file=sys.stderr)
+
+
+def _run(cmd: list[str]) -> int:
+    try:
+        r = subprocess.run(cmd)
+    except FileNotFoundError:
+        raise ElflayoutError(f"{cmd[0]}: command not found") from None
+    if r.returncode != 0:
+        print(f"elflayout: link command failed (exit {r.returncode})", file=sys.stderr)
+    return r.returncode
+
+
+def _link(parsed: dict, cmd: list[str], args) -> int:
+    """Run the link, packed as --pack asks (relocs/linkself.py)."""
+    from elflayout.relocs import linkself
+
+    if args.pack == "relr":
+        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], _run)
+    if args.pack != "self":
+        return _run(cmd)
+    from rich.console import Console
+
+    st = linkself.link(cmd, parsed["driver"], parsed["output"], _run, check_output=args.check, root=args.root,
+                       say=_say, status=lambda msg: Console(stderr=True).status(msg))
+    if isinstance(st, int):
+        return st
+    _say(f"self-applying form ({st['links']} link{'s' if st['links'] > 1 else ''}): {st['self_applied']:,} of "
+         f"{st['relr_relocations']:,} DT_RELR relocations applied by the routine at {st['applier']['entry']:#x} "
+         f"(DT_INIT), {st['kept_for_ld_so']:,} back to RELA for ld.so; DT_RELR* tags hidden, "
+         f"{st['version_need']}")
+    if "check" in st:
+        c, real = st["check"], st["check"].get("real_load")
+        _say(f"check: relocated images equal at {len(c['bases'])} load bases; real load "
+             + ("equal" if isinstance(real, dict) else str(real))
+             + ("; loads in " + str(args.root) if c.get("root_dlopen") else ""))
+    return 0
 
 
 def _say(msg: str) -> None:

@@ -46,7 +46,8 @@ def _count_by_section(img, vaddrs) -> dict[str, int]:
 
 def relr_table(img) -> np.ndarray | None:
     """Addresses in the DT_RELR table, if the library has one (found as the loader finds it)."""
-    sec = next((s for s in img.sections if s.type in ("SHT_RELR", L.SHT_RELR) or s.name == ".relr.dyn"), None)
+    # By type, not name: the link-time self form keeps a .relr.dyn typed SHT_PROGBITS.
+    sec = next((s for s in img.sections if s.type in ("SHT_RELR", L.SHT_RELR)), None)
     addr, size = img.dt("DT_RELR"), img.dt("DT_RELRSZ")
     if addr is None and sec is None:
         return None
@@ -62,6 +63,36 @@ def relr_table(img) -> np.ndarray | None:
         return elfcore.relr_decode(words)
     except ValueError as e:
         raise ElflayoutError(f"{img.path}: damaged DT_RELR table ({e})") from None
+
+
+def self_table(img) -> tuple[np.ndarray, dict] | None:
+    """The table of the self-applying form (relocs/selfapply.py: the routine DT_INIT points
+    at) as (addresses, summary), or None when the library has none."""
+    from elflayout.relocs import selfapply
+    from elflayout.relocs.linkself import DT_RELRHACK_BIT
+
+    init = img.dt("DT_INIT")
+    if init is None or init < selfapply.ENTRY:
+        return None
+    off = int(img.vaddr_to_offset(init - selfapply.ENTRY))
+    if off < 0 or off + selfapply.SIZE > img.size:
+        return None
+    p = selfapply.decode(bytes(img.mm[off:off + selfapply.SIZE]))
+    if p is None:
+        return None
+    toff, n = int(img.vaddr_to_offset(p["relr_start"])), p["relr_end"] - p["relr_start"]
+    if toff < 0 or n < 0 or n % 8 or toff + n > img.size:
+        raise ElflayoutError(f"{img.path}: the self-applying routine's table ({n} bytes at {p['relr_start']:#x}) "
+                             "is not in the file")
+    try:
+        addrs = elfcore.relr_decode(np.frombuffer(img.mm, np.uint64, count=n // 8, offset=toff))
+    except ValueError as e:
+        raise ElflayoutError(f"{img.path}: damaged self-applied table ({e})") from None
+    hidden = f"DT_{L.DT_RELR | DT_RELRHACK_BIT:#x}"  # relrhack's hidden DT_RELR: made at link time
+    lo, hi = elfcore.page_range(toff, n)
+    return addrs, dict(present=True, form="link-time" if any(t == hidden for t, _ in img.dynamic) else "post-link",
+                       count=int(addrs.size), bytes=int(n), offset=toff, pages=int(hi - lo + 1) if n else 0,
+                       routine=int(init), chains_to=int(p["old_init"]))
 
 
 def _relr_summary(img, relr) -> dict:
@@ -94,7 +125,7 @@ def analyze(img: elfcore.ElfImage) -> dict:
             for s, c2 in _count_by_section(img, t["r_offset"][types == ty]).items():
                 by_target.setdefault(s, {}).setdefault(arch.name(ty), 0)
                 by_target[s][arch.name(ty)] += c2
-        if name == ".rela.dyn" or name == ".rel.dyn":
+        if sec.addr == (img.dt("DT_RELA") or img.dt("DT_REL")):  # the table ld.so reads, wherever it is
             rel_offsets = t["r_offset"][types == arch.relative]
         all_targets.append(t["r_offset"])
     relr = relr_table(img)
@@ -103,6 +134,13 @@ def analyze(img: elfcore.ElfImage) -> dict:
         for s, c in _count_by_section(img, relr).items():
             by_target.setdefault(s, {}).setdefault("RELR", 0)
             by_target[s]["RELR"] += c
+    st = self_table(img)
+    self_sum = st[1] if st is not None else dict(present=False, count=0, bytes=0, pages=0)
+    if st is not None and st[0].size:
+        all_targets.append(st[0])
+        for s, c in _count_by_section(img, st[0]).items():
+            by_target.setdefault(s, {}).setdefault("SELF", 0)
+            by_target[s]["SELF"] += c
     tgt = np.concatenate(all_targets) if all_targets else np.zeros(0, np.uint64)
     off = img.vaddr_to_offset(tgt) if tgt.size else np.zeros(0, np.int64)
     pg = off[off >= 0] // elfcore.PAGE
@@ -111,7 +149,8 @@ def analyze(img: elfcore.ElfImage) -> dict:
     fileback = img.vaddr_to_offset(rel_offsets) >= 0 if rel_offsets.size else np.zeros(0, bool)
     packable = rel_offsets[(rel_offsets % word == 0) & fileback]
     relr_bytes = elfcore.relr_size(packable, word) if packable.size else 0
-    main = next((t for t in tables_out if t["section"] in (".rela.dyn", ".rel.dyn")), None)
+    main_addr = img.dt("DT_RELA") or img.dt("DT_REL")
+    main = next((t for t in tables_out if img.section(t["section"]).addr == main_addr), None)
     entsize = {(True, 64): L.RELA64, (True, 32): L.RELA32, (False, 64): L.REL64, (False, 32): L.REL32}[arch.rela, arch.elfclass].itemsize
     rel_summary = dict(
         count=int(rel_offsets.size), word_aligned=int((rel_offsets % word == 0).sum()),
@@ -126,9 +165,11 @@ def analyze(img: elfcore.ElfImage) -> dict:
         target=img.identity(),
         tables=tables_out,
         relr=_relr_summary(img, relr),
+        self_applied=self_sum,
         types=rows,
         by_target_section=by_target,
         relative=rel_summary,
         pages=dict(targets=int(target_pages.size),
-                   tables=int(sum(t["pages"] for t in tables_out)) + _relr_summary(img, relr)["pages"]),
+                   tables=int(sum(t["pages"] for t in tables_out)) + _relr_summary(img, relr)["pages"]
+                   + self_sum["pages"]),
     )

@@ -22,12 +22,16 @@ def add_arguments(p):
 def render(doc: dict) -> str:
     out = [f"{doc['target']['path']}  ({doc['metadata']['machine']}, build-id {doc['target']['build_id']})"]
     for t in doc["tables"]:
-        out.append(f"  {t['section']:<12} {t['count']:>10,} relocations  {t['bytes']:>12,} bytes  {t['pages']:>7,} pages")
+        out.append(f"  {t['section']:<15} {t['count']:>10,} relocations  {t['bytes']:>12,} bytes  {t['pages']:>7,} pages")
     if doc["relr"]["present"]:
-        out.append(f"  {'DT_RELR':<12} {doc['relr']['count']:>10,} relocations  {doc['relr']['bytes']:>12,} bytes  {doc['relr']['pages']:>7,} pages")
+        out.append(f"  {'DT_RELR':<15} {doc['relr']['count']:>10,} relocations  {doc['relr']['bytes']:>12,} bytes  {doc['relr']['pages']:>7,} pages")
+    sa = doc.get("self_applied", {})
+    if sa.get("present"):
+        out.append(f"  {'self-applied':<15} {sa['count']:>10,} relocations  {sa['bytes']:>12,} bytes  {sa['pages']:>7,} pages"
+                   f"  ({sa['form']} form: the routine at {sa['routine']:#x} is DT_INIT, then {sa['chains_to']:#x})")
     out.append("\n  by type:")
     for r in sorted(doc["types"], key=lambda r: -r["count"]):
-        out.append(f"    {r['table']:<12} {r['type']:<22} {r['count']:>10,}  {r['bytes']:>12,} bytes")
+        out.append(f"    {r['table']:<15} {r['type']:<22} {r['count']:>10,}  {r['bytes']:>12,} bytes")
     out.append("\n  by target section:")
     for s, d in sorted(doc["by_target_section"].items(), key=lambda kv: -sum(kv[1].values())):
         parts = ", ".join(f"{k} {v:,}" for k, v in sorted(d.items(), key=lambda kv: -kv[1]))

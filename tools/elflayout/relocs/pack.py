@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from elftools.elf.constants import SHN_INDICES
+from elftools.elf.enums import ENUM_ST_INFO_TYPE
 
 from elflayout import elfcore
 from elflayout import layouts as L
@@ -68,7 +69,9 @@ LIBC_SONAME = b"libc.so.6"
 EXTRA_DYN_SLOTS = 4  # spare DT_NULLs left in a rebuilt dynamic array for later tools
 PAGE = elfcore.PAGE
 FORMS = ("relr", "self")
-SHN_LORESERVE = SHN_INDICES.SHN_LORESERVE  # e_shstrndx at/above it means extended numbering
+STT_GNU_IFUNC = ENUM_ST_INFO_TYPE["STT_LOOS"]  # GNU's name for STT_LOOS
+SHN_LORESERVE = SHN_INDICES.SHN_LORESERVE
+READAROUND_BEFORE = 64 * 1024  # a page fault reads half of Linux's default 128 KiB window before it  # e_shstrndx at/above it means extended numbering
 
 
 def glibc_requires_relr_need(needed: set[bytes], has_verneed: bool) -> bool:
@@ -155,6 +158,7 @@ class _Layout:
     kept_bytes: bytes
     relr_off: int
     end: int                 # first free byte after the kept relocations and RELR
+    freed: int               # bytes of the rewritten range nothing uses (zeroed)
 
 
 def _read(img, off, n, dtype=np.uint8):
@@ -167,8 +171,9 @@ def _fail(img, msg):
     raise ElflayoutError(f"{img.path}: {msg}")
 
 
-def validate(img, form: str = "relr") -> _Input:
-    """Step 1: reject what cannot be packed; return the input's raw tables."""
+def read_input(img, form: str = "relr") -> _Input:
+    """The raw tables of a consistent x86-64 ET_DYN file (headers, dynamic array);
+    ElflayoutError naming the problem otherwise."""
     hdr = img.elf.header
     if hdr["e_type"] != "ET_DYN":
         _fail(img, f"not a shared object (e_type {hdr['e_type']}); pack-relocs rewrites ET_DYN libraries")
@@ -197,8 +202,13 @@ def validate(img, form: str = "relr") -> _Input:
     if not np.any(dyn["d_tag"] == L.DT_NULL):
         _fail(img, "inconsistent dynamic array (no DT_NULL terminator)")
     names = [s.name for s in img.sections]
-    inp = _Input(img, arch, shdrs, phdrs, dyn, dyn_off, int(np.argmax(dyn["d_tag"] == L.DT_NULL)), names,
-                 {n: i for i, n in reversed(list(enumerate(names)))}, form)
+    return _Input(img, arch, shdrs, phdrs, dyn, dyn_off, int(np.argmax(dyn["d_tag"] == L.DT_NULL)), names,
+                  {n: i for i, n in reversed(list(enumerate(names)))}, form)
+
+
+def validate(img, form: str = "relr") -> _Input:
+    """Step 1: reject what cannot be packed; return the input's raw tables."""
+    inp = read_input(img, form)
     tag = inp.tag
     if tag(L.DT_TEXTREL) is not None or (tag(L.DT_FLAGS) or 0) & L.DF_TEXTREL:
         _fail(img, "has text relocations (DT_TEXTREL): relocating read-only code cannot be packed safely")
@@ -218,7 +228,7 @@ def validate(img, form: str = "relr") -> _Input:
     return inp
 
 
-def _overlapped(starts: np.ndarray, widths: np.ndarray, mine: np.ndarray) -> np.ndarray:
+def overlapped(starts: np.ndarray, widths: np.ndarray, mine: np.ndarray) -> np.ndarray:
     """Per entry selected by ``mine``: does any *other* entry write one of its bytes?
 
     Entries write ``[start, start + width)``. Sorted by start, an entry overlaps an
@@ -258,12 +268,12 @@ def _select(inp: _Input) -> _Selection:
     others = [t for n, t in tables.items() if n != ".rela.dyn"]
     starts = np.concatenate([r_off] + [t["r_offset"] for t in others])
     all_types = np.concatenate([types] + [img.reloc_types(t) for t in others])
-    widths = _widths(arch, all_types)
+    widths = write_widths(arch, all_types)
     mine = np.zeros(starts.size, bool)
     mine[:rel.size] = packable
-    packable &= ~_overlapped(starts, widths, mine)[:rel.size]
+    packable &= ~overlapped(starts, widths, mine)[:rel.size]
     if inp.form == "self":
-        packable &= ~_read_before_init(inp, r_off, all_types)
+        packable &= ~read_before_init(inp, r_off, all_types)
     if not packable.any():
         raise AlreadyPacked(f"{img.path}: no packable RELATIVE relocations (nothing to do)")
     kept = rel[~packable]
@@ -273,7 +283,7 @@ def _select(inp: _Input) -> _Selection:
     return _Selection(rel, types, packable, tgt_file, kept, lead, relr)
 
 
-def _read_before_init(inp: _Input, r_off: np.ndarray, all_types: np.ndarray) -> np.ndarray:
+def read_before_init(inp: _Input, r_off: np.ndarray, all_types: np.ndarray) -> np.ndarray:
     """Self form: targets something reads between relocation and our DT_INIT, which must
     stay with ld.so (in RELA):
 
@@ -282,13 +292,13 @@ def _read_before_init(inp: _Input, r_off: np.ndarray, all_types: np.ndarray) -> 
     - exported data objects (defined STT_OBJECT in .dynsym): an executable's COPY
       relocations copy them when it is relocated, before any initializer.
 
-    IRELATIVE resolvers run during relocation and may read anything: such a library is
-    refused for the self form."""
+    IRELATIVE resolvers, and those of exported ifunc symbols that ld.so binds, run during
+    relocation and may read anything: such a library is refused for the self form."""
     img = inp.img
     irel = [t for t, rt in inp.arch.types.items() if rt.kind == "ifunc(B+A)"]
     if np.isin(all_types, irel).any():
         _fail(img, "has IRELATIVE relocations (ifunc resolvers run during relocation, before a self-applying "
-                   "routine): use --format relr (glibc >= 2.36)")
+                   "routine): use the relr form (glibc >= 2.36)")
     lo, hi = [], []
     for p in inp.phdrs[inp.phdrs["p_type"] == L.PT_TLS]:
         lo.append(int(p["p_vaddr"]))
@@ -297,6 +307,10 @@ def _read_before_init(inp: _Input, r_off: np.ndarray, all_types: np.ndarray) -> 
     if ds is not None and int(inp.shdrs[ds]["sh_type"]) == L.SHT_DYNSYM:
         n = inp.sh(ds, "sh_size") // L.SYM64.itemsize * L.SYM64.itemsize
         sy = _read(img, inp.sh(ds, "sh_offset"), n, L.SYM64)
+        ifn = ((sy["st_info"] & 0xF) == STT_GNU_IFUNC) & (sy["st_shndx"] != 0)
+        if ifn.any():
+            _fail(img, f"defines {int(ifn.sum())} ifunc symbol(s) (ld.so runs their resolvers while relocating, "
+                       "before a self-applying routine): use the relr form (glibc >= 2.36)")
         obj = ((sy["st_info"] & 0xF) == L.STT_OBJECT) & (sy["st_shndx"] != 0) & (sy["st_size"] > 0) & \
               ((sy["st_info"] >> 4) != L.STB_LOCAL)
         lo += sy["st_value"][obj].astype(np.int64).tolist()
@@ -310,7 +324,7 @@ def _read_before_init(inp: _Input, r_off: np.ndarray, all_types: np.ndarray) -> 
     return (k >= 0) & (v < his[np.clip(k, 0, None)])
 
 
-def _widths(arch, types: np.ndarray) -> np.ndarray:
+def write_widths(arch, types: np.ndarray) -> np.ndarray:
     """Bytes written per relocation; an unknown type counts as a whole word (conservative)."""
     u, inv = np.unique(np.asarray(types, np.int64), return_inverse=True)
     w = np.array([max(arch.types[t].width, 1) if t in arch.types else arch.word for t in u.tolist()], np.int64)
@@ -436,6 +450,12 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
         cur = new + len(content)
     new_rela_off = L.align_up(cur, L.RELA64.alignment)
     kept_bytes = sel.kept.tobytes()
+    if inp.form == "self" and len(kept_bytes) + sel.relr.nbytes <= READAROUND_BEFORE:
+        # At the end of the freed space, next to .rela.plt/.plt, whose faults read the pages
+        # before them anyway: the self form keeps more RELA (TLS, exported data), which at
+        # the front pulls one more readahead window of zeros (docs/relocation-packing.md).
+        # Larger tables gain nothing there and lose a window at their start.
+        new_rela_off = max(new_rela_off, (rela_end - len(kept_bytes) - sel.relr.nbytes) // 8 * 8)
     relr_off = new_rela_off + len(kept_bytes)
     end = relr_off + sel.relr.nbytes
     if end > rela_end:
@@ -444,7 +464,8 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
     blk[new_rela_off - run_start:relr_off - run_start] = np.frombuffer(kept_bytes, np.uint8)
     blk[relr_off - run_start:end - run_start] = sel.relr.view(np.uint8)
     return _Layout(run_start, rela_end, blk, moved, int(load["p_vaddr"]) - int(load["p_offset"]),
-                   new_rela_off, kept_bytes, relr_off, end)
+                   new_rela_off, kept_bytes, relr_off, end,
+                   rela_end - end + new_rela_off - L.align_up(cur, L.RELA64.alignment))
 
 
 @dataclass
@@ -482,7 +503,7 @@ def _applier(inp: _Input, sel: _Selection, lay: _Layout) -> _Applier:
             limit = min(limit, int(s["sh_offset"]))
     if at + selfapply.SIZE > limit:
         _fail(img, f"no room post-link for the self-applying routine ({limit - end} bytes free after the code, "
-                   f"{selfapply.SIZE} needed); the link-time path for such libraries is not implemented yet")
+                   f"{selfapply.SIZE} needed): link it with 'elflayout link --pack self' instead")
     relro = (0, 0)
     for q in ph[ph["p_type"] == L.PT_GNU_RELRO]:
         lo, hi = int(q["p_vaddr"]) // PAGE * PAGE, int(q["p_vaddr"] + q["p_memsz"]) // PAGE * PAGE
@@ -545,8 +566,8 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "
     # lld: no spare slots. Rebuild the array in the freed space, read-only.
     if ap is not None:
         _fail(img, "no DT_INIT and no spare DT_NULL slot to add one: the self-applying form cannot be made "
-                   "post-link (a read-only dynamic array needs glibc >= 2.35); the link-time path is not "
-                   "implemented yet")
+                   "post-link (a read-only dynamic array needs glibc >= 2.35): link it with "
+                   "'elflayout link --pack self' instead")
     if np.any(dt == L.DT_DEBUG):
         _fail(img, "no spare DT_NULL slot and DT_DEBUG present (an executable): ld.so writes DT_DEBUG, so the "
                    "dynamic array cannot move to read-only memory; relink with -z pack-relative-relocs")
@@ -561,6 +582,7 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "
         _fail(img, f"not enough space freed in .rela.dyn ({lay.rela_end - lay.run_start} bytes available, "
                    f"{end - lay.run_start} needed)")
     lay.blk[new_dyn_off - lay.run_start:end - lay.run_start] = new_dyn.view(np.uint8)
+    lay.freed -= end - lay.end
     lay.end = end
     shift[dyn_i] = new_dyn_off - inp.sh(dyn_i, "sh_offset")
     ashift = dict(shift)  # address shifts equal offset shifts inside the run's PT_LOAD ...
@@ -698,7 +720,7 @@ def plan_pack(img, form: str = "relr") -> Plan:
         applier=(dict(entry=int(ap.entry), bytes=len(ap.data), relro=[int(x) for x in ap.relro])
                  if ap is not None else None),
         moved_sections={inp.names[i]: int(s) for i, s in dy.shift.items() if s and i != rela_i},
-        freed_bytes=int(lay.rela_end - lay.end), encode_s=round(t_enc - t0, 3),
+        freed_bytes=int(lay.freed), encode_s=round(t_enc - t0, 3),
     )
     return Plan(str(img.path), img.size, sel.tgt_file[sel.packable],
                 sel.rel["r_addend"][sel.packable].view(np.uint64), blocks, tail_at, tail, stats)

@@ -19,7 +19,9 @@ Forms: "relr" writes DT_RELR (glibc >= 2.36 applies it); "self" keeps the packed
 glibc does not look and adds a 260-byte routine, run as DT_INIT before the library's
 initializers, that applies it (any glibc); "auto" (default) picks relr when --min-glibc >= 2.36.
 The self form is made post-link when the code segment's last page has 260 free bytes and
-DT_INIT exists or a spare DT_NULL slot does; otherwise it is refused with the reason.
+DT_INIT exists or a spare DT_NULL slot does; otherwise it is refused with the reason (lld
+outputs: make it at link time with 'elflayout link --pack self'). Libraries that define ifunc
+symbols or have IRELATIVE relocations are refused for the self form.
 
 Only word-aligned R_X86_64_RELATIVE relocations into file-backed data are packed; every
 other relocation keeps its order. No code or data address moves; only dynamic-linking tables

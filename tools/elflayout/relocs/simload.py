@@ -304,7 +304,9 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
             pb["p_filesz"][x], pb["p_memsz"][x] = pa["p_filesz"][x], pa["p_memsz"][x]
     if pa.size != pb.size or not np.array_equal(pa[pa["p_type"] != L.PT_DYNAMIC], pb[pb["p_type"] != L.PT_DYNAMIC]):
         bad.append("program headers other than PT_DYNAMIC differ")
-    same_tags = {L.DT_NEEDED, L.DT_SONAME, L.DT_RPATH, L.DT_RUNPATH, L.DT_PLTRELSZ, L.DT_JMPREL, L.DT_PLTGOT,
+    if not np.array_equal(a.rela(L.DT_JMPREL, L.DT_PLTRELSZ), b.rela(L.DT_JMPREL, L.DT_PLTRELSZ)):
+        bad.append("the DT_JMPREL tables differ")  # where it is may change (link --pack self), not what
+    same_tags = {L.DT_NEEDED, L.DT_SONAME, L.DT_RPATH, L.DT_RUNPATH, L.DT_PLTRELSZ, L.DT_PLTGOT,
                  L.DT_INIT, L.DT_FINI, L.DT_INIT_ARRAY, L.DT_FINI_ARRAY, L.DT_INIT_ARRAYSZ, L.DT_FINI_ARRAYSZ,
                  L.DT_FLAGS, L.DT_FLAGS_1, L.DT_VERDEFNUM, L.DT_PLTREL}
     ap_b = b.applier()
@@ -347,7 +349,7 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     return bad
 
 
-def _verneed_names(l: Loaded):
+def verneed_names(l: Loaded):
     vn, num = l.tag(L.DT_VERNEED), l.tag(L.DT_VERNEEDNUM, 0)
     if vn is None:
         return []
@@ -363,7 +365,7 @@ def _compare_verneed(a: Loaded, b: Loaded) -> list[str]:
     must be there when glibc requires it (pack.glibc_requires_relr_need)."""
     from elflayout.relocs.pack import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
 
-    va, vb = _verneed_names(a), _verneed_names(b)
+    va, vb = verneed_names(a), verneed_names(b)
     extra = [(f, x) for f, xs in vb for x in xs if x[0] == GLIBC_ABI_DT_RELR]
     files_a = {f for f, _ in va}
     rest_b = [(f, [x for x in xs if x[0] != GLIBC_ABI_DT_RELR]) for f, xs in vb]
