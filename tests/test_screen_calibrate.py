@@ -49,7 +49,11 @@ def test_factors_and_points():
                              "LD_LIBRARY_PATH={lib} x", "p05", 3, ["hot"], ["/l"], 7)
     assert plan.variants == [("p05", "LD_LIBRARY_PATH=/a x")] and plan.read_ahead_kb == 8192
     assert plan.no_aslr is False and plan.pin is None and plan.census == "none" and plan.runs == 3
-    for bad in ("aslr=on", "aslr=yes,no", "x=1,1", "read_ahead_kb=a,b", "pin=all,0", "=1,2"):
+    rt = [screen.parse_factor("realtime=off,5")]
+    assert screen.point_setup(rt, [1], "x")[1] == {"realtime": 5} and screen.point_setup(rt, [-1], "x")[1] == {
+        "realtime": None}
+    assert screen.point_plan(MeasurePlan(variants=[]), rt, [1], "x", "p01", 3, ["hot"], [], 1).realtime == 5
+    for bad in ("aslr=on", "aslr=yes,no", "x=1,1", "read_ahead_kb=a,b", "pin=all,0", "=1,2", "realtime=off,fifo"):
         with pytest.raises(ElflayoutError):
             screen.parse_factor(bad)
     with pytest.raises(ElflayoutError, match="does not appear"):

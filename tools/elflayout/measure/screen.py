@@ -9,7 +9,8 @@ every run in violin-scatter plots; this module does the same for ``elflayout mea
 Definitions:
 - a *factor* has a name and two levels (LOW, HIGH), coded -1 and +1. Known names are
   measurement controls: ``aslr`` (on/off), ``read_ahead_kb`` (numbers), ``pin`` (none or
-  a CPU number), ``storage`` (a preset or none: needs --files). Any other name is
+  a CPU number), ``realtime`` (off or a SCHED_FIFO priority), ``storage`` (a preset or
+  none: needs --files). Any other name is
   substituted into the command as ``{NAME}`` (a library path, an environment variable,
   a build variant).
 - a *design point* is one combination of levels; each runs as one ``elflayout measure``
@@ -45,7 +46,7 @@ import numpy as np
 
 from elflayout.errors import ElflayoutError
 
-CONTROLS = ("aslr", "read_ahead_kb", "pin", "storage")
+CONTROLS = ("aslr", "read_ahead_kb", "pin", "realtime", "storage")
 # generators of the added factors, as products of the basic factors' indices (Box, Hunter
 # and Hunter's standard fractions: k=5 -> 2^(5-1) res V, k=6 -> 2^(6-2) res IV, k=7 -> 2^(7-3) res IV)
 GENERATORS = {5: [(0, 1, 2, 3)], 6: [(0, 1, 2), (1, 2, 3)], 7: [(0, 1, 2), (1, 2, 3), (0, 2, 3)]}
@@ -72,6 +73,8 @@ def parse_factor(text: str) -> Factor:
         raise ElflayoutError(f"--factor {text!r}: read_ahead_kb levels are numbers (KiB)")
     if f.name == "pin" and not all(v == "none" or v.isdigit() for v in (f.low, f.high)):
         raise ElflayoutError(f"--factor {text!r}: pin levels are 'none' or a CPU number")
+    if f.name == "realtime" and not all(v == "off" or v.isdigit() for v in (f.low, f.high)):
+        raise ElflayoutError(f"--factor {text!r}: realtime levels are 'off' or a SCHED_FIFO priority")
     return f
 
 
@@ -108,6 +111,8 @@ def point_setup(factors: list[Factor], coded, command: str) -> tuple[str, dict, 
             controls["read_ahead_kb"] = int(v)
         elif f.name == "pin":
             controls["pin"] = None if v == "none" else [int(v)]
+        elif f.name == "realtime":
+            controls["realtime"] = None if v == "off" else int(v)
         elif f.name == "storage":
             controls["storage"] = None if v == "none" else v
         else:
@@ -318,8 +323,8 @@ def parse(doc: dict, src: str) -> dict:
     if not isinstance(factors, list) or not factors or not all(
             isinstance(f, dict) and {"name", "low", "high"} <= set(f) for f in factors):
         bad("'factors' must be a list of {name, low, high}")
-    if not isinstance(design, dict) or design.get("kind") not in ("full", "fractional"):
-        bad("'design.kind' must be 'full' or 'fractional'")
+    if not isinstance(design, dict) or not (design.get("kind") == "full" or "fraction" in str(design.get("kind"))):
+        bad("'design.kind' must be 'full' or a fraction")
     x = design.get("matrix")
     if not isinstance(x, list) or not x or not all(
             isinstance(r, list) and len(r) == len(factors) and all(c in (-1, 1) for c in r) for r in x):
