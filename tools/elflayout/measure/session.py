@@ -176,7 +176,7 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
     for srow in summary:
         if srow["metric"] == "wall_s" and srow.get("cov") and srow["cov"] > 0.10:
             out.append(f"{srow['variant']}/{srow['state']}: wall time CoV {srow['cov'] * 100:.0f}% > 10%: the machine "
-                       f"is noisy; try --pin CPU, --no-aslr, more --runs, and check what else is running")
+                       f"is noisy; try --realtime, --pin CPU, --no-aslr, more --runs, and check what else is running")
     return out
 
 
