@@ -96,7 +96,8 @@ BENCHES = [
     Bench("split", "bench_split.py", ("--runs", "3", "--regrtest"),
           "elflayout split on libpython3.11-pic.a: split time, --check with three linkers, function order on "
           "the split objects with lld/gold/GNU ld (pages read), CPython's regression tests through it", RA_SET),
-    Bench("verdicts", "bench_verdicts.py", ("--rounds", "200", "--realtime", "--power-n", "5", "30", "50", "--aa-n", "30"),
+    Bench("verdicts", "bench_verdicts.py",
+          ("--rounds", "200", "--realtime", "--power-n", "5", "30", "50", "--aa-n", "30"),
           "Time verdicts: coverage of the 95% interval by n, A/A false alarms, detection of a 5% slowdown with the "
           "MDE printed (pool of 200 rounds under --realtime with a CPU hog: about 40 min to collect once, cached "
           "in ~/.cache/elflayout/bench-verdicts; the studies about 10 min)", RA_SET),
