@@ -9,8 +9,10 @@ Method: one pool of real runs is collected once, with a CPU hog running beside i
 loaded machine): `elflayout measure` of four variants of `llc-16 --version` (libLLVM-16
 under test), interleaved, selective and hot, ``--rounds`` rounds:
   a, a2        the same command under two names (A/A),
-  slow_hot     a wrapper that spins 5% of a's hot median wall time, then execs the command,
-  slow_sel     the same with 5% of a's selective median.
+  slow_hot     a wrapper (bench/spin_exec.c, static) that spins, then execs the command:
+               5% of a's hot median wall time less the wrapper's own cost (measured
+               hot, with no spin, in a first session),
+  slow_sel     the same for a's selective median.
 The studies then resample *rounds* of the pool (keeping each round's runs together, as
 a real session pairs them) instead of hours of fresh runs on a shared machine:
 1. coverage of the 95% interval of the ratio b/a (A/A: the truth is 1; A/B: the pool's
@@ -57,10 +59,14 @@ def measure(out, *args):
 
 
 def spinner(d: Path) -> Path:
-    exe = d / "spin_exec"
+    """bench/spin_exec.c, linked statically when libc.a is there (the wrapper's own exec
+    then costs less than dynamic loading would; what it still costs is measured)."""
+    exe = d / "spin_exec-static"
     if not exe.exists():
         tmp = d / f".spin_exec.{os.getpid()}"
-        subprocess.run(["cc", "-O2", "-o", tmp, ROOT / "bench" / "spin_exec.c"], check=True)
+        src = ROOT / "bench" / "spin_exec.c"
+        if subprocess.run(["cc", "-O2", "-static", "-o", tmp, src], capture_output=True).returncode:
+            subprocess.run(["cc", "-O2", "-o", tmp, src], check=True)
         os.replace(tmp, exe)
     return exe
 
@@ -85,29 +91,39 @@ def assemble(parts: list[dict], rounds: int, spin: dict) -> dict:
             "metadata": {**parts[0]["metadata"], "runs": rounds, "sessions": len(parts), "spin_us": spin}}
 
 
-def collect(rounds: int, out: Path, seed: int) -> dict:
+def collect(rounds: int, out: Path, seed: int, controls: tuple = ()) -> dict:
     """The pool: 4 variants x (selective, hot) x ``rounds``, with a CPU hog beside, in
-    sessions of CHUNK rounds (each cached: an interrupted collection resumes)."""
+    sessions of CHUNK rounds (each cached: an interrupted collection resumes).
+    ``controls``: extra ``measure`` options of every session (e.g. --realtime)."""
     d = out.parent / f"{out.stem}.parts"
     d.mkdir(exist_ok=True)
     spin = spinner(out.parent)
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         print(f"CPU hog beside the measurements: pid {hog.pid}", flush=True)
+        # The spin is 5% of a's median minus what the wrapper costs with no spin, so
+        # the slowdown realised is 5% (the study prints the pool's own ratio).
         pre_f = d / "pre.json"
         pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
-            pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective", "--state", "hot", "--runs", 10,
-            "--seed", seed)
-        us_hot = round(0.05 * median_wall(pre, "a", "hot") * 1e6)
-        us_sel = round(0.05 * median_wall(pre, "a", "selective") * 1e6)
-        print(f"  5% of the hot median = {us_hot} us; of the selective median = {us_sel} us", flush=True)
+            pre_f, "--name", "a", CMD, "--name", "spin0", f"{spin} 0 {CMD}", "--files", LLVM, "--state", "selective",
+            "--state", "hot", "--runs", 15, "--seed", seed, *controls)
+        # The wrapper's cost is taken from the hot state for both: the wrapper itself is
+        # cached in both states, and the selective medians are too noisy to resolve it.
+        cost = median_wall(pre, "spin0", "hot") - median_wall(pre, "a", "hot")
+        us = {}
+        for st in ("hot", "selective"):
+            a = median_wall(pre, "a", st)
+            us[st] = max(0, round((0.05 * a - cost) * 1e6))
+            print(f"  {st}: a's median {a * 1e3:.2f} ms, the wrapper with no spin {cost * 1e3:+.2f} ms (hot); "
+                  f"spin {us[st]} us", flush=True)
+        us_hot, us_sel = us["hot"], us["selective"]
         parts = []
         for k in range((rounds + CHUNK - 1) // CHUNK):
             f = d / f"part{k:03d}.json"
             parts.append(json.loads(f.read_text()) if f.exists() else measure(
                 f, "--name", "a", CMD, "--name", "a2", CMD, "--name", "slow_hot", f"{spin} {us_hot} {CMD}",
                 "--name", "slow_sel", f"{spin} {us_sel} {CMD}", "--files", LLVM, "--state", "selective",
-                "--state", "hot", "--runs", min(CHUNK, rounds - k * CHUNK), "--seed", seed + k))
+                "--state", "hot", "--runs", min(CHUNK, rounds - k * CHUNK), "--seed", seed + k, *controls))
     finally:
         hog.kill()
         hog.wait()
@@ -218,13 +234,14 @@ def power(pool, n, rng, stats, trials, slow, state):
     for _ in range(trials):
         keys = sorted(rng.choice(ok, n, replace=False))
         comps, _ = stats.compare_runs(runs_of(rounds, keys, ("a", slow)), ["a", slow], ["selective", "hot"])
-        c = next(c for c in comps if c["metric"] == "wall_s" and c["state"] == state)
-        out.append((c["verdict"] == "slower", c.get("mde")))
+        c = next((c for c in comps if c["metric"] == "wall_s" and c["state"] == state), None)
+        if c is not None:  # else every run of the cell was disturbed: no row, no trial
+            out.append((c["verdict"] == "slower", c.get("mde")))
     return out
 
 
 def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: int = 50, power_trials: int = 40,
-          both_n: bool = False):
+          both_n: bool = False, power_n=None, aa_n=None):
     """The three studies (each A/A or A/B file is a full compare: 1-3 s on a loaded 2-core machine)."""
     from elflayout.measure import stats
 
@@ -235,12 +252,19 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
     dist = sum(1 for r in pool["runs"] if r.get("interference"))
     print(f"pool: {pool_path} - {len(ok)} rounds in {md.get('sessions', 1)} sessions, {len(pool['runs'])} runs "
           f"({dist} disturbed by other processes, left out as compare does) "
-          f"(`llc-16 --version`, libLLVM-16, CPU hog beside), spin {md.get('spin_us')}")
+          f"(`llc-16 --version`, libLLVM-16, CPU hog beside), spin {md.get('spin_us')}; scheduler: "
+          f"{(md.get('controls') or {}).get('scheduler', {}).get('applied', 'SCHED_OTHER (not recorded)')}")
     for v in ("a", "a2", "slow_hot", "slow_sel"):
         for st in ("selective", "hot"):
             x = series(rounds, ok, v, st, "wall_s")
             print(f"  {v:9s} {st:9s} wall median {np.median(x) * 1e3:7.2f} ms  CoV {x.std(ddof=1) / x.mean() * 100:5.1f}%"
                   f"  sd(log) {np.log(x).std(ddof=1):.3f}")
+    for st in ("selective", "hot"):  # the noise the paired test (and its MDE) sees
+        pa = {k: r["wall_s"] for k in ok for r in rounds[k] if r["variant"] == "a" and r["state"] == st}
+        pb = {k: r["wall_s"] for k in ok for r in rounds[k] if r["variant"] == "a2" and r["state"] == st}
+        lr = np.log([pb[k] / pa[k] for k in pa if k in pb])
+        if len(lr) > 1:
+            print(f"  A/A {st:9s} per-round log ratio a2/a: sd {lr.std(ddof=1):.3f} over {len(lr)} rounds")
     t0 = time.monotonic()
     print("\n1. coverage of the 95% interval of b/a (%), per case: Welch-log (fallback)  paired-log (used)  "
           "BCa of the ratio of means (replaced; at n = 5, 10, 20, a tenth of the trials)")
@@ -258,40 +282,52 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
     print(f"   ({time.monotonic() - t0:.0f} s)")
 
     t0 = time.monotonic()
-    for n in sorted({demo_n, stats.MIN_TIME_RUNS}) if both_n else [demo_n]:
+    for n in sorted({demo_n, *(aa_n or ()), *((stats.MIN_TIME_RUNS,) if both_n else ())}):
         res = false_alarms(pool, n, rng, stats, aa_resampled)
         print(f"\n2. A/A false alarms at n = {n}" + (" (the demo's default)" if n == demo_n else ""))
         for kind, rows in res.items():
             if not rows:
                 continue
             k = len(rows)
-            per = {p: sum(a[p] for a, _, _ in rows) for p in stats.DEFAULT_PRIMARY}
+            # a file whose every run of a cell was disturbed has no row there: no alarm
+            per = {p: sum(a.get(p, False) for a, _, _ in rows) for p in stats.DEFAULT_PRIMARY}
             anyf = sum(any(a.values()) for a, _, _ in rows)
-            hot = sum(a[("wall_s", "hot")] for a, _, _ in rows)
+            hot = sum(a.get(("wall_s", "hot"), False) for a, _, _ in rows)
+            missing = sum(p not in a for a, _, _ in rows for p in (*stats.DEFAULT_PRIMARY, ("wall_s", "hot")))
             print(f"   {kind:9s} {k:4d} files ({rows[0][1]} comparisons each, {rows[0][2]} tested): "
                   + ", ".join(f"{m}:{s} {per[(m, s)]}/{k} ({per[(m, s)] / k * 100:.1f}%)" for m, s in per)
                   + f", wall_s:hot {hot}/{k} ({hot / k * 100:.1f}%); any alarm after Holm {anyf}/{k} "
-                  f"({anyf / k * 100:.1f}%)")
+                  f"({anyf / k * 100:.1f}%)" + (f"; {missing} of these rows absent (every run of the cell disturbed)"
+                                                if missing else ""))
     print(f"   ({time.monotonic() - t0:.0f} s)")
 
     t0 = time.monotonic()
     print("\n3. power: a vs the wrapper spinning 5% of a's median (then exec), wall_s")
     for slow, st in (("slow_hot", "hot"), ("slow_sel", "selective")):
         xa, xb = series(rounds, ok, "a", st, "wall_s"), series(rounds, ok, slow, st, "wall_s")
-        print(f"   {slow} ({st}): realised slowdown (pool) geometric {np.exp(np.log(xb).mean() - np.log(xa).mean()):.4f}"
-              f", means {xb.mean() / xa.mean():.4f}")
-        for n in (demo_n, 30):
+        real = float(np.exp(np.log(xb).mean() - np.log(xa).mean()))
+        print(f"   {slow} ({st}): realised slowdown (pool) geometric {real:.4f}, means {xb.mean() / xa.mean():.4f}")
+        for n in power_n or (demo_n, 30):
             if n > len(ok) // 4:
+                print(f"     n={n:3d}: skipped (more than a quarter of the pool's {len(ok)} rounds)")
                 continue
             res = power(pool, n, rng, stats, power_trials, slow, st)
+            if not res:
+                print(f"     n={n:3d}: no file had an undisturbed row")
+                continue
             small = [d for d, m in res if m is not None and m <= 0.05]
             big = [m for d, m in res if m is None or m > 0.05]
+            # MDE <= the slowdown really injected: where 80% power is promised
+            below = [d for d, m in res if m is not None and m <= real - 1]
             det = sum(d for d, _ in res)
             print(f"     n={n:3d}: detected {det}/{len(res)} ({det / len(res) * 100:.0f}%); printed MDE <= 5% in "
                   f"{len(small)} trials, detected in {sum(small)} of them"
                   + (f" ({sum(small) / len(small) * 100:.0f}%)" if small else "")
                   + (f"; MDE > 5% in {len(big)} (median MDE {np.median([m for m in big if m]) * 100:.1f}%)"
-                     if big and any(big) else ""))
+                     if big and any(big) else "")
+                  + f"; MDE <= the realised {(real - 1) * 100:.1f}% in {len(below)}, detected in {sum(below)}"
+                  + (f" ({sum(below) / len(below) * 100:.0f}%)" if below else "")
+                  + f"; median printed MDE {np.median([m for _, m in res if m is not None]) * 100:.1f}%")
     print(f"   ({time.monotonic() - t0:.0f} s)")
     return min_n
 
@@ -308,18 +344,25 @@ def main():
     ap.add_argument("--power-trials", type=int, default=40, help="resampled A/B files per n in the power study")
     ap.add_argument("--both-n", action="store_true", help="A/A files also at stats.MIN_TIME_RUNS")
     ap.add_argument("--demo-n", type=int, default=None, help="the demo's default runs (default: read from demo)")
+    ap.add_argument("--power-n", type=int, nargs="+", default=None, metavar="N",
+                    help="rounds per A/B file in the power study (default: the demo's n and 30)")
+    ap.add_argument("--aa-n", type=int, nargs="+", default=None, metavar="N",
+                    help="A/A files also at these n (e.g. the power study's)")
+    ap.add_argument("--realtime", action="store_true",
+                    help="collect with `measure --realtime` (SCHED_FIFO): its own pool, pool-ROUNDS-rt.json")
     a = ap.parse_args()
-    pool = a.pool or cache_dir() / f"pool-{a.rounds}.json"
+    stem = f"pool-{a.rounds}" + ("-rt" if a.realtime else "")
+    pool = a.pool or cache_dir() / f"{stem}.json"
     if a.partial:  # study the sessions collected so far (another process may still be collecting)
-        parts = sorted((cache_dir() / f"pool-{a.rounds}.parts").glob("part*.json"))
+        parts = sorted((cache_dir() / f"{stem}.parts").glob("part*.json"))
         docs = [json.loads(f.read_text()) for f in parts]
-        pool = cache_dir() / f"pool-{a.rounds}-partial.json"
+        pool = cache_dir() / f"{stem}-partial.json"
         from elflayout import fileio
 
         fileio.dump_json(assemble(docs, len(docs) * CHUNK, None), pool)
     elif not pool.exists():
         print(f"collecting the pool: {a.rounds} rounds -> {pool}", flush=True)
-        collect(a.rounds, pool, a.seed)
+        collect(a.rounds, pool, a.seed, ("--realtime",) if a.realtime else ())
     if a.collect_only:
         return 0
     demo_n = a.demo_n
@@ -327,7 +370,7 @@ def main():
         from elflayout import demo
 
         demo_n = demo.DEFAULT_RUNS
-    study(pool, a.trials, a.seed, demo_n, a.aa_resampled, a.power_trials, a.both_n)
+    study(pool, a.trials, a.seed, demo_n, a.aa_resampled, a.power_trials, a.both_n, a.power_n, a.aa_n)
     return 0
 
 

@@ -108,6 +108,11 @@ BENCHES = [
           "A second archive through split, profile, order, link: OpenSSL's libcrypto.so.3 from libcrypto.a, "
           "`openssl dgst -sha256`: Debian's library, default relink, object order, split + function order "
           "(+ packed) with lld, gold and GNU ld (pages read)", RA_SET, markdown=True),
+    Bench("verdicts", "bench_verdicts.py",
+          ("--rounds", "200", "--realtime", "--power-n", "5", "30", "50", "--aa-n", "30"),
+          "Time verdicts: coverage of the 95% interval by n, A/A false alarms, detection of a 5% slowdown with the "
+          "MDE printed (pool of 200 rounds under --realtime with a CPU hog: about 40 min to collect once, cached "
+          "in ~/.cache/elflayout/bench-verdicts; the studies about 10 min)", RA_SET),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),

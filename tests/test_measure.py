@@ -437,6 +437,45 @@ def test_failing_and_hanging_commands_are_errors(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+def test_realtime_runs_the_child_under_sched_fifo_and_records_it(tmp_path):
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"x" * 8192)
+    log = tmp_path / "policy.txt"
+    cmd = f"sh -c 'chrt -p $$ >> {log}'"
+    r = run_cli("measure", "--name", "a", cmd, "--files", f, "--census", "none", "--state", "hot", "--runs", "2",
+                "--realtime", "100", "-o", tmp_path / "bad.json", check=2)
+    assert "--realtime: priority 100 is outside" in r.stderr and "Traceback" not in r.stderr
+    if os.geteuid() != 0:
+        pytest.skip("SCHED_FIFO needs root")
+    doc = _measure(tmp_path, "--name", "a", cmd, "--files", f, "--state", "hot", "--runs", "2", "--realtime", "3")
+    lines = log.read_text().splitlines()
+    # hot: one untimed and one timed run per round, every one under SCHED_FIFO at 3
+    assert sum("SCHED_FIFO" in x for x in lines) == 4 and sum(x.endswith(": 3") for x in lines) == 4, lines
+    rec = doc["metadata"]["controls"]["scheduler"]
+    assert rec["available"] and rec["applied"] == "SCHED_FIFO priority 3 (measured processes)"
+    assert rec["before"] == "SCHED_OTHER" and rec["rt_throttle"]
+    log.unlink()
+    doc = _measure(tmp_path, "--name", "a", cmd, "--files", f, "--state", "hot", "--runs", "1", name="plain.json")
+    assert "SCHED_OTHER" in log.read_text() and "SCHED_FIFO" not in log.read_text()
+    assert doc["metadata"]["controls"]["scheduler"]["applied"] == "SCHED_OTHER"
+
+
+def test_realtime_control_restores_the_harness_policy():
+    from elflayout.measure.controls import Realtime
+
+    if os.geteuid() != 0:
+        pytest.skip("SCHED_FIFO needs root")
+    before = os.sched_getscheduler(0)
+    rt = Realtime(2)
+    rt.apply()
+    with rt.around_spawn():
+        assert os.sched_getscheduler(0) == os.SCHED_FIFO and os.sched_getparam(0).sched_priority == 2
+    assert os.sched_getscheduler(0) == before
+    with pytest.raises(KeyboardInterrupt), rt.around_spawn():
+        raise KeyboardInterrupt
+    assert os.sched_getscheduler(0) == before
+
+
 # -- session library, lock, state file, results parser --------------------------------------------
 def test_results_parse_typed_and_errors(tmp_path):
     from elflayout.measure import model

@@ -123,3 +123,46 @@ def test_bad_results_files(tmp_path):
     p.write_text('{"format": "elflayout-results", "version": 1, "variants": [], "runs": [{"x": 1}]}')
     assert "malformed" in run_cli("compare", p, check=2).stderr
     assert "no such file" in run_cli("compare", tmp_path / "none.json", check=2).stderr
+
+
+def test_demo_time_verdicts_never_below_the_minimum_runs(tmp_path):
+    """The demo's sessions (its own _measure, real runs) at its default n give time
+    verdicts; the same file with rounds lost (fewer runs, or runs disturbed) says
+    "too few runs" on every time row below the minimum, never faster/slower."""
+    import os
+
+    import pytest
+
+    from elflayout import demo
+    from elflayout.measure import stats
+
+    if os.geteuid() != 0:
+        pytest.skip("measure evicts files and traces page-cache: needs root")
+    assert demo.DEFAULT_RUNS >= stats.MIN_TIME_RUNS
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"x" * 65536)
+    out = demo._measure(demo.Demo(tmp_path), {"a": "true", "b": "sh -c true"}, [f], ["selective", "hot"],
+                        demo.DEFAULT_RUNS, tmp_path / "demo.results.json")
+    doc = json.loads(out.read_text())
+
+    def time_rows(path):
+        c = json.loads(run_cli("compare", path, "--json", check=0).stdout)
+        return [r for r in c["comparisons"] if r["metric"] in stats.TIME_METRICS]
+
+    def n_of(r):
+        return r.get("n_pairs") if r.get("paired") else min(r["n_a"], r["n_b"])
+
+    rows = time_rows(out)
+    kept = {(r["state"], r["metric"]) for r in rows if r["verdict"] != "too few runs"}
+    assert kept and all(n_of(r) >= stats.MIN_TIME_RUNS for r in rows if r["verdict"] != "too few runs")
+    # rounds lost: the last ones, and one run of b marked disturbed in each state
+    short = {**doc, "runs": [dict(r) for r in doc["runs"] if r["round"] < stats.MIN_TIME_RUNS]}
+    for st in ("selective", "hot"):
+        next(r for r in short["runs"] if r["variant"] == "b" and r["state"] == st)["interference"] = "test"
+    dump_json(short, tmp_path / "short.json")
+    rows = time_rows(tmp_path / "short.json")
+    assert rows and all(r["verdict"] == "too few runs" for r in rows), [(r["metric"], r["verdict"]) for r in rows]
+    # and what they could resolve is still printed
+    assert all(r["mde"] is not None for r in rows if r["metric"] == "wall_s"), rows
+    md = run_cli("compare", tmp_path / "short.json", check=0).stdout
+    assert f"no time verdict below {stats.MIN_TIME_RUNS} runs" in md and "slower" not in md and "faster" not in md

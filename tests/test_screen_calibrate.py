@@ -3,6 +3,7 @@
 import itertools
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -48,7 +49,11 @@ def test_factors_and_points():
                              "LD_LIBRARY_PATH={lib} x", "p05", 3, ["hot"], ["/l"], 7)
     assert plan.variants == [("p05", "LD_LIBRARY_PATH=/a x")] and plan.read_ahead_kb == 8192
     assert plan.no_aslr is False and plan.pin is None and plan.census == "none" and plan.runs == 3
-    for bad in ("aslr=on", "aslr=yes,no", "x=1,1", "read_ahead_kb=a,b", "pin=all,0", "=1,2"):
+    rt = [screen.parse_factor("realtime=off,5")]
+    assert screen.point_setup(rt, [1], "x")[1] == {"realtime": 5} and screen.point_setup(rt, [-1], "x")[1] == {
+        "realtime": None}
+    assert screen.point_plan(MeasurePlan(variants=[]), rt, [1], "x", "p01", 3, ["hot"], [], 1).realtime == 5
+    for bad in ("aslr=on", "aslr=yes,no", "x=1,1", "read_ahead_kb=a,b", "pin=all,0", "=1,2", "realtime=off,fifo"):
         with pytest.raises(ElflayoutError):
             screen.parse_factor(bad)
     with pytest.raises(ElflayoutError, match="does not appear"):
@@ -93,6 +98,38 @@ def test_screen_runs_a_real_design(tmp_path):
     assert (out / "block-wall_s-hot.png").stat().st_size > 1000 and (out / "violin-wall_s.png").exists()
     assert "data:image/png;base64" in (out / "report.html").read_text()
     run_cli("screen", "--factor", "aslr=on,off", "-o", out, "--", "true", check=2)  # not empty, no --force
+    # the screening result inside the main report, beside a results file
+    rep = tmp_path / "report.html"
+    run_cli("report", EXAMPLE, out / "screen.json", "-o", rep, check=0)
+    h = rep.read_text()
+    sec = h[h.index('<h2 id="s1">Screening: screen.json</h2>'):]
+    assert "Effects on wall_s, hot" in sec and "95% CI" in sec and "interval excludes 0" in sec
+    row = re.search(r'<td class="t">d</td><td data-v="([^"]+)">\+[\d.]+%</td><td>\[(\+[\d.]+)%, \+[\d.]+%\]</td>', sec)
+    assert row and float(row.group(1)) == pytest.approx(eff["d"]["effect"]), sec[:3000]
+    assert float(row.group(2)) / 100 == pytest.approx(eff["d"]["ci_low"], abs=1e-4)
+    assert 'alt="block-wall_s-hot"' in sec and 'alt="violin-wall_s"' in sec
+    assert sec.count("data:image/png;base64,") == 2 and 'href="#s1"' in h
+
+
+def test_report_rejects_a_malformed_screen_result(tmp_path):
+    from elflayout import fileio
+
+    good = fileio.envelope("screen", 1, {"command": "true", "states": ["hot"], "runs": 2, "replicates": 1},
+                           factors=[{"name": "aslr", "low": "on", "high": "off"}],
+                           design={"kind": "full", "matrix": [[-1], [1]], "interactions": False},
+                           runs=[{"point": 0, "state": "hot", "wall_s": 0.01}], effects=[])
+    fileio.dump_json(good, tmp_path / "ok.json")
+    run_cli("report", tmp_path / "ok.json", "-o", tmp_path / "ok.html", check=0)
+    assert "Screening: ok.json" in (tmp_path / "ok.html").read_text()
+    for key, value, says in (("design", {"kind": "full", "matrix": [[-1, 1]]}, "'design.matrix'"),
+                             ("runs", [{"point": 7, "state": "hot"}], "'runs'"),
+                             ("factors", [], "'factors'")):
+        fileio.dump_json({**good, key: value}, tmp_path / "bad.json")
+        r = run_cli("report", tmp_path / "bad.json", "-o", tmp_path / "bad.html", check=2)
+        assert f"not a valid screen result: {says}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert not (tmp_path / "bad.html").exists()
+    r = run_cli("plot", tmp_path / "ok.json", "-o", tmp_path / "p.png", check=2)
+    assert "a screening result" in r.stderr
 
 
 def test_calibrate_from_results():

@@ -37,11 +37,16 @@ the cached downloads and builds.
 """
 
 IMPORTS = "import json, decimal, asyncio, re"
+# Rounds per variant and state: at least stats.MIN_TIME_RUNS, so its time rows get a
+# verdict (fewer, or runs lost to interference, print "too few runs" instead).
+DEFAULT_RUNS = 5
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
-    p.add_argument("--runs", type=int, default=5, help="measurement rounds (default 5)")
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS,
+                   help=f"measurement rounds (default {DEFAULT_RUNS}; with fewer than a time comparison needs, "
+                        "time rows say \"too few runs\")")
     p.add_argument("--big", action="store_true", help="also run libLLVM-16 (llc-16 --version)")
     p.add_argument("--storage", default="hdd",
                    help="also measure baseline vs ordered+packed through an emulated slow disk: hdd (default), "
@@ -242,9 +247,16 @@ def _table(d: Demo, results: Path) -> None:
 def run(args) -> int:
     if os.geteuid() != 0:
         raise ElflayoutError("the demo measures page-cache reads with tracefs and evicts files: run it as root")
+    from elflayout.measure.stats import MIN_TIME_RUNS
+
+    if args.runs < 1:
+        raise ElflayoutError(f"--runs: must be at least 1 (got {args.runs})")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     d = Demo(out)
+    if args.runs < MIN_TIME_RUNS:
+        d.console.print(f"[yellow]note:[/] --runs {args.runs} is below the {MIN_TIME_RUNS} rounds a time comparison "
+                        f"needs: wall/user/sys rows will say \"too few runs\" (page counts still get verdicts)")
     inputs = []
     prof, res = run_python(d, args)
     inputs += [res, prof]

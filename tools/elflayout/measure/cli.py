@@ -68,6 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="read_ahead_kb for the device holding the files during the session (default 128; -1 keeps it)")
     p.add_argument("--no-aslr", action="store_true", help="disable ASLR in the measured processes (personality)")
     p.add_argument("--pin", type=int, action="append", metavar="CPU", help="pin measured processes to CPU (repeatable)")
+    p.add_argument("--realtime", type=int, nargs="?", const=1, metavar="PRIORITY",
+                   help="run measured processes under SCHED_FIFO (default priority 1): other jobs' time slices "
+                        "leave their wall time (needs root or CAP_SYS_NICE; docs/methodology.md)")
     p.add_argument("--governor", metavar="NAME", help="set the cpufreq governor (e.g. performance) if present")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="add a variable to the fixed-size environment of every variant")
@@ -109,9 +112,10 @@ def plan_of(args):
         variants=[(n, c) for n, c in args.name], states=list(dict.fromkeys(args.state or ["selective", "hot"])),
         runs=args.runs, warmup=args.warmup, files=list(args.files), seed=args.seed,
         read_ahead_kb=None if args.read_ahead_kb == -1 else args.read_ahead_kb, no_aslr=args.no_aslr, pin=args.pin,
-        governor=args.governor, env=dict(e.split("=", 1) for e in args.env), census=args.census,
-        census_under=list(args.census_under), retries=args.retries, timeout=args.timeout or None,
-        trace=not args.no_trace, storage=args.storage, preload=args.preload, argv=list(sys.argv))
+        realtime=args.realtime, governor=args.governor, env=dict(e.split("=", 1) for e in args.env),
+        census=args.census, census_under=list(args.census_under), retries=args.retries,
+        timeout=args.timeout or None, trace=not args.no_trace, storage=args.storage, preload=args.preload,
+        argv=list(sys.argv))
 
 
 def restore() -> int:

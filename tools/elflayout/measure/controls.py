@@ -3,10 +3,10 @@
 Each control answers four questions: ``available()`` (None or why not), ``show()``
 (current value), ``apply()`` and ``undo()``. Controls that act on the measured child
 only never touch the system: ASLR is turned off in the harness's own personality
-(inherited by every child through fork and exec, undone at the end), CPU pinning is set
-on the harness just around each spawn (inherited at fork), the environment is built
-per spawn. No Python code runs between fork and exec (``preexec_fn`` can deadlock a
-multi-threaded process — numpy's BLAS threads — and did, on Ctrl-C). Read-ahead and
+(inherited by every child through fork and exec, undone at the end), CPU pinning and
+real-time scheduling are set on the harness just around each spawn (inherited at fork),
+the environment is built per spawn. No Python code runs between fork and exec
+(``preexec_fn`` can deadlock a multi-threaded process — numpy's BLAS threads — and did, on Ctrl-C). Read-ahead and
 the CPU governor are system-wide and are restored by ``ControlSet`` on exit, on
 exceptions, on Ctrl-C and on SIGTERM (turned into KeyboardInterrupt while active).
 """
@@ -338,6 +338,86 @@ class CpuPin(Control):
             yield
         finally:
             os.sched_setaffinity(0, old)
+
+
+class Realtime(Control):
+    """Run the measured child (and its descendants) under SCHED_FIFO at ``priority``.
+
+    A real-time task is never preempted by the ordinary (SCHED_OTHER) jobs of other
+    users, so a CPU-bound startup's wall time stops including their time slices. Set on
+    the harness thread around each spawn and wait (inherited at fork; the harness then
+    wakes at once when the child exits, to read the clock) and reset after it. The
+    kernel's real-time throttling (``sched_rt_runtime_us``, by default 95% of each
+    period) keeps a runaway child from locking a CPU; the run timeout still applies.
+    """
+
+    name = "scheduler"
+
+    def __init__(self, priority: int | None):
+        self.priority = priority
+        self.before = self.show()
+        self.applied = f"SCHED_FIFO priority {priority} (measured processes)" if priority else self.before
+        if priority is not None:
+            check_rt_priority(priority)
+        self.throttle = _rt_throttle()
+        self._why = None
+        if priority is not None:  # try it once, now: record() asks again later
+            policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+            try:
+                self._set(os.SCHED_FIFO, priority)
+            except PermissionError:
+                self._why = "SCHED_FIFO not permitted (needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO)"
+            else:
+                os.sched_setscheduler(0, policy, param)
+
+    def available(self):
+        return self._why
+
+    def show(self):
+        return {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_FIFO: "SCHED_FIFO", os.SCHED_RR: "SCHED_RR",
+                os.SCHED_BATCH: "SCHED_BATCH", os.SCHED_IDLE: "SCHED_IDLE"}.get(os.sched_getscheduler(0), "other")
+
+    def apply(self):
+        why = self.available()
+        if why:
+            raise ElflayoutError(f"--realtime: {why}")
+
+    @staticmethod
+    def _set(policy: int, priority: int):
+        os.sched_setscheduler(0, policy, os.sched_param(priority))
+
+    @contextlib.contextmanager
+    def around_spawn(self):
+        if not self.priority:
+            yield
+            return
+        policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+        self._set(os.SCHED_FIFO, self.priority)
+        try:
+            yield
+        finally:
+            os.sched_setscheduler(0, policy, param)
+
+    def record(self):
+        r = super().record()
+        r["rt_throttle"] = self.throttle
+        return r
+
+
+def check_rt_priority(priority: int) -> None:
+    lo, hi = os.sched_get_priority_min(os.SCHED_FIFO), os.sched_get_priority_max(os.SCHED_FIFO)
+    if not lo <= priority <= hi:
+        raise ElflayoutError(f"--realtime: priority {priority} is outside SCHED_FIFO's {lo}..{hi}")
+
+
+def _rt_throttle() -> str | None:
+    """The kernel's real-time budget, e.g. '950000/1000000 us' (None: not readable)."""
+    try:
+        run = Path("/proc/sys/kernel/sched_rt_runtime_us").read_text().strip()
+        period = Path("/proc/sys/kernel/sched_rt_period_us").read_text().strip()
+    except OSError:
+        return None
+    return f"{run}/{period} us" + (" (no throttling)" if run == "-1" else "")
 
 
 class Governor(Control):

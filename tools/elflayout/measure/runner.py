@@ -163,34 +163,41 @@ class Runner:
             env = self.envctl.build({**self.variant_env.get(variant.name, {}), **extra})
         self._errfile.seek(0)
         self._errfile.truncate()
-        with self.controls.around_spawn():
-            t0 = time.monotonic()
-            try:
-                p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=self._errfile, start_new_session=True, close_fds=True)
-            except OSError as e:
-                raise ElflayoutError(f"variant {variant.name}: cannot run {argv[0]}: {e.strerror}") from None
-            self._child = p
         timed_out = threading.Event()
 
         def _expire():
             timed_out.set()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
+            child = self._child
+            if child is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.pid, signal.SIGKILL)
 
+        # Started before the spawn: the timer thread keeps the ordinary scheduling
+        # policy (a real-time runaway child on its CPU cannot starve it past throttling).
         timer = threading.Timer(self.timeout, _expire) if self.timeout else None
         if timer:
             timer.daemon = True
             timer.start()
+        # The controls hold through the wait: under --realtime the harness wakes at once
+        # when the child exits, so the clock is read before other jobs' time slices.
         try:
-            _, status, ru = os.wait4(p.pid, 0)
-        except BaseException:
-            self.kill_child()
-            raise
+            with self.controls.around_spawn():
+                t0 = time.monotonic()
+                try:
+                    p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=self._errfile, start_new_session=True, close_fds=True)
+                except OSError as e:
+                    raise ElflayoutError(f"variant {variant.name}: cannot run {argv[0]}: {e.strerror}") from None
+                self._child = p
+                try:
+                    _, status, ru = os.wait4(p.pid, 0)
+                except BaseException:
+                    self.kill_child()
+                    raise
+                t1 = time.monotonic()
         finally:
             if timer:
                 timer.cancel()
-        t1 = time.monotonic()
         p.returncode = os.waitstatus_to_exitcode(status)
         self._child = None
         if timed_out.is_set():

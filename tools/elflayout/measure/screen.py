@@ -9,7 +9,8 @@ every run in violin-scatter plots; this module does the same for ``elflayout mea
 Definitions:
 - a *factor* has a name and two levels (LOW, HIGH), coded -1 and +1. Known names are
   measurement controls: ``aslr`` (on/off), ``read_ahead_kb`` (numbers), ``pin`` (none or
-  a CPU number), ``storage`` (a preset or none: needs --files). Any other name is
+  a CPU number), ``realtime`` (off or a SCHED_FIFO priority), ``storage`` (a preset or
+  none: needs --files). Any other name is
   substituted into the command as ``{NAME}`` (a library path, an environment variable,
   a build variant).
 - a *design point* is one combination of levels; each runs as one ``elflayout measure``
@@ -45,7 +46,7 @@ import numpy as np
 
 from elflayout.errors import ElflayoutError
 
-CONTROLS = ("aslr", "read_ahead_kb", "pin", "storage")
+CONTROLS = ("aslr", "read_ahead_kb", "pin", "realtime", "storage")
 # generators of the added factors, as products of the basic factors' indices (Box, Hunter
 # and Hunter's standard fractions: k=5 -> 2^(5-1) res V, k=6 -> 2^(6-2) res IV, k=7 -> 2^(7-3) res IV)
 GENERATORS = {5: [(0, 1, 2, 3)], 6: [(0, 1, 2), (1, 2, 3)], 7: [(0, 1, 2), (1, 2, 3), (0, 2, 3)]}
@@ -72,6 +73,8 @@ def parse_factor(text: str) -> Factor:
         raise ElflayoutError(f"--factor {text!r}: read_ahead_kb levels are numbers (KiB)")
     if f.name == "pin" and not all(v == "none" or v.isdigit() for v in (f.low, f.high)):
         raise ElflayoutError(f"--factor {text!r}: pin levels are 'none' or a CPU number")
+    if f.name == "realtime" and not all(v == "off" or v.isdigit() for v in (f.low, f.high)):
+        raise ElflayoutError(f"--factor {text!r}: realtime levels are 'off' or a SCHED_FIFO priority")
     return f
 
 
@@ -108,6 +111,8 @@ def point_setup(factors: list[Factor], coded, command: str) -> tuple[str, dict, 
             controls["read_ahead_kb"] = int(v)
         elif f.name == "pin":
             controls["pin"] = None if v == "none" else [int(v)]
+        elif f.name == "realtime":
+            controls["realtime"] = None if v == "off" else int(v)
         elif f.name == "storage":
             controls["storage"] = None if v == "none" else v
         else:
@@ -273,33 +278,73 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figures(result: dict, out_dir) -> list:
-    """Block plots (full designs) and violin-scatter plots, written as PNG; their paths."""
-    from pathlib import Path
-
+def plots(result: dict):
+    """(stem, figure, caption) of the block plots (full designs) and violin-scatter plots."""
     from elflayout.report import timing
 
     x = np.array(result["design"]["matrix"], dtype=int)
     factors = [Factor(**f) for f in result["factors"]]
     runs = result["runs"]
-    paths = []
-    plt = timing._plt()
     fitted = [a for a in result["effects"] if a["effects"]]  # a response with no spread has nothing to show
     for a in fitted:
         m, s = a["metric"], a["state"]
         if result["design"]["kind"] == "full":
-            fig = block_figure(runs, factors, x, m, s)
-            p = Path(out_dir) / f"block-{m}-{s}.png"
-            fig.savefig(p)
-            plt.close(fig)
-            paths.append(p)
+            yield (f"block-{m}-{s}", block_figure(runs, factors, x, m, s),
+                   f"Block plot of {m}, {s} (Flater 2014): each block is one combination of the other factors; "
+                   f"1 and 2 mark the mean at the factor's LOW and HIGH level.")
     for m in dict.fromkeys(a["metric"] for a in fitted):
-        fig = timing.violin_figure(as_results(runs, x, factors), metric=m, states=result["metadata"]["states"])
-        p = Path(out_dir) / f"violin-{m}.png"
+        yield (f"violin-{m}", timing.violin_figure(as_results(runs, x, factors), metric=m,
+                                                   states=result["metadata"]["states"]),
+               f"Violin-scatter of {m}: every run per design point.")
+
+
+def figures(result: dict, out_dir) -> list:
+    """The plots written as PNG into ``out_dir``; their paths."""
+    from pathlib import Path
+
+    from elflayout.report import timing
+
+    plt = timing._plt()
+    paths = []
+    for stem, fig, _ in plots(result):
+        p = Path(out_dir) / f"{stem}.png"
         fig.savefig(p)
         plt.close(fig)
         paths.append(p)
     return paths
+
+
+def parse(doc: dict, src: str) -> dict:
+    """Check a screen document (format and version already checked): one-line errors."""
+    def bad(what):
+        raise ElflayoutError(f"{src}: not a valid screen result: {what}")
+
+    factors, design = doc.get("factors"), doc.get("design")
+    if not isinstance(factors, list) or not factors or not all(
+            isinstance(f, dict) and {"name", "low", "high"} <= set(f) for f in factors):
+        bad("'factors' must be a list of {name, low, high}")
+    if not isinstance(design, dict) or not (design.get("kind") == "full" or "fraction" in str(design.get("kind"))):
+        bad("'design.kind' must be 'full' or a fraction")
+    x = design.get("matrix")
+    if not isinstance(x, list) or not x or not all(
+            isinstance(r, list) and len(r) == len(factors) and all(c in (-1, 1) for c in r) for r in x):
+        bad(f"'design.matrix' must be rows of {len(factors)} levels, each -1 or +1")
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("point"), int) and 0 <= r["point"] < len(x)
+            and isinstance(r.get("state"), str) for r in runs):
+        bad("'runs' must be runs with a design 'point' and a 'state'")
+    effects = doc.get("effects")
+    if not isinstance(effects, list) or not all(
+            isinstance(a, dict) and {"metric", "state", "n", "log_scale"} <= set(a) and isinstance(a.get("effects"), list)
+            and all(isinstance(e, dict) and {"term", "effect", "ci_low", "ci_high", "p", "significant"} <= set(e)
+                    for e in a["effects"]) for a in effects):
+        bad("'effects' must be fits of {metric, state, n, log_scale, effects: [{term, effect, ci_low, ci_high, p, "
+            "significant}]}")
+    md = doc.get("metadata")
+    if not isinstance(md, dict) or not isinstance(md.get("command"), str) or not isinstance(md.get("states"), list):
+        bad("'metadata' must name the 'command' and its 'states'")
+    return doc
 
 
 def write_html(result: dict, md: str, figs, path) -> None:

@@ -21,8 +21,8 @@ examples:
       --files build/before/libLLVM-16.so.1 --state selective -o screen2/ \\
       -- 'LD_LIBRARY_PATH={lib} llc-16 --version'
 
-Factors: aslr=on,off; read_ahead_kb=N,M; pin=none,CPU; storage=none,PRESET; any other
-NAME=LOW,HIGH is substituted for {NAME} in the command. Up to 4 factors run the full
+Factors: aslr=on,off; read_ahead_kb=N,M; pin=none,CPU; realtime=off,PRIORITY;
+storage=none,PRESET; any other NAME=LOW,HIGH is substituted for {NAME} in the command. Up to 4 factors run the full
 2^k design; 5 to 7 a standard fraction (5: resolution V, with 2-factor interactions;
 6-7: resolution IV, main effects only). Each design point is one 'elflayout measure'
 session, in a random order. Writes DIR/screen.json, screen.md, block and violin-scatter

@@ -6,7 +6,8 @@ it in-process. Steps:
 1. check the plan (``MeasurePlan.check``): one-line errors before anything is touched;
 2. take the machine-wide measurement lock (``controls.MeasurementLock``): two sessions on
    one machine share read_ahead_kb and the page cache, so they take turns;
-3. apply the controls (read-ahead, ASLR, pinning, environment, governor), mount the
+3. apply the controls (read-ahead, ASLR, pinning, real-time scheduling, environment,
+   governor), mount the
    emulated slow disk when asked (``--storage``);
 4. census (which files a startup reads) unless the files are named, then the identity
    of every file under test (before the runs: hashing reads whole files);
@@ -32,7 +33,7 @@ from elflayout.errors import ElflayoutError
 from elflayout.measure import census as census_mod
 from elflayout.measure import model
 from elflayout.measure.controls import (Aslr, ControlSet, CpuPin, FixedEnv, Governor, MeasurementLock, ReadAhead,
-                                        StateFile)
+                                        Realtime, StateFile, check_rt_priority)
 from elflayout.measure.runner import SEEK_PAGES, STATES, Plan, Runner, Variant
 
 CENSUS_METHODS = ("evict", "drop", "none")
@@ -51,6 +52,7 @@ class MeasurePlan:
     read_ahead_kb: int | None = 128  # None: keep the device's value
     no_aslr: bool = False
     pin: list[int] | None = None
+    realtime: int | None = None  # SCHED_FIFO priority of the measured processes (controls.Realtime)
     governor: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     census: str | None = None  # evict | drop | none; None: drop with the cold state, else evict
@@ -106,6 +108,8 @@ class MeasurePlan:
             raise ElflayoutError("--census none needs --files (nothing would be measured)")
         if self.read_ahead_kb is not None and self.read_ahead_kb <= 0:
             raise ElflayoutError(f"--read-ahead-kb: expected a positive size in KiB or -1 (got {self.read_ahead_kb})")
+        if self.realtime is not None:
+            check_rt_priority(self.realtime)
         if self.storage and not self.files:
             raise ElflayoutError("--storage needs --files: it serves the directories holding them")
         if self.preload:
@@ -172,7 +176,7 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
     for srow in summary:
         if srow["metric"] == "wall_s" and srow.get("cov") and srow["cov"] > 0.10:
             out.append(f"{srow['variant']}/{srow['state']}: wall time CoV {srow['cov'] * 100:.0f}% > 10%: the machine "
-                       f"is noisy; try --pin CPU, --no-aslr, more --runs, and check what else is running")
+                       f"is noisy; try --realtime, --pin CPU, --no-aslr, more --runs, and check what else is running")
     return out
 
 
@@ -352,8 +356,8 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
             notes.append(f"read_ahead_kb not set: {readahead.available()}")
         for n in notes:
             emit("note", {"message": n})
-        cs = stack.enter_context(ControlSet([readahead, Aslr(plan.no_aslr), CpuPin(plan.pin), envctl,
-                                             Governor(plan.governor)]))
+        cs = stack.enter_context(ControlSet([readahead, Aslr(plan.no_aslr), CpuPin(plan.pin),
+                                             Realtime(plan.realtime), envctl, Governor(plan.governor)]))
         mounts, storage_dirs = _storage_mounts(plan, stack)
         run_plan = Plan(variants, states, plan.runs, plan.warmup, plan.seed, list(plan.files))
         variant_env, source_of = {}, {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SUMMARY = "self-contained HTML report of results and profiles"
+SUMMARY = "self-contained HTML report of results, profiles and screening results"
 EPILOG = """\
 examples:
   # results of `elflayout measure` (before/after) and the profile used for the order:
@@ -13,14 +13,19 @@ examples:
   # several measurement sessions in one page; replace an existing report
   elflayout report llvm.json python.json -o report.html --force
 
+  # with a screening result (elflayout screen): effects with intervals, block and
+  # violin-scatter plots
+  elflayout report R.json screen/screen.json -o report.html
+
   # with the history of these variants (elflayout history add ...)
   elflayout report R.json --history ~/.cache/elflayout/history.sqlite -o report.html
 """
 
 
 def add_arguments(p) -> None:
-    p.add_argument("inputs", nargs="+", metavar="R.json|P.json",
-                   help="results (elflayout measure) and/or profile (elflayout profile) files, in the order to show")
+    p.add_argument("inputs", nargs="+", metavar="R.json|P.json|screen.json",
+                   help="results (elflayout measure), profile (elflayout profile) and/or screen (elflayout screen) "
+                        "files, in the order to show")
     p.add_argument("-o", "--output", metavar="report.html", required=True, help="HTML file to write")
     p.add_argument("--history", metavar="DB",
                    help="also plot the history database of `elflayout history` (wall time and pages read of the "

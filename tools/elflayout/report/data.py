@@ -21,11 +21,11 @@ from elflayout.errors import ElflayoutError
 
 from elflayout.pages import PAGE, SEEK_PAGES, count_seeks, expand  # noqa: F401 - PAGE, SEEK_PAGES re-exported
 
-KINDS = ("results", "profile")
+KINDS = ("results", "profile", "screen")
 
 
 def load(path: str | os.PathLike) -> tuple[str, object]:
-    """(kind, document) of a results or profile file; one-line error otherwise.
+    """(kind, document) of a results, profile or screen file; one-line error otherwise.
     A profile comes back parsed (``profile.model.Profile``)."""
     p = Path(path)
     doc = fileio.load_json(p, KINDS, (1,))
@@ -34,6 +34,10 @@ def load(path: str | os.PathLike) -> tuple[str, object]:
         from elflayout.measure import model as results_model
 
         results_model.parse(doc, str(p))  # the one results parser: raises on anything malformed
+    elif kind == "screen":
+        from elflayout.measure import screen
+
+        screen.parse(doc, str(p))
     else:
         from elflayout.profile import model
 

@@ -500,6 +500,51 @@ def profile_section(src: str, doc, idx: int) -> str:
 
 # ----------------------------------------------------------------------------------
 
+def screen_section(src: str, doc: dict, idx: int) -> str:
+    """A screening result (``elflayout screen``): factors, effects with 95% intervals, the
+    design points, block plots and violin-scatter plots."""
+    from elflayout.measure import screen
+
+    md, d, factors = doc["metadata"], doc["design"], doc["factors"]
+    out = [f'<h2 id="s{idx}">Screening: {escape(Path(src).name)}</h2>']
+    res = f", resolution {d['resolution']} ({'; '.join(map(str, d.get('generators') or []))})" if d.get("resolution") else ""
+    out.append(f'<p class="sub">Command <code>{escape(md["command"])}</code>: {len(factors)} factor(s), '
+               f"{escape(str(d['kind']))} design of {len(d['matrix'])} points{escape(res)}, "
+               f"{escape(str(md.get('replicates', '–')))} replicate(s) × {escape(str(md.get('runs', '–')))} rounds "
+               f"per point; {len(doc['runs'])} runs.</p>")
+    out.append(table(["factor", "LOW (−1)", "HIGH (+1)"],
+                     [[td(escape(str(f["name"])), cls="t"), td(escape(str(f["low"])), cls="t"),
+                       td(escape(str(f["high"])), cls="t")] for f in factors], sortable=False))
+    for a in doc["effects"]:
+        unit = "relative change LOW → HIGH" if a["log_scale"] else "change LOW → HIGH"
+        out.append(f"<h3>Effects on {escape(str(a['metric']))}, {escape(str(a['state']))}</h3>"
+                   f'<p class="sub">{a["n"]} runs; {unit}; 95% intervals, {escape(str(a.get("se", "")))}</p>')
+        if not a["effects"]:
+            out.append(f'<p class="warn">No fit: {escape(str(a.get("note", "")))}</p>')
+            continue
+
+        def fmt(v, pct=a["log_scale"]):
+            return "–" if v is None else f"{v * 100:+.2f}%" if pct else f"{v:+.4g}"
+
+        rows = [[td(escape(str(e["term"])), cls="t"), td(fmt(e["effect"]), e["effect"]),
+                 td(f"[{fmt(e['ci_low'])}, {fmt(e['ci_high'])}]"), td(_pfmt(e["p"]), e["p"]),
+                 td("matters" if e["significant"] else "–", cls="v-more" if e["significant"] else "v-no")]
+                for e in a["effects"]]
+        out.append(table(["term", "effect", "95% CI", "p", "interval excludes 0"], rows))
+        k = len(a["effects"])
+        out.append(f'<p class="sub">{k} effects estimated (intervals are not corrected for the {k} of them).</p>')
+    if not d.get("interactions") and len(factors) > 1:
+        out.append('<p class="sub">2-factor interactions are aliased with each other in this fraction: not '
+                   "estimated.</p>")
+    pts = [[td(screen.point_name(i), cls="t")] + [td(escape(str(f["high"] if c > 0 else f["low"])), cls="t")
+                                                  for f, c in zip(factors, row)] for i, row in enumerate(d["matrix"])]
+    out.append("<details><summary>Design points</summary>"
+               + table(["point"] + [str(f["name"]) for f in factors], pts) + "</details>")
+    for stem, fig, cap in screen.plots(doc):
+        out.append(figure_png(fig, cap, alt=stem))
+    return "\n".join(out)
+
+
 def history_section(db: str, results: list[dict]) -> str:
     """History series (ETS prediction intervals) of the variants × states in the results."""
     from elflayout.report import timing
@@ -529,6 +574,9 @@ def build(inputs: list[tuple[str, str, dict]], history: str | None = None) -> st
         if kind == "results":
             parts.append(results_section(src, doc, i))
             nav.append(f'<a href="#r{i}">results: {escape(Path(src).name)}</a>')
+        elif kind == "screen":
+            parts.append(screen_section(src, doc, i))
+            nav.append(f'<a href="#s{i}">screening: {escape(Path(src).name)}</a>')
         else:
             parts.append(profile_section(src, doc, i))
             nav.append(f'<a href="#p{i}">profile: {escape(Path(src).name)}</a>')

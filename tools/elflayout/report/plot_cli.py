@@ -91,6 +91,9 @@ def build_figure(args):
         series = timing.load_history(args.input, args.variant, [args.state] if args.state else None, args.metric)
         return timing.history_figure(series, title=f"History: {Path(args.input).name}")
     kind, doc = D.load(args.input)
+    if kind == "screen":
+        raise ElflayoutError(f"{args.input}: a screening result: its plots are written by elflayout screen and shown "
+                             f"by elflayout report")
     if kind == "profile":
         if args.kind in ("timing", "sections"):
             raise ElflayoutError(f"{args.input}: a profile has no runs; --kind {args.kind} needs a results file")
