@@ -5,7 +5,9 @@ Shared by the profiler's trace backend and the measurement harness. Events used:
 - ``filemap:mm_filemap_add_to_page_cache``: a folio of 2**order pages inserted into the
   page cache, i.e. read from disk (or created) for (dev, inode) at page ``index``;
 - ``filemap:mm_filemap_fault``: a page fault on a file mapping (the touch itself);
-- ``filemap:mm_filemap_map_pages``: pages mapped by fault-around without a fault.
+- ``filemap:mm_filemap_map_pages``: pages mapped by fault-around without a fault;
+- ``filemap:mm_filemap_delete_from_page_cache``: a folio removed from the page cache
+  (reclaim, ``posix_fadvise(DONTNEED)``, ``drop_caches``, truncation), whoever removed it.
 
 A private instance (``instances/elflayout-<pid>-<n>``) leaves the global trace buffer
 and other users alone; it is removed on exit, on exceptions and on Ctrl-C. The clock is
@@ -33,15 +35,17 @@ EVENTS = {
     "add": "filemap/mm_filemap_add_to_page_cache",
     "fault": "filemap/mm_filemap_fault",
     "map": "filemap/mm_filemap_map_pages",
+    "delete": "filemap/mm_filemap_delete_from_page_cache",
 }
 _counter = itertools.count()
 
-# Structured array of parsed events; kind: 0 add, 1 fault, 2 map.
+# Structured array of parsed events; kind: 0 add, 1 fault, 2 map, 3 delete.
 EVENT_DTYPE = np.dtype([
     ("t", "<f8"), ("kind", "u1"), ("pid", "<i4"), ("dev", "<u4"), ("ino", "<u8"),
     ("page", "<i8"), ("npages", "<i8"),
 ])
-KIND = {"mm_filemap_add_to_page_cache": 0, "mm_filemap_fault": 1, "mm_filemap_map_pages": 2}
+KIND = {"mm_filemap_add_to_page_cache": 0, "mm_filemap_fault": 1, "mm_filemap_map_pages": 2,
+        "mm_filemap_delete_from_page_cache": 3}
 
 _LINE = re.compile(
     rb"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[\d+\]\s+\S+\s+(?P<ts>\d+\.\d+): (?P<ev>mm_filemap_\w+): "
@@ -118,7 +122,7 @@ class TraceResult:
     def of(self, key: tuple[int, int], kind: str | None = None) -> np.ndarray:
         m = (self.events["dev"] == key[0]) & (self.events["ino"] == key[1])
         if kind is not None:
-            m &= self.events["kind"] == {"add": 0, "fault": 1, "map": 2}[kind]
+            m &= self.events["kind"] == {"add": 0, "fault": 1, "map": 2, "delete": 3}[kind]
         return self.events[m]
 
 

@@ -148,6 +148,9 @@ class Runner:
         self.evictions: list[dict] = []
         self.variant_env = variant_env or {}
         self.ts: TraceSession | None = None
+        # Removals from the page cache of the files under test, by any process (no pid
+        # filter): they explain pages read but no longer resident after a run.
+        self.deletes: TraceSession | None = None
         self.pid_filter = False
         self._child: subprocess.Popen | None = None
         self._errfile = tempfile.TemporaryFile(prefix="elflayout-measure-")
@@ -263,6 +266,7 @@ class Runner:
                 self.pid_filter = _enable_pid_filter(self.ts)
                 if not self.pid_filter:
                     self.warnings.append("tracefs set_event_pid/event-fork unavailable: counts include other processes")
+                self.deletes = stack.enter_context(TraceSession(self.plan.files, kinds=("delete",), buffer_kb=1024))
             for i in range(self.plan.warmup):
                 for v in self.plan.variants:
                     self.on_event("warmup", {"variant": v.name, "i": i})
@@ -333,6 +337,7 @@ class Runner:
         vm0 = cache.vmstat()
         if self.ts is not None:
             self.ts.clear()
+            self.deletes.clear()
         else:
             before = {f: cache.residency(f) for f in self.plan.files}
         m = self.spawn(v)
@@ -384,6 +389,12 @@ class Runner:
                 new = int((after & ~before[f]).sum()) if len(before[f]) == len(after) else resident
                 files[f] = {"pages_read": new, "bytes_read": new * self.page, "seeks": None,
                             "resident_after": resident, "resident_before": int(before[f].sum()), "estimated": True}
+        if self.deletes is not None:  # stopped after the residency check: removals up to it count
+            dels = self.deletes.stop().events
+            for f, x in files.items():
+                d = dels[(dels["dev"] == self.keys[f][0]) & (dels["ino"] == self.keys[f][1])]
+                if len(d):
+                    x["deleted_during_run"] = int(d["npages"].sum())
         rec["files"] = files
         rec["pages_read"] = int(sum(x["pages_read"] for x in files.values()))
         rec["bytes_read"] = int(sum(x["bytes_read"] for x in files.values()))
