@@ -13,7 +13,10 @@
   output section before the default one and ``INSERT`` keeps the default script.
   Named ``.text.elflayout`` etc.: an output section called ``.text`` inserted before
   ``.text`` is ambiguous to ld, and ``INSERT BEFORE .init`` would put code in the
-  read-only segment and make it executable (both tried with ld 2.40).
+  read-only segment and make it executable (both tried with ld 2.40). ``INSERT BEFORE``
+  also goes before the assignments that precede the anchor, so ``.rodata.elflayout`` and
+  ``.data.elflayout`` are inserted AFTER ``.rodata``/``.data``: before them they would land
+  in the executable segment and in PT_GNU_RELRO (``-z now``) respectively.
 """
 
 from __future__ import annotations
@@ -160,12 +163,56 @@ def write_ld_script(layout: Layout, header: str = "", split: bool = False) -> tu
             by_file += bool(fpats)
             pats += [f"{fp}({sec})" for fp in fpats] or [f"*({sec})"]
         blocks.append(_ld_block(".text.elflayout", ".text", pats, raw=len(pats)))
+    dpats, dstats = data_patterns(layout, ld_file_patterns)
     for prefix, out in DATA_GROUPS:
-        grp = [n for n in data if _group(n) == prefix and n not in bad]
+        grp = dpats.get(prefix)
         if grp:
-            blocks.append(_ld_block(out + ".elflayout", out, grp))
+            # writable ordered data goes after .data: the default script's
+            # DATA_SEGMENT_RELRO_END precedes .data and INSERT BEFORE lands before it, in
+            # PT_GNU_RELRO (read-only after relocation with -z relro -z now); constants after
+            # .rodata, as BEFORE would put them in the executable segment (-z separate-code)
+            where = "BEFORE" if out == ".data.rel.ro" else "AFTER"
+            blocks.append(_ld_block(out + ".elflayout", out, grp, raw=len(grp), where=where))
     return "\n".join(blocks), {"text_sections": len(text), "data_sections": len(data), "skipped_unsafe_names": len(skipped),
-                                "named_with_file": by_file if text else 0}
+                                "named_with_file": by_file if text else 0, **dstats}
+
+
+# Data sections a compiler emits without -fdata-sections: every object has its own, so a
+# section name alone would move all of them (untouched ones too)
+GENERIC_DATA = (".data", ".rodata", ".data.rel", ".data.rel.local", ".data.rel.ro", ".data.rel.ro.local")
+
+
+def data_patterns(layout: Layout, file_patterns, groups=DATA_GROUPS) -> tuple[dict[str, list[str]], dict]:
+    """Input-section descriptions of the layout's data, by output group, in layout order.
+    A generic section (``.data``) or one several objects name is given with its object's
+    file pattern (``file_patterns(obj)`` → list), so only the touched objects' copies
+    move; without one it is left in place and counted: ``*(.data)`` would move every
+    object's ``.data`` and could leave the default ``.data`` empty (lld then has no
+    section to INSERT before)."""
+    owners: dict[str, set] = {}
+    for n, o in layout.data:
+        owners.setdefault(n, set()).add(o)
+    out: dict[str, list[str]] = {}
+    generic = unnamed = unsafe = 0
+    for n, o in dict.fromkeys(layout.data):
+        grp = _group(n)
+        if grp is None or grp not in {g for g, _ in groups}:
+            continue
+        if _LD_UNSAFE.search(n):
+            unsafe += 1
+            continue
+        if n in GENERIC_DATA or len(owners[n]) > 1:
+            fps = file_patterns(o) if o else []
+            if not fps:
+                unnamed += 1
+                continue
+            generic += 1
+            pats = [f"{fp}({n})" for fp in fps]
+        else:
+            pats = [f"*({n})"]
+        out.setdefault(grp, []).extend(p for p in pats if p not in out.get(grp, ()))
+    return out, {"data_named_with_file": generic, "data_generic_without_object": unnamed,
+                 "data_skipped_unsafe_names": unsafe}
 
 
 def ld_file_patterns(obj: str) -> list[str]:
@@ -213,9 +260,8 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     and spreads each pool over 32 hash shards, so a pool is read whole once a few of its
     strings are: this splits the touched objects' strings into a pool of their own and
     leaves the rest of the pool unread (docs/ordering.md)."""
-    data = list(dict.fromkeys(n for n, _ in layout.data))
-    bad = {n for n in data if _LD_UNSAFE.search(n)}
     blocks = ["".join(f"/* {h} */\n" for h in header.splitlines())] if header else []
+    dpats, dstats = data_patterns(layout, lambda o: [p] if (p := lld_file_pattern(o)) else [], LLD_DATA_GROUPS)
     placed = n_str = 0
     str_pats = []
     if hot_strings:
@@ -223,19 +269,20 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
         str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
         n_str = len(str_pats)
     for prefix, out in LLD_DATA_GROUPS:
-        grp = [n for n in data if _group(n) == prefix and n not in bad]
+        grp = dpats.get(prefix, [])
         extra = str_pats if prefix == ".rodata" else []
         if grp or extra:
             placed += len(grp)
-            blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra)))
-    return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str, "skipped_unsafe_names": len(bad)}
+            blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra) + len(grp)))
+    return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str,
+                                "skipped_unsafe_names": dstats["data_skipped_unsafe_names"], **dstats}
 
 
-def _ld_block(name: str, before: str, patterns: list[str], raw: int = 0) -> str:
-    """An output section ``name`` inserted before ``before``; the first ``raw`` patterns
-    are complete input-section descriptions, the rest section names of any file."""
+def _ld_block(name: str, anchor: str, patterns: list[str], raw: int = 0, where: str = "BEFORE") -> str:
+    """An output section ``name`` inserted ``where`` (BEFORE/AFTER) ``anchor``; the first
+    ``raw`` patterns are complete input-section descriptions, the rest section names of any file."""
     body = "".join(f"    {p}\n" if i < raw else f"    *({p})\n" for i, p in enumerate(patterns))
-    return f"SECTIONS\n{{\n  {name} :\n  {{\n{body}  }}\n}}\nINSERT BEFORE {before};\n"
+    return f"SECTIONS\n{{\n  {name} :\n  {{\n{body}  }}\n}}\nINSERT {where} {anchor};\n"
 
 
 def _group(name: str) -> str | None:
