@@ -133,3 +133,30 @@ def test_ld_script_generic_data_named_by_object(tmp_path):
     a = _sym_addrs(lib, ["hot1_var", "cold_var"])
     assert _inside((a["hot1_var"], 4), (None, *secs[".data.elflayout"], 0))
     assert _inside((a["cold_var"], 4), (None, *secs[".data"], 0))
+
+
+def test_lld_data_script_leaves_out_a_fully_ordered_data(tmp_path):
+    """Every non-empty input section of ``.data`` ordered: moving them all would leave lld
+    no ``.data`` to insert before (the refusal is checked first); with the profiled link's
+    map the block is left out and named, and the rest of the script still links."""
+    need_tool("ld.lld")
+    from elflayout.order.resolve import universe_from_linkmap
+
+    objs = _generic_objs(tmp_path)
+    base, lmap = tmp_path / "libbase.so", tmp_path / "base.map"
+    # -nostartfiles: crtbeginS.o's .data.rel.local (__dso_handle) would stay in .data
+    link = ["gcc", "-shared", "-nostartfiles", "-fuse-ld=lld", "-Wl,-z,relro", "-Wl,-z,now", *map(str, objs.values())]
+    subprocess.run([*link, "-o", str(base), f"-Wl,-Map={lmap}"], check=True)
+    u = universe_from_linkmap(lmap, str(base))
+    layout = Layout(data=[(".data", str(o)) for o in objs.values()])
+    script = tmp_path / "data.ld"
+    script.write_text(write_lld_data_script(layout, hot_strings=False)[0])
+    r = subprocess.run([*link, "-o", str(tmp_path / "libx.so"), f"-Wl,-T,{script}"], capture_output=True, text=True)
+    assert r.returncode != 0 and "unable to insert .data.elflayout before .data" in r.stderr
+    text, stats = write_lld_data_script(layout, hot_strings=False, universe=u)
+    assert stats["left_out"] == [".data"] and ".data.elflayout" not in text
+    partial = Layout(data=[(".data", str(objs["hot1"]))])
+    text2, stats2 = write_lld_data_script(partial, hot_strings=False, universe=u)
+    assert stats2["left_out"] == [] and ".data.elflayout" in text2
+    script.write_text(text2)
+    subprocess.run([*link, "-o", str(tmp_path / "liby.so"), f"-Wl,-T,{script}"], check=True)

@@ -202,7 +202,8 @@ def data_patterns(layout: Layout, file_patterns, groups=DATA_GROUPS) -> tuple[di
             unsafe += 1
             continue
         if n in GENERIC_DATA or len(owners[n]) > 1:
-            fps = file_patterns(o) if o else []
+            # "<internal>": the linker's own input, no file to name
+            fps = file_patterns(o) if o and not o.startswith("<") else []
             if not fps:
                 unnamed += 1
                 continue
@@ -248,7 +249,7 @@ def lld_file_pattern(obj: str) -> str | None:
     return None if _LD_UNSAFE.search(pat) or not pat else pat
 
 
-def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True) -> tuple[str, dict]:
+def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
@@ -259,7 +260,12 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     (``.rodata.str*``) of every touched object. lld merges strings per output section
     and spreads each pool over 32 hash shards, so a pool is read whole once a few of its
     strings are: this splits the touched objects' strings into a pool of their own and
-    leaves the rest of the pool unread (docs/ordering.md)."""
+    leaves the rest of the pool unread (docs/ordering.md).
+
+    ``universe`` (the profiled link's map): a group whose ordered sections are all the
+    non-empty input sections of its default output section is left out and named in
+    ``left_out``: lld drops the emptied ``.data`` and refuses to insert before it, and
+    every page of a section read whole is read whatever its order."""
     blocks = ["".join(f"/* {h} */\n" for h in header.splitlines())] if header else []
     dpats, dstats = data_patterns(layout, lambda o: [p] if (p := lld_file_pattern(o)) else [], LLD_DATA_GROUPS)
     placed = n_str = 0
@@ -268,14 +274,41 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
         pats = [lld_file_pattern(o) for o in layout.objects if o and not o.startswith("<")]
         str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
         n_str = len(str_pats)
+    left_out = []
     for prefix, out in LLD_DATA_GROUPS:
         grp = dpats.get(prefix, [])
         extra = str_pats if prefix == ".rodata" else []
-        if grp or extra:
-            placed += len(grp)
-            blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra) + len(grp)))
+        if not (grp or extra):
+            continue
+        if universe is not None and universe.extent_names and not _left_in(universe, prefix, layout, lld_file_pattern, extra):
+            left_out.append(out)
+            continue
+        placed += len(grp)
+        blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra) + len(grp)))
     return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str,
-                                "skipped_unsafe_names": dstats["data_skipped_unsafe_names"], **dstats}
+                                "skipped_unsafe_names": dstats["data_skipped_unsafe_names"], **dstats,
+                                "left_out": left_out}
+
+
+def _left_in(universe, prefix: str, layout: Layout, file_pattern, extra_patterns) -> int:
+    """Non-empty input sections of ``prefix``'s output section in ``universe`` that the
+    ordering leaves there (``data_patterns``' rule: generic names move by object); any
+    when ``extra_patterns`` (the strings' pool) also moves some."""
+    if extra_patterns:
+        return 1
+    names = {n for n, _ in layout.data}
+    owners: dict[str, set] = {}
+    for n, o in layout.data:
+        owners.setdefault(n, set()).add(o)
+    moved = {(n, file_pattern(o)) for n, o in layout.data if o and not o.startswith("<")}
+    left = 0
+    for j, (n, o) in enumerate(zip(universe.extent_names, universe.extent_objects)):
+        if _group(n) != prefix or int(universe.extents["size"][j]) <= 0:
+            continue
+        by_file = n in GENERIC_DATA or len(owners.get(n, ())) > 1
+        if n not in names or (by_file and (n, file_pattern(o) if o else None) not in moved):
+            left += 1
+    return left
 
 
 def _ld_block(name: str, anchor: str, patterns: list[str], raw: int = 0, where: str = "BEFORE") -> str:
