@@ -144,7 +144,10 @@ def _shared_objects(layout: Layout) -> list[str]:
                               if sec in GENERIC_TEXT for o in r.objects if o))
 
 
-def write_ld_script(layout: Layout, header: str = "", split: bool = False) -> tuple[str, dict]:
+def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_strings: bool = True) -> tuple[str, dict]:
+    """``hot_strings``: ``.rodata.elflayout`` begins with the touched objects' mergeable
+    strings, in a pool of their own (GNU ld merges per output section), as the lld data
+    script does."""
     text = text_entries(layout, split)
     data = list(dict.fromkeys(n for n, _ in layout.data))
     skipped = [n for n in [t for t, _ in text] + data if _LD_UNSAFE.search(n)]
@@ -164,8 +167,11 @@ def write_ld_script(layout: Layout, header: str = "", split: bool = False) -> tu
             pats += [f"{fp}({sec})" for fp in fpats] or [f"*({sec})"]
         blocks.append(_ld_block(".text.elflayout", ".text", pats, raw=len(pats)))
     dpats, dstats = data_patterns(layout, ld_file_patterns)
+    str_pats = list(dict.fromkeys(f"{fp}(.rodata.str*)" for o in layout.objects if o and not o.startswith("<")
+                                  for fp in ld_file_patterns(o))) if hot_strings and dpats.get(".rodata") else []
+    dstats["string_patterns"] = len(str_pats)
     for prefix, out in DATA_GROUPS:
-        grp = dpats.get(prefix)
+        grp = (str_pats if prefix == ".rodata" else []) + dpats.get(prefix, [])
         if grp:
             # INSERT BEFORE goes ahead of the assignments that precede the anchor. Writable
             # ordered data after .data: DATA_SEGMENT_RELRO_END precedes .data, and before it
