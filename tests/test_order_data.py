@@ -160,3 +160,29 @@ def test_lld_data_script_leaves_out_a_fully_ordered_data(tmp_path):
     assert stats2["left_out"] == [] and ".data.elflayout" in text2
     script.write_text(text2)
     subprocess.run([*link, "-o", str(tmp_path / "liby.so"), f"-Wl,-T,{script}"], check=True)
+
+
+def test_ld_script_hot_strings_get_their_own_pool(tmp_path):
+    """GNU ld: the touched object's merged strings go to .rodata.elflayout (a pool of
+    their own), the untouched object's stay in .rodata; both still read right."""
+    need_tool("ld.bfd")
+    objs = {k: _cc(tmp_path, k, f'const char *{k}(void) {{ return "{k} string here"; }}\n')
+            for k in ("hot", "cold")}
+    layout = Layout(objects=[str(objs["hot"])], data=[(".rodata.x", None)])
+    text, stats = write_ld_script(layout)
+    assert stats["string_patterns"] == 2 and "*/hot.o(.rodata.str*)" in text
+    script = tmp_path / "o.ld"
+    script.write_text(text)
+    lib = tmp_path / "libs.so"
+    subprocess.run(["gcc", "-shared", "-fuse-ld=bfd", "-o", str(lib), str(objs["cold"]), str(objs["hot"]),
+                    f"-Wl,-T,{script}"], check=True)
+
+    def strings(sec):
+        return subprocess.run(["readelf", "-p", sec, str(lib)], capture_output=True, text=True).stdout
+
+    assert "hot string here" in strings(".rodata.elflayout") and "cold string here" not in strings(".rodata.elflayout")
+    assert "cold string here" in strings(".rodata")
+    code = ("import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); l.hot.restype = l.cold.restype = ctypes.c_char_p; "
+            "print(l.hot().decode(), l.cold().decode(), sep='|')")
+    out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "hot string here|cold string here"
