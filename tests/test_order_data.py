@@ -39,6 +39,20 @@ def _call_bump(lib) -> str:
     return r.stdout.strip()
 
 
+def _link_with_script(tmp_path, linker, script_text, objs, *flags):
+    """A shared library of ``objs`` linked by ``linker`` with the script ``-T``."""
+    script = tmp_path / f"order-{linker}.ld"
+    script.write_text(script_text)
+    lib = tmp_path / f"lib{linker}.so"
+    subprocess.run(["gcc", "-shared", f"-fuse-ld={linker}", *flags, "-o", str(lib), *map(str, objs),
+                    f"-Wl,-T,{script}"], check=True)
+    return lib
+
+
+def _strings(lib, sec) -> str:
+    return subprocess.run(["readelf", "-p", sec, str(lib)], capture_output=True, text=True).stdout
+
+
 def _segments(lib):
     with open(lib, "rb") as f:
         elf = ELFFile(f)
@@ -98,11 +112,7 @@ def test_lld_data_script_generic_data_named_by_object(tmp_path):
     layout = Layout(data=[(".data", str(objs["hot2"])), (".data", str(objs["hot1"]))])
     text, stats = write_lld_data_script(layout, hot_strings=False)
     assert f"{objs['hot2']}(.data)" in text and "*(.data)" not in text and stats["data_named_with_file"] == 2
-    script = tmp_path / "data.ld"
-    script.write_text(text)
-    lib = tmp_path / "libg.so"
-    subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-Wl,-z,relro", "-Wl,-z,now", "-o", str(lib),
-                    *map(str, objs.values()), f"-Wl,-T,{script}"], check=True)
+    lib = _link_with_script(tmp_path, "lld", text, objs.values(), "-Wl,-z,relro", "-Wl,-z,now")
     secs, _ = _segments(lib)
     a = _sym_addrs(lib, ["hot1_var", "hot2_var", "cold_var"])
     hot = secs[".data.elflayout"]
@@ -124,11 +134,7 @@ def test_ld_script_generic_data_named_by_object(tmp_path):
     objs = _generic_objs(tmp_path)
     text, _ = write_ld_script(Layout(data=[(".data", str(objs["hot1"]))]))
     assert "*/hot1.o(.data)" in text
-    script = tmp_path / "o.ld"
-    script.write_text(text)
-    lib = tmp_path / "libg.so"
-    subprocess.run(["gcc", "-shared", "-fuse-ld=bfd", "-Wl,-z,relro", "-Wl,-z,now", "-o", str(lib),
-                    *map(str, objs.values()), f"-Wl,-T,{script}"], check=True)
+    lib = _link_with_script(tmp_path, "bfd", text, objs.values(), "-Wl,-z,relro", "-Wl,-z,now")
     secs, _ = _segments(lib)
     a = _sym_addrs(lib, ["hot1_var", "cold_var"])
     assert _inside((a["hot1_var"], 4), (None, *secs[".data.elflayout"], 0))
@@ -171,17 +177,10 @@ def test_ld_script_hot_strings_get_their_own_pool(tmp_path):
     layout = Layout(objects=[str(objs["hot"])], data=[(".rodata.x", None)])
     text, stats = write_ld_script(layout)
     assert stats["string_patterns"] == 2 and "*/hot.o(.rodata.str*)" in text
-    script = tmp_path / "o.ld"
-    script.write_text(text)
-    lib = tmp_path / "libs.so"
-    subprocess.run(["gcc", "-shared", "-fuse-ld=bfd", "-o", str(lib), str(objs["cold"]), str(objs["hot"]),
-                    f"-Wl,-T,{script}"], check=True)
-
-    def strings(sec):
-        return subprocess.run(["readelf", "-p", sec, str(lib)], capture_output=True, text=True).stdout
-
-    assert "hot string here" in strings(".rodata.elflayout") and "cold string here" not in strings(".rodata.elflayout")
-    assert "cold string here" in strings(".rodata")
+    lib = _link_with_script(tmp_path, "bfd", text, [objs["cold"], objs["hot"]])
+    hot = _strings(lib, ".rodata.elflayout")
+    assert "hot string here" in hot and "cold string here" not in hot
+    assert "cold string here" in _strings(lib, ".rodata")
     code = ("import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); l.hot.restype = l.cold.restype = ctypes.c_char_p; "
             "print(l.hot().decode(), l.cold().decode(), sep='|')")
     out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True).stdout
