@@ -12,8 +12,9 @@ Debian's library's, then measured selective at read_ahead_kb 128 in one session:
 * the default relink (archive order) with lld;
 * object order (``elflayout order --format objects``) with lld;
 * split + function order (``elflayout order --format lld``, after ``elflayout split``),
-  unpacked and packed, with lld, and packed with gold and GNU ld (``--linkers``); and
-  lld with hot-last code and .dynstr order, packed.
+  unpacked and packed, with lld, and packed with gold and GNU ld (``--linkers``; GNU ld
+  with its data part, `.data.elflayout` after `.data`, out of PT_GNU_RELRO); and lld with
+  hot-last code and .dynstr order, without and with the data script (``--data-script``), packed.
 
 Debian's library is stripped, so the relinks are measured stripped too (``strip
 --strip-all``, before packing); the packed lld relink also unstripped, to show what the
@@ -83,23 +84,21 @@ def main(argv=None) -> int:
     files = {}
     for fmt in ("lld", "gold", "ld-script"):
         files[fmt] = w / f"crypto-split.{fmt}"
-        # GNU ld: code only. With -z now, `.data.elflayout` INSERTed BEFORE .data lands inside
-        # PT_GNU_RELRO (the default script's DATA_SEGMENT_RELRO_END moves with .data), so
-        # written data becomes read-only and openssl crashes in CRYPTO_malloc.
-        nodata = ["--no-data"] if fmt == "ld-script" else []
-        bp.cli("order", sprof, "--format", fmt, "--lib", sbase["lib"], "--objects-from", sbase["map"], *nodata,
+        bp.cli("order", sprof, "--format", fmt, "--lib", sbase["lib"], "--objects-from", sbase["map"],
                "-o", files[fmt], "--force")
     extra = {"lld": [f"--symbol-ordering-file={bp.hashed_copy(files['lld'])}", "--no-warn-symbol-ordering"],
              "gold": [f"--section-ordering-file={bp.hashed_copy(files['gold'])}"],
              "bfd": [f"-Wl,-T,{bp.hashed_copy(files['ld-script'])}"]}
-    # lld with hot-last code and hot .dynstr names first. (Not --data-script: lld refuses
-    # it here, "unable to insert .data.elflayout before .data".)
-    full = {k: w / f"crypto-split-full.{k}" for k in ("lld", "rsp")}
+    # lld with hot-last code, the data script and hot .dynstr names first
+    full = {k: w / f"crypto-split-full.{k}" for k in ("lld", "ld", "rsp")}
     bp.cli("order", sprof, "--format", "lld", "--lib", sbase["lib"], "--objects-from", sbase["map"],
-           "--algorithm", "hot-last", "--dynstr-out", full["rsp"], "-o", full["lld"], "--force")
+           "--algorithm", "hot-last", "--data-script", full["ld"], "--dynstr-out", full["rsp"], "-o", full["lld"],
+           "--force")
     h = {k: bp.hashed_copy(v) for k, v in full.items()}
     extra["lld+hot-last+dynstr"] = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering",
                                     f"-Wl,@{h['rsp']}"]
+    extra["lld+hot-last+data+dynstr"] = [*extra["lld+hot-last+dynstr"][:2], f"-Wl,-T,{h['ld']}",
+                                         *extra["lld+hot-last+dynstr"][2:]]
     sys_d = libcrypto.system_copy()
     argv_ = sys_d["workloads"]["dgst"]
 
@@ -113,7 +112,8 @@ def main(argv=None) -> int:
                 "default relink lld": row(stripped(base["lib"], w / "libs" / "default-lld")),
                 "object order lld": row(stripped(by_object["lib"], w / "libs" / "objects-lld")),
                 "split baseline lld": row(stripped(sbase["lib"], w / "libs" / "split-lld"))}
-    for lk in [*linkers, "lld+hot-last+dynstr"] if "lld" in linkers else linkers:
+    full_rows = ["lld+hot-last+dynstr", "lld+hot-last+data+dynstr"]
+    for lk in [*linkers, *full_rows] if "lld" in linkers else linkers:
         ln = lk.split("+")[0]
         print(f"  relink: libcrypto.prepare({ln!r}, split=True, extra_link_args={extra[lk]})", flush=True)
         d = libcrypto.prepare(ln, split=True, extra_link_args=extra[lk])
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     if deb and best:
         print(f"\nsplit + function order + packed (lld): {best['pages']:,.0f} pages against {deb['pages']:,.0f} for "
               f"Debian's library ({(best['pages'] / deb['pages'] - 1) * 100:+.1f}%); estimate {lim['pages']:,}")
-    for lk in [*linkers, "lld+hot-last+dynstr"]:
+    for lk in [*linkers, *full_rows]:
         s = summ.get(f"split+function order+packed {lk}")
         if lk != "lld" and s and best:
             print(f"  {lk}: {s['pages']:,.0f} pages ({(s['pages'] / best['pages'] - 1) * 100:+.1f}% vs lld)")

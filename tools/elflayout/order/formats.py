@@ -13,7 +13,10 @@
   output section before the default one and ``INSERT`` keeps the default script.
   Named ``.text.elflayout`` etc.: an output section called ``.text`` inserted before
   ``.text`` is ambiguous to ld, and ``INSERT BEFORE .init`` would put code in the
-  read-only segment and make it executable (both tried with ld 2.40).
+  read-only segment and make it executable (both tried with ld 2.40). ``INSERT BEFORE``
+  also goes before the assignments that precede the anchor: ``.rodata.elflayout`` brings
+  its own page alignment (else it lands in the executable segment) and ``.data.elflayout``
+  is inserted AFTER ``.data`` (before it, it is in PT_GNU_RELRO under ``-z now``).
 """
 
 from __future__ import annotations
@@ -141,7 +144,10 @@ def _shared_objects(layout: Layout) -> list[str]:
                               if sec in GENERIC_TEXT for o in r.objects if o))
 
 
-def write_ld_script(layout: Layout, header: str = "", split: bool = False) -> tuple[str, dict]:
+def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_strings: bool = True) -> tuple[str, dict]:
+    """``hot_strings``: ``.rodata.elflayout`` begins with the touched objects' mergeable
+    strings, in a pool of their own (GNU ld merges per output section), as the lld data
+    script does."""
     text = text_entries(layout, split)
     data = list(dict.fromkeys(n for n, _ in layout.data))
     skipped = [n for n in [t for t, _ in text] + data if _LD_UNSAFE.search(n)]
@@ -160,12 +166,63 @@ def write_ld_script(layout: Layout, header: str = "", split: bool = False) -> tu
             by_file += bool(fpats)
             pats += [f"{fp}({sec})" for fp in fpats] or [f"*({sec})"]
         blocks.append(_ld_block(".text.elflayout", ".text", pats, raw=len(pats)))
+    dpats, dstats = data_patterns(layout, ld_file_patterns)
+    str_pats = list(dict.fromkeys(f"{fp}(.rodata.str*)" for o in layout.objects if o and not o.startswith("<")
+                                  for fp in ld_file_patterns(o))) if hot_strings and dpats.get(".rodata") else []
+    dstats["string_patterns"] = len(str_pats)
     for prefix, out in DATA_GROUPS:
-        grp = [n for n in data if _group(n) == prefix and n not in bad]
+        grp = (str_pats if prefix == ".rodata" else []) + dpats.get(prefix, [])
         if grp:
-            blocks.append(_ld_block(out + ".elflayout", out, grp))
+            # INSERT BEFORE goes ahead of the assignments that precede the anchor. Writable
+            # ordered data after .data: DATA_SEGMENT_RELRO_END precedes .data, and before it
+            # the data would be in PT_GNU_RELRO (read-only after relocation under -z now).
+            # Constants before .rodata, but on a page of their own: ahead of the default
+            # script's page alignment they would be in the executable segment
+            # (-z separate-code); after .rodata they measured worse (libpython: +91 pages)
+            where = "AFTER" if out == ".data" else "BEFORE"
+            lead = "  . = ALIGN(CONSTANT (MAXPAGESIZE));\n" if out == ".rodata" else ""
+            blocks.append(_ld_block(out + ".elflayout", out, grp, raw=len(grp), where=where, lead=lead))
     return "\n".join(blocks), {"text_sections": len(text), "data_sections": len(data), "skipped_unsafe_names": len(skipped),
-                                "named_with_file": by_file if text else 0}
+                                "named_with_file": by_file if text else 0, **dstats}
+
+
+# Data sections a compiler emits without -fdata-sections: every object has its own, so a
+# section name alone would move all of them (untouched ones too)
+GENERIC_DATA = (".data", ".rodata", ".data.rel", ".data.rel.local", ".data.rel.ro", ".data.rel.ro.local")
+
+
+def data_patterns(layout: Layout, file_patterns, groups=DATA_GROUPS) -> tuple[dict[str, list[str]], dict]:
+    """Input-section descriptions of the layout's data, by output group, in layout order.
+    A generic section (``.data``) or one several objects name is given with its object's
+    file pattern (``file_patterns(obj)`` → list), so only the touched objects' copies
+    move; without one it is left in place and counted: ``*(.data)`` would move every
+    object's ``.data`` and could leave the default ``.data`` empty (lld then has no
+    section to INSERT before)."""
+    owners: dict[str, set] = {}
+    for n, o in layout.data:
+        owners.setdefault(n, set()).add(o)
+    out: dict[str, list[str]] = {}
+    generic = unnamed = unsafe = 0
+    for n, o in dict.fromkeys(layout.data):
+        grp = _group(n)
+        if grp is None or grp not in {g for g, _ in groups}:
+            continue
+        if _LD_UNSAFE.search(n):
+            unsafe += 1
+            continue
+        if n in GENERIC_DATA or len(owners[n]) > 1:
+            # "<internal>": the linker's own input, no file to name
+            fps = file_patterns(o) if o and not o.startswith("<") else []
+            if not fps:
+                unnamed += 1
+                continue
+            generic += 1
+            pats = [f"{fp}({n})" for fp in fps]
+        else:
+            pats = [f"*({n})"]
+        out.setdefault(grp, []).extend(p for p in pats if p not in out.get(grp, ()))
+    return out, {"data_named_with_file": generic, "data_generic_without_object": unnamed,
+                 "data_skipped_unsafe_names": unsafe}
 
 
 def ld_file_patterns(obj: str) -> list[str]:
@@ -201,7 +258,7 @@ def lld_file_pattern(obj: str) -> str | None:
     return None if _LD_UNSAFE.search(pat) or not pat else pat
 
 
-def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True) -> tuple[str, dict]:
+def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
@@ -212,30 +269,63 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     (``.rodata.str*``) of every touched object. lld merges strings per output section
     and spreads each pool over 32 hash shards, so a pool is read whole once a few of its
     strings are: this splits the touched objects' strings into a pool of their own and
-    leaves the rest of the pool unread (docs/ordering.md)."""
-    data = list(dict.fromkeys(n for n, _ in layout.data))
-    bad = {n for n in data if _LD_UNSAFE.search(n)}
+    leaves the rest of the pool unread (docs/ordering.md).
+
+    ``universe`` (the profiled link's map): a group whose ordered sections are all the
+    non-empty input sections of its default output section is left out and named in
+    ``left_out``: lld drops the emptied ``.data`` and refuses to insert before it, and
+    every page of a section read whole is read whatever its order."""
     blocks = ["".join(f"/* {h} */\n" for h in header.splitlines())] if header else []
+    dpats, dstats = data_patterns(layout, lambda o: [p] if (p := lld_file_pattern(o)) else [], LLD_DATA_GROUPS)
     placed = n_str = 0
     str_pats = []
     if hot_strings:
         pats = [lld_file_pattern(o) for o in layout.objects if o and not o.startswith("<")]
         str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
         n_str = len(str_pats)
+    left_out = []
     for prefix, out in LLD_DATA_GROUPS:
-        grp = [n for n in data if _group(n) == prefix and n not in bad]
+        grp = dpats.get(prefix, [])
         extra = str_pats if prefix == ".rodata" else []
-        if grp or extra:
-            placed += len(grp)
-            blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra)))
-    return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str, "skipped_unsafe_names": len(bad)}
+        if not (grp or extra):
+            continue
+        if universe is not None and universe.extent_names and not _left_in(universe, prefix, layout, lld_file_pattern, extra):
+            left_out.append(out)
+            continue
+        placed += len(grp)
+        blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra) + len(grp)))
+    return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str,
+                                "skipped_unsafe_names": dstats["data_skipped_unsafe_names"], **dstats,
+                                "left_out": left_out}
 
 
-def _ld_block(name: str, before: str, patterns: list[str], raw: int = 0) -> str:
-    """An output section ``name`` inserted before ``before``; the first ``raw`` patterns
-    are complete input-section descriptions, the rest section names of any file."""
+def _left_in(universe, prefix: str, layout: Layout, file_pattern, extra_patterns) -> int:
+    """Non-empty input sections of ``prefix``'s output section in ``universe`` that the
+    ordering leaves there (``data_patterns``' rule: generic names move by object); any
+    when ``extra_patterns`` (the strings' pool) also moves some."""
+    if extra_patterns:
+        return 1
+    names = {n for n, _ in layout.data}
+    owners: dict[str, set] = {}
+    for n, o in layout.data:
+        owners.setdefault(n, set()).add(o)
+    moved = {(n, file_pattern(o)) for n, o in layout.data if o and not o.startswith("<")}
+    left = 0
+    for j, (n, o) in enumerate(zip(universe.extent_names, universe.extent_objects)):
+        if _group(n) != prefix or int(universe.extents["size"][j]) <= 0:
+            continue
+        by_file = n in GENERIC_DATA or len(owners.get(n, ())) > 1
+        if n not in names or (by_file and (n, file_pattern(o) if o else None) not in moved):
+            left += 1
+    return left
+
+
+def _ld_block(name: str, anchor: str, patterns: list[str], raw: int = 0, where: str = "BEFORE", lead: str = "") -> str:
+    """An output section ``name`` inserted ``where`` (BEFORE/AFTER) ``anchor``, after the
+    script statements ``lead``; the first ``raw`` patterns are complete input-section
+    descriptions, the rest section names of any file."""
     body = "".join(f"    {p}\n" if i < raw else f"    *({p})\n" for i, p in enumerate(patterns))
-    return f"SECTIONS\n{{\n  {name} :\n  {{\n{body}  }}\n}}\nINSERT BEFORE {before};\n"
+    return f"SECTIONS\n{{\n{lead}  {name} :\n  {{\n{body}  }}\n}}\nINSERT {where} {anchor};\n"
 
 
 def _group(name: str) -> str | None:

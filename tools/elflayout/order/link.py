@@ -120,19 +120,21 @@ def check_request(parsed: dict, linker: str, fmt: str, split: bool, data_script:
 
 
 def companion_args(parsed: dict, layout, target, metadata: dict, workdir: Path, data_script: bool, dynstr: bool,
-                   progress=None) -> list[str]:
+                   progress=None, universe=None) -> list[str]:
     """The lld companion arguments: a -T data-section script and a .dynstr -u/-y response file,
-    written into ``workdir``."""
+    written into ``workdir``; ``universe``: the profiled link's map (see
+    ``formats.write_lld_data_script``)."""
     wl = (lambda a: "-Wl," + a) if parsed["driver"] else (lambda a: a)
     extra = []
     if data_script:
-        dtext, dstats = formats.write_lld_data_script(layout)
+        dtext, dstats = formats.write_lld_data_script(layout, universe=universe)
         if dstats["data_sections"]:
             dfile = workdir / "data.ld"
             atomic_write_text(dfile, dtext)
             extra += [wl("-T"), wl(str(dfile))] if not parsed["driver"] else [f"-Wl,-T,{dfile}"]
         if progress:
-            progress(f"data script: {dstats['data_sections']} data sections")
+            progress(f"data script: {dstats['data_sections']} data sections"
+                     + "".join(f"; {o} left as it is (every input section of it is ordered)" for o in dstats["left_out"]))
     if dynstr:
         from elflayout.order import dynstr as dynstr_mod
 

@@ -118,7 +118,8 @@ def run(args) -> int:
         if args.split:
             parsed = split_command(parsed, Path(td) / "split", _say)
         cmd = apply(parsed, linker, fmt, text, order_file)
-        cmd += companion_args(parsed, layout, t, doc.metadata, Path(td), args.data_script, args.dynstr, _say)
+        cmd += companion_args(parsed, layout, t, doc.metadata, Path(td), args.data_script, args.dynstr, _say,
+                              universe=universe)
         shown = cmd if len(cmd) <= 24 else [*cmd[:12], f"... ({len(cmd) - 16} more arguments) ...", *cmd[-4:]]
         _say(shlex.join(shown))
         rc = _link(parsed, cmd, args)

@@ -1,0 +1,187 @@
+"""Ordered data in real links: where GNU ld's INSERT script puts written data under
+``-z relro -z now``, and generic ``.data`` sections (objects built without
+-fdata-sections) in the lld data script."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from elftools.elf.constants import P_FLAGS
+from elftools.elf.elffile import ELFFile
+
+from conftest import need_tool
+from elflayout.order.algorithms import Layout
+from elflayout.order.formats import write_ld_script, write_lld_data_script
+
+# bump() writes hot_counter: read-only data would make it crash
+LIB_C = """
+int hot_counter = 5;
+int cold_counter = 7;
+const int hot_table[64] = {1, 2, 3};
+const int cold_table[64] = {4, 5, 6};
+int bump(int i) { hot_counter += hot_table[i & 63]; cold_counter += 2; return hot_counter + cold_counter; }
+"""
+
+
+def _cc(tmp_path, name, src, *flags):
+    c = tmp_path / f"{name}.c"
+    c.write_text(src)
+    o = tmp_path / f"{name}.o"
+    subprocess.run(["gcc", "-O1", "-fPIC", *flags, "-c", str(c), "-o", str(o)], check=True)
+    return o
+
+
+def _call_bump(lib) -> str:
+    code = "import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); print(l.bump(0), l.bump(1))"
+    r = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True)
+    assert r.returncode == 0, f"calling bump() through {lib}: exit {r.returncode} {r.stderr[-300:]}"
+    return r.stdout.strip()
+
+
+def _link_with_script(tmp_path, linker, script_text, objs, *flags):
+    """A shared library of ``objs`` linked by ``linker`` with the script ``-T``."""
+    script = tmp_path / f"order-{linker}.ld"
+    script.write_text(script_text)
+    lib = tmp_path / f"lib{linker}.so"
+    subprocess.run(["gcc", "-shared", f"-fuse-ld={linker}", *flags, "-o", str(lib), *map(str, objs),
+                    f"-Wl,-T,{script}"], check=True)
+    return lib
+
+
+def _strings(lib, sec) -> str:
+    return subprocess.run(["readelf", "-p", sec, str(lib)], capture_output=True, text=True).stdout
+
+
+def _segments(lib):
+    with open(lib, "rb") as f:
+        elf = ELFFile(f)
+        secs = {s.name: (s["sh_addr"], s["sh_size"]) for s in elf.iter_sections()}
+        segs = [(s["p_type"], s["p_vaddr"], s["p_memsz"], s["p_flags"]) for s in elf.iter_segments()]
+    return secs, segs
+
+
+def _inside(sec, seg) -> bool:
+    (a, n), (_t, va, sz, _f) = sec, seg
+    return va <= a and a + n <= va + sz
+
+
+def test_ld_script_data_outside_relro_with_z_now(tmp_path):
+    """GNU ld, -z relro -z now: the ordered writable data is outside PT_GNU_RELRO (the
+    library's function writes it after load) and the ordered constants are not in an
+    executable segment."""
+    need_tool("ld.bfd")
+    obj = _cc(tmp_path, "lib", LIB_C, "-fdata-sections")
+    text, stats = write_ld_script(Layout(data=[(".data.hot_counter", str(obj)), (".rodata.hot_table", str(obj))]))
+    assert "INSERT AFTER .data;" in text
+    script = tmp_path / "order.ld"
+    script.write_text(text)
+    plain, ordered = tmp_path / "libplain.so", tmp_path / "libordered.so"
+    for lib, extra in ((plain, []), (ordered, [f"-Wl,-T,{script}"])):
+        subprocess.run(["gcc", "-shared", "-fuse-ld=bfd", "-Wl,-z,relro", "-Wl,-z,now", "-o", str(lib), str(obj),
+                        *extra], check=True)
+    assert _call_bump(ordered) == _call_bump(plain)
+    secs, segs = _segments(ordered)
+    relro = [s for s in segs if s[0] == "PT_GNU_RELRO"]
+    assert relro, "no PT_GNU_RELRO: -z relro not honoured"
+    assert not _inside(secs[".data.elflayout"], relro[0])
+    rw = [s for s in segs if s[0] == "PT_LOAD" and s[3] & P_FLAGS.PF_W]
+    assert any(_inside(secs[".data.elflayout"], s) for s in rw)
+    ro = [s for s in segs if s[0] == "PT_LOAD" and _inside(secs[".rodata.elflayout"], s)]
+    assert ro and not ro[0][3] & (P_FLAGS.PF_X | P_FLAGS.PF_W)
+
+
+def _generic_objs(tmp_path):
+    """Three objects without -fdata-sections: each one's data in a plain .data."""
+    return {k: _cc(tmp_path, k, f"int {k}_var = {i + 1};\nint {k}_get(void) {{ return {k}_var++; }}\n")
+            for i, k in enumerate(("hot1", "hot2", "cold"))}
+
+
+def _sym_addrs(lib, names):
+    with open(lib, "rb") as f:
+        st = ELFFile(f).get_section_by_name(".symtab")
+        return {n: st.get_symbol_by_name(n)[0]["st_value"] for n in names}
+
+
+def test_lld_data_script_generic_data_named_by_object(tmp_path):
+    """Touched objects' plain ``.data`` is named with its file: only those move, the rest
+    stays in ``.data`` (``*(.data)`` moved all of it and lld refused the script, "unable
+    to insert .data.elflayout before .data")."""
+    need_tool("ld.lld")
+    objs = _generic_objs(tmp_path)
+    layout = Layout(data=[(".data", str(objs["hot2"])), (".data", str(objs["hot1"]))])
+    text, stats = write_lld_data_script(layout, hot_strings=False)
+    assert f"{objs['hot2']}(.data)" in text and "*(.data)" not in text and stats["data_named_with_file"] == 2
+    lib = _link_with_script(tmp_path, "lld", text, objs.values(), "-Wl,-z,relro", "-Wl,-z,now")
+    secs, _ = _segments(lib)
+    a = _sym_addrs(lib, ["hot1_var", "hot2_var", "cold_var"])
+    hot = secs[".data.elflayout"]
+    assert a["hot2_var"] < a["hot1_var"] < hot[0] + hot[1] and a["hot2_var"] >= hot[0]
+    assert _inside((a["cold_var"], 4), (None, *secs[".data"], 0))
+
+
+def test_data_generic_without_object_stays_and_is_counted():
+    layout = Layout(data=[(".data", None), (".data.x", None)])
+    text, stats = write_lld_data_script(layout, hot_strings=False)
+    assert "(.data)" not in text and "*(.data.x)" in text and stats["data_generic_without_object"] == 1
+    text, stats = write_ld_script(layout)
+    assert "(.data)" not in text and stats["data_generic_without_object"] == 1
+
+
+def test_ld_script_generic_data_named_by_object(tmp_path):
+    """GNU ld: the same generic ``.data`` by file; the library still works under -z now."""
+    need_tool("ld.bfd")
+    objs = _generic_objs(tmp_path)
+    text, _ = write_ld_script(Layout(data=[(".data", str(objs["hot1"]))]))
+    assert "*/hot1.o(.data)" in text
+    lib = _link_with_script(tmp_path, "bfd", text, objs.values(), "-Wl,-z,relro", "-Wl,-z,now")
+    secs, _ = _segments(lib)
+    a = _sym_addrs(lib, ["hot1_var", "cold_var"])
+    assert _inside((a["hot1_var"], 4), (None, *secs[".data.elflayout"], 0))
+    assert _inside((a["cold_var"], 4), (None, *secs[".data"], 0))
+
+
+def test_lld_data_script_leaves_out_a_fully_ordered_data(tmp_path):
+    """Every non-empty input section of ``.data`` ordered: moving them all would leave lld
+    no ``.data`` to insert before (the refusal is checked first); with the profiled link's
+    map the block is left out and named, and the rest of the script still links."""
+    need_tool("ld.lld")
+    from elflayout.order.resolve import universe_from_linkmap
+
+    objs = _generic_objs(tmp_path)
+    base, lmap = tmp_path / "libbase.so", tmp_path / "base.map"
+    # -nostartfiles: crtbeginS.o's .data.rel.local (__dso_handle) would stay in .data
+    link = ["gcc", "-shared", "-nostartfiles", "-fuse-ld=lld", "-Wl,-z,relro", "-Wl,-z,now", *map(str, objs.values())]
+    subprocess.run([*link, "-o", str(base), f"-Wl,-Map={lmap}"], check=True)
+    u = universe_from_linkmap(lmap, str(base))
+    layout = Layout(data=[(".data", str(o)) for o in objs.values()])
+    script = tmp_path / "data.ld"
+    script.write_text(write_lld_data_script(layout, hot_strings=False)[0])
+    r = subprocess.run([*link, "-o", str(tmp_path / "libx.so"), f"-Wl,-T,{script}"], capture_output=True, text=True)
+    assert r.returncode != 0 and "unable to insert .data.elflayout before .data" in r.stderr
+    text, stats = write_lld_data_script(layout, hot_strings=False, universe=u)
+    assert stats["left_out"] == [".data"] and ".data.elflayout" not in text
+    partial = Layout(data=[(".data", str(objs["hot1"]))])
+    text2, stats2 = write_lld_data_script(partial, hot_strings=False, universe=u)
+    assert stats2["left_out"] == [] and ".data.elflayout" in text2
+    script.write_text(text2)
+    subprocess.run([*link, "-o", str(tmp_path / "liby.so"), f"-Wl,-T,{script}"], check=True)
+
+
+def test_ld_script_hot_strings_get_their_own_pool(tmp_path):
+    """GNU ld: the touched object's merged strings go to .rodata.elflayout (a pool of
+    their own), the untouched object's stay in .rodata; both still read right."""
+    need_tool("ld.bfd")
+    objs = {k: _cc(tmp_path, k, f'const char *{k}(void) {{ return "{k} string here"; }}\n')
+            for k in ("hot", "cold")}
+    layout = Layout(objects=[str(objs["hot"])], data=[(".rodata.x", None)])
+    text, stats = write_ld_script(layout)
+    assert stats["string_patterns"] == 2 and "*/hot.o(.rodata.str*)" in text
+    lib = _link_with_script(tmp_path, "bfd", text, [objs["cold"], objs["hot"]])
+    hot = _strings(lib, ".rodata.elflayout")
+    assert "hot string here" in hot and "cold string here" not in hot
+    assert "cold string here" in _strings(lib, ".rodata")
+    code = ("import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); l.hot.restype = l.cold.restype = ctypes.c_char_p; "
+            "print(l.hot().decode(), l.cold().decode(), sep='|')")
+    out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "hot string here|cold string here"
