@@ -611,6 +611,27 @@ def test_cross_validation_never_trains_on_the_held_out_command(synth, tmp_path):
             heldout.cross_validate(img, m, held_out=["c"])
 
 
+def test_heldout_training_modules_are_not_the_held_out_module(tmp_path):
+    """The benchmark's training compiles (``TRAINING_LL``, ``TRAINING_SMALL_LL``) are
+    modules llc-16 compiles, and none defines a function of the held-out example module:
+    the held-out compile is never trained on."""
+    import re
+
+    from elflayout.targets import libllvm
+
+    need_tool("llc-16")
+    defined = lambda text: set(re.findall(r"^define [^@]*@(\w+)", text, re.M))  # noqa: E731
+    example = defined(libllvm.EXAMPLE_LL)
+    assert example
+    for name, text in (("training", libllvm.TRAINING_LL), ("training-small", libllvm.TRAINING_SMALL_LL)):
+        assert defined(text) and not defined(text) & example, name
+        src = tmp_path / f"{name}.ll"
+        src.write_text(text)
+        asm = subprocess.run(["llc-16", "-O2", str(src), "-o", "-"], check=True, capture_output=True, text=True).stdout
+        exported = re.findall(r"^define (?!internal)[^@]*@(\w+)", text, re.M)
+        assert exported and all(re.search(rf"^{f}:", asm, re.M) for f in exported), name
+
+
 def test_held_out_against_a_training_profile(synth, tmp_path):
     from elflayout.profile import merge, model
 
