@@ -546,7 +546,7 @@ def test_order_combine_rules(synth, tmp_path):
 def test_cross_validation_table(synth, tmp_path):
     from elflayout.elfcore import ElfImage
     from elflayout.order import heldout
-    from elflayout.profile import model
+    from elflayout.profile import merge, model
 
     p, parts = _two_workloads(synth, tmp_path)
     prof = model.load(p)
@@ -562,6 +562,20 @@ def test_cross_validation_table(synth, tmp_path):
         text = [s for s in img.sections if s.name == ".text"][0]
         in_text = (base.start >= text.offset) & (base.start < text.offset + text.size)
         assert lay.new[idx].max() < lay.new[in_text & ~lay.hot].min()  # before every cold function
+        # trained on itself, no page of the hot region is foreign; trained on b, a's pages
+        # that hold only b's functions are
+        views = [merge.workload_view(prof, k) for k in range(2)]
+        va, vb = (v.targets[0] for v in views)
+        mine = heldout.evaluate(img, va, va, 16, base)
+        assert mine["foreign_pages"] == mine["interleaved_pages"] == 0 and mine["hot_region_pages"] > 0
+        other = heldout.evaluate(img, va, vb, 16, base)
+        lay_b = heldout.ordered_layout(img, base, vb)
+        hot_b = np.flatnonzero(lay_b.hot)
+        own = set(base.index(np.array([f.offset for f in va.functions])).tolist())
+        span = lambda i: set(range(int(lay_b.new[i]) // 4096, (int(lay_b.new[i] + max(base.size[i], 1)) - 1) // 4096 + 1))  # noqa: E731
+        only_b = set().union(*(span(i) for i in hot_b)) - set().union(*(span(i) for i in hot_b if i in own))
+        assert other["foreign_pages"] == len(only_b)
+        assert 0 <= other["interleaved_pages"] <= other["foreign_pages"]
     assert [r["workload"] for r in rows] == ["a", "b"]
     key = lambda f: (f["name"], f["offset"])  # noqa: E731
     ka, kb = {key(f) for f in parts["a"]}, {key(f) for f in parts["b"]}
