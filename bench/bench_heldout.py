@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Held-out figures: how an order does on libLLVM-16 startups it was not trained on.
 
-    python3 bench/bench_heldout.py [--training broad|wide|held-out] [--read-ahead-kb 128] [--combine shared]
+    python3 bench/bench_heldout.py [--training broad|small|wide|held-out] [--read-ahead-kb 128] [--combine shared]
+                                   [--no-alternatives]
     python3 bench/bench_heldout.py --measure [--training ...] [--only WORKLOAD] [--runs 3]
 
 Profiles Debian's libLLVM-16 (the shipped, unordered library) with the valgrind backend
@@ -15,7 +16,8 @@ readahead model predicts for the library as it is, ordered by every other worklo
 (``heldout.training_set``: never one that runs its exact command), and ordered by the
 workload itself (virtual code layouts; see docs/ordering.md, "Held-out evaluation").
 Prints the table and the two checks: within 3% of the self-trained order, never more
-than unordered. Predictions, not measurements; ``--measure`` measures the same on real
+than unordered; then the same figures under every other combination rule and training
+set (``alternatives``), so that the choice is shown beside what it gives. Predictions, not measurements; ``--measure`` measures the same on real
 lld relinks of libLLVM (ordered by the others' profile set, and by the workload
 itself, via ``elflayout order --format lld``). Profile sets are cached (by the
 library's build-id and the workloads) in the elflayout cache.
