@@ -567,7 +567,7 @@ def test_cross_validation_table(synth, tmp_path):
         views = [merge.workload_view(prof, k) for k in range(2)]
         va, vb = (v.targets[0] for v in views)
         mine = heldout.evaluate(img, va, va, 16, base)
-        assert mine["foreign_pages"] == mine["interleaved_pages"] == 0 and mine["hot_region_pages"] > 0
+        assert mine["foreign_pages"] == mine["foreign_near_pages"] == 0 and mine["hot_region_pages"] > 0
         other = heldout.evaluate(img, va, vb, 16, base)
         lay_b = heldout.ordered_layout(img, base, vb)
         hot_b = np.flatnonzero(lay_b.hot)
@@ -575,7 +575,7 @@ def test_cross_validation_table(synth, tmp_path):
         span = lambda i: set(range(int(lay_b.new[i]) // 4096, (int(lay_b.new[i] + max(base.size[i], 1)) - 1) // 4096 + 1))  # noqa: E731
         only_b = set().union(*(span(i) for i in hot_b)) - set().union(*(span(i) for i in hot_b if i in own))
         assert other["foreign_pages"] == len(only_b)
-        assert 0 <= other["interleaved_pages"] <= other["foreign_pages"]
+        assert 0 <= other["foreign_near_pages"] <= other["foreign_pages"]
     assert [r["workload"] for r in rows] == ["a", "b"]
     key = lambda f: (f["name"], f["offset"])  # noqa: E731
     ka, kb = {key(f) for f in parts["a"]}, {key(f) for f in parts["b"]}

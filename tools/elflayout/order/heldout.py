@@ -203,7 +203,7 @@ def evaluate(img: ElfImage, heldout: Target, train: Target, read_ahead_kb: int,
         "hot_region_functions": int(lay.hot.sum()),
         "hot_region_pages": len(region),
         "foreign_pages": len(region - spans),
-        "interleaved_pages": _near(region - spans, spans, read_ahead_kb * 1024 // PAGE // 2),
+        "foreign_near_pages": _near(region - spans, spans, read_ahead_kb * 1024 // PAGE // 2),
         "cold_functions": len(names),
         "cold_examples": names[:MAX_LISTED],
         "cold_only_pages": len(cold_only),
@@ -307,7 +307,7 @@ def table_lines(rows: list[dict]) -> list[str]:
         flag = "  WORSE than unordered" if r["worse_than_unordered"] else ""
         out.append(f"{str(r['workload'])[:28]:<28} {r['functions']:>6,} {frac:>7} {r['cold_functions']:>5,} "
                    f"{r['unordered_pages']:>10,} {r['predicted_pages']:>8,} {r['self_pages']:>8,} {vs:>9} "
-                   f"{r['order_only_pages']:>10,} {r['foreign_pages']:>8,} {r['interleaved_pages']:>6,}{flag}")
+                   f"{r['order_only_pages']:>10,} {r['foreign_pages']:>8,} {r['foreign_near_pages']:>6,}{flag}")
         if r.get("culprits"):
             out.append(f"    culprits (cold functions it touches outside the hot region): {', '.join(r['culprits'])}")
     out.append("pages: predicted by the readahead model (order/readahead.py) for virtual code layouts of this "
