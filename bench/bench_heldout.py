@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Held-out figures: how an order does on libLLVM-16 startups it was not trained on.
 
-    python3 bench/bench_heldout.py [--training broad|wide|held-out] [--read-ahead-kb 128] [--combine shared]
+    python3 bench/bench_heldout.py [--training broad|small|wide|held-out] [--read-ahead-kb 128] [--combine shared]
+                                   [--no-alternatives]
     python3 bench/bench_heldout.py --measure [--training ...] [--only WORKLOAD] [--runs 3]
 
 Profiles Debian's libLLVM-16 (the shipped, unordered library) with the valgrind backend
@@ -15,7 +16,8 @@ readahead model predicts for the library as it is, ordered by every other worklo
 (``heldout.training_set``: never one that runs its exact command), and ordered by the
 workload itself (virtual code layouts; see docs/ordering.md, "Held-out evaluation").
 Prints the table and the two checks: within 3% of the self-trained order, never more
-than unordered. Predictions, not measurements; ``--measure`` measures the same on real
+than unordered; then the same figures under every other combination rule and training
+set (``alternatives``), so that the choice is shown beside what it gives. Predictions, not measurements; ``--measure`` measures the same on real
 lld relinks of libLLVM (ordered by the others' profile set, and by the workload
 itself, via ``elflayout order --format lld``). Profile sets are cached (by the
 library's build-id and the workloads) in the elflayout cache.
@@ -75,6 +77,15 @@ def training_wide(s: dict) -> list[record.Workload]:
         record.Workload("llc -O0 training.ll", [llc, "-O0", tl, "-o", "/dev/null"]),
         record.Workload("llc -O3 -filetype=obj training.ll", [llc, "-O3", "-filetype=obj", tl, "-o", "/dev/null"]),
         record.Workload("llvm-as training.ll", [str(libllvm.tool("llvm-as")), tl, "-o", "/dev/null"])]
+
+
+def training_small(s: dict) -> list[record.Workload]:
+    """``training_only`` and ``llc -O2`` on a second, small training module
+    (``libllvm.TRAINING_SMALL_LL``, integer code; still not the held-out example): code
+    every small compile runs is then shared by more training workloads than code only
+    the larger module's compiles need, and the support-first rules place it before it."""
+    return training_only(s) + [record.Workload("llc -O2 training-small.ll", [
+        str(s["llc"]), "-O2", str(libllvm.training_small_ll()), "-o", "/dev/null"])]
 
 
 def set_key(lib: Path, wls: list[record.Workload]) -> str:
@@ -165,7 +176,7 @@ def measured(args, s: dict) -> list[dict]:
 def all_workloads(args, s: dict) -> tuple[list[record.Workload], list[record.Workload]]:
     """(held-out workloads, every workload recorded: the held-out ones first)."""
     held = workloads(s)
-    extra = {"broad": training_only, "wide": training_wide, "held-out": lambda _s: []}[args.training](s)
+    extra = {"broad": training_only, "small": training_small, "wide": training_wide, "held-out": lambda _s: []}[args.training](s)
     return held, held + extra
 
 
@@ -177,10 +188,13 @@ def main() -> int:
     ap.add_argument("--measure", action="store_true",
                     help="also relink libLLVM (lld) ordered by the others / by itself per held-out workload and "
                          "measure pages read (root, tracefs; minutes per workload)")
-    ap.add_argument("--training", choices=("broad", "wide", "held-out"), default="broad",
+    ap.add_argument("--training", choices=("broad", "small", "wide", "held-out"), default="broad",
                     help="train on the other held-out workloads and the training-only ones (compiles of another "
-                         "module, other tools; default), those and more kinds of compile (wide), or on the other "
-                         "held-out workloads alone")
+                         "module, other tools; default), those and an -O2 compile of a second, small training "
+                         "module (small), those and more kinds of compile (wide), or on the other held-out "
+                         "workloads alone")
+    ap.add_argument("--no-alternatives", action="store_true",
+                    help="skip the table of the other combination rules and training sets (model only)")
     ap.add_argument("--only", action="append", metavar="WORKLOAD", help="--measure: only these held-out workloads")
     ap.add_argument("--runs", type=int, default=3, help="--measure: rounds of measure (default 3)")
     args = ap.parse_args()
@@ -228,10 +242,42 @@ def main() -> int:
     never_worse = [r for r in rows if not r["worse_than_unordered"]]
     print(f"within {TOLERANCE:.0%} of the self-trained order: {len(within)}/{len(rows)}; "
           f"never more than unordered: {len(never_worse)}/{len(rows)}")
+    alt = [] if args.no_alternatives else alternatives(args, s, lib, held)
     if args.json:
         Path(args.json).write_text(json.dumps({"lib": str(lib), "read_ahead_kb": args.read_ahead_kb,
-                                               "combine": args.combine, "rows": rows}, indent=1))
+                                               "combine": args.combine, "rows": rows, "alternatives": alt},
+                                              indent=1))
     return 0
+
+
+TRAININGS = ("held-out", "broad", "small", "wide")
+
+
+def alternatives(args, s: dict, lib: Path, held: list[record.Workload]) -> list[dict]:
+    """The same cross-validation under every other combination rule (this training set)
+    and every other training set (this rule): predicted pages vs the self-trained order,
+    so that the choice of rule and training set is shown beside the figures it gives."""
+    from elflayout.profile.merge import RULES
+
+    out = []
+    combos = [(args.training, r) for r in RULES if r != "rank"] + [(t, args.combine) for t in TRAININGS
+                                                                    if t != args.training]
+    for training, rule in combos:
+        wls = all_workloads(argparse.Namespace(training=training), s)[1]
+        prof = model.load(profile_set(lib, wls, rule))
+        with ElfImage(lib) as img:
+            rows = heldout.cross_validate(img, prof, rule, args.read_ahead_kb, held_out=[w.name for w in held])
+        out.append({"training": training, "combine": rule, "rows": [
+            {k: r[k] for k in ("workload", "predicted_pages", "self_pages", "vs_self", "cold_functions")} for r in rows]})
+    print(f"\n### Other rules ({args.training} training) and training sets ({args.combine}): predicted pages, "
+          "ordered by the others vs by itself")
+    print("| training | combine | " + " | ".join(w.name for w in held) + " | within 3% |")
+    print("|---|---|" + "---:|" * len(held) + "---:|")
+    for a in out:
+        cells = [f"{r['predicted_pages']:,} ({100 * r['vs_self']:+.1f}%)" for r in a["rows"]]
+        ok = sum(r["vs_self"] <= TOLERANCE for r in a["rows"])
+        print(f"| {a['training']} | {a['combine']} | " + " | ".join(cells) + f" | {ok}/{len(a['rows'])} |")
+    return out
 
 
 if __name__ == "__main__":

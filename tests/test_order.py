@@ -546,7 +546,7 @@ def test_order_combine_rules(synth, tmp_path):
 def test_cross_validation_table(synth, tmp_path):
     from elflayout.elfcore import ElfImage
     from elflayout.order import heldout
-    from elflayout.profile import model
+    from elflayout.profile import merge, model
 
     p, parts = _two_workloads(synth, tmp_path)
     prof = model.load(p)
@@ -562,6 +562,20 @@ def test_cross_validation_table(synth, tmp_path):
         text = [s for s in img.sections if s.name == ".text"][0]
         in_text = (base.start >= text.offset) & (base.start < text.offset + text.size)
         assert lay.new[idx].max() < lay.new[in_text & ~lay.hot].min()  # before every cold function
+        # trained on itself, no page of the hot region is foreign; trained on b, a's pages
+        # that hold only b's functions are
+        views = [merge.workload_view(prof, k) for k in range(2)]
+        va, vb = (v.targets[0] for v in views)
+        mine = heldout.evaluate(img, va, va, 16, base)
+        assert mine["foreign_pages"] == mine["foreign_near_pages"] == 0 and mine["hot_region_pages"] > 0
+        other = heldout.evaluate(img, va, vb, 16, base)
+        lay_b = heldout.ordered_layout(img, base, vb)
+        hot_b = np.flatnonzero(lay_b.hot)
+        own = set(base.index(np.array([f.offset for f in va.functions])).tolist())
+        span = lambda i: set(range(int(lay_b.new[i]) // 4096, (int(lay_b.new[i] + max(base.size[i], 1)) - 1) // 4096 + 1))  # noqa: E731
+        only_b = set().union(*(span(i) for i in hot_b)) - set().union(*(span(i) for i in hot_b if i in own))
+        assert other["foreign_pages"] == len(only_b)
+        assert 0 <= other["foreign_near_pages"] <= other["foreign_pages"]
     assert [r["workload"] for r in rows] == ["a", "b"]
     key = lambda f: (f["name"], f["offset"])  # noqa: E731
     ka, kb = {key(f) for f in parts["a"]}, {key(f) for f in parts["b"]}
@@ -609,6 +623,27 @@ def test_cross_validation_never_trains_on_the_held_out_command(synth, tmp_path):
             k: v for k, v in ref.items() if k != "duplicates_left_out"}
         with pytest.raises(ElflayoutError, match="no workload named 'c'"):
             heldout.cross_validate(img, m, held_out=["c"])
+
+
+def test_heldout_training_modules_are_not_the_held_out_module(tmp_path):
+    """The benchmark's training compiles (``TRAINING_LL``, ``TRAINING_SMALL_LL``) are
+    modules llc-16 compiles, and none defines a function of the held-out example module:
+    the held-out compile is never trained on."""
+    import re
+
+    from elflayout.targets import libllvm
+
+    need_tool("llc-16")
+    defined = lambda text: set(re.findall(r"^define [^@]*@(\w+)", text, re.M))  # noqa: E731
+    example = defined(libllvm.EXAMPLE_LL)
+    assert example
+    for name, text in (("training", libllvm.TRAINING_LL), ("training-small", libllvm.TRAINING_SMALL_LL)):
+        assert defined(text) and not defined(text) & example, name
+        src = tmp_path / f"{name}.ll"
+        src.write_text(text)
+        asm = subprocess.run(["llc-16", "-O2", str(src), "-o", "-"], check=True, capture_output=True, text=True).stdout
+        exported = re.findall(r"^define (?!internal)[^@]*@(\w+)", text, re.M)
+        assert exported and all(re.search(rf"^{f}:", asm, re.M) for f in exported), name
 
 
 def test_held_out_against_a_training_profile(synth, tmp_path):

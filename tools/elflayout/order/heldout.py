@@ -36,7 +36,11 @@ Steps (``cross_validate``):
    more pages than the unordered one is flagged, with the functions that cause it (the
    cold functions whose pages nothing else touches, and which the hot region moved
    away from their neighbours).
-5. Order only: the pages k would read if the hot region held k's own functions alone,
+5. Foreign pages: the pages of the others' hot region that hold none of k's functions
+   (code the training workloads run and k does not), and of them those within half a
+   readahead window of a page of k's code there (``near``: interleaved with its code, so
+   read around rather than skipped).
+6. Order only: the pages k would read if the hot region held k's own functions alone,
    in the training order: what is left of the gap to "itself" once coverage and the
    other workloads' code are taken out is the cost of walking the region in another
    sequence (``order_only_pages``).
@@ -181,6 +185,14 @@ def evaluate(img: ElfImage, heldout: Target, train: Target, read_ahead_kb: int,
     warm = set(entry_pages[inside].tolist()) | hot_pages
     cold_only = sorted(set((lay.new[cold] // PAGE).tolist()) - warm)
     names = [base.names[i] for i in cold.tolist()]
+    # hot-region pages holding none of its code: what the others' code costs it there
+    def pages_of(ix):
+        got = set()
+        for i in ix.tolist():
+            got.update(range(int(lay.new[i]) // PAGE, (int(lay.new[i]) + max(int(base.size[i]), 1) - 1) // PAGE + 1))
+        return got
+
+    region, spans = pages_of(np.flatnonzero(lay.hot)), pages_of(k[inside])
     pred = predict(img, heldout, lay, read_ahead_kb)
     return {
         "functions": int(k.size),
@@ -189,12 +201,26 @@ def evaluate(img: ElfImage, heldout: Target, train: Target, read_ahead_kb: int,
         "pages_touched": int(np.unique(entry_pages).size),
         "pages_in_hot_region": int(np.isin(np.unique(entry_pages), list(hot_pages)).sum()),
         "hot_region_functions": int(lay.hot.sum()),
+        "hot_region_pages": len(region),
+        "foreign_pages": len(region - spans),
+        "foreign_near_pages": _near(region - spans, spans, read_ahead_kb * 1024 // PAGE // 2),
         "cold_functions": len(names),
         "cold_examples": names[:MAX_LISTED],
         "cold_only_pages": len(cold_only),
         "predicted_pages": pred["pages"],
         "predicted_requests": pred["requests"],
     }
+
+
+def _near(pages: set, of: set, dist: int) -> int:
+    """How many of ``pages`` lie within ``dist`` pages of one of ``of``."""
+    if not pages or not of:
+        return 0
+    ref = np.array(sorted(of))
+    q = np.array(sorted(pages))
+    i = np.clip(np.searchsorted(ref, q), 1, ref.size - 1) if ref.size > 1 else np.zeros(q.size, dtype=int)
+    d = np.minimum(np.abs(q - ref[i]), np.abs(q - ref[np.maximum(i - 1, 0)]))
+    return int((d <= dist).sum())
 
 
 def same_command(a: dict, b: dict) -> bool:
@@ -273,7 +299,7 @@ def cross_validate(img: ElfImage, profile: Profile, rule: str = "shared", read_a
 def table_lines(rows: list[dict]) -> list[str]:
     """The cross-validation table, for the terminal."""
     hdr = f"{'held-out workload':<28} {'funcs':>6} {'in hot':>7} {'cold':>5} {'unordered':>10} {'others':>8} " \
-          f"{'itself':>8} {'vs itself':>9} {'order only':>10}"
+          f"{'itself':>8} {'vs itself':>9} {'order only':>10} {'foreign':>8} {'near':>6}"
     out = [hdr, "-" * len(hdr)]
     for r in rows:
         frac = "-" if r["in_hot_fraction"] is None else f"{100 * r['in_hot_fraction']:.1f}%"
@@ -281,12 +307,14 @@ def table_lines(rows: list[dict]) -> list[str]:
         flag = "  WORSE than unordered" if r["worse_than_unordered"] else ""
         out.append(f"{str(r['workload'])[:28]:<28} {r['functions']:>6,} {frac:>7} {r['cold_functions']:>5,} "
                    f"{r['unordered_pages']:>10,} {r['predicted_pages']:>8,} {r['self_pages']:>8,} {vs:>9} "
-                   f"{r['order_only_pages']:>10,}{flag}")
+                   f"{r['order_only_pages']:>10,} {r['foreign_pages']:>8,} {r['foreign_near_pages']:>6,}{flag}")
         if r.get("culprits"):
             out.append(f"    culprits (cold functions it touches outside the hot region): {', '.join(r['culprits'])}")
     out.append("pages: predicted by the readahead model (order/readahead.py) for virtual code layouts of this "
                "library; 'others' = ordered by the other workloads, 'itself' = by the held-out workload, "
-               "'order only' = the others' order of the held-out workload's own functions alone")
+               "'order only' = the others' order of the held-out workload's own functions alone; 'foreign' = pages of the "
+               "others' hot region that hold none of the held-out workload's code, 'near' = those of them within half a "
+               "readahead window of a page it touches (read around, not skipped)")
     return out
 
 

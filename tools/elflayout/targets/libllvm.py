@@ -227,6 +227,49 @@ entry:
 """
 
 
+# A third module, small integer code (a counted loop, a recursive call, a select, a
+# global): a training compile of the same kind as a small -O2 compile, but not the
+# held-out example; with it, code every small compile runs is shared by more training
+# workloads than code only the larger TRAINING_LL needs (see docs/ordering.md).
+TRAINING_SMALL_LL = """; elflayout small training module for held-out evaluation: not the held-out example module
+target triple = "x86_64-pc-linux-gnu"
+
+@limit = global i32 100
+
+define internal i32 @gcd(i32 %a, i32 %b) {
+entry:
+  %z = icmp eq i32 %b, 0
+  br i1 %z, label %done, label %rec
+rec:
+  %r = urem i32 %a, %b
+  %g = call i32 @gcd(i32 %b, i32 %r)
+  ret i32 %g
+done:
+  ret i32 %a
+}
+
+define i32 @count_coprime(i32 %n) {
+entry:
+  %lim = load i32, ptr @limit
+  %m = icmp slt i32 %n, %lim
+  %top = select i1 %m, i32 %n, i32 %lim
+  br label %loop
+loop:
+  %i = phi i32 [ 1, %entry ], [ %i.next, %loop ]
+  %c = phi i32 [ 0, %entry ], [ %c.next, %loop ]
+  %g = call i32 @gcd(i32 %i, i32 %top)
+  %one = icmp eq i32 %g, 1
+  %inc = zext i1 %one to i32
+  %c.next = add i32 %c, %inc
+  %i.next = add i32 %i, 1
+  %more = icmp sle i32 %i.next, %top
+  br i1 %more, label %loop, label %exit
+exit:
+  ret i32 %c.next
+}
+"""
+
+
 def _cached_text(name: str, text: str) -> Path:
     p = cache_dir("libllvm") / name
     if not p.exists() or p.read_text() != text:
@@ -242,6 +285,11 @@ def example_ll() -> Path:
 def training_ll() -> Path:
     """The training module (``TRAINING_LL``), written once into the cache."""
     return _cached_text("training.ll", TRAINING_LL)
+
+
+def training_small_ll() -> Path:
+    """The small training module (``TRAINING_SMALL_LL``), written once into the cache."""
+    return _cached_text("training-small.ll", TRAINING_SMALL_LL)
 
 
 def tool(name: str) -> Path:
