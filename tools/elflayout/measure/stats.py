@@ -294,8 +294,9 @@ def compare(a, b, metric: str, seed=0, pairs=None, min_time_runs: int = MIN_TIME
                     "verdict": "not tested", "improved": None, "deterministic": False, "noise_sd": None,
                     "log_scale": False, "paired": False, "warnings": warn, "untested": UNTESTED_REASON,
                     "zeros_a": int((a == 0).sum()), "zeros_b": int((b == 0).sum())})
-        if pairs is not None:
-            out["n_pairs"] = len(pairs[0])
+        if pairs is not None:  # the fields of every row, with no interval or p-value
+            out.update({"n_pairs": len(pairs[0]), "paired_ratio": None, "paired_ci_low": None,
+                        "paired_ci_high": None, "paired_p": None})
         return out
     is_time = metric in TIME_METRICS
     both_const = bool(min(len(a), len(b)) >= 2 and np.ptp(a) == 0 and np.ptp(b) == 0)
