@@ -294,11 +294,16 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
             anyf = sum(any(a.values()) for a, _, _ in rows)
             hot = sum(a.get(("wall_s", "hot"), False) for a, _, _ in rows)
             missing = sum(p not in a for a, _, _ in rows for p in (*stats.DEFAULT_PRIMARY, ("wall_s", "hot")))
+            rows_hit = {}  # which rows alarmed (the user/sys split has no test: never here)
+            for a, _, _ in rows:
+                for (m, s), hit in a.items():
+                    rows_hit[f"{m}:{s}"] = rows_hit.get(f"{m}:{s}", 0) + hit
             print(f"   {kind:9s} {k:4d} files ({rows[0][1]} comparisons each, {rows[0][2]} tested): "
                   + ", ".join(f"{m}:{s} {per[(m, s)]}/{k} ({per[(m, s)] / k * 100:.1f}%)" for m, s in per)
                   + f", wall_s:hot {hot}/{k} ({hot / k * 100:.1f}%); any alarm after Holm {anyf}/{k} "
                   f"({anyf / k * 100:.1f}%)" + (f"; {missing} of these rows absent (every run of the cell disturbed)"
-                                                if missing else ""))
+                                                if missing else "")
+                  + "; alarms by row: " + (", ".join(f"{k} {v}" for k, v in sorted(rows_hit.items()) if v) or "none"))
     print(f"   ({time.monotonic() - t0:.0f} s)")
 
     t0 = time.monotonic()

@@ -73,10 +73,12 @@ def test_compare_recomputes_and_fails_on(tmp_path):
 
 def test_compare_says_how_many_comparisons_and_power(tmp_path):
     md = run_cli("compare", EXAMPLE, "--target-effect", "5%", check=0).stdout
-    assert "12 comparisons:" in md and "Holm" in md and "primary: pages_read:selective, wall_s:selective" in md
+    assert "14 comparisons:" in md and "4 described, not tested" in md and "Holm" in md and "primary: pages_read:selective, wall_s:selective" in md
     j = json.loads(run_cli("compare", EXAMPLE, "--json", "--target-effect", "0.05", check=0).stdout)
     mu = j["multiplicity"]
-    assert mu["comparisons"] == len(j["comparisons"]) == 12 and mu["method"] == "holm"
+    assert mu["comparisons"] == len(j["comparisons"]) == 14 and mu["method"] == "holm" and mu["not_tested"] == 4
+    u = next(c for c in j["comparisons"] if c["metric"] == "user_s")
+    assert u["verdict"] == "not tested" and "tick" in u["untested"] and u["p_value"] is None
     assert mu["target_effect"] == 0.05
     # 5 runs per side of a noisy time: no change, with the MDE and the runs needed for 5%
     w = next(c for c in j["comparisons"] if c["metric"] == "wall_s" and c["state"] == "selective")
@@ -161,7 +163,8 @@ def test_demo_time_verdicts_never_below_the_minimum_runs(tmp_path):
         next(r for r in short["runs"] if r["variant"] == "b" and r["state"] == st)["interference"] = "test"
     dump_json(short, tmp_path / "short.json")
     rows = time_rows(tmp_path / "short.json")
-    assert rows and all(r["verdict"] == "too few runs" for r in rows), [(r["metric"], r["verdict"]) for r in rows]
+    assert rows and all(r["verdict"] == ("not tested" if r["metric"] in stats.DESCRIPTIVE_METRICS else "too few runs")
+                        for r in rows), [(r["metric"], r["verdict"]) for r in rows]
     # and what they could resolve is still printed
     assert all(r["mde"] is not None for r in rows if r["metric"] == "wall_s"), rows
     md = run_cli("compare", tmp_path / "short.json", check=0).stdout

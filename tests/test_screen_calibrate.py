@@ -151,7 +151,8 @@ def test_calibrate_runs_an_aa_session(tmp_path):
                 "--measure-arg=--census=none", "--measure-arg=--read-ahead-kb=-1", "--json",
                 "-o", tmp_path / "aa.json", check=0)
     cal = json.loads(r.stdout)
-    assert cal["variants"] == ["a", "a2"] and cal["multiplicity"]["comparisons"] == 6
+    assert cal["variants"] == ["a", "a2"] and cal["multiplicity"]["comparisons"] == 7
+    assert cal["multiplicity"]["not_tested"] == 2  # the user/sys split: described, never a false alarm
     w = next(x for x in cal["rows"] if x["metric"] == "wall_s")
     assert w["n"] == 3 and w["verdict"] == "too few runs" and w["noise_sd"] > 0 and w["runs_needed"] >= 2
     assert (tmp_path / "aa.json").exists()

@@ -47,9 +47,35 @@ def test_time_comparison_is_welch_t_on_log_times():
     assert c["p_brown_forsythe"] == pytest.approx(ss.levene(a, b, center="median").pvalue)
     assert c["verdict"] == "slower" and c["improved"] is False and c["ci_low"] > 1
     assert c["test"] == "Welch t, log"
-    # a zero time (below the clock tick) cannot be logged: Welch on the raw values
-    z = stats.compare([0.0] + [0.004] * 11, [0.004, 0.008] * 6, "user_s")
+    # a zero time cannot be logged: Welch on the raw values
+    z = stats.compare([0.0] + [0.004] * 11, [0.004, 0.008] * 6, "cpu_s")
     assert z["test"] == "Welch t" and z["log_scale"] is False
+
+
+def test_tick_sampled_split_is_described_not_tested():
+    # the kernel's user/sys split of a 6-tick start-up: k ticks of user time, scaled to the exact sum
+    rng = np.random.default_rng(5)
+    runs = []
+    for k in range(10):
+        for v in ("a", "b"):
+            cpu = 0.024 * float(np.exp(rng.normal(0, 0.03)))
+            u = cpu * int(rng.binomial(6, 0.3)) / 6
+            runs.append({"variant": v, "state": "hot", "round": k, "seq": len(runs), "wall_s": cpu * 1.05,
+                         "user_s": u, "sys_s": cpu - u})
+    rows, mu = stats.compare_runs(runs, ["a", "b"], ["hot"], metrics=stats.TIME_METRICS)
+    by = {c["metric"]: c for c in rows}
+    for m in stats.DESCRIPTIVE_METRICS:
+        c = by[m]
+        assert c["verdict"] == "not tested" and c["p_value"] is None and c["p_adjusted"] is None
+        assert "tick" in c["untested"] and c["mde"] is None and c["ratio"] is not None
+    cpu = by["cpu_s"]
+    assert cpu["paired"] and cpu["p_value"] is not None and cpu["n_pairs"] == 10
+    a = [r["user_s"] + r["sys_s"] for r in runs if r["variant"] == "a"]
+    assert cpu["mean_a"] == pytest.approx(np.mean(a))
+    assert mu["tested"] == 2 and mu["not_tested"] == 2 and mu["comparisons"] == 4
+    with pytest.raises(ValueError, match="cpu_s:hot"):
+        stats.parse_primary(["user_s:hot"])
+    assert stats.run_value({"user_s": 0.01}, "cpu_s") is None
 
 
 def test_verdict_never_contradicts_its_p_values():
@@ -127,13 +153,14 @@ def test_holm_across_a_files_comparisons():
     out = stats.analyse(runs, ["a", "b", "c", "d"], ["selective", "hot"])
     rows = out["comparisons"]
     tested = [c for c in rows if c["p_value"] is not None]
-    assert len(rows) == 3 * 2 * 6 and len(tested) == 3 * 2 * 3
+    assert len(rows) == 3 * 2 * 7 and len(tested) == 3 * 2 * 2  # wall_s and cpu_s; user/sys described
     from statsmodels.stats.multitest import multipletests
 
     ref = multipletests([c["p_value"] for c in tested], method="holm")[1]
     assert [c["p_adjusted"] for c in tested] == pytest.approx(list(ref))
     mu = out["multiplicity"]
-    assert mu["method"] == "holm" and mu["comparisons"] == 36 and mu["tested"] == 18 and mu["exact"] == 18
+    assert mu["method"] == "holm" and mu["comparisons"] == 42 and mu["tested"] == 12 and mu["exact"] == 18
+    assert mu["not_tested"] == 12
     assert sum(c["primary"] for c in rows) == 3 * 2  # pages_read and wall_s, selective, per variant
     for c in rows:
         if c["verdict"] in ("faster", "slower"):

@@ -322,7 +322,7 @@ def summary_csv(doc: dict) -> str:
     mu = doc.get("multiplicity")
     if mu:  # how many comparisons the verdicts were corrected for
         out.write("\n")
-        cols = ["method", "alpha", "comparisons", "tested", "exact", "too_few_runs", "primary", "min_time_runs"]
+        cols = ["method", "alpha", "comparisons", "tested", "exact", "too_few_runs", "primary", "min_time_runs", "not_tested"]
         w.writerow(cols)
         w.writerow([" ".join(mu[k]) if k == "primary" else mu.get(k) for k in cols])
     return out.getvalue()
@@ -357,7 +357,10 @@ def markdown(doc: dict) -> str:
         if mu:
             lines += ["", f"{mu['comparisons']} comparisons: {mu['tested']} tested (Holm-corrected at "
                           f"{mu['alpha']:g} across all of them), {mu['exact']} exact (deterministic counts), "
-                          f"{mu.get('too_few_runs', 0)} without a verdict (too few runs); "
+                          f"{mu.get('too_few_runs', 0)} without a verdict (too few runs)"
+                          + (f", {mu['not_tested']} described, not tested (user/sys split: sampled per "
+                             "scheduler tick; cpu_s carries the CPU verdict)" if mu.get("not_tested") else "")
+                          + "; "
                           f"primary: {', '.join(mu['primary'])}; no time verdict below {mu['min_time_runs']} runs "
                           "per side."]
     io_rows = [r for r in doc.get("io_bound", []) if "variant" in r and "value" in r]

@@ -163,8 +163,9 @@ def fit_effects(runs: list[dict], factors: list[Factor], x: np.ndarray, props: d
 
     from elflayout.measure import stats
 
-    rows = [r for r in runs if r["state"] == state and r.get(metric) is not None and not r.get("interference")]
-    y = np.array([r[metric] for r in rows], float)
+    rows = [r for r in runs if r["state"] == state and stats.run_value(r, metric) is not None
+            and not r.get("interference")]
+    y = np.array([stats.run_value(r, metric) for r in rows], float)
     log = metric in stats.TIME_METRICS and bool((y > 0).all())
     if log:
         y = np.log(y)
@@ -198,6 +199,7 @@ def fit_effects(runs: list[dict], factors: list[Factor], x: np.ndarray, props: d
 def block_figure(runs: list[dict], factors: list[Factor], x: np.ndarray, metric: str, state: str):
     """Flater's block plot: per factor, each block (a combination of the other factors)
     gets a bar from the mean response at LOW ('1') to the mean at HIGH ('2')."""
+    from elflayout.measure import stats
     from elflayout.report.timing import _plt
 
     plt = _plt()
@@ -205,8 +207,8 @@ def block_figure(runs: list[dict], factors: list[Factor], x: np.ndarray, metric:
     fig, axes = plt.subplots(1, k, figsize=(max(4.0, 1.2 + 0.55 * 2 ** (k - 1)) * k, 4.2), dpi=100, squeeze=False)
     mean = {}
     for p in range(len(x)):
-        v = [r[metric] for r in runs if r["point"] == p and r["state"] == state and r.get(metric) is not None
-             and not r.get("interference")]
+        v = [stats.run_value(r, metric) for r in runs if r["point"] == p and r["state"] == state
+             and stats.run_value(r, metric) is not None and not r.get("interference")]
         mean[p] = float(np.mean(v)) if v else np.nan
     scale = 1000.0 if metric.endswith("_s") else 1.0
     for fi, (ax, f) in enumerate(zip(axes[0], factors)):
@@ -292,7 +294,11 @@ def plots(result: dict):
             yield (f"block-{m}-{s}", block_figure(runs, factors, x, m, s),
                    f"Block plot of {m}, {s} (Flater 2014): each block is one combination of the other factors; "
                    f"1 and 2 mark the mean at the factor's LOW and HIGH level.")
+    from elflayout.report import data as D
+
     for m in dict.fromkeys(a["metric"] for a in fitted):
+        if m not in D.METRICS:  # a derived metric (cpu_s): the block plots and effects show it
+            continue
         yield (f"violin-{m}", timing.violin_figure(as_results(runs, x, factors), metric=m,
                                                    states=result["metadata"]["states"]),
                f"Violin-scatter of {m}: every run per design point.")

@@ -14,9 +14,11 @@ Methods (Mytkowicz et al. 2009; Larres, Potanin and Hirose, ACSC 2013; Flater, N
   keeps its coverage at small n where the BCa interval of the ratio of means does not
   (coverage study: bench/bench_verdicts.py, docs/methodology.md). The interval and the
   p-value come from the same test, so a verdict can never contradict its row's p-value.
-  Series with a zero or negative value (user/sys times below the clock tick) use Welch
-  on the raw values. When Welch decided, a faster/slower verdict also needs the paired
-  interval to exclude 1.
+  Series with a zero or negative value use Welch on the raw values. When Welch decided,
+  a faster/slower verdict also needs the paired interval to exclude 1.
+- CPU time: ``cpu_s`` = user + sys, exact in the kernel, is tested like a time. The
+  user/system split is tick-sampled (often 0 for a start-up of a few ticks): its rows
+  give means and ratio with verdict "not tested" and the reason in ``untested``.
 - Counts (pages, bytes, major faults): *deterministic* only where the runs show it (no
   spread on either side, n >= 2 each): then any difference is a change, exactly, with no
   test and no p-value. Otherwise (hot runs on a shared machine: other processes evict
@@ -51,9 +53,19 @@ from scipy import stats as ss
 
 from elflayout.errors import ElflayoutError
 
-TIME_METRICS = ("wall_s", "user_s", "sys_s")
+TIME_METRICS = ("wall_s", "user_s", "sys_s", "cpu_s")
 COUNT_METRICS = ("major_faults", "pages_read", "bytes_read")
 METRICS = TIME_METRICS + COUNT_METRICS
+# The kernel measures a task's CPU time exactly (sum_exec_runtime) but splits it into
+# user and system by sampling the mode at each scheduler tick and scaling the samples
+# to the exact sum (cputime_adjust): for a start-up of a few ticks the split is a small
+# binomial count, often 0 for one side. cpu_s = user_s + sys_s is the exact sum and is
+# tested; the split is reported without a test (no valid t-test on such values).
+DERIVED_METRICS = {"cpu_s": ("user_s", "sys_s")}
+DESCRIPTIVE_METRICS = ("user_s", "sys_s")
+UNTESTED_REASON = ("not tested: the kernel samples the user/system split once per scheduler tick and scales it to "
+                   "the exact CPU time, so a start-up's split is a count of a few ticks (often 0); cpu_s "
+                   "(user + sys, exact) carries the CPU verdict")
 TIME_FLOOR = 0.01  # relative: 1% of the baseline mean
 COUNT_FLOOR = 0.0  # absolute: any interval-backed change in a deterministic count
 MIN_RUNS = 4  # below this per side, intervals and tests are not worth much (warning)
@@ -275,6 +287,17 @@ def compare(a, b, metric: str, seed=0, pairs=None, min_time_runs: int = MIN_TIME
         return {**out, "verdict": "no data", "warnings": ["a side has no runs"], "test": None, "p_value": None}
     ma, mb = float(a.mean()), float(b.mean())
     diff = mb - ma
+    if metric in DESCRIPTIVE_METRICS:  # the tick-sampled split: no test, no verdict (UNTESTED_REASON)
+        out.update({"mean_a": ma, "mean_b": mb, "ratio": _f(mb / ma) if ma else None, "ci_low": None,
+                    "ci_high": None, "diff": diff, "diff_ci_low": None, "diff_ci_high": None, "ci_method": None,
+                    "test": None, "p_value": None, "p_welch": None, "p_mwu": None, "p_brown_forsythe": None,
+                    "verdict": "not tested", "improved": None, "deterministic": False, "noise_sd": None,
+                    "log_scale": False, "paired": False, "warnings": warn, "untested": UNTESTED_REASON,
+                    "zeros_a": int((a == 0).sum()), "zeros_b": int((b == 0).sum())})
+        if pairs is not None:  # the fields of every row, with no interval or p-value
+            out.update({"n_pairs": len(pairs[0]), "paired_ratio": None, "paired_ci_low": None,
+                        "paired_ci_high": None, "paired_p": None})
+        return out
     is_time = metric in TIME_METRICS
     both_const = bool(min(len(a), len(b)) >= 2 and np.ptp(a) == 0 and np.ptp(b) == 0)
     log = is_time and bool((a > 0).all() and (b > 0).all())
@@ -360,6 +383,8 @@ def parse_primary(specs) -> list[tuple[str, str]]:
         m, sep, st = str(s).partition(":")
         if not sep or m not in METRICS or not st:
             raise ValueError(f"{s!r}: expected METRIC:STATE with METRIC one of {', '.join(METRICS)}")
+        if m in DESCRIPTIVE_METRICS:
+            raise ValueError(f"{s!r}: {m} is reported without a test (tick-sampled); use cpu_s:{st}")
         out.append((m, st))
     return out
 
@@ -420,6 +445,7 @@ def adjust(comparisons: list[dict], alpha: float = ALPHA, primary=DEFAULT_PRIMAR
     return {"method": "holm", "alpha": alpha, "comparisons": len(comparisons), "tested": m,
             "tested_if_enough": sum(1 for c in comparisons if c.get("p_value") is not None),
             "exact": sum(1 for c in comparisons if c.get("deterministic")),
+            "not_tested": sum(1 for c in comparisons if c.get("verdict") == "not tested"),
             "too_few_runs": sum(1 for c in comparisons if c.get("verdict") == "too few runs"),
             "primary": [f"{mt}:{st}" for mt, st in primary], "min_time_runs": MIN_TIME_RUNS,
             "target_effect": target_effect}
@@ -448,9 +474,18 @@ def io_bound_change(a_cold, a_hot, b_cold, b_hot, seed=0) -> dict:
     return {"value": float(stat(*s)), "ci_low": _f(lo), "ci_high": _f(hi)}
 
 
+def run_value(run: dict, metric: str):
+    """A metric of one run; derived metrics (cpu_s) from their parts; None when absent."""
+    parts = DERIVED_METRICS.get(metric)
+    if parts is None:
+        return run.get(metric)
+    vals = [run.get(p) for p in parts]
+    return None if any(v is None for v in vals) else float(sum(vals))
+
+
 def _series(runs, variant, state, metric):
-    return np.array([r[metric] for r in runs if r["variant"] == variant and r["state"] == state
-                     and r.get(metric) is not None], dtype=float)
+    x = [run_value(r, metric) for r in runs if r["variant"] == variant and r["state"] == state]
+    return np.array([v for v in x if v is not None], dtype=float)
 
 
 def compare_runs(runs: list[dict], variants: list[str], states: list[str], seed: int = 0, metrics=METRICS,
@@ -464,8 +499,9 @@ def compare_runs(runs: list[dict], variants: list[str], states: list[str], seed:
         xa, xb = _series(runs, base, s, m), _series(runs, b, s, m)
         if len(xa) == 0 and len(xb) == 0:
             continue
-        pa = {r["round"]: r[m] for r in runs if r["variant"] == base and r["state"] == s and r.get(m) is not None}
-        pb = {r["round"]: r[m] for r in runs if r["variant"] == b and r["state"] == s and r.get(m) is not None}
+        pa = {r["round"]: run_value(r, m) for r in runs if r["variant"] == base and r["state"] == s}
+        pb = {r["round"]: run_value(r, m) for r in runs if r["variant"] == b and r["state"] == s}
+        pa, pb = ({k: v for k, v in p.items() if v is not None} for p in (pa, pb))
         both = sorted(set(pa) & set(pb))
         pairs = ([pa[k] for k in both], [pb[k] for k in both])
         comparisons.append({"a": base, "b": b, "state": s, "metric": m,
@@ -490,7 +526,7 @@ def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int 
             continue
         d = describe(x, seed)
         # report run seq numbers, not indices within the series
-        seqs = [r.get("seq") for r in runs if r["variant"] == v and r["state"] == s and r.get(m) is not None]
+        seqs = [r.get("seq") for r in runs if r["variant"] == v and r["state"] == s and run_value(r, m) is not None]
         d["outliers"] = [seqs[i] for i in d["outliers"]]
         summary.append({"variant": v, "state": s, "metric": m, **d})
     comparisons, multiplicity = compare_runs(runs, variants, states, seed, metrics, primary, target_effect,
