@@ -58,14 +58,14 @@ def add_faulted(profile: Profile, trace: Profile) -> tuple[dict, Feedback]:
         a, s = traced.offset[idx], np.maximum(traced.size[idx], 1)
         hot = np.unique(np.concatenate([np.arange(x // PAGE, (x + n - 1) // PAGE + 1) for x, n in zip(a, s)]))
     fb = Feedback()
-    names: list[str] = []
+    names: dict[str, None] = {}  # an ordered set: first faulted page first
     for p in sorted({p.page for p in tt.pages if p.kind == "t"}):
         lo, hi = p * PAGE, (p + 1) * PAGE
         on = np.flatnonzero((traced.offset < hi) & (traced.offset + traced.size > lo))
         if not on.size or p in hot:
             continue
         fb.cold_pages.append(p)
-        names += [traced.names[i] for i in on if traced.names[i] not in have and traced.names[i] not in names]
+        names.update((traced.names[i], None) for i in on if traced.names[i] not in have)
     base = _functions(t.path)
     by_name: dict[str, list[int]] = {}
     for i, n in enumerate(base.names):

@@ -293,7 +293,7 @@ def _plan(inp) -> tuple[list, dict]:
     stats = dict(form="self", placement="link-time", relr_relocations=int(addrs.size),
                  self_applied=int(addrs.size - kept.size), kept_for_ld_so=int(kept.size),
                  table_bytes=int(enc.nbytes), relr_bytes=int(relr_sz),
-                 rela_bytes_before=int(rela.nbytes), rela_bytes_after=int(rela.nbytes + 24 * kept.size),
+                 rela_bytes_before=int(rela.nbytes), rela_bytes_after=int(rela.nbytes + L.RELA64.itemsize * kept.size),
                  rela_addr=int(live["d_val"][dt == L.DT_RELA][0]) if np.any(dt == L.DT_RELA) else None,
                  tables=("rewritten in place, .rela.dyn to .elflayout.rela" if relr_new != relr_addr else
                          "RELA moved to .elflayout.rela" if kept.size else "unchanged"),
