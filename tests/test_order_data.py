@@ -12,7 +12,9 @@ from elftools.elf.elffile import ELFFile
 
 from conftest import need_tool
 from elflayout.order.algorithms import Layout
+from elflayout.elfcore import ElfImage
 from elflayout.order.formats import write_ld_script, write_lld_data_script
+from elflayout.order.link import command_binds_now
 
 # bump() writes hot_counter: read-only data would make it crash
 LIB_C = """
@@ -72,8 +74,10 @@ def test_ld_script_data_outside_relro_with_z_now(tmp_path):
     executable segment."""
     need_tool("ld.bfd")
     obj = _cc(tmp_path, "lib", LIB_C, "-fdata-sections")
-    text, stats = write_ld_script(Layout(data=[(".data.hot_counter", str(obj)), (".rodata.hot_table", str(obj))]))
-    assert "INSERT AFTER .data;" in text
+    layout = Layout(data=[(".data.hot_counter", str(obj)), (".rodata.hot_table", str(obj))])
+    assert "INSERT AFTER .data;" in write_ld_script(layout)[0]
+    text, stats = write_ld_script(layout, bind_now=True)
+    assert "INSERT AFTER .data;" in text and stats["data_anchor"] == "after .data"
     script = tmp_path / "order.ld"
     script.write_text(text)
     plain, ordered = tmp_path / "libplain.so", tmp_path / "libordered.so"
@@ -89,6 +93,42 @@ def test_ld_script_data_outside_relro_with_z_now(tmp_path):
     assert any(_inside(secs[".data.elflayout"], s) for s in rw)
     ro = [s for s in segs if s[0] == "PT_LOAD" and _inside(secs[".rodata.elflayout"], s)]
     assert ro and not ro[0][3] & (P_FLAGS.PF_X | P_FLAGS.PF_W)
+    with ElfImage(ordered) as img:
+        assert img.binds_now
+
+
+def test_ld_script_data_after_relro_end_when_lazy(tmp_path):
+    """GNU ld, -z relro with lazy binding: the ordered writable data goes right after the
+    RELRO end (after ``.got.plt``, before ``.data``, where lld's data script puts it), not
+    at the tail of the file-backed segment, and the library still works."""
+    need_tool("ld.bfd")
+    obj = _cc(tmp_path, "lib", LIB_C + "extern int puts(const char *);\nint say(void) { return puts(\"x\"); }\n",
+              "-fdata-sections")
+    text, stats = write_ld_script(Layout(data=[(".data.hot_counter", str(obj))]), bind_now=False)
+    assert "INSERT AFTER .got.plt;" in text and stats["data_anchor"] == "after .got.plt"
+    script = tmp_path / "order.ld"
+    script.write_text(text)
+    plain, ordered = tmp_path / "libplain.so", tmp_path / "libordered.so"
+    for lib, extra in ((plain, []), (ordered, [f"-Wl,-T,{script}"])):
+        subprocess.run(["gcc", "-shared", "-fuse-ld=bfd", "-Wl,-z,relro", "-o", str(lib), str(obj), *extra], check=True)
+    assert _call_bump(ordered) == _call_bump(plain)
+    secs, segs = _segments(ordered)
+    relro = [s for s in segs if s[0] == "PT_GNU_RELRO"]
+    assert relro and not _inside(secs[".data.elflayout"], relro[0])
+    assert secs[".got.plt"][0] < secs[".data.elflayout"][0] < secs[".data"][0]
+    with ElfImage(ordered) as img:
+        assert not img.binds_now
+    # A -z now link has no .got.plt to insert after: ld says so rather than misplace it
+    r = subprocess.run(["gcc", "-shared", "-fuse-ld=bfd", "-Wl,-z,relro", "-Wl,-z,now", "-o", str(tmp_path / "x.so"),
+                        str(obj), f"-Wl,-T,{script}"], capture_output=True, text=True)
+    assert r.returncode != 0 and ".got.plt" in r.stderr
+
+
+def test_command_binds_now():
+    assert command_binds_now(["gcc", "-shared", "-Wl,-z,relro,-z,now", "a.o"]) is True
+    assert command_binds_now(["ld", "-z", "now", "-z", "lazy"]) is False
+    assert command_binds_now(["gcc", "-Wl,-znow"]) is True
+    assert command_binds_now(["gcc", "-shared", "-Wl,-z,relro", "a.o"]) is None
 
 
 def _generic_objs(tmp_path):

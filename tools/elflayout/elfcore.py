@@ -22,7 +22,7 @@ from elftools.elf.enums import (ENUM_RELOC_TYPE_AARCH64, ENUM_RELOC_TYPE_ARM, EN
                                 ENUM_RELOC_TYPE_PPC64, ENUM_RELOC_TYPE_x64)
 
 from elflayout.errors import ElflayoutError
-from elflayout.layouts import REL32, REL64, RELA32, RELA64, SHF_ALLOC
+from elflayout.layouts import DF_1_NOW, DF_BIND_NOW, REL32, REL64, RELA32, RELA64, SHF_ALLOC
 
 PAGE = 4096
 
@@ -204,6 +204,13 @@ class ElfImage:
             if t == tag:
                 return v
         return None
+
+    @property
+    def binds_now(self) -> bool:
+        """Linked with ``-z now`` (DT_BIND_NOW, DF_BIND_NOW or DF_1_NOW): GNU ld's script
+        then has no ``.got.plt`` output section and its RELRO ends right before ``.data``."""
+        return (self.dt("DT_BIND_NOW") is not None or bool((self.dt("DT_FLAGS") or 0) & DF_BIND_NOW)
+                or bool((self.dt("DT_FLAGS_1") or 0) & DF_1_NOW))
 
     # -- address translation ----------------------------------------------------------
     def vaddr_to_offset(self, vaddr):

@@ -15,8 +15,11 @@
   ``.text`` is ambiguous to ld, and ``INSERT BEFORE .init`` would put code in the
   read-only segment and make it executable (both tried with ld 2.40). ``INSERT BEFORE``
   also goes before the assignments that precede the anchor: ``.rodata.elflayout`` brings
-  its own page alignment (else it lands in the executable segment) and ``.data.elflayout``
-  is inserted AFTER ``.data`` (before it, it is in PT_GNU_RELRO under ``-z now``).
+  its own page alignment (else it lands in the executable segment). ``.data.elflayout``
+  goes right after the RELRO end, where lld's data script puts it: AFTER ``.got.plt`` in
+  a lazily bound link; under ``-z now`` that output section does not exist and the
+  RELRO end directly precedes ``.data`` (INSERT BEFORE ``.data`` would put the data in
+  PT_GNU_RELRO), so there, and when the binding is not known, AFTER ``.data``.
 """
 
 from __future__ import annotations
@@ -144,10 +147,12 @@ def _shared_objects(layout: Layout) -> list[str]:
                               if sec in GENERIC_TEXT for o in r.objects if o))
 
 
-def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_strings: bool = True) -> tuple[str, dict]:
+def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_strings: bool = True,
+                    bind_now: bool | None = None) -> tuple[str, dict]:
     """``hot_strings``: ``.rodata.elflayout`` begins with the touched objects' mergeable
     strings, in a pool of their own (GNU ld merges per output section), as the lld data
-    script does."""
+    script does. ``bind_now``: whether the link uses ``-z now`` (None: not known); it
+    decides where the written data goes (``data_anchor``)."""
     text = text_entries(layout, split)
     data = list(dict.fromkeys(n for n, _ in layout.data))
     skipped = [n for n in [t for t, _ in text] + data if _LD_UNSAFE.search(n)]
@@ -179,11 +184,26 @@ def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_s
             # Constants before .rodata, but on a page of their own: ahead of the default
             # script's page alignment they would be in the executable segment
             # (-z separate-code); after .rodata they measured worse (libpython: +91 pages)
-            where = "AFTER" if out == ".data" else "BEFORE"
+            # Lazily bound, .got.plt is the last RELRO-free section before .data: the ordered
+            # data there is not the tail of the file-backed segment, whose last page ld.so
+            # writes first (the .bss part) and whose read-around runs on into .symtab
+            # (libpython: 25 pages more past the segment after .data)
+            where, anchor = ("AFTER", DATA_ANCHOR[bind_now]) if out == ".data" else ("BEFORE", out)
             lead = "  . = ALIGN(CONSTANT (MAXPAGESIZE));\n" if out == ".rodata" else ""
-            blocks.append(_ld_block(out + ".elflayout", out, grp, raw=len(grp), where=where, lead=lead))
+            note = "" if out != ".data" else (f"/* {DATA_WHY[bind_now]} */\n")
+            blocks.append(note + _ld_block(out + ".elflayout", anchor, grp, raw=len(grp), where=where, lead=lead))
+    if dpats.get(".data"):
+        dstats["data_anchor"] = f"after {DATA_ANCHOR[bind_now]}"
     return "\n".join(blocks), {"text_sections": len(text), "data_sections": len(data), "skipped_unsafe_names": len(skipped),
                                 "named_with_file": by_file if text else 0, **dstats}
+
+
+# Where ``.data.elflayout`` is inserted (INSERT AFTER), by the link's binding: the first
+# output section after GNU ld's DATA_SEGMENT_RELRO_END, else ``.data`` itself
+DATA_ANCHOR = {False: ".got.plt", True: ".data", None: ".data"}
+DATA_WHY = {False: "lazy binding: after .got.plt (a -z now link has no .got.plt: regenerate for it)",
+            True: "-z now: after .data (before it is PT_GNU_RELRO)",
+            None: "binding not known: after .data (before it, -z now would make it PT_GNU_RELRO)"}
 
 
 # Data sections a compiler emits without -fdata-sections: every object has its own, so a
@@ -340,9 +360,10 @@ def _lines(items) -> str:
 
 
 def write(fmt: str, layout: Layout, all_objects: list[str] | None = None, header: str = "",
-          split: bool = False) -> tuple[str, dict]:
+          split: bool = False, bind_now: bool | None = None) -> tuple[str, dict]:
     """``split``: the link's objects are the output of ``elflayout split`` (a function of
-    a generic section is named by its own section, ``.text.NAME``)."""
+    a generic section is named by its own section, ``.text.NAME``). ``bind_now``: the
+    link uses ``-z now`` (None: not known; ld-script only)."""
     if fmt == "objects":
         return write_objects(layout, all_objects)
     if fmt == "lld":
@@ -350,5 +371,5 @@ def write(fmt: str, layout: Layout, all_objects: list[str] | None = None, header
     if fmt == "gold":
         return write_gold(layout, split)
     if fmt == "ld-script":
-        return write_ld_script(layout, header, split)
+        return write_ld_script(layout, header, split, bind_now=bind_now)
     raise ValueError(f"unknown format {fmt!r}")

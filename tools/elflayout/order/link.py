@@ -89,6 +89,20 @@ def apply(parsed: dict, linker: str, fmt: str, text: str, order_file: Path) -> l
     raise ElflayoutError(f"--format {fmt}: unknown")
 
 
+def command_binds_now(cmd: list[str]) -> bool | None:
+    """``-z now`` / ``-z lazy`` as the link command gives them (the last one wins, as in
+    ld), with or without the driver's ``-Wl,``; None when it gives neither."""
+    words = []
+    for a in cmd[1:]:
+        words += a[4:].split(",") if a.startswith("-Wl,") else [a]
+    out = None
+    for i, w in enumerate(words):
+        key = words[i + 1] if w == "-z" and i + 1 < len(words) else w[2:] if w.startswith("-z") else None
+        if key in ("now", "lazy"):
+            out = key == "now"
+    return out
+
+
 def split_command(parsed: dict, dest: Path, progress=None) -> dict:
     """The command with its object and archive arguments replaced by split copies."""
     from elflayout.split.api import split_inputs
