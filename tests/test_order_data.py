@@ -225,3 +225,68 @@ def test_ld_script_hot_strings_get_their_own_pool(tmp_path):
             "print(l.hot().decode(), l.cold().decode(), sep='|')")
     out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "hot string here|cold string here"
+
+
+def _same_name_universe():
+    """codeobject.o defines the function code_hash (-ffunction-sections), unicodedata.o a
+    table of the same name (.rodata.code_hash): as in libpython's split objects."""
+    from elflayout.order.resolve import Universe
+
+    return Universe(
+        symbols={"code_hash": [(".text.code_hash", "codeobject.o"), (".rodata.code_hash", "unicodedata.o")],
+                 "hot_table": [(".rodata.hot_table", "codeobject.o")]},
+        sections={".text.code_hash", ".rodata.code_hash", ".rodata.hot_table"},
+        objects=["codeobject.o", "unicodedata.o"],
+        object_section_symbols={(".text.code_hash", "codeobject.o"): ["code_hash"],
+                                (".rodata.code_hash", "unicodedata.o"): ["code_hash"],
+                                (".rodata.hot_table", "codeobject.o"): ["hot_table"]},
+        section_symbols={".rodata.code_hash": ["code_hash"], ".rodata.hot_table": ["hot_table"]})
+
+
+def test_associated_data_only_from_the_functions_own_object():
+    """``.rodata.<function>`` goes with the function only when it is the function's own
+    object's: another object's table of that name stays (it stretched libpython's hot
+    .rodata by 157 pages)."""
+    from elflayout.order.algorithms import first_access
+    from elflayout.profile.model import Function, Section, Target
+
+    t = Target(path="lib.so", functions=[Function("code_hash", 0, section=".text.code_hash", object="codeobject.o")],
+               sections=[Section(".rodata.hot_table", 1, object="codeobject.o")])
+    layout = first_access.compute(t, _same_name_universe())
+    assert (".rodata.code_hash", None) not in layout.data and not any(n == ".rodata.code_hash" for n, _ in layout.data)
+    assert layout.report["data"]["same_name_in_other_object"] == 1
+    u = _same_name_universe()
+    u.object_section_symbols[(".rodata.code_hash", "codeobject.o")] = ["code_hash"]
+    u.symbols["code_hash"].append((".rodata.code_hash", "codeobject.o"))
+    layout = first_access.compute(t, u)
+    assert (".rodata.code_hash", "codeobject.o") in layout.data
+
+
+def test_lld_data_script_parks_untouched_sections_lld_would_order_by_name(tmp_path):
+    """lld orders every section defining a listed name: a table named like a hot function
+    of another object is parked after .rodata by the data script, named with its file;
+    with a real lld link it lands after the default .rodata."""
+    need_tool("ld.lld")
+    a = _cc(tmp_path, "codeobject", "static const int hot_table[4] = {1, 2, 3, 4};\n"
+            "int code_hash(int i) { return hot_table[i & 3] * 31; }\n", "-ffunction-sections", "-fdata-sections")
+    b = _cc(tmp_path, "unicodedata", "static const int code_hash[4096] = {7};\n"
+            "int lookup(int i) { return code_hash[i & 4095]; }\n", "-ffunction-sections", "-fdata-sections")
+    c = _cc(tmp_path, "other", "const int other_table[4096] = {9};\n", "-fdata-sections")
+    from elflayout.order.resolve import Resolved
+
+    u = _same_name_universe()
+    u.object_section_symbols = {(k, str(a) if o == "codeobject.o" else str(b)): v
+                                for (k, o), v in u.object_section_symbols.items()}
+    layout = Layout(functions=[Resolved("code_hash", "code_hash", [".text.code_hash"], [str(a)], "exact")],
+                    data=[(".rodata.hot_table", str(a))], data_symbols=["hot_table"])
+    text, stats = write_lld_data_script(layout, hot_strings=False, universe=u)
+    assert stats["parked_same_name"] == 1 and f"{b}(.rodata.code_hash)" in text and "INSERT AFTER .rodata;" in text
+    order = tmp_path / "order.txt"
+    order.write_text("code_hash\nhot_table\n")
+    lib = _link_with_script(tmp_path, "lld", text, [c, b, a], f"-Wl,--symbol-ordering-file={order}")
+    secs, _ = _segments(lib)
+    with open(lib, "rb") as f:
+        st = ELFFile(f).get_section_by_name(".symtab")
+        table = next(s["st_value"] for s in st.iter_symbols() if s.name == "code_hash" and s["st_info"]["type"] == "STT_OBJECT")
+    ro = secs[".rodata"]
+    assert table >= ro[0] + ro[1], "the other object's code_hash table was not parked after .rodata"

@@ -314,9 +314,31 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
             continue
         placed += len(grp)
         blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra) + len(grp)))
+    parked = _dragged_by_name(layout, universe)
+    for prefix, out in LLD_DATA_GROUPS:
+        grp = [f"{fp}({n})" for n, o in parked if _group(n) == prefix and (fp := lld_file_pattern(o))]
+        if grp:
+            blocks.append(_ld_block(out + ".elflayout.cold", out, grp, raw=len(grp), where="AFTER"))
     return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str,
                                 "skipped_unsafe_names": dstats["data_skipped_unsafe_names"], **dstats,
-                                "left_out": left_out}
+                                "left_out": left_out, "parked_same_name": len(parked)}
+
+
+def _dragged_by_name(layout: Layout, universe) -> list[tuple[str, str]]:
+    """Untouched data sections lld's symbol ordering would move to the front of their
+    output section: lld orders *every* section defining a listed name, so a local table
+    named like a hot function of another object (unicodedata.o's ``code_hash``,
+    codeobject.o's function ``code_hash``) would join the hot data. The data script parks
+    them after the output section, each named with its file."""
+    oss = getattr(universe, "object_section_symbols", None) if universe is not None else None
+    if not oss:
+        return []
+    listed = {r.link_name for r in layout.functions if r.link_name} | set(layout.data_symbols)
+    placed = set(layout.data)
+    groups = {g for g, _ in LLD_DATA_GROUPS}
+    return [(n, o) for (n, o), syms in oss.items()
+            if o and not o.startswith("<") and _group(n) in groups and (n, o) not in placed and (n, None) not in placed
+            and not listed.isdisjoint(syms)]
 
 
 def _left_in(universe, prefix: str, layout: Layout, file_pattern, extra_patterns) -> int:

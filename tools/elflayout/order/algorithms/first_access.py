@@ -38,7 +38,9 @@ Steps:
    .data.rel.ro page, so those touches carry no order.
 4. Associated data of each resolved function gets the function's *first* as key, unless
    step 3 gave it an earlier one (only sections the universe knows: without a link map
-   the guesses would only bloat the output).
+   the guesses would only bloat the output), and only the function's own object's
+   section when the map says which objects have it: a data object of another object
+   may bear the function's name (counted as ``same_name_in_other_object``).
 5. Data sections are sorted by key (stable); symbols defined in them are collected for
    linkers that order by symbol (lld).
 6. Objects: the profile's ``objects`` list by *first*; else the objects of the resolved
@@ -146,14 +148,28 @@ def _order_data(target: Target, universe, placed, first_of, layout: Layout) -> N
                 n_from_pages += 1
     # 4. associated data: .rodata.<function> goes with its function
     # (only with a universe: unverified guesses would only bloat gold/ld-script files)
+    # A data object may share the function's name in another object (unicodedata.o's
+    # table code_hash, codeobject.o's function code_hash): only the function's own object's
+    # section goes with it, when the link says which objects have the section
+    from elflayout.order.resolve import same_object
+
     known = universe.sections if universe is not None else set()
-    n_assoc = 0
+    owners = _section_owners(universe) if known else {}
+    n_assoc = n_other = 0
     for r in placed if known else ():
         f = first_of.get(r.name)
         for nm in (".rodata." + r.link_name,):
             if nm not in known:
                 continue
-            k = (nm, None)
+            objs = owners.get(nm)
+            if objs:
+                mine = [o for o in objs if any(same_object(o, ro) for ro in r.objects)]
+                if not mine:
+                    n_other += 1
+                    continue
+                k = (nm, mine[0] if len(objs) > 1 else None)
+            else:
+                k = (nm, None)
             fk = f if f is not None else big
             if fk < key.get(k, big):
                 key[k] = fk
@@ -168,8 +184,22 @@ def _order_data(target: Target, universe, placed, first_of, layout: Layout) -> N
             syms.extend(by_sec.get(name, ())[:1])  # one symbol moves the section
     layout.data_symbols = list(dict.fromkeys(syms))
     layout.report["data"] = {"sections": len(layout.data), "from_pages": n_from_pages,
-                             "associated": n_assoc, "sparse_left_in_place": n_sparse,
+                             "associated": n_assoc, "same_name_in_other_object": n_other,
+                             "sparse_left_in_place": n_sparse,
                              "symbols_for_lld": len(layout.data_symbols)}
+
+
+def _section_owners(universe) -> dict[str, set[str]]:
+    """Input section name → the objects the link map lists it in (extents, or sections
+    that define symbols)."""
+    out: dict[str, set[str]] = {}
+    for n, o in zip(universe.extent_names, universe.extent_objects):
+        if o:
+            out.setdefault(n, set()).add(o)
+    for n, o in getattr(universe, "object_section_symbols", {}):
+        if o:
+            out.setdefault(n, set()).add(o)
+    return out
 
 
 def _order_objects(target: Target, funcs, placed) -> list[str]:
