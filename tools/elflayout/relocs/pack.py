@@ -39,6 +39,8 @@ function below)
   7. Headers (``_headers``): PT_DYNAMIC if the array moved; section headers for the
      shrunk .rela.dyn and the moved tables, and a new .relr.dyn (SHT_RELR) appended at
      the end so no section index changes.
+  8. Cut (``cut_freed_pages``, relr form, on the written copy): the whole freed pages
+     leave the file, the PT_LOAD holding them split in two; addresses do not change.
 
 Bad input raises ``ElflayoutError`` (exit 2, one line) from the checks of steps 1-4;
 anything else escaping from here is a bug, not a verdict on the input.
@@ -98,6 +100,7 @@ class Plan:
     truncate_at: int | None = None      # new tail (section names + headers) from here
     tail: bytes = b""
     stats: dict = field(default_factory=dict)
+    free_range: tuple | None = None     # [lo, hi) file offsets of the freed, zeroed bytes
 
 
 @dataclass
@@ -723,7 +726,8 @@ def plan_pack(img, form: str = "relr") -> Plan:
         freed_bytes=int(lay.freed), encode_s=round(t_enc - t0, 3),
     )
     return Plan(str(img.path), img.size, sel.tgt_file[sel.packable],
-                sel.rel["r_addend"][sel.packable].view(np.uint64), blocks, tail_at, tail, stats)
+                sel.rel["r_addend"][sel.packable].view(np.uint64), blocks, tail_at, tail, stats,
+                (lay.end, lay.rela_end) if ap is None else None)
 
 
 def write_plan(plan: Plan, src, dst) -> None:
@@ -763,9 +767,92 @@ def pack(src, out, verify=None, *, replace: bool = False, form: str = "relr") ->
     st = dict(plan.stats)
     with atomic_output(out, mode=os.stat(src).st_mode & 0o777, replace=replace) as tmp:
         write_plan(plan, src, tmp)
+        if plan.free_range is not None:
+            st["cut"] = cut_freed_pages(tmp, *plan.free_range)
         t2 = time.perf_counter()
         if verify is not None:
             st["check"] = verify(src, tmp)
     st.update(plan_s=round(t1 - t0, 3), write_s=round(t2 - t1, 3), pack_s=round(t2 - t0, 3),
               total_s=round(time.perf_counter() - t0, 3))
     return st
+
+
+# Fewer whole freed pages than this stay in the file: the cut adds a PT_LOAD, which is
+# worth it only when it saves read-around of zeros
+MIN_CUT_PAGES = 2
+
+
+def cut_freed_pages(path, lo: int, hi: int) -> dict:
+    """Step 8: take the whole pages of the freed range ``[lo, hi)`` out of the file.
+
+    Read-around at the edges of the hot tables reads the zeros the RELATIVE relocations
+    left (libpython: 33 pages, one window on each side of the hole). The PT_LOAD holding
+    them is split in two around the hole: addresses stay, only the file offsets of what
+    follows drop by the cut (a multiple of the page size, so every segment keeps
+    offset ≡ vaddr mod page); ld.so maps the gap PROT_NONE, as for any gap between
+    segments. The program header table stays where it is (strip and objcopy rewrite a
+    file that has it elsewhere, and the library no longer loads): the new entry takes
+    the room after the table, else PT_PHDR's place (optional in a shared library: ld.so
+    finds the table in the PT_LOAD that maps e_phoff); without either nothing is cut
+    (GNU ld puts the first section right after the table and no PT_PHDR in a library). Returns
+    ``{"pages": n, "bytes": n}`` (0 pages and the reason when nothing was cut)."""
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+    eh = np.frombuffer(data, L.EHDR64, count=1).copy()[0]
+    phoff, phnum, shoff, shnum = int(eh["e_phoff"]), int(eh["e_phnum"]), int(eh["e_shoff"]), int(eh["e_shnum"])
+    ph = np.frombuffer(data, L.PHDR64, count=phnum, offset=phoff).copy()
+    sh = np.frombuffer(data, L.SHDR64, count=shnum, offset=shoff).copy()
+
+    def nothing(why):
+        return {"pages": 0, "bytes": 0, "why": why}
+
+    a, b = L.align_up(lo, PAGE), hi // PAGE * PAGE
+    if b - a < MIN_CUT_PAGES * PAGE:
+        return nothing(f"fewer than {MIN_CUT_PAGES} whole freed pages")
+    loads = np.flatnonzero(ph["p_type"] == L.PT_LOAD)
+    k = next((int(i) for i in loads if ph["p_offset"][i] <= lo and hi <= ph["p_offset"][i] + ph["p_filesz"][i]), None)
+    if k is None or any(data[lo:hi]):
+        return nothing("the freed range is not zeroed inside one PT_LOAD")
+    table_end = phoff + phnum * L.PHDR64.itemsize
+    after = [int(sh["sh_offset"][i]) for i in range(shnum) if sh["sh_type"][i] != L.SHT_NOBITS and sh["sh_size"][i]
+             and sh["sh_offset"][i] >= table_end]
+    after += [int(q["p_offset"]) for q in ph if q["p_filesz"] and q["p_offset"] >= table_end]
+    grow = min(after, default=len(data)) - table_end >= L.PHDR64.itemsize
+    phdr = np.flatnonzero(ph["p_type"] == L.PT_PHDR)
+    if not grow and not phdr.size:
+        return nothing("no room for one more program header and no PT_PHDR to give its place")
+    if any(sh["sh_type"][i] != L.SHT_NOBITS and sh["sh_size"][i] and sh["sh_offset"][i] < b
+           and sh["sh_offset"][i] + sh["sh_size"][i] > a for i in range(shnum)):
+        return nothing("a section lies in the freed range")
+    cut = b - a
+    seg = ph[k].copy()
+    vshift = int(seg["p_vaddr"]) - int(seg["p_offset"])
+    first, second = seg.copy(), seg.copy()
+    first["p_filesz"] = first["p_memsz"] = a - int(seg["p_offset"])
+    second["p_offset"] = a
+    second["p_vaddr"] = second["p_paddr"] = b + vshift
+    second["p_filesz"] = int(seg["p_offset"] + seg["p_filesz"]) - b
+    second["p_memsz"] = int(seg["p_offset"] + seg["p_memsz"]) - b
+    ph["p_offset"][ph["p_offset"] >= b] -= np.uint64(cut)
+    ph = np.concatenate([ph[:k], [first, second], ph[k + 1:]]).astype(L.PHDR64)
+    if grow:
+        x = ph["p_type"] == L.PT_PHDR
+        ph["p_filesz"][x] = ph["p_memsz"][x] = ph.nbytes
+    else:
+        ph = ph[ph["p_type"] != L.PT_PHDR]
+    sh["sh_offset"][(sh["sh_offset"] >= a) & (sh["sh_offset"] < b)] = a  # empty sections in the cut
+    sh["sh_offset"][sh["sh_offset"] >= b] -= np.uint64(cut)
+    eh["e_phnum"] = ph.size
+    if shoff >= b:
+        eh["e_shoff"] = shoff - cut
+    data[phoff:phoff + ph.nbytes] = ph.tobytes()
+    out = data[:a] + data[b:]
+    out[0:L.EHDR64.itemsize] = eh.tobytes()
+    new_shoff = int(eh["e_shoff"])
+    out[new_shoff:new_shoff + sh.nbytes] = sh.tobytes()
+    with open(path, "r+b") as f:
+        f.write(out)
+        f.truncate(len(out))
+        f.flush()
+        os.fsync(f.fileno())
+    return {"pages": cut // PAGE, "bytes": cut, "program_header": "added" if grow else "in PT_PHDR's place"}

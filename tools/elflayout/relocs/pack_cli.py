@@ -27,6 +27,9 @@ Only word-aligned R_X86_64_RELATIVE relocations into file-backed data are packed
 other relocation keeps its order. No code or data address moves; only dynamic-linking tables
 (.gnu.hash, .gnu.version*) slide by a few bytes to add the GLIBC_ABI_DT_RELR version need. Without spare DT_NULL
 slots (lld) the dynamic array moves into the freed space (read-only PT_DYNAMIC, glibc >= 2.35).
+relr form: the freed whole pages leave the file (read-around would read their zeros): the first
+PT_LOAD is split around them, addresses unchanged, when the program header table has room for
+one more entry or a PT_PHDR to give its place (lld and gold outputs; GNU ld leaves neither).
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
 Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input.
 See docs/relocation-packing.md.
@@ -129,6 +132,10 @@ def run(args) -> int:
     if st["moved_sections"]:
         print("  tables moved: " + ", ".join(f"{k} {v:+,} bytes" for k, v in st["moved_sections"].items()))
     print(f"  {st['freed_bytes']:,} bytes freed (zeroed); packed in {st['pack_s']:.2f} s")
+    if st.get("cut"):
+        c = st["cut"]
+        print(f"  {c['pages']:,} whole freed pages cut from the file (program header {c['program_header']})" if c["pages"]
+              else f"  freed pages kept in the file: {c['why']}")
     if "check" in st:
         c = st["check"]
         print(f"  check: relocated images equal at {len(c['bases'])} load bases ({c['compared_bytes']:,} bytes "

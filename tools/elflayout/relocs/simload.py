@@ -290,13 +290,59 @@ def _section_at(img, vaddr) -> str:
     return "(no section)"
 
 
+def _joined(ph: np.ndarray) -> np.ndarray:
+    """Program headers with a PT_LOAD split around a cut of freed pages (``pack.
+    cut_freed_pages``: same flags, the first part without bss, a page-aligned gap) joined
+    back into one, as it was before the cut."""
+    out, i = [], 0
+    while i < ph.size:
+        p = ph[i].copy()
+        q = ph[i + 1] if i + 1 < ph.size else None
+        if q is not None and p["p_type"] == q["p_type"] == L.PT_LOAD and p["p_flags"] == q["p_flags"] \
+                and p["p_filesz"] == p["p_memsz"] and int(q["p_vaddr"]) % elfcore.PAGE == 0 \
+                and int(q["p_vaddr"]) > int(p["p_vaddr"] + p["p_memsz"]) \
+                and int(q["p_vaddr"]) - int(p["p_vaddr"]) - (int(q["p_offset"]) - int(p["p_offset"])) > 0:
+            p["p_filesz"] = int(q["p_vaddr"] + q["p_filesz"]) - int(p["p_vaddr"])
+            p["p_memsz"] = int(q["p_vaddr"] + q["p_memsz"]) - int(p["p_vaddr"])
+            i += 1
+        out.append(p)
+        i += 1
+    return np.array(out, L.PHDR64)
+
+
+def _misplaced(ph: np.ndarray) -> list:
+    """Segments with file bytes whose offset is not the one their PT_LOAD maps to their
+    address (the image compare reads through PT_LOADs only)."""
+    loads = ph[ph["p_type"] == L.PT_LOAD]
+    out = []
+    for p in ph[(ph["p_type"] != L.PT_LOAD) & (ph["p_filesz"] > 0)]:
+        v, o = int(p["p_vaddr"]), int(p["p_offset"])
+        home = [q for q in loads if q["p_vaddr"] <= v and v + int(p["p_filesz"]) <= q["p_vaddr"] + q["p_filesz"]]
+        if not home or o - int(home[0]["p_offset"]) != v - int(home[0]["p_vaddr"]):
+            out.append(p)
+    return out
+
+
+def _offsets_aside(ph: np.ndarray) -> np.ndarray:
+    """File offsets zeroed (the image compare proves each address holds the same bytes)
+    and PT_PHDR left out (optional in a shared library; the cut may give its place to
+    the split PT_LOAD)."""
+    ph = ph[ph["p_type"] != L.PT_PHDR].copy()
+    ph["p_offset"] = 0
+    return ph
+
+
 def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     """Field-by-field checks of what the byte compare leaves out; returns problems found."""
     bad = []
-    shoff, flags, shnum = (L.field_offset(L.EHDR64, f) for f in ("e_shoff", "e_flags", "e_shnum"))
-    if a.img.mm[:shoff] != b.img.mm[:shoff] or a.img.mm[flags:shnum] != b.img.mm[flags:shnum]:
-        bad.append("ELF header differs in more than e_shoff/e_shnum")
-    pa, pb = a.phdrs, b.phdrs
+    ha, hb = (np.frombuffer(x.img.mm, L.EHDR64, count=1).copy() for x in (a, b))
+    for h in (ha, hb):  # where the headers are may change (pack's cut of freed pages), not what
+        h["e_shoff"] = h["e_shnum"] = h["e_shstrndx"] = h["e_phoff"] = h["e_phnum"] = 0
+    if ha.tobytes() != hb.tobytes():
+        bad.append("ELF header differs in more than e_shoff/e_shnum/e_shstrndx/e_phoff/e_phnum")
+    pa, pb = _offsets_aside(_joined(a.phdrs)), _offsets_aside(_joined(b.phdrs))
+    bad += [f"segment {int(p['p_type']):#x} at vaddr {int(p['p_vaddr']):#x}: its file offset is not where its PT_LOAD "
+            "maps that address" for p in _misplaced(b.phdrs)]
     if ap_b := b.applier():  # the code segment grew to hold the routine: nothing else
         pb = pb.copy()
         x = (pb["p_type"] == L.PT_LOAD) & (pb["p_flags"] & L.PF_X != 0)
