@@ -411,6 +411,22 @@ def _version_need(inp: _Input) -> _VersionNeed:
     return out
 
 
+def _phdr_table_end(inp: _Input) -> int:
+    return int(inp.img.elf.header["e_phoff"]) + inp.phdrs.nbytes
+
+
+def _phdr_reserve(inp: _Input, alloc, freed: int) -> int:
+    """Bytes to leave after the program header table for the entry the cut of the freed
+    pages adds (``cut_freed_pages``): one entry when the table has no room after it and no
+    PT_PHDR to give its place (GNU ld's libraries), else 0; relr form only, and only when
+    the ``freed`` bytes will hold whole pages to cut (the RELR table takes a few)."""
+    if inp.form != "relr" or np.any(inp.phdrs["p_type"] == L.PT_PHDR) or freed < (MIN_CUT_PAGES + 2) * PAGE:
+        return 0
+    end = _phdr_table_end(inp)
+    nxt = min([o for o, _ in alloc if o >= end], default=end)
+    return L.PHDR64.itemsize if nxt - end < L.PHDR64.itemsize else 0
+
+
 def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
     """Step 4: the run slid forward, then the kept relocations and the RELR table."""
     img, shdrs, names = inp.img, inp.shdrs, inp.names
@@ -420,18 +436,24 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
     alloc = [(int(s["sh_offset"]), i) for i, s in enumerate(shdrs)
              if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and s["sh_size"] > 0]
     run_start = min([inp.sh(i, "sh_offset") for i in vn.grow] + [rela_off])
+    reserve = _phdr_reserve(inp, alloc, int(sel.packable.sum()) * L.RELA64.itemsize)
+    if reserve:  # the run starts right after the program headers and leaves room for one more
+        run_start = min([o for o, _ in alloc if o >= _phdr_table_end(inp)] + [run_start])
     in_run = sorted((o, i) for o, i in alloc if run_start <= o < rela_off)
     load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
                  and p["p_offset"] <= run_start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
     if load is None:
         _fail(img, "cannot grow the version tables in place: they and .rela.dyn are not in one PT_LOAD")
+    movable = L.MOVABLE_TYPES | ({L.SHT_NOTE} if reserve else set())  # PT_NOTE follows its note (_headers)
     for o, i in in_run:
-        if int(shdrs[i]["sh_type"]) not in L.MOVABLE_TYPES or (shdrs[i]["sh_flags"] & L.SHF_WRITE):
+        if int(shdrs[i]["sh_type"]) not in movable or (shdrs[i]["sh_flags"] & L.SHF_WRITE):
             _fail(img, f"cannot grow .dynstr/.gnu.version_r in place: section {names[i]} lies between them "
                        "and .rela.dyn and is not a dynamic-linking table that may move")
+    notes = {o for o, i in in_run if shdrs[i]["sh_type"] == L.SHT_NOTE}
     for p in inp.phdrs:  # a note/eh_frame segment inside the run would lose its bytes
         if p["p_type"] not in (L.PT_LOAD, L.PT_PHDR) and p["p_filesz"] and \
-                p["p_offset"] < rela_end and p["p_offset"] + p["p_filesz"] > run_start:
+                p["p_offset"] < rela_end and p["p_offset"] + p["p_filesz"] > run_start and \
+                not (p["p_type"] == L.PT_NOTE and int(p["p_offset"]) in notes):
             _fail(img, f"cannot rewrite the tables: segment type {int(p['p_type']):#x} overlaps them")
     # Addends go into target words; none may sit in the bytes rewritten here.
     tf = sel.tgt_file[sel.packable]
@@ -440,7 +462,7 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
         _fail(img, "a RELATIVE relocation targets the dynamic-linking tables themselves; refusing to pack")
     blk = np.zeros(rela_end - run_start, np.uint8)
     moved = {}
-    cur = run_start
+    cur = run_start + reserve
     for o, i in in_run:
         content = vn.grow.get(i)
         if content is None:
@@ -626,18 +648,23 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
     img, shdrs, phdrs = inp.img, inp.shdrs, inp.phdrs
     hdr = img.elf.header
     blocks = []
+    ph = phdrs.copy()
     if ap is not None:  # the executable PT_LOAD now ends after the routine
-        ph = phdrs.copy()
         g = ph[ap.seg]
         g["p_filesz"] = g["p_memsz"] = ap.off + len(ap.data) - int(g["p_offset"])
-        blocks.append((hdr["e_phoff"], ph.tobytes()))
     if dy.new_dyn_off is not None:
-        ph = phdrs.copy()
         k = int(np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0][0])
         ph["p_offset"][k] = dy.new_dyn_off
         ph["p_vaddr"][k] = ph["p_paddr"][k] = dy.new_dyn_off + lay.vshift
         ph["p_filesz"][k] = ph["p_memsz"][k] = dy.new_dyn.nbytes
         ph["p_flags"][k] = L.PF_R
+    for i, sft in dy.shift.items():  # a note slid with the run (_phdr_reserve): its PT_NOTE too
+        x = (ph["p_type"] == L.PT_NOTE) & (ph["p_offset"] == inp.sh(i, "sh_offset"))
+        if sft and shdrs[i]["sh_type"] == L.SHT_NOTE and x.any():
+            ph["p_offset"][x] += np.uint64(sft)
+            ph["p_vaddr"][x] += np.uint64(dy.ashift[i])
+            ph["p_paddr"][x] += np.uint64(dy.ashift[i])
+    if ph.tobytes() != phdrs.tobytes():
         blocks.append((hdr["e_phoff"], ph.tobytes()))
     sh = shdrs.copy()
     for i, s in dy.shift.items():
@@ -793,8 +820,9 @@ def cut_freed_pages(path, lo: int, hi: int) -> dict:
     segments. The program header table stays where it is (strip and objcopy rewrite a
     file that has it elsewhere, and the library no longer loads): the new entry takes
     the room after the table, else PT_PHDR's place (optional in a shared library: ld.so
-    finds the table in the PT_LOAD that maps e_phoff); without either nothing is cut
-    (GNU ld puts the first section right after the table and no PT_PHDR in a library). Returns
+    finds the table in the PT_LOAD that maps e_phoff); GNU ld leaves neither, so
+    ``_layout`` slides the tables after the table (the build-id note with them) by one
+    entry (``_phdr_reserve``). Returns
     ``{"pages": n, "bytes": n}`` (0 pages and the reason when nothing was cut)."""
     with open(path, "r+b") as f:
         data = bytearray(f.read())

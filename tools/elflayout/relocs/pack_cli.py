@@ -28,8 +28,8 @@ other relocation keeps its order. No code or data address moves; only dynamic-li
 (.gnu.hash, .gnu.version*) slide by a few bytes to add the GLIBC_ABI_DT_RELR version need. Without spare DT_NULL
 slots (lld) the dynamic array moves into the freed space (read-only PT_DYNAMIC, glibc >= 2.35).
 relr form: the freed whole pages leave the file (read-around would read their zeros): the first
-PT_LOAD is split around them, addresses unchanged, when the program header table has room for
-one more entry or a PT_PHDR to give its place (lld and gold outputs; GNU ld leaves neither).
+PT_LOAD is split around them, addresses unchanged; its new program header takes PT_PHDR's place
+(lld, gold) or room made after the table (GNU ld: the tables and the note slide by one entry).
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
 Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input.
 See docs/relocation-packing.md.

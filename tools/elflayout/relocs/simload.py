@@ -269,7 +269,8 @@ class Loaded:
         for s in self.img.sections:
             t = L.sh_type_number(s.type)
             alloc_strtab = t == L.SHT_STRTAB and s.flags & L.SHF_ALLOC
-            if (t in META_TYPES or alloc_strtab) and s.flags & L.SHF_ALLOC:
+            # notes may slide with the tables (pack._phdr_reserve): compared by content (_notes)
+            if (t in META_TYPES or alloc_strtab or t == L.SHT_NOTE) and s.flags & L.SHF_ALLOC:
                 out.append((s.addr, s.addr + s.size))
         return out
 
@@ -329,7 +330,14 @@ def _offsets_aside(ph: np.ndarray) -> np.ndarray:
     the split PT_LOAD)."""
     ph = ph[ph["p_type"] != L.PT_PHDR].copy()
     ph["p_offset"] = 0
+    x = ph["p_type"] == L.PT_NOTE  # a note slides with the tables after the headers (_notes compares them)
+    ph["p_vaddr"][x] = ph["p_paddr"][x] = 0
     return ph
+
+
+def _notes(l: "Loaded") -> list[bytes]:
+    return [l.img.buf[int(p["p_offset"]):int(p["p_offset"] + p["p_filesz"])].tobytes()
+            for p in l.phdrs if p["p_type"] == L.PT_NOTE]
 
 
 def compare_tables(a: Loaded, b: Loaded) -> list[str]:
@@ -341,6 +349,8 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     if ha.tobytes() != hb.tobytes():
         bad.append("ELF header differs in more than e_shoff/e_shnum/e_shstrndx/e_phoff/e_phnum")
     pa, pb = _offsets_aside(_joined(a.phdrs)), _offsets_aside(_joined(b.phdrs))
+    if _notes(a) != _notes(b):
+        bad.append("PT_NOTE contents differ")
     bad += [f"segment {int(p['p_type']):#x} at vaddr {int(p['p_vaddr']):#x}: its file offset is not where its PT_LOAD "
             "maps that address" for p in _misplaced(b.phdrs)]
     if ap_b := b.applier():  # the code segment grew to hold the routine: nothing else
