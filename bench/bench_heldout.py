@@ -41,6 +41,7 @@ from elflayout.order import heldout  # noqa: E402
 from elflayout.profile import model, record  # noqa: E402
 from elflayout.targets import libllvm  # noqa: E402
 
+TRAININGS = ("held-out", "broad", "small", "wide", "corpus")
 WORK = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-heldout"
 TOLERANCE = 0.03  # issue 16: within 3% of an order trained on the held-out workload itself
 
@@ -86,6 +87,20 @@ def training_small(s: dict) -> list[record.Workload]:
     the larger module's compiles need, and the support-first rules place it before it."""
     return training_only(s) + [record.Workload("llc -O2 training-small.ll", [
         str(s["llc"]), "-O2", str(libllvm.training_small_ll()), "-o", "/dev/null"])]
+
+
+def training_corpus(s: dict) -> list[record.Workload]:
+    """``training_only`` and ``llc -O2`` on each module of a training corpus: the small
+    integer module (``TRAINING_SMALL_LL``) and one module per family of features
+    (``libllvm.training_corpus``: floating point, vectors, aggregates, calls and varargs,
+    exceptions, atomics, switches; never the held-out example). As an orderfile pipeline
+    trains on several representative workloads: code that every compile runs is shared
+    by many training compiles, code one feature needs by few, so the support-first rule
+    (``shared``) places the first before the second."""
+    llc = str(s["llc"])
+    mods = {"training-small": libllvm.training_small_ll()} | libllvm.training_corpus()
+    return training_only(s) + [record.Workload(f"llc -O2 {n}.ll", [llc, "-O2", str(m), "-o", "/dev/null"])
+                               for n, m in mods.items()]
 
 
 def set_key(lib: Path, wls: list[record.Workload]) -> str:
@@ -176,19 +191,20 @@ def measured(args, s: dict) -> list[dict]:
 def all_workloads(args, s: dict) -> tuple[list[record.Workload], list[record.Workload]]:
     """(held-out workloads, every workload recorded: the held-out ones first)."""
     held = workloads(s)
-    extra = {"broad": training_only, "small": training_small, "wide": training_wide, "held-out": lambda _s: []}[args.training](s)
+    extra = {"broad": training_only, "small": training_small, "wide": training_wide, "corpus": training_corpus,
+             "held-out": lambda _s: []}[args.training](s)
     return held, held + extra
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--read-ahead-kb", type=int, default=128)
-    ap.add_argument("--combine", default="shared", choices=("earliest", "shared", "mean", "concat"))
+    ap.add_argument("--combine", default="shared", choices=("earliest", "shared", "phased", "mean", "concat"))
     ap.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     ap.add_argument("--measure", action="store_true",
                     help="also relink libLLVM (lld) ordered by the others / by itself per held-out workload and "
                          "measure pages read (root, tracefs; minutes per workload)")
-    ap.add_argument("--training", choices=("broad", "small", "wide", "held-out"), default="broad",
+    ap.add_argument("--training", choices=TRAININGS, default="broad",
                     help="train on the other held-out workloads and the training-only ones (compiles of another "
                          "module, other tools; default), those and an -O2 compile of a second, small training "
                          "module (small), those and more kinds of compile (wide), or on the other held-out "
@@ -248,9 +264,6 @@ def main() -> int:
                                                "combine": args.combine, "rows": rows, "alternatives": alt},
                                               indent=1))
     return 0
-
-
-TRAININGS = ("held-out", "broad", "small", "wide")
 
 
 def alternatives(args, s: dict, lib: Path, held: list[record.Workload]) -> list[dict]:
