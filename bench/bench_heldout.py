@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Held-out figures: how an order does on libLLVM-16 startups it was not trained on.
 
-    python3 bench/bench_heldout.py [--training broad|small|wide|held-out] [--read-ahead-kb 128] [--combine shared]
+    python3 bench/bench_heldout.py [--training corpus|broad|small|wide|held-out] [--read-ahead-kb 128] [--combine shared]
                                    [--no-alternatives]
     python3 bench/bench_heldout.py --measure [--training ...] [--only WORKLOAD] [--runs 3]
 
 Profiles Debian's libLLVM-16 (the shipped, unordered library) with the valgrind backend
 as one profile set (``elflayout.profile.record.record_set``): five held-out workloads
 (``llc-16 -O2`` on a small ``.ll``, ``opt-16 --version``, and ``llc-16 --version`` with
-stdout on ``/dev/null``, on a pipe and on a file) and, with ``--training broad`` (the
-default) or ``wide``, workloads that only train (``training_only``: compiles of another
-module, other tools; never the held-out module). Then cross-validates
+stdout on ``/dev/null``, on a pipe and on a file) and workloads that only train
+(``--training corpus``, the default: ``training_corpus``, compiles of a corpus of modules
+one per family of features, and ``training_only``: compiles of another module, other
+tools; ``broad``, ``small``, ``wide``: smaller sets; never the held-out module). Then cross-validates
 (``elflayout.order.heldout.cross_validate``): for each held-out workload, the pages the
 readahead model predicts for the library as it is, ordered by every other workload
 (``heldout.training_set``: never one that runs its exact command), and ordered by the
@@ -204,11 +205,12 @@ def main() -> int:
     ap.add_argument("--measure", action="store_true",
                     help="also relink libLLVM (lld) ordered by the others / by itself per held-out workload and "
                          "measure pages read (root, tracefs; minutes per workload)")
-    ap.add_argument("--training", choices=TRAININGS, default="broad",
-                    help="train on the other held-out workloads and the training-only ones (compiles of another "
-                         "module, other tools; default), those and an -O2 compile of a second, small training "
-                         "module (small), those and more kinds of compile (wide), or on the other held-out "
-                         "workloads alone")
+    ap.add_argument("--training", choices=TRAININGS, default="corpus",
+                    help="train on the other held-out workloads, the training-only ones and -O2 compiles of a "
+                         "corpus of modules, one per family of features (corpus, default); the other held-out "
+                         "workloads and the training-only ones (compiles of another module, other tools: broad), "
+                         "those and an -O2 compile of a second, small training module (small), those and more "
+                         "kinds of compile (wide), or the other held-out workloads alone (held-out)")
     ap.add_argument("--no-alternatives", action="store_true",
                     help="skip the table of the other combination rules and training sets (model only)")
     ap.add_argument("--only", action="append", metavar="WORKLOAD", help="--measure: only these held-out workloads")
