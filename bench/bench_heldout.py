@@ -1,27 +1,29 @@
 #!/usr/bin/env python3
 """Held-out figures: how an order does on libLLVM-16 startups it was not trained on.
 
-    python3 bench/bench_heldout.py [--training corpus|broad|small|wide|held-out] [--read-ahead-kb 128] [--combine shared]
+    python3 bench/bench_heldout.py [--training corpus|broad|small|wide|held-out] [--read-ahead-kb 128] [--combine phased]
                                    [--no-alternatives]
     python3 bench/bench_heldout.py --measure [--training ...] [--only WORKLOAD] [--runs 3]
 
 Profiles Debian's libLLVM-16 (the shipped, unordered library) with the valgrind backend
 as one profile set (``elflayout.profile.record.record_set``): five held-out workloads
 (``llc-16 -O2`` on a small ``.ll``, ``opt-16 --version``, and ``llc-16 --version`` with
-stdout on ``/dev/null``, on a pipe and on a file) and workloads that only train
-(``--training corpus``, the default: ``training_corpus``, compiles of a corpus of modules
-one per family of features, and ``training_only``: compiles of another module, other
-tools; ``broad``, ``small``, ``wide``: smaller sets; never the held-out module). Then cross-validates
-(``elflayout.order.heldout.cross_validate``): for each held-out workload, the pages the
-readahead model predicts for the library as it is, ordered by every other workload
+stdout on ``/dev/null``, on a pipe and on a file) and workloads that only train (never
+the held-out module): with ``--training corpus`` (the default), ``llc -O2`` of a corpus
+of modules, one per family of features (``training_corpus``), and ``training_only``
+(compiles of another module, other tools); ``broad``, ``small`` and ``wide`` are the
+smaller sets compared. Then cross-validates (``elflayout.order.heldout.cross_validate``,
+rule ``phased`` by default): for each held-out workload, the pages the readahead model
+predicts for the library as it is, ordered by every other workload
 (``heldout.training_set``: never one that runs its exact command), and ordered by the
 workload itself (virtual code layouts; see docs/ordering.md, "Held-out evaluation").
 Prints the table and the two checks: within 3% of the self-trained order, never more
 than unordered; then the same figures under every other combination rule and training
-set (``alternatives``), so that the choice is shown beside what it gives. Predictions, not measurements; ``--measure`` measures the same on real
-lld relinks of libLLVM (ordered by the others' profile set, and by the workload
-itself, via ``elflayout order --format lld``). Profile sets are cached (by the
-library's build-id and the workloads) in the elflayout cache.
+set (``alternatives``), so that the choice is shown beside what it gives. Predictions,
+not measurements; ``--measure`` measures the same on real lld relinks of libLLVM
+(ordered by the others' profile set, and by the workload itself, via ``elflayout order
+--format lld``). Profile sets are cached (by the library's build-id and the workloads)
+in the elflayout cache.
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def all_workloads(args, s: dict) -> tuple[list[record.Workload], list[record.Wor
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--read-ahead-kb", type=int, default=128)
-    ap.add_argument("--combine", default="shared", choices=("earliest", "shared", "phased", "mean", "concat"))
+    ap.add_argument("--combine", default="phased", choices=("earliest", "shared", "phased", "mean", "concat"))
     ap.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     ap.add_argument("--measure", action="store_true",
                     help="also relink libLLVM (lld) ordered by the others / by itself per held-out workload and "
