@@ -96,7 +96,8 @@ def training_corpus(s: dict) -> list[record.Workload]:
     """``training_only`` and ``llc -O2`` on each module of a training corpus: the small
     integer module (``TRAINING_SMALL_LL``) and one module per family of features
     (``libllvm.training_corpus``: floating point, vectors, aggregates, calls and varargs,
-    exceptions, atomics, switches; never the held-out example). As an orderfile pipeline
+    exceptions, atomics, switches, and typical integer and pointer code; never the
+    held-out example). As an orderfile pipeline
     trains on several representative workloads: code that every compile runs is shared
     by many training compiles, code one feature needs by few, so the support-first rule
     (``shared``) places the first before the second."""

@@ -294,7 +294,8 @@ def training_small_ll() -> Path:
 
 # A training corpus of small modules, one per family of code-generation features
 # (llvm_corpus/*.ll, next to this file: floating point, vectors, aggregates and memcpy,
-# calls and varargs, exceptions, atomics and TLS, switches and strings). Compiled one by
+# calls and varargs, exceptions, atomics and TLS, switches and strings, and typical
+# integer and pointer code: sorting, a linked list, hashing, a scanner). Compiled one by
 # one, it tells code every compile runs (run by many of them) from feature-specific code
 # (run by few); see docs/ordering.md, "Held-out evaluation". Never the held-out example.
 CORPUS_DIR = Path(__file__).resolve().parent / "llvm_corpus"
