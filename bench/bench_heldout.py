@@ -1,26 +1,29 @@
 #!/usr/bin/env python3
 """Held-out figures: how an order does on libLLVM-16 startups it was not trained on.
 
-    python3 bench/bench_heldout.py [--training broad|small|wide|held-out] [--read-ahead-kb 128] [--combine shared]
+    python3 bench/bench_heldout.py [--training corpus|broad|small|wide|held-out] [--read-ahead-kb 128] [--combine phased]
                                    [--no-alternatives]
     python3 bench/bench_heldout.py --measure [--training ...] [--only WORKLOAD] [--runs 3]
 
 Profiles Debian's libLLVM-16 (the shipped, unordered library) with the valgrind backend
 as one profile set (``elflayout.profile.record.record_set``): five held-out workloads
 (``llc-16 -O2`` on a small ``.ll``, ``opt-16 --version``, and ``llc-16 --version`` with
-stdout on ``/dev/null``, on a pipe and on a file) and, with ``--training broad`` (the
-default) or ``wide``, workloads that only train (``training_only``: compiles of another
-module, other tools; never the held-out module). Then cross-validates
-(``elflayout.order.heldout.cross_validate``): for each held-out workload, the pages the
-readahead model predicts for the library as it is, ordered by every other workload
+stdout on ``/dev/null``, on a pipe and on a file) and workloads that only train (never
+the held-out module): with ``--training corpus`` (the default), ``llc -O2`` of a corpus
+of modules, one per family of features (``training_corpus``), and ``training_only``
+(compiles of another module, other tools); ``broad``, ``small`` and ``wide`` are the
+smaller sets compared. Then cross-validates (``elflayout.order.heldout.cross_validate``,
+rule ``phased`` by default): for each held-out workload, the pages the readahead model
+predicts for the library as it is, ordered by every other workload
 (``heldout.training_set``: never one that runs its exact command), and ordered by the
 workload itself (virtual code layouts; see docs/ordering.md, "Held-out evaluation").
 Prints the table and the two checks: within 3% of the self-trained order, never more
 than unordered; then the same figures under every other combination rule and training
-set (``alternatives``), so that the choice is shown beside what it gives. Predictions, not measurements; ``--measure`` measures the same on real
-lld relinks of libLLVM (ordered by the others' profile set, and by the workload
-itself, via ``elflayout order --format lld``). Profile sets are cached (by the
-library's build-id and the workloads) in the elflayout cache.
+set (``alternatives``), so that the choice is shown beside what it gives. Predictions,
+not measurements; ``--measure`` measures the same on real lld relinks of libLLVM
+(ordered by the others' profile set, and by the workload itself, via ``elflayout order
+--format lld``). Profile sets are cached (by the library's build-id and the workloads)
+in the elflayout cache.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from elflayout.order import heldout  # noqa: E402
 from elflayout.profile import model, record  # noqa: E402
 from elflayout.targets import libllvm  # noqa: E402
 
+TRAININGS = ("held-out", "broad", "small", "wide", "corpus")
 WORK = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-heldout"
 TOLERANCE = 0.03  # issue 16: within 3% of an order trained on the held-out workload itself
 
@@ -86,6 +90,21 @@ def training_small(s: dict) -> list[record.Workload]:
     the larger module's compiles need, and the support-first rules place it before it."""
     return training_only(s) + [record.Workload("llc -O2 training-small.ll", [
         str(s["llc"]), "-O2", str(libllvm.training_small_ll()), "-o", "/dev/null"])]
+
+
+def training_corpus(s: dict) -> list[record.Workload]:
+    """``training_only`` and ``llc -O2`` on each module of a training corpus: the small
+    integer module (``TRAINING_SMALL_LL``) and one module per family of features
+    (``libllvm.training_corpus``: floating point, vectors, aggregates, calls and varargs,
+    exceptions, atomics, switches, and typical integer and pointer code; never the
+    held-out example). As an orderfile pipeline
+    trains on several representative workloads: code that every compile runs is shared
+    by many training compiles, code one feature needs by few, so the support-first rule
+    (``shared``) places the first before the second."""
+    llc = str(s["llc"])
+    mods = {"training-small": libllvm.training_small_ll()} | libllvm.training_corpus()
+    return training_only(s) + [record.Workload(f"llc -O2 {n}.ll", [llc, "-O2", str(m), "-o", "/dev/null"])
+                               for n, m in mods.items()]
 
 
 def set_key(lib: Path, wls: list[record.Workload]) -> str:
@@ -176,23 +195,25 @@ def measured(args, s: dict) -> list[dict]:
 def all_workloads(args, s: dict) -> tuple[list[record.Workload], list[record.Workload]]:
     """(held-out workloads, every workload recorded: the held-out ones first)."""
     held = workloads(s)
-    extra = {"broad": training_only, "small": training_small, "wide": training_wide, "held-out": lambda _s: []}[args.training](s)
+    extra = {"broad": training_only, "small": training_small, "wide": training_wide, "corpus": training_corpus,
+             "held-out": lambda _s: []}[args.training](s)
     return held, held + extra
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--read-ahead-kb", type=int, default=128)
-    ap.add_argument("--combine", default="shared", choices=("earliest", "shared", "mean", "concat"))
+    ap.add_argument("--combine", default="phased", choices=("earliest", "shared", "phased", "mean", "concat"))
     ap.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     ap.add_argument("--measure", action="store_true",
                     help="also relink libLLVM (lld) ordered by the others / by itself per held-out workload and "
                          "measure pages read (root, tracefs; minutes per workload)")
-    ap.add_argument("--training", choices=("broad", "small", "wide", "held-out"), default="broad",
-                    help="train on the other held-out workloads and the training-only ones (compiles of another "
-                         "module, other tools; default), those and an -O2 compile of a second, small training "
-                         "module (small), those and more kinds of compile (wide), or on the other held-out "
-                         "workloads alone")
+    ap.add_argument("--training", choices=TRAININGS, default="corpus",
+                    help="train on the other held-out workloads, the training-only ones and -O2 compiles of a "
+                         "corpus of modules, one per family of features (corpus, default); the other held-out "
+                         "workloads and the training-only ones (compiles of another module, other tools: broad), "
+                         "those and an -O2 compile of a second, small training module (small), those and more "
+                         "kinds of compile (wide), or the other held-out workloads alone (held-out)")
     ap.add_argument("--no-alternatives", action="store_true",
                     help="skip the table of the other combination rules and training sets (model only)")
     ap.add_argument("--only", action="append", metavar="WORKLOAD", help="--measure: only these held-out workloads")
@@ -248,9 +269,6 @@ def main() -> int:
                                                "combine": args.combine, "rows": rows, "alternatives": alt},
                                               indent=1))
     return 0
-
-
-TRAININGS = ("held-out", "broad", "small", "wide")
 
 
 def alternatives(args, s: dict, lib: Path, held: list[record.Workload]) -> list[dict]:

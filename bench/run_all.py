@@ -96,6 +96,9 @@ BENCHES = [
     Bench("heldout", "bench_heldout.py", (),
           "Held-out startups: libLLVM-16 ordered by the other workloads vs by the workload itself "
           "(cross-validation, readahead-model predictions)", "128 (modelled)"),
+    Bench("heldout_measured", "bench_heldout.py", ("--measure", "--runs", "3"),
+          "Held-out startups measured: libLLVM-16 relinked with lld, ordered by the other workloads vs by the "
+          "workload itself vs unordered (pages read; relinks cached, about 5 min)", RA_SET, markdown=True),
     Bench("peers", "bench_peers.py", ("--runs", "3"),
           "Peers side by side on libLLVM-16 (llc-16 --version): Debian's library, lld default, lld RELR, "
           "lld C3 from callgrind (with and without RELR), BOLT from an instrumented profile (with and without "

@@ -519,7 +519,7 @@ def test_order_combine_rules(synth, tmp_path):
     p, parts = _two_workloads(synth, tmp_path)
     a, b = [f["name"] for f in parts["a"]], [f["name"] for f in parts["b"]]
     got = {}
-    for rule in ("concat", "earliest", "mean", "shared"):
+    for rule in ("concat", "earliest", "mean", "shared", "phased"):
         out = tmp_path / f"{rule}.order"
         run_cli("order", p, "--format", "lld", "--combine", rule, "-o", out, check=0)
         got[rule] = [ln for ln in out.read_text().splitlines() if ln and not ln.startswith("#")]
@@ -626,9 +626,9 @@ def test_cross_validation_never_trains_on_the_held_out_command(synth, tmp_path):
 
 
 def test_heldout_training_modules_are_not_the_held_out_module(tmp_path):
-    """The benchmark's training compiles (``TRAINING_LL``, ``TRAINING_SMALL_LL``) are
-    modules llc-16 compiles, and none defines a function of the held-out example module:
-    the held-out compile is never trained on."""
+    """The benchmark's training compiles (``TRAINING_LL``, ``TRAINING_SMALL_LL``, the
+    corpus ``training_corpus``) are modules llc-16 compiles, and none defines a function
+    of the held-out example module: the held-out compile is never trained on."""
     import re
 
     from elflayout.targets import libllvm
@@ -637,7 +637,10 @@ def test_heldout_training_modules_are_not_the_held_out_module(tmp_path):
     defined = lambda text: set(re.findall(r"^define [^@]*@(\w+)", text, re.M))  # noqa: E731
     example = defined(libllvm.EXAMPLE_LL)
     assert example
-    for name, text in (("training", libllvm.TRAINING_LL), ("training-small", libllvm.TRAINING_SMALL_LL)):
+    corpus = {n: p.read_text() for n, p in libllvm.training_corpus().items()}
+    assert len(corpus) >= 8 and libllvm.EXAMPLE_LL not in corpus.values()
+    for name, text in (("training", libllvm.TRAINING_LL), ("training-small", libllvm.TRAINING_SMALL_LL),
+                       *corpus.items()):
         assert defined(text) and not defined(text) & example, name
         src = tmp_path / f"{name}.ll"
         src.write_text(text)

@@ -378,6 +378,31 @@ def test_merge_concat_and_rank(tmp_path):
     assert [f["name"] for f in r["functions"]].index("f2") < [f["name"] for f in r["functions"]].index("f4")
 
 
+def test_merge_phased_keeps_a_short_workloads_code_together(tmp_path):
+    """Two short workloads (s1, s2: a startup, and b printed by the startups only) and
+    three long ones (the startup, then c*, and l* run by fewer): ``shared`` puts b after
+    c*, which more workloads run; ``phased`` puts everything the short phase touches
+    first, then the long phase's code by ``shared``; ``recombine`` agrees with ``merge``."""
+    from elflayout.profile import merge, model
+
+    start = [("a1", 0, "a.o"), ("a2", 8, "a.o")]
+    short = [start + [("b", 16, "b.o")]] * 2
+    common = [(f"c{i}", 16 + 8 * i, "c.o") for i in range(1, 6)]
+    long = [start + common + [("l1", 64, "l.o")], start + common, start + common + [("l2", 72, "l.o")]]
+    docs = [model.parse(_doc("/l.so", "aa", [(n, o, ob, i) for i, (n, o, ob) in enumerate(fs)]))
+            for fs in short + long]
+    names = lambda m: [f["name"] for f in m["targets"][0]["functions"]]  # noqa: E731
+    assert merge.phases([3, 3, 7, 6, 7]) == [0, 0, 1, 0, 1]  # more than twice the smallest of a phase: the next
+    assert merge.phases([3, 3, 7, 7, 7]) == [0, 0, 1, 1, 1]
+    c = ["c1", "c2", "c3", "c4", "c5"]
+    assert names(merge.merge(docs, rule="shared")) == ["a1", "a2", *c, "b", "l1", "l2"]
+    m = merge.merge(docs, rule="phased", workloads=[{"name": f"w{i}"} for i in range(len(docs))])
+    assert names(m) == ["a1", "a2", "b", *c, "l1", "l2"]
+    re = merge.recombine(model.parse(merge.merge(docs, rule="shared", workloads=[{"name": f"w{i}"} for i in range(5)])),
+                         "phased")
+    assert [f.name for f in re.targets[0].functions] == names(m)
+
+
 def test_merge_refuses_other_build(tmp_path):
     from elflayout.fileio import dump_json
 

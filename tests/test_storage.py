@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, need_tool, run_cli
+from conftest import ROOT, need_root_tracefs, need_tool, run_cli
 
 from elflayout.errors import ElflayoutError
 from elflayout.storage import PRESETS, DeviceModel, SlowStorage, resolve, server
+from elflayout.tracefs import TraceSession
 
 PAGE = 4096
 MIB = 1 << 20
@@ -256,6 +257,7 @@ def test_sequential_bandwidth_and_read_ahead(srcdir):
 def test_shared_library_from_mount(tmp_path):
     """ld.so mmaps libLLVM from the mount; cold (evicted) is slower than hot."""
     need_fuse()
+    need_root_tracefs()
     need_tool("llc-16")
     if not LIBLLVM.exists():
         pytest.skip(f"{LIBLLVM} is not installed")
@@ -274,14 +276,20 @@ def test_shared_library_from_mount(tmp_path):
         r = subprocess.run(["llc-16", "--version"], env=env, capture_output=True, text=True)
         cold = time.monotonic() - t
         assert r.returncode == 0 and "LLVM version" in r.stdout
-        wait_fuse_idle(m.path)  # the cold run's read-ahead may still be served
-        st = m.stats()
-        assert st["requests"] > 100 and st["delay_s"] > 0.1  # really read through the mount
-        t = time.monotonic()
-        subprocess.run(["llc-16", "--version"], env=env, capture_output=True, check=True)
-        hot = time.monotonic() - t
-        wait_fuse_idle(m.path)
-        assert m.stats()["requests"] == st["requests"]  # hot run: page cache only
+        # Another process may evict a few of the library's pages before or during the hot
+        # run (memory pressure on a shared machine); each removal is recorded, and only a
+        # removed page may be read again.
+        with TraceSession([lib], kinds=("delete",), buffer_kb=1024) as ts:
+            wait_fuse_idle(m.path)  # the cold run's read-ahead may still be served
+            st = m.stats()
+            assert st["requests"] > 100 and st["delay_s"] > 0.1  # really read through the mount
+            t = time.monotonic()
+            subprocess.run(["llc-16", "--version"], env=env, capture_output=True, check=True)
+            hot = time.monotonic() - t
+            wait_fuse_idle(m.path)
+        removed = int(ts.result.events["npages"].sum())
+        again = m.stats()["requests"] - st["requests"]
+        assert again <= removed, f"hot run made {again} read requests; {removed} pages were evicted"
     assert cold > hot + 0.5 * st["delay_s"]
 
 

@@ -53,7 +53,7 @@ def add_arguments(p) -> None:
     p.add_argument("--cross-validate", action="store_true",
                    help="leave-one-out over the workloads of --profile (a merged profile recorded on LIB)")
     p.add_argument("--combine", default="shared", help="--cross-validate: how the training workloads are "
-                   "combined (shared (default), earliest, mean, concat; as order --combine)")
+                   "combined (shared (default), phased, earliest, mean, concat; as order --combine)")
     p.add_argument("--read-ahead-kb", type=int, default=None,
                    help="held-out predictions: read_ahead_kb to model (default: the profile's, else 128)")
     p.add_argument("--map", metavar="LINK.map", help="link map of LIB: the input section and object of each "

@@ -63,9 +63,10 @@ def add_arguments(p) -> None:
     p.add_argument("--force", action="store_true", help="replace existing output files")
     p.add_argument("--allow-stale-profile", action="store_true",
                    help="use a profile of another build of --lib (names still match; offsets may not)")
-    p.add_argument("--combine", choices=("shared", "earliest", "mean", "concat"),
+    p.add_argument("--combine", choices=("shared", "phased", "earliest", "mean", "concat"),
                    help="a profile of several workloads: re-combine their first-access ranks (shared: what every "
-                        "workload touches first, then what fewer do; earliest: what any workload touches early "
+                        "workload touches first, then what fewer do; phased: shared within phases of workloads "
+                        "grouped by footprint, the short ones' code first; earliest: what any workload touches early "
                         "comes first; mean: what most touch early; concat: the first workload's order, the others "
                         "appended); default: the profile's own order")
     p.add_argument("--report", action="store_true", help="print the resolution report (JSON) on stdout")

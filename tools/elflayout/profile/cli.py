@@ -71,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "code path varies from run to run, e.g. with hash randomisation (default 1)")
     p.add_argument("--combine", choices=RULES, default="shared",
                    help="several runs: how their first-access ranks make the merged order (default shared: what "
-                        "every workload touches first, then what fewer do, each by earliest position; earliest: "
+                        "every workload touches first, then what fewer do, each by earliest position; phased: shared within "
+                        "phases of workloads grouped by footprint, the short ones' code first; earliest: "
                         "earliest position in any workload; see docs/formats/profile.md)")
     p.add_argument("--read-ahead-kb", type=int, default=None, metavar="KB",
                    help="trace: set read_ahead_kb of the targets' device for the run (restored afterwards); "

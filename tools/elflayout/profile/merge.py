@@ -21,6 +21,15 @@ Definitions:
     on; the earliest rank orders each group. Code all startups share stays dense at the
     front, and what only one workload needs does not dilute it (the "common to both
     phases" part of Chromium's phased orderfile, tools/cygprofile/phased_orderfile.py).
+  - ``phased``: ``shared`` within phases. Workloads are put in phases by footprint
+    (functions touched; entries of every list if none): in increasing footprint, a
+    workload touching more than PHASE_FACTOR times as much as the smallest of the current
+    phase starts the next. Everything the first phase touches comes first (itself by
+    ``shared``), then what the next phase adds, and so on: code only short workloads run
+    (a ``--version`` printing its banner) stays with their code rather than after all
+    the code longer workloads share, which costs those a few pages. Chromium's phased
+    orderfile puts the startup phase before the interactive one the same way
+    (tools/cygprofile/phased_orderfile.py); here the phases come from the footprints.
   - ``mean``: the mean rank, a workload that never touched the entry counting 1.0:
     what most workloads need early comes first (Chromium's orderfile pipeline averages
     symbol positions over its profiled runs, tools/cygprofile).
@@ -50,7 +59,11 @@ KEYS = {
     "data_objects": lambda e: e.object,
     "windows": lambda e: (e.page, e.npages),
 }
-RULES = ("earliest", "shared", "mean", "concat", "rank")
+RULES = ("earliest", "shared", "phased", "mean", "concat", "rank")
+# ``phased``: a workload touching more than this many times the footprint of the smallest
+# workload of its phase starts a new phase (a startup against a run that does work; held-
+# out predictions on libLLVM were the same for factors 1.5 to 3, docs/ordering.md).
+PHASE_FACTOR = 2.0
 
 
 def _ident(t: Target):
@@ -66,9 +79,39 @@ def _max_first(p: Profile) -> int:
     return m
 
 
-def combine(ranks: list, rule: str, index: int = 0) -> float:
-    """One sort key from an entry's per-workload ranks (None = not touched)."""
+def phases(footprints: list[int]) -> list[int]:
+    """The phase of each workload from its footprint (see ``phased``): 0 for the smallest."""
+    out = [0] * len(footprints)
+    phase, lo = -1, None
+    for w in sorted(range(len(footprints)), key=lambda w: footprints[w]):
+        if lo is None or footprints[w] > PHASE_FACTOR * lo:
+            phase, lo = phase + 1, footprints[w]
+        out[w] = phase
+    return out
+
+
+def footprints(entries_ranks: dict, n: int) -> list[int]:
+    """Entries each of ``n`` workloads touched: ``entries_ranks`` maps a list name to the
+    rank vectors of its entries; functions if any workload has them, else every list."""
+    def count(lists):
+        got = [0] * n
+        for k in lists:
+            for ranks in entries_ranks.get(k, ()):
+                for w, r in enumerate(ranks):
+                    got[w] += r is not None
+        return got
+
+    f = count(["functions"])
+    return f if any(f) else count(KEYS)
+
+
+def combine(ranks: list, rule: str, index: int = 0, phase: list[int] | None = None) -> float:
+    """One sort key from an entry's per-workload ranks (None = not touched); ``phase``:
+    each workload's phase, for ``phased``."""
     got = [r for r in ranks if r is not None]
+    if rule == "phased":
+        p = min(phase[w] for w, r in enumerate(ranks) if r is not None) if phase else 0
+        return p * (len(ranks) + 1) + combine(ranks, "shared")
     if rule in ("earliest", "rank"):
         return min(got)
     if rule == "mean":
@@ -116,11 +159,13 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
                     if slot[1][w] is None or r < slot[1][w]:
                         slot[1][w] = r
     # 3. the rule's key; 4. renumber
+    ph = phases(footprints({k: [r for ident in order_t for _e, r in lists[ident][k].values()] for k in KEYS}, n)) \
+        if rule == "phased" else None
     keyed = []
     for ti, ident in enumerate(order_t):
         for li, k in enumerate(KEYS):
             for pos, (kk, (e, ranks)) in enumerate(lists[ident][k].items()):
-                keyed.append((combine(ranks, rule), ti, li, pos, ident, k, e, ranks))
+                keyed.append((combine(ranks, rule, phase=ph), ti, li, pos, ident, k, e, ranks))
     keyed.sort(key=lambda x: x[:4])
     out: dict = {ident: {k: [] for k in KEYS} for ident in order_t}
     for i, (_key, _ti, _li, _pos, ident, k, e, ranks) in enumerate(keyed):
@@ -180,13 +225,18 @@ def recombine(profile: Profile, rule: str) -> Profile:
         raise ElflayoutError(f"unknown combination rule {rule!r} (known: {', '.join(RULES)})")
     if not profile.workloads:
         return profile
+    for ti, t in enumerate(profile.targets):
+        for k in KEYS:
+            for pos, e in enumerate(getattr(t, k)):
+                if e.ranks is None or all(r is None for r in e.ranks):
+                    raise ElflayoutError(f"{profile.source}: {t.name}: {k} entry {pos} has no per-workload ranks")
+    ph = phases(footprints({k: [e.ranks for t in profile.targets for e in getattr(t, k)] for k in KEYS},
+                           len(profile.workloads))) if rule == "phased" else None
     keyed = []
     for ti, t in enumerate(profile.targets):
         for li, k in enumerate(KEYS):
             for pos, e in enumerate(getattr(t, k)):
-                if e.ranks is None or all(r is None for r in e.ranks):
-                    raise ElflayoutError(f"{profile.source}: {t.name}: {k} entry {pos} has no per-workload ranks")
-                keyed.append((combine(e.ranks, rule), ti, li, pos, t, k, e))
+                keyed.append((combine(e.ranks, rule, phase=ph), ti, li, pos, t, k, e))
     keyed.sort(key=lambda x: x[:4])
     out = [{k: [] for k in KEYS} for _ in profile.targets]
     for i, (_key, ti, _li, _pos, _t, k, e) in enumerate(keyed):

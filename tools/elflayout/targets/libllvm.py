@@ -292,6 +292,30 @@ def training_small_ll() -> Path:
     return _cached_text("training-small.ll", TRAINING_SMALL_LL)
 
 
+# A training corpus of small modules, one per family of code-generation features
+# (llvm_corpus/*.ll, next to this file: floating point, vectors, aggregates and memcpy,
+# calls and varargs, exceptions, atomics and TLS, switches and strings, and typical
+# integer and pointer code: sorting, a linked list, hashing, a scanner). Compiled one by
+# one, it tells code every compile runs (run by many of them) from feature-specific code
+# (run by few); see docs/ordering.md, "Held-out evaluation". Never the held-out example.
+CORPUS_DIR = Path(__file__).resolve().parent / "llvm_corpus"
+
+
+def training_corpus() -> dict[str, Path]:
+    """The corpus modules, {name: path} sorted by name, each written into the cache
+    under a name carrying its content hash, so that a changed module never reuses a
+    profile of the old."""
+    import hashlib
+
+    out = {}
+    for src in sorted(CORPUS_DIR.glob("*.ll")):
+        text = src.read_text()
+        out[src.stem] = _cached_text(f"corpus-{src.stem}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.ll", text)
+    if not out:
+        raise ElflayoutError(f"{CORPUS_DIR}: no training modules (*.ll)")
+    return out
+
+
 def tool(name: str) -> Path:
     """An LLVM 16 tool of package llvm-16 (``/usr/bin/NAME-16``)."""
     p = Path(f"/usr/bin/{name}-16")
