@@ -88,6 +88,18 @@ def test_pack_testlib(tmp_path, linker):
     assert simload.compare(b["lib"], sdir / "libt.so")["equal"]
 
 
+@pytest.mark.parametrize("linker", ["bfd", "lld"])
+def test_keep_freed_keeps_file_offsets(tmp_path, linker):
+    need_tool("gcc")
+    b = testlib.build(tmp_path, linker)
+    out, st = _pack_and_run(b["lib"], b["driver"], b["output"], tmp_path / "packed",
+                            check_args=("--check", "--keep-freed"))
+    assert "cut" not in st and st["check"]["equal"]
+    with elfcore.ElfImage(b["lib"]) as a, elfcore.ElfImage(out) as o:
+        assert [(p.offset, p.vaddr) for p in a.loads] == [(p.offset, p.vaddr) for p in o.loads]
+        assert any(p.type == "PT_PHDR" for p in o.segments) == any(p.type == "PT_PHDR" for p in a.segments)
+
+
 def test_gdb_breaks_in_packed_library(tmp_path):
     need_tool("gdb")
     b = testlib.build(tmp_path, "lld")

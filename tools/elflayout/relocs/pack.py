@@ -427,7 +427,7 @@ def _phdr_reserve(inp: _Input, alloc, freed: int) -> int:
     return L.PHDR64.itemsize if nxt - end < L.PHDR64.itemsize else 0
 
 
-def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
+def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) -> _Layout:
     """Step 4: the run slid forward, then the kept relocations and the RELR table."""
     img, shdrs, names = inp.img, inp.shdrs, inp.names
     rela_i = inp.sec[".rela.dyn"]
@@ -436,7 +436,7 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed) -> _Layout:
     alloc = [(int(s["sh_offset"]), i) for i, s in enumerate(shdrs)
              if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and s["sh_size"] > 0]
     run_start = min([inp.sh(i, "sh_offset") for i in vn.grow] + [rela_off])
-    reserve = _phdr_reserve(inp, alloc, int(sel.packable.sum()) * L.RELA64.itemsize)
+    reserve = _phdr_reserve(inp, alloc, int(sel.packable.sum()) * L.RELA64.itemsize) if cut else 0
     if reserve:  # the run starts right after the program headers and leaves room for one more
         run_start = min([o for o, _ in alloc if o >= _phdr_table_end(inp)] + [run_start])
     in_run = sorted((o, i) for o, i in alloc if run_start <= o < rela_off)
@@ -718,10 +718,12 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
     return blocks, tail_at, tail
 
 
-def plan_pack(img, form: str = "relr") -> Plan:
+def plan_pack(img, form: str = "relr", cut: bool = True) -> Plan:
     """Compute the packed file as a list of patches (raises AlreadyPacked / ElflayoutError).
 
     ``form``: "relr" (DT_RELR, glibc >= 2.36) or "self" (self-applying, any glibc).
+    ``cut``: relr form, cut the whole freed pages out of the file (step 8); False keeps
+    every file offset (the zeros stay, read-around may read them).
     """
     if form not in FORMS:
         raise ValueError(f"unknown packed form {form!r}")
@@ -730,7 +732,7 @@ def plan_pack(img, form: str = "relr") -> Plan:
     sel = _select(inp)
     t_enc = time.perf_counter()
     vn = _version_need(inp)
-    lay = _layout(inp, sel, vn)
+    lay = _layout(inp, sel, vn, cut)
     ap = _applier(inp, sel, lay) if form == "self" else None
     dy = _dynamic(inp, sel, vn, lay, ap)
     sym_blocks = _symbols(inp, lay, dy)
@@ -754,7 +756,7 @@ def plan_pack(img, form: str = "relr") -> Plan:
     )
     return Plan(str(img.path), img.size, sel.tgt_file[sel.packable],
                 sel.rel["r_addend"][sel.packable].view(np.uint64), blocks, tail_at, tail, stats,
-                (lay.end, lay.rela_end) if ap is None else None)
+                (lay.end, lay.rela_end) if ap is None and cut else None)
 
 
 def write_plan(plan: Plan, src, dst) -> None:
@@ -779,7 +781,7 @@ def write_plan(plan: Plan, src, dst) -> None:
         os.fsync(f.fileno())
 
 
-def pack(src, out, verify=None, *, replace: bool = False, form: str = "relr") -> dict:
+def pack(src, out, verify=None, *, replace: bool = False, form: str = "relr", cut: bool = True) -> dict:
     """Pack ``src`` into ``out`` atomically; returns the plan's statistics plus timings.
 
     ``verify(src, tmp)`` (optional) runs on the finished temporary file before it is
@@ -789,7 +791,7 @@ def pack(src, out, verify=None, *, replace: bool = False, form: str = "relr") ->
     """
     t0 = time.perf_counter()
     with elfcore.ElfImage(src) as img:
-        plan = plan_pack(img, form)
+        plan = plan_pack(img, form, cut)
     t1 = time.perf_counter()
     st = dict(plan.stats)
     with atomic_output(out, mode=os.stat(src).st_mode & 0o777, replace=replace) as tmp:

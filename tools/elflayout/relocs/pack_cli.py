@@ -29,7 +29,8 @@ other relocation keeps its order. No code or data address moves; only dynamic-li
 slots (lld) the dynamic array moves into the freed space (read-only PT_DYNAMIC, glibc >= 2.35).
 relr form: the freed whole pages leave the file (read-around would read their zeros): the first
 PT_LOAD is split around them, addresses unchanged; its new program header takes PT_PHDR's place
-(lld, gold) or room made after the table (GNU ld: the tables and the note slide by one entry).
+(lld, gold) or room made after the table (GNU ld: the tables and the note slide by one entry);
+--keep-freed leaves them.
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
 Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input.
 See docs/relocation-packing.md.
@@ -47,6 +48,9 @@ def add_arguments(p):
     p.add_argument("--format", choices=("relr", "self", "auto"), default="auto",
                    help="packed form: relr (DT_RELR, glibc >= 2.36), self (self-applying, any glibc), "
                         "auto (relr if --min-glibc >= 2.36, else self; default)")
+    p.add_argument("--keep-freed", action="store_true",
+                   help="relr form: leave the freed pages in the file (every file offset stays; read-around may read "
+                        "their zeros); default: cut them out")
     p.add_argument("--min-glibc", metavar="X.Y", type=_version,
                    help="oldest glibc the output must load on (default: the glibc of this machine, or of --root)")
     p.add_argument("--root", metavar="DIR",
@@ -101,7 +105,7 @@ def run(args) -> int:
     form, min_glibc = choose_form(args.format, args.min_glibc, args.root)
     verify = (lambda a, b: _verify(a, b, args.root)) if args.check else None
     try:
-        st = pack(args.input, args.output, verify=verify, replace=args.force, form=form)
+        st = pack(args.input, args.output, verify=verify, replace=args.force, form=form, cut=not args.keep_freed)
         st["min_glibc"] = f"{min_glibc[0]}.{min_glibc[1]}"
     except AlreadyPacked as e:
         msg = f"{e}: nothing to do"
