@@ -39,7 +39,7 @@ function below)
   7. Headers (``_headers``): PT_DYNAMIC if the array moved; section headers for the
      shrunk .rela.dyn and the moved tables, and a new .relr.dyn (SHT_RELR) appended at
      the end so no section index changes.
-  8. Cut (``cut_freed_pages``, relr form, on the written copy): the whole freed pages
+  8. Cut (``cut_freed_pages``, on the written copy): the whole freed pages
      leave the file, the PT_LOAD holding them split in two; addresses do not change.
 
 Bad input raises ``ElflayoutError`` (exit 2, one line) from the checks of steps 1-4;
@@ -418,9 +418,9 @@ def _phdr_table_end(inp: _Input) -> int:
 def _phdr_reserve(inp: _Input, alloc, freed: int) -> int:
     """Bytes to leave after the program header table for the entry the cut of the freed
     pages adds (``cut_freed_pages``): one entry when the table has no room after it and no
-    PT_PHDR to give its place (GNU ld's libraries), else 0; relr form only, and only when
+    PT_PHDR to give its place (GNU ld's libraries), else 0; only when
     the ``freed`` bytes will hold whole pages to cut (the RELR table takes a few)."""
-    if inp.form != "relr" or np.any(inp.phdrs["p_type"] == L.PT_PHDR) or freed < (MIN_CUT_PAGES + 2) * PAGE:
+    if np.any(inp.phdrs["p_type"] == L.PT_PHDR) or freed < (MIN_CUT_PAGES + 2) * PAGE:
         return 0
     end = _phdr_table_end(inp)
     nxt = min([o for o, _ in alloc if o >= end], default=end)
@@ -475,11 +475,12 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) ->
         cur = new + len(content)
     new_rela_off = L.align_up(cur, L.RELA64.alignment)
     kept_bytes = sel.kept.tobytes()
-    if inp.form == "self" and len(kept_bytes) + sel.relr.nbytes <= READAROUND_BEFORE:
-        # At the end of the freed space, next to .rela.plt/.plt, whose faults read the pages
-        # before them anyway: the self form keeps more RELA (TLS, exported data), which at
-        # the front pulls one more readahead window of zeros (docs/relocation-packing.md).
-        # Larger tables gain nothing there and lose a window at their start.
+    if inp.form == "self" and not cut and len(kept_bytes) + sel.relr.nbytes <= READAROUND_BEFORE:
+        # Freed pages kept: at the end of the freed space, next to .rela.plt/.plt, whose
+        # faults read the pages before them anyway: the self form keeps more RELA (TLS,
+        # exported data), which at the front pulls one more readahead window of zeros
+        # (docs/relocation-packing.md). Larger tables gain nothing there and lose a window
+        # at their start. Cut (step 8), there are no zeros to read.
         new_rela_off = max(new_rela_off, (rela_end - len(kept_bytes) - sel.relr.nbytes) // 8 * 8)
     relr_off = new_rela_off + len(kept_bytes)
     end = relr_off + sel.relr.nbytes
@@ -722,7 +723,7 @@ def plan_pack(img, form: str = "relr", cut: bool = True) -> Plan:
     """Compute the packed file as a list of patches (raises AlreadyPacked / ElflayoutError).
 
     ``form``: "relr" (DT_RELR, glibc >= 2.36) or "self" (self-applying, any glibc).
-    ``cut``: relr form, cut the whole freed pages out of the file (step 8); False keeps
+    ``cut``: cut the whole freed pages out of the file (step 8); False keeps
     every file offset (the zeros stay, read-around may read them).
     """
     if form not in FORMS:
@@ -756,7 +757,7 @@ def plan_pack(img, form: str = "relr", cut: bool = True) -> Plan:
     )
     return Plan(str(img.path), img.size, sel.tgt_file[sel.packable],
                 sel.rel["r_addend"][sel.packable].view(np.uint64), blocks, tail_at, tail, stats,
-                (lay.end, lay.rela_end) if ap is None and cut else None)
+                (lay.end, lay.rela_end) if cut else None)
 
 
 def write_plan(plan: Plan, src, dst) -> None:

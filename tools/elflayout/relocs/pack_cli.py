@@ -27,7 +27,7 @@ Only word-aligned R_X86_64_RELATIVE relocations into file-backed data are packed
 other relocation keeps its order. No code or data address moves; only dynamic-linking tables
 (.gnu.hash, .gnu.version*) slide by a few bytes to add the GLIBC_ABI_DT_RELR version need. Without spare DT_NULL
 slots (lld) the dynamic array moves into the freed space (read-only PT_DYNAMIC, glibc >= 2.35).
-relr form: the freed whole pages leave the file (read-around would read their zeros): the first
+The freed whole pages leave the file (read-around would read their zeros): the first
 PT_LOAD is split around them, addresses unchanged; its new program header takes PT_PHDR's place
 (lld, gold) or room made after the table (GNU ld: the tables and the note slide by one entry);
 --keep-freed leaves them.
@@ -49,7 +49,7 @@ def add_arguments(p):
                    help="packed form: relr (DT_RELR, glibc >= 2.36), self (self-applying, any glibc), "
                         "auto (relr if --min-glibc >= 2.36, else self; default)")
     p.add_argument("--keep-freed", action="store_true",
-                   help="relr form: leave the freed pages in the file (every file offset stays; read-around may read "
+                   help="leave the freed pages in the file (every file offset stays; read-around may read "
                         "their zeros); default: cut them out")
     p.add_argument("--min-glibc", metavar="X.Y", type=_version,
                    help="oldest glibc the output must load on (default: the glibc of this machine, or of --root)")
