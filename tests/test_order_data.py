@@ -290,22 +290,3 @@ def test_lld_data_script_parks_untouched_sections_lld_would_order_by_name(tmp_pa
         table = next(s["st_value"] for s in st.iter_symbols() if s.name == "code_hash" and s["st_info"]["type"] == "STT_OBJECT")
     ro = secs[".rodata"]
     assert table >= ro[0] + ro[1], "the other object's code_hash table was not parked after .rodata"
-
-
-def test_data_touched_objects_strings_join_the_hot_pool():
-    """An object the profile saw only through its data (a static type readied reads its
-    name strings) gets its mergeable strings into the hot pool too (GNU ld and lld)."""
-    from elflayout.order.algorithms import first_access
-    from elflayout.profile.model import Function, ObjectEntry, Section, Target
-
-    t = Target(path="lib.so", functions=[Function("code_hash", 0, section=".text.code_hash", object="codeobject.o")],
-               sections=[Section(".rodata.hot_table", 1, object="codeobject.o")],
-               objects=[ObjectEntry("codeobject.o", 0)],
-               data_objects=[ObjectEntry("codeobject.o", 0), ObjectEntry("complexobject.o", 2)])
-    layout = first_access.compute(t, _same_name_universe())
-    assert layout.objects == ["codeobject.o"] and layout.data_objects == ["complexobject.o"]
-    text, stats = write_ld_script(layout)
-    assert "*/complexobject.o(.rodata.str*)" in text and "*/codeobject.o(.rodata.str*)" in text
-    text, stats = write_lld_data_script(layout)
-    assert "complexobject.o(.rodata.str*)" in text and stats["string_objects"] == 2
-    assert first_access.compute(t, _same_name_universe(), data=False).data_objects == []

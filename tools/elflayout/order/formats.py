@@ -172,7 +172,7 @@ def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_s
             pats += [f"{fp}({sec})" for fp in fpats] or [f"*({sec})"]
         blocks.append(_ld_block(".text.elflayout", ".text", pats, raw=len(pats)))
     dpats, dstats = data_patterns(layout, ld_file_patterns)
-    str_pats = list(dict.fromkeys(f"{fp}(.rodata.str*)" for o in layout.pool_objects() if o and not o.startswith("<")
+    str_pats = list(dict.fromkeys(f"{fp}(.rodata.str*)" for o in layout.objects if o and not o.startswith("<")
                                   for fp in ld_file_patterns(o))) if hot_strings and dpats.get(".rodata") else []
     dstats["string_patterns"] = len(str_pats)
     for prefix, out in DATA_GROUPS:
@@ -300,7 +300,7 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     placed = n_str = 0
     str_pats = []
     if hot_strings:
-        pats = [lld_file_pattern(o) for o in layout.pool_objects() if o and not o.startswith("<")]
+        pats = [lld_file_pattern(o) for o in layout.objects if o and not o.startswith("<")]
         str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
         n_str = len(str_pats)
     left_out = []

@@ -16,10 +16,7 @@ class Layout:
     ``data``: (input section name, object or None) in the order to place them;
     ``data_symbols``: symbols naming ordered data sections (for lld, which orders by symbol);
     ``objects``: object files in the order to link them (touched ones only; the writer
-    appends the rest in their original order when it knows them);
-    ``data_objects``: objects only whose data the profile saw touched (a static type
-    readied reads its object's name strings): with ``objects``, whose mergeable strings
-    and constants go to the hot pool.
+    appends the rest in their original order when it knows them).
     """
 
     functions: list = field(default_factory=list)
@@ -27,11 +24,6 @@ class Layout:
     data_symbols: list = field(default_factory=list)
     objects: list = field(default_factory=list)
     report: dict = field(default_factory=dict)
-    data_objects: list = field(default_factory=list)
-
-    def pool_objects(self) -> list:
-        """Objects whose merged strings are read: code-touched ones, then data-touched ones."""
-        return list(dict.fromkeys(self.objects + self.data_objects))
 
 
 ALGORITHMS = {

@@ -85,8 +85,6 @@ def compute(target: Target, universe: Universe | None = None, *, data: bool = Tr
     if data:
         _order_data(target, universe, placed, first_of, layout)
     layout.objects = _order_objects(target, funcs, placed)
-    if data:
-        layout.data_objects = [o.object for o in target.data_objects if o.object and o.object not in layout.objects]
     return layout
 
 
