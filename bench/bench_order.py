@@ -258,6 +258,7 @@ def bench_speed():
     funcs = [{"name": f"_ZN4bench8functionILi{i}EEvv", "offset": 4096 + 64 * i, "size": 64, "section": ".text",
               "object": f"lib.a(o{i // 100}.o)", "first": int(f), "phase": "main", "t": 0.0}
              for i, f in enumerate(rng.permutation(n))]
+    funcs.sort(key=lambda fn: fn["first"])  # the format lists functions in first-access order
     doc = {"format": "elflayout-profile", "version": 1, "metadata": {"backend": "synthetic"},
            "targets": [{"path": "/nonexistent/libbig.so", "build_id": "00", "size": 0, "sha256": "", "map": None,
                         "functions": funcs, "sections": [], "objects": [], "pages": [], "reads": []}]}
