@@ -241,3 +241,47 @@ def test_writable_first_segment_compares_tables_field_by_field(bfd, tmp_path):
     out = tmp_path / "out.so"
     st = json.loads(run_cli("pack-relocs", src, "-o", out, "--check", "--json", check=0).stdout)
     assert st["check"]["real_load"]["equal"]
+
+
+def _patched_copy(src, dst, vaddr, new: bytes):
+    shutil.copy(src, dst)
+    with elfcore.ElfImage(dst) as img:
+        off = int(img.vaddr_to_offset(vaddr))
+    b = bytearray(open(dst, "rb").read())
+    b[off:off + len(new)] = new
+    open(dst, "wb").write(bytes(b))
+
+
+def test_real_load_compare_counts_what_the_loader_writes_and_what_the_file_holds(bfd, tmp_path):
+    """The real-load comparison leaves out bytes that only code stores (a constructor's
+    heap pointer may differ in every load), never a relocated word or a file byte."""
+    src = bfd["lib"]
+    out = tmp_path / "packed.so"
+    pack.pack(src, out)
+    with simload.Loaded(out) as ld:
+        relr = ld.relr()
+        assert ld.loader_writes(relr.astype(np.int64)).all() and ld.loader_writes(relr.astype(np.int64) + 7).all()
+        word = int(relr[relr.size // 2])
+        stored = int(ld.at(word, 8, np.uint64)[0])
+    with simload.Loaded(src) as ld:
+        t = ld.rela_ranges()[0][0]
+        assert ld.loader_writes(t["r_offset"].astype(np.int64)).all()
+        data = ld.img.section(".data")
+        plain = next(v for v in range(data.addr, data.addr + data.size, 8)
+                     if not ld.loader_writes(np.arange(v, v + 8, dtype=np.int64)).any())
+        assert not ld.loader_writes(np.array([plain], np.int64))[0]
+    # A relocated word whose addend moved: found.
+    bad = tmp_path / "bad-addend" / "packed.so"
+    bad.parent.mkdir()
+    _patched_copy(out, bad, word, (stored + 16).to_bytes(8, "little"))
+    r = simload.real_load_compare(src, bad)
+    assert not r["equal"] and r["differing_bytes"] >= 1
+    # A byte no relocation writes, changed in the file: found.
+    bad = tmp_path / "bad-data" / "packed.so"
+    bad.parent.mkdir()
+    with simload.Loaded(out) as ld:
+        old = int(ld.file_bytes(np.array([plain], np.int64))[0])
+    _patched_copy(out, bad, plain, bytes([old ^ 0x5A]))
+    r = simload.real_load_compare(src, bad)
+    assert not r["equal"] and r["differing_bytes"] == 1
+    assert simload.real_load_compare(src, out)["equal"]

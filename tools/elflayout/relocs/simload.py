@@ -256,6 +256,39 @@ class Loaded:
             data = int(val[i]).to_bytes(8, "little") * 2
             im[p:p + n] = np.frombuffer(data[:n], np.uint8)
 
+    def file_bytes(self, addrs: np.ndarray) -> np.ndarray:
+        """The file's bytes at link-time addresses ``addrs`` (-1 where not file-backed)."""
+        offs = np.asarray(self.img.vaddr_to_offset(addrs), np.int64)
+        return np.where(offs >= 0, self.img.buf[np.maximum(offs, 0)].astype(np.int64), -1)
+
+    def loader_writes(self, addrs: np.ndarray) -> np.ndarray:
+        """Which of the link-time byte addresses ``addrs`` a relocation of this file
+        writes: ld.so's RELA ranges and DT_RELR, and the self-applying routine's table."""
+        starts, ends = [], []
+        for t, nrelative in self.rela_ranges():
+            types = (t["r_info"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+            u, inv = np.unique(types, return_inverse=True)
+            width = np.array([self.arch.types[x].width if x in self.arch.types else self.arch.word
+                              for x in u.tolist()], np.int64)[inv.reshape(-1)]
+            width[:nrelative] = self.arch.word
+            starts.append(t["r_offset"].astype(np.int64))
+            ends.append(starts[-1] + np.maximum(width, 1))
+        words = [self.relr()]
+        ap = self.applier()
+        if ap is not None and ap["relr_end"] > ap["relr_start"]:
+            words.append(elfcore.relr_decode(self.at(ap["relr_start"], ap["relr_end"] - ap["relr_start"],
+                                                     np.uint64).copy()))
+        for w in words:
+            starts.append(w.astype(np.int64))
+            ends.append(starts[-1] + self.arch.word)
+        s, e = np.concatenate(starts), np.concatenate(ends)
+        if not s.size:
+            return np.zeros(len(addrs), bool)
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], np.maximum.accumulate(e[order])  # reach of every write starting at or before
+        i = np.searchsorted(s, addrs, side="right") - 1
+        return (i >= 0) & (addrs < e[np.maximum(i, 0)])
+
     def meta_ranges(self) -> list[tuple[int, int]]:
         """Address ranges of dynamic-linking metadata in this file (excluded from the byte compare)."""
         # ELF header (e_shoff/e_shnum change) and program headers: checked in compare_tables.
@@ -656,51 +689,47 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
     name and environment; inside ``chroot root`` when given) and compare their
     file-backed writable bytes.
 
-    Bytes that differ between two loads of ``path_a`` itself, the second with the C heap
-    shifted by ``HEAP_PAD`` bytes, or that a second load of either file does not repeat,
-    are left out and counted as ``unstable_bytes``:
-    run-dependent values and heap addresses stored by constructors (ld.so's own
-    allocations differ between input and output, e.g. one more version need). Returns
-    dict(equal, compared_bytes, unstable_bytes, differing_bytes) or dict(error=...)
-    when a file does not load.
+    Left out and counted as ``unstable_bytes``: bytes that differ between two loads of
+    ``path_a`` itself, the second with the C heap shifted by ``HEAP_PAD`` bytes
+    (run-dependent values and heap addresses stored by constructors), and differing
+    bytes that no relocation of either file writes and that are equal in both files:
+    code stored them, not the loader.
+    A heap address taken from a free chunk does not move with the shift, and ld.so's
+    own allocations differ between input and output (one more version need), so such a
+    constructor value can differ in every load (libabsl_flags_parse's flag registry under
+    one interpreter's start-up). Packing changes only what relocations write, and the
+    simulated loader compares every byte of the images. Returns dict(equal,
+    compared_bytes, unstable_bytes, differing_bytes) or dict(error=...) when a file does
+    not load.
     """
-    a, b = Loaded(path_a), Loaded(path_b)
-    try:
+    with Loaded(path_a) as a, Loaded(path_b) as b:
         ranges = _writable_ranges(a, b)
-    finally:
-        a.close()
-        b.close()
-    h = Host(root)
-    pa, pb = Path(path_a).resolve(), Path(path_b).resolve()
-    dirs = (pa.parent, pb.parent)
-    da, sa = _load_state(h, pa, pa.name, ranges, dirs, timeout)
-    if sa is None:
-        return da
-    db, sb = _load_state(h, pb, pa.name, ranges, dirs, timeout)
-    if sb is None:
-        return db
-    n = int(sa.size)
-    res = dict(equal=True, compared_bytes=n, unstable_bytes=0, differing_bytes=0)
-    if da["base"] != db["base"]:
-        return dict(res, equal=False, reason="different load addresses with ASLR off")
-    diff = sa != sb
-    if diff.any():
-        _, sa2 = _load_state(h, pa, pa.name, ranges, dirs, timeout, pad=HEAP_PAD)
-        stable = sa == sa2 if sa2 is not None else np.ones(n, bool)
-        if (diff & stable).any():
-            # A relocation error is the same in every load at one base; a value a
-            # constructor derives from the run (the CPU it ran on, a clock) may agree in
-            # both input loads by chance (2 bytes of libabsl_flags_parse once in a sweep of
-            # 459 libraries, never in 110 repeats): a difference counts
-            # only if a second load of each file repeats it.
-            _, sa3 = _load_state(h, pa, pa.name, ranges, dirs, timeout)
-            _, sb2 = _load_state(h, pb, pa.name, ranges, dirs, timeout)
-            if sa3 is not None and sb2 is not None:
-                stable &= (sa == sa3) & (sb == sb2)
-        res.update(unstable_bytes=int(n - np.count_nonzero(stable)),
-                   differing_bytes=int(np.count_nonzero(diff & stable)))
-        res["equal"] = res["differing_bytes"] == 0
-    return res
+        h = Host(root)
+        pa, pb = Path(path_a).resolve(), Path(path_b).resolve()
+        dirs = (pa.parent, pb.parent)
+        da, sa = _load_state(h, pa, pa.name, ranges, dirs, timeout)
+        if sa is None:
+            return da
+        db, sb = _load_state(h, pb, pa.name, ranges, dirs, timeout)
+        if sb is None:
+            return db
+        n = int(sa.size)
+        res = dict(equal=True, compared_bytes=n, unstable_bytes=0, differing_bytes=0)
+        if da["base"] != db["base"]:
+            return dict(res, equal=False, reason="different load addresses with ASLR off")
+        diff = sa != sb
+        if diff.any():
+            _, sa2 = _load_state(h, pa, pa.name, ranges, dirs, timeout, pad=HEAP_PAD)
+            stable = sa == sa2 if sa2 is not None else np.ones(n, bool)
+            left = np.flatnonzero(diff & stable)
+            if left.size:
+                addrs = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in ranges])[left]
+                by_code = ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
+                stable[left[by_code]] = False
+            res.update(unstable_bytes=int(n - np.count_nonzero(stable)),
+                       differing_bytes=int(np.count_nonzero(diff & stable)))
+            res["equal"] = res["differing_bytes"] == 0
+        return res
 
 
 def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
