@@ -164,3 +164,55 @@ def test_check_flags_relr_without_version_need(tmp_path):
     res = simload.compare(b["lib"], b["lib"])
     assert not res["equal"] and "GLIBC_ABI_DT_RELR" in res["table_problems"][0]
     assert "GLIBC_ABI_DT_RELR" in simload.dlopen_check(b["lib"])
+
+
+def _phdrs_moved_to_the_end(lib, dst):
+    """A copy of ``lib`` whose program header table sits at the end of the file, mapped by
+    a PT_LOAD of its own, as BOLT leaves a library (PT_PHDR points there)."""
+    from elflayout import layouts as L
+
+    import numpy as np
+
+    data = bytearray(lib.read_bytes())
+    eh = np.frombuffer(bytes(data[:L.EHDR64.itemsize]), L.EHDR64)[0].copy()
+    ph = np.frombuffer(bytes(data), L.PHDR64, count=int(eh["e_phnum"]), offset=int(eh["e_phoff"])).copy()
+    off = (len(data) + 4095) // 4096 * 4096
+    top = int((ph["p_vaddr"] + ph["p_memsz"]).max())
+    vaddr = (top + 4095) // 4096 * 4096
+    new = np.zeros(1, L.PHDR64)
+    n = ph.size + 1
+    size = n * L.PHDR64.itemsize + L.PHDR64.itemsize  # one entry of zeros after it
+    new["p_type"], new["p_flags"], new["p_offset"] = L.PT_LOAD, L.PF_R, off
+    new["p_vaddr"] = new["p_paddr"] = vaddr
+    new["p_filesz"] = new["p_memsz"] = size
+    new["p_align"] = 4096
+    ph = np.concatenate([ph, new]).astype(L.PHDR64)
+    x = ph["p_type"] == L.PT_PHDR
+    ph["p_offset"][x], ph["p_vaddr"][x], ph["p_paddr"][x] = off, vaddr, vaddr
+    ph["p_filesz"][x] = ph["p_memsz"][x] = n * L.PHDR64.itemsize
+    loads = np.flatnonzero(ph["p_type"] == L.PT_LOAD)  # PT_LOADs in address order
+    ph = np.concatenate([ph[~np.isin(np.arange(n), loads)][:1], ph[loads], ph[~np.isin(np.arange(n), loads)][1:]])
+    eh["e_phoff"], eh["e_phnum"] = off, n
+    data += bytes(off - len(data)) + ph.tobytes() + bytes(L.PHDR64.itemsize)
+    data[:L.EHDR64.itemsize] = eh.tobytes()
+    dst.write_bytes(bytes(data))
+    return off
+
+
+def test_program_headers_after_the_freed_pages(tmp_path):
+    """The cut moves a program header table that lies after the freed pages along with
+    the bytes (e_phoff follows): an output written without --check must load."""
+    need_tool("gcc")
+    b = testlib.build(tmp_path, "lld")
+    src_dir = tmp_path / "moved"
+    src_dir.mkdir()
+    src = src_dir / b["lib"].name
+    off = _phdrs_moved_to_the_end(b["lib"], src)
+    shutil.copy(b["driver"], src_dir / b["driver"].name)
+    got = subprocess.run([str(src_dir / b["driver"].name)], capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout == b["output"], got.stderr  # the moved table loads
+    out, st = _pack_and_run(src, b["driver"], b["output"], tmp_path / "packed", check_args=())
+    assert st["cut"]["pages"] >= 2
+    with elfcore.ElfImage(out) as img:
+        assert img.elf.header["e_phoff"] == off - st["cut"]["bytes"]
+    assert simload.compare(src, out)["equal"]

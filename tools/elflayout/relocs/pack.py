@@ -845,10 +845,14 @@ def cut_freed_pages(path, lo: int, hi: int) -> dict:
     if k is None or any(data[lo:hi]):
         return nothing("the freed range is not zeroed inside one PT_LOAD")
     table_end = phoff + phnum * L.PHDR64.itemsize
+    if phoff < b and table_end > a:
+        return nothing("the program header table lies in the freed range")
     after = [int(sh["sh_offset"][i]) for i in range(shnum) if sh["sh_type"][i] != L.SHT_NOBITS and sh["sh_size"][i]
              and sh["sh_offset"][i] >= table_end]
     after += [int(q["p_offset"]) for q in ph if q["p_filesz"] and q["p_offset"] >= table_end]
-    grow = min(after, default=len(data)) - table_end >= L.PHDR64.itemsize
+    # room: nothing starts there, and its bytes are unused (BOLT leaves bytes outside any section)
+    grow = (min(after, default=len(data)) - table_end >= L.PHDR64.itemsize
+            and not any(data[table_end:table_end + L.PHDR64.itemsize]))
     phdr = np.flatnonzero(ph["p_type"] == L.PT_PHDR)
     if not grow and not phdr.size:
         return nothing("no room for one more program header and no PT_PHDR to give its place")
@@ -874,6 +878,8 @@ def cut_freed_pages(path, lo: int, hi: int) -> dict:
     sh["sh_offset"][(sh["sh_offset"] >= a) & (sh["sh_offset"] < b)] = a  # empty sections in the cut
     sh["sh_offset"][sh["sh_offset"] >= b] -= np.uint64(cut)
     eh["e_phnum"] = ph.size
+    if phoff >= b:  # a table after the hole (BOLT puts it at the end) moves with the bytes
+        eh["e_phoff"] = phoff - cut
     if shoff >= b:
         eh["e_shoff"] = shoff - cut
     data[phoff:phoff + ph.nbytes] = ph.tobytes()

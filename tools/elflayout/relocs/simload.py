@@ -293,8 +293,13 @@ class Loaded:
         """Address ranges of dynamic-linking metadata in this file (excluded from the byte compare)."""
         # ELF header (e_shoff/e_shnum change) and program headers: checked in compare_tables.
         hdr = self.img.elf.header
-        out = [self.dyn_range, (0, hdr["e_ehsize"]),
-               (hdr["e_phoff"], hdr["e_phoff"] + hdr["e_phnum"] * hdr["e_phentsize"])]
+        out = [self.dyn_range, (0, hdr["e_ehsize"])]
+        phoff = int(hdr["e_phoff"])
+        for p in self.phdrs[self.phdrs["p_type"] == L.PT_LOAD]:  # the table's address (BOLT: not its offset)
+            if p["p_offset"] <= phoff < p["p_offset"] + p["p_filesz"]:
+                v = phoff - int(p["p_offset"]) + int(p["p_vaddr"])
+                out.append((v, v + hdr["e_phnum"] * hdr["e_phentsize"]))
+                break
         ap = self.applier()
         if ap is not None:  # the routine (in the code segment's padding) and its table
             out += [(ap["entry"] - selfapply.ENTRY, ap["entry"] - selfapply.ENTRY + selfapply.SIZE),
