@@ -285,3 +285,22 @@ def test_real_load_compare_counts_what_the_loader_writes_and_what_the_file_holds
     r = simload.real_load_compare(src, bad)
     assert not r["equal"] and r["differing_bytes"] == 1
     assert simload.real_load_compare(src, out)["equal"]
+
+
+def test_damaged_section_address_makes_no_room_for_the_cut(bfd, tmp_path):
+    """GNU ld: room for the cut's program header is made by sliding the tables after the
+    header table; a section whose address does not match its offset (a damaged header)
+    must not slide: no room is made, the freed pages stay, and the output checks equal."""
+    src = tmp_path / "libt.so"
+    shutil.copy(bfd["lib"], src)
+    with elfcore.ElfImage(src) as img:
+        shoff = int(img.elf.header["e_shoff"])
+        idx = next(i for i, s in enumerate(img.elf.iter_sections()) if s.name == ".gnu.hash")
+    at = shoff + idx * L.SHDR64.itemsize + L.field_offset(L.SHDR64, "sh_addr")
+    b = bytearray(src.read_bytes())
+    b[at + 6] ^= 0x05  # a high byte of sh_addr
+    src.write_bytes(bytes(b))
+    r = run_cli("pack-relocs", src, "-o", tmp_path / "out.so", "--check", "--json", check=0)
+    st = json.loads(r.stdout)
+    assert st["check"]["equal"] and st["cut"]["pages"] == 0 and "no room" in st["cut"]["why"]
+    assert not any(".gnu.hash" in k for k in st["moved_sections"])

@@ -438,7 +438,16 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) ->
     run_start = min([inp.sh(i, "sh_offset") for i in vn.grow] + [rela_off])
     reserve = _phdr_reserve(inp, alloc, int(sel.packable.sum()) * L.RELA64.itemsize) if cut else 0
     if reserve:  # the run starts right after the program headers and leaves room for one more
-        run_start = min([o for o, _ in alloc if o >= _phdr_table_end(inp)] + [run_start])
+        start = min([o for o, _ in alloc if o >= _phdr_table_end(inp)] + [run_start])
+        load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
+                     and p["p_offset"] <= start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
+        shift = None if load is None else int(load["p_vaddr"]) - int(load["p_offset"])
+        # every section that slides must sit at the address its offset maps to (damaged
+        # headers do not): else no room is made, and the cut finds none
+        if shift is not None and all(inp.sh(i, "sh_addr") - o == shift for o, i in alloc if start <= o < rela_off):
+            run_start = start
+        else:
+            reserve = 0
     in_run = sorted((o, i) for o, i in alloc if run_start <= o < rela_off)
     load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
                  and p["p_offset"] <= run_start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
@@ -449,11 +458,19 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) ->
         if int(shdrs[i]["sh_type"]) not in movable or (shdrs[i]["sh_flags"] & L.SHF_WRITE):
             _fail(img, f"cannot grow .dynstr/.gnu.version_r in place: section {names[i]} lies between them "
                        "and .rela.dyn and is not a dynamic-linking table that may move")
-    notes = {o for o, i in in_run if shdrs[i]["sh_type"] == L.SHT_NOTE}
+    spans = []  # extents of adjacent note sections in the run: a PT_NOTE may cover several
+    for o, i in in_run:
+        if shdrs[i]["sh_type"] == L.SHT_NOTE:
+            end = o + inp.sh(i, "sh_size")
+            if spans and o <= L.align_up(spans[-1][1], 8):
+                spans[-1][1] = max(spans[-1][1], end)
+            else:
+                spans.append([o, end])
     for p in inp.phdrs:  # a note/eh_frame segment inside the run would lose its bytes
         if p["p_type"] not in (L.PT_LOAD, L.PT_PHDR) and p["p_filesz"] and \
                 p["p_offset"] < rela_end and p["p_offset"] + p["p_filesz"] > run_start and \
-                not (p["p_type"] == L.PT_NOTE and int(p["p_offset"]) in notes):
+                not (p["p_type"] == L.PT_NOTE and any(a <= p["p_offset"] and p["p_offset"] + p["p_filesz"] <= b
+                                                      for a, b in spans)):
             _fail(img, f"cannot rewrite the tables: segment type {int(p['p_type']):#x} overlaps them")
     # Addends go into target words; none may sit in the bytes rewritten here.
     tf = sel.tgt_file[sel.packable]
