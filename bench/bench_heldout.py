@@ -46,7 +46,7 @@ from elflayout.targets import libllvm  # noqa: E402
 
 TRAININGS = ("held-out", "broad", "small", "wide", "corpus")
 WORK = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-heldout"
-TOLERANCE = 0.03  # issue 16: within 3% of an order trained on the held-out workload itself
+TOLERANCE = 0.03  # goal: within 3% of an order trained on the held-out workload itself
 
 
 def workloads(s: dict) -> list[record.Workload]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Overhead of the two profiler backends (issue 3 targets).
+"""Overhead of the two profiler backends, against their targets.
 
 valgrind backend: the floor is valgrind's own JIT, so firsttouch is compared with
 ``valgrind --tool=none`` on the same command (targets: code-only <= 1.3x, --data <= 3x).

@@ -1,6 +1,6 @@
 """pack-relocs on real libraries: libLLVM-16 (123 MB, 387,631 RELATIVE relocations), relinked libpython.
 
-The issue's acceptance figures, a passing --check, and llc-16 / opt-16 producing
+The table sizes packing gives Debian's libLLVM-16, a passing --check, and llc-16 / opt-16 producing
 byte-identical output through the packed library (LD_LIBRARY_PATH).
 """
 

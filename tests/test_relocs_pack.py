@@ -9,11 +9,13 @@ import json
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 from elftools.elf.constants import P_FLAGS
 
 from conftest import need_tool, run_cli
 from elflayout import elfcore
+from elflayout import layouts as L
 from elflayout.relocs import simload
 import relocs_testlib as testlib
 
@@ -169,10 +171,6 @@ def test_check_flags_relr_without_version_need(tmp_path):
 def _phdrs_moved_to_the_end(lib, dst):
     """A copy of ``lib`` whose program header table sits at the end of the file, mapped by
     a PT_LOAD of its own, as BOLT leaves a library (PT_PHDR points there)."""
-    from elflayout import layouts as L
-
-    import numpy as np
-
     data = bytearray(lib.read_bytes())
     eh = np.frombuffer(bytes(data[:L.EHDR64.itemsize]), L.EHDR64)[0].copy()
     ph = np.frombuffer(bytes(data), L.PHDR64, count=int(eh["e_phnum"]), offset=int(eh["e_phoff"])).copy()
@@ -186,12 +184,11 @@ def _phdrs_moved_to_the_end(lib, dst):
     new["p_vaddr"] = new["p_paddr"] = vaddr
     new["p_filesz"] = new["p_memsz"] = size
     new["p_align"] = 4096
-    ph = np.concatenate([ph, new]).astype(L.PHDR64)
     x = ph["p_type"] == L.PT_PHDR
     ph["p_offset"][x], ph["p_vaddr"][x], ph["p_paddr"][x] = off, vaddr, vaddr
     ph["p_filesz"][x] = ph["p_memsz"][x] = n * L.PHDR64.itemsize
-    loads = np.flatnonzero(ph["p_type"] == L.PT_LOAD)  # PT_LOADs in address order
-    ph = np.concatenate([ph[~np.isin(np.arange(n), loads)][:1], ph[loads], ph[~np.isin(np.arange(n), loads)][1:]])
+    last = int(np.flatnonzero(ph["p_type"] == L.PT_LOAD)[-1])  # PT_LOADs stay in address order
+    ph = np.insert(ph, last + 1, new)
     eh["e_phoff"], eh["e_phnum"] = off, n
     data += bytes(off - len(data)) + ph.tobytes() + bytes(L.PHDR64.itemsize)
     data[:L.EHDR64.itemsize] = eh.tobytes()

@@ -1,4 +1,4 @@
-"""Plots and the HTML report (issue 7).
+"""Plots and the HTML report.
 
 Fixtures (tests/data/report-*): real page-cache traces of libLLVM-16 made by
 report-make-results.py / report-make-profile.py (see their docstrings); the tests do not

@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from elflayout.errors import ElflayoutError
 from elflayout.profile.model import ENTRY_TYPES, LISTS, Profile, Target, new_profile
 
@@ -93,13 +95,12 @@ def phases(footprints: list[int]) -> list[int]:
 def footprints(entries_ranks: dict, n: int) -> list[int]:
     """Entries each of ``n`` workloads touched: ``entries_ranks`` maps a list name to the
     rank vectors of its entries; functions if any workload has them, else every list."""
-    def count(lists):
-        got = [0] * n
+    def count(lists):  # None -> nan: the touched entries per workload, counted in numpy
+        got = np.zeros(n, np.int64)
         for k in lists:
-            for ranks in entries_ranks.get(k, ()):
-                for w, r in enumerate(ranks):
-                    got[w] += r is not None
-        return got
+            if entries_ranks.get(k):
+                got += np.count_nonzero(~np.isnan(np.array(entries_ranks[k], dtype=float)), axis=0)
+        return got.tolist()
 
     f = count(["functions"])
     return f if any(f) else count(KEYS)

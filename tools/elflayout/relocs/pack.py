@@ -436,21 +436,24 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) ->
     alloc = [(int(s["sh_offset"]), i) for i, s in enumerate(shdrs)
              if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and s["sh_size"] > 0]
     run_start = min([inp.sh(i, "sh_offset") for i in vn.grow] + [rela_off])
+
+    def load_of(start):  # the PT_LOAD holding the run from ``start`` to the end of .rela.dyn
+        return next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
+                     and p["p_offset"] <= start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
+
     reserve = _phdr_reserve(inp, alloc, int(sel.packable.sum()) * L.RELA64.itemsize) if cut else 0
     if reserve:  # the run starts right after the program headers and leaves room for one more
         start = min([o for o, _ in alloc if o >= _phdr_table_end(inp)] + [run_start])
-        load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
-                     and p["p_offset"] <= start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
-        shift = None if load is None else int(load["p_vaddr"]) - int(load["p_offset"])
+        load = load_of(start)
         # every section that slides must sit at the address its offset maps to (damaged
         # headers do not): else no room is made, and the cut finds none
-        if shift is not None and all(inp.sh(i, "sh_addr") - o == shift for o, i in alloc if start <= o < rela_off):
+        if load is not None and all(inp.sh(i, "sh_addr") - o == int(load["p_vaddr"]) - int(load["p_offset"])
+                                    for o, i in alloc if start <= o < rela_off):
             run_start = start
         else:
             reserve = 0
     in_run = sorted((o, i) for o, i in alloc if run_start <= o < rela_off)
-    load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
-                 and p["p_offset"] <= run_start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
+    load = load_of(run_start)
     if load is None:
         _fail(img, "cannot grow the version tables in place: they and .rela.dyn are not in one PT_LOAD")
     movable = L.MOVABLE_TYPES | ({L.SHT_NOTE} if reserve else set())  # PT_NOTE follows its note (_headers)

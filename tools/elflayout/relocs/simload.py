@@ -294,12 +294,9 @@ class Loaded:
         # ELF header (e_shoff/e_shnum change) and program headers: checked in compare_tables.
         hdr = self.img.elf.header
         out = [self.dyn_range, (0, hdr["e_ehsize"])]
-        phoff = int(hdr["e_phoff"])
-        for p in self.phdrs[self.phdrs["p_type"] == L.PT_LOAD]:  # the table's address (BOLT: not its offset)
-            if p["p_offset"] <= phoff < p["p_offset"] + p["p_filesz"]:
-                v = phoff - int(p["p_offset"]) + int(p["p_vaddr"])
-                out.append((v, v + hdr["e_phnum"] * hdr["e_phentsize"]))
-                break
+        v = self.img.offset_to_vaddr(int(hdr["e_phoff"]))  # the table's address (BOLT's: not its offset)
+        if v >= 0:
+            out.append((v, v + hdr["e_phnum"] * hdr["e_phentsize"]))
         ap = self.applier()
         if ap is not None:  # the routine (in the code segment's padding) and its table
             out += [(ap["entry"] - selfapply.ENTRY, ap["entry"] - selfapply.ENTRY + selfapply.SIZE),
@@ -729,8 +726,11 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
             _, sa2 = _load_state(h, pa, pa.name, ranges, dirs, timeout, pad=HEAP_PAD)
             stable = sa == sa2 if sa2 is not None else np.ones(n, bool)
             left = np.flatnonzero(diff & stable)
-            if left.size:
-                addrs = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in ranges])[left]
+            if left.size:  # index in the concatenated ranges -> address
+                lo = np.array([r[0] for r in ranges], np.int64)
+                at = np.cumsum([0] + [hi - lo_ for lo_, hi in ranges[:-1]])
+                k = np.searchsorted(at, left, side="right") - 1
+                addrs = lo[k] + (left - at[k])
                 by_code = ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
                 stable[left[by_code]] = False
             res.update(unstable_bytes=int(n - np.count_nonzero(stable)),

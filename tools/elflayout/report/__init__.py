@@ -1,4 +1,4 @@
-"""Plots and the HTML report (issue 7).
+"""Plots and the HTML report.
 
 - ``data``: load results/profile files and turn them into numpy series and tables
   (pure data, no matplotlib);
