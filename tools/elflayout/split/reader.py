@@ -130,6 +130,12 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
                 raise _err(name, f"{st.name}: symbol name offset {n} outside its string table")
             names.append(strtab[n:end].decode("utf-8", "surrogateescape"))
         obj.sym_names = names
+        shndx = obj.symbols["st_shndx"]
+        past = np.flatnonzero((shndx >= len(sections)) & (shndx < SHN_LORESERVE))
+        if len(past):
+            i = int(past[0])
+            raise _err(name, f"{st.name}: symbol {i} ({names[i]!r}) names section {int(shndx[i])}, past the "
+                             f"{len(sections)} sections")
     for s in sections:
         if s.sh_type == SHT["SHT_REL"]:
             raise _err(name, f"{s.name}: SHT_REL relocations (x86-64 objects use RELA)")
