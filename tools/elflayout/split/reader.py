@@ -100,6 +100,8 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
             end = shstr.find(b"\0", nm)
             if nm >= len(shstr) or end < 0:
                 raise _err(name, f"section {i}: name outside the section name table")
+            if align & (align - 1):     # gABI: 0, or a power of two
+                raise _err(name, f"section {i}: alignment {align} is not a power of two")
             sections.append(Section(i, shstr[nm:end].decode("utf-8", "surrogateescape"), t, flags, addr, link, info,
                                     max(1, align), entsize, size, b"" if nobits else raw[off:off + size]))
         e_flags, osabi = hdr.e_flags, hdr.e_ident.EI_OSABI

@@ -28,6 +28,10 @@ STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
 # gABI "ELF Header": e_ident (16 bytes) then Elf64_Ehdr's fields.
 EHDR64 = struct.Struct("<16sHHIQQQIHHHHHH")
 GRP_COMDAT = 1
+# File offsets in a relocatable object carry no alignment meaning (sh_addralign is for
+# addresses): padding them beyond a page would only grow the file, up to exabytes for a
+# damaged alignment.
+MAX_FILE_ALIGN = 4096
 
 
 @dataclass
@@ -287,7 +291,7 @@ def _layout(obj, outs: list[_Out]) -> bytes:
     hdrs = np.zeros(len(outs), SHDR64)
     for k, o in enumerate(outs[1:], 1):
         nobits = o.sh_type == SHT["SHT_NOBITS"]
-        off = align_up(len(buf), max(1, o.align))
+        off = align_up(len(buf), max(1, min(o.align, MAX_FILE_ALIGN)))
         if not nobits:
             buf += b"\0" * (off - len(buf))
             buf += o.data
