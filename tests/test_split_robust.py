@@ -251,3 +251,30 @@ def test_pack_relocs_json_when_the_check_fails(tmp_path, monkeypatch, capsys):
 def test_split_help_documents_exit_statuses():
     r = run_cli("split", "--help", check=0)
     assert "no linker could link the originals" in r.stdout.replace("\n", " ").replace("  ", " ")
+
+
+def _set_section_align(path, name, align):
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        shoff = elf.header.e_shoff
+        k = next(i for i, s in enumerate(elf.iter_sections()) if s.name == name)
+    from elflayout.layouts import SHDR64
+
+    raw = bytearray(path.read_bytes())
+    at = shoff + k * SHDR64.itemsize + SHDR64.fields["sh_addralign"][1]
+    raw[at:at + 8] = align.to_bytes(8, "little")
+    path.write_bytes(raw)
+
+
+def test_huge_section_alignment_does_not_pad_the_file(tmp_path, funcs_o):
+    """A (damaged) alignment of 2^40 once made the writer pad the output towards 1 TB."""
+    _set_section_align(funcs_o, ".note.GNU-stack", 1 << 40)
+    r = _split(funcs_o, "-o", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "funcs.o").stat().st_size < 2 * funcs_o.stat().st_size + 8192
+
+
+def test_alignment_not_a_power_of_two_refused(tmp_path, funcs_o):
+    _set_section_align(funcs_o, ".note.GNU-stack", 101155069755393)
+    msg = _one_line_refusal(_split(funcs_o, "-o", tmp_path / "out"), str(funcs_o))
+    assert "not a power of two" in msg
