@@ -31,8 +31,8 @@ from elflayout.split import fuzz  # noqa: E402
 
 
 def _chunk(job):
-    seed, start, count, work = job
-    return fuzz.run(seed, count, Path(work), start=start)
+    seed, start, count, work, bases = job
+    return fuzz.run(seed, count, Path(work), start=start, bases=bases)
 
 
 def main() -> int:
@@ -50,7 +50,8 @@ def main() -> int:
     total = fuzz.Tally()
     with tempfile.TemporaryDirectory(prefix="elflayout-split-fuzz-") as tmp:
         work = a.keep or tmp
-        jobs = [(a.seed, s, min(step, a.start + a.count - s), os.path.join(work, str(s)))
+        bases = fuzz.build_bases(Path(work))
+        jobs = [(a.seed, s, min(step, a.start + a.count - s), os.path.join(work, str(s)), bases)
                 for s in range(a.start, a.start + a.count, step)]
         with multiprocessing.Pool(a.jobs) as pool:
             for t in pool.imap_unordered(_chunk, jobs):

@@ -469,15 +469,16 @@ def run_variant(bases: list[Base], seed: int, index: int, workdir: Path) -> Tall
     return t
 
 
-def run(seed: int, count: int, workdir: Path, start: int = 0) -> Tally:
+def run(seed: int, count: int, workdir: Path, start: int = 0, bases: list[Base] | None = None) -> Tally:
     """Variants ``start .. start+count-1`` of ``seed``; their files stay in ``workdir``
-    only when they failed (to replay one: the same seed, ``start=i, count=1``)."""
+    only when they failed (to replay one: the same seed, ``start=i, count=1``).
+    ``bases``: from ``build_bases`` (built into ``workdir`` when not given)."""
     import elflayout.cli  # noqa: F401 - imported once here, not in every child
     import elflayout.split.check  # noqa: F401
     import elflayout.split.cli  # noqa: F401
 
     workdir = Path(workdir)
-    bases = build_bases(workdir)
+    bases = bases or build_bases(workdir)
     total = Tally()
     for i in range(start, start + count):
         total.add(run_variant(bases, seed, i, workdir))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from elftools.common.exceptions import ELFError
-from elftools.elf.constants import SHN_INDICES
+from elftools.elf.constants import SH_FLAGS, SHN_INDICES
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_SH_TYPE_BASE
 
@@ -65,6 +65,23 @@ class ObjectFile:
 
 def _err(name: str, what: str) -> ElflayoutError:
     return ElflayoutError(f"{name}: {what}")
+
+
+def _check_links(name: str, sections: list[Section], nsyms: int) -> None:
+    """Indexes the writer renumbers must name what they index: a group's members and
+    signature symbol, a link-ordered section's link."""
+    n = len(sections)
+    for s in sections:
+        if s.flags & SH_FLAGS.SHF_LINK_ORDER and s.link >= n:
+            raise _err(name, f"{s.name}: linked to section {s.link}, past the {n} sections")
+        if s.sh_type == SHT["SHT_GROUP"]:
+            if s.size % 4:
+                raise _err(name, f"{s.name}: group size {s.size} is not a whole number of words")
+            if s.info >= nsyms:
+                raise _err(name, f"{s.name}: group signature symbol {s.info} outside the symbol table")
+            words = np.frombuffer(s.data, "<u4")[1:]
+            if len(words) and (int(words.max()) >= n or int(words.min()) == 0):
+                raise _err(name, f"{s.name}: group member index outside the {n} sections")
 
 
 def read_object(raw: bytes, name: str) -> ObjectFile:
@@ -138,6 +155,7 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
             i = int(past[0])
             raise _err(name, f"{st.name}: symbol {i} ({names[i]!r}) names section {int(shndx[i])}, past the "
                              f"{len(sections)} sections")
+    _check_links(name, sections, len(obj.symbols))
     for s in sections:
         if s.sh_type == SHT["SHT_REL"]:
             raise _err(name, f"{s.name}: SHT_REL relocations (x86-64 objects use RELA)")

@@ -142,8 +142,9 @@ def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, gro
             elif s.sh_type == SHT["SHT_GROUP"]:
                 words = np.frombuffer(s.data, "<u4").copy()
                 for w in range(1, len(words)):
-                    if int(words[w]) in splits:
-                        raise ValueError(f"group member {secs[int(words[w])].name} was split")
+                    if int(words[w]) in splits or int(words[w]) not in new_index:
+                        raise ValueError(f"group member {secs[int(words[w])].name} was split "
+                                         "(or holds relocations of a split section)")
                     words[w] = new_index[int(words[w])]
                 data, link, info = words.tobytes(), symtab_new, int(mp[s.info])
             elif s.flags & SH_FLAGS.SHF_LINK_ORDER and s.link:
