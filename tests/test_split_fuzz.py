@@ -17,6 +17,7 @@ def bases(tmp_path_factory):
     return fuzz.build_bases(tmp_path_factory.mktemp("bases"))
 
 
+@pytest.mark.slow     # ~30 s of CPU: 200 runs, most with links
 def test_short_fuzz_run(tmp_path):
     for tool in ("ld.lld", "ld.gold"):
         need_tool(tool)
