@@ -286,7 +286,10 @@ def _members(data: bytes) -> list[tuple[int, int]]:
     """(header offset, size) of each member of a valid archive."""
     pos, out = 8, []
     while pos + 60 <= len(data):
-        size = int(data[pos + 48:pos + 58])
+        field = data[pos + 48:pos + 58].strip()
+        if not field.isdigit():
+            break                       # (a base is valid; this only guards re-damaging)
+        size = int(field)
         out.append((pos, size))
         pos += 60 + size + (size & 1)
     return out
@@ -321,7 +324,7 @@ def damage_archive(data: bytes, kind: str, rng) -> bytes:
                 if k < len(b):
                     b[k] = int(rng.integers(256))
     elif kind == "member-object":
-        objs = [(p, s) for p, s in mem if b[p + 60:p + 64] == b"\x7fELF"]
+        objs = [(p, s) for p, s in mem if b[p + 60:p + 64] == b"\x7fELF" and p + 60 + s <= len(b)]
         if objs:
             p, s = objs[int(rng.integers(len(objs)))]
             body = damage_object(bytes(b[p + 60:p + 60 + s]), OBJECT_KINDS[int(rng.integers(len(OBJECT_KINDS)))],
