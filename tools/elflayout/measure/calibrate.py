@@ -23,6 +23,7 @@ Steps:
 
 from __future__ import annotations
 
+from elflayout.measure import session
 from elflayout.measure import stats
 
 A, A2 = "a", "a2"
@@ -39,8 +40,6 @@ def aa_plan(base, command: str, runs: int, states, files, seed: int = 0):
 
 def measure(plan, on_event=None) -> dict:
     """Run the A/A session (measure.session, in process); the results document."""
-    from elflayout.measure import session
-
     return session.measure(plan, on_event)
 
 

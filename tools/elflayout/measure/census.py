@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from elflayout.measure import cache
-from elflayout.measure.runner import child_events
+from elflayout.measure.runner import _enable_pid_filter, child_events, open_session
 from elflayout.tracefs import kdev
 
 SCAN_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib", "/lib64", "/etc",
@@ -128,10 +128,6 @@ def resolve(keys: set[tuple[int, int]], command: str, env: dict,
 
 
 def _traced_run(runner, variant, kinds):
-    from elflayout.measure.runner import _enable_pid_filter
-
-    from elflayout.measure.runner import open_session
-
     with contextlib.ExitStack() as stack:
         ts = open_session(stack, kinds)
         _enable_pid_filter(ts)

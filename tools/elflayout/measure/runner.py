@@ -37,7 +37,7 @@ import numpy as np
 
 from elflayout.errors import ElflayoutError
 from elflayout.measure import cache
-from elflayout.measure.controls import ControlSet, FixedEnv
+from elflayout.controls import ControlSet, FixedEnv
 from elflayout.pages import SEEK_PAGES  # noqa: F401 - re-exported
 from elflayout.pages import count_seeks as seeks_of
 from elflayout.tracefs import TraceSession, file_key, tracefs_status

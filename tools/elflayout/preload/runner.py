@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
+from elflayout.preload import model
 
 ROOT = Path(__file__).resolve().parents[3]
 SRC = ROOT / "tools" / "preload"
@@ -98,8 +99,6 @@ def library_env(plan: str | os.PathLike, *, method: str = "pread", background: b
 def checked_text(plan: str | os.PathLike) -> Path:
     """The text form of ``plan`` (PLAN.json's PLAN.preload, or the .preload given), checked:
     a bad plan is bad input here (one-line error), while the C side only warns."""
-    from elflayout.preload import model
-
     if str(plan).endswith((".json", ".json.gz")):
         model.load(plan)
         tp = model.text_path(str(plan)[:-3] if str(plan).endswith(".gz") else plan)

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.inspect import initializers
 from elflayout.profile.model import EVENT_DTYPE, workload_path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -224,9 +226,6 @@ MAX_MARKS = 8  # firsttouch's --ft-mark limit (MAX_MARKS in firsttouch.c); one i
 def exe_initializer_marks(exe: str, targets: list[str]) -> list[int]:
     """File offsets of the executable's initializers when it is one of the targets (at most
     MAX_MARKS - 1; the rest are found by their function extents only)."""
-    from elflayout.elfcore import ElfImage
-    from elflayout.inspect import initializers
-
     real = os.path.realpath(exe)
     if real not in {os.path.realpath(t) for t in targets}:
         return []
@@ -242,8 +241,6 @@ def main_offset(exe: str) -> int | None:
     __libc_start_main), so the profile can tell constructors from main. None if unknown."""
     import capstone
     from elftools.common.exceptions import ELFError
-
-    from elflayout.elfcore import ElfImage
 
     try:
         img = ElfImage(exe)

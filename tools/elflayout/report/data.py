@@ -35,7 +35,7 @@ def load(path: str | os.PathLike) -> tuple[str, object]:
 
         results_model.parse(doc, str(p))  # the one results parser: raises on anything malformed
     elif kind == "screen":
-        from elflayout.measure import screen
+        from elflayout.measure import screen_model as screen
 
         screen.parse(doc, str(p))
     else:

@@ -503,7 +503,7 @@ def profile_section(src: str, doc, idx: int) -> str:
 def screen_section(src: str, doc: dict, idx: int) -> str:
     """A screening result (``elflayout screen``): factors, effects with 95% intervals, the
     design points, block plots and violin-scatter plots."""
-    from elflayout.measure import screen
+    from elflayout.report import screen
 
     md, d, factors = doc["metadata"], doc["design"], doc["factors"]
     out = [f'<h2 id="s{idx}">Screening: {escape(Path(src).name)}</h2>']
