@@ -14,7 +14,7 @@ import numpy as np
 from elftools.elf import enums
 
 from elflayout import __version__
-from elflayout import linkmap
+from elflayout import linkmap, symbols
 from elflayout.elfcore import PAGE, ElfImage, page_range, relr_decode, relr_size
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import envelope
@@ -201,16 +201,14 @@ def symbol_counts(img: ElfImage) -> dict:
 
 def function_summary(img: ElfImage, listing: bool = False) -> dict:
     """Counts of function extents by source; with ``listing`` every extent too (file-offset order)."""
-    from elflayout.symbols import SOURCES, functions
-
-    ft = functions(img)
+    ft = symbols.functions(img)
     c = ft.counts()
     out = {
         "count": len(ft), "from_symtab": c["symtab"], "from_dynsym": c["dynsym"], "from_eh_frame": c["eh_frame"],
         "fde_count": ft.fde_count, "bytes": int(ft.size.sum()),
     }
     if listing:
-        out["list"] = [{"name": n, "source": SOURCES[k], "offset": o, "vaddr": v, "size": z}
+        out["list"] = [{"name": n, "source": symbols.SOURCES[k], "offset": o, "vaddr": v, "size": z}
                        for n, k, o, v, z in zip(ft.names, ft.source.tolist(), ft.offset.tolist(), ft.vaddr.tolist(),
                                                 ft.size.tolist())]
     return out

@@ -25,6 +25,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -211,8 +212,6 @@ def census(runner, variant, method: str = "evict", under=()) -> dict:
     (mapped or open by another process, outside ``under``, written by the startup).
     With ``evict`` the kept files are not evicted: they are listed from the warm run.
     """
-    import time
-
     env = runner.envctl.build(runner.variant_env.get(variant.name))
     under = [os.path.realpath(u) for u in under]
     warm: dict[tuple[int, int], str] = {}

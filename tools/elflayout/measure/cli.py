@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from elflayout import fileio
-from elflayout.errors import ElflayoutError
 from elflayout.controls import MeasurementLock
+from elflayout.errors import ElflayoutError
 from elflayout.measure import model, session
 from elflayout.measure.session import MeasurePlan
 from elflayout.preload.runner import measure_variants

@@ -75,6 +75,10 @@ def run(args) -> int:
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not args.force)):
         raise ElflayoutError(f"{out}: exists and is not an empty directory (use --force to write into it)")
     base = plan_from_options(args.measure_arg, "screen")
+    try:  # before the runs: a bad output path fails in the first second
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ElflayoutError(f"{out}: cannot create the output directory: {e.strerror}") from None
     x, props = screen.design(len(factors), args.full)
     order = screen.run_order(len(x), args.replicates, args.seed)
     print(f"screen: {len(factors)} factors, {props['kind']} design, {len(x)} points x {args.replicates} "
@@ -96,7 +100,6 @@ def run(args) -> int:
                                  "replicates": args.replicates, "seed": args.seed,
                                  "duration_s": round(time.monotonic() - t0, 1)},
                                 factors, {**props, "matrix": x.tolist()}, order, runs, analysis)
-    out.mkdir(parents=True, exist_ok=True)
     fileio.dump_json(result, out / "screen.json")
     md = screen.markdown(result)
     fileio.atomic_write_text(out / "screen.md", md)

@@ -22,12 +22,12 @@ import contextlib
 import datetime
 import os
 import platform
+import shlex
 import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-import shlex
 from typing import Callable
 
 import numpy as np

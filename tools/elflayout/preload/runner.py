@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -115,8 +116,6 @@ def measure_variants(variants: list[tuple[str, str]], plan: str | os.PathLike, f
     command started by the launcher. With ``--storage`` the plan's files (the originals)
     are read from the mounts: each served directory is mapped to its ``{mount}`` (or
     ``{mountN}``), which the session substitutes like in the commands."""
-    import shlex
-
     text = checked_text(plan)
     maps = []
     if storage:

@@ -14,10 +14,9 @@ dlopen gets ``loader`` then ``main`` (its initialisers run inside main).
 
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import dataclass
 
+import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 
 from elflayout import symbols

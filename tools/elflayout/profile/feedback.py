@@ -18,6 +18,7 @@ a window had already brought in fault only once their window no longer does.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,8 +114,6 @@ def _extend_ranks(t: Target) -> Target:
 
 def _linkmap(t: Target):
     """The profiled build's link map (objects and input sections of the added functions)."""
-    import os
-
     if not t.map or not os.path.exists(t.map) or not os.path.exists(t.path):
         return None
     with ElfImage(t.path) as img:

@@ -17,7 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import capstone
 import numpy as np
+from elftools.common.exceptions import ELFError
 
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
@@ -239,9 +241,6 @@ def exe_initializer_marks(exe: str, targets: list[str]) -> list[int]:
 def main_offset(exe: str) -> int | None:
     """File offset of the executable's ``main`` (symbol, or the address _start hands to
     __libc_start_main), so the profile can tell constructors from main. None if unknown."""
-    import capstone
-    from elftools.common.exceptions import ELFError
-
     try:
         img = ElfImage(exe)
     except ElflayoutError:
