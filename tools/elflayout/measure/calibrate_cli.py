@@ -7,9 +7,7 @@ import sys
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
-from elflayout.measure import calibrate, model
 from elflayout.measure.cli import plan_from_options
-from elflayout.measure.compare_cli import parse_effect
 
 SUMMARY = "A/A runs of one command: noise, minimum detectable effect and the runs to use"
 EPILOG = """\
@@ -63,6 +61,10 @@ def _progress(quiet: bool):
 
 
 def run(args) -> int:
+    # the stages (numpy, scipy) load when the verb runs, not for --help
+    from elflayout.measure import calibrate, model
+    from elflayout.measure.compare_cli import parse_effect
+
     effect = parse_effect(args.target_effect)
     if args.source:
         if args.command:

@@ -6,11 +6,7 @@ import argparse
 import sys
 
 from elflayout import fileio
-from elflayout.controls import MeasurementLock
 from elflayout.errors import ElflayoutError
-from elflayout.measure import model, session
-from elflayout.measure.session import MeasurePlan
-from elflayout.preload.runner import measure_variants
 
 SUMMARY = "measure cold/selective/hot startup: time, faults, pages read per file"
 EPILOG = """\
@@ -104,9 +100,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
 
 
-def plan_of(args) -> MeasurePlan:
-    """The session plan of parsed ``measure`` options; with --preload each variant also
-    runs as NAME+preload (the session itself knows nothing of preloading)."""
+def plan_of(args):
+    """The session plan (``session.MeasurePlan``) of parsed ``measure`` options; with
+    --preload each variant also runs as NAME+preload (the session knows nothing of preloading)."""
+    # verb modules load their stages when they run, not for --help (numpy, the harness)
+    from elflayout.measure.session import MeasurePlan
+    from elflayout.preload.runner import measure_variants
+
     for e in args.env:
         if "=" not in e or not e.split("=", 1)[0]:
             raise ElflayoutError(f"--env {e!r}: expected NAME=VALUE")
@@ -130,7 +130,7 @@ class _OptionsParser(argparse.ArgumentParser):
         raise ElflayoutError(f"--measure-arg: not valid options of elflayout measure ({message})")
 
 
-def plan_from_options(measure_args: list[str], verb: str) -> MeasurePlan:
+def plan_from_options(measure_args: list[str], verb: str):
     """A session plan carrying the controls given as ``measure`` options (``--measure-arg``
     of ``verb``), which sets the variants, runs, states and files itself."""
     for a in measure_args:
@@ -146,6 +146,9 @@ def plan_from_options(measure_args: list[str], verb: str) -> MeasurePlan:
 
 
 def restore() -> int:
+    from elflayout.controls import MeasurementLock
+    from elflayout.measure import session
+
     with MeasurementLock(on_wait=lambda who: print(f"waiting for the measurement session: {who}", file=sys.stderr)):
         done = session.restore_stale()
     for d in done:
@@ -164,6 +167,8 @@ def run(args) -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from elflayout.measure import model, session
 
     plan = plan_of(args)
     plan.check()

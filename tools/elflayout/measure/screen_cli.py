@@ -8,10 +8,7 @@ from pathlib import Path
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
-from elflayout.measure import screen, screen_model, session, stats
 from elflayout.measure.cli import plan_from_options
-from elflayout.report import html
-from elflayout.report import screen as screen_plots
 
 SUMMARY = "screen set-up factors (ASLR, read-ahead, pinning, storage, variants) by a factorial design"
 EPILOG = """\
@@ -56,6 +53,12 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    # the stages (numpy, scipy, statsmodels) load when the verb runs, not for --help; the
+    # plots and the page are the report stage's: one renderer for this verb and 'elflayout report'
+    from elflayout.measure import screen, screen_model, session, stats
+    from elflayout.report import html
+    from elflayout.report import screen as screen_plots
+
     if not args.command or not args.command.strip():
         raise ElflayoutError("screen: name the command after the options: -- 'CMD'")
     if not args.factor:
@@ -103,7 +106,6 @@ def run(args) -> int:
     fileio.dump_json(result, out / "screen.json")
     md = screen.markdown(result)
     fileio.atomic_write_text(out / "screen.md", md)
-    # the plots and the page are the report stage's: one renderer for this verb and 'elflayout report'
     figs = screen_plots.figures(result, out)
     fileio.atomic_write_text(out / "report.html", html.build([(str(out / "screen.json"), "screen", result)]))
     print(md, end="")

@@ -36,7 +36,7 @@ from elflayout.controls import (Aslr, ControlSet, CpuPin, FixedEnv, Governor, Me
                                 StateFile, check_rt_priority)
 from elflayout.errors import ElflayoutError
 from elflayout.measure import census as census_mod
-from elflayout.measure import model, stats
+from elflayout.measure import model
 from elflayout.measure.cache import can_drop_caches
 from elflayout.measure.runner import SEEK_PAGES, STATES, Plan, Runner, Variant
 from elflayout.storage import SlowStorage
@@ -326,6 +326,8 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     ``census`` {variant, method}, ``start`` {total}, ``warmup``, ``run`` (a run record),
     ``warning`` {message}.
     """
+    from elflayout.measure import stats  # scipy takes seconds to import: not before the plan is checked
+
     plan.check()
     emit = on_event or (lambda kind, info: None)
     states = list(dict.fromkeys(plan.states))

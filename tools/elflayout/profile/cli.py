@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 
-from elflayout import fileio
 from elflayout.errors import ElflayoutError
-from elflayout.profile import model, record
-from elflayout.profile.merge import RULES
-from elflayout.profile.record import STDOUT_MODES
 
 SUMMARY = "record the first-access order of a target library during a workload"
 EPILOG = """examples:
@@ -39,6 +34,9 @@ status 1 (0 with --allow-failure).
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from elflayout.profile.merge import RULES
+    from elflayout.profile.record import STDOUT_MODES
+
     p.add_argument("--target", action="append", required=True, metavar="LIB",
                    help="shared library (or executable) to profile; repeatable")
     p.add_argument("--backend", choices=("valgrind", "trace"), default="valgrind",
@@ -114,6 +112,8 @@ def _kv(text: str, what: str) -> tuple[str, str]:
 
 
 def _commands(args) -> list[tuple[str, list[str]]]:
+    import os
+
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -135,6 +135,9 @@ def _commands(args) -> list[tuple[str, list[str]]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elflayout import fileio
+    from elflayout.profile import model, record
+
     commands = _commands(args)
     env_variants = [dict(_kv(x, "--env-variant") for x in v.split(",")) for v in args.env_variant]
     workloads = record.workload_set(commands, args.stdout, env_variants, args.repeat)

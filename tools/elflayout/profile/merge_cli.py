@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from elflayout import fileio
-from elflayout.errors import ElflayoutError
-from elflayout.profile import merge, model
-
 SUMMARY = "merge several profiles of the same build into one"
 EPILOG = """examples:
   # two workloads of one libpython build; the first one's order wins, the second appends
@@ -41,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elflayout import fileio
+    from elflayout.profile import merge, model
+
+    from elflayout.errors import ElflayoutError
+
     if args.faults and len(args.profiles) != 1:
         raise ElflayoutError(f"--faults: give one profile (got {len(args.profiles)})")
     out = fileio.check_output(args.output, force=args.force, inputs=args.profiles + ([args.faults] if args.faults else []))
