@@ -49,8 +49,8 @@ def _number(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-# The kernel measures a task's CPU time exactly but splits it into user and system by
-# sampling once per scheduler tick: cpu_s (the exact sum) is tested, the split is not.
+# cpu_s, the exact CPU time, is tested; its user/system split is tick-sampled and only
+# described (the reason: stats.UNTESTED_REASON).
 METRICS = {m.name: m for m in (
     Metric("wall_s", "wall time", "ms", 1e3, time=True),
     Metric("user_s", "user CPU", "ms", 1e3, time=True, tested=False),
