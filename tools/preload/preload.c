@@ -177,25 +177,44 @@ static int cached(int fd, uint64_t off, uint64_t len)
 	return cs.nr_cache >= (len + 4095) / 4096;
 }
 
-static void read_range(int fd, enum elp_method m, uint64_t off, uint64_t len, char *scratch)
+/* Ask for [off, off + len) by method M.  Returns 0, or the error (an errno value) when
+ * the kernel refused or a read failed; *done gets the bytes requested (readahead,
+ * fadvise) or read (pread) before that, so a failed range is not counted as read. */
+static int read_range(int fd, enum elp_method m, uint64_t off, uint64_t len, char *scratch, uint64_t *done)
 {
+	*done = 0;
 	switch (m) {
 	case ELP_READAHEAD:
-		readahead(fd, off, len);
+		if (readahead(fd, off, len) < 0)
+			return errno;
 		break;
-	case ELP_FADVISE:
-		posix_fadvise(fd, off, len, POSIX_FADV_WILLNEED);
-		break;
-	case ELP_PREAD:
-		while (len > 0) {
-			size_t n = len < PREAD_CHUNK ? len : PREAD_CHUNK;
-			ssize_t r = pread(fd, scratch, n, off);
-			if (r <= 0)
-				break;
-			off += r, len -= r;
-		}
+	case ELP_FADVISE: {
+		int e = posix_fadvise(fd, off, len, POSIX_FADV_WILLNEED);  /* returns the error */
+		if (e)
+			return e;
 		break;
 	}
+	case ELP_PREAD:
+		while (*done < len) {
+			size_t n = len - *done < PREAD_CHUNK ? len - *done : PREAD_CHUNK;
+			ssize_t r = pread(fd, scratch, n, off + *done);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0)
+				return errno;
+			if (r == 0)
+				return ENODATA;  /* the file ended early: it shrank since the check */
+			*done += r;
+		}
+		return 0;
+	}
+	*done = len;
+	return 0;
+}
+
+static const char *method_name(enum elp_method m)
+{
+	return m == ELP_READAHEAD ? "readahead" : m == ELP_FADVISE ? "posix_fadvise" : "pread";
 }
 
 /* The .preload sibling of PLAN.json; other names are used as given. */
@@ -208,6 +227,27 @@ static const char *text_form(const char *plan, char *buf, size_t bufsz)
 		return buf;
 	}
 	return plan;
+}
+
+/* Read a file's ranges; the first failure costs one line on stderr and the rest of the
+ * file.  Only ranges fully requested or read count in st.  Returns 0, or -1 on a failure. */
+static int apply_ranges(int fd, const char *path, uint64_t (*rg)[2], unsigned nr, uint64_t size,
+			enum elp_method m, char *scratch, struct elp_stats *st)
+{
+	for (unsigned i = 0; i < nr; i++) {
+		uint64_t off = rg[i][0], len = rg[i][1], done;
+		if (off + len > size || cached(fd, off, len))
+			continue; /* past the end cannot happen with an unchanged file */
+		int e = read_range(fd, m, off, len, scratch, &done);
+		st->bytes += done;
+		if (e) {
+			fprintf(stderr, TAG ": %s: %s of bytes %llu-%llu failed (%s); the rest of the file is not preloaded\n",
+				path, method_name(m), (unsigned long long)off, (unsigned long long)(off + len), strerror(e));
+			return -1;
+		}
+		st->ranges++;
+	}
+	return 0;
 }
 
 int elp_apply(const char *plan, const struct elp_opts *o, struct elp_stats *st)
@@ -299,16 +339,10 @@ int elp_apply(const char *plan, const struct elp_opts *o, struct elp_stats *st)
 		if (why) {
 			fprintf(stderr, TAG ": %s: %s; not preloaded\n", path, why);
 			st->files_skipped++;
-		} else {
-			for (unsigned i = 0; i < nr; i++) {
-				uint64_t off = rg[i][0], len = rg[i][1];
-				if (off + len > (uint64_t)sb.st_size || cached(fd, off, len))
-					continue; /* past the end cannot happen with an unchanged file */
-				read_range(fd, o->method, off, len, scratch);
-				st->ranges++;
-				st->bytes += len;
-			}
+		} else if (apply_ranges(fd, path, rg, nr, (uint64_t)sb.st_size, o->method, scratch, st) == 0) {
 			st->files++;
+		} else {
+			st->files_skipped++;
 		}
 		if (fd >= 0)
 			close(fd);
