@@ -253,6 +253,7 @@ def test_sequential_bandwidth_and_read_ahead(srcdir):
         assert 0 < m.stats()["max_request_bytes"] <= 128 * 1024
 
 
+@pytest.mark.root
 @pytest.mark.slow
 def test_shared_library_from_mount(tmp_path):
     """ld.so mmaps libLLVM from the mount; cold (evicted) is slower than hot."""
