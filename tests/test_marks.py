@@ -32,7 +32,7 @@ def _costs_of_call(call: ast.Call, defs) -> set[str]:
     name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
     owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else None
     out = set()
-    if name == "need_root_tracefs":
+    if name in ("need_root_tracefs", "geteuid"):  # geteuid: a test that skips unless root
         out.add("root")
     if name == "tool_status" or (owner == "valgrind" and name == "run"):
         out.add("valgrind")
@@ -47,18 +47,28 @@ def _costs_of_call(call: ast.Call, defs) -> set[str]:
     return out
 
 
-def _functions(tree) -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+def _functions(tree) -> dict:
+    """Module-level functions, and names bound to an expression (as a function of no
+    arguments named like the name, so that its calls count where the name is used)."""
+    out = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            name = n.targets[0].id
+            out.setdefault(name, ast.FunctionDef(name=name, args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[],
+                                                                                 kw_defaults=[], defaults=[]),
+                                                 body=[ast.Expr(n.value)], decorator_list=[]))
+    return out
 
 
 def _costs(fn, defs, seen=None) -> set[str]:
-    """Costs of FN and of every fixture (parameter) and module function it reaches."""
+    """Costs of FN and of every fixture (parameter), module function and decorator bound
+    at module level (``needs_root = pytest.mark.skipif(os.geteuid() != 0, ...)``) it reaches."""
     seen = set() if seen is None else seen
     if fn.name in seen:
         return set()
     seen.add(fn.name)
     out = set()
-    reached = [a.arg for a in fn.args.args]
+    reached = [a.arg for a in fn.args.args] + [d.id for d in fn.decorator_list if isinstance(d, ast.Name)]
     for node in ast.walk(fn):
         if isinstance(node, ast.Call):
             out |= _costs_of_call(node, defs)
@@ -143,6 +153,12 @@ def test_d(cli):
 def test_e():
     libpython.prepare("lld")
 
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="root")
+
+@needs_root
+def test_g():
+    pass
+
 @pytest.fixture
 def lib():
     from elflayout.targets import libcrypto
@@ -155,7 +171,8 @@ def test_f(lib):
     defs = _functions(tree)
     got = {n: _costs(defs[n], defs) - _marks(defs[n].decorator_list) for n in defs if n.startswith("test_")}
     assert got == {"test_a": {"valgrind"}, "test_b": {"root"}, "test_c": set(), "test_d": set(),
-                   "test_e": {"download"}, "test_f": {"download"}}
+                   "test_e": {"download"}, "test_f": {"download"},
+                   "test_g": {"root"}}
 
 
 def test_an_unmarked_test_fails_when_it_needs_root_or_valgrind():

@@ -449,6 +449,7 @@ def test_failing_and_hanging_commands_are_errors(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.root
 def test_realtime_runs_the_child_under_sched_fifo_and_records_it(tmp_path):
     f = tmp_path / "f.bin"
     f.write_bytes(b"x" * 8192)
@@ -472,6 +473,7 @@ def test_realtime_runs_the_child_under_sched_fifo_and_records_it(tmp_path):
     assert doc["metadata"]["controls"]["scheduler"]["applied"] == "SCHED_OTHER"
 
 
+@pytest.mark.root
 def test_realtime_control_restores_the_harness_policy():
     from elflayout.measure.controls import Realtime
 

@@ -128,6 +128,7 @@ def test_link_time_self_form_refusals(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
+@pytest.mark.root
 @pytest.mark.download
 @pytest.mark.slow
 def test_link_time_self_form_in_an_old_root(tmp_path):

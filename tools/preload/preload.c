@@ -229,6 +229,35 @@ static const char *text_form(const char *plan, char *buf, size_t bufsz)
 	return plan;
 }
 
+/* Why the file open as FD (-1: open failed, errno set) is not the one the plan was made
+ * for (size, mtime, build-id "-" for none), or NULL when it is; fills *sb. */
+static const char *changed(int fd, struct stat *sb, unsigned long long size, long long msec, long long mnsec,
+			   const char *bid, char *whybuf, size_t whysz)
+{
+	if (fd < 0) {
+		snprintf(whybuf, whysz, "cannot open (%s)", strerror(errno));
+		return whybuf;
+	}
+	if (fstat(fd, sb) < 0 || !S_ISREG(sb->st_mode))
+		return "not a regular file";
+	if ((unsigned long long)sb->st_size != size) {
+		snprintf(whybuf, whysz, "size %llu, plan has %llu", (unsigned long long)sb->st_size, size);
+		return whybuf;
+	}
+	if (sb->st_mtim.tv_sec != msec || sb->st_mtim.tv_nsec != mnsec)
+		return "modified since the plan (mtime differs)";
+	if (strcmp(bid, "-")) {
+		char have[129];
+		if (build_id(fd, have, sizeof have) < 0)
+			return "no build-id, plan has one";
+		if (strcmp(have, bid)) {
+			snprintf(whybuf, whysz, "build-id %s, plan has %s", have, bid);
+			return whybuf;
+		}
+	}
+	return NULL;
+}
+
 /* Read a file's ranges; the first failure costs one line on stderr and the rest of the
  * file.  Only ranges fully requested or read count in st.  Returns 0, or -1 on a failure. */
 static int apply_ranges(int fd, const char *path, uint64_t (*rg)[2], unsigned nr, uint64_t size,
@@ -315,27 +344,8 @@ int elp_apply(const char *plan, const struct elp_opts *o, struct elp_stats *st)
 		}
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		struct stat sb;
-		const char *why = NULL;
 		char whybuf[320];
-		if (fd < 0) {
-			snprintf(whybuf, sizeof whybuf, "cannot open (%s)", strerror(errno));
-			why = whybuf;
-		} else if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-			why = "not a regular file";
-		} else if ((unsigned long long)sb.st_size != size) {
-			snprintf(whybuf, sizeof whybuf, "size %llu, plan has %llu", (unsigned long long)sb.st_size, size);
-			why = whybuf;
-		} else if (sb.st_mtim.tv_sec != msec || sb.st_mtim.tv_nsec != mnsec) {
-			why = "modified since the plan (mtime differs)";
-		} else if (strcmp(bid, "-")) {
-			char have[129];
-			if (build_id(fd, have, sizeof have) < 0)
-				why = "no build-id, plan has one";
-			else if (strcmp(have, bid)) {
-				snprintf(whybuf, sizeof whybuf, "build-id %s, plan has %s", have, bid);
-				why = whybuf;
-			}
-		}
+		const char *why = changed(fd, &sb, size, msec, mnsec, bid, whybuf, sizeof whybuf);
 		if (why) {
 			fprintf(stderr, TAG ": %s: %s; not preloaded\n", path, why);
 			st->files_skipped++;
