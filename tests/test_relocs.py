@@ -15,7 +15,7 @@ from elftools.elf.elffile import ELFFile
 from conftest import need_tool, run_cli
 from elflayout import elfcore
 from elflayout import layouts as L
-from elflayout.relocs import simload
+from elflayout.relocs import realload, simload
 import relocs_testlib as testlib
 from elflayout.relocs.analyze import section_names_of_vaddrs
 
@@ -179,7 +179,7 @@ def test_check_finds_a_dropped_relr_entry(libs, packed, tmp_path):
     b[off + 8 * k:off + 8 * k + 8] = struct.pack("<Q", w2)
     bad.write_bytes(bytes(b))
     assert not simload.compare(libs["bfd"]["lib"], bad)["equal"]
-    assert simload.dlopen_check(packed) is None
+    assert realload.dlopen_check(packed) is None
 
 
 # --- pack-relocs bad input: one line, exit 2 (or 0 for "nothing to do"), input untouched ---------

@@ -23,7 +23,7 @@ from oldglibc_root import bullseye_root, run_in
 from relocs_testlib import compile_lib
 from elflayout import elfcore
 from elflayout import layouts as L
-from elflayout.relocs import linkself, simload
+from elflayout.relocs import linkself, realload, simload
 
 
 def _lld16(tmp_path) -> Path:
@@ -69,7 +69,7 @@ def test_link_time_self_form_on_this_machine(tmp_path):
         assert lo.tag(L.DT_RELR | linkself.DT_RELRHACK_BIT) == ap["relr_start"]  # relrhack's hidden tag
     finally:
         lo.close()
-    assert simload.dlopen_check(self_) is None
+    assert realload.dlopen_check(self_) is None
     # `relocs` counts the self-applied table, and no DT_RELR.
     doc = json.loads(run_cli("relocs", self_, "--json", check=0).stdout)
     sa = doc["self_applied"]
@@ -159,7 +159,7 @@ def test_link_time_self_form_in_an_old_root(tmp_path):
     assert runs["relr"].returncode != 0 and b"GLIBC_ABI_DT_RELR" in runs["relr"].stderr
     # On this machine (glibc >= 2.36) all three load.
     for d in libs:
-        assert simload.dlopen_check(libs[d]) is None
+        assert realload.dlopen_check(libs[d]) is None
 
 
 @pytest.mark.slow
@@ -211,7 +211,7 @@ def test_link_time_self_form_with_gnu_ld_and_mold(tmp_path, linker):
     if linker == "mold":
         assert r.returncode == 2 and "without a GLIBC_ABI_DT_RELR version need" in r.stderr and not relr.exists()
     else:
-        assert r.returncode == 0 and not linkself.relr_need_missing(relr) and simload.dlopen_check(relr) is None
+        assert r.returncode == 0 and not linkself.relr_need_missing(relr) and realload.dlopen_check(relr) is None
     outs = []
     for lib in (plain, self_):
         exe = lib.parent / "main"

@@ -18,7 +18,8 @@ from conftest import ROOT, need_tool, run_cli
 from elflayout import elfcore
 from elflayout import layouts as L
 from elflayout.errors import ElflayoutError
-from elflayout.relocs import pack, simload
+from elflayout.relocs import pack, realload, simload
+from elflayout.relocs.glibc import GLIBC_ABI_DT_RELR_HASH
 from elflayout.relocs.analyze import section_names_of_vaddrs
 
 R_X86_64_RELATIVE = 8
@@ -175,7 +176,7 @@ def test_library_without_libc_needed_packs_and_loads_without_the_version_need(tm
     out.parent.mkdir()
     st = json.loads(run_cli("pack-relocs", lib, "-o", out, "--check", "--json", check=0).stdout)
     assert st["version_need"].startswith("not needed") and st["check"]["real_load"]["equal"]
-    assert simload.dlopen_check(out) is None
+    assert realload.dlopen_check(out) is None
 
 
 def test_relr_without_the_need_is_refused_by_glibc_when_libc_is_needed(bfd, tmp_path):
@@ -196,7 +197,7 @@ def test_relr_without_the_need_is_refused_by_glibc_when_libc_is_needed(bfd, tmp_
         a = off + aux
         for _ in range(cnt):
             h, fl, ot, name, anext = L.VERNAUX.unpack_from(b, a)
-            if h == pack.GLIBC_ABI_DT_RELR_HASH:
+            if h == GLIBC_ABI_DT_RELR_HASH:
                 L.VERNAUX.pack_into(b, a, L.elf_hash(other), fl | 2, ot, name, anext)  # 2: VER_FLG_WEAK
                 n += 1
             a += anext
@@ -206,7 +207,7 @@ def test_relr_without_the_need_is_refused_by_glibc_when_libc_is_needed(bfd, tmp_
     assert n == 1
     bad = tmp_path / "bad.so"
     bad.write_bytes(bytes(b))
-    assert "DT_RELR without GLIBC_ABI_DT_RELR dependency" in (simload.dlopen_check(bad) or "")
+    assert "DT_RELR without GLIBC_ABI_DT_RELR dependency" in (realload.dlopen_check(bad) or "")
     assert simload.compare(bfd["lib"], bad)["table_problems"]  # the checker refuses it too
 
 

@@ -10,7 +10,7 @@ its own packed relocations.
 Here the applier is the post-link form's routine (``selfapply``), with its semantics:
 it runs as DT_INIT before the library's initializers, chains to the old DT_INIT, makes
 RELRO writable and read-only again, and what ld.so must relocate itself (the TLS image,
-exported data that copy relocations may copy: ``pack.read_before_init``) goes back to
+exported data that copy relocations may copy: ``pack_input.read_before_init``) goes back to
 RELA; IRELATIVE users are refused. The link gets an injected object (``INJECT``) with
 two sections the linker keeps (SHF_GNU_RETAIN): ``.elflayout.self``, room for the
 routine, and ``.elflayout.rela``, room for RELA grown by those relocations (sized by a
@@ -36,11 +36,13 @@ import numpy as np
 
 from elflayout import elfcore
 from elflayout import layouts as L
-from elflayout.errors import ElflayoutError
+from elflayout.errors import ElflayoutError, Finding
 from elflayout.fileio import atomic_output
-from elflayout.relocs import selfapply
-from elflayout.relocs.pack import (GLIBC_ABI_DT_RELR, PAGE, _read, overlapped, read_before_init, read_input,
-                                   write_widths)
+from elflayout.relocs import selfapply, simload
+from elflayout.relocs.glibc import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need, glibc_version
+from elflayout.relocs.pack_input import _read, overlapped, read_before_init, read_input, write_widths
+from elflayout.relocs.realload import dlopen_check
+from elflayout.relocs.simload import Loaded, verneed_names
 
 DT_RELRHACK_BIT = 0x8000000  # relrhack.h: the hidden tags are DT_RELR* | this bit
 TEXT_SECTION = ".elflayout.self"
@@ -223,8 +225,8 @@ def _plan(inp) -> tuple[list, dict]:
     blocks = []
     text_i, rrela_i = _section(inp, TEXT_SECTION), _section(inp, RELA_SECTION)
     sh = inp.shdrs.copy()
-    dyn = inp.dyn.copy()
-    live = dyn[:inp.n_used]
+    dyn = inp.dyn.array.copy()
+    live = dyn[:inp.dyn.count]
     dt = live["d_tag"].copy()
     # 1. RELA: the kept RELATIVE relocations first (addend = the word lld stored in place).
     enc = elfcore.relr_encode(addrs[~keep], arch.word)
@@ -270,10 +272,7 @@ def _plan(inp) -> tuple[list, dict]:
     old_init = tag(L.DT_INIT)
     if old_init is None:
         raise ElflayoutError(f"{img.path}: no DT_INIT (the injected weak _init was not linked in)")
-    relro = (0, 0)
-    for q in inp.phdrs[inp.phdrs["p_type"] == L.PT_GNU_RELRO]:
-        lo, hi = int(q["p_vaddr"]) // PAGE * PAGE, int(q["p_vaddr"] + q["p_memsz"]) // PAGE * PAGE
-        relro = (lo, hi - lo)  # what glibc's _dl_protect_relro made read-only
+    relro = selfapply.relro_pages(inp.phdrs, elfcore.PAGE)
     at = inp.sh(text_i, "sh_addr")
     entry = at + selfapply.ENTRY
     blocks.append((inp.sh(text_i, "sh_offset"),
@@ -284,8 +283,8 @@ def _plan(inp) -> tuple[list, dict]:
         live["d_tag"][dt == t] = t | DT_RELRHACK_BIT
     live["d_val"][dt == L.DT_RELRSZ] = enc.nbytes
     live["d_val"][dt == L.DT_RELR] = relr_new
-    dyn[:inp.n_used] = live
-    blocks.append((inp.dyn_off, dyn.tobytes()))
+    dyn[:inp.dyn.count] = live
+    blocks.append((inp.dyn.offset, dyn.tobytes()))
     vn = _drop_relr_need(inp)
     if vn is not None:
         blocks.append(vn)
@@ -317,20 +316,17 @@ def check(ref, out, root=None, status=None) -> dict:
     simulated loader at two bases and a real load on this machine (glibc >= 2.36 applies
     ``ref``'s DT_RELR), as ``pack-relocs --check`` does; with ``root``, the output must
     also load inside ``chroot root`` (where ``ref`` cannot: it needs GLIBC_ABI_DT_RELR)."""
-    from elflayout.errors import Finding
-    from elflayout.relocs import simload
-
-    have = simload.glibc_version()
-    why_ref = simload.dlopen_check(ref) if have and have >= (2, 36) else \
+    have = glibc_version()
+    why_ref = dlopen_check(ref) if have and have >= (2, 36) else \
         f"glibc {'.'.join(map(str, have)) if have else '?'} ignores DT_RELR"
     res = simload.check(ref, out, real_load=why_ref is None, status=status)
     if why_ref is not None:
         res["real_load"] = f"skipped: the linker's DT_RELR output does not load here ({why_ref.replace(f'{ref}: ', '')})"
-        why = simload.dlopen_check(out) if root is None else None
+        why = dlopen_check(out) if root is None else None
         if why is not None:
             raise Finding(f"check failed: the output does not load: {why} (output not written)")
     if root is not None:
-        why = simload.dlopen_check(out, root=root)
+        why = dlopen_check(out, root=root)
         if why is not None:
             raise Finding(f"check failed: the output does not load in {root}: {why} (output not written)")
         res["root_dlopen"] = "ok"
@@ -360,9 +356,6 @@ def with_output(cmd: list[str], out: str) -> list[str]:
 def relr_need_missing(path) -> bool:
     """A DT_RELR file that glibc >= 2.36 refuses: no GLIBC_ABI_DT_RELR version need although
     it needs libc.so.* and has version needs (mold 1.10 writes such files)."""
-    from elflayout.relocs.pack import GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
-    from elflayout.relocs.simload import Loaded, verneed_names
-
     with Loaded(path) as lo:
         if lo.tag(L.DT_RELR) is None:
             return False

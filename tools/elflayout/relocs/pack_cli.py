@@ -68,13 +68,10 @@ def _version(v: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"not a glibc version X.Y: {v!r}") from None
 
 
-RELR_GLIBC = (2, 36)  # first glibc that applies DT_RELR
-
-
 def choose_form(fmt: str, min_glibc, root=None) -> tuple[str, tuple[int, int]]:
     """The form to write for --format/--min-glibc/--root; ElflayoutError if relr cannot load there."""
     from elflayout.errors import ElflayoutError
-    from elflayout.relocs.simload import glibc_version
+    from elflayout.relocs.glibc import RELR_GLIBC, glibc_version
 
     if min_glibc is None:
         min_glibc = glibc_version(root)
