@@ -171,8 +171,8 @@ def test_check_finds_a_dropped_relr_entry(libs, packed, tmp_path):
     bad = tmp_path / "libt.so"
     b = bytearray(packed.read_bytes())
     with elfcore.ElfImage(packed) as img:
-        off = img.vaddr_to_offset(img.dt("DT_RELR"))
-        words = np.frombuffer(img.mm, np.uint64, img.dt("DT_RELRSZ") // 8, off)
+        off = img.vaddr_to_offset(img.dt(L.DT_RELR))
+        words = np.frombuffer(img.mm, np.uint64, img.dt(L.DT_RELRSZ) // 8, off)
         k = int(np.nonzero(words & 1)[0][0])  # first bitmap word: clear its lowest set bit
         w = int(words[k])
         w2 = w & ~((w & ~1) & -(w & ~1))

@@ -59,8 +59,7 @@ def test_link_time_self_form_on_this_machine(tmp_path):
     subprocess.run(["gcc", "-B", _lld16(tmp_path), "-fuse-ld=lld", "-shared", "-Wl,-soname,libt.so", "-o", plain,
                     obj], check=True)
     with elfcore.ElfImage(self_) as img:
-        tags = {t for t, _ in img.dynamic}
-        assert img.dt("DT_RELR") is None and "DT_INIT" in tags
+        assert img.dt(L.DT_RELR) is None and L.DT_INIT in img.dynamic
         assert b"GLIBC_ABI_DT_RELR" not in bytes(img.mm[img.section(".gnu.version_r").offset:][:256])
     lo = simload.Loaded(self_)
     try:
@@ -85,7 +84,7 @@ def test_link_time_self_form_on_this_machine(tmp_path):
     with elfcore.ElfImage(self_) as img:
         sym = next(s for s in img.elf.get_section_by_name(".dynsym").iter_symbols() if s.name == "mutable_ptrs")
         # lld keeps .rela.dyn .relr.dyn .rela.plt .elflayout.rela back to back: rewritten in place.
-        assert img.section(".rela.dyn").addr == img.dt("DT_RELA") and img.section(".rela.dyn").type == "SHT_RELA"
+        assert img.section(".rela.dyn").addr == img.dt(L.DT_RELA) and img.section(".rela.dyn").type == "SHT_RELA"
         assert img.section(linkself.RELA_SECTION).size < 1024
         rela = img.reloc_tables()[".rela.dyn"]
         lo_, hi_ = sym["st_value"], sym["st_value"] + sym["st_size"]
@@ -204,7 +203,7 @@ def test_link_time_self_form_with_gnu_ld_and_mold(tmp_path, linker):
     assert "relocated images equal at 2 load bases" in r.stderr
     assert ("real load skipped" if linker == "mold" else "real load equal") in r.stderr
     with elfcore.ElfImage(self_) as img:  # not lld's order: RELA moved whole into the reserved room
-        assert img.section(linkself.RELA_SECTION).addr == img.dt("DT_RELA")
+        assert img.section(linkself.RELA_SECTION).addr == img.dt(L.DT_RELA)
     subprocess.run(["gcc", f"-fuse-ld={linker}", "-shared", "-Wl,-soname,libt.so", "-o", plain, obj], check=True)
     relr = tmp_path / "relr.so"
     r = run_cli("link", "--pack", "relr", *link, "-o", relr, obj)

@@ -44,12 +44,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from elflayout.elfcore import PAGE, ElfImage
+from elflayout.layouts import PF_W, PF_X
 from elflayout.profile.model import Target
 
 HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios
 MMAP_LOTSAMISS = 100  # mm/filemap.c: stop read-around when misses outnumber hits by this
 FAULT_AROUND_PAGES = 16  # /sys/kernel/mm/... fault_around_bytes default 64 KiB
-PF_X, PF_W = 1, 2
 KIND_CODE = {"x": "x", "r": "r", "w": "w", "t": "t", "R": "R"}
 
 
