@@ -47,7 +47,7 @@ def _unaligned_overlap(src, dst):
     """Entry i (earlier) moved to end 4 bytes into the word of entry j (later, adjacent)."""
     shutil.copy(src, dst)
     off, t = _rela(dst)
-    rel = np.flatnonzero((t["r_info"] & 0xFFFFFFFF) == R_X86_64_RELATIVE)
+    rel = np.flatnonzero(L.r_type(t["r_info"]) == R_X86_64_RELATIVE)
     o = t["r_offset"][rel]
     with elfcore.ElfImage(dst) as img:  # string-pointer tables: never read during loading
         where = section_names_of_vaddrs(img, o)
@@ -87,7 +87,7 @@ def test_relacount_beyond_the_relative_run_is_refused(bfd, tmp_path):
     src = tmp_path / "libt.so"
     shutil.copy(bfd["lib"], src)
     off, t = _rela(src)
-    types = t["r_info"] & 0xFFFFFFFF
+    types = L.r_type(t["r_info"])
     run = int(np.argmin(types == R_X86_64_RELATIVE))
     assert run < t.size  # the test library has non-RELATIVE entries after the run
     with elfcore.ElfImage(src) as img:
