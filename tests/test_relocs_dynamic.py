@@ -123,6 +123,11 @@ def test_pack_report_model_round_trips_the_cli_output(tmp_path):
     r = run_cli("pack-relocs", out, "-o", tmp_path / "again.so", "--json", check=0)
     rep = pack_model.parse(json.loads(r.stdout))
     assert rep.status == pack_model.NOTHING_TO_DO and rep.output is None and "nothing to do" in rep.message
+    doc_f = pack_model.build_unchecked("elflayout x", LIBZ, pack_model.CHECK_FAILED, "check failed: differ", 1)
+    assert list(doc_f)[3:] == ["input", "output", "status", "message", "exit_status"]
+    assert pack_model.parse(doc_f).to_doc() == doc_f and pack_model.parse(doc_f).exit_status == 1
+    with pytest.raises(ElflayoutError, match="unknown status"):
+        pack_model.parse(dict(doc_f, status="fine"))
     bad = dict(doc, packed="many")
     with pytest.raises(ElflayoutError, match="packed is not an integer"):
         pack_model.parse(bad)

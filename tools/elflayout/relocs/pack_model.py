@@ -18,6 +18,8 @@ from elflayout.fileio import envelope, load_json
 KIND = "pack-relocs"
 VERSION = 1
 PACKED, NOTHING_TO_DO = "packed", "nothing-to-do"
+CHECK_FAILED, CHECK_REFUSED = "check-failed", "check-refused"  # --check: exit 1 / exit 2, OUT not written
+STATUSES = (PACKED, NOTHING_TO_DO, CHECK_FAILED, CHECK_REFUSED)
 
 
 @dataclass(frozen=True)
@@ -74,15 +76,18 @@ class PackReport:
     input: str
     output: str | None
     status: str
-    message: str | None = None       # nothing-to-do: why
+    message: str | None = None       # every status but packed: why
     packed: Packed | None = None     # packed: the statistics
+    exit_status: int | None = None   # check-failed, check-refused: the exit status that follows
 
     def to_doc(self) -> dict:
         body = dict(input=self.input, output=self.output, status=self.status)
-        if self.status == NOTHING_TO_DO:
-            body["message"] = self.message
-        else:
+        if self.status == PACKED:
             body.update(_packed_dict(self.packed))
+        else:
+            body["message"] = self.message
+        if self.status in (CHECK_FAILED, CHECK_REFUSED):
+            body["exit_status"] = self.exit_status
         return envelope(KIND, VERSION, dict(tool=self.tool), **body)
 
 
@@ -137,14 +142,19 @@ def parse(doc: dict, path="pack-relocs report") -> PackReport:
     if not isinstance(meta, dict) or not isinstance(meta.get("tool"), str):
         raise ElflayoutError(f"{path}: pack-relocs report has no metadata.tool")
     status = doc.get("status")
-    if status not in (PACKED, NOTHING_TO_DO):
+    if status not in STATUSES:
         raise ElflayoutError(f"{path}: unknown status {status!r}")
     if not isinstance(doc.get("input"), str) or not isinstance(doc.get("output"), (str, type(None))):
         raise ElflayoutError(f"{path}: input/output are not paths")
+    if status != PACKED and not isinstance(doc.get("message"), str):
+        raise ElflayoutError(f"{path}: {status} report has no message")
     if status == NOTHING_TO_DO:
-        if not isinstance(doc.get("message"), str):
-            raise ElflayoutError(f"{path}: nothing-to-do report has no message")
         return PackReport(meta["tool"], doc["input"], doc["output"], status, message=doc["message"])
+    if status in (CHECK_FAILED, CHECK_REFUSED):
+        if doc.get("exit_status") not in (1, 2):
+            raise ElflayoutError(f"{path}: {status} report has no exit_status 1 or 2")
+        return PackReport(meta["tool"], doc["input"], doc["output"], status, message=doc["message"],
+                          exit_status=doc["exit_status"])
     return PackReport(meta["tool"], doc["input"], doc["output"], status, packed=_parse_packed(doc, path))
 
 
@@ -160,6 +170,15 @@ def build_nothing(tool: str, input, output, message: str) -> dict:
     """The document when there was nothing to pack (``output``: None unless copied)."""
     doc = envelope(KIND, VERSION, dict(tool=tool), input=str(input), output=None if output is None else str(output),
                    status=NOTHING_TO_DO, message=message)
+    parse(doc)
+    return doc
+
+
+def build_unchecked(tool: str, input, status: str, message: str, exit_status: int) -> dict:
+    """The document when ``--check`` failed (CHECK_FAILED) or refused the input
+    (CHECK_REFUSED): nothing was written."""
+    doc = envelope(KIND, VERSION, dict(tool=tool), input=str(input), output=None, status=status, message=message,
+                   exit_status=exit_status)
     parse(doc)
     return doc
 
