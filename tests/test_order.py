@@ -762,7 +762,7 @@ def test_pipeline_result_is_typed_and_its_command_writes_the_same(synth, tmp_pat
     run_cli(*req.argv(cli_out), check=0)
     assert mine.read_text() == cli_out.read_text() == o.text
     req = pipeline.Request(synth["profile"], "lld", data=False, combine="concat", allow_stale_profile=True)
-    assert req.argv("x")[-5:] == ["concat", "--no-data", "--allow-stale-profile", "-o", "x"]
+    assert req.argv("x")[-6:] == ["concat", "--no-data", "--allow-stale-profile", "-o", "x", "--force"]
 
 
 def test_order_companions_write_nothing_when_one_fails(synth, tmp_path):
