@@ -28,22 +28,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+
+import _common  # noqa: E402
 LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
 
 
 def measure(out, *args):
     """One session in-process (``measure.session``), the options written as for the CLI."""
-    from elflayout import fileio
-    from elflayout.measure import cli, session
-
-    ap = argparse.ArgumentParser()
-    cli.add_arguments(ap)
-    argv = [*map(str, args), "--census", "none", "-o", str(out)]
-    t = time.monotonic()
-    doc = session.measure(cli.plan_of(ap.parse_args(argv)))
-    fileio.dump_json(doc, out)
-    print(f"  $ elflayout measure {' '.join(map(str, args))} -o {out}   (in-process, {time.monotonic() - t:.1f} s)")
-    return doc
+    return _common.measure(_common.plan_from_args([*args, "--census", "none"]), out)
 
 
 def cmp(doc, state, metric):
@@ -72,7 +64,7 @@ def main():
     a = ap.parse_args()
     n_sel = 10
     n_aa = 12 if a.quick else 30
-    tmp = Path(tempfile.mkdtemp(prefix="bench-measure-", dir=os.environ.get("ELFLAYOUT_CACHE", "/var/tmp")))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-measure-", dir=_common.cache_dir("bench-measure")))
     try:
         if shutil.which("llc-16") and os.path.exists(LLVM):
             print(f"1. libLLVM-16, llc-16 --version, selective + hot, {n_sel} rounds")

@@ -32,7 +32,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,20 +42,18 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import numpy as np  # noqa: E402
 
+from _common import cache_root  # noqa: E402
+from _common import cli as run_cli  # noqa: E402
 from elflayout.elfcore import ElfImage  # noqa: E402
 from elflayout.order import pipeline  # noqa: E402
 
 RA_KB = 128
-PY = sys.executable
-WORK = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-order"
+WORK = cache_root() / "bench-order"
 
 
-def cli(*args, env=None, check=True):
-    e = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
-    r = subprocess.run([PY, "-m", "elflayout", *map(str, args)], capture_output=True, text=True, env=e)
-    if check and r.returncode != 0:
-        raise SystemExit(f"elflayout {' '.join(map(str, args))} failed ({r.returncode}):\n{r.stderr}")
-    return r
+def cli(*args, check=True):
+    """An elflayout verb, not echoed: this bench prints its own summary of each step."""
+    return run_cli(*args, check=check, echo=False)
 
 
 def measure(lib, argv, env=None, runs=3):

@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
+from _common import cache_dir  # noqa: E402
 from elflayout import fileio  # noqa: E402
 from elflayout.measure.session import MeasurePlan, measure  # noqa: E402
 from elflayout.order import pipeline  # noqa: E402
@@ -47,9 +48,7 @@ CMD = "llc-16 --version"
 
 
 def work_dir() -> Path:
-    d = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-preload"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return cache_dir("bench-preload")
 
 
 def private_copy(lib: Path, name: str) -> Path:

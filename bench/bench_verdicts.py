@@ -30,7 +30,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,14 +37,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+
+from _common import cache_dir as bench_cache_dir  # noqa: E402
 LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
 CMD = "llc-16 --version"
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("ELFLAYOUT_CACHE") or Path.home() / ".cache" / "elflayout") / "bench-verdicts"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return bench_cache_dir("bench-verdicts")
 
 
 def measure(out, *args):

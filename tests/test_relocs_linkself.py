@@ -128,6 +128,8 @@ def test_link_time_self_form_refusals(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
+@pytest.mark.root
+@pytest.mark.download
 @pytest.mark.slow
 def test_link_time_self_form_in_an_old_root(tmp_path):
     root = bullseye_root()
@@ -162,6 +164,7 @@ def test_link_time_self_form_in_an_old_root(tmp_path):
         assert simload.dlopen_check(libs[d]) is None
 
 
+@pytest.mark.download
 @pytest.mark.slow
 def test_link_time_self_form_of_libpython(tmp_path):
     """A real library: libpython3.11 relinked with lld 16 from Debian's PIC objects through

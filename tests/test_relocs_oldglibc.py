@@ -14,7 +14,7 @@ from conftest import run_cli
 from oldglibc_root import bullseye_root, python_launcher, run_in
 from elflayout.relocs import pack, simload
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.download, pytest.mark.root]
 
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 IR = "define i32 @f(i32 %x) {\n  %y = mul i32 %x, 7\n  %z = add i32 %y, 3\n  ret i32 %z\n}\n"

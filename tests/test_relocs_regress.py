@@ -133,6 +133,7 @@ def test_two_concurrent_runs_one_wins(bfd, tmp_path):
     assert "output exists" in next(e for rc, e in res if rc == 2)
 
 
+@pytest.mark.root
 def test_enospc_names_the_output(bfd, tmp_path):
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root to mount a small tmpfs")

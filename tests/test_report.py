@@ -429,6 +429,7 @@ def test_two_builds_are_paired_side_by_side():
         plt.close(fig)
 
 
+@pytest.mark.slow
 def test_two_builds_plot_and_report_cli(tmp_path):
     doc = _example()
     files = list(doc["metadata"]["files"])
@@ -463,6 +464,7 @@ def test_disturbed_runs_are_left_out_like_the_harness_does():
     assert D.pick_run(doc, "llc", "selective", LIB) is not None  # all flagged: still something to draw
 
 
+@pytest.mark.slow
 def test_history_plot_from_the_history_database(tmp_path):
     history = pytest.importorskip("elflayout.measure.history")
     from elflayout.report import data as D

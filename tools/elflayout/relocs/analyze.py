@@ -173,3 +173,25 @@ def analyze(img: elfcore.ElfImage) -> dict:
                    tables=int(sum(t["pages"] for t in tables_out)) + _relr_summary(img, relr)["pages"]
                    + self_sum["pages"]),
     )
+
+
+def reloc_bytes_packed(img: elfcore.ElfImage) -> dict:
+    """Relocation table bytes the loader reads once RELATIVE relocations are packed:
+    ``rela`` the entries that stay (non-RELATIVE, or RELATIVE at an unaligned address),
+    ``relr`` the optimal RELR table of the packable ones plus a ``.relr.dyn`` already
+    there, ``plt`` the PLT tables as they are."""
+    out = {"rela": 0, "relr": 0, "plt": 0}
+    rel_t = img.relative_type()
+    for name, rel in img.reloc_tables().items():
+        if name.endswith(".plt"):
+            out["plt"] += int(rel.nbytes)
+            continue
+        t = img.reloc_types(rel)
+        rel_mask = (t == rel_t) & (rel["r_offset"] % img.wordsize == 0)
+        out["rela"] += int(rel.nbytes) - int(rel_mask.sum()) * rel.dtype.itemsize
+        if rel_mask.any():
+            out["relr"] += elfcore.relr_size(np.sort(rel["r_offset"][rel_mask].astype(np.uint64)), img.wordsize)
+    s = img.section(".relr.dyn")
+    if s is not None:  # already packed: the table as it is
+        out["relr"] += int(s.size)
+    return out

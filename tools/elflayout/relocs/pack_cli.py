@@ -32,7 +32,8 @@ PT_LOAD is split around them, addresses unchanged; its new program header takes 
 (lld, gold) or room made after the table (GNU ld: the tables and the note slide by one entry);
 --keep-freed leaves them.
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
-Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input.
+Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input. With --json,
+a check that fails or refuses the input still prints the document (status check-failed or check-refused).
 See docs/relocation-packing.md.
 """
 
@@ -98,15 +99,30 @@ def _verify(src, tmp, root=None):
 
 def run(args) -> int:
     from elflayout import __version__
+    from elflayout.errors import ElflayoutError, Finding
     from elflayout.fileio import atomic_output, check_output, envelope
     from elflayout.relocs.pack import AlreadyPacked, pack
 
     check_output(args.output, force=args.force, inputs=(args.input,))
     form, min_glibc = choose_form(args.format, args.min_glibc, args.root)
-    verify = (lambda a, b: _verify(a, b, args.root)) if args.check else None
+    checking = []
+
+    def verify(a, b):
+        checking.append(True)
+        return _verify(a, b, args.root)
+
     try:
-        st = pack(args.input, args.output, verify=verify, replace=args.force, form=form, cut=not args.keep_freed)
+        st = pack(args.input, args.output, verify=verify if args.check else None, replace=args.force, form=form,
+                  cut=not args.keep_freed)
         st["min_glibc"] = f"{min_glibc[0]}.{min_glibc[1]}"
+    except (Finding, ElflayoutError) as e:
+        # The check's verdict is a result too: --json prints it before the exit status.
+        if args.json and checking:
+            print(json.dumps(envelope("pack-relocs", 1, dict(tool=f"elflayout {__version__}"),
+                                      input=str(args.input), output=None,
+                                      status="check-failed" if isinstance(e, Finding) else "check-refused",
+                                      message=str(e), exit_status=e.exit_status), indent=1))
+        raise
     except AlreadyPacked as e:
         msg = f"{e}: nothing to do"
         if args.force:

@@ -28,6 +28,10 @@ STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
 # gABI "ELF Header": e_ident (16 bytes) then Elf64_Ehdr's fields.
 EHDR64 = struct.Struct("<16sHHIQQQIHHHHHH")
 GRP_COMDAT = 1
+# File offsets in a relocatable object carry no alignment meaning (sh_addralign is for
+# addresses): padding them beyond a page would only grow the file, up to exabytes for a
+# damaged alignment.
+MAX_FILE_ALIGN = 4096
 
 
 @dataclass
@@ -138,8 +142,9 @@ def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, gro
             elif s.sh_type == SHT["SHT_GROUP"]:
                 words = np.frombuffer(s.data, "<u4").copy()
                 for w in range(1, len(words)):
-                    if int(words[w]) in splits:
-                        raise ValueError(f"group member {secs[int(words[w])].name} was split")
+                    if int(words[w]) in splits or int(words[w]) not in new_index:
+                        raise ValueError(f"group member {secs[int(words[w])].name} was split "
+                                         "(or holds relocations of a split section)")
                     words[w] = new_index[int(words[w])]
                 data, link, info = words.tobytes(), symtab_new, int(mp[s.info])
             elif s.flags & SH_FLAGS.SHF_LINK_ORDER and s.link:
@@ -287,7 +292,7 @@ def _layout(obj, outs: list[_Out]) -> bytes:
     hdrs = np.zeros(len(outs), SHDR64)
     for k, o in enumerate(outs[1:], 1):
         nobits = o.sh_type == SHT["SHT_NOBITS"]
-        off = align_up(len(buf), max(1, o.align))
+        off = align_up(len(buf), max(1, min(o.align, MAX_FILE_ALIGN)))
         if not nobits:
             buf += b"\0" * (off - len(buf))
             buf += o.data
