@@ -178,38 +178,41 @@ def section_counts(reads: list, sections: list) -> dict:
     return model.pages_by_section(sections, model.run_pages(reads)) if reads else {}
 
 
-def _clean(run: dict, path: str) -> bool:
-    """A run counts unless the harness saw interference on the variant's own library
-    (another engineer's llc-16 mapping the system libLLVM does not disturb a relink's run)."""
-    why = run.get("interference")
-    return (not why or f"{path}:" not in why) and path not in (run.get("evict_left") or {})
+def _clean(run, path: str) -> bool:
+    """A run (``model.Run``) counts unless the harness saw interference on the variant's own
+    library (another engineer's llc-16 mapping the system libLLVM does not disturb a relink's run)."""
+    why = run.interference
+    return (not why or f"{path}:" not in why) and path not in run.evict_left
 
 
-def summarise(doc: dict, libs: dict) -> dict:
+def summarise(doc, libs: dict) -> dict:
     """Per variant: median pages/bytes/seeks (selective), all values, wall medians, by section.
-    ``libs``: variant name -> the library file it loads."""
-    secs_of = {p: f.get("sections", []) for p, f in doc["metadata"]["files"].items()}
+    ``doc``: the results (``model.Results`` or the document); ``libs``: variant name -> the
+    library file it loads."""
+    from elflayout.measure import model
+
+    res = model.as_results(doc)
+    secs_of = {p: f.get("sections", []) for p, f in res.files.items()}
     out = {}
-    for v in doc["variants"]:
-        name = v["name"]
+    for name in res.variant_names:
         path = str(libs[name])
-        mine = [r for r in doc["runs"] if r["variant"] == name]
-        sel = [r for r in mine if r["state"] == "selective" and _clean(r, path)]
-        hot = [r for r in mine if r["state"] == "hot" and _clean(r, path)]
+        mine = [r for r in res.runs if r.variant == name]
+        sel = [r for r in mine if r.state == "selective" and _clean(r, path)]
+        hot = [r for r in mine if r.state == "hot" and _clean(r, path)]
         if not sel:
             out[name] = None
             continue
-        pages = [r["files"][path]["pages_read"] for r in sel]
-        seeks = [r["files"][path]["seeks"] for r in sel]
-        med_run = sorted(sel, key=lambda r: r["files"][path]["pages_read"])[len(sel) // 2]
+        pages = [r.files[path].pages_read for r in sel]
+        seeks = [r.files[path].seeks for r in sel]
+        med_run = sorted(sel, key=lambda r: r.files[path].pages_read)[len(sel) // 2]
         out[name] = {
-            "lib": path, "left_out": sum(r["state"] == "selective" for r in mine) - len(sel), "pages": statistics.median(pages), "pages_all": pages,
-            "bytes": statistics.median([r["files"][path]["bytes_read"] for r in sel]),
+            "lib": path, "left_out": sum(r.state == "selective" for r in mine) - len(sel), "pages": statistics.median(pages), "pages_all": pages,
+            "bytes": statistics.median([r.files[path].bytes_read for r in sel]),
             "seeks": statistics.median(seeks), "seeks_all": seeks,
-            "wall_selective_ms": 1e3 * statistics.median([r["wall_s"] for r in sel]),
-            "wall_hot_ms": 1e3 * statistics.median([r["wall_s"] for r in hot]) if hot else None,
-            "by_section": section_counts(med_run["files"][path].get("reads", []), secs_of.get(path, [])),
-            "runs": len(sel), "lost_events": sum(r.get("lost_events", 0) for r in sel),
+            "wall_selective_ms": 1e3 * statistics.median([r.wall_s for r in sel]),
+            "wall_hot_ms": 1e3 * statistics.median([r.wall_s for r in hot]) if hot else None,
+            "by_section": section_counts(med_run.files[path].reads, secs_of.get(path, [])),
+            "runs": len(sel), "lost_events": sum(r.lost_events for r in sel),
         }
     return out
 
