@@ -162,7 +162,7 @@ def measured(args, s: dict) -> list[dict]:
     def relink_of(p: model.Profile, tag: str) -> Path:
         pf, of = WORK / f"{tag}.profile.json", WORK / f"{tag}.lld"
         model.save(p, pf)
-        bp.cli("order", pf, "--format", "lld", "--lib", blib, "-o", of, "--force")
+        bp.write_order(of, pf, "lld", lib=blib)
         d = libllvm.relink("lld", extra_link_args=[f"--symbol-ordering-file={bp.hashed_copy(of)}",
                                                    "--no-warn-symbol-ordering"])
         return Path(d["lib"])

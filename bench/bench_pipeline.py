@@ -4,8 +4,10 @@ libLLVM-16 in each variant, next to the physical-limit estimate.
 
     python3 bench/bench_pipeline.py [python] [llvm] [--runs 3] [--json OUT]
 
-Every figure comes from the product's CLI (``python -m elflayout profile / order /
-pack-relocs / measure``); the libraries are (re)linked by ``elflayout.targets`` (cached).
+Every figure comes from the product's CLI (``python -m elflayout profile / pack-relocs /
+measure``) or, for ordering, from the function ``elflayout order`` runs
+(``order.pipeline.order_files``, in-process; the equivalent command is printed); the
+libraries are (re)linked by ``elflayout.targets`` (cached).
 Measurement: ``elflayout measure --state selective --state hot --read-ahead-kb 128
 --census none``: before each selective run only the library under test is evicted
 (fsync + posix_fadvise DONTNEED), pages inserted into the page cache for it are counted
@@ -77,6 +79,18 @@ SECTION_GROUPS = {  # columns of the libLLVM table
 
 def work_dir() -> Path:
     return cache_dir("bench-pipeline")
+
+
+def write_order(out, prof, fmt, data_script=None, dynstr_out=None, **request) -> None:
+    """``elflayout order`` in-process (``order.pipeline.order_files``, what the verb runs);
+    print the command it equals. ``request``: the other ``pipeline.Request`` fields."""
+    from elflayout.order import pipeline
+
+    req = pipeline.Request(prof, fmt, **request)
+    t = time.monotonic()
+    pipeline.order_files(req, out, data_script=data_script, dynstr_out=dynstr_out)
+    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out))}   ({time.monotonic() - t:.1f} s, in-process)",
+          flush=True)
 
 
 def describe_limit(lim: dict) -> str:
@@ -313,14 +327,14 @@ def bench_python(runs: int) -> dict:
                           ["profile", "--target", lld["lib"], "--map", lld["map"], "--data", *envs,
                            "-o", w / "python.profile.json", "--force", "--", *argv])
     objs = w / "python.objects.txt"
-    cli("order", prof, "--format", "objects", "--objects-from", lld["map"], "-o", objs, "--force")
+    write_order(objs, prof, "objects", objects_from=lld["map"])
     order = [line for line in objs.read_text().splitlines() if line.strip()]
     print(f"  relinks: libpython.prepare(linker) and libpython.prepare(linker, object_order=<{objs.name}>) "
           f"for {', '.join(linkers)} (elflayout.targets, cached)", flush=True)
     ordered = {lk: libpython.prepare(lk, object_order=order) for lk in linkers}
     # Function order on the same objects after `elflayout split` (docs/splitting.md).
     lorder = w / "python.split.lld"
-    cli("order", prof, "--format", "lld", "--lib", lld["lib"], "--objects-from", lld["map"], "-o", lorder, "--force")
+    write_order(lorder, prof, "lld", lib=lld["lib"], objects_from=lld["map"])
     sextra = [f"--symbol-ordering-file={hashed_copy(lorder)}", "--no-warn-symbol-ordering"]
     print(f"  relink: libpython.prepare(\"lld\", split=True, extra_link_args={sextra})", flush=True)
     split = libpython.prepare("lld", split=True, extra_link_args=sextra)
@@ -381,12 +395,11 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
     sprof = cached_profile(w / "llvm-system.profile.json", sysd["lib"],
                            ["profile", "--target", sysd["lib"], "--data", "-o", w / "llvm-system.profile.json",
                             "--force", "--", *argv])
-    order = w / "llvm.lld"
+    lorder = w / "llvm.lld"
     # No --objects-from: with the map, order places only ~10 data sections instead of ~2,160
     # (reported); the profile's own attribution already comes from the map.
-    cli("order", prof, "--format", "lld", "--lib", base["lib"], *(["--algorithm", algorithm] if algorithm else []),
-        "-o", order, "--force")
-    order_h = hashed_copy(order)
+    write_order(lorder, prof, "lld", lib=base["lib"], algorithm=algorithm or "first-access")
+    order_h = hashed_copy(lorder)
     extra = [f"--symbol-ordering-file={order_h}", "--no-warn-symbol-ordering"]
     print(f"  relink: libllvm.relink(\"lld\", extra_link_args={extra}) (cached by the file's content hash)",
           flush=True)
@@ -397,8 +410,8 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
         # touched data sections (symbol-less jump tables and hot strings included) and the
         # .dynstr names ld.so reads first.
         tmp = {k: w / f"llvm-full.{k}" for k in ("lld", "ld", "rsp")}
-        cli("order", prof, "--format", "lld", "--lib", base["lib"], "--algorithm", "hot-last",
-            "--data-script", tmp["ld"], "--dynstr-out", tmp["rsp"], "-o", tmp["lld"], "--force")
+        write_order(tmp["lld"], prof, "lld", data_script=tmp["ld"], dynstr_out=tmp["rsp"], lib=base["lib"],
+                    algorithm="hot-last")
         h = {k: hashed_copy(v) for k, v in tmp.items()}
         fextra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
                   f"-Wl,@{h['rsp']}"]
@@ -407,8 +420,7 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
     gold = None
     if with_gold:
         gorder = w / "llvm.gold"
-        cli("order", prof, "--format", "gold", "--lib", base["lib"], *(["--algorithm", algorithm] if algorithm else []),
-            "-o", gorder, "--force")
+        write_order(gorder, prof, "gold", lib=base["lib"], algorithm=algorithm or "first-access")
         gextra = [f"--section-ordering-file={hashed_copy(gorder)}"]
         print(f"  relink: libllvm.relink(\"gold\", extra_link_args={gextra}) (cached by the file's content hash)",
               flush=True)

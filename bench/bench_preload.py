@@ -41,6 +41,7 @@ from _common import cache_dir  # noqa: E402
 from elflayout import fileio  # noqa: E402
 from elflayout.measure import model as results_model  # noqa: E402
 from elflayout.measure.session import MeasurePlan, measure  # noqa: E402
+from elflayout.order import pipeline  # noqa: E402
 from elflayout.preload import inputs, model, plan, runner  # noqa: E402
 
 SYSTEM_LIB = Path("/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1")
@@ -185,8 +186,7 @@ def relinked_packed() -> Path:
     order = w / "llvm.lld"
     py = [sys.executable, "-m", "elflayout"]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
-    subprocess.run(py + ["order", str(prof), "--format", "lld", "--lib", str(base["lib"]), "-o", str(order),
-                         "--force"], check=True, env=env, capture_output=True)
+    pipeline.order_files(pipeline.Request(prof, "lld", lib=base["lib"]), order)
     ordered = libllvm.relink("lld", extra_link_args=[f"--symbol-ordering-file={order}", "--no-warn-symbol-ordering"])
     out = w / "ordered-packed" / "libLLVM-16.so.1"
     out.parent.mkdir(exist_ok=True)
