@@ -11,22 +11,19 @@ section contents in index order at their alignment, section header table last.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.enums import ENUM_E_TYPE, ENUM_ST_INFO_BIND, ENUM_SH_TYPE_BASE
 
-from elflayout.layouts import SHDR64, SYM64, align_up
+from elflayout.layouts import EHDR64, SHDR64, SYM64, align_up
 from elflayout.split.extents import SPLIT_PREFIX, STT
 from elflayout.split.plan import R, Plan, SectionPlan
 from elflayout.split.reader import RELA64, SHN_LORESERVE
 
 SHT = ENUM_SH_TYPE_BASE
 STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
-# gABI "ELF Header": e_ident (16 bytes) then Elf64_Ehdr's fields.
-EHDR64 = struct.Struct("<16sHHIQQQIHHHHHH")
 GRP_COMDAT = 1
 # File offsets in a relocatable object carry no alignment meaning (sh_addralign is for
 # addresses): padding them beyond a page would only grow the file, up to exabytes for a
@@ -288,7 +285,7 @@ def _layout(obj, outs: list[_Out]) -> bytes:
             names += o.name.encode("utf-8", "surrogateescape") + b"\0"
     shstr_old.data = bytes(names)
     shstr_old.size = len(names)
-    buf = bytearray(EHDR64.size)
+    buf = bytearray(EHDR64.itemsize)
     hdrs = np.zeros(len(outs), SHDR64)
     for k, o in enumerate(outs[1:], 1):
         nobits = o.sh_type == SHT["SHT_NOBITS"]
@@ -304,7 +301,11 @@ def _layout(obj, outs: list[_Out]) -> bytes:
     buf += b"\0" * (shoff - len(buf))
     buf += hdrs.tobytes()
     shstrndx = next(k for k, o in enumerate(outs) if o is shstr_old)
-    buf[:EHDR64.size] = EHDR64.pack(obj.raw[:16], ENUM_E_TYPE["ET_REL"], struct.unpack_from("<H", obj.raw, 18)[0],
-                                    1, 0, 0, shoff, obj.e_flags, EHDR64.size, 0, 0, SHDR64.itemsize,
-                                    len(outs), shstrndx)
+    eh = np.zeros(1, EHDR64)
+    eh["e_ident"] = np.frombuffer(obj.raw, np.uint8, count=16)
+    eh["e_machine"] = np.frombuffer(obj.raw, EHDR64, count=1)["e_machine"]
+    eh["e_type"], eh["e_version"], eh["e_shoff"], eh["e_flags"] = ENUM_E_TYPE["ET_REL"], 1, shoff, obj.e_flags
+    eh["e_ehsize"], eh["e_shentsize"] = EHDR64.itemsize, SHDR64.itemsize
+    eh["e_shnum"], eh["e_shstrndx"] = len(outs), shstrndx
+    buf[:EHDR64.itemsize] = eh.tobytes()
     return bytes(buf)
