@@ -147,33 +147,81 @@ int get() { return s.v; }
 """
 
 
-def test_check_reports_each_linkers_verdict_with_its_error_line(tmp_path):
-    """A static object with a destructor needs the hidden __dso_handle of crtbegin: gold
-    and GNU ld cannot link it with -nostdlib, lld can. The check says so per linker,
-    with the linker's own error line, and the linker that could check decides."""
+def test_check_stands_in_for_dso_handle(tmp_path):
+    """A static object with a destructor needs the hidden __dso_handle of crtbegin, which
+    gold and GNU ld refuse undefined (-nostdlib): the check links a weak stand-in on both
+    sides and says so, instead of failing on every C++ archive."""
     need_tool("ld.gold")
     need_tool("ld.lld")
     o = _cc(tmp_path, "dtor", DTOR_CC, "-fPIC", lang="cc")
-    r = _split(o, "-o", tmp_path / "out", "--check", "--linker", "gold", "--linker", "bfd", "--linker", "lld")
+    r = _split(o, "-o", tmp_path / "out", "--check", "--linker", "gold", "--linker", "bfd", "--linker", "lld",
+               "--json")
     assert r.returncode == 0, r.stderr
-    assert "could not check with gold:" in r.stdout and "could not check with bfd:" in r.stdout
-    assert "__dso_handle" in r.stdout and "collect2" not in r.stdout
-    assert "check (lld, shared link): original-order links identical" in r.stdout
+    checks = {c["linker"]: c for c in json.loads(r.stdout)["check"]}
+    assert all(c["identical"] for c in checks.values())
+    assert checks["gold"]["stand_in"] == checks["bfd"]["stand_in"] == "__dso_handle"
+    assert checks["lld"]["stand_in"] is None
     assert (tmp_path / "out" / "dtor.o").exists()
 
 
-def test_check_nothing_checked_is_exit_1_with_json(tmp_path):
-    """No linker could link the originals: nothing proved, nothing written, exit 1 (not
-    "bad input"), and --json still prints the document."""
-    o = _cc(tmp_path, "dtor", DTOR_CC, "-fPIC", lang="cc")
+HIDDEN_INIT_S = r"""
+    .text
+    .globl f, g
+    .type f,@function
+f:  call _init
+    ret
+    .size f, .-f
+    .type g,@function
+g:  movl $1, %eax
+    ret
+    .size g, .-g
+    .hidden _init
+    .section .note.GNU-stack,"",@progbits
+"""
+
+
+def test_check_nothing_checked_is_exit_1_with_each_linkers_error_and_json(tmp_path):
+    """A hidden undefined symbol (libc.a's _init, from crti.o): no linker can link the
+    originals. Each linker's own first error line is reported (not collect2's summary),
+    nothing is proved, nothing written, exit 1 (not "bad input"), and --json still prints
+    the document."""
+    need_tool("ld.gold")
+    need_tool("ld.lld")
+    s = tmp_path / "h.s"
+    s.write_text(HIDDEN_INIT_S)
+    o = tmp_path / "h.o"
+    subprocess.run(["gcc", "-c", "-o", o, s], check=True)
     out = tmp_path / "out"
-    r = _split(o, "-o", out, "--check", "--linker", "bfd", "--json")
+    r = _split(o, "-o", out, "--check", "--linker", "gold", "--linker", "lld", "--linker", "bfd", "--json")
     assert r.returncode == 1, r.stderr
-    assert "nothing checked: could not check with bfd:" in r.stderr and "__dso_handle" in r.stderr
+    msg = [ln for ln in r.stderr.splitlines() if ln.startswith("elflayout")]
+    assert len(msg) == 1 and msg[0].startswith("elflayout: nothing checked: ") and "collect2" not in msg[0]
+    for linker, line in (("gold", "hidden symbol '_init' is not defined locally"),
+                         ("lld", "ld.lld: error: undefined hidden symbol: _init"), ("bfd", "undefined reference")):
+        assert f"could not check with {linker}: " in msg[0] and line in msg[0], linker
     doc = json.loads(r.stdout)
-    assert doc["written"] is False and doc["check"][0]["could_not_check"]
+    assert doc["written"] is False and all(c["could_not_check"] for c in doc["check"])
     assert doc["summary"]["objects"] == 1
     assert not out.exists()
+
+
+def _result(linker, identical=True, why=None, diff=None):
+    from elflayout.split.check import CheckResult
+
+    return CheckResult(linker, None if why else "shared", identical, 1, 1, 1, diff, could_not_check=why)
+
+
+def test_verdict_each_linker_counts():
+    """One linker that cannot link the originals hides neither the others' passes nor
+    their differences."""
+    from elflayout.split.check import verdict
+
+    assert verdict([_result("lld"), _result("gold", False, "error: x")]) is None
+    why = verdict([_result("lld", False, diff="section .text: first different byte at 0x10"),
+                   _result("gold"), _result("bfd", False, "error: y")])
+    assert why.startswith("check failed: differs with lld: section .text") and "identical with gold" in why \
+        and "could not check with bfd: error: y" in why
+    assert verdict([_result("gold", False, "error: x")]).startswith("nothing checked: could not check with gold")
 
 
 NONPIC_C = r"""

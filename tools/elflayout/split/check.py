@@ -19,6 +19,7 @@ first error line (``could_not_check``).
 from __future__ import annotations
 
 import io
+import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ class CheckResult:
     differences: list[str] = field(default_factory=list)
     explained: list[str] = field(default_factory=list)   # differences that change no meaning, and why
     could_not_check: str | None = None   # the linker refused the original objects: its first error line
+    stand_in: str | None = None          # a symbol the start files define, linked in on both sides
 
 
 def _inputs(paths: list[Path]) -> list[str]:
@@ -64,6 +66,46 @@ def _inputs(paths: list[Path]) -> list[str]:
 
 def _link(paths: list[Path], linker: str, style: str, out: Path) -> toolchain.LinkResult:
     return toolchain.link(linker, [*STYLES[style], "-o", out, *_inputs(paths)])
+
+
+# crtbeginS.o's hidden __dso_handle, which -nostdlib leaves out: C++ objects with static
+# destructors refer to it, and gold and GNU ld refuse it undefined. Weak, so inputs that
+# define it (libc.a) keep their own; linked first on both sides alike.
+DSO_HANDLE = "__dso_handle"
+DSO_HANDLE_STUB = f"""
+    .section .data.rel.ro,"aw"
+    .weak {DSO_HANDLE}
+    .hidden {DSO_HANDLE}
+    .align 8
+    .type {DSO_HANDLE},@object
+{DSO_HANDLE}: .quad {DSO_HANDLE}
+    .size {DSO_HANDLE}, 8
+    .section .note.GNU-stack,"",@progbits
+"""
+
+
+def _stand_in(td: str) -> Path:
+    src, obj = Path(td) / "dso_handle.s", Path(td) / "dso_handle.o"
+    src.write_text(DSO_HANDLE_STUB)
+    subprocess.run(["gcc", "-c", "-o", str(obj), str(src)], check=True, capture_output=True)
+    return obj
+
+
+def _original_link(originals: list[Path], linker: str, out: Path, td: str) -> tuple[str | None, list[Path], list]:
+    """The style (and stand-in objects) with which ``linker`` links the originals; None
+    and each attempt's first error line when it cannot."""
+    errs = []
+    for st in STYLES:
+        r = _link(originals, linker, st, out)
+        if r.ok:
+            return st, [], errs
+        errs.append(f"{st} link: {r.error}")
+    if any(DSO_HANDLE in e for e in errs):
+        extra = [_stand_in(td)]
+        for st in STYLES:
+            if _link([*extra, *originals], linker, st, out).ok:
+                return st, extra, errs
+    return None, [], errs
 
 
 def _image(path: Path) -> tuple[dict, dict, dict]:
@@ -153,21 +195,17 @@ def check(originals: list[Path], split: list[Path], linker: str = "lld") -> Chec
     """Link both sides in original order with ``linker`` and compare (see module doc)."""
     with tempfile.TemporaryDirectory(prefix="elflayout-split-check-") as td:
         a, b = Path(td) / "original.so", Path(td) / "split.so"
-        style, errs = None, []
-        for st in STYLES:
-            r = _link(originals, linker, st, a)
-            if r.ok:
-                style = st
-                break
-            errs.append(f"{st} link: {r.error}")
+        style, extra, errs = _original_link(originals, linker, a, td)
         if style is None:
             return CheckResult(linker, None, False, 0, 0, 0, could_not_check="; ".join(errs))
-        r = _link(split, linker, style, b)
+        stand_in = DSO_HANDLE if extra else None
+        r = _link([*extra, *split], linker, style, b)
         if not r.ok:
-            return CheckResult(linker, style, False, 0, 0, 0, f"the split objects do not link with {linker}: {r.error}")
+            return CheckResult(linker, style, False, 0, 0, 0, f"the split objects do not link with {linker}: {r.error}",
+                               stand_in=stand_in)
         sa, ya, pa = _image(a)
         sb, yb, pb = _image(b)
-    res = CheckResult(linker, style, True, 0, 0, 0)
+    res = CheckResult(linker, style, True, 0, 0, 0, stand_in=stand_in)
     for name in sorted(set(sa) | set(sb), key=lambda n: (sa.get(n) or sb.get(n))[0]):
         if name not in sa or name not in sb:
             res.differences.append(f"section {name} only in the {'split' if name in sb else 'original'} link")

@@ -114,6 +114,7 @@ def _print_text(args, reports, checks) -> None:
         if c.could_not_check:
             print(f"  could not check with {c.linker}: {c.could_not_check}")
             continue
-        print(f"  check ({c.linker}, {c.style} link): original-order links identical: {c.sections_compared} "
+        how = f"{c.style} link" + (f", {c.stand_in} of the start files stood in" if c.stand_in else "")
+        print(f"  check ({c.linker}, {how}): original-order links identical: {c.sections_compared} "
               f"sections, {c.bytes_compared:,} bytes, {c.symbols_compared:,} symbols"
               + "".join(f"\n    explained difference: {e}" for e in c.explained))
