@@ -30,6 +30,10 @@ def add_arguments(p):
                    help="directory for the split files (same names as the inputs)")
     p.add_argument("--check", action="store_true",
                    help="prove an original-order link of the outputs equals that of the inputs before writing")
+    p.add_argument("--run", metavar="CMD",
+                   help="with --check: shell command linking and running a test program, run with the original "
+                        "objects and with the split ones in other orders; outputs must match ($ELFLAYOUT_OBJECTS, "
+                        "$ELFLAYOUT_LDFLAGS)")
     p.add_argument("--linker", action="append", choices=("lld", "gold", "bfd"),
                    help="linker(s) for --check (default lld; repeat for several)")
     p.add_argument("--json", action="store_true", help="print an elflayout-split JSON document")
@@ -39,12 +43,15 @@ def add_arguments(p):
 
 def run(args) -> int:
     from elflayout import __version__
-    from elflayout.errors import Finding
+    from elflayout.errors import ElflayoutError, Finding
     from elflayout.fileio import envelope
     from elflayout.split import api
     from elflayout.split.check import check
+    from elflayout.split.equivalence import other_orders
 
-    checks = []
+    if args.run and not args.check:
+        raise ElflayoutError("--run needs --check")
+    checks, orders = [], []
 
     def verify(originals, staged):
         for linker in args.linker or ["lld"]:
@@ -52,6 +59,7 @@ def run(args) -> int:
             checks.append(res)
             if not res.identical:
                 raise Finding(f"check failed ({linker}): {res.first_difference} (nothing written)")
+            other_orders(originals, staged, linker, res.style, args.run, orders)
 
     def progress(msg):
         if not args.json:
@@ -63,7 +71,8 @@ def run(args) -> int:
     if args.json:
         from dataclasses import asdict
         doc = envelope("split", 1, dict(tool=f"elflayout {__version__}"), summary=tot,
-                       inputs=api.to_json(reports), check=[asdict(c) for c in checks] if args.check else None)
+                       inputs=api.to_json(reports), check=[asdict(c) for c in checks] if args.check else None,
+                       other_orders=[asdict(o) for o in orders] if args.check else None)
         print(json.dumps(doc, indent=1))
         return 0
     for r in reports:
@@ -87,4 +96,9 @@ def run(args) -> int:
         print(f"  check ({c.linker}, {c.style} link): original-order links identical: {c.sections_compared} "
               f"sections, {c.bytes_compared:,} bytes, {c.symbols_compared:,} symbols"
               + "".join(f"\n    explained difference: {e}" for e in c.explained))
+    for o in orders:
+        print(f"  check ({o.linker}, {o.order} order): " + (
+            "same output of --run" if o.kind == "run" else
+            f"same meaning: {o.functions_compared:,} functions ({o.instructions_compared:,} instructions), "
+            f"{o.data_words_compared:,} relocated data words ({o.not_compared:,} table entries not compared)"))
     return 0

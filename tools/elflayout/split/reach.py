@@ -56,6 +56,10 @@ def describes_only(name: str) -> bool:
 
 
 def compiled(obj: ObjectFile) -> bool:
+    if __import__("os").environ.get("EXP") in ("all", "start"):
+        return False
+    if __import__("os").environ.get("EXP") == "off":
+        return True
     """Whether a compiler made the object: GCC and clang write their ``.ident`` into
     ``.comment``; the assembler alone writes none."""
     return any(s.name == ".comment" and s.size > 0 for s in obj.sections)
@@ -139,7 +143,10 @@ def constant_reach(sp, consts: dict[int, tuple[str, int]]) -> None:
         x = base + vals
         ok = (x >= 0) & (x <= size)
         units = np.searchsorted(starts, x, "right") - 1
-        for j in np.flatnonzero(ok & (units != u)).tolist():
+        hit = ok & (units != u)
+        if __import__("os").environ.get("EXP") == "start":
+            hit &= starts[np.clip(units, 0, len(starts) - 1)] == x
+        for j in np.flatnonzero(hit).tolist():
             v = int(units[j])
             c = int(vals[j])
             where, off = consts[c]

@@ -1,0 +1,418 @@
+"""``split --check``, second part: the split objects linked in *other* orders mean what
+the original objects mean.
+
+An original-order link (``check``) proves the bytes are laid out as before; it cannot
+see a reference that only holds while two functions stay adjacent. So the split
+objects are also linked with their sections reversed and in a seeded shuffle (lld
+``--symbol-ordering-file``; gold ``--section-ordering-file``; GNU ld has neither in
+the versions supported, so lld links its other orders), with ``--emit-relocs``, and
+compared with the original link by meaning, not address:
+
+- every function (``STT_FUNC`` with a size): the same instructions, where each branch
+  target and RIP-relative operand is named by the symbol holding it plus the offset
+  (or, outside every symbol, by its section and the 16 bytes there), and each
+  absolute relocation in an instruction by its target's name;
+- every relocated data word (the emitted relocations in allocated sections outside
+  code): the same type and target name, by the symbol holding the word plus offset
+  (words outside every symbol: the same multiset per output section).
+
+An address that ends one symbol and starts the next has both names; two names match
+when they share one. PC-relative words in data whose target lies outside every
+symbol (a jump-table entry ``.L5 - .L4 + 4k`` past its function) are not compared
+and are counted. What no comparison can see is a constant that is a difference the
+assembler resolved: that is what ``run`` (``--check --run CMD``) and the split's own
+rules (``reach``) are for.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import re
+import shlex
+import subprocess
+import tempfile
+from bisect import bisect_right
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_RELOC_TYPE_x64
+
+from elflayout.split import disasm
+from elflayout.split.check import STYLES, _inputs
+from elflayout.split.extents import SPLIT_PREFIX
+from elflayout.targets import linker_flag
+
+R = ENUM_RELOC_TYPE_x64
+ABSOLUTE = {R["R_X86_64_64"], R["R_X86_64_32"], R["R_X86_64_32S"]}
+PCREL = {R["R_X86_64_PC32"], R["R_X86_64_PC64"], R["R_X86_64_PLT32"]}
+# Orders besides the original one; the shuffle's seed is fixed so a failure repeats.
+SHUFFLE_SEED = 24
+ORDERS = ("reversed", "shuffled")
+# Bytes that name an address outside every symbol (a string constant, say).
+CONTENT_NAME = 16
+_RIP = re.compile(r"\[rip(?: ([+-]) (0x[0-9a-f]+|\d+))?\]")
+_NUM = re.compile(r"(?<![\w.])(?:0x[0-9a-f]+|\d+)(?![\w.])")
+
+
+@dataclass
+class EquivalenceResult:
+    order: str
+    linker: str                     # the linker that linked this order
+    identical: bool
+    kind: str = "meaning"
+    functions_compared: int = 0
+    instructions_compared: int = 0
+    data_words_compared: int = 0
+    not_compared: int = 0           # PC-relative data words whose target is outside every symbol
+    first_difference: str | None = None
+    differences: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    order: str
+    linker: str
+    identical: bool
+    first_difference: str | None = None
+    kind: str = "run"
+
+
+def reorder_linker(linker: str) -> str:
+    """The linker that links the other orders when the check uses ``linker``."""
+    return linker if linker in ("lld", "gold") else "lld"
+
+
+def other_orders(originals: list[Path], split: list[Path], linker: str, style: str, cmd: str | None,
+                 results: list) -> None:
+    """The check's second part for one ``--linker``: append to ``results``; raise
+    ``Finding`` at the first difference (nothing is then written)."""
+    from elflayout.errors import Finding
+    if any(r.linker == reorder_linker(linker) for r in results):
+        return      # lld already linked the other orders for another --linker
+    for r in equivalent(originals, split, linker, style) + (run(originals, split, cmd, linker) if cmd else []):
+        results.append(r)
+        if not r.identical:
+            raise Finding(f"check failed ({r.linker}, {r.order} order): {r.first_difference} (nothing written)")
+
+
+# -- the names and orders of the split sections ------------------------------------
+
+def _members(path: Path):
+    from elflayout.split.archive import is_archive, read_archive
+    raw = path.read_bytes()
+    if is_archive(raw[:8]):
+        return [body for _, body in read_archive(raw, str(path))]
+    return [raw]
+
+
+def split_names(split: list[Path]) -> tuple[list[str], list[str]]:
+    """(symbols, sections) defined in the per-unit sections of the split outputs, in
+    link order: what an ordering file can name."""
+    prefixes = tuple(SPLIT_PREFIX.values())
+    syms, secs = [], []
+    for p in split:
+        for body in _members(p):
+            elf = ELFFile(io.BytesIO(body))
+            names = {}
+            for i, s in enumerate(elf.iter_sections()):
+                if s.name.startswith(prefixes) and s["sh_flags"] & SH_FLAGS.SHF_ALLOC:
+                    names[i] = s.name
+                    secs.append(s.name)
+            tab = elf.get_section_by_name(".symtab")
+            for sym in (tab.iter_symbols() if tab is not None else ()):
+                if sym.name and sym["st_shndx"] in names and sym["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT"):
+                    syms.append(sym.name)
+    return list(dict.fromkeys(syms)), list(dict.fromkeys(secs))
+
+
+def order_flags(split: list[Path], linker: str, order: str, workdir: Path) -> tuple[str, list[str]]:
+    """(linker used, flags) linking ``split`` in ``order``."""
+    syms, secs = split_names(split)
+    names = secs if linker == "gold" else syms
+    if order == "reversed":
+        names = names[::-1]
+    else:
+        names = names[:]
+        random.Random(SHUFFLE_SEED).shuffle(names)
+    f = workdir / f"{order}.order"
+    f.write_text("\n".join(names) + "\n")
+    if linker == "gold":
+        return "gold", [linker_flag("gold"), f"-Wl,--section-ordering-file={f}"]
+    return "lld", [linker_flag("lld"), f"-Wl,--symbol-ordering-file={f}", "-Wl,--no-warn-symbol-ordering"]
+
+
+def _link(paths, flags, style, out) -> subprocess.CompletedProcess:
+    cmd = ["gcc", *flags, *STYLES[style], "-Wl,--emit-relocs", "-o", str(out), *_inputs(paths)]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+# -- an image, by meaning ----------------------------------------------------------
+
+class Image:
+    """A linked output read for comparison: symbols by address, code, relocations."""
+
+    def __init__(self, path: Path):
+        self.elf = ELFFile(io.BytesIO(path.read_bytes()))
+        self.secs = [s for s in self.elf.iter_sections() if s["sh_flags"] & SH_FLAGS.SHF_ALLOC
+                     and s["sh_type"] != "SHT_NOBITS" and s["sh_size"]]
+        self.sec_starts = sorted((s["sh_addr"], k) for k, s in enumerate(self.secs))
+        self.funcs: dict[str, list[tuple[int, int]]] = {}
+        self.syms: list[tuple[int, int, str]] = []       # (start, end, key)
+        tab = self.elf.get_section_by_name(".symtab")
+        cur = ""
+        for sym in (tab.iter_symbols() if tab is not None else ()):
+            t = sym["st_info"]["type"]
+            if t == "STT_FILE":
+                cur = sym.name
+            if t not in ("STT_FUNC", "STT_OBJECT") or not sym.name or sym["st_shndx"] in ("SHN_UNDEF", "SHN_ABS"):
+                continue
+            key = sym.name if sym["st_info"]["bind"] != "STB_LOCAL" else f"{cur}:{sym.name}"
+            v, sz = sym["st_value"], sym["st_size"]
+            self.syms.append((v, v + sz, key))
+            if t == "STT_FUNC" and sz:
+                self.funcs.setdefault(key, []).append((v, sz))
+        self.syms.sort()
+        self.starts = [s[0] for s in self.syms]
+        self.ends: dict[int, list[str]] = {}
+        for a, e, k in self.syms:
+            if e > a:
+                self.ends.setdefault(e, []).append(k)
+
+    def section_at(self, addr: int):
+        k = bisect_right(self.sec_starts, (addr, 1 << 30)) - 1
+        if k >= 0:
+            s = self.secs[self.sec_starts[k][1]]
+            if addr < s["sh_addr"] + s["sh_size"]:
+                return s
+        return None
+
+    def bytes_at(self, addr: int, n: int) -> bytes:
+        s = self.section_at(addr)
+        if s is None:
+            return b""
+        off = addr - s["sh_addr"]
+        return s.data()[off:off + n]
+
+    def name(self, addr: int, contained_only: bool = False, place: bool = False) -> frozenset[str] | None:
+        """Every name of ``addr``: symbol+offset of the symbols holding it, end-of of
+        those ending there (not for a ``place``: a word is in one object); outside
+        every symbol its section and bytes (None if ``contained_only``)."""
+        out = set()
+        k = bisect_right(self.starts, addr) - 1
+        first = self.starts[k] if k >= 0 else None
+        while k >= 0 and self.starts[k] == first:     # aliases share a start
+            a, e, key = self.syms[k]
+            if a <= addr < max(e, a + 1):
+                out.add(f"{key}+{addr - a:#x}")
+            k -= 1
+        for key in () if place else self.ends.get(addr, ()):
+            out.add(f"end of {key}")
+        if out or contained_only:
+            return frozenset(out) or None
+        s = self.section_at(addr)
+        return frozenset([f"{s.name} bytes {self.bytes_at(addr, CONTENT_NAME).hex()}" if s is not None
+                          else "outside every section"])
+
+    def relocations(self):
+        """(place, type, target address, symbol name, addend, section) of every emitted relocation."""
+        for rs in self.elf.iter_sections():
+            if rs["sh_type"] != "SHT_RELA" or not rs["sh_info"]:
+                continue
+            sec = self.elf.get_section(rs["sh_info"])
+            if not sec["sh_flags"] & SH_FLAGS.SHF_ALLOC:
+                continue
+            symtab = self.elf.get_section(rs["sh_link"])
+            for r in rs.iter_relocations():
+                sym = symtab.get_symbol(r["r_info_sym"])
+                yield r["r_offset"], r["r_info_type"], sym["st_value"] + r["r_addend"], sym.name, r["r_addend"], sec
+
+
+def _same(a, b) -> bool:
+    """Tokens equal, name sets matching when they share a name."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, frozenset) and isinstance(y, frozenset):
+            if not x & y:
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _code_tokens(img: Image, addr: int, size: int, absrel: dict[int, int]):
+    data = img.bytes_at(addr, size)
+    out = []
+    for a, n, m, ops in disasm.MD.disasm_lite(data, addr):
+        end = a + n
+        mo = _RIP.search(ops)
+        if disasm.is_branch(m) and _NUM.fullmatch(ops):
+            out.append((m, img.name(int(ops, 0))))
+        elif mo is not None:
+            d = int(mo.group(2), 0) if mo.group(2) else 0
+            out.append((m, _RIP.sub("[rip]", ops), img.name(end + (-d if mo.group(1) == "-" else d))))
+        else:
+            fields = [t for f, t in absrel.items() if a <= f < end] if absrel else []
+            if fields:
+                out.append((m, _NUM.sub("N", ops), *(img.name(t) for t in fields)))
+            else:
+                out.append((m, ops))
+    return out
+
+
+def _absolute_in_code(img: Image) -> dict[int, int]:
+    out = {}
+    for place, typ, target, _, _, sec in img.relocations():
+        if typ in ABSOLUTE and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR:
+            out[place] = target
+    return out
+
+
+def compare_code(a: Image, b: Image, res: EquivalenceResult) -> None:
+    abs_a, abs_b = _absolute_in_code(a), _absolute_in_code(b)
+    for key in sorted(set(a.funcs) & set(b.funcs)):
+        if len(a.funcs[key]) != 1 or len(b.funcs[key]) != 1:
+            continue        # one name for several functions: which is which cannot be told
+        (aa, az), (ba, bz) = a.funcs[key][0], b.funcs[key][0]
+        res.functions_compared += 1
+        if az != bz:
+            res.differences.append(f"function {key}: {az} bytes in the original link, {bz} in the other order")
+            continue
+        ta = _code_tokens(a, aa, az, {f: t for f, t in abs_a.items() if aa <= f < aa + az})
+        tb = _code_tokens(b, ba, bz, {f: t for f, t in abs_b.items() if ba <= f < ba + bz})
+        res.instructions_compared += len(ta)
+        for k, (x, y) in enumerate(zip(ta, tb)):
+            if not _same(x, y):
+                res.differences.append(f"function {key}, instruction {k}: {_show(x)} in the original link, "
+                                       f"{_show(y)} in the other order")
+                break
+        else:
+            if len(ta) != len(tb):
+                res.differences.append(f"function {key}: {len(ta)} instructions, then {len(tb)}")
+    for key in sorted(set(a.funcs) ^ set(b.funcs)):
+        res.differences.append(f"function {key} only in the {'original' if key in a.funcs else 'other-order'} link")
+
+
+def _show(tok) -> str:
+    return " ".join(sorted(x)[0] if isinstance(x, frozenset) else str(x) for x in tok)
+
+
+def _data_words(img: Image, res: EquivalenceResult, count: bool):
+    placed, bags = {}, {}
+    for place, typ, target, symname, addend, sec in img.relocations():
+        if sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR or sec.name == ".eh_frame":
+            continue
+        if typ in ABSOLUTE:
+            what = img.name(target)
+        elif typ in PCREL:
+            what = img.name(target, contained_only=True)
+            if what is None:
+                res.not_compared += count
+                continue
+        else:
+            what = frozenset([f"{symname}{addend:+#x}"])
+        at = img.name(place, contained_only=True, place=True)
+        if at is None:
+            bags.setdefault(sec.name, []).append((typ, what))
+        else:
+            placed[min(at)] = (typ, what)
+    return placed, bags
+
+
+def compare_data(a: Image, b: Image, res: EquivalenceResult) -> None:
+    pa, ga = _data_words(a, res, True)
+    pb, gb = _data_words(b, res, False)
+    for place in sorted(set(pa) | set(pb)):
+        res.data_words_compared += 1
+        if place not in pa or place not in pb or pa[place][0] != pb[place][0] or not pa[place][1] & pb[place][1]:
+            x, y = pa.get(place), pb.get(place)
+            res.differences.append(f"data word {place}: {_show(x) if x else 'none'} in the original link, "
+                                   f"{_show(y) if y else 'none'} in the other order")
+    for sec in sorted(set(ga) | set(gb)):
+        xa = Counter((t, min(w)) for t, w in ga.get(sec, []))
+        xb = Counter((t, min(w)) for t, w in gb.get(sec, []))
+        res.data_words_compared += sum(xa.values())
+        if xa != xb:
+            res.differences.append(f"relocated words of {sec} outside every symbol differ "
+                                   f"({sum((xa - xb).values())} only in the original link)")
+
+
+def equivalent(originals: list[Path], split: list[Path], linker: str, style: str) -> list[EquivalenceResult]:
+    """Link ``originals`` in order and ``split`` in every order of ``ORDERS``; compare."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="elflayout-split-order-") as td:
+        td = Path(td)
+        base_linker = reorder_linker(linker)
+        a = td / "original.out"
+        r = _link(originals, [linker_flag(base_linker)], style, a)
+        if r.returncode != 0:
+            return [EquivalenceResult(o, base_linker, False, first_difference=_failed("original", r))
+                    for o in ORDERS]
+        img_a = Image(a)
+        for order in ORDERS:
+            used, flags = order_flags(split, base_linker, order, td)
+            b = td / f"{order}.out"
+            r = _link(split, flags, style, b)
+            res = EquivalenceResult(order, used, False)
+            if r.returncode != 0:
+                res.first_difference = _failed(f"split ({order})", r)
+            else:
+                img_b = Image(b)
+                compare_code(img_a, img_b, res)
+                compare_data(img_a, img_b, res)
+                res.identical = not res.differences
+                res.first_difference = res.differences[0] if res.differences else None
+            out.append(res)
+    return out
+
+
+def _failed(what: str, r: subprocess.CompletedProcess) -> str:
+    lines = (r.stderr or r.stdout).strip().splitlines()
+    first = next((ln for ln in lines if "error" in ln), lines[0] if lines else "?")
+    return f"the {what} objects do not link: {first}"
+
+
+# -- --run: a test program linked both ways ---------------------------------------
+
+def run(originals: list[Path], split: list[Path], cmd: str, linker: str, timeout: float = 600) -> list[RunResult]:
+    """Run the shell command ``cmd`` once with the original objects and once per order
+    of ``ORDERS`` with the split ones; compare exit status and output. ``cmd`` finds the
+    objects in ``$ELFLAYOUT_OBJECTS`` (shell-quoted, link order) and the linker and
+    ordering flags in ``$ELFLAYOUT_LDFLAGS``; it runs in a fresh directory."""
+    base_linker = reorder_linker(linker)
+    out = []
+    with tempfile.TemporaryDirectory(prefix="elflayout-split-run-") as td:
+        td = Path(td)
+        want = _run_once(cmd, originals, [linker_flag(base_linker)], td / "original", timeout)
+        for order in ORDERS:
+            used, flags = order_flags(split, base_linker, order, td)
+            got = _run_once(cmd, split, flags, td / order, timeout)
+            diff = None if got == want else (
+                f"--run {order} order: exit {got[0]} and {len(got[1])} bytes of output, where the original "
+                f"objects gave exit {want[0]} and {len(want[1])} bytes" + _first_line_diff(want[1], got[1]))
+            out.append(RunResult(order, used, diff is None, diff))
+    return out
+
+
+def _run_once(cmd: str, objs: list[Path], flags: list[str], wd: Path, timeout: float) -> tuple[int, str]:
+    wd.mkdir()
+    env = dict(os.environ, ELFLAYOUT_OBJECTS=" ".join(shlex.quote(str(Path(p).resolve())) for p in objs),
+               ELFLAYOUT_LDFLAGS=" ".join(shlex.quote(f) for f in flags))
+    try:
+        r = subprocess.run(["sh", "-c", cmd], cwd=wd, env=env, capture_output=True, text=True, timeout=timeout,
+                           errors="replace")
+    except subprocess.TimeoutExpired:
+        return -1, f"timed out after {timeout:.0f} s"
+    return r.returncode, r.stdout
+
+
+def _first_line_diff(a: str, b: str) -> str:
+    for k, (x, y) in enumerate(zip(a.splitlines(), b.splitlines())):
+        if x != y:
+            return f" (line {k + 1}: {y[:80]!r} instead of {x[:80]!r})"
+    return ""
