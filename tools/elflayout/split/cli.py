@@ -18,7 +18,10 @@ Sections are named as -ffunction-sections -fdata-sections would (.text.<function
 .rodata.<object>, .data.rel.ro.local.<object> ...). Anything that cannot be proved safe
 to separate stays together, with the reason (--json, or -v). Objects already split are
 copied unchanged. --check links originals and outputs in their original order (lld by
-default; --linker repeats) and compares every allocated byte and every symbol address.
+default; --linker repeats) and compares every allocated byte and every symbol address;
+then links the outputs reversed and in a seeded shuffle and compares every function's
+instructions and relocated data words by name; --run CMD also runs a test program
+linked both ways ($ELFLAYOUT_OBJECTS, $ELFLAYOUT_LDFLAGS) and compares its output.
 Exit status: 0 split, 1 --check found a difference (nothing written), 2 bad input
 (nothing written). See docs/splitting.md.
 """

@@ -55,6 +55,8 @@ SHUFFLE_SEED = 24
 ORDERS = ("reversed", "shuffled")
 # Bytes that name an address outside every symbol (a string constant, say).
 CONTENT_NAME = 16
+GOT_SECTIONS = (".got", ".got.plt")
+PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got", ".iplt")
 _RIP = re.compile(r"\[rip(?: ([+-]) (0x[0-9a-f]+|\d+))?\]")
 _NUM = re.compile(r"(?<![\w.])(?:0x[0-9a-f]+|\d+)(?![\w.])")
 
@@ -182,6 +184,34 @@ class Image:
         for a, e, k in self.syms:
             if e > a:
                 self.ends.setdefault(e, []).append(k)
+        self.dyn: dict[int, tuple[str, int]] = {}       # GOT slot -> (symbol or "", addend)
+        for rs in self.elf.iter_sections():
+            if rs["sh_type"] == "SHT_RELA" and rs["sh_flags"] & SH_FLAGS.SHF_ALLOC:
+                symtab = self.elf.get_section(rs["sh_link"])
+                for r in rs.iter_relocations():
+                    sym = symtab.get_symbol(r["r_info_sym"]).name if r["r_info_sym"] and symtab else ""
+                    self.dyn[r["r_offset"]] = (sym, r["r_addend"])
+
+    def _indirect(self, addr: int, s) -> frozenset[str] | None:
+        """A GOT slot by what the dynamic relocation (or, linked statically, the
+        address) in it designates; a PLT entry by the GOT slot its ``jmp`` reads."""
+        if s.name in GOT_SECTIONS:
+            if addr in self.dyn:
+                sym, add = self.dyn[addr]
+                inner = frozenset([f"{sym}{add:+#x}"]) if sym else self.name(add)
+            else:
+                inner = self.name(int.from_bytes(self.bytes_at(addr, 8), "little"))
+            return frozenset(f"GOT({n})" for n in inner)
+        if s.name in PLT_SECTIONS:
+            for a, size, m, ops in disasm.MD.disasm_lite(self.bytes_at(addr, CONTENT_NAME), addr):
+                mo = _RIP.search(ops)
+                if m in ("jmp", "bnd jmp", "notrack jmp") and mo is not None:
+                    d = int(mo.group(2), 0) if mo.group(2) else 0
+                    slot = a + size + (-d if mo.group(1) == "-" else d)
+                    return frozenset(f"PLT({x})" for x in self.name(slot))
+                if m != "endbr64":
+                    break
+        return None
 
     def section_at(self, addr: int):
         k = bisect_right(self.sec_starts, (addr, 1 << 30)) - 1
@@ -215,14 +245,16 @@ class Image:
         if out or contained_only:
             return frozenset(out) or None
         s = self.section_at(addr)
+        if s is not None and (ind := self._indirect(addr, s)) is not None:
+            return ind
         return frozenset([f"{s.name} bytes {self.bytes_at(addr, CONTENT_NAME).hex()}" if s is not None
                           else "outside every section"])
 
     def relocations(self):
         """(place, type, target address, symbol name, addend, section) of every emitted relocation."""
         for rs in self.elf.iter_sections():
-            if rs["sh_type"] != "SHT_RELA" or not rs["sh_info"]:
-                continue
+            if rs["sh_type"] != "SHT_RELA" or not rs["sh_info"] or rs["sh_flags"] & SH_FLAGS.SHF_ALLOC:
+                continue        # dynamic relocations: see _indirect
             sec = self.elf.get_section(rs["sh_info"])
             if not sec["sh_flags"] & SH_FLAGS.SHF_ALLOC:
                 continue

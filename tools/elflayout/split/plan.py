@@ -34,7 +34,11 @@ Steps:
 5. Relocations against named symbols stay as they are (the symbol moves with its
    unit); their target must still lie in that unit's group, else glue. A relocation
    field must not cross a unit boundary.
-6. Groups whose section name a linker would read specially (``.text.exit``,
+6. References no relocation and no instruction shows — label differences the
+   assembler resolved (``.long h1 - table``) — are guarded by ``reach``'s rules:
+   unreferenced entries, constants of objects no compiler is known to have made,
+   unwind ranges.
+7. Groups whose section name a linker would read specially (``.text.exit``,
    ``.text.foo_unlikely``) are glued to their neighbour.
 
 What is assumed, not proved: that compiled code never addresses an object through
@@ -99,6 +103,8 @@ class SectionPlan:
     rename: bool = False                    # a single named unit: only the section's name changes
     reached: set[int] = field(default_factory=set)   # offsets some reference designates (reach.py rule 1)
     bases: set[int] = field(default_factory=set)     # offsets whose address is materialised (rule 2)
+    named_only: set[int] = field(default_factory=set)   # unit starts reached only by a global name (rule 2)
+    fdes: list[tuple[int, int]] = field(default_factory=list)   # unwind entries' [begin, end) (rule 3)
 
     def glue_range(self, a: int, b: int, reason: str, rule: str = "neighbours") -> None:
         a, b = min(a, b), max(a, b)
@@ -346,17 +352,34 @@ def _reach_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict[int,
             sp = cands.get(int(shndx[s]))
             if sp is not None and off in fdes and sp.whole is None:
                 sv = 0 if (info[s] & 0xF) == STT["STT_SECTION"] else int(values[s])
+                sp.fdes.append((sv + a, sv + a + fdes[off]))
                 reach.unwind_ranges(sp, sv + a, fdes[off])
     coded = [sp for i, sp in cands.items() if i in code and sp.whole is None and len(sp.units) > 1]
     for sp in coded:
         reach.unreferenced_entries(obj, sp)
     if coded and not reach.compiled(obj):
-        understood = {i: [(ref.field, ref.width) for ref in c.internal] for i, c in code.items()}
-        consts = reach.constants(obj, max(sp.sec.size for sp in coded), understood)
-        for sp in coded:
-            reach.constant_reach(sp, consts)
+        _constant_rules(obj, coded, code)
     for sp in cands.values():
         sp.finish_groups()
+
+
+def _constant_rules(obj: ObjectFile, coded: list[SectionPlan], code: dict[int, disasm.Code]) -> None:
+    """Rule 2 of ``reach`` for an object no compiler is known to have made: every
+    constant in sections without declared extents; tables, and constants reaching an
+    entry only a global name reaches, in sections with them."""
+    understood = {i: [(ref.field, ref.width) for ref in c.internal] for i, c in code.items()}
+    all_words = list(reach.words(obj, understood))
+    consts = None
+    for sp in coded:
+        narrow = None
+        if reach.declared(obj, sp):
+            reach.table_reach(sp, all_words)
+            narrow = np.array(sorted(sp.named_only), np.int64)
+            if not len(narrow):
+                continue
+        if consts is None:
+            consts = reach.constants(obj, max(p.sec.size for p in coded), understood, all_words)
+        reach.constant_reach(sp, consts, narrow)
 
 
 def _decode_relocations(obj: ObjectFile, code: dict[int, disasm.Code]) -> tuple[list, dict]:
@@ -406,7 +429,7 @@ def _table_target(sp: SectionPlan, d: Section, off: int, sa: int, bases, code) -
 
 
 def _name_rules(sp: SectionPlan) -> None:
-    """Step 6 (repeated: a glue can change a group's name)."""
+    """Step 7 (repeated: a glue can change a group's name)."""
     for _ in range(len(sp.units)):
         changed = False
         for a, _b in sp.groups:

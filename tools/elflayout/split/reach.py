@@ -12,16 +12,21 @@ carry a relocation per entry), hand-written assembly does (perlasm's ``.long
    it), no disassembled call, jump or RIP-relative operand designates and that has no
    global or weak symbol is reached, if at all, in a way this tool cannot see: it stays
    glued to its predecessor.
-2. **Constants of hand-written objects** (no ``.comment``: no compiler made them): a
-   difference is only useful added to an address the code materialises. For every
-   *base* of a code section — an offset a RIP-relative operand, a relocation from data
-   or a non-branch instruction, or a ``call`` to its own end designates — and every
-   constant the object holds without a relocation (each 4- and 8-byte little-endian
-   word at every offset of every section with contents), ``base + constant`` must not
-   land in another unit of that section; where it does the units between stay
-   together. That proves a boundary as far as a single base plus a single stored
-   word goes; a difference kept in a 1- or 2-byte field, or formed from two
-   constants, is not seen (see docs/splitting.md).
+2. **Constants** (objects without ``.comment``: no compiler is known to have made
+   them — Debian strips ``.comment`` from its static libraries, so this is most
+   archives): a difference is only useful added to an address the code materialises.
+   A *base* is an offset of a code section that a RIP-relative operand, a relocation
+   from data or from a non-branch instruction, or a ``call`` to its own end
+   designates; the *constants* are every 4- and 8-byte little-endian word at every
+   offset of every allocated section, and every immediate and displacement of every
+   instruction, outside relocation fields. In a section whose extents are not
+   declared, ``base + constant`` must not land in another unit. A section declares
+   its extents when every function begins an unwind entry (FDE) ending inside it —
+   what GCC and clang write by default on x86-64, and careful assembly; there single
+   constants are everywhere in compiled code, so only two neighbouring aligned words
+   (outside ``.eh_frame``) landing, from one base, exactly on the starts of two other
+   units (a table ``.long h1-h0, h2-h0``) and constants landing exactly on an entry
+   that only a global name reaches count. Where the rule fires the units between stay together.
 3. **Unwind ranges** (every object): an ``.eh_frame`` FDE describes
    ``[pc_begin, pc_begin + pc_range)``; the range is a constant, so the units it spans
    stay together.
@@ -32,14 +37,13 @@ from __future__ import annotations
 import re
 
 from elftools.elf.constants import SH_FLAGS
-from elftools.elf.enums import ENUM_SH_TYPE_BASE, ENUM_ST_INFO_BIND
+from elftools.elf.enums import ENUM_ST_INFO_BIND
 
 import numpy as np
 
 from elflayout.split import disasm
 from elflayout.split.reader import ObjectFile
 
-SHT = ENUM_SH_TYPE_BASE
 STB = ENUM_ST_INFO_BIND
 # Sections whose relocations describe code rather than reach it.
 NOT_REACHING = (".eh_frame", ".debug_", ".zdebug_")
@@ -56,10 +60,6 @@ def describes_only(name: str) -> bool:
 
 
 def compiled(obj: ObjectFile) -> bool:
-    if __import__("os").environ.get("EXP") in ("all", "start"):
-        return False
-    if __import__("os").environ.get("EXP") == "off":
-        return True
     """Whether a compiler made the object: GCC and clang write their ``.ident`` into
     ``.comment``; the assembler alone writes none."""
     return any(s.name == ".comment" and s.size > 0 for s in obj.sections)
@@ -72,19 +72,36 @@ def unreferenced_entries(obj: ObjectFile, sp) -> None:
     public = set(value[here & ((bind == STB["STB_GLOBAL"]) | (bind == STB["STB_WEAK"]))].tolist())
     for k in range(1, len(sp.units)):
         u = sp.units[k]
+        if u.start not in sp.reached and u.start in public:
+            sp.named_only.add(u.start)
         if u.start not in sp.reached and u.start not in public:
             sp.glue_range(k - 1, k, f"nothing refers to {u.name} (no relocation, call, jump or lea reaches "
                                     "its start): it may be reached through a difference the assembler resolved",
                           "unreferenced entry")
 
 
-def constants(obj: ObjectFile, limit: int, understood: dict[int, list[tuple[int, int]]]) -> dict[int, tuple[str, int]]:
+def constants(obj: ObjectFile, limit: int, understood: dict[int, list[tuple[int, int]]],
+              all_words: list | None = None) -> dict[int, tuple[str, int]]:
     """Rule 2's constants with ``0 < |value| <= limit``: value -> (section name, offset)
     of one place holding it outside every relocation field and every field in
     ``understood`` (section -> [(offset, width)]: displacements of the PC-relative
     references the disassembly found, which the split already follows)."""
-    from elflayout.split.plan import WIDTH, WIDTH_DEFAULT
     out: dict[int, tuple[str, int]] = {}
+    for sec, dt, vals, clean, cum in all_words if all_words is not None else words(obj, understood):
+        keep = np.flatnonzero(clean & (np.abs(vals) <= limit) & (vals != 0))
+        for v, off in zip(vals[keep].tolist(), keep.tolist()):
+            out.setdefault(v, (sec.name, off))
+        if sec.flags & SH_FLAGS.SHF_EXECINSTR and dt == WORDS[0]:
+            for v, off in _operands(sec.data, cum):
+                if 0 < abs(v) <= limit:
+                    out.setdefault(v, (sec.name, off))
+    return out
+
+
+def words(obj: ObjectFile, understood: dict[int, list[tuple[int, int]]]):
+    """(section, dtype, value at every offset, True where no relocated or understood
+    byte is in the word, prefix sums of those bytes) for each width of ``WORDS``."""
+    from elflayout.split.plan import WIDTH, WIDTH_DEFAULT
     for sec in obj.sections:
         if sec.nobits or not sec.size or not sec.flags & SH_FLAGS.SHF_ALLOC:
             continue
@@ -103,15 +120,35 @@ def constants(obj: ObjectFile, limit: int, understood: dict[int, list[tuple[int,
             if n <= 0:
                 continue
             vals = np.lib.stride_tricks.sliding_window_view(raw, dt.itemsize)[:n].copy().view(dt).ravel()
-            clean = cum[dt.itemsize:dt.itemsize + n] == cum[:n]
-            keep = np.flatnonzero(clean & (np.abs(vals) <= limit) & (vals != 0))
-            for v, off in zip(vals[keep].tolist(), keep.tolist()):
-                out.setdefault(v, (sec.name, off))
-        if sec.flags & SH_FLAGS.SHF_EXECINSTR:
-            for v, off in _operands(sec.data, cum):
-                if 0 < abs(v) <= limit:
-                    out.setdefault(v, (sec.name, off))
-    return out
+            yield sec, dt, vals, cum[dt.itemsize:dt.itemsize + n] == cum[:n], cum
+
+
+def table_reach(sp, all_words: list) -> None:
+    """Rule 2 for a section with declared extents: a *table* — two neighbouring words
+    (``.long h1-h0, h2-h0``) that, added to one base, both land exactly on the start
+    of a unit other than the base's — keeps those units together. Single constants
+    are not read here: compiled code is full of them."""
+    if not sp.bases:
+        return
+    starts = np.array([u.start for u in sp.units], np.int64)
+    bases = np.array(sorted(sp.bases), np.int64)
+    own = starts[np.searchsorted(starts, bases, "right") - 1]
+    dist = np.unique((starts[None, :] - bases[:, None]).ravel())
+    for sec, dt, vals, clean, _ in all_words:
+        w = dt.itemsize
+        if sec.name == ".eh_frame":
+            continue        # its lengths are rule 3's
+        hit = clean & np.isin(vals, dist) & (vals != 0)
+        hit[np.arange(len(hit)) % w != 0] = False       # .long/.quad tables are aligned
+        for i in np.flatnonzero(hit[:-w] & hit[w:] & (vals[:-w] != vals[w:])).tolist():
+            a, b = bases + int(vals[i]), bases + int(vals[i + w])
+            ok = np.isin(a, starts) & np.isin(b, starts) & (a != own) & (b != own)
+            for k in np.flatnonzero(ok).tolist():
+                u, x, y = sp.unit_at(int(bases[k])), sp.unit_at(int(a[k])), sp.unit_at(int(b[k]))
+                sp.glue_range(min(u, x, y), max(u, x, y),
+                              f"{sec.name}+{i:#x} holds a table of {w}-byte differences from {sp.sec.name}+"
+                              f"{int(bases[k]):#x} ({sp.units[u].name}) to {sp.units[x].name} and "
+                              f"{sp.units[y].name} (hand-written code)", "assembler constant")
 
 
 def _operands(data: bytes, cum: np.ndarray):
@@ -131,8 +168,9 @@ def _operands(data: bytes, cum: np.ndarray):
                 yield v - (1 << 32), addr
 
 
-def constant_reach(sp, consts: dict[int, tuple[str, int]]) -> None:
-    """Rule 2 for one code section plan of a hand-written object."""
+def constant_reach(sp, consts: dict[int, tuple[str, int]], only_entries: np.ndarray | None = None) -> None:
+    """Rule 2 for one code section plan of a hand-written object; with ``only_entries``,
+    only constants landing exactly on one of those offsets count."""
     if not sp.bases or not consts:
         return
     size = sp.sec.size
@@ -144,8 +182,8 @@ def constant_reach(sp, consts: dict[int, tuple[str, int]]) -> None:
         ok = (x >= 0) & (x <= size)
         units = np.searchsorted(starts, x, "right") - 1
         hit = ok & (units != u)
-        if __import__("os").environ.get("EXP") == "start":
-            hit &= starts[np.clip(units, 0, len(starts) - 1)] == x
+        if only_entries is not None:
+            hit &= np.isin(x, only_entries)
         for j in np.flatnonzero(hit).tolist():
             v = int(units[j])
             c = int(vals[j])
@@ -153,6 +191,19 @@ def constant_reach(sp, consts: dict[int, tuple[str, int]]) -> None:
             sp.glue_range(u, v, f"{sp.sec.name}+{base:#x} (an address taken in {sp.units[u].name}) plus the "
                                 f"constant {c:#x} at {where}+{off:#x} is in {sp.units[v].name}: it may be a "
                                 "difference the assembler resolved (hand-written code)", "assembler constant")
+
+
+def declared(obj: ObjectFile, sp) -> bool:
+    """Whether every function of the section begins an unwind entry (FDE) that ends
+    inside it: the extents a compiler declares with ``-fasynchronous-unwind-tables``
+    (GCC's and clang's default on x86-64), and careful assembly with ``.cfi_startproc``."""
+    begins = dict(sp.fdes)
+    for u in sp.units:
+        first = min(int(obj.symbols["st_value"][i]) for i in u.symbols) if u.symbols else u.start
+        end = begins.get(first)
+        if end is None or end > u.end:
+            return False
+    return True
 
 
 def fde_ranges(obj: ObjectFile, eh_index: int) -> dict[int, int]:
