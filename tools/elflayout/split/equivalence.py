@@ -36,15 +36,17 @@ import tempfile
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_RELOC_TYPE_x64
 
 from elflayout.split import disasm
 from elflayout.split.check import STYLES, _inputs
-from elflayout.split.extents import SPLIT_PREFIX
+from elflayout.split.extents import SPLIT_PREFIX, STT
 from elflayout.targets import linker_flag
 
 R = ENUM_RELOC_TYPE_x64
@@ -57,6 +59,12 @@ ORDERS = ("reversed", "shuffled")
 CONTENT_NAME = 16
 GOT_SECTIONS = (".got", ".got.plt")
 PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got", ".iplt")
+SYM64 = np.dtype([("st_name", "<u4"), ("st_info", "u1"), ("st_other", "u1"), ("st_shndx", "<u2"),
+                  ("st_value", "<u8"), ("st_size", "<u8")])
+RELA64 = np.dtype([("r_offset", "<u8"), ("r_info", "<u8"), ("r_addend", "<i8")])
+_SIZE = re.compile(r"\b(byte|word|dword|qword|tbyte|xmmword|ymmword|zmmword) ptr \[rip")
+OPERAND_BYTES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "tbyte": 10, "xmmword": 16, "ymmword": 16,
+                 "zmmword": 16}
 _RIP = re.compile(r"\[rip(?: ([+-]) (0x[0-9a-f]+|\d+))?\]")
 _NUM = re.compile(r"(?<![\w.])(?:0x[0-9a-f]+|\d+)(?![\w.])")
 
@@ -112,29 +120,28 @@ def _members(path: Path):
     return [raw]
 
 
-def split_names(split: list[Path]) -> tuple[list[str], list[str]]:
+@lru_cache(maxsize=2)
+def split_names(split: tuple[Path, ...]) -> tuple[list[str], list[str]]:
     """(symbols, sections) defined in the per-unit sections of the split outputs, in
     link order: what an ordering file can name."""
+    from elflayout.split.reader import read_object
     prefixes = tuple(SPLIT_PREFIX.values())
+    kinds = (STT["STT_FUNC"], STT["STT_OBJECT"])
     syms, secs = [], []
     for p in split:
-        for body in _members(p):
-            elf = ELFFile(io.BytesIO(body))
-            names = {}
-            for i, s in enumerate(elf.iter_sections()):
-                if s.name.startswith(prefixes) and s["sh_flags"] & SH_FLAGS.SHF_ALLOC:
-                    names[i] = s.name
-                    secs.append(s.name)
-            tab = elf.get_section_by_name(".symtab")
-            for sym in (tab.iter_symbols() if tab is not None else ()):
-                if sym.name and sym["st_shndx"] in names and sym["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT"):
-                    syms.append(sym.name)
+        for k, body in enumerate(_members(p)):
+            obj = read_object(body, f"{p}[{k}]")
+            names = {s.index for s in obj.sections if s.name.startswith(prefixes) and s.flags & SH_FLAGS.SHF_ALLOC}
+            secs += [obj.sections[i].name for i in sorted(names)]
+            info, shndx = obj.symbols["st_info"], obj.symbols["st_shndx"]
+            syms += [obj.sym_names[i] for i in range(1, len(obj.symbols))
+                     if int(shndx[i]) in names and (info[i] & 0xF) in kinds and obj.sym_names[i]]
     return list(dict.fromkeys(syms)), list(dict.fromkeys(secs))
 
 
 def order_flags(split: list[Path], linker: str, order: str, workdir: Path) -> tuple[str, list[str]]:
     """(linker used, flags) linking ``split`` in ``order``."""
-    syms, secs = split_names(split)
+    syms, secs = split_names(tuple(split))
     names = secs if linker == "gold" else syms
     if order == "reversed":
         names = names[::-1]
@@ -164,6 +171,9 @@ class Image:
                      and s["sh_type"] != "SHT_NOBITS" and s["sh_size"]]
         self.sec_starts = sorted((s["sh_addr"], k) for k, s in enumerate(self.secs))
         self.funcs: dict[str, list[tuple[int, int]]] = {}
+        self.tokens: dict[str, list] = {}          # function -> compared instructions (cached)
+        self._data: dict[str, bytes] = {}
+        self.absolute = None
         self.syms: list[tuple[int, int, str]] = []       # (start, end, key)
         tab = self.elf.get_section_by_name(".symtab")
         cur = ""
@@ -225,13 +235,18 @@ class Image:
         s = self.section_at(addr)
         if s is None:
             return b""
+        if s.name not in self._data:
+            self._data[s.name] = s.data()
         off = addr - s["sh_addr"]
-        return s.data()[off:off + n]
+        return self._data[s.name][off:off + n]
 
-    def name(self, addr: int, contained_only: bool = False, place: bool = False) -> frozenset[str] | None:
-        """Every name of ``addr``: symbol+offset of the symbols holding it, end-of of
-        those ending there (not for a ``place``: a word is in one object); outside
-        every symbol its section and bytes (None if ``contained_only``)."""
+    def name(self, addr: int, contained_only: bool = False, place: bool = False,
+             width: int | None = None) -> frozenset[str] | None:
+        """Every name of ``addr``: symbol+offset of the symbols holding it; outside
+        every symbol (None if ``contained_only``) the end-of of those ending there (not
+        for a ``place``: a word is in one object), a PLT entry or GOT slot by what it
+        reaches, else its section and contents: ``width`` bytes (an operand's size) or a
+        string up to its NUL, and, read as a jump table, the table's targets."""
         out = set()
         k = bisect_right(self.starts, addr) - 1
         first = self.starts[k] if k >= 0 else None
@@ -240,18 +255,33 @@ class Image:
             if a <= addr < max(e, a + 1):
                 out.add(f"{key}+{addr - a:#x}")
             k -= 1
-        for key in () if place else self.ends.get(addr, ()):
-            out.add(f"end of {key}")
         if out or contained_only:
             return frozenset(out) or None
+        out.update(f"end of {key}" for key in (() if place else self.ends.get(addr, ())))
         s = self.section_at(addr)
         if s is not None and (ind := self._indirect(addr, s)) is not None:
-            return ind
-        return frozenset([f"{s.name} bytes {self.bytes_at(addr, CONTENT_NAME).hex()}" if s is not None
-                          else "outside every section"])
+            return ind | out
+        if s is None:
+            return frozenset(["outside every section"])
+        raw = self.bytes_at(addr, CONTENT_NAME)
+        content = raw[:width] if width else raw[:raw.index(0) + 1] if 0 in raw else raw
+        return frozenset([*out, f"{s.name} bytes {content.hex()}", *self._as_table(addr, raw)])
+
+    def _as_table(self, addr: int, raw: bytes) -> list[str]:
+        """The bytes at ``addr`` read as a jump table, if every entry lands in a
+        function: 4-byte entries relative to the table (GCC's PIC ``.long .L5-.L4``)
+        or 8-byte addresses. Such a table's bytes change with the order; its targets do not."""
+        out = []
+        for width, rel in ((4, True), (8, False)):
+            ents = [int.from_bytes(raw[k:k + width], "little", signed=rel) for k in range(0, len(raw) - width + 1, width)]
+            names = [self.name(addr + e if rel else e, contained_only=True) for e in ents]
+            if names and all(n is not None and any(x.split("+")[0] in self.funcs for x in n) for n in names):
+                out.append(f"{width}-byte table of " + " ".join(min(n) for n in names))
+        return out
 
     def relocations(self):
-        """(place, type, target address, symbol name, addend, section) of every emitted relocation."""
+        """(place, type, target address, symbol name, addend, section) of every emitted
+        relocation (read with numpy: a link keeps hundreds of thousands)."""
         for rs in self.elf.iter_sections():
             if rs["sh_type"] != "SHT_RELA" or not rs["sh_info"] or rs["sh_flags"] & SH_FLAGS.SHF_ALLOC:
                 continue        # dynamic relocations: see _indirect
@@ -259,9 +289,16 @@ class Image:
             if not sec["sh_flags"] & SH_FLAGS.SHF_ALLOC:
                 continue
             symtab = self.elf.get_section(rs["sh_link"])
-            for r in rs.iter_relocations():
-                sym = symtab.get_symbol(r["r_info_sym"])
-                yield r["r_offset"], r["r_info_type"], sym["st_value"] + r["r_addend"], sym.name, r["r_addend"], sec
+            values = np.frombuffer(symtab.data(), SYM64)["st_value"].astype(np.int64)
+            r = np.frombuffer(rs.data(), RELA64)
+            syms, types = (r["r_info"] >> 32).astype(np.int64), (r["r_info"] & 0xFFFFFFFF).astype(np.int64)
+            targets = values[syms] + r["r_addend"]
+            names: dict[int, str] = {}
+            for off, t, target, sym, add in zip(r["r_offset"].tolist(), types.tolist(), targets.tolist(),
+                                               syms.tolist(), r["r_addend"].tolist()):
+                if t not in ABSOLUTE and t not in PCREL and sym not in names:
+                    names[sym] = symtab.get_symbol(sym).name
+                yield off, t, target, names.get(sym, ""), add, sec
 
 
 def _same(a, b) -> bool:
@@ -287,7 +324,9 @@ def _code_tokens(img: Image, addr: int, size: int, absrel: dict[int, int]):
             out.append((m, img.name(int(ops, 0))))
         elif mo is not None:
             d = int(mo.group(2), 0) if mo.group(2) else 0
-            out.append((m, _RIP.sub("[rip]", ops), img.name(end + (-d if mo.group(1) == "-" else d))))
+            w = _SIZE.search(ops)
+            out.append((m, _RIP.sub("[rip]", ops), img.name(end + (-d if mo.group(1) == "-" else d),
+                                                            width=OPERAND_BYTES[w.group(1)] if w else None)))
         else:
             fields = [t for f, t in absrel.items() if a <= f < end] if absrel else []
             if fields:
@@ -297,16 +336,26 @@ def _code_tokens(img: Image, addr: int, size: int, absrel: dict[int, int]):
     return out
 
 
-def _absolute_in_code(img: Image) -> dict[int, int]:
-    out = {}
-    for place, typ, target, _, _, sec in img.relocations():
-        if typ in ABSOLUTE and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR:
-            out[place] = target
-    return out
+def _absolute_in_code(img: Image) -> tuple[list[int], list[int]]:
+    """Sorted places and targets of the absolute relocations in code (static links)."""
+    out = sorted((place, target) for place, typ, target, _, _, sec in img.relocations()
+                 if typ in ABSOLUTE and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR)
+    return [p for p, _ in out], [t for _, t in out]
+
+
+def _function_tokens(img: Image, key: str, absolute) -> list:
+    if key not in img.tokens:
+        (addr, size), = img.funcs[key]
+        places, targets = absolute
+        lo, hi = bisect_right(places, addr - 1), bisect_right(places, addr + size - 1)
+        img.tokens[key] = _code_tokens(img, addr, size, dict(zip(places[lo:hi], targets[lo:hi])))
+    return img.tokens[key]
 
 
 def compare_code(a: Image, b: Image, res: EquivalenceResult) -> None:
-    abs_a, abs_b = _absolute_in_code(a), _absolute_in_code(b)
+    if a.absolute is None:
+        a.absolute = _absolute_in_code(a)
+    abs_b = _absolute_in_code(b)
     for key in sorted(set(a.funcs) & set(b.funcs)):
         if len(a.funcs[key]) != 1 or len(b.funcs[key]) != 1:
             continue        # one name for several functions: which is which cannot be told
@@ -315,8 +364,7 @@ def compare_code(a: Image, b: Image, res: EquivalenceResult) -> None:
         if az != bz:
             res.differences.append(f"function {key}: {az} bytes in the original link, {bz} in the other order")
             continue
-        ta = _code_tokens(a, aa, az, {f: t for f, t in abs_a.items() if aa <= f < aa + az})
-        tb = _code_tokens(b, ba, bz, {f: t for f, t in abs_b.items() if ba <= f < ba + bz})
+        ta, tb = _function_tokens(a, key, a.absolute), _function_tokens(b, key, abs_b)
         res.instructions_compared += len(ta)
         for k, (x, y) in enumerate(zip(ta, tb)):
             if not _same(x, y):

@@ -103,7 +103,6 @@ class SectionPlan:
     rename: bool = False                    # a single named unit: only the section's name changes
     reached: set[int] = field(default_factory=set)   # offsets some reference designates (reach.py rule 1)
     bases: set[int] = field(default_factory=set)     # offsets whose address is materialised (rule 2)
-    named_only: set[int] = field(default_factory=set)   # unit starts reached only by a global name (rule 2)
     fdes: list[tuple[int, int]] = field(default_factory=list)   # unwind entries' [begin, end) (rule 3)
 
     def glue_range(self, a: int, b: int, reason: str, rule: str = "neighbours") -> None:
@@ -365,21 +364,17 @@ def _reach_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict[int,
 
 def _constant_rules(obj: ObjectFile, coded: list[SectionPlan], code: dict[int, disasm.Code]) -> None:
     """Rule 2 of ``reach`` for an object no compiler is known to have made: every
-    constant in sections without declared extents; tables, and constants reaching an
-    entry only a global name reaches, in sections with them."""
+    constant in sections without declared extents, tables in sections with them."""
     understood = {i: [(ref.field, ref.width) for ref in c.internal] for i, c in code.items()}
     all_words = list(reach.words(obj, understood))
     consts = None
     for sp in coded:
-        narrow = None
         if reach.declared(obj, sp):
             reach.table_reach(sp, all_words)
-            narrow = np.array(sorted(sp.named_only), np.int64)
-            if not len(narrow):
-                continue
+            continue
         if consts is None:
             consts = reach.constants(obj, max(p.sec.size for p in coded), understood, all_words)
-        reach.constant_reach(sp, consts, narrow)
+        reach.constant_reach(sp, consts)
 
 
 def _decode_relocations(obj: ObjectFile, code: dict[int, disasm.Code]) -> tuple[list, dict]:

@@ -23,10 +23,9 @@ carry a relocation per entry), hand-written assembly does (perlasm's ``.long
    declared, ``base + constant`` must not land in another unit. A section declares
    its extents when every function begins an unwind entry (FDE) ending inside it —
    what GCC and clang write by default on x86-64, and careful assembly; there single
-   constants are everywhere in compiled code, so only two neighbouring aligned words
-   (outside ``.eh_frame``) landing, from one base, exactly on the starts of two other
-   units (a table ``.long h1-h0, h2-h0``) and constants landing exactly on an entry
-   that only a global name reaches count. Where the rule fires the units between stay together.
+   constants are everywhere in compiled code, so only tables count: ``TABLE``
+   consecutive aligned words (outside ``.eh_frame``) landing, from one base, exactly
+   on the starts of as many other units (``.long h1-h0, h2-h0, h3-h0``). Where the rule fires the units between stay together.
 3. **Unwind ranges** (every object): an ``.eh_frame`` FDE describes
    ``[pc_begin, pc_begin + pc_range)``; the range is a constant, so the units it spans
    stay together.
@@ -51,6 +50,10 @@ NOT_REACHING = (".eh_frame", ".debug_", ".zdebug_")
 WORDS = (np.dtype("<i4"), np.dtype("<i8"))
 _NUMBER = re.compile(r"(?<![\w.])(?:0x[0-9a-f]+|\d+)(?![\w.])")
 _RIP_OPERAND = re.compile(r"\[rip[^\]]*\]")
+# Entries of a table of differences (rule 2, declared extents): consecutive aligned
+# words, each landing on the start of a different unit. Three, because pairs of small
+# integers in compiled code's data land on two starts of 16-byte-aligned functions.
+TABLE = 3
 # eh_frame: a 32-bit length of 0xffffffff announces a 64-bit one (DWARF 5, 7.2.2).
 DWARF64_ESCAPE = 0xFFFFFFFF
 
@@ -72,8 +75,6 @@ def unreferenced_entries(obj: ObjectFile, sp) -> None:
     public = set(value[here & ((bind == STB["STB_GLOBAL"]) | (bind == STB["STB_WEAK"]))].tolist())
     for k in range(1, len(sp.units)):
         u = sp.units[k]
-        if u.start not in sp.reached and u.start in public:
-            sp.named_only.add(u.start)
         if u.start not in sp.reached and u.start not in public:
             sp.glue_range(k - 1, k, f"nothing refers to {u.name} (no relocation, call, jump or lea reaches "
                                     "its start): it may be reached through a difference the assembler resolved",
@@ -140,15 +141,24 @@ def table_reach(sp, all_words: list) -> None:
             continue        # its lengths are rule 3's
         hit = clean & np.isin(vals, dist) & (vals != 0)
         hit[np.arange(len(hit)) % w != 0] = False       # .long/.quad tables are aligned
-        for i in np.flatnonzero(hit[:-w] & hit[w:] & (vals[:-w] != vals[w:])).tolist():
-            a, b = bases + int(vals[i]), bases + int(vals[i + w])
-            ok = np.isin(a, starts) & np.isin(b, starts) & (a != own) & (b != own)
+        n = len(hit) - (TABLE - 1) * w
+        if n <= 0:
+            continue
+        run = np.ones(n, bool)
+        for j in range(TABLE):
+            run &= hit[j * w:j * w + n]
+        for i in np.flatnonzero(run).tolist():
+            xs = bases[:, None] + vals[i:i + TABLE * w:w][None, :].astype(np.int64)
+            ok = np.isin(xs, starts).all(1) & (xs != own[:, None]).all(1)
             for k in np.flatnonzero(ok).tolist():
-                u, x, y = sp.unit_at(int(bases[k])), sp.unit_at(int(a[k])), sp.unit_at(int(b[k]))
-                sp.glue_range(min(u, x, y), max(u, x, y),
+                us = sorted({sp.unit_at(int(x)) for x in xs[k]})
+                if len(us) < TABLE:
+                    continue
+                u = sp.unit_at(int(bases[k]))
+                sp.glue_range(min(u, us[0]), max(u, us[-1]),
                               f"{sec.name}+{i:#x} holds a table of {w}-byte differences from {sp.sec.name}+"
-                              f"{int(bases[k]):#x} ({sp.units[u].name}) to {sp.units[x].name} and "
-                              f"{sp.units[y].name} (hand-written code)", "assembler constant")
+                              f"{int(bases[k]):#x} ({sp.units[u].name}) to "
+                              f"{', '.join(sp.units[v].name for v in us)} (hand-written code)", "assembler constant")
 
 
 def _operands(data: bytes, cum: np.ndarray):
@@ -168,9 +178,8 @@ def _operands(data: bytes, cum: np.ndarray):
                 yield v - (1 << 32), addr
 
 
-def constant_reach(sp, consts: dict[int, tuple[str, int]], only_entries: np.ndarray | None = None) -> None:
-    """Rule 2 for one code section plan of a hand-written object; with ``only_entries``,
-    only constants landing exactly on one of those offsets count."""
+def constant_reach(sp, consts: dict[int, tuple[str, int]]) -> None:
+    """Rule 2 for one code section plan without declared extents."""
     if not sp.bases or not consts:
         return
     size = sp.sec.size
@@ -182,8 +191,6 @@ def constant_reach(sp, consts: dict[int, tuple[str, int]], only_entries: np.ndar
         ok = (x >= 0) & (x <= size)
         units = np.searchsorted(starts, x, "right") - 1
         hit = ok & (units != u)
-        if only_entries is not None:
-            hit &= np.isin(x, only_entries)
         for j in np.flatnonzero(hit).tolist():
             v = int(units[j])
             c = int(vals[j])
