@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
-from elftools.elf.enums import ENUM_RELOC_TYPE_x64
+from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_ST_SHNDX, ENUM_ST_INFO_BIND
 
 from elflayout.split import disasm
 from elflayout.split.check import STYLES, _inputs
@@ -50,6 +50,8 @@ from elflayout.split.extents import SPLIT_PREFIX, STT
 from elflayout.targets import linker_flag
 
 R = ENUM_RELOC_TYPE_x64
+SHN_UNDEF, SHN_ABS = ENUM_ST_SHNDX["SHN_UNDEF"], ENUM_ST_SHNDX["SHN_ABS"]
+STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
 ABSOLUTE = {R["R_X86_64_64"], R["R_X86_64_32"], R["R_X86_64_32S"]}
 PCREL = {R["R_X86_64_PC32"], R["R_X86_64_PC64"], R["R_X86_64_PLT32"]}
 # Orders besides the original one; the shuffle's seed is fixed so a failure repeats.
@@ -58,6 +60,9 @@ ORDERS = ("reversed", "shuffled")
 # Bytes that name an address outside every symbol (a string constant, say).
 CONTENT_NAME = 16
 GOT_SECTIONS = (".got", ".got.plt")
+# As the split's own rule (plan.NEAR_NEXT): an address this close before a symbol is
+# also named from it.
+NEAR = 64
 PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got", ".iplt")
 SYM64 = np.dtype([("st_name", "<u4"), ("st_info", "u1"), ("st_other", "u1"), ("st_shndx", "<u2"),
                   ("st_value", "<u8"), ("st_size", "<u8")])
@@ -65,6 +70,7 @@ RELA64 = np.dtype([("r_offset", "<u8"), ("r_info", "<u8"), ("r_addend", "<i8")])
 _SIZE = re.compile(r"\b(byte|word|dword|qword|tbyte|xmmword|ymmword|zmmword) ptr \[rip")
 OPERAND_BYTES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "tbyte": 10, "xmmword": 16, "ymmword": 16,
                  "zmmword": 16}
+_BEFORE = re.compile(r"-0x[0-9a-f]+$")
 _RIP = re.compile(r"\[rip(?: ([+-]) (0x[0-9a-f]+|\d+))?\]")
 _NUM = re.compile(r"(?<![\w.])(?:0x[0-9a-f]+|\d+)(?![\w.])")
 
@@ -162,6 +168,16 @@ def _link(paths, flags, style, out) -> subprocess.CompletedProcess:
 
 # -- an image, by meaning ----------------------------------------------------------
 
+def _symbols(elf, tab) -> tuple[np.ndarray, list[str]]:
+    """A symbol table as SYM64 records and names (numpy: tens of thousands of symbols)."""
+    if tab is None or tab["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
+        return np.zeros(0, SYM64), []
+    arr = np.frombuffer(tab.data(), SYM64)
+    strs = elf.get_section(tab["sh_link"]).data()
+    names = [strs[o:strs.index(b"\0", o)].decode("utf-8", "backslashreplace") for o in arr["st_name"].tolist()]
+    return arr, names
+
+
 class Image:
     """A linked output read for comparison: symbols by address, code, relocations."""
 
@@ -175,18 +191,22 @@ class Image:
         self._data: dict[str, bytes] = {}
         self.absolute = None
         self.syms: list[tuple[int, int, str]] = []       # (start, end, key)
+        self._names: dict[tuple, frozenset | None] = {}
+        self.lea_targets: list[int] = []
         tab = self.elf.get_section_by_name(".symtab")
         cur = ""
-        for sym in (tab.iter_symbols() if tab is not None else ()):
-            t = sym["st_info"]["type"]
-            if t == "STT_FILE":
-                cur = sym.name
-            if t not in ("STT_FUNC", "STT_OBJECT") or not sym.name or sym["st_shndx"] in ("SHN_UNDEF", "SHN_ABS"):
+        arr, names = _symbols(self.elf, tab)
+        kinds = (STT["STT_FUNC"], STT["STT_OBJECT"])
+        for k in range(1, len(arr)):
+            t, bind, shndx = int(arr["st_info"][k]) & 0xF, int(arr["st_info"][k]) >> 4, int(arr["st_shndx"][k])
+            if t == STT["STT_FILE"]:
+                cur = names[k]
+            if t not in kinds or not names[k] or shndx in (SHN_UNDEF, SHN_ABS):
                 continue
-            key = sym.name if sym["st_info"]["bind"] != "STB_LOCAL" else f"{cur}:{sym.name}"
-            v, sz = sym["st_value"], sym["st_size"]
+            key = names[k] if bind != STB_LOCAL else f"{cur}:{names[k]}"
+            v, sz = int(arr["st_value"][k]), int(arr["st_size"][k])
             self.syms.append((v, v + sz, key))
-            if t == "STT_FUNC" and sz:
+            if t == STT["STT_FUNC"] and sz:
                 self.funcs.setdefault(key, []).append((v, sz))
         self.syms.sort()
         self.starts = [s[0] for s in self.syms]
@@ -197,10 +217,10 @@ class Image:
         self.dyn: dict[int, tuple[str, int]] = {}       # GOT slot -> (symbol or "", addend)
         for rs in self.elf.iter_sections():
             if rs["sh_type"] == "SHT_RELA" and rs["sh_flags"] & SH_FLAGS.SHF_ALLOC:
-                symtab = self.elf.get_section(rs["sh_link"])
-                for r in rs.iter_relocations():
-                    sym = symtab.get_symbol(r["r_info_sym"]).name if r["r_info_sym"] and symtab else ""
-                    self.dyn[r["r_offset"]] = (sym, r["r_addend"])
+                _, dnames = _symbols(self.elf, self.elf.get_section(rs["sh_link"]) if rs["sh_link"] else None)
+                r = np.frombuffer(rs.data(), RELA64)
+                for off, sym, add in zip(r["r_offset"].tolist(), (r["r_info"] >> 32).tolist(), r["r_addend"].tolist()):
+                    self.dyn[off] = (dnames[sym] if sym < len(dnames) else "", add)
 
     def _indirect(self, addr: int, s) -> frozenset[str] | None:
         """A GOT slot by what the dynamic relocation (or, linked statically, the
@@ -241,8 +261,16 @@ class Image:
         return self._data[s.name][off:off + n]
 
     def name(self, addr: int, contained_only: bool = False, place: bool = False,
-             width: int | None = None) -> frozenset[str] | None:
-        """Every name of ``addr``: symbol+offset of the symbols holding it; outside
+             width: int | None = None, branch: bool = False) -> frozenset[str] | None:
+        key = (addr, contained_only, place, width, branch)
+        if key not in self._names:
+            self._names[key] = self._name(addr, contained_only, place, width, branch)
+        return self._names[key]
+
+    def _name(self, addr: int, contained_only: bool, place: bool, width: int | None,
+              branch: bool) -> frozenset[str] | None:
+        """Every name of ``addr``: symbol+offset of the symbols holding it, and (not for
+        a branch target) symbol-distance of those starting at most ``NEAR`` bytes after it; outside
         every symbol (None if ``contained_only``) the end-of of those ending there (not
         for a ``place``: a word is in one object), a PLT entry or GOT slot by what it
         reaches, else its section and contents: ``width`` bytes (an operand's size) or a
@@ -255,12 +283,19 @@ class Image:
             if a <= addr < max(e, a + 1):
                 out.add(f"{key}+{addr - a:#x}")
             k -= 1
+        # A little before a symbol may be that symbol minus a constant (&usedpools[0] - 16).
+        before = set()
+        k = bisect_right(self.starts, addr)
+        while not place and not branch and k < len(self.starts) and self.starts[k] - addr <= NEAR:
+            before.add(f"{self.syms[k][2]}-{self.starts[k] - addr:#x}")
+            k += 1
+        ends = {f"end of {key}" for key in (() if place else self.ends.get(addr, ()))}
         if out or contained_only:
-            return frozenset(out) or None
-        out.update(f"end of {key}" for key in (() if place else self.ends.get(addr, ())))
+            return frozenset(out | before | ends) if out else None
         s = self.section_at(addr)
         if s is not None and (ind := self._indirect(addr, s)) is not None:
-            return ind | out
+            return ind
+        out |= before | ends
         if s is None:
             return frozenset(["outside every section"])
         raw = self.bytes_at(addr, CONTENT_NAME)
@@ -273,10 +308,11 @@ class Image:
         or 8-byte addresses. Such a table's bytes change with the order; its targets do not."""
         out = []
         for width, rel in ((4, True), (8, False)):
-            ents = [int.from_bytes(raw[k:k + width], "little", signed=rel) for k in range(0, len(raw) - width + 1, width)]
-            names = [self.name(addr + e if rel else e, contained_only=True) for e in ents]
-            if names and all(n is not None and any(x.split("+")[0] in self.funcs for x in n) for n in names):
-                out.append(f"{width}-byte table of " + " ".join(min(n) for n in names))
+            e = int.from_bytes(raw[:width], "little", signed=rel)
+            n = self.name(addr + e if rel else e, contained_only=True, branch=True) if len(raw) >= width else None
+            sec = self.section_at(addr + e if rel else e) if n is not None else None
+            if sec is not None and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR:
+                out.append(f"{width}-byte table from {_stable(n)}")   # the first entry: what follows depends on order
         return out
 
     def relocations(self):
@@ -288,17 +324,14 @@ class Image:
             sec = self.elf.get_section(rs["sh_info"])
             if not sec["sh_flags"] & SH_FLAGS.SHF_ALLOC:
                 continue
-            symtab = self.elf.get_section(rs["sh_link"])
-            values = np.frombuffer(symtab.data(), SYM64)["st_value"].astype(np.int64)
+            arr, symnames = _symbols(self.elf, self.elf.get_section(rs["sh_link"]))
+            values = arr["st_value"].astype(np.int64)
             r = np.frombuffer(rs.data(), RELA64)
             syms, types = (r["r_info"] >> 32).astype(np.int64), (r["r_info"] & 0xFFFFFFFF).astype(np.int64)
             targets = values[syms] + r["r_addend"]
-            names: dict[int, str] = {}
             for off, t, target, sym, add in zip(r["r_offset"].tolist(), types.tolist(), targets.tolist(),
                                                syms.tolist(), r["r_addend"].tolist()):
-                if t not in ABSOLUTE and t not in PCREL and sym not in names:
-                    names[sym] = symtab.get_symbol(sym).name
-                yield off, t, target, names.get(sym, ""), add, sec
+                yield off, t, target, symnames[sym], add, sec
 
 
 def _same(a, b) -> bool:
@@ -321,12 +354,14 @@ def _code_tokens(img: Image, addr: int, size: int, absrel: dict[int, int]):
         end = a + n
         mo = _RIP.search(ops)
         if disasm.is_branch(m) and _NUM.fullmatch(ops):
-            out.append((m, img.name(int(ops, 0))))
+            out.append((m, img.name(int(ops, 0), branch=True)))
         elif mo is not None:
             d = int(mo.group(2), 0) if mo.group(2) else 0
             w = _SIZE.search(ops)
-            out.append((m, _RIP.sub("[rip]", ops), img.name(end + (-d if mo.group(1) == "-" else d),
-                                                            width=OPERAND_BYTES[w.group(1)] if w else None)))
+            target = end + (-d if mo.group(1) == "-" else d)
+            if m == "lea":
+                img.lea_targets.append(target)
+            out.append((m, _RIP.sub("[rip]", ops), img.name(target, width=OPERAND_BYTES[w.group(1)] if w else None)))
         else:
             fields = [t for f, t in absrel.items() if a <= f < end] if absrel else []
             if fields:
@@ -378,19 +413,29 @@ def compare_code(a: Image, b: Image, res: EquivalenceResult) -> None:
         res.differences.append(f"function {key} only in the {'original' if key in a.funcs else 'other-order'} link")
 
 
+def _stable(names: frozenset[str]) -> str:
+    """One name of a set that does not depend on the order: neither a symbol-distance
+    nor an end-of one."""
+    return min((n for n in names if not _BEFORE.search(n) and not n.startswith("end of ")), default=min(names))
+
+
 def _show(tok) -> str:
     return " ".join(sorted(x)[0] if isinstance(x, frozenset) else str(x) for x in tok)
 
 
 def _data_words(img: Image, res: EquivalenceResult, count: bool):
     placed, bags = {}, {}
+    bases = sorted(set(img.lea_targets))
     for place, typ, target, symname, addend, sec in img.relocations():
         if sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR or sec.name == ".eh_frame":
             continue
         if typ in ABSOLUTE:
             what = img.name(target)
         elif typ in PCREL:
-            what = img.name(target, contained_only=True)
+            # A table entry .L5 - .L4: the place it designates is base + value, the base
+            # being the nearest table start code loads with lea at or before the entry.
+            k = bisect_right(bases, place) - 1
+            what = img.name(target - (place - bases[k]), contained_only=True) if k >= 0 else None
             if what is None:
                 res.not_compared += count
                 continue
@@ -414,8 +459,8 @@ def compare_data(a: Image, b: Image, res: EquivalenceResult) -> None:
             res.differences.append(f"data word {place}: {_show(x) if x else 'none'} in the original link, "
                                    f"{_show(y) if y else 'none'} in the other order")
     for sec in sorted(set(ga) | set(gb)):
-        xa = Counter((t, min(w)) for t, w in ga.get(sec, []))
-        xb = Counter((t, min(w)) for t, w in gb.get(sec, []))
+        xa = Counter((t, _stable(w)) for t, w in ga.get(sec, []))
+        xb = Counter((t, _stable(w)) for t, w in gb.get(sec, []))
         res.data_words_compared += sum(xa.values())
         if xa != xb:
             res.differences.append(f"relocated words of {sec} outside every symbol differ "
