@@ -13,9 +13,11 @@ demo: bootstrap
 test: bootstrap
 	@$(PY) -m pytest -ra $(PYTEST_ARGS)
 
-# Unit tests only (no downloads of real targets).
+# Without the costly tests (setup.cfg markers): no root, valgrind, downloads or slow ones.
 test-fast: bootstrap
-	@$(PY) -m pytest -ra -m "not slow" $(PYTEST_ARGS)
+	@$(PY) -m pytest -ra -m "$(FAST)" $(PYTEST_ARGS)
+
+FAST := not slow and not download and not valgrind and not root
 
 bench: bootstrap
 	@$(PY) bench/run_all.py

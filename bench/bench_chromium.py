@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -44,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from elflayout import fileio  # noqa: E402
+from _common import cache_dir, cli, measure  # noqa: E402
 from elflayout.measure import cache, model, session  # noqa: E402
 
 APP_DIR = "/usr/lib/chromium"
@@ -52,10 +51,10 @@ PAGE_HTML = "data:text/html,<h1>x</h1>"
 
 
 def work_dir(out: str | None) -> Path:
-    d = Path(out) if out else Path(os.environ.get("ELFLAYOUT_CACHE") or Path.home() / ".cache" / "elflayout") \
-        / "bench-chromium"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    if not out:
+        return cache_dir("bench-chromium")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return Path(out)
 
 
 def wrapper(w: Path) -> Path:
@@ -70,16 +69,6 @@ def wrapper(w: Path) -> Path:
                   "rm -rf \"$d\"\nexit $rc\n")
     sh.chmod(0o755)
     return sh
-
-
-def cli(*args, check=True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
-    t = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "elflayout", *map(str, args)], capture_output=True, text=True, env=env)
-    print(f"  $ elflayout {' '.join(map(str, args))}   ({time.monotonic() - t:.1f} s)", flush=True)
-    if check and r.returncode != 0:
-        raise SystemExit(f"elflayout {args[0]} failed ({r.returncode}): {r.stderr.strip()[-400:]}")
-    return r
 
 
 def fincore_pages(path: str) -> int | None:
@@ -104,15 +93,13 @@ def main(argv=None) -> int:
 
     print(f"1. census + selective + hot, {a.runs} rounds: {sh}")
     t = time.monotonic()
-    doc = session.measure(session.MeasurePlan(variants=[("chromium", str(sh))], states=["selective", "hot"],
-                                              runs=a.runs, seed=1))
-    fileio.dump_json(doc, res_path)
+    doc = measure(session.MeasurePlan(variants=[("chromium", str(sh))], states=["selective", "hot"], runs=a.runs,
+                                      seed=1), res_path)
     res = model.parse(doc, str(res_path))
     md = res.metadata
     sel = [r for r in res.runs if r.state == "selective"]
     clean = res.cell("chromium", "selective")
-    print(f"  $ elflayout measure --name chromium {sh} --runs {a.runs} --seed 1 -o {res_path}   (in-process, "
-          f"{time.monotonic() - t:.0f} s; waited {md['lock']['waited_s']:.0f} s for the measurement lock)")
+    print(f"  ({time.monotonic() - t:.0f} s; waited {md['lock']['waited_s']:.0f} s for the measurement lock)")
     print(f"  selective runs with a figure: {len(clean)}/{len(sel)} ({100 * len(clean) / len(sel):.0f}%); "
           f"repeated attempts: {sum(r.attempts - 1 for r in res.runs)}")
     for r in sel:

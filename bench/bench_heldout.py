@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -39,13 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _common import cache_root  # noqa: E402
 from elflayout.elfcore import ElfImage  # noqa: E402
 from elflayout.order import heldout  # noqa: E402
 from elflayout.profile import model, record  # noqa: E402
 from elflayout.targets import libllvm  # noqa: E402
 
 TRAININGS = ("held-out", "broad", "small", "wide", "corpus")
-WORK = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-heldout"
+WORK = cache_root() / "bench-heldout"
 TOLERANCE = 0.03  # goal: within 3% of an order trained on the held-out workload itself
 
 
@@ -162,7 +162,7 @@ def measured(args, s: dict) -> list[dict]:
     def relink_of(p: model.Profile, tag: str) -> Path:
         pf, of = WORK / f"{tag}.profile.json", WORK / f"{tag}.lld"
         model.save(p, pf)
-        bp.cli("order", pf, "--format", "lld", "--lib", blib, "-o", of, "--force")
+        bp.write_order(of, pf, "lld", lib=blib)
         d = libllvm.relink("lld", extra_link_args=[f"--symbol-ordering-file={bp.hashed_copy(of)}",
                                                    "--no-warn-symbol-ordering"])
         return Path(d["lib"])

@@ -28,30 +28,25 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+
+import _common  # noqa: E402
 LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
 
 
 def measure(out, *args):
     """One session in-process (``measure.session``), the options written as for the CLI."""
-    from elflayout import fileio
-    from elflayout.measure import cli, session
+    from elflayout.measure import model
 
-    ap = argparse.ArgumentParser()
-    cli.add_arguments(ap)
-    argv = [*map(str, args), "--census", "none", "-o", str(out)]
-    t = time.monotonic()
-    doc = session.measure(cli.plan_of(ap.parse_args(argv)))
-    fileio.dump_json(doc, out)
-    print(f"  $ elflayout measure {' '.join(map(str, args))} -o {out}   (in-process, {time.monotonic() - t:.1f} s)")
-    return doc
+    return model.parse(_common.measure(_common.plan_from_args([*args, "--census", "none"]), out), str(out))
 
 
-def cmp(doc, state, metric):
-    return next(c for c in doc["comparisons"] if c["state"] == state and c["metric"] == metric)
+def cmp(res, state, metric):
+    return next(c for c in res.comparisons if c["state"] == state and c["metric"] == metric)
 
 
-def med(doc, v, s, m):
-    return float(np.median([r[m] for r in doc["runs"] if r["variant"] == v and r["state"] == s]))
+def med(res, v, s, m):
+    """Median of metric ``m`` over every run of variant x state (disturbed ones included)."""
+    return float(np.median([r.value(m) for r in res.runs_of(v, s)]))
 
 
 def build_pair(base: Path):
@@ -72,25 +67,25 @@ def main():
     a = ap.parse_args()
     n_sel = 10
     n_aa = 12 if a.quick else 30
-    tmp = Path(tempfile.mkdtemp(prefix="bench-measure-", dir=os.environ.get("ELFLAYOUT_CACHE", "/var/tmp")))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-measure-", dir=_common.cache_dir("bench-measure")))
     try:
         if shutil.which("llc-16") and os.path.exists(LLVM):
             print(f"1. libLLVM-16, llc-16 --version, selective + hot, {n_sel} rounds")
             d = measure(tmp / "llvm.json", "--name", "llc", "llc-16 --version", "--files", LLVM, "--runs", n_sel)
-            allsel = [r for r in d["runs"] if r["state"] == "selective"]
-            sel = [r for r in allsel if not r.get("interference")]
+            allsel = [r for r in d.runs if r.state == "selective"]
+            sel = [r for r in allsel if not r.disturbed]
             print(f"  disturbed by other processes (kept out of the statistics): {len(allsel) - len(sel)} of "
-                  f"{len(allsel)} runs; repeated runs: {sum(r.get('attempts', 1) - 1 for r in d['runs'])}")
-            pages = [r["files"][LLVM]["pages_read"] for r in sel]
-            res = [r["files"][LLVM]["resident_after"] for r in sel]
+                  f"{len(allsel)} runs; repeated runs: {sum(r.attempts - 1 for r in d.runs)}")
+            pages = [r.files[LLVM].pages_read for r in sel]
+            res = [r.files[LLVM].resident_after for r in sel]
             print(f"  pages read per clean run: min {min(pages):,} max {max(pages):,} "
                   f"({'identical' if len(set(pages)) == 1 else 'NOT identical'} over {len(pages)} runs)")
             print(f"  mincore resident after run: min {min(res):,} max {max(res):,}; "
                   f"runs where it equals pages read: {sum(p == q for p, q in zip(pages, res))}/{len(res)}")
-            print(f"  seeks: {sel[0]['files'][LLVM]['seeks']}, major faults: {sel[0]['major_faults']}")
+            print(f"  seeks: {sel[0].files[LLVM].seeks}, major faults: {sel[0].raw['major_faults']}")
             print(f"  wall median: selective {med(d, 'llc', 'selective', 'wall_s') * 1e3:.1f} ms, "
                   f"hot {med(d, 'llc', 'hot', 'wall_s') * 1e3:.1f} ms")
-            io = [x for x in d["io_bound"] if x.get("variant") == "llc"][0]
+            io = [x for x in d.io_bound if x.get("variant") == "llc"][0]
             print(f"  I/O-bound (selective - hot): {io['value'] * 1e3:.1f} ms [{io['ci_low'] * 1e3:.1f}, "
                   f"{io['ci_high'] * 1e3:.1f}]")
             print(f"2. A/A: llc-16 --version twice, selective, {n_aa} rounds")

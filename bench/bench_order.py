@@ -32,7 +32,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,19 +42,18 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import numpy as np  # noqa: E402
 
+from _common import cache_root  # noqa: E402
+from _common import cli as run_cli  # noqa: E402
 from elflayout.elfcore import ElfImage  # noqa: E402
+from elflayout.order import pipeline  # noqa: E402
 
 RA_KB = 128
-PY = sys.executable
-WORK = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-order"
+WORK = cache_root() / "bench-order"
 
 
-def cli(*args, env=None, check=True):
-    e = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
-    r = subprocess.run([PY, "-m", "elflayout", *map(str, args)], capture_output=True, text=True, env=e)
-    if check and r.returncode != 0:
-        raise SystemExit(f"elflayout {' '.join(map(str, args))} failed ({r.returncode}):\n{r.stderr}")
-    return r
+def cli(*args, check=True):
+    """An elflayout verb, not echoed: this bench prints its own summary of each step."""
+    return run_cli(*args, check=check, echo=False)
 
 
 def measure(lib, argv, env=None, runs=3):
@@ -104,19 +102,21 @@ def show(name, m, base=None):
     print(f"  {name:<44} {m['pages']:>7,} pages{rel}   {cols}   runs {m['runs']}", flush=True)
 
 
-def ordered_file(prof, fmt, lib, *extra, companions=()):
+def ordered_file(prof, fmt, lib, hot_strings=True, companions=(), **request):
     """``elflayout order`` output named by its content: the targets cache keys relinks by
-    their arguments, so a changed ordering must have a new file name. ``companions``:
-    (option, suffix) pairs of extra outputs (``--data-script``, ``--dynstr-out``), named
-    the same way; returns the main file, or a tuple (main, *companions)."""
+    their arguments, so a changed ordering must have a new file name. Ordered in-process
+    by ``order.pipeline.order_files`` (what the verb runs); ``request``: the other
+    ``pipeline.Request`` fields; ``companions``: suffixes of the lld companions to write
+    too (``data.ld``: ``--data-script``, ``dynstr.rsp``: ``--dynstr-out``), named the
+    same way; returns the main file, or a tuple (main, *companions)."""
     import hashlib
 
     tmp = WORK / f".tmp.{fmt}"
-    ctmp = [WORK / f".tmp.{suf}" for _opt, suf in companions]
-    copts = [x for (opt, _s), t in zip(companions, ctmp) for x in (opt, t)]
-    cli("order", prof, "--format", fmt, "--lib", lib, *extra, *copts, "-o", tmp, "--force")
+    ctmp = {suf: WORK / f".tmp.{suf}" for suf in companions}
+    pipeline.order_files(pipeline.Request(prof, fmt, lib=lib, **request), tmp, data_script=ctmp.get("data.ld"),
+                         dynstr_out=ctmp.get("dynstr.rsp"), hot_strings=hot_strings)
     outs = []
-    for t, suf in [(tmp, fmt)] + [(t, s) for t, (_o, s) in zip(ctmp, companions)]:
+    for t, suf in [(tmp, fmt)] + [(t, s) for s, t in ctmp.items()]:
         h = hashlib.sha256(t.read_bytes()).hexdigest()[:12]
         out = WORK / f"{Path(prof).stem}-{h}.{suf}"  # same content, same name: the relink stays cached
         t.replace(out)
@@ -153,13 +153,13 @@ def bench_llvm(runs):
             f"LD_LIBRARY_PATH={base['env']['LD_LIBRARY_PATH']}", "-o", prof, "--force", "--", *argv)
     print(f"  profile: {prof} (valgrind backend, --data, of the default lld relink)")
     lld_order = ordered_file(prof, "lld", base["lib"])
-    lld_code = ordered_file(prof, "lld", base["lib"], "--no-data")
+    lld_code = ordered_file(prof, "lld", base["lib"], data=False)
     gold_order = ordered_file(prof, "gold", base["lib"])
-    lld_hot_last = ordered_file(prof, "lld", base["lib"], "--algorithm", "hot-last")
-    hl_all, data_ld, names_rsp = ordered_file(prof, "lld", base["lib"], "--algorithm", "hot-last",
-                                              companions=(("--data-script", "data.ld"), ("--dynstr-out", "dynstr.rsp")))
-    _hl, data_ld_sec = ordered_file(prof, "lld", base["lib"], "--algorithm", "hot-last", "--no-hot-strings",
-                                    companions=(("--data-script", "data.ld"),))
+    lld_hot_last = ordered_file(prof, "lld", base["lib"], algorithm="hot-last")
+    hl_all, data_ld, names_rsp = ordered_file(prof, "lld", base["lib"], algorithm="hot-last",
+                                              companions=("data.ld", "dynstr.rsp"))
+    _hl, data_ld_sec = ordered_file(prof, "lld", base["lib"], algorithm="hot-last", hot_strings=False,
+                                    companions=("data.ld",))
     print(f"  order files: elflayout order {prof.name} --format lld --algorithm hot-last --lib {base['lib']} "
           f"--data-script {data_ld.name} --dynstr-out {names_rsp.name} -o {hl_all.name}   (in {WORK})")
     sym = lambda f: [f"-Wl,--symbol-ordering-file={f}", "-Wl,--no-warn-symbol-ordering"]  # noqa: E731
@@ -233,7 +233,7 @@ def bench_python(runs):
         cli("profile", "--target", base["lib"], "--map", base["map"], "-o", prof, "--force",
             *[f"--env={k}={v}" for k, v in base["env"].items()], "--", *argv)
     objs = WORK / "py.objects"
-    cli("order", prof, "--format", "objects", "--objects-from", base["map"], "-o", objs, "--force")
+    pipeline.order_files(pipeline.Request(prof, "objects", objects_from=base["map"]), objs)
     print(f"  profile: {prof} (valgrind backend of the default bfd relink); object order: {objs}")
     order = [l for l in objs.read_text().splitlines() if l]
     out = {}
@@ -270,6 +270,7 @@ def bench_speed():
             for _ in range(3):
                 r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.perf_counter()
+                # the verb, not the function: its wall time as a user sees it (start-up included)
                 cli("order", p, "--format", fmt, "-o", Path(td) / f"o.{fmt}", "--force")
                 ts.append(time.perf_counter() - t0)
                 r1 = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+from _common import cache_dir as bench_cache_dir  # noqa: E402
 from elflayout.relocs.pack import pack  # noqa: E402
 from elflayout.tracefs import tracefs_status  # noqa: E402
 
@@ -36,9 +37,7 @@ WORKLOAD = ["llc-16", "--version"]
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-pack"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return bench_cache_dir("bench-pack")
 
 
 def bench_speed(out: Path, runs: int) -> dict:

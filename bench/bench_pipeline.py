@@ -4,8 +4,10 @@ libLLVM-16 in each variant, next to the physical-limit estimate.
 
     python3 bench/bench_pipeline.py [python] [llvm] [--runs 3] [--json OUT]
 
-Every figure comes from the product's CLI (``python -m elflayout profile / order /
-pack-relocs / measure``); the libraries are (re)linked by ``elflayout.targets`` (cached).
+Every figure comes from the product's CLI (``python -m elflayout profile / pack-relocs /
+measure``) or, for ordering, from the function ``elflayout order`` runs
+(``order.pipeline.order_files``, in-process; the equivalent command is printed); the
+libraries are (re)linked by ``elflayout.targets`` (cached).
 Measurement: ``elflayout measure --state selective --state hot --read-ahead-kb 128
 --census none``: before each selective run only the library under test is evicted
 (fsync + posix_fadvise DONTNEED), pages inserted into the page cache for it are counted
@@ -27,7 +29,7 @@ device is set to 128 for the session and restored. Variants are interleaved (see
   (``--no-data-script`` skips these). Pages by section.
 
 Physical-limit estimate ("touched bytes packed densely"), from a valgrind ``--data``
-profile of the same library (see ``physical_limit``):
+profile of the same library (``elflayout.order.limit.physical_limit``):
     bytes of executed functions
   + 4096 x distinct file pages touched as data (read or written; ld.so's reads of
     .dynsym/.dynstr/.gnu.hash/.dynamic/.got..., .data.rel.ro written by relocation),
@@ -52,24 +54,20 @@ import os
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from _common import cache_dir, cli, show_cmd
+from _common import measure as measure_plan
 
-import numpy as np  # noqa: E402
+from elflayout.elfcore import PAGE, ElfImage
+from elflayout.errors import ElflayoutError
+from elflayout.order.limit import physical_limit
+from elflayout.profile import model
 
-from elflayout.elfcore import PAGE, ElfImage, relr_size  # noqa: E402
-from elflayout.errors import ElflayoutError  # noqa: E402
-from elflayout.profile import model  # noqa: E402
-
-PY = sys.executable
 RA_KB = 128
 IMPORTS = "import json, decimal, asyncio, re"
-RELOC_SECTIONS = (".rela.dyn", ".rela.plt", ".relr.dyn", ".rel.dyn", ".rel.plt")
 SECTION_GROUPS = {  # columns of the libLLVM table
     ".text": (".text",),
     ".rodata": (".rodata", ".rodata.*"),  # .rodata.elflayout: order --data-script's output section
@@ -77,93 +75,22 @@ SECTION_GROUPS = {  # columns of the libLLVM table
     ".data.rel.ro": (".data.rel.ro",),
     ".dynsym+.dynstr+.gnu.hash": (".dynsym", ".dynstr", ".gnu.hash"),
 }
-SHF_EXECINSTR = 4
 
 
 def work_dir() -> Path:
-    d = Path(os.environ.get("ELFLAYOUT_CACHE") or Path.home() / ".cache" / "elflayout") / "bench-pipeline"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return cache_dir("bench-pipeline")
 
 
-def show_cmd(args) -> str:
-    return "python3 -m elflayout " + " ".join(shlex.quote(str(a)) for a in args)
+def write_order(out, prof, fmt, data_script=None, dynstr_out=None, **request) -> None:
+    """``elflayout order`` in-process (``order.pipeline.order_files``, what the verb runs);
+    print the command it equals. ``request``: the other ``pipeline.Request`` fields."""
+    from elflayout.order import pipeline
 
-
-def cli(*args, check=True) -> subprocess.CompletedProcess:
-    """Run an elflayout verb as a user would; print the exact command."""
-    args = [str(a) for a in args]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    req = pipeline.Request(prof, fmt, **request)
     t = time.monotonic()
-    r = subprocess.run([PY, "-m", "elflayout", *args], capture_output=True, text=True, env=env)
-    c = show_cmd(args)
-    print(f"  $ {c}   ({time.monotonic() - t:.1f} s)", flush=True)
-    if r.returncode != 0 and check:
-        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-8:])
-        raise SystemExit(f"bench_pipeline: elflayout {args[0]} failed (exit {r.returncode}):\n{tail}")
-    return r
-
-
-# -- physical limit ---------------------------------------------------------------------------
-
-def reloc_bytes_packed(img: ElfImage) -> dict:
-    """Relocation table bytes the loader reads once RELATIVE relocations are packed."""
-    out = {"rela": 0, "relr": 0, "plt": 0}
-    rel_t = img.relative_type()
-    for name, rel in img.reloc_tables().items():
-        if name.endswith(".plt"):
-            out["plt"] += int(rel.nbytes)
-            continue
-        t = img.reloc_types(rel)
-        rel_mask = (t == rel_t) & (rel["r_offset"] % img.wordsize == 0)
-        out["rela"] += int(rel.nbytes) - int(rel_mask.sum()) * rel.dtype.itemsize
-        if rel_mask.any():
-            out["relr"] += relr_size(np.sort(rel["r_offset"][rel_mask].astype(np.uint64)), img.wordsize)
-    s = img.section(".relr.dyn")
-    if s is not None:  # already packed: the table as it is
-        out["relr"] += int(s.size)
-    return out
-
-
-def physical_limit(target, lib) -> dict:
-    """Pages a perfect layout would read: see the module docstring. ``target`` is one
-    ``profile.model.Target`` of a profile (valgrind backend, ideally with ``--data``)."""
-    with ElfImage(lib) as img:
-        secs = {s.index: s for s in img.sections}
-        file_pages = math.ceil(os.path.getsize(lib) / PAGE)
-        spans = [(seg.offset // PAGE, (seg.offset + seg.filesz - 1) // PAGE) for seg in img.loads if seg.filesz > 0]
-        relocs = reloc_bytes_packed(img)
-        pages = target.pages
-        pg = np.array([p.page for p in pages], dtype=np.int64)
-        kind = np.array([p.kind for p in pages], dtype="U1")
-        sec = img.section_of_offsets(pg * PAGE) if len(pg) else np.zeros(0, np.int64)
-    name = np.array([secs[i].name if i >= 0 else "" for i in sec], dtype=object)
-    execi = np.array([bool(secs[i].flags & SHF_EXECINSTR) if i >= 0 else False for i in sec], dtype=bool)
-    in_file = np.zeros(len(pg), dtype=bool)  # file-backed bytes of a PT_LOAD (not .bss)
-    for a, b in spans:
-        in_file |= (pg >= a) & (pg <= b)
-    in_file &= pg < file_pages
-    is_reloc = np.isin(name, RELOC_SECTIONS)
-    data = (kind != "x") & in_file & ~is_reloc & ~execi
-    data_pages = set(pg[data].tolist())
-    code_bytes = int(sum(f.size for f in target.functions))
-    # Executed pages outside functions (PLT, .init): their functions are unknown, count pages.
-    fpages = set()
-    for f in target.functions:
-        a, b = f.offset // PAGE, (f.offset + max(f.size, 1) - 1) // PAGE
-        fpages.update(range(a, b + 1))
-    x_other = set(pg[(kind == "x") & in_file & ~np.isin(name, (".text",))].tolist()) - fpages - data_pages
-    header = 0 if 0 in data_pages else 1
-    by_section: dict[str, int] = {}
-    for p, n in {int(p): n for p, n in zip(pg[data], name[data])}.items():
-        by_section[n or "(no section)"] = by_section.get(n or "(no section)", 0) + 1
-    reloc_total = relocs["rela"] + relocs["relr"] + relocs["plt"]
-    total_bytes = code_bytes + PAGE * (len(data_pages) + len(x_other) + header) + reloc_total
-    return {"pages": math.ceil(total_bytes / PAGE), "bytes": total_bytes, "code_bytes": code_bytes,
-            "functions": len(target.functions), "data_pages": len(data_pages),
-            "exec_pages_outside_functions": len(x_other), "header_pages": header,
-            "reloc_bytes": relocs, "data_pages_by_section": dict(sorted(by_section.items(), key=lambda kv: -kv[1])),
-            "has_data": bool((kind != "x").any())}
+    pipeline.order_files(req, out, data_script=data_script, dynstr_out=dynstr_out)
+    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out))}   ({time.monotonic() - t:.1f} s, in-process)",
+          flush=True)
 
 
 def describe_limit(lim: dict) -> str:
@@ -236,19 +163,12 @@ def variant_cmd(libdir: Path | None, argv: list, env: dict) -> str:
 def measure(out: Path, variants: dict, runs: int, seed: int = 1) -> dict:
     """variants: name -> (lib, shell command). One interleaved measurement session
     (``measure.session``, in-process), its results also written to OUT."""
-    from elflayout import fileio
     from elflayout.measure import session
 
     plan = session.MeasurePlan(variants=[(n, cmd) for n, (_lib, cmd) in variants.items()], states=["selective", "hot"],
                                runs=runs, read_ahead_kb=RA_KB, census="none",
                                files=[str(lib) for lib, _ in variants.values()], seed=seed, retries=4)
-    args = [*sum((["--name", n, c] for n, c in plan.variants), []), "--state", "selective", "--state", "hot",
-            "--runs", runs, "--read-ahead-kb", RA_KB, "--census", "none", "--files", *plan.files, "--seed", seed,
-            "--retries", 4, "-o", out]
-    print(f"  $ {show_cmd(['measure', *args])}   (in-process)", flush=True)
-    doc = session.measure(plan)
-    fileio.dump_json(doc, out)
-    return doc
+    return measure_plan(plan, out)
 
 
 def section_counts(reads: list, sections: list) -> dict:
@@ -258,38 +178,41 @@ def section_counts(reads: list, sections: list) -> dict:
     return model.pages_by_section(sections, model.run_pages(reads)) if reads else {}
 
 
-def _clean(run: dict, path: str) -> bool:
-    """A run counts unless the harness saw interference on the variant's own library
-    (another engineer's llc-16 mapping the system libLLVM does not disturb a relink's run)."""
-    why = run.get("interference")
-    return (not why or f"{path}:" not in why) and path not in (run.get("evict_left") or {})
+def _clean(run, path: str) -> bool:
+    """A run (``model.Run``) counts unless the harness saw interference on the variant's own
+    library (another engineer's llc-16 mapping the system libLLVM does not disturb a relink's run)."""
+    why = run.interference
+    return (not why or f"{path}:" not in why) and path not in run.evict_left
 
 
-def summarise(doc: dict, libs: dict) -> dict:
+def summarise(doc, libs: dict) -> dict:
     """Per variant: median pages/bytes/seeks (selective), all values, wall medians, by section.
-    ``libs``: variant name -> the library file it loads."""
-    secs_of = {p: f.get("sections", []) for p, f in doc["metadata"]["files"].items()}
+    ``doc``: the results (``model.Results`` or the document); ``libs``: variant name -> the
+    library file it loads."""
+    from elflayout.measure import model
+
+    res = model.as_results(doc)
+    secs_of = {p: f.get("sections", []) for p, f in res.files.items()}
     out = {}
-    for v in doc["variants"]:
-        name = v["name"]
+    for name in res.variant_names:
         path = str(libs[name])
-        mine = [r for r in doc["runs"] if r["variant"] == name]
-        sel = [r for r in mine if r["state"] == "selective" and _clean(r, path)]
-        hot = [r for r in mine if r["state"] == "hot" and _clean(r, path)]
+        mine = [r for r in res.runs if r.variant == name]
+        sel = [r for r in mine if r.state == "selective" and _clean(r, path)]
+        hot = [r for r in mine if r.state == "hot" and _clean(r, path)]
         if not sel:
             out[name] = None
             continue
-        pages = [r["files"][path]["pages_read"] for r in sel]
-        seeks = [r["files"][path]["seeks"] for r in sel]
-        med_run = sorted(sel, key=lambda r: r["files"][path]["pages_read"])[len(sel) // 2]
+        pages = [r.files[path].pages_read for r in sel]
+        seeks = [r.files[path].seeks for r in sel]
+        med_run = sorted(sel, key=lambda r: r.files[path].pages_read)[len(sel) // 2]
         out[name] = {
-            "lib": path, "left_out": sum(r["state"] == "selective" for r in mine) - len(sel), "pages": statistics.median(pages), "pages_all": pages,
-            "bytes": statistics.median([r["files"][path]["bytes_read"] for r in sel]),
+            "lib": path, "left_out": sum(r.state == "selective" for r in mine) - len(sel), "pages": statistics.median(pages), "pages_all": pages,
+            "bytes": statistics.median([r.files[path].bytes_read for r in sel]),
             "seeks": statistics.median(seeks), "seeks_all": seeks,
-            "wall_selective_ms": 1e3 * statistics.median([r["wall_s"] for r in sel]),
-            "wall_hot_ms": 1e3 * statistics.median([r["wall_s"] for r in hot]) if hot else None,
-            "by_section": section_counts(med_run["files"][path].get("reads", []), secs_of.get(path, [])),
-            "runs": len(sel), "lost_events": sum(r.get("lost_events", 0) for r in sel),
+            "wall_selective_ms": 1e3 * statistics.median([r.wall_s for r in sel]),
+            "wall_hot_ms": 1e3 * statistics.median([r.wall_s for r in hot]) if hot else None,
+            "by_section": section_counts(med_run.files[path].reads, secs_of.get(path, [])),
+            "runs": len(sel), "lost_events": sum(r.lost_events for r in sel),
         }
     return out
 
@@ -404,14 +327,14 @@ def bench_python(runs: int) -> dict:
                           ["profile", "--target", lld["lib"], "--map", lld["map"], "--data", *envs,
                            "-o", w / "python.profile.json", "--force", "--", *argv])
     objs = w / "python.objects.txt"
-    cli("order", prof, "--format", "objects", "--objects-from", lld["map"], "-o", objs, "--force")
+    write_order(objs, prof, "objects", objects_from=lld["map"])
     order = [line for line in objs.read_text().splitlines() if line.strip()]
     print(f"  relinks: libpython.prepare(linker) and libpython.prepare(linker, object_order=<{objs.name}>) "
           f"for {', '.join(linkers)} (elflayout.targets, cached)", flush=True)
     ordered = {lk: libpython.prepare(lk, object_order=order) for lk in linkers}
     # Function order on the same objects after `elflayout split` (docs/splitting.md).
     lorder = w / "python.split.lld"
-    cli("order", prof, "--format", "lld", "--lib", lld["lib"], "--objects-from", lld["map"], "-o", lorder, "--force")
+    write_order(lorder, prof, "lld", lib=lld["lib"], objects_from=lld["map"])
     sextra = [f"--symbol-ordering-file={hashed_copy(lorder)}", "--no-warn-symbol-ordering"]
     print(f"  relink: libpython.prepare(\"lld\", split=True, extra_link_args={sextra})", flush=True)
     split = libpython.prepare("lld", split=True, extra_link_args=sextra)
@@ -472,12 +395,11 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
     sprof = cached_profile(w / "llvm-system.profile.json", sysd["lib"],
                            ["profile", "--target", sysd["lib"], "--data", "-o", w / "llvm-system.profile.json",
                             "--force", "--", *argv])
-    order = w / "llvm.lld"
+    lorder = w / "llvm.lld"
     # No --objects-from: with the map, order places only ~10 data sections instead of ~2,160
     # (reported); the profile's own attribution already comes from the map.
-    cli("order", prof, "--format", "lld", "--lib", base["lib"], *(["--algorithm", algorithm] if algorithm else []),
-        "-o", order, "--force")
-    order_h = hashed_copy(order)
+    write_order(lorder, prof, "lld", lib=base["lib"], algorithm=algorithm or "first-access")
+    order_h = hashed_copy(lorder)
     extra = [f"--symbol-ordering-file={order_h}", "--no-warn-symbol-ordering"]
     print(f"  relink: libllvm.relink(\"lld\", extra_link_args={extra}) (cached by the file's content hash)",
           flush=True)
@@ -488,8 +410,8 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
         # touched data sections (symbol-less jump tables and hot strings included) and the
         # .dynstr names ld.so reads first.
         tmp = {k: w / f"llvm-full.{k}" for k in ("lld", "ld", "rsp")}
-        cli("order", prof, "--format", "lld", "--lib", base["lib"], "--algorithm", "hot-last",
-            "--data-script", tmp["ld"], "--dynstr-out", tmp["rsp"], "-o", tmp["lld"], "--force")
+        write_order(tmp["lld"], prof, "lld", data_script=tmp["ld"], dynstr_out=tmp["rsp"], lib=base["lib"],
+                    algorithm="hot-last")
         h = {k: hashed_copy(v) for k, v in tmp.items()}
         fextra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
                   f"-Wl,@{h['rsp']}"]
@@ -498,8 +420,7 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
     gold = None
     if with_gold:
         gorder = w / "llvm.gold"
-        cli("order", prof, "--format", "gold", "--lib", base["lib"], *(["--algorithm", algorithm] if algorithm else []),
-            "-o", gorder, "--force")
+        write_order(gorder, prof, "gold", lib=base["lib"], algorithm=algorithm or "first-access")
         gextra = [f"--section-ordering-file={hashed_copy(gorder)}"]
         print(f"  relink: libllvm.relink(\"gold\", extra_link_args={gextra}) (cached by the file's content hash)",
               flush=True)

@@ -37,8 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
+from _common import cache_dir  # noqa: E402
 from elflayout import fileio  # noqa: E402
+from elflayout.measure import model as results_model  # noqa: E402
 from elflayout.measure.session import MeasurePlan, measure  # noqa: E402
+from elflayout.order import pipeline  # noqa: E402
 from elflayout.preload import inputs, model, plan, runner  # noqa: E402
 
 SYSTEM_LIB = Path("/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1")
@@ -46,9 +49,7 @@ CMD = "llc-16 --version"
 
 
 def work_dir() -> Path:
-    d = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-preload"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return cache_dir("bench-preload")
 
 
 def private_copy(lib: Path, name: str) -> Path:
@@ -67,7 +68,7 @@ def private_copy(lib: Path, name: str) -> Path:
 
 
 def session(out: Path, variants: list[tuple[str, str]], lib: Path, storage: str | None, states, runs: int,
-            seed: int = 1) -> dict:
+            seed: int = 1) -> results_model.Results:
     mp = MeasurePlan(variants=variants, states=list(states), runs=runs, files=[str(lib)], census="none",
                      storage=storage, retries=4, seed=seed,
                      argv=["bench_preload.py", "(measure.session.measure)", f"storage={storage}"])
@@ -76,7 +77,7 @@ def session(out: Path, variants: list[tuple[str, str]], lib: Path, storage: str 
                   if k == "lock" else None)
     fileio.dump_json(doc, out)
     print(f"    ({len(doc['runs'])} runs in {time.monotonic() - t:.0f} s; {out})", flush=True)
-    return doc
+    return results_model.parse(doc, str(out))
 
 
 def make_plans(lib: Path, tag: str, presets: list[str]) -> dict[str, Path]:
@@ -97,14 +98,14 @@ def make_plans(lib: Path, tag: str, presets: list[str]) -> dict[str, Path]:
     return plans
 
 
-def cell(doc, variant, state, metric="wall_s"):
-    vals = [r[metric] for r in doc["runs"] if r["variant"] == variant and r["state"] == state
-            and not r.get("interference")]
+def cell(res, variant, state, metric="wall_s"):
+    """Median of a metric over the clean runs of variant x state (``model.Results``)."""
+    vals = res.values(variant, state, metric)
     return statistics.median(vals) if vals else float("nan")
 
 
-def comparison(doc, b, state, metric="wall_s"):
-    for c in doc["comparisons"]:
+def comparison(res, b, state, metric="wall_s"):
+    for c in res.comparisons:
         if c["b"] == b and c["state"] == state and c["metric"] == metric:
             return c
     return None
@@ -185,8 +186,7 @@ def relinked_packed() -> Path:
     order = w / "llvm.lld"
     py = [sys.executable, "-m", "elflayout"]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
-    subprocess.run(py + ["order", str(prof), "--format", "lld", "--lib", str(base["lib"]), "-o", str(order),
-                         "--force"], check=True, env=env, capture_output=True)
+    pipeline.order_files(pipeline.Request(prof, "lld", lib=base["lib"]), order)
     ordered = libllvm.relink("lld", extra_link_args=[f"--symbol-ordering-file={order}", "--no-warn-symbol-ordering"])
     out = w / "ordered-packed" / "libLLVM-16.so.1"
     out.parent.mkdir(exist_ok=True)
@@ -251,11 +251,10 @@ def bench_chromium(runs: int, presets: list[str]) -> None:
                          argv=["bench_preload.py", f"chromium {p}"])
         doc = measure(mp)
         fileio.dump_json(doc, r)
+        doc = results_model.parse(doc, str(r))
         c = comparison(doc, "chromium+preload", "selective")
-        pc = next((x for x in doc["comparisons"] if x["b"] == "chromium+preload" and x["state"] == "selective"
-                   and x["metric"] == "wall_s"), None)
         rows.append((p, cell(doc, "chromium", "selective") * 1e3, cell(doc, "chromium+preload", "selective") * 1e3,
-                     fmt_ratio(c), pc.get("paired_ratio") if pc else None,
+                     fmt_ratio(c), c.get("paired_ratio") if c else None,
                      cell(doc, "chromium", "selective", "pages_read"),
                      cell(doc, "chromium+preload", "selective", "pages_read")))
         print(f"    ({r})", flush=True)

@@ -101,8 +101,7 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
     files = {}
     for fmt in ("lld", "gold", "ld-script"):
         files[fmt] = w / f"python-split.{fmt}"
-        bp.cli("order", prof, "--format", fmt, "--lib", base["lib"], "--objects-from", base["map"],
-               "-o", files[fmt], "--force")
+        bp.write_order(files[fmt], prof, fmt, lib=base["lib"], objects_from=base["map"])
     extra = {
         "lld": [f"--symbol-ordering-file={bp.hashed_copy(files['lld'])}", "--no-warn-symbol-ordering"],
         "gold": [f"--section-ordering-file={bp.hashed_copy(files['gold'])}"],
@@ -115,9 +114,8 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
         order, a data script placing the touched data sections, hot .dynstr names first."""
         stem = "python-split-full-" + "".join(c if c.isalnum() else "-" for c in tag)
         full = {k: w / f"{stem}.{k}" for k in ("lld", "ld", "rsp")}
-        bp.cli("order", p, "--format", "lld", "--lib", base["lib"], "--objects-from", base["map"],
-               "--algorithm", "hot-last", "--data-script", full["ld"], "--dynstr-out", full["rsp"],
-               "-o", full["lld"], "--force")
+        bp.write_order(full["lld"], p, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=base["lib"],
+                       objects_from=base["map"], algorithm="hot-last")
         h = {k: bp.hashed_copy(v) for k, v in full.items()}
         extra[tag] = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
                       f"-Wl,@{h['rsp']}"]

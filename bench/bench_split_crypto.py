@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     base = libcrypto.prepare("lld")
     prof = profile(w / "crypto-clean.profile.json", base)
     objs = w / "crypto.objects.txt"
-    bp.cli("order", prof, "--format", "objects", "--objects-from", base["map"], "-o", objs, "--force")
+    bp.write_order(objs, prof, "objects", objects_from=base["map"])
     order = [ln for ln in objs.read_text().splitlines() if ln.strip()]
     print(f"  relink: libcrypto.prepare(\"lld\", object_order=<{objs.name}>)", flush=True)
     by_object = libcrypto.prepare("lld", object_order=order)
@@ -84,16 +84,14 @@ def main(argv=None) -> int:
     files = {}
     for fmt in ("lld", "gold", "ld-script"):
         files[fmt] = w / f"crypto-split.{fmt}"
-        bp.cli("order", sprof, "--format", fmt, "--lib", sbase["lib"], "--objects-from", sbase["map"],
-               "-o", files[fmt], "--force")
+        bp.write_order(files[fmt], sprof, fmt, lib=sbase["lib"], objects_from=sbase["map"])
     extra = {"lld": [f"--symbol-ordering-file={bp.hashed_copy(files['lld'])}", "--no-warn-symbol-ordering"],
              "gold": [f"--section-ordering-file={bp.hashed_copy(files['gold'])}"],
              "bfd": [f"-Wl,-T,{bp.hashed_copy(files['ld-script'])}"]}
     # lld with hot-last code, the data script and hot .dynstr names first
     full = {k: w / f"crypto-split-full.{k}" for k in ("lld", "ld", "rsp")}
-    bp.cli("order", sprof, "--format", "lld", "--lib", sbase["lib"], "--objects-from", sbase["map"],
-           "--algorithm", "hot-last", "--data-script", full["ld"], "--dynstr-out", full["rsp"], "-o", full["lld"],
-           "--force")
+    bp.write_order(full["lld"], sprof, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=sbase["lib"],
+                   objects_from=sbase["map"], algorithm="hot-last")
     h = {k: bp.hashed_copy(v) for k, v in full.items()}
     extra["lld+hot-last+dynstr"] = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering",
                                     f"-Wl,@{h['rsp']}"]

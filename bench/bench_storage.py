@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 import numpy as np  # noqa: E402
 
+from _common import cache_dir  # noqa: E402
 from elflayout.storage import PRESETS, SlowStorage  # noqa: E402
 from elflayout.measure import cache  # noqa: E402
 from elflayout.storage.model import MB  # noqa: E402
@@ -49,8 +50,7 @@ CHUNK = 1 << 20
 
 
 def data_file(size: int) -> Path:
-    base = Path(os.environ.get("ELFLAYOUT_CACHE", Path.home() / ".cache" / "elflayout")) / "bench-storage"
-    base.mkdir(parents=True, exist_ok=True)
+    base = cache_dir("bench-storage")
     f = base / f"data-{size >> 20}MiB.bin"
     if not f.exists() or f.stat().st_size != size:
         tmp = f.with_suffix(".tmp")

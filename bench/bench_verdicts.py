@@ -30,7 +30,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,14 +37,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+
+from _common import cache_dir as bench_cache_dir  # noqa: E402
 LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
 CMD = "llc-16 --version"
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("ELFLAYOUT_CACHE") or Path.home() / ".cache" / "elflayout") / "bench-verdicts"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return bench_cache_dir("bench-verdicts")
 
 
 def measure(out, *args):
@@ -72,9 +71,11 @@ def spinner(d: Path) -> Path:
 
 
 def median_wall(doc, variant, state):
-    x = [r["wall_s"] for r in doc["runs"] if r["variant"] == variant and r["state"] == state]
-    clean = [r["wall_s"] for r in doc["runs"] if r["variant"] == variant and r["state"] == state
-             and not r.get("interference")]
+    from elflayout.measure import model
+
+    res = model.as_results(doc)
+    x = [r.wall_s for r in res.runs_of(variant, state)]
+    clean = [r.wall_s for r in res.runs_of(variant, state) if not r.disturbed]
     return statistics.median(clean or x)  # disturbed runs still time the command
 
 
@@ -136,19 +137,20 @@ def collect(rounds: int, out: Path, seed: int, controls: tuple = ()) -> dict:
 
 # --- studies on the pool --------------------------------------------------------------
 
-def by_round(pool: dict) -> tuple[list[int], dict]:
-    """All rounds and {round: [undisturbed runs]}: a file of n rounds drawn from the pool
-    loses its disturbed runs exactly as a real session's statistics do."""
+def by_round(pool) -> tuple[list[int], dict]:
+    """All rounds and {round: [undisturbed runs]} of the pool (``model.Results``): a file of
+    n rounds drawn from the pool loses its disturbed runs exactly as a real session's
+    statistics do."""
     rounds = {}
-    for r in pool["runs"]:
-        rounds.setdefault(r["round"], [])
-        if not r.get("interference"):
-            rounds[r["round"]].append(r)
+    for r in pool.runs:
+        rounds.setdefault(r.round, [])
+        if not r.disturbed:
+            rounds[r.round].append(r)
     return sorted(rounds), rounds
 
 
 def series(rounds, keys, variant, state, metric):
-    return np.array([r[metric] for k in keys for r in rounds[k] if r["variant"] == variant and r["state"] == state],
+    return np.array([r.value(metric) for k in keys for r in rounds[k] if r.variant == variant and r.state == state],
                     float)
 
 
@@ -165,8 +167,8 @@ def coverage(pool, ns, trials, rng, stats):
              ("A/B wall hot (slow_hot)", "slow_hot", "hot"), ("A/B wall selective (slow_sel)", "slow_sel", "selective")]
     data, truth = {}, {}
     for name, b, st in cases:
-        pa = {k: r["wall_s"] for k in ok for r in rounds[k] if r["variant"] == "a" and r["state"] == st}
-        pb = {k: r["wall_s"] for k in ok for r in rounds[k] if r["variant"] == b and r["state"] == st}
+        pa = {k: r.wall_s for k in ok for r in rounds[k] if r.variant == "a" and r.state == st}
+        pb = {k: r.wall_s for k in ok for r in rounds[k] if r.variant == b and r.state == st}
         both = [k for k in ok if k in pa and k in pb]
         xa, xb = np.array([pa[k] for k in both]), np.array([pb[k] for k in both])
         data[name] = (xa, xb)
@@ -211,7 +213,7 @@ def files(pool, n, rng, resampled: int):
 
 
 def runs_of(rounds, keys, variants):
-    return [r for k in keys for r in rounds[k] if r["variant"] in variants]
+    return [r for k in keys for r in rounds[k] if r.variant in variants]
 
 
 def false_alarms(pool, n, rng, stats, resampled):
@@ -243,14 +245,14 @@ def power(pool, n, rng, stats, trials, slow, state):
 def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: int = 50, power_trials: int = 40,
           both_n: bool = False, power_n=None, aa_n=None):
     """The three studies (each A/A or A/B file is a full compare: 1-3 s on a loaded 2-core machine)."""
-    from elflayout.measure import stats
+    from elflayout.measure import model, stats
 
-    pool = json.loads(pool_path.read_text())
+    pool = model.read(pool_path)
     rng = np.random.default_rng(seed)
     ok, rounds = by_round(pool)
-    md = pool["metadata"]
-    dist = sum(1 for r in pool["runs"] if r.get("interference"))
-    print(f"pool: {pool_path} - {len(ok)} rounds in {md.get('sessions', 1)} sessions, {len(pool['runs'])} runs "
+    md = pool.metadata
+    dist = sum(1 for r in pool.runs if r.disturbed)
+    print(f"pool: {pool_path} - {len(ok)} rounds in {md.get('sessions', 1)} sessions, {len(pool.runs)} runs "
           f"({dist} disturbed by other processes, left out as compare does) "
           f"(`llc-16 --version`, libLLVM-16, CPU hog beside), spin {md.get('spin_us')}; scheduler: "
           f"{(md.get('controls') or {}).get('scheduler', {}).get('applied', 'SCHED_OTHER (not recorded)')}")
@@ -260,8 +262,8 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
             print(f"  {v:9s} {st:9s} wall median {np.median(x) * 1e3:7.2f} ms  CoV {x.std(ddof=1) / x.mean() * 100:5.1f}%"
                   f"  sd(log) {np.log(x).std(ddof=1):.3f}")
     for st in ("selective", "hot"):  # the noise the paired test (and its MDE) sees
-        pa = {k: r["wall_s"] for k in ok for r in rounds[k] if r["variant"] == "a" and r["state"] == st}
-        pb = {k: r["wall_s"] for k in ok for r in rounds[k] if r["variant"] == "a2" and r["state"] == st}
+        pa = {k: r.wall_s for k in ok for r in rounds[k] if r.variant == "a" and r.state == st}
+        pb = {k: r.wall_s for k in ok for r in rounds[k] if r.variant == "a2" and r.state == st}
         lr = np.log([pb[k] / pa[k] for k in pa if k in pb])
         if len(lr) > 1:
             print(f"  A/A {st:9s} per-round log ratio a2/a: sd {lr.std(ddof=1):.3f} over {len(lr)} rounds")

@@ -342,7 +342,7 @@ from the linker, its arguments and inputs) and the benches' work files.
 - **Wall times** are medians; this VM's disk is cached by the host, so wall times hide
   most of the I/O cost and move with the machine's load (its 2 cores are shared with
   other jobs). Compare them only inside one section, never across sections.
-- **Physical limit** (`bench/bench_pipeline.py`, `physical_limit`): the bytes a startup
+- **Physical limit** (`elflayout.order.limit.physical_limit`): the bytes a startup
   touches, packed densely — from a valgrind `elflayout profile --data` profile: bytes of the
   executed functions + 4096 × distinct file pages touched as data (read or written, e.g.
   `.dynsym`/`.dynstr`/`.gnu.hash` looked up by ld.so, `.data.rel.ro` written by

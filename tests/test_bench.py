@@ -1,23 +1,19 @@
-"""bench/run_all.py (listing, the generated page) and bench_pipeline's physical-limit estimator."""
+"""bench/run_all.py (listing, the generated page), bench/_common.py and bench_pipeline's section tables."""
 
-import math
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from elftools.elf.elffile import ELFFile
-
-from conftest import need_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+import _common  # noqa: E402
 import bench_pipeline  # noqa: E402
 import run_all  # noqa: E402
-from elflayout.elfcore import relr_size  # noqa: E402
-
-import numpy as np  # noqa: E402
+from elflayout.measure import session  # noqa: E402
 
 
 def test_list_shows_every_bench_script():
@@ -76,84 +72,6 @@ def test_markdown_output_fences_commands_and_demotes_headings():
                                "|---|---|", "#### part"]
 
 
-SRC = r"""
-const char ro_table[20000] = {1};
-static int data[6000] = {1};
-int *data_addr(void) { return data; }
-int *ptrs[1000] = {%s};
-extern int ext_var;
-int *ext_ptr = &ext_var;
-%s
-"""
-
-
-def _section(elf, name):
-    s = elf.get_section_by_name(name)
-    return s["sh_offset"], s["sh_size"]
-
-
-def test_physical_limit_known_answer(tmp_path):
-    need_tool("gcc")
-    src = tmp_path / "t.c"
-    src.write_text(SRC % (", ".join(f"&data[{i}]" for i in range(1000)),
-                          "\n".join(f"int f{i}(int x) {{ return x * {i} + {i % 7}; }}" for i in range(300))))
-    lib = tmp_path / "libt.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-fuse-ld=bfd", "-o", lib, src], check=True)
-    with open(lib, "rb") as f:
-        elf = ELFFile(f)
-        text_off, _ = _section(elf, ".text")
-        data_off, data_size = _section(elf, ".data")
-        ro_off, ro_size = _section(elf, ".rodata")
-        rela_off, rela_size = _section(elf, ".rela.dyn")
-        rela = elf.get_section_by_name(".rela.dyn")
-        types = np.array([r["r_info_type"] for r in rela.iter_relocations()])
-        offs = np.array([r["r_offset"] for r in rela.iter_relocations()], dtype=np.uint64)
-        plt = elf.get_section_by_name(".rela.plt")
-        plt_size = plt["sh_size"] if plt is not None else 0
-        size = lib.stat().st_size
-    data_page = -(-data_off // 4096)  # a page whose first byte lies in .data
-    ro_page = -(-ro_off // 4096)
-    rela_page = -(-rela_off // 4096)
-    assert data_page * 4096 < data_off + data_size and ro_page * 4096 < ro_off + ro_size
-    assert rela_page * 4096 < rela_off + rela_size, "test library: .rela.dyn should span a page start"
-    bss_page = size // 4096 + 10  # beyond the file: anonymous memory, not read from disk
-    fn_page = text_off // 4096
-    from elflayout.profile.model import Function, Page, Target
-
-    target = Target(path=str(lib),
-                    functions=[Function("f0", 0, offset=text_off, size=100),
-                               Function("f1", 1, offset=text_off + 200, size=5000)],
-                    pages=[Page(data_page, i, kind) for i, (data_page, kind) in enumerate(
-                        [(data_page, "r"), (data_page, "w"), (ro_page, "r"), (rela_page, "r"), (fn_page, "x"),
-                         (bss_page, "w")])])
-    lim = bench_pipeline.physical_limit(target, lib)
-    rel = (types == 8) & (offs % 8 == 0)
-    assert rel.sum() >= 1000
-    reloc = (len(types) - rel.sum()) * 24 + relr_size(np.sort(offs[rel])) + plt_size
-    # 1000 consecutive pointers: one address word + ceil(999 / 63) bitmap words at most.
-    assert relr_size(np.sort(offs[rel])) <= 8 * (1 + 16 + 2 * (rel.sum() - 1000 + 1))
-    expected_bytes = 5100 + 4096 * 2 + 4096 + reloc  # code + (.data, .rodata) + ELF header page + relocations
-    assert lim["data_pages"] == 2
-    assert lim["header_pages"] == 1
-    assert lim["code_bytes"] == 5100
-    assert lim["bytes"] == expected_bytes
-    assert lim["pages"] == math.ceil(expected_bytes / 4096)
-
-
-def test_physical_limit_header_page_counted_once(tmp_path):
-    need_tool("gcc")
-    src = tmp_path / "u.c"
-    src.write_text("int g(int x) { return x + 1; }\n")
-    lib = tmp_path / "libu.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, src], check=True)
-    from elflayout.profile.model import Page, Target
-
-    base = bench_pipeline.physical_limit(Target(path=str(lib)), lib)
-    touched = bench_pipeline.physical_limit(Target(path=str(lib), pages=[Page(0, 0, "r")]), lib)
-    assert base["header_pages"] == 1 and touched["header_pages"] == 0
-    assert base["pages"] == touched["pages"]
-
-
 @pytest.mark.parametrize("reads,expect", [([[0.0, 0, 2], [0.1, 1, 3]], 4), ([], 0)])
 def test_section_counts_counts_distinct_pages(reads, expect):
     secs = [{"name": ".text", "offset": 4096, "size": 8192}, {"name": ".rodata", "offset": 12288, "size": 100}]
@@ -167,3 +85,64 @@ def test_section_groups_take_the_data_script_section_as_rodata():
     g = bench_pipeline.group_sections({".rodata": 86, ".rodata.elflayout": 484, ".text": 3, ".dynstr": 2, ".data": 5})
     assert g[".rodata"] == 570 and g[".dynsym+.dynstr+.gnu.hash"] == 2 and g["other"] == 5
     assert sum(g.values()) == 86 + 484 + 3 + 2 + 5
+
+
+def test_cache_dir_empty_variable_means_the_default(tmp_path, monkeypatch):
+    """ELFLAYOUT_CACHE set but empty: ~/.cache/elflayout, as for the product (not the
+    current directory, which some scripts used to derive)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for value in ("", None):
+        if value is None:
+            monkeypatch.delenv("ELFLAYOUT_CACHE")
+        else:
+            monkeypatch.setenv("ELFLAYOUT_CACHE", value)
+        assert _common.cache_dir("bench-x") == tmp_path / ".cache" / "elflayout" / "bench-x"
+        assert (tmp_path / ".cache" / "elflayout" / "bench-x").is_dir()
+    monkeypatch.setenv("ELFLAYOUT_CACHE", str(tmp_path / "c"))
+    assert _common.cache_dir("bench-x") == tmp_path / "c" / "bench-x"
+    assert bench_pipeline.work_dir() == tmp_path / "c" / "bench-pipeline"
+
+
+PLANS = [
+    session.MeasurePlan(variants=[("a b", "echo 'x y'"), ("c", "true")], states=["selective", "hot"], runs=3,
+                        read_ahead_kb=128, census="none", files=["/x y/lib.so", "/z"], seed=1, retries=4),
+    session.MeasurePlan(variants=[("v", "true")], states=["cold"], runs=1, warmup=2, read_ahead_kb=None, no_aslr=True,
+                        pin=[0, 1], realtime=5, governor="performance", env={"A": "1=2"}, census_under=["/usr"],
+                        timeout=None, trace=False, storage="hdd", preload="p.json"),
+]
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=["pipeline", "every-option"])
+def test_measure_prints_the_command_of_the_plan_it_runs(plan, tmp_path, monkeypatch, capsys):
+    """The printed ``elflayout measure`` line, parsed by the CLI's own parser, makes the
+    very plan that ran."""
+    ran = []
+    monkeypatch.setattr(session, "measure", lambda p: ran.append(p) or {"runs": []})
+    doc = _common.measure(plan, tmp_path / "r.json")
+    assert doc == {"runs": []} and ran == [plan] and (tmp_path / "r.json").exists()
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("$ python3 -m elflayout measure ") and line.endswith("   (in-process)")
+    words = shlex.split(line.removesuffix("(in-process)"))[5:]
+    assert words[-2:] == ["-o", str(tmp_path / "r.json")]
+    got = _common.plan_from_args(words[:-2])
+    got.argv = plan.argv
+    assert got == plan
+
+
+def test_bench_pipeline_prints_its_plan_as_before(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(session, "measure", lambda p: {"runs": []})
+    bench_pipeline.measure(tmp_path / "r.json", {"v": ("/l.so", "true")}, 3)
+    assert capsys.readouterr().out == (
+        f"  $ python3 -m elflayout measure --name v true --state selective --state hot --runs 3 --read-ahead-kb 128 "
+        f"--census none --files /l.so --seed 1 --retries 4 -o {tmp_path / 'r.json'}   (in-process)\n")
+
+
+def test_cli_echoes_and_fails_with_the_verbs_words(capsys):
+    r = _common.cli("relocs", "--help")
+    assert r.returncode == 0 and "relocs" in r.stdout
+    assert capsys.readouterr().out.startswith("  $ python3 -m elflayout relocs --help   (")
+    _common.cli("relocs", "--help", echo=False)
+    assert capsys.readouterr().out == ""
+    with pytest.raises(SystemExit, match=r"elflayout relocs failed \(exit 2\):\n.*no-such"):
+        _common.cli("relocs", "/no-such/lib.so", echo=False)

@@ -118,6 +118,7 @@ def test_elfimage_bad_inputs(tmp_path):
         ElfImage(tmp_path / "trunc.so")
 
 
+@pytest.mark.root
 def test_trace_session_counts_pages_read(tmp_path):
     """Reading a freshly evicted file inserts exactly its pages into the page cache."""
     need_root_tracefs()

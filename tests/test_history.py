@@ -130,6 +130,7 @@ def pg_url():
         shutil.rmtree(top, ignore_errors=True)
 
 
+@pytest.mark.root
 def test_postgresql_history_matches_sqlite(pg_url, tmp_path):
     import psycopg
 
@@ -162,6 +163,7 @@ def test_postgresql_history_matches_sqlite(pg_url, tmp_path):
         con.close()
 
 
+@pytest.mark.root
 def test_postgresql_cli(pg_url, tmp_path):
     import psycopg
 

@@ -400,6 +400,7 @@ _CTORS = "".join(f"static char big{i}[3 * 4096] = {{{i + 1}}};\n"
                  f" big{i}[k] = {i + 1}; }}\n" for i in range(3))
 
 
+@pytest.mark.valgrind
 def test_initializers_in_run_order_with_pages_from_a_profile(tmp_path):
     """Three constructors touching their own data: listed in the order ld.so runs them
     (count as readelf shows: DT_INIT + INIT_ARRAYSZ / 8), named, and with a valgrind
@@ -442,6 +443,7 @@ def test_initializers_in_run_order_with_pages_from_a_profile(tmp_path):
     assert "Static initializers: " in html.read_text() and "init_0" in html.read_text()
 
 
+@pytest.mark.valgrind
 def test_initializers_of_a_stripped_executable_without_unwind_tables(tmp_path):
     """A PIE executable as its own target (Chromium's case): its constructors have neither
     a symbol nor an FDE, so no function extent starts at them; the profiler marks their

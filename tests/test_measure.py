@@ -152,6 +152,7 @@ def _measure(tmp_path, *args, name="r.json"):
     return json.loads(out.read_text())
 
 
+@pytest.mark.root
 def test_selective_pages_identical_and_mincore_agrees(tmp_path, libpair):
     need_root_tracefs()
     lib = str(libpair["scattered"] / "libdata.so")
@@ -191,6 +192,7 @@ def test_selective_pages_identical_and_mincore_agrees(tmp_path, libpair):
     assert md["files"][lib]["sha256"] and md["files"][lib]["fs"]
 
 
+@pytest.mark.root
 def test_ab_layout_change_detected_with_sign_and_size(tmp_path, libpair):
     need_root_tracefs()
     la, lb = str(libpair["scattered"] / "libdata.so"), str(libpair["packed"] / "libdata.so")
@@ -212,6 +214,7 @@ def test_ab_layout_change_detected_with_sign_and_size(tmp_path, libpair):
     assert ib and ib[0]["cold_state"] == "selective"
 
 
+@pytest.mark.root
 def test_aa_thirty_runs_no_change(tmp_path, libpair):
     """A/A: the same command under two names. Pages must match exactly. Wall time: a 95%
     interval wrongly excludes 1 in about 5% of A/A sessions by construction, so one
@@ -275,6 +278,7 @@ def _instances():
     return {p.name for p in d.glob("elflayout-*")} if d.is_dir() else set()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_restores_read_ahead_aslr_and_tracefs(tmp_path, libpair, sig):
     need_root_tracefs()
@@ -306,6 +310,7 @@ def test_interrupt_restores_read_ahead_aslr_and_tracefs(tmp_path, libpair, sig):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.root
 def test_storage_serves_files_from_slow_mount(tmp_path, libpair):
     need_root_tracefs()
     from elflayout.storage.server import fuse_status
@@ -331,6 +336,7 @@ def test_storage_serves_files_from_slow_mount(tmp_path, libpair):
     assert not [m for m in fuse_mounts() if m.path == st["mount"]]  # unmounted afterwards
 
 
+@pytest.mark.root
 def test_storage_ab_two_directories(tmp_path, libpair):
     """Same-named libraries in two directories: one mount each, {mount0}/{mount1} in commands."""
     need_root_tracefs()
@@ -357,6 +363,7 @@ def test_storage_ab_two_directories(tmp_path, libpair):
     assert "{mount0}" in r.stderr
 
 
+@pytest.mark.root
 def test_mincore_fallback_agrees_with_trace(tmp_path, libpair):
     need_root_tracefs()  # eviction of the test library works without root, the comparison needs the trace
     lib = str(libpair["scattered"] / "libdata.so")
@@ -371,6 +378,7 @@ def test_mincore_fallback_agrees_with_trace(tmp_path, libpair):
     assert all(r["files"][lib]["estimated"] and r["files"][lib]["seeks"] is None for r in plain["runs"])
 
 
+@pytest.mark.root
 def test_census_finds_the_files_a_startup_reads(tmp_path, libpair):
     need_root_tracefs()
     out = tmp_path / "c.json"
@@ -391,6 +399,7 @@ def test_census_finds_the_files_a_startup_reads(tmp_path, libpair):
     assert all(r["files"][lib]["pages_read"] == f["pages"] for r in doc["runs"] if not r.get("interference"))
 
 
+@pytest.mark.root
 @pytest.mark.slow
 def test_libllvm_selective_pages_identical():
     """libLLVM-16 under selective, 10 rounds: every undisturbed run reads the same pages."""
@@ -440,6 +449,7 @@ def test_failing_and_hanging_commands_are_errors(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.root
 def test_realtime_runs_the_child_under_sched_fifo_and_records_it(tmp_path):
     f = tmp_path / "f.bin"
     f.write_bytes(b"x" * 8192)
@@ -463,6 +473,7 @@ def test_realtime_runs_the_child_under_sched_fifo_and_records_it(tmp_path):
     assert doc["metadata"]["controls"]["scheduler"]["applied"] == "SCHED_OTHER"
 
 
+@pytest.mark.root
 def test_realtime_control_restores_the_harness_policy():
     from elflayout.measure.controls import Realtime
 
@@ -579,6 +590,7 @@ def test_census_kept_reason_names_users_and_under(tmp_path):
     assert kept_reason(str(f), [str(tmp_path)], {}) is None
 
 
+@pytest.mark.root
 def test_sigkill_leaves_read_ahead_restored_by_the_next_session(tmp_path, libpair):
     """SIGKILL cannot be caught: the state file lets ``measure --restore`` (or the next
     session) put read_ahead_kb back."""
@@ -605,6 +617,7 @@ def test_sigkill_leaves_read_ahead_restored_by_the_next_session(tmp_path, libpai
     assert f"-> {before}" in r.stdout or "nothing to restore" in r.stdout, r.stdout
 
 
+@pytest.mark.root
 def test_pages_removed_during_a_run_are_traced_whoever_removes_them(tmp_path):
     """A page read by the run and dropped before the residency check is counted in
     deleted_during_run (no pid filter: here the command drops its own pages after reading)."""

@@ -4,6 +4,8 @@ import csv
 import io
 import json
 
+import pytest
+
 from conftest import ROOT, run_cli
 from elflayout.fileio import dump_json
 from elflayout.measure import model
@@ -33,6 +35,7 @@ def test_example_results_follow_format_v1():
         assert k in doc["comparisons"][0]
 
 
+@pytest.mark.slow
 def test_compare_exports(tmp_path):
     md = run_cli("compare", EXAMPLE, check=0).stdout
     assert "| b vs a |" in md and "pages_read" in md and "I/O-bound" in md
@@ -127,6 +130,7 @@ def test_bad_results_files(tmp_path):
     assert "no such file" in run_cli("compare", tmp_path / "none.json", check=2).stderr
 
 
+@pytest.mark.root
 def test_demo_time_verdicts_never_below_the_minimum_runs(tmp_path):
     """The demo's sessions (its own _measure, real runs) at its default n give time
     verdicts; the same file with rounds lost (fewer runs, or runs disturbed) says

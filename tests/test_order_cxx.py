@@ -111,6 +111,7 @@ def _runs(cx, lib):
     return r.returncode == 0
 
 
+@pytest.mark.valgrind
 @pytest.mark.parametrize("linker", ["lld", "gold", "bfd"])
 def test_split_link_puts_every_function_in_profile_order(cx, tmp_path, linker):
     """C1 apart from C2, the cold function in .text.unlikely.NAME, plain .text split, the
@@ -122,6 +123,7 @@ def test_split_link_puts_every_function_in_profile_order(cx, tmp_path, linker):
     assert _runs(cx, lib)
 
 
+@pytest.mark.valgrind
 @pytest.mark.parametrize("linker", ["gold", "bfd"])
 def test_complete_constructor_and_cold_function_are_named(cx, tmp_path, linker):
     """gold/GNU ld order by section: C1 must name its own section (not C2's, which an
@@ -132,6 +134,7 @@ def test_complete_constructor_and_cold_function_are_named(cx, tmp_path, linker):
     assert ".text.unlikely._Z7cx_failPKc" in names
 
 
+@pytest.mark.valgrind
 @pytest.mark.parametrize("linker", ["lld", "gold", "bfd"])
 def test_plain_text_is_the_reason_without_split(cx, tmp_path, linker):
     """Without --split the plain .text object is out of order and link says why (exit 1)."""
@@ -150,6 +153,7 @@ def test_plain_text_is_the_reason_without_split(cx, tmp_path, linker):
     assert "shared-section" in text and "plain.o" in text and "_Z2p4i" in text
 
 
+@pytest.mark.valgrind
 def test_ld_script_moves_only_the_profiled_objects_plain_text(cx, tmp_path):
     """GNU ld: ``*(.text)`` would pull every object's plain .text into the ordered region;
     the script names the profiled object's (``*/plain.o(.text)``)."""
@@ -159,6 +163,7 @@ def test_ld_script_moves_only_the_profiled_objects_plain_text(cx, tmp_path):
     assert "plain.o(.text)" in (tmp_path / "order").read_text()
 
 
+@pytest.mark.valgrind
 def test_ld_script_places_each_static_copy_at_its_own_rank(cx, tmp_path):
     """GNU ld: two objects' ``static helper`` share the section name .text._ZL6helperi;
     the script names each with its file, so lb.o's copy lands after Mid's C1, as profiled."""
@@ -172,6 +177,7 @@ def test_ld_script_places_each_static_copy_at_its_own_rank(cx, tmp_path):
         where[(".text._ZL6helperi", "lb.o")]
 
 
+@pytest.mark.valgrind
 def test_check_order_reasons_on_a_default_gnu_ld_link(cx, tmp_path):
     """An unordered GNU ld link: the cold function sits with .text.unlikely at the start of
     .text, the plain-.text functions in their object's order; check-order groups them."""

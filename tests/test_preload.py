@@ -337,6 +337,7 @@ def test_map_rewrites_paths(tmp_path, bins):
     assert cache.residency(g)[:4].all()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("storage", [None, "none"])
 def test_measure_with_and_without_preload(tmp_path, bins, storage):
     """measure --preload: each variant gets a NAME+preload twin started by the launcher;

@@ -44,6 +44,7 @@ def _truth(synth):
     return json.loads(Path(synth["truth"]).read_text())
 
 
+@pytest.mark.valgrind
 def test_valgrind_function_order_equals_truth(synth, synth_profile):
     truth = _truth(synth)
     t = synth_profile["targets"][0]
@@ -54,6 +55,7 @@ def test_valgrind_function_order_equals_truth(synth, synth_profile):
     assert firsts == sorted(firsts)  # (a run spanning two functions gives both the same first)
 
 
+@pytest.mark.valgrind
 def test_valgrind_object_order_equals_truth(synth, synth_profile):
     truth = _truth(synth)
     t = synth_profile["targets"][0]
@@ -66,12 +68,14 @@ def test_valgrind_object_order_equals_truth(synth, synth_profile):
     assert f0["section"] == ".text." + f0["name"]
 
 
+@pytest.mark.valgrind
 def test_valgrind_phases_match_truth(synth, synth_profile):
     truth = _truth(synth)
     ph = {f["name"]: f["phase"] for f in synth_profile["targets"][0]["functions"]}
     assert [ph[c["name"]] for c in truth["calls"]] == [c["phase"] for c in truth["calls"]]
 
 
+@pytest.mark.valgrind
 def test_valgrind_data_pages_show_relocation_in_loader_phase(synth, synth_profile):
     t = synth_profile["targets"][0]
     loader = [p for p in t["pages"] if p["phase"] == "loader"]
@@ -84,6 +88,8 @@ def test_valgrind_data_pages_show_relocation_in_loader_phase(synth, synth_profil
     assert t["build_id"] and t["sha256"] and t["size"] == os.path.getsize(synth["lib"])
 
 
+@pytest.mark.root
+@pytest.mark.valgrind
 def test_children_through_a_shell(synth, tmp_path):
     """A workload started through a shell: the library is only in the exec'd child."""
     truth = _truth(synth)
@@ -103,6 +109,7 @@ def test_children_through_a_shell(synth, tmp_path):
     assert t["pages"] or t["windows"]
 
 
+@pytest.mark.valgrind
 def test_objects_from_dwarf_without_map(tmp_path):
     """Without a link map, DWARF compile units name the objects (first-execution order)."""
     need_firsttouch()
@@ -122,6 +129,7 @@ def test_objects_from_dwarf_without_map(tmp_path):
     assert f["fb"]["object"] == "b.c" and f["fc"]["object"] == "c.c"
 
 
+@pytest.mark.valgrind
 def test_chase_past_conditional_exits(tmp_path):
     """Blocks VEX translates past a conditional exit are only recorded once they execute."""
     need_firsttouch()
@@ -185,6 +193,7 @@ def synth_big(request):
     return synthetic.build(None, n_objects=80, funcs_per_object=8, seed=1, linker=request.param)
 
 
+@pytest.mark.valgrind
 @pytest.mark.root
 def test_trace_pages_consistent_with_truth(synth_big, tmp_path):
     """Page granularity: in the executable segment, trace events (a fault on one page, or a
@@ -253,12 +262,14 @@ def test_trace_pages_consistent_with_truth(synth_big, tmp_path):
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 
 
+@pytest.mark.valgrind
 def test_target_never_loaded(synth, tmp_path):
     r = run_cli("profile", "--target", synth["lib"], "-o", tmp_path / "p.json", "--", "/bin/true", check=2)
     assert "never loaded" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.valgrind
 @pytest.mark.parametrize("cmd,status", [(["sh", "-c", "exit 3"], 3), (["sh", "-c", "kill -SEGV $$"], -11)])
 def test_workload_failure_still_writes_profile(tmp_path, cmd, status):
     need_firsttouch()
@@ -271,6 +282,7 @@ def test_workload_failure_still_writes_profile(tmp_path, cmd, status):
     run_cli("profile", "--allow-failure", "--force", "--target", LIBC, "-o", out, "--", *cmd, check=0)
 
 
+@pytest.mark.valgrind
 def test_map_of_another_link(synth, tmp_path):
     from elflayout.targets import synthetic
 
@@ -281,6 +293,7 @@ def test_map_of_another_link(synth, tmp_path):
     assert "does not describe" in r.stderr and not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.valgrind
 def test_workload_sigkilled_from_outside(tmp_path):
     """SIGKILL from another process gives valgrind no chance to finish its log: what was flushed
     (mappings at once, events in chunks) still makes a profile, with a note and a warning.
@@ -417,6 +430,7 @@ def test_merge_refuses_other_build(tmp_path):
 
 # -- real targets ---------------------------------------------------------------------------
 
+@pytest.mark.valgrind
 @pytest.mark.slow
 def test_llc_version_functions(tmp_path):
     need_firsttouch()
@@ -433,6 +447,8 @@ def test_llc_version_functions(tmp_path):
     assert t["phases"]["main_start"] is not None and {f["phase"] for f in t["functions"]} >= {"init", "main"}
 
 
+@pytest.mark.download
+@pytest.mark.valgrind
 @pytest.mark.slow
 def test_libpython_import_objects_via_linkmap(tmp_path):
     need_firsttouch()
@@ -455,6 +471,7 @@ def test_libpython_import_objects_via_linkmap(tmp_path):
 
 # -- limits of the valgrind tool are counted, not silent ---------------------------------------
 
+@pytest.mark.valgrind
 def test_tool_counts_mappings_past_its_table(tmp_path, monkeypatch):
     """With a 1-entry mapping table (--ft-max-maps=1) libc's other mappings cannot be
     recorded: the tool counts them in its end records and the profile says so."""
@@ -531,6 +548,7 @@ def stdout_prog(tmp_path_factory):
     return d
 
 
+@pytest.mark.valgrind
 def test_workload_set_under_stdout_conditions(stdout_prog, tmp_path):
     """Each stdout condition runs its own code; the merged profile holds all of it, and
     each entry's ranks say which conditions touched it."""
@@ -593,6 +611,7 @@ int main(void) {
 """
 
 
+@pytest.mark.valgrind
 def test_repeat_records_every_run_path(stdout_prog, tmp_path):
     """--repeat N runs a workload N times and merges the runs: code only some runs
     execute is in the profile, and each run is a workload of its own."""
@@ -634,6 +653,7 @@ int main(void) {
 """
 
 
+@pytest.mark.valgrind
 def test_clean_env_drops_the_callers_variables(stdout_prog, tmp_path):
     """--clean-env: the caller's variables do not reach the workload, --env ones do."""
     need_firsttouch()
@@ -668,6 +688,8 @@ int main(void) {
 """
 
 
+@pytest.mark.root
+@pytest.mark.valgrind
 def test_merge_faults_appends_natively_faulted_functions(tmp_path):
     """A valgrind profile without f120; a trace of a run that calls it faults on f120's
     page (every function has a page of its own; f120 is far from the read-arounds of f0's

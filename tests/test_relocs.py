@@ -15,7 +15,7 @@ from elftools.elf.elffile import ELFFile
 from conftest import need_tool, run_cli
 from elflayout import elfcore
 from elflayout import layouts as L
-from elflayout.relocs import simload
+from elflayout.relocs import realload, simload
 import relocs_testlib as testlib
 from elflayout.relocs.analyze import section_names_of_vaddrs
 
@@ -171,15 +171,15 @@ def test_check_finds_a_dropped_relr_entry(libs, packed, tmp_path):
     bad = tmp_path / "libt.so"
     b = bytearray(packed.read_bytes())
     with elfcore.ElfImage(packed) as img:
-        off = img.vaddr_to_offset(img.dt("DT_RELR"))
-        words = np.frombuffer(img.mm, np.uint64, img.dt("DT_RELRSZ") // 8, off)
+        off = img.vaddr_to_offset(img.dt(L.DT_RELR))
+        words = np.frombuffer(img.mm, np.uint64, img.dt(L.DT_RELRSZ) // 8, off)
         k = int(np.nonzero(words & 1)[0][0])  # first bitmap word: clear its lowest set bit
         w = int(words[k])
         w2 = w & ~((w & ~1) & -(w & ~1))
     b[off + 8 * k:off + 8 * k + 8] = struct.pack("<Q", w2)
     bad.write_bytes(bytes(b))
     assert not simload.compare(libs["bfd"]["lib"], bad)["equal"]
-    assert simload.dlopen_check(packed) is None
+    assert realload.dlopen_check(packed) is None
 
 
 # --- pack-relocs bad input: one line, exit 2 (or 0 for "nothing to do"), input untouched ---------

@@ -23,7 +23,7 @@ from oldglibc_root import bullseye_root, run_in
 from relocs_testlib import compile_lib
 from elflayout import elfcore
 from elflayout import layouts as L
-from elflayout.relocs import linkself, simload
+from elflayout.relocs import linkself, realload, simload
 
 
 def _lld16(tmp_path) -> Path:
@@ -59,8 +59,7 @@ def test_link_time_self_form_on_this_machine(tmp_path):
     subprocess.run(["gcc", "-B", _lld16(tmp_path), "-fuse-ld=lld", "-shared", "-Wl,-soname,libt.so", "-o", plain,
                     obj], check=True)
     with elfcore.ElfImage(self_) as img:
-        tags = {t for t, _ in img.dynamic}
-        assert img.dt("DT_RELR") is None and "DT_INIT" in tags
+        assert img.dt(L.DT_RELR) is None and L.DT_INIT in img.dynamic
         assert b"GLIBC_ABI_DT_RELR" not in bytes(img.mm[img.section(".gnu.version_r").offset:][:256])
     lo = simload.Loaded(self_)
     try:
@@ -69,7 +68,7 @@ def test_link_time_self_form_on_this_machine(tmp_path):
         assert lo.tag(L.DT_RELR | linkself.DT_RELRHACK_BIT) == ap["relr_start"]  # relrhack's hidden tag
     finally:
         lo.close()
-    assert simload.dlopen_check(self_) is None
+    assert realload.dlopen_check(self_) is None
     # `relocs` counts the self-applied table, and no DT_RELR.
     doc = json.loads(run_cli("relocs", self_, "--json", check=0).stdout)
     sa = doc["self_applied"]
@@ -85,7 +84,7 @@ def test_link_time_self_form_on_this_machine(tmp_path):
     with elfcore.ElfImage(self_) as img:
         sym = next(s for s in img.elf.get_section_by_name(".dynsym").iter_symbols() if s.name == "mutable_ptrs")
         # lld keeps .rela.dyn .relr.dyn .rela.plt .elflayout.rela back to back: rewritten in place.
-        assert img.section(".rela.dyn").addr == img.dt("DT_RELA") and img.section(".rela.dyn").type == "SHT_RELA"
+        assert img.section(".rela.dyn").addr == img.dt(L.DT_RELA) and img.section(".rela.dyn").type == "SHT_RELA"
         assert img.section(linkself.RELA_SECTION).size < 1024
         rela = img.reloc_tables()[".rela.dyn"]
         lo_, hi_ = sym["st_value"], sym["st_value"] + sym["st_size"]
@@ -128,6 +127,8 @@ def test_link_time_self_form_refusals(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
+@pytest.mark.root
+@pytest.mark.download
 @pytest.mark.slow
 def test_link_time_self_form_in_an_old_root(tmp_path):
     root = bullseye_root()
@@ -159,9 +160,10 @@ def test_link_time_self_form_in_an_old_root(tmp_path):
     assert runs["relr"].returncode != 0 and b"GLIBC_ABI_DT_RELR" in runs["relr"].stderr
     # On this machine (glibc >= 2.36) all three load.
     for d in libs:
-        assert simload.dlopen_check(libs[d]) is None
+        assert realload.dlopen_check(libs[d]) is None
 
 
+@pytest.mark.download
 @pytest.mark.slow
 def test_link_time_self_form_of_libpython(tmp_path):
     """A real library: libpython3.11 relinked with lld 16 from Debian's PIC objects through
@@ -204,14 +206,14 @@ def test_link_time_self_form_with_gnu_ld_and_mold(tmp_path, linker):
     assert "relocated images equal at 2 load bases" in r.stderr
     assert ("real load skipped" if linker == "mold" else "real load equal") in r.stderr
     with elfcore.ElfImage(self_) as img:  # not lld's order: RELA moved whole into the reserved room
-        assert img.section(linkself.RELA_SECTION).addr == img.dt("DT_RELA")
+        assert img.section(linkself.RELA_SECTION).addr == img.dt(L.DT_RELA)
     subprocess.run(["gcc", f"-fuse-ld={linker}", "-shared", "-Wl,-soname,libt.so", "-o", plain, obj], check=True)
     relr = tmp_path / "relr.so"
     r = run_cli("link", "--pack", "relr", *link, "-o", relr, obj)
     if linker == "mold":
         assert r.returncode == 2 and "without a GLIBC_ABI_DT_RELR version need" in r.stderr and not relr.exists()
     else:
-        assert r.returncode == 0 and not linkself.relr_need_missing(relr) and simload.dlopen_check(relr) is None
+        assert r.returncode == 0 and not linkself.relr_need_missing(relr) and realload.dlopen_check(relr) is None
     outs = []
     for lib in (plain, self_):
         exe = lib.parent / "main"

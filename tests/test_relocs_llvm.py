@@ -95,6 +95,7 @@ def test_llvm_tools_identical_through_packed_lib(packed, tmp_path, cmd):
     assert got.stdout == want.stdout and len(want.stdout) > 50
 
 
+@pytest.mark.download
 @pytest.mark.parametrize("linker", ["bfd", "lld"])
 def test_libpython_relinked_packed_runs_identically(tmp_path, linker):
     """libpython3.11 relinked by the targets helper (GNU ld: spare slots; lld: moved .dynamic)."""

@@ -12,9 +12,10 @@ import pytest
 
 from conftest import run_cli
 from oldglibc_root import bullseye_root, python_launcher, run_in
-from elflayout.relocs import pack, simload
+from elflayout.relocs import pack
+from elflayout.relocs.glibc import glibc_version
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.download, pytest.mark.root]
 
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 IR = "define i32 @f(i32 %x) {\n  %y = mul i32 %x, 7\n  %z = add i32 %y, 3\n  ret i32 %z\n}\n"
@@ -28,7 +29,7 @@ def root():
 
 
 def test_root_has_an_old_glibc(root):
-    assert simload.glibc_version(root) == (2, 31)
+    assert glibc_version(root) == (2, 31)
 
 
 @pytest.mark.parametrize("lib", ["libLLVM-11.so.1", "libpython3.9.so.1.0"])

@@ -16,7 +16,7 @@ from elftools.elf.constants import P_FLAGS
 from conftest import need_tool, run_cli
 from elflayout import elfcore
 from elflayout import layouts as L
-from elflayout.relocs import simload
+from elflayout.relocs import realload, simload
 import relocs_testlib as testlib
 
 LINKERS = ["bfd", "gold", "lld"]
@@ -165,7 +165,7 @@ def test_check_flags_relr_without_version_need(tmp_path):
     b = testlib.build(tmp_path, "lld", extra=("-Wl,--pack-dyn-relocs=relr",), run=False)
     res = simload.compare(b["lib"], b["lib"])
     assert not res["equal"] and "GLIBC_ABI_DT_RELR" in res["table_problems"][0]
-    assert "GLIBC_ABI_DT_RELR" in simload.dlopen_check(b["lib"])
+    assert "GLIBC_ABI_DT_RELR" in realload.dlopen_check(b["lib"])
 
 
 def _phdrs_moved_to_the_end(lib, dst):

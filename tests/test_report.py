@@ -62,25 +62,31 @@ def test_bands_group_sections_by_family_and_label_the_big_ones():
     assert D.family_of(".debug_info")[0] == "not loaded"
 
 
+def _run(files):
+    from elflayout.measure import model
+
+    return model.parse_run({"variant": "v", "state": "selective", "wall_s": 0.1, "files": files})
+
+
 def test_access_figures_known_answers():
     from elflayout.report import data as D
 
     # reads: pages 0-3 (folio of 4), 4, 100 (seek: 95 pages gap), 101; faults at 0, 0, 100
-    run = {"files": {"/x": {"reads": [[0.001, 0, 4], [0.002, 4, 1], [0.003, 100, 1], [0.004, 101, 1]],
-                            "faults": [[0.0015, 0], [0.0016, 0], [0.0031, 100]]}}}
-    a = D.access_of(run, "/x")
+    files = {"/x": {"reads": [[0.001, 0, 4], [0.002, 4, 1], [0.003, 100, 1], [0.004, 101, 1]],
+                    "faults": [[0.0015, 0], [0.0016, 0], [0.0031, 100]]}}
+    a = D.access_of(_run(files), "/x")
     assert a.pages_read == 7 and a.bytes_read == 7 * 4096
     assert a.seeks == 1  # computed: only 4 -> 100 jumps more than 32 pages
     assert a.touched == 2
     assert a.efficiency == pytest.approx(2 / 7)
     assert a.read_pages().tolist() == [0, 1, 2, 3, 4, 100, 101]
     assert "7 pages read" in D.caption(a) and "1 seeks" in D.caption(a) and "29%" in D.caption(a)
-    run["files"]["/x"]["seeks"] = 5  # the harness's own figure wins when present
-    assert D.access_of(run, "/x").seeks == 5
+    files["/x"]["seeks"] = 5  # the harness's own figure wins when present
+    assert D.access_of(_run(files), "/x").seeks == 5
     rows = D.section_table([{"name": ".a", "offset": 0, "size": 3 * 4096}, {"name": ".b", "offset": 99 * 4096,
                                                                           "size": 4096 * 10}], a)
     assert [(r["name"], r["pages"], r["read"], r["touched"]) for r in rows] == [(".a", 3, 3, 1), (".b", 10, 2, 1)]
-    empty = D.access_of({"files": {}}, "/x")
+    empty = D.access_of(_run({}), "/x")
     assert empty.pages_read == 0 and empty.efficiency is None and empty.seeks == 0
 
 
@@ -94,8 +100,8 @@ def test_fixture_sections_and_median_run():
     path = LIB
     assert D.default_state(doc, plan) == "selective"
     k, run = D.pick_run(doc, "llc", "selective", path)
-    pages = sorted(r["files"][path]["pages_read"] for r in D.runs_of(doc, "llc", "selective"))
-    assert run["files"][path]["pages_read"] == pages[(len(pages) - 1) // 2]
+    pages = sorted(r.files[path].pages_read for r in D.runs_of(doc, "llc", "selective"))
+    assert run.files[path].pages_read == pages[(len(pages) - 1) // 2]
     rows = {r["name"]: r for r in D.section_table(D.sections_of(doc, path), D.access_of(run, path))}
     # The loader writes essentially every .data.rel.ro page and streams .rela.dyn (design.md).
     assert rows[".data.rel.ro"]["read"] == rows[".data.rel.ro"]["pages"]
@@ -429,9 +435,10 @@ def test_two_builds_are_paired_side_by_side():
         plt.close(fig)
 
 
+@pytest.mark.slow
 def test_two_builds_plot_and_report_cli(tmp_path):
     doc = _example()
-    files = list(doc["metadata"]["files"])
+    files = list(doc.files)
     out = tmp_path / "ab.svg"
     run_cli("plot", EXAMPLE, "--file", files[0], "--file", files[1], "-o", out, check=0)
     t = out.read_text()
@@ -442,29 +449,35 @@ def test_two_builds_plot_and_report_cli(tmp_path):
     rep = tmp_path / "r.html"
     run_cli("report", EXAMPLE, "-o", rep, check=0)
     h = rep.read_text()
-    for v in doc["variants"]:
-        assert f"{v['name']}: read" in h  # per-section columns for both builds
+    for v in doc.variant_names:
+        assert f"{v}: read" in h  # per-section columns for both builds
 
 
 def test_disturbed_runs_are_left_out_like_the_harness_does():
+    from elflayout.measure import model
     from elflayout.report import data as D
 
     doc = _load(RESULTS)
-    sel = D.runs_of(doc, "llc", "selective")
-    k0, median_run = D.pick_run(doc, "llc", "selective", LIB)
-    median_run["interference"] = f"{LIB}: 5 pages resident after the run but 0 read by it"
-    k1, _ = D.pick_run(doc, "llc", "selective", LIB)
+    res = model.parse(doc)
+    sel = D.runs_of(res, "llc", "selective")
+    k0, median_run = D.pick_run(res, "llc", "selective", LIB)
+    median_run.raw["interference"] = f"{LIB}: 5 pages resident after the run but 0 read by it"
+    res = model.parse(doc)
+    median_run = D.runs_of(res, "llc", "selective")[k0]
+    k1, _ = D.pick_run(res, "llc", "selective", LIB)
     assert k1 != k0  # the flagged run is no longer the representative one
     assert D.disturbed(median_run, LIB) and not D.disturbed(median_run, "/other.so")
-    assert D.values(doc, "llc", "selective", "wall_s").size == len(sel) - 1
-    assert D.values(doc, "llc", "selective", "wall_s", disturbed_runs=True).tolist() == [median_run["wall_s"]]
+    assert D.values(res, "llc", "selective", "wall_s").size == len(sel) - 1
+    assert D.values(res, "llc", "selective", "wall_s", disturbed_runs=True).tolist() == [median_run.wall_s]
     for r in sel:
-        r["interference"] = ["x"]
-    assert D.pick_run(doc, "llc", "selective", LIB) is not None  # all flagged: still something to draw
+        r.raw["interference"] = ["x"]
+    assert D.pick_run(model.parse(doc), "llc", "selective", LIB) is not None  # all flagged: still something to draw
 
 
+@pytest.mark.slow
 def test_history_plot_from_the_history_database(tmp_path):
     history = pytest.importorskip("elflayout.measure.history")
+    from elflayout.measure import model
     from elflayout.report import data as D
 
     db = tmp_path / "h.sqlite"
@@ -476,10 +489,11 @@ def test_history_plot_from_the_history_database(tmp_path):
         for r in doc["runs"]:
             r["wall_s"] *= f
         # Plain means as the summary (what history stores), without the bootstrap's cost.
+        res = model.parse(doc)
         doc["summary"] = [{"variant": v, "state": st, "metric": "wall_s", "n": len(x), "mean": float(x.mean()),
                            "median": float(np.median(x))}
-                          for v in D.variants(doc) for st in D.states(doc)
-                          for x in [D.values(doc, v, st, "wall_s")]]
+                          for v in D.variants(res) for st in D.states(res)
+                          for x in [D.values(res, v, st, "wall_s")]]
         history.add(con, doc, f"r{i}.json")
     con.close()
     before = db.read_bytes()
@@ -514,6 +528,32 @@ def test_report_without_traces_says_so(tmp_path):
     assert r.returncode == 2 and "tracing" in r.stderr
 
 
+def test_report_names_the_access_figures_it_leaves_out(tmp_path, monkeypatch):
+    import html as htmllib
+    import shlex
+
+    from elflayout.cli import main
+    from elflayout.fileio import envelope
+    from elflayout.measure import model
+    from elflayout.report import html
+
+    files = [f"/lib/l{i}.so" for i in range(3)]
+    runs = [{"variant": "v", "state": "selective", "round": k, "seq": k, "wall_s": 0.01,
+             "files": {p: {"pages_read": 2 + i, "reads": [[0.001, 0, 2 + i]], "faults": [[0.002, 0]]}
+                       for i, p in enumerate(files)}} for k in range(2)]
+    src = _write(envelope("results", 1, {"files": {}}, variants=[{"name": "v", "command": "true"}], runs=runs),
+                 tmp_path / "many.json")
+    monkeypatch.setattr(html, "MAX_ACCESS_FIGURES", 1)
+    h = html.results_section(str(src), model.read(src), 0)
+    assert h.count("Where the bytes of") == 1 and "Where the bytes of l2.so" in h  # most pages read first
+    assert "2 more access-pattern figure(s) not shown: this report draws the first 1 of 3" in h
+    cmds = [htmllib.unescape(c) for c in re.findall(r"<li><code>(elflayout plot [^<]*)</code></li>", h)]
+    assert sorted(shlex.split(c)[4] for c in cmds) == ["/lib/l0.so", "/lib/l1.so"]
+    args = shlex.split(cmds[0])[1:]  # the command draws what was left out
+    args[args.index("-o") + 1] = str(tmp_path / "left.png")
+    assert main(args) == 0 and (tmp_path / "left.png").stat().st_size > 1000
+
+
 # -- real outputs of `elflayout measure` and `elflayout profile` (libpython, before/after
 # -- reordering; see tests/data/report-README.md) ------------------------------------------
 
@@ -533,9 +573,9 @@ def test_python_reordering_figures_and_sequence_axis():
     # The recorded figures of the harness agree with what the plot recomputes.
     for p in panels:
         run = D.pick_run(doc, p.variant, state, p.path)[1]
-        f = run["files"][p.path]
-        assert p.acc.pages_read == f["pages_read"] and p.acc.seeks == f["seeks"]
-        assert D.count_seeks(p.acc.page, p.acc.npages) == f["seeks"]
+        f = run.files[p.path]
+        assert p.acc.pages_read == f.pages_read and p.acc.seeks == f.seeks
+        assert D.count_seeks(p.acc.page, p.acc.npages) == f.seeks
     # Reordering: fewer seeks after.
     assert panels[1].acc.seeks < panels[0].acc.seeks
     fig = access.results_figure(doc, plan, x="sequence")

@@ -84,6 +84,7 @@ def test_screen_cli_errors(tmp_path):
     assert "needs --files" in r.stderr
 
 
+@pytest.mark.root
 @needs_root
 def test_screen_runs_a_real_design(tmp_path):
     out = tmp_path / "scr"
@@ -145,6 +146,7 @@ def test_calibrate_from_results():
     assert "not both" in run_cli("calibrate", "true", "--from", EXAMPLE, check=2).stderr
 
 
+@pytest.mark.root
 @needs_root
 def test_calibrate_runs_an_aa_session(tmp_path):
     r = run_cli("calibrate", "/usr/bin/true", "--state", "hot", "--files", "/usr/bin/true", "--runs", "3",

@@ -176,7 +176,7 @@ def test_relink_dynstr_reads_follow_names(synth, tmp_path):
     subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(lib), *map(str, synth["objects"]), f"-Wl,@{rsp}"],
                    check=True)
     from elflayout.order.dynstr import _dynsym
-    from elflayout.order.readahead import profile_touches
+    from elflayout.order.placement import profile_touches
 
     from elflayout.profile import model
 
@@ -208,3 +208,31 @@ def test_simulate_warns_on_a_page_granular_profile(synth, tmp_path):
     r = run_cli("simulate", p, "--lib", synth["lib"], "--json", check=0)
     assert "page-granular (trace) profile" in r.stderr and "lower bound" in r.stderr
     assert json.loads(r.stdout)["metadata"]["warnings"]
+
+
+def test_simulation_file_has_one_model(synth, tmp_path):
+    """`simulate --json` is built and read by one module (kind, version, dataclass,
+    parse, build): what the verb prints reads back; a damaged file is one line naming
+    the file and the problem."""
+    from elflayout import fileio
+    from elflayout.errors import ElflayoutError
+    from elflayout.order import simulation
+
+    r = run_cli("simulate", synth["profile"], "--lib", synth["lib"], "--read-ahead-kb", "16", "--json", check=0)
+    doc = json.loads(r.stdout)
+    p = tmp_path / "s.json"
+    p.write_text(r.stdout)
+    s = simulation.read(p)
+    assert (s.pages, s.bytes, s.requests, s.touches) == (doc["pages"], doc["bytes"], doc["requests"], doc["touches"])
+    assert s.reads == tuple(tuple(x) for x in doc["reads"]) and s.by_cause == doc["by_cause"]
+    assert s.metadata["read_ahead_kb"] == 16 and s.lib["build_id"] and s.warnings == []
+    res = {k: v for k, v in doc.items() if k not in ("format", "version", "metadata", "lib")}
+    assert simulation.build(s.metadata, s.lib, res) == doc
+    assert simulation.predict(synth["profile"], synth["lib"], read_ahead_kb=16) == doc
+    for key, bad in (("reads", [[1]]), ("pages", -1), ("faults", {"major": 1}), ("lib", None), ("by_section", [])):
+        fileio.dump_json({**doc, key: bad}, p)
+        with pytest.raises(ElflayoutError, match=str(p)):
+            simulation.read(p)
+    fileio.dump_json({**doc, "version": 2}, p)
+    with pytest.raises(ElflayoutError):
+        simulation.read(p)

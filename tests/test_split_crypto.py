@@ -14,7 +14,9 @@ from conftest import run_cli
 
 from elflayout.errors import ElflayoutError
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/openssl"), reason="openssl not installed")
+# relinks libcrypto.so.3 from Debian's libcrypto.a with three linkers, profiles openssl
+pytestmark = [pytest.mark.skipif(not os.path.exists("/usr/bin/openssl"), reason="openssl not installed"),
+              pytest.mark.download, pytest.mark.valgrind, pytest.mark.slow]
 
 
 def _exports(lib) -> set[tuple[str, str]]:

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import need_tool
 
+pytestmark = pytest.mark.download
+
 WORK = ("import json, decimal, re, struct; "
         "print(json.dumps({'a': [1, 2.5]}), decimal.Decimal(1) / 7, re.sub(r'(\\w)(\\d)', r'\\2\\1', 'a1 b2'), "
         "struct.pack('<iq', 1, -2).hex())")

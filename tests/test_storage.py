@@ -160,6 +160,7 @@ def test_cli_presets_and_bad_input(tmp_path):
 
 # -- through FUSE --------------------------------------------------------------------------
 
+@pytest.mark.root
 def test_passthrough_content_readonly(srcdir):
     need_fuse()
     with SlowStorage(srcdir, preset="none") as m:
@@ -187,6 +188,7 @@ def test_passthrough_content_readonly(srcdir):
     assert not Path(path).exists()  # run dir removed
 
 
+@pytest.mark.root
 def test_page_cache_kept_and_evicted_through_mount(srcdir):
     need_fuse()
     with SlowStorage(srcdir, preset="none") as m:
@@ -203,6 +205,7 @@ def test_page_cache_kept_and_evicted_through_mount(srcdir):
         assert m.stats()["requests"] > s1["requests"]
 
 
+@pytest.mark.root
 def test_delay_applied_hdd_random(srcdir):
     need_fuse()
     n = 20
@@ -233,6 +236,7 @@ def test_delay_applied_hdd_random(srcdir):
     assert (log["done_ns"] >= log["t_ns"]).all()
 
 
+@pytest.mark.root
 def test_sequential_bandwidth_and_read_ahead(srcdir):
     need_fuse()
     with SlowStorage(srcdir, preset="none", bandwidth_mb_s=100, seek_ms=0, read_ahead_kb=512) as m:
@@ -253,6 +257,7 @@ def test_sequential_bandwidth_and_read_ahead(srcdir):
         assert 0 < m.stats()["max_request_bytes"] <= 128 * 1024
 
 
+@pytest.mark.root
 @pytest.mark.slow
 def test_shared_library_from_mount(tmp_path):
     """ld.so mmaps libLLVM from the mount; cold (evicted) is slower than hot."""
@@ -304,6 +309,7 @@ def _start_cli_mount(src, mnt):
     return p
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cli_signal_unmounts(srcdir, tmp_path, sig):
     need_fuse()
@@ -319,6 +325,7 @@ def test_cli_signal_unmounts(srcdir, tmp_path, sig):
     assert not any(m.path == str(mnt) for m in server.fuse_mounts())
 
 
+@pytest.mark.root
 def test_crashed_helper_leaves_no_mount(srcdir):
     need_fuse()
     st = SlowStorage(srcdir, preset="none").start()
@@ -332,6 +339,7 @@ def test_crashed_helper_leaves_no_mount(srcdir):
     assert not mounted(path)
 
 
+@pytest.mark.root
 def test_stale_mount_of_dead_owner_cleaned(srcdir, tmp_path, monkeypatch):
     need_fuse()
     base = tmp_path / "run"
@@ -359,6 +367,7 @@ def test_stale_mount_of_dead_owner_cleaned(srcdir, tmp_path, monkeypatch):
         server.unmount(mnt)
 
 
+@pytest.mark.root
 def test_dead_server_mount_is_detected(srcdir, tmp_path):
     need_fuse()
     mnt = tmp_path / "mnt"
@@ -373,6 +382,7 @@ def test_dead_server_mount_is_detected(srcdir, tmp_path):
     assert mnt.is_dir()  # a user's mount point is kept
 
 
+@pytest.mark.root
 def test_files_mapping_serves_chosen_files(srcdir, tmp_path):
     need_fuse()
     other = tmp_path / "elsewhere"
@@ -392,6 +402,7 @@ def test_files_mapping_serves_chosen_files(srcdir, tmp_path):
         SlowStorage({"x": srcdir})
 
 
+@pytest.mark.root
 def test_max_read_limits_requests(srcdir):
     need_fuse()
     with SlowStorage(srcdir, preset="none", max_read_kb=64, read_ahead_kb=512) as m:

@@ -212,6 +212,7 @@ def pythons():
     return {ln: libpython.prepare(ln) for ln in LINKERS}
 
 
+@pytest.mark.download
 @pytest.mark.slow
 @pytest.mark.parametrize("linker", LINKERS)
 def test_libpython_relinked_runs_workloads(pythons, linker):
@@ -232,6 +233,7 @@ def test_libpython_relinked_runs_workloads(pythons, linker):
     assert r.returncode == 0 and r.stdout.strip() == str(d["lib"]), r.stderr
 
 
+@pytest.mark.download
 @pytest.mark.slow
 def test_libpython_exports_match_debian(pythons):
     from elflayout.targets.libllvm import _dynsym_defined
@@ -246,6 +248,7 @@ def test_libpython_exports_match_debian(pythons):
     assert len(ours - theirs) < 10
 
 
+@pytest.mark.download
 @pytest.mark.slow
 def test_libpython_object_order(pythons):
     from elflayout.targets import libpython
@@ -282,6 +285,7 @@ def test_libllvm_system():
     assert "define" in r.stdout and "sum_squares" in r.stdout
 
 
+@pytest.mark.download
 @pytest.mark.slow
 @pytest.mark.parametrize("linker", ("lld", "gold"))
 def test_libllvm_relinked_identical_output(linker):

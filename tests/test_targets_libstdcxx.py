@@ -2,7 +2,11 @@
 
 import subprocess
 
+import pytest
+
 from conftest import need_tool
+
+pytestmark = [pytest.mark.download, pytest.mark.slow]  # relinks libstdc++ from Debian's PIC archive
 
 
 def test_relink_runs_the_workload_through_itself():

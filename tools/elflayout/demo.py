@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
+from elflayout.order import pipeline
 
 SUMMARY = "run the whole pipeline on the bundled example (libpython3.11; libLLVM-16 with --big)"
 EPILOG = """examples:
@@ -76,6 +77,15 @@ class Demo:
             msg = (r.stderr or "").strip().splitlines()[-1:] if capture else []
             raise ElflayoutError(f"demo step failed (exit {r.returncode}): elflayout {args[0]} {' '.join(msg)}")
         return r
+
+
+    def order(self, req, output, data_script=None, dynstr_out=None) -> None:
+        """Order in-process (``order.pipeline``, the function ``elflayout order`` runs),
+        showing the command it equals and what it wrote."""
+        self.console.print("[cyan]$ elflayout " + shlex.join(req.argv(output, data_script, dynstr_out)) + "[/]")
+        o = pipeline.order_files(req, output, data_script=data_script, dynstr_out=dynstr_out)
+        for line in pipeline.summary_lines(o, output, data_script, dynstr_out):
+            self.console.print(line, markup=False, highlight=False)
 
 
 def _lib_variant(d: Demo, name: str, lib: Path) -> Path:
@@ -163,7 +173,7 @@ def run_python(d: Demo, args) -> tuple[Path, Path]:
          "-o", prof, "--force", "--", *argv)
 
     d.head("order and relink: object order (the lever for objects without -ffunction-sections)")
-    d.el("order", prof, "--format", "objects", "--objects-from", lld["map"], "-o", d.out / "python.objects.txt", "--force")
+    d.order(pipeline.Request(prof, "objects", objects_from=lld["map"]), d.out / "python.objects.txt")
     ordered = {"lld": _relink_python(d, lld, prof, "lld", "objects"),
                "bfd": _relink_python(d, base["bfd"], prof, "bfd", "objects")}
     d.el("check-order", ordered["lld"], "--profile", prof, check=False)
@@ -203,8 +213,7 @@ def run_llvm(d: Demo, args) -> tuple[Path, Path]:
 
     d.head("order functions, data sections, merged strings and .dynstr names; relink with lld")
     order, script, names = d.out / "llvm.order", d.out / "llvm.data.ld", d.out / "llvm.dynstr.rsp"
-    d.el("order", prof, "--format", "lld", "--algorithm", "hot-last", "--lib", base["lib"],
-         "--data-script", script, "--dynstr-out", names, "-o", order, "--force")
+    d.order(pipeline.Request(prof, "lld", algorithm="hot-last", lib=base["lib"]), order, script, names)
     ordered = libllvm.relink("lld", extra_link_args=[f"--symbol-ordering-file={order}", "--no-warn-symbol-ordering",
                                                     f"-Wl,-T,{script}", f"-Wl,@{names}"])
     d.el("check-order", ordered["lib"], "--profile", prof, check=False)

@@ -18,11 +18,13 @@ from pathlib import Path
 import numpy as np
 from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.elffile import ELFFile
-from elftools.elf.enums import (ENUM_RELOC_TYPE_AARCH64, ENUM_RELOC_TYPE_ARM, ENUM_RELOC_TYPE_i386,
+from elftools.elf.enums import (ENUM_D_TAG, ENUM_RELOC_TYPE_AARCH64, ENUM_RELOC_TYPE_ARM, ENUM_RELOC_TYPE_i386,
                                 ENUM_RELOC_TYPE_PPC64, ENUM_RELOC_TYPE_x64)
 
+from elflayout.dynamic import Dynamic
 from elflayout.errors import ElflayoutError
-from elflayout.layouts import DF_1_NOW, DF_BIND_NOW, REL32, REL64, RELA32, RELA64, SHF_ALLOC
+from elflayout.layouts import (DF_1_NOW, DF_BIND_NOW, DT_BIND_NOW, DT_FLAGS, DT_FLAGS_1, REL32, REL64, RELA32, RELA64,
+                               SHF_ALLOC, r_type)
 
 PAGE = 4096
 
@@ -185,32 +187,22 @@ class ElfImage:
         return [s for s in self.segments if s.type == "PT_LOAD"]
 
     @functools.cached_property
-    def dynamic(self) -> list[tuple[str, int]]:
-        """DT_* entries in file order as (tag name, value); unknown tags as 'DT_0x...'."""
-        try:
-            for s in self.elf.iter_sections():
-                if s["sh_type"] == "SHT_DYNAMIC":
-                    out = []
-                    for t in s.iter_tags():  # also resolves DT_NEEDED/DT_SONAME names: may fail
-                        tag = t.entry.d_tag
-                        out.append((tag if isinstance(tag, str) else f"DT_{tag:#x}", t.entry.d_val))
-                    return out
-        except (ELFError, ELFParseError, OSError, ValueError, OverflowError, UnicodeDecodeError) as e:
-            raise ElflayoutError(f"{self.path}: malformed dynamic section ({type(e).__name__}: {e})") from None
-        return []
+    def dynamic(self) -> Dynamic:
+        """The dynamic array, found as ld.so finds it: through PT_DYNAMIC (dynamic.py)."""
+        return Dynamic.read(self.mm, self.segments, elfclass=self.elfclass, little=self.elf.little_endian,
+                            path=self.path)
 
-    def dt(self, tag: str) -> int | None:
-        for t, v in self.dynamic:
-            if t == tag:
-                return v
-        return None
+    def dt(self, tag: int | str) -> int | None:
+        """The value of a dynamic tag (``layouts.DT_*``; a pyelftools name such as "DT_INIT"
+        also works, a misspelt one raises KeyError), None when absent."""
+        return self.dynamic.get(ENUM_D_TAG[tag] if isinstance(tag, str) else tag)
 
     @property
     def binds_now(self) -> bool:
         """Linked with ``-z now`` (DT_BIND_NOW, DF_BIND_NOW or DF_1_NOW): GNU ld's script
         then has no ``.got.plt`` output section and its RELRO ends right before ``.data``."""
-        return (self.dt("DT_BIND_NOW") is not None or bool((self.dt("DT_FLAGS") or 0) & DF_BIND_NOW)
-                or bool((self.dt("DT_FLAGS_1") or 0) & DF_1_NOW))
+        return (self.dt(DT_BIND_NOW) is not None or bool((self.dt(DT_FLAGS) or 0) & DF_BIND_NOW)
+                or bool((self.dt(DT_FLAGS_1) or 0) & DF_1_NOW))
 
     # -- address translation ----------------------------------------------------------
     def vaddr_to_offset(self, vaddr):
@@ -263,8 +255,7 @@ class ElfImage:
         return out
 
     def reloc_types(self, rel: np.ndarray) -> np.ndarray:
-        info = rel["r_info"]
-        return (info & 0xFFFFFFFF) if self.elfclass == 64 else (info & 0xFF)
+        return r_type(rel["r_info"], self.elfclass)
 
     def relative_type(self) -> int | None:
         return RELATIVE_TYPE.get(self.machine)

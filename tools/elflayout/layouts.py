@@ -33,6 +33,7 @@ SHDR64 = np.dtype([("sh_name", "<u4"), ("sh_type", "<u4"), ("sh_flags", "<u8"), 
 PHDR64 = np.dtype([("p_type", "<u4"), ("p_flags", "<u4"), ("p_offset", "<u8"), ("p_vaddr", "<u8"),
                    ("p_paddr", "<u8"), ("p_filesz", "<u8"), ("p_memsz", "<u8"), ("p_align", "<u8")])
 DYN64 = np.dtype([("d_tag", "<i8"), ("d_val", "<u8")])
+DYN32 = np.dtype([("d_tag", "<i4"), ("d_val", "<u4")])
 SYM64 = np.dtype([("st_name", "<u4"), ("st_info", "u1"), ("st_other", "u1"), ("st_shndx", "<u2"),
                   ("st_value", "<u8"), ("st_size", "<u8")])
 SYM32 = np.dtype([("st_name", "<u4"), ("st_value", "<u4"), ("st_size", "<u4"), ("st_info", "u1"),
@@ -46,6 +47,55 @@ VERNEED = struct.Struct("<HHIII")   # vn_version, vn_cnt, vn_file, vn_aux, vn_ne
 VERNAUX = struct.Struct("<IHHII")   # vna_hash, vna_flags, vna_other, vna_name, vna_next
 VERDEF = struct.Struct("<HHHHIII")  # vd_version, vd_flags, vd_ndx, vd_cnt, vd_hash, vd_aux, vd_next
 VERSYM_HIDDEN = 0x8000              # glibc elf.h VERSYM_HIDDEN (not named by pyelftools)
+
+
+# r_info packs the symbol index and the relocation type (gABI "Relocation":
+# ELF64_R_SYM(i) = i >> 32, ELF64_R_TYPE(i) = i & 0xffffffff; ELF32: >> 8 and & 0xff).
+_R_SYM_SHIFT = {64: 32, 32: 8}
+
+
+def r_sym(info, elfclass: int = 64):
+    """Symbol index of ``r_info`` (an int or a numpy array of them), ELF64_R_SYM/ELF32_R_SYM."""
+    shift = _R_SYM_SHIFT[elfclass]
+    return info >> np.uint64(shift) if isinstance(info, np.ndarray) else int(info) >> shift
+
+
+def r_type(info, elfclass: int = 64):
+    """Relocation type of ``r_info`` (an int or a numpy array of them), ELF64_R_TYPE/ELF32_R_TYPE."""
+    mask = (1 << _R_SYM_SHIFT[elfclass]) - 1
+    return info & np.uint64(mask) if isinstance(info, np.ndarray) else int(info) & mask
+
+
+def r_info(sym, rtype, elfclass: int = 64):
+    """``r_info`` of a symbol index and a relocation type, ELF64_R_INFO/ELF32_R_INFO."""
+    shift = _R_SYM_SHIFT[elfclass]
+    if isinstance(sym, np.ndarray) or isinstance(rtype, np.ndarray):
+        return (np.asarray(sym).astype(np.uint64) << np.uint64(shift)) | np.asarray(rtype).astype(np.uint64)
+    return (int(sym) << shift) | int(rtype)
+
+
+def st_type(info):
+    """Symbol type of ``st_info`` (ELF64_ST_TYPE; an int or a numpy array)."""
+    return info & 0xF
+
+
+def st_bind(info):
+    """Symbol binding of ``st_info`` (ELF64_ST_BIND; an int or a numpy array)."""
+    return info >> 4
+
+
+def read_headers(buf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Copies of the ELF header (one record), program headers and section headers of the
+    ELF64 little-endian file whose bytes are ``buf``. ValueError if a table lies outside it."""
+    ehdr = np.frombuffer(buf, EHDR64, count=1).copy()
+    h = ehdr[0]
+    tables = []
+    for off, n, dt in ((h["e_phoff"], h["e_phnum"], PHDR64), (h["e_shoff"], h["e_shnum"], SHDR64)):
+        off, n = int(off), int(n)
+        if off + n * dt.itemsize > len(buf):
+            raise ValueError(f"a header table of {n} entries at offset {off:#x} is outside the file")
+        tables.append(np.frombuffer(buf, dt, count=n, offset=off).copy() if n else np.zeros(0, dt))
+    return ehdr, tables[0], tables[1]
 
 
 def field_offset(dtype: np.dtype, name: str) -> int:

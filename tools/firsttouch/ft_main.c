@@ -133,19 +133,24 @@ static ULong now_ns(void)
    return (ULong)ts.tv_sec * 1000000000ULL + (ULong)ts.tv_nsec;
 }
 
+/* Write LEN bytes; the bytes left unwritten when a write fails (0: all written). */
+static Int write_all(Int fd, const void* data, Int len)
+{
+   const HChar* p = data;
+   while (len > 0) {
+      Int w = VG_(write)(fd, p, len);
+      if (w <= 0) return len;
+      p += w; len -= w;
+   }
+   return 0;
+}
+
 static void flush(void)
 {
    if (out_fd >= 0 && nbuf > 0) {
-      const char* p = (const char*)buf;
-      Int left = nbuf * (Int)sizeof(Rec);
-      while (left > 0) {
-         Int w = VG_(write)(out_fd, p, left);
-         if (w <= 0) {
-            dropped[DROP_WRITE] += (ULong)(left + (Int)sizeof(Rec) - 1) / sizeof(Rec);
-            break;
-         }
-         p += w; left -= w;
-      }
+      Int left = write_all(out_fd, buf, nbuf * (Int)sizeof(Rec));
+      if (left > 0)
+         dropped[DROP_WRITE] += (ULong)(left + (Int)sizeof(Rec) - 1) / sizeof(Rec);
    }
    nbuf = 0;
 }
@@ -576,25 +581,28 @@ static void ft_print_usage(void)
 
 static void ft_print_debug_usage(void) {}
 
-static void write_header(void)
+/* The log's text header; False when a write failed (a log without it cannot be read). */
+static Bool write_header(void)
 {
    HChar line[4352];
+   Int pos = 0;   /* counted, not asked with lseek: a device (/dev/full) has no position */
    VG_(snprintf)(line, sizeof line, "FIRSTTOUCH 1\nrecsize %d\ndata %d\npid %d\nt0 %llu\nexe %s\n",
                  (Int)sizeof(Rec), clo_data ? 1 : 0, VG_(getpid)(), now_ns(),
                  VG_(args_the_exename) ? VG_(args_the_exename) : "?");
-   VG_(write)(out_fd, line, VG_(strlen)(line));
+   if (write_all(out_fd, line, VG_(strlen)(line))) return False;
+   pos += VG_(strlen)(line);
    for (Int i = 0; i < n_targets; i++) {
       VG_(snprintf)(line, sizeof line, "target %d %llu %llu %s\n", i, targets[i].dev, targets[i].ino,
                     targets[i].path);
-      VG_(write)(out_fd, line, VG_(strlen)(line));
+      if (write_all(out_fd, line, VG_(strlen)(line))) return False;
+      pos += VG_(strlen)(line);
    }
    /* pad the header to a multiple of the record size so records stay aligned */
-   Int pos = (Int)VG_(lseek)(out_fd, 0, VKI_SEEK_CUR);
    Int pad = (Int)sizeof(Rec) - ((pos + 4) % (Int)sizeof(Rec));
    if (pad == (Int)sizeof(Rec)) pad = 0;
    VG_(memset)(line, ' ', pad);
    VG_(memcpy)(line + pad, "\n--\n", 4);
-   VG_(write)(out_fd, line, pad + 4);
+   return write_all(out_fd, line, pad + 4) == 0;
 }
 
 static void ft_child_after_fork(ThreadId tid)
@@ -646,7 +654,10 @@ static void ft_post_clo_init(void)
    }
    buf = VG_(malloc)("ft.buf", BUFREC * sizeof(Rec));
    rbits = wbits = sentinel_bits;
-   write_header();
+   if (!write_header()) {
+      VG_(fmsg)("firsttouch: cannot write the log header to %s\n", out);
+      VG_(exit)(1);
+   }
    VG_(atfork)(NULL, NULL, ft_child_after_fork);
    /* Mappings made before the client starts (exe, ld.so) arrive through
       track_new_mem_startup, which runs after this. */

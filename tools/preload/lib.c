@@ -32,8 +32,14 @@ static void *worker(void *arg)
 static void start(void)
 {
 	const char *p = getenv(ELP_ENV_PLAN);
-	if (!p || !*p || strlen(p) >= sizeof plan)
+	if (!p || !*p)
 		return;
+	if (strlen(p) >= sizeof plan) {
+		fprintf(stderr, "elflayout-preload: " ELP_ENV_PLAN ": path of %zu bytes, longer than %zu; "
+			"starting without preload\n", strlen(p), sizeof plan - 1);
+		unsetenv(ELP_ENV_PLAN);
+		return;
+	}
 	strcpy(plan, p);
 	unsetenv(ELP_ENV_PLAN);
 	int m = elp_method(getenv(ELP_ENV_METHOD));

@@ -177,25 +177,44 @@ static int cached(int fd, uint64_t off, uint64_t len)
 	return cs.nr_cache >= (len + 4095) / 4096;
 }
 
-static void read_range(int fd, enum elp_method m, uint64_t off, uint64_t len, char *scratch)
+/* Ask for [off, off + len) by method M.  Returns 0, or the error (an errno value) when
+ * the kernel refused or a read failed; *done gets the bytes requested (readahead,
+ * fadvise) or read (pread) before that, so a failed range is not counted as read. */
+static int read_range(int fd, enum elp_method m, uint64_t off, uint64_t len, char *scratch, uint64_t *done)
 {
+	*done = 0;
 	switch (m) {
 	case ELP_READAHEAD:
-		readahead(fd, off, len);
+		if (readahead(fd, off, len) < 0)
+			return errno;
 		break;
-	case ELP_FADVISE:
-		posix_fadvise(fd, off, len, POSIX_FADV_WILLNEED);
-		break;
-	case ELP_PREAD:
-		while (len > 0) {
-			size_t n = len < PREAD_CHUNK ? len : PREAD_CHUNK;
-			ssize_t r = pread(fd, scratch, n, off);
-			if (r <= 0)
-				break;
-			off += r, len -= r;
-		}
+	case ELP_FADVISE: {
+		int e = posix_fadvise(fd, off, len, POSIX_FADV_WILLNEED);  /* returns the error */
+		if (e)
+			return e;
 		break;
 	}
+	case ELP_PREAD:
+		while (*done < len) {
+			size_t n = len - *done < PREAD_CHUNK ? len - *done : PREAD_CHUNK;
+			ssize_t r = pread(fd, scratch, n, off + *done);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0)
+				return errno;
+			if (r == 0)
+				return ENODATA;  /* the file ended early: it shrank since the check */
+			*done += r;
+		}
+		return 0;
+	}
+	*done = len;
+	return 0;
+}
+
+static const char *method_name(enum elp_method m)
+{
+	return m == ELP_READAHEAD ? "readahead" : m == ELP_FADVISE ? "posix_fadvise" : "pread";
 }
 
 /* The .preload sibling of PLAN.json; other names are used as given. */
@@ -208,6 +227,56 @@ static const char *text_form(const char *plan, char *buf, size_t bufsz)
 		return buf;
 	}
 	return plan;
+}
+
+/* Why the file open as FD (-1: open failed, errno set) is not the one the plan was made
+ * for (size, mtime, build-id "-" for none), or NULL when it is; fills *sb. */
+static const char *changed(int fd, struct stat *sb, unsigned long long size, long long msec, long long mnsec,
+			   const char *bid, char *whybuf, size_t whysz)
+{
+	if (fd < 0) {
+		snprintf(whybuf, whysz, "cannot open (%s)", strerror(errno));
+		return whybuf;
+	}
+	if (fstat(fd, sb) < 0 || !S_ISREG(sb->st_mode))
+		return "not a regular file";
+	if ((unsigned long long)sb->st_size != size) {
+		snprintf(whybuf, whysz, "size %llu, plan has %llu", (unsigned long long)sb->st_size, size);
+		return whybuf;
+	}
+	if (sb->st_mtim.tv_sec != msec || sb->st_mtim.tv_nsec != mnsec)
+		return "modified since the plan (mtime differs)";
+	if (strcmp(bid, "-")) {
+		char have[129];
+		if (build_id(fd, have, sizeof have) < 0)
+			return "no build-id, plan has one";
+		if (strcmp(have, bid)) {
+			snprintf(whybuf, whysz, "build-id %s, plan has %s", have, bid);
+			return whybuf;
+		}
+	}
+	return NULL;
+}
+
+/* Read a file's ranges; the first failure costs one line on stderr and the rest of the
+ * file.  Only ranges fully requested or read count in st.  Returns 0, or -1 on a failure. */
+static int apply_ranges(int fd, const char *path, uint64_t (*rg)[2], unsigned nr, uint64_t size,
+			enum elp_method m, char *scratch, struct elp_stats *st)
+{
+	for (unsigned i = 0; i < nr; i++) {
+		uint64_t off = rg[i][0], len = rg[i][1], done;
+		if (off + len > size || cached(fd, off, len))
+			continue; /* past the end cannot happen with an unchanged file */
+		int e = read_range(fd, m, off, len, scratch, &done);
+		st->bytes += done;
+		if (e) {
+			fprintf(stderr, TAG ": %s: %s of bytes %llu-%llu failed (%s); the rest of the file is not preloaded\n",
+				path, method_name(m), (unsigned long long)off, (unsigned long long)(off + len), strerror(e));
+			return -1;
+		}
+		st->ranges++;
+	}
+	return 0;
 }
 
 int elp_apply(const char *plan, const struct elp_opts *o, struct elp_stats *st)
@@ -275,40 +344,15 @@ int elp_apply(const char *plan, const struct elp_opts *o, struct elp_stats *st)
 		}
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		struct stat sb;
-		const char *why = NULL;
 		char whybuf[320];
-		if (fd < 0) {
-			snprintf(whybuf, sizeof whybuf, "cannot open (%s)", strerror(errno));
-			why = whybuf;
-		} else if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-			why = "not a regular file";
-		} else if ((unsigned long long)sb.st_size != size) {
-			snprintf(whybuf, sizeof whybuf, "size %llu, plan has %llu", (unsigned long long)sb.st_size, size);
-			why = whybuf;
-		} else if (sb.st_mtim.tv_sec != msec || sb.st_mtim.tv_nsec != mnsec) {
-			why = "modified since the plan (mtime differs)";
-		} else if (strcmp(bid, "-")) {
-			char have[129];
-			if (build_id(fd, have, sizeof have) < 0)
-				why = "no build-id, plan has one";
-			else if (strcmp(have, bid)) {
-				snprintf(whybuf, sizeof whybuf, "build-id %s, plan has %s", have, bid);
-				why = whybuf;
-			}
-		}
+		const char *why = changed(fd, &sb, size, msec, mnsec, bid, whybuf, sizeof whybuf);
 		if (why) {
 			fprintf(stderr, TAG ": %s: %s; not preloaded\n", path, why);
 			st->files_skipped++;
-		} else {
-			for (unsigned i = 0; i < nr; i++) {
-				uint64_t off = rg[i][0], len = rg[i][1];
-				if (off + len > (uint64_t)sb.st_size || cached(fd, off, len))
-					continue; /* past the end cannot happen with an unchanged file */
-				read_range(fd, o->method, off, len, scratch);
-				st->ranges++;
-				st->bytes += len;
-			}
+		} else if (apply_ranges(fd, path, rg, nr, (uint64_t)sb.st_size, o->method, scratch, st) == 0) {
 			st->files++;
+		} else {
+			st->files_skipped++;
 		}
 		if (fd >= 0)
 			close(fd);

@@ -6,8 +6,9 @@
  * reads.  Applying it asks the kernel to read those ranges in file-offset order, in few
  * large requests, before the program faults them in one read-around window at a time.
  *
- * Never fatal: a missing or malformed plan, a missing file or a file that changed since
- * the plan (size, mtime or build-id) costs one line on stderr and nothing else.
+ * Never fatal: a missing or malformed plan, a missing file, a file that changed since
+ * the plan (size, mtime or build-id) or a read the kernel refuses costs one line on
+ * stderr and nothing else.
  */
 #ifndef ELFLAYOUT_PRELOAD_H
 #define ELFLAYOUT_PRELOAD_H
@@ -27,9 +28,10 @@ struct elp_opts {
 };
 
 struct elp_stats {
-	unsigned files, files_skipped;
-	unsigned ranges;   /* ranges read (parts already in the page cache are not) */
-	uint64_t bytes;    /* bytes requested */
+	unsigned files;         /* files whose ranges were all requested */
+	unsigned files_skipped; /* changed since the plan, or a read failed (one line each) */
+	unsigned ranges;   /* ranges read (parts already in the page cache are not; failed ones are not) */
+	uint64_t bytes;    /* bytes requested (readahead, fadvise) or read (pread) */
 	double seconds;
 };
 

@@ -63,34 +63,35 @@ def parse_effect(text) -> float:
     return v
 
 
-def recompute(doc: dict, seed=None, metrics=None, include_disturbed=False, primary=None, target_effect=None) -> dict:
-    from elflayout.measure import stats
+def recompute(res, seed=None, metrics=None, include_disturbed=False, primary=None, target_effect=None) -> dict:
+    """The document of ``res`` (``model.Results``, or a document built in memory) with its
+    summary, comparisons, multiplicity and io_bound computed again from the runs."""
+    from elflayout.measure import model, stats
 
+    res = model.as_results(res)
     if metrics:
         bad = set(metrics) - set(stats.METRICS)
         if bad:
             raise ElflayoutError(f"--metric {sorted(bad)[0]}: unknown (choose from {', '.join(stats.METRICS)})")
-    variants = [v["name"] for v in doc["variants"]]
-    states = doc["metadata"].get("states") or sorted({r["state"] for r in doc["runs"]})
-    s = doc["metadata"].get("seed", 0) if seed is None else seed
     try:
         prim = stats.parse_primary(primary) if primary else stats.DEFAULT_PRIMARY
     except ValueError as e:
         raise ElflayoutError(f"--primary {e}") from None
-    out = stats.analyse(doc["runs"], variants, states, seed=s, metrics=tuple(metrics or stats.METRICS),
-                        include_disturbed=include_disturbed, primary=prim, target_effect=target_effect)
-    return {**doc, **out}
+    out = stats.analyse(res.runs, res.variant_names, res.states, seed=res.seed if seed is None else seed,
+                        metrics=tuple(metrics or stats.METRICS), include_disturbed=include_disturbed, primary=prim,
+                        target_effect=target_effect)
+    return {**res.doc, **out}
 
 
 def run(args) -> int:
     from elflayout.measure import model
 
     out = fileio.check_output(args.output, force=args.force, inputs=(args.results,)) if args.output else None
-    doc = model.load(args.results)
-    if not doc["runs"]:
+    res = model.read(args.results)
+    if not res.runs:
         raise ElflayoutError(f"{args.results}: no runs to compare")
     effect = parse_effect(args.target_effect) if args.target_effect else None
-    doc = recompute(doc, args.seed, args.metric, args.include_disturbed, args.primary, effect)
+    doc = recompute(res, args.seed, args.metric, args.include_disturbed, args.primary, effect)
     if args.json:
         text = json.dumps({"format": "elflayout-compare", "version": 1, "source": str(args.results),
                            "summary": doc["summary"], "comparisons": doc["comparisons"],

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from elflayout.errors import ElflayoutError
+from elflayout.measure import model
 
 MIN_POINTS = 6  # fewer past points than this and an ETS fit (2 parameters + level) is not worth trusting
 TABLES = """
@@ -146,28 +147,32 @@ def _connect_pg(url: str, readonly: bool) -> Store:
     return store
 
 
-def digest(doc: dict) -> str:
-    return hashlib.sha256(json.dumps(doc["runs"], sort_keys=True).encode()).hexdigest()
+def digest(res) -> str:
+    """The session's identity: a hash of its runs as stored (``model.Results``, or a document)."""
+    return hashlib.sha256(json.dumps([r.raw for r in model.as_results(res).runs], sort_keys=True).encode()).hexdigest()
 
 
-def summary_rows(doc: dict) -> list[dict]:
-    if doc.get("summary"):
-        return doc["summary"]
+def summary_rows(res) -> list[dict]:
+    """The summary rows of ``res``: its own, else computed from its runs."""
+    res = model.as_results(res)
+    if res.summary:
+        return list(res.summary)
     from elflayout.measure.compare_cli import recompute
 
-    return recompute(doc)["summary"]
+    return recompute(res)["summary"]
 
 
-def add(con: Store, doc: dict, source: str, label: str | None = None) -> tuple[int, bool]:
-    """Add a results document; (session id, True if new). Adding the same runs twice is a no-op
-    (also when two machines add them at once: the digest is unique)."""
-    d = digest(doc)
+def add(con: Store, res, source: str, label: str | None = None) -> tuple[int, bool]:
+    """Add a results file (``model.Results``, or a document); (session id, True if new). Adding
+    the same runs twice is a no-op (also when two machines add them at once: the digest is unique)."""
+    res = model.as_results(res, source)
+    d = digest(res)
     row = con.execute("SELECT id FROM sessions WHERE digest = ?", (d,))
     if row:
         return row[0][0], False
-    md = doc.get("metadata", {})
+    md = res.metadata
     keep = {k: md.get(k) for k in ("states", "runs", "seed", "read_ahead_kb", "aslr", "source", "cpu_model")}
-    points = summary_rows(doc)
+    points = summary_rows(res)
     with con.transaction():
         got = con.execute(
             "INSERT INTO sessions (digest, source, started, added, host, kernel, label, metadata) "
@@ -219,15 +224,16 @@ def prediction_interval(y, alpha: float = 0.05) -> tuple[float, float, float]:
     return float(fr["mean"].iloc[0]), float(fr["pi_lower"].iloc[0]), float(fr["pi_upper"].iloc[0])
 
 
-def check(con, doc: dict, min_points: int = MIN_POINTS, metrics=None) -> list[dict]:
-    """One row per series of ``doc``: {variant, state, metric, value, points, forecast, low, high, status}.
+def check(con, res, min_points: int = MIN_POINTS, metrics=None) -> list[dict]:
+    """One row per series of ``res``: {variant, state, metric, value, points, forecast, low, high, status}.
 
     status: ``ok``, ``regression`` (worse: above the interval), ``improvement`` (below)
     or ``not enough history``.
     """
-    d = digest(doc)
+    res = model.as_results(res)
+    d = digest(res)
     out = []
-    for r in summary_rows(doc):
+    for r in summary_rows(res):
         if not r.get("n") or (metrics and r["metric"] not in metrics):
             continue
         past = series(con, r["variant"], r["state"], r["metric"], exclude_digest=d)

@@ -45,18 +45,18 @@ def run(args) -> int:
     if args.action == "add":
         if not args.results:
             raise ElflayoutError("history add: name at least one results file")
-        docs = [(f, model.load(f)) for f in args.results]  # validate all before writing any
+        results = [(f, model.read(f)) for f in args.results]  # validate all before writing any
         con = history.connect(db)
-        for f, doc in docs:
-            sid, new = history.add(con, doc, str(f), args.label)
+        for f, res in results:
+            sid, new = history.add(con, res, str(f), args.label)
             print(f"{f}: {'added as session' if new else 'already in the history as session'} {sid} ({con.name})")
         return 0
     if args.action == "check":
         if len(args.results) != 1:
             raise ElflayoutError("history check: name exactly one results file")
-        doc = model.load(args.results[0])
+        res = model.read(args.results[0])
         con = history.connect(db)
-        rows = history.check(con, doc, args.min_points or history.MIN_POINTS, args.metric)
+        rows = history.check(con, res, args.min_points or history.MIN_POINTS, args.metric)
         if args.json:
             print(json.dumps(rows, indent=1))
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,59 @@ from elflayout.errors import ElflayoutError
 
 KIND = "results"
 VERSION = 1
-RUN_FIELDS = ("variant", "state", "round", "seq", "wall_s", "user_s", "sys_s", "major_faults", "minor_faults",
-              "read_bytes", "pages_read", "bytes_read")
+
+
+# -- the run metrics: one registry for statistics, exports, plots and the report -------------------
+@dataclass(frozen=True)
+class Metric:
+    """A run metric: its results name, how it is shown and how it is derived from a run record."""
+
+    name: str
+    label: str
+    unit: str  # display unit ('' for a plain count)
+    scale: float  # stored value x scale = value in ``unit``
+    time: bool  # seconds: compared on the log scale, verdicts faster/slower
+    parts: tuple[str, ...] = ()  # derived: the sum of these stored fields
+    per_file: bool = False  # also stored per file under test (runs[].files[P]); summed over the files chosen
+    stored: bool = True  # a field of each run record (a column of the runs CSV)
+    compared: bool = True  # summarised and compared by statistics (``compare``)
+    tested: bool = True  # False: described without a test (the tick-sampled user/system split)
+
+    def of(self, record) -> float | None:
+        """This metric of a stored run record (a dict); None when absent or not a number."""
+        if self.parts:
+            vals = [_number(record.get(p)) for p in self.parts]
+            return None if any(v is None for v in vals) else float(sum(vals))
+        return _number(record.get(self.name))
+
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+# cpu_s, the exact CPU time, is tested; its user/system split is tick-sampled and only
+# described (the reason: stats.UNTESTED_REASON).
+METRICS = {m.name: m for m in (
+    Metric("wall_s", "wall time", "ms", 1e3, time=True),
+    Metric("user_s", "user CPU", "ms", 1e3, time=True, tested=False),
+    Metric("sys_s", "system CPU", "ms", 1e3, time=True, tested=False),
+    Metric("cpu_s", "CPU time (user + system)", "ms", 1e3, time=True, parts=("user_s", "sys_s"), stored=False),
+    Metric("major_faults", "major faults", "", 1, time=False),
+    Metric("minor_faults", "minor faults", "", 1, time=False, compared=False),
+    Metric("read_bytes", "block input (rusage)", "MB", 1e-6, time=False, compared=False),
+    Metric("pages_read", "pages read", "pages", 1, time=False, per_file=True),
+    Metric("bytes_read", "bytes read", "MB", 1e-6, time=False, per_file=True),
+    Metric("seeks", "seeks", "", 1, time=False, per_file=True, stored=False, compared=False),
+)}
+RUN_FIELDS = ("variant", "state", "round", "seq", *(m.name for m in METRICS.values() if m.stored))
+
+
+def metric(name: str) -> Metric:
+    """The registered metric ``name``; a one-line error naming the known ones otherwise."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise ElflayoutError(f"--metric {name}: unknown (one of: {', '.join(METRICS)})") from None
 
 
 def elf_sections(path) -> list[dict]:
@@ -104,7 +156,7 @@ def build(metadata: dict, variants: list[dict], runs: list[dict], analysis: dict
                            multiplicity=analysis.get("multiplicity"), io_bound=analysis.get("io_bound", []))
 
 
-# -- typed reading (one parser for every consumer: compare, history, plot, report) -------------
+# -- typed reading (one parser for every consumer: compare, history, plot, report, bench) -------
 @dataclass(frozen=True)
 class FileRun:
     """One file under test in one run (``runs[].files[PATH]``)."""
@@ -115,7 +167,7 @@ class FileRun:
     resident_after: int | None = None
     resident_before: int | None = None
     estimated: bool = False
-    reads: tuple = ()   # ((t_s, page, npages), ...) in time order
+    reads: tuple = ()   # ((t_s, page, npages), ...) as stored
     faults: tuple = ()  # ((t_s, page), ...)
 
 
@@ -139,18 +191,33 @@ class Run:
 
     @property
     def disturbed(self) -> bool:
+        """The harness flagged this run: another process used the files under test meanwhile."""
         return self.interference is not None
 
-    def metric(self, name: str):
-        """A run metric by its results name (``wall_s``, ``user_s``, ``major_faults``...)."""
-        return self.raw.get(name)
+    def disturbed_for(self, path: str) -> bool:
+        """Whether a flag of this run names ``path``."""
+        notes = self.raw.get("interference", self.interference)
+        if not notes:
+            return False
+        notes = [notes] if isinstance(notes, (str, dict)) else notes
+        return any(path in (n if isinstance(n, str) else json.dumps(n)) for n in notes)
+
+    def value(self, name: str, files=None) -> float | None:
+        """Metric ``name`` (``METRICS``) of this run; None when not measured. A per-file
+        metric is summed over ``files`` when given (or when the run record has no total)."""
+        m = metric(name)
+        if m.per_file and (files is not None or not m.stored):
+            vals = [getattr(self.files[p], name) for p in (self.files if files is None else files) if p in self.files]
+            vals = [v for v in vals if v is not None]
+            return float(sum(vals)) if vals else None
+        return m.of(self.raw)
 
 
 @dataclass(frozen=True)
 class Results:
     """A parsed ``elflayout-results`` v1 document (docs/formats/results.md).
 
-    ``doc`` keeps the document as read (statistics and exports work on it);
+    ``doc`` keeps the document as read (for exports and the history's digest);
     consumers use the typed fields and never re-check the JSON.
     """
 
@@ -169,18 +236,41 @@ class Results:
 
     @property
     def states(self) -> list[str]:
-        seen = list(self.metadata.get("states") or [])
-        return seen + [s for s in dict.fromkeys(r.state for r in self.runs) if s not in seen]
+        """The session's states (metadata), else those of the runs in sorted order."""
+        return list(self.metadata.get("states") or sorted({r.state for r in self.runs}))
 
     @property
     def files(self) -> dict[str, dict]:
         """Metadata of each file under test (identity, sections...), by path."""
         return self.metadata.get("files") or {}
 
+    @property
+    def seed(self) -> int:
+        return self.metadata.get("seed", 0)
+
+    def command(self, variant: str) -> str:
+        """The shell command of a variant ('' if not recorded)."""
+        return dict(self.variants).get(variant, "")
+
+    def runs_of(self, variant: str, state: str) -> list[Run]:
+        """Runs of one variant x state in file order, disturbed ones included."""
+        return [r for r in self.runs if r.variant == variant and r.state == state]
+
     def cell(self, variant: str, state: str, *, clean: bool = True) -> list[Run]:
         """Runs of one variant x state in run order; ``clean`` leaves out disturbed runs."""
         return sorted((r for r in self.runs if r.variant == variant and r.state == state
                        and not (clean and r.disturbed)), key=lambda r: r.seq)
+
+    def values(self, variant: str, state: str, name: str, files=None, *, disturbed: bool = False) -> list[float]:
+        """Metric ``name`` over the runs of variant x state in file order (runs without it left
+        out); the clean runs, or with ``disturbed`` only the flagged ones."""
+        vals = (r.value(name, files) for r in self.runs_of(variant, state) if r.disturbed == disturbed)
+        return [v for v in vals if v is not None]
+
+    def summary_row(self, variant: str, state: str, name: str) -> dict | None:
+        """The file's own summary row of variant x state x metric, if it has one."""
+        return next((s for s in self.summary if (s.get("variant"), s.get("state"), s.get("metric"))
+                     == (variant, state, name)), None)
 
 
 def _table(rows, width: int, where: str, key: str) -> tuple:
@@ -203,6 +293,44 @@ def _int(v, where: str, default=None):
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ElflayoutError(f"{where}: expected a number, found {type(v).__name__}")
     return int(v)
+
+
+def _file_run(f, w: str, path: str) -> FileRun:
+    if not isinstance(f, dict):
+        raise ElflayoutError(f"{w}: files[{path}] is not an object")
+    pages = _int(f.get("pages_read"), f"{w}: pages_read", 0)
+    return FileRun(
+        pages_read=pages, bytes_read=_int(f.get("bytes_read"), f"{w}: bytes_read", pages * 4096),
+        seeks=None if f.get("seeks") is None else _int(f["seeks"], f"{w}: seeks"),
+        resident_after=None if f.get("resident_after") is None else _int(f["resident_after"], w),
+        resident_before=None if f.get("resident_before") is None else _int(f["resident_before"], w),
+        estimated=bool(f.get("estimated")),
+        reads=_table(f.get("reads"), 3, w, "reads"), faults=_table(f.get("faults"), 2, w, "faults"))
+
+
+def parse_run(r, i: int = 0, source: str = "results", names=None) -> Run:
+    """Check and type one run record (``names``: the variants it may name; None: any)."""
+    where = f"{source}: run {i}"
+    if not isinstance(r, dict) or (names is not None and r.get("variant") not in names) \
+            or r.get("state") not in ("selective", "cold", "hot") or not isinstance(r.get("wall_s"), (int, float)):
+        raise ElflayoutError(f"{where} is malformed (needs variant, state, wall_s)")
+    fr = r.get("files") or {}
+    if not isinstance(fr, dict):
+        raise ElflayoutError(f"{where}: 'files' is not an object")
+    files = {path: _file_run(f, f"{where}: {path}", path) for path, f in fr.items()}
+    why = r.get("interference") or None  # an empty flag is no flag
+    if why is not None and not isinstance(why, str):
+        why = str(why)
+    left = r.get("evict_left") or {}
+    if not isinstance(left, dict):
+        raise ElflayoutError(f"{where}: 'evict_left' is not an object")
+    return Run(variant=r.get("variant"), state=r["state"], round=_int(r.get("round"), f"{where}: round", 0),
+               seq=_int(r.get("seq"), f"{where}: seq", i), wall_s=float(r["wall_s"]),
+               pages_read=_int(r.get("pages_read"), f"{where}: pages_read", 0),
+               source=str(r.get("source", "trace")), files=files, interference=why,
+               attempts=_int(r.get("attempts"), f"{where}: attempts", 1),
+               evict_left={k: int(v) for k, v in left.items()},
+               lost_events=_int(r.get("lost_events"), f"{where}: lost_events", 0), raw=r)
 
 
 def parse(doc: dict, source: str = "results") -> Results:
@@ -228,50 +356,21 @@ def parse(doc: dict, source: str = "results") -> Results:
     names = [v.get("name") for v in variants]
     if any(not isinstance(n, str) for n in names):
         raise ElflayoutError(f"{source}: a variant has no name")
-    runs = []
-    for i, r in enumerate(raw_runs):
-        where = f"{source}: run {i}"
-        if r.get("variant") not in names or r.get("state") not in ("selective", "cold", "hot") \
-                or not isinstance(r.get("wall_s"), (int, float)):
-            raise ElflayoutError(f"{where} is malformed (needs variant, state, wall_s)")
-        fr = r.get("files") or {}
-        if not isinstance(fr, dict):
-            raise ElflayoutError(f"{where}: 'files' is not an object")
-        files = {}
-        for path, f in fr.items():
-            w = f"{where}: {path}"
-            if not isinstance(f, dict):
-                raise ElflayoutError(f"{w}: files[{path}] is not an object")
-            pages = _int(f.get("pages_read"), f"{w}: pages_read", 0)
-            files[path] = FileRun(
-                pages_read=pages, bytes_read=_int(f.get("bytes_read"), f"{w}: bytes_read", pages * 4096),
-                seeks=None if f.get("seeks") is None else _int(f["seeks"], f"{w}: seeks"),
-                resident_after=None if f.get("resident_after") is None else _int(f["resident_after"], w),
-                resident_before=None if f.get("resident_before") is None else _int(f["resident_before"], w),
-                estimated=bool(f.get("estimated")),
-                reads=_table(f.get("reads"), 3, w, "reads"), faults=_table(f.get("faults"), 2, w, "faults"))
-        why = r.get("interference")
-        if why is not None and not isinstance(why, str):
-            why = str(why)
-        left = r.get("evict_left") or {}
-        if not isinstance(left, dict):
-            raise ElflayoutError(f"{where}: 'evict_left' is not an object")
-        runs.append(Run(variant=r["variant"], state=r["state"], round=_int(r.get("round"), f"{where}: round", 0),
-                        seq=_int(r.get("seq"), f"{where}: seq", i), wall_s=float(r["wall_s"]),
-                        pages_read=_int(r.get("pages_read"), f"{where}: pages_read", 0),
-                        source=str(r.get("source", "trace")), files=files, interference=why,
-                        attempts=_int(r.get("attempts"), f"{where}: attempts", 1),
-                        evict_left={k: int(v) for k, v in left.items()},
-                        lost_events=_int(r.get("lost_events"), f"{where}: lost_events", 0), raw=r))
-    return Results(path=source, metadata=md, variants=tuple((v["name"], str(v.get("command", ""))) for v in variants),
-                   runs=tuple(runs), summary=tuple(need_list("summary", False)),
+    runs = tuple(parse_run(r, i, source, names) for i, r in enumerate(raw_runs))
+    return Results(path=source, metadata=md, variants=tuple((v["name"], str(v.get("command") or "")) for v in variants),
+                   runs=runs, summary=tuple(need_list("summary", False)),
                    comparisons=tuple(need_list("comparisons", False)), io_bound=tuple(need_list("io_bound", False)),
                    doc=doc)
 
 
 def read(path) -> Results:
-    """Read and type a results file; one-line ``ElflayoutError`` on anything malformed."""
+    """Read and type a results file: the one way in; one-line ``ElflayoutError`` on anything malformed."""
     return parse(fileio.load_json(path, KIND, (VERSION,)), str(path))
+
+
+def as_results(doc, source: str = "results") -> Results:
+    """``doc`` typed: a ``Results`` as is, a document built in memory (``build``) parsed."""
+    return doc if isinstance(doc, Results) else parse(doc, source)
 
 
 def load(path) -> dict:

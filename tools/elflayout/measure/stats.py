@@ -52,17 +52,19 @@ import numpy as np
 from scipy import stats as ss
 
 from elflayout.errors import ElflayoutError
+from elflayout.measure import model
 
-TIME_METRICS = ("wall_s", "user_s", "sys_s", "cpu_s")
-COUNT_METRICS = ("major_faults", "pages_read", "bytes_read")
-METRICS = TIME_METRICS + COUNT_METRICS
-# The kernel measures a task's CPU time exactly (sum_exec_runtime) but splits it into
-# user and system by sampling the mode at each scheduler tick and scaling the samples
-# to the exact sum (cputime_adjust): for a start-up of a few ticks the split is a small
-# binomial count, often 0 for one side. cpu_s = user_s + sys_s is the exact sum and is
-# tested; the split is reported without a test (no valid t-test on such values).
-DERIVED_METRICS = {"cpu_s": ("user_s", "sys_s")}
-DESCRIPTIVE_METRICS = ("user_s", "sys_s")
+# The metrics and how each is derived: one registry (measure.model.METRICS). The kernel
+# measures a task's CPU time exactly (sum_exec_runtime) but splits it into user and system
+# by sampling the mode at each scheduler tick and scaling the samples to the exact sum
+# (cputime_adjust): for a start-up of a few ticks the split is a small binomial count,
+# often 0 for one side. cpu_s = user_s + sys_s is the exact sum and is tested; the split
+# is reported without a test (no valid t-test on such values).
+METRICS = tuple(m.name for m in model.METRICS.values() if m.compared)
+TIME_METRICS = tuple(m for m in METRICS if model.METRICS[m].time)
+COUNT_METRICS = tuple(m for m in METRICS if not model.METRICS[m].time)
+DERIVED_METRICS = {m: model.METRICS[m].parts for m in METRICS if model.METRICS[m].parts}
+DESCRIPTIVE_METRICS = tuple(m for m in METRICS if not model.METRICS[m].tested)
 UNTESTED_REASON = ("not tested: the kernel samples the user/system split once per scheduler tick and scales it to "
                    "the exact CPU time, so a start-up's split is a count of a few ticks (often 0); cpu_s "
                    "(user + sys, exact) carries the CPU verdict")
@@ -474,33 +476,36 @@ def io_bound_change(a_cold, a_hot, b_cold, b_hot, seed=0) -> dict:
     return {"value": float(stat(*s)), "ci_low": _f(lo), "ci_high": _f(hi)}
 
 
-def run_value(run: dict, metric: str):
-    """A metric of one run; derived metrics (cpu_s) from their parts; None when absent."""
-    parts = DERIVED_METRICS.get(metric)
-    if parts is None:
-        return run.get(metric)
-    vals = [run.get(p) for p in parts]
-    return None if any(v is None for v in vals) else float(sum(vals))
+def run_value(run, metric: str):
+    """A metric of one run (a ``model.Run`` or a run record), derived as the registry says
+    (cpu_s from its parts); None when absent."""
+    return run.value(metric) if isinstance(run, model.Run) else model.metric(metric).of(run)
+
+
+def typed_runs(runs) -> list[model.Run]:
+    """Runs as ``model.Run``: typed ones as they are, records (built in memory) parsed."""
+    return [r if isinstance(r, model.Run) else model.parse_run(r, i, "runs") for i, r in enumerate(runs)]
 
 
 def _series(runs, variant, state, metric):
-    x = [run_value(r, metric) for r in runs if r["variant"] == variant and r["state"] == state]
+    x = [r.value(metric) for r in runs if r.variant == variant and r.state == state]
     return np.array([v for v in x if v is not None], dtype=float)
 
 
-def compare_runs(runs: list[dict], variants: list[str], states: list[str], seed: int = 0, metrics=METRICS,
+def compare_runs(runs, variants: list[str], states: list[str], seed: int = 0, metrics=METRICS,
                  primary=DEFAULT_PRIMARY, target_effect: float | None = None,
                  min_time_runs: int = MIN_TIME_RUNS) -> tuple[list[dict], dict]:
     """(comparisons, multiplicity) of each variant against the first, over the given runs
-    (all of them: leave disturbed runs out before)."""
+    (``model.Run`` or run records; all of them: leave disturbed runs out before)."""
+    runs = typed_runs(runs)
     comparisons = []
     base = variants[0] if variants else None
     for b, s, m in product(variants[1:], states, metrics):
         xa, xb = _series(runs, base, s, m), _series(runs, b, s, m)
         if len(xa) == 0 and len(xb) == 0:
             continue
-        pa = {r["round"]: run_value(r, m) for r in runs if r["variant"] == base and r["state"] == s}
-        pb = {r["round"]: run_value(r, m) for r in runs if r["variant"] == b and r["state"] == s}
+        pa = {r.round: r.value(m) for r in runs if r.variant == base and r.state == s}
+        pb = {r.round: r.value(m) for r in runs if r.variant == b and r.state == s}
         pa, pb = ({k: v for k, v in p.items() if v is not None} for p in (pa, pb))
         both = sorted(set(pa) & set(pb))
         pairs = ([pa[k] for k in both], [pb[k] for k in both])
@@ -509,7 +514,7 @@ def compare_runs(runs: list[dict], variants: list[str], states: list[str], seed:
     return comparisons, adjust(comparisons, primary=primary, target_effect=target_effect)
 
 
-def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int = 0,
+def analyse(runs, variants: list[str], states: list[str], seed: int = 0,
             metrics=METRICS, include_disturbed: bool = False, primary=DEFAULT_PRIMARY,
             target_effect: float | None = None, min_time_runs: int = MIN_TIME_RUNS) -> dict:
     """summary, comparisons (each variant against the first), multiplicity and io_bound.
@@ -517,8 +522,9 @@ def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int 
     Runs flagged ``interference`` (another process used the files under test meanwhile)
     are left out unless ``include_disturbed``.
     """
+    runs = typed_runs(runs)
     if not include_disturbed:
-        runs = [r for r in runs if not r.get("interference")]
+        runs = [r for r in runs if not r.disturbed]
     summary, io = [], []
     for v, s, m in product(variants, states, metrics):
         x = _series(runs, v, s, m)
@@ -526,7 +532,7 @@ def analyse(runs: list[dict], variants: list[str], states: list[str], seed: int 
             continue
         d = describe(x, seed)
         # report run seq numbers, not indices within the series
-        seqs = [r.get("seq") for r in runs if r["variant"] == v and r["state"] == s and run_value(r, m) is not None]
+        seqs = [r.seq for r in runs if r.variant == v and r.state == s and r.value(m) is not None]
         d["outliers"] = [seqs[i] for i in d["outliers"]]
         summary.append({"variant": v, "state": s, "metric": m, **d})
     comparisons, multiplicity = compare_runs(runs, variants, states, seed, metrics, primary, target_effect,

@@ -323,9 +323,10 @@ def evaluate_relink(img: ElfImage, heldout: Target, train: Target | None, read_a
     """Held-out figures for a real ordered relink (another build than the profiles'):
     functions are matched by name (``check.lib_functions``, clones and thunks as in
     ``resolve``); the hot set is the training profile's functions as placed in ``img``;
-    pages are predicted from the held-out touches placed by ``readahead.profile_touches``."""
+    pages are predicted from the held-out touches placed by ``placement.profile_touches``."""
     from elflayout.order.check import lib_functions
-    from elflayout.order.readahead import profile_touches, simulate
+    from elflayout.order.placement import profile_touches
+    from elflayout.order.readahead import simulate
     from elflayout.order.resolve import clone_base, thunk_target
 
     funcs = lib_functions(img)

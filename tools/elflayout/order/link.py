@@ -8,7 +8,6 @@ from pathlib import Path
 
 from elflayout.errors import ElflayoutError, Finding
 from elflayout.fileio import atomic_write_text
-from elflayout.order import formats
 from elflayout.order.check import check, object_order_fraction, summary_lines
 
 DEFAULT_FORMAT = {"lld": "lld", "gold": "gold", "bfd": "ld-script", "mold": "objects"}
@@ -133,15 +132,13 @@ def check_request(parsed: dict, linker: str, fmt: str, split: bool, data_script:
         raise ElflayoutError(f"{extras[0]}: an lld companion (--linker lld, --format lld), not {linker}/{fmt}")
 
 
-def companion_args(parsed: dict, layout, target, metadata: dict, workdir: Path, data_script: bool, dynstr: bool,
-                   progress=None, universe=None) -> list[str]:
-    """The lld companion arguments: a -T data-section script and a .dynstr -u/-y response file,
-    written into ``workdir``; ``universe``: the profiled link's map (see
-    ``formats.write_lld_data_script``)."""
+def companion_args(parsed: dict, ordering, workdir: Path, data_script: bool, dynstr: bool, progress=None) -> list[str]:
+    """The lld companion arguments of ``ordering`` (``pipeline.Ordering``): a -T
+    data-section script and a .dynstr -u/-y response file, written into ``workdir``."""
     wl = (lambda a: "-Wl," + a) if parsed["driver"] else (lambda a: a)
     extra = []
     if data_script:
-        dtext, dstats = formats.write_lld_data_script(layout, universe=universe)
+        dtext, dstats = ordering.data_script()
         if dstats["data_sections"]:
             dfile = workdir / "data.ld"
             atomic_write_text(dfile, dtext)
@@ -150,14 +147,9 @@ def companion_args(parsed: dict, layout, target, metadata: dict, workdir: Path, 
             progress(f"data script: {dstats['data_sections']} data sections"
                      + "".join(f"; {o} left as it is (every input section of it is ordered)" for o in dstats["left_out"]))
     if dynstr:
-        from elflayout.order import dynstr as dynstr_mod
-
-        lib = target.path
-        if not lib or not os.path.exists(lib):
-            raise ElflayoutError(f"--dynstr: the profiled library {lib} is not there (its relocations name the symbols)")
-        names, rep = dynstr_mod.read_names(lib, dynstr_mod.workload_executable(metadata))
+        rtext, rep = ordering.dynstr(option="--dynstr")
         rfile = workdir / "dynstr.rsp"
-        atomic_write_text(rfile, dynstr_mod.write_lld_undefined(names, rep["weak_undefined"]))
+        atomic_write_text(rfile, rtext)
         extra.append(wl("@" + str(rfile)))
         if progress:
             progress(f".dynstr: {rep['names']} names first")

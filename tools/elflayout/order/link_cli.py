@@ -11,10 +11,10 @@ from pathlib import Path
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
-from elflayout.order import algorithms, formats
+from elflayout.order import formats, pipeline
+from elflayout.order.cli import add_ordering_arguments, request
 from elflayout.order.link import (DEFAULT_FORMAT, apply, check_output, check_request, command_binds_now, companion_args,
                                   parse_command, split_command)
-from elflayout.order.profile_input import load_profile, pick_target, require_touches
 
 SUMMARY = "run a real link command with a profile's ordering applied"
 EPILOG = """\
@@ -26,12 +26,15 @@ examples:
   # mold (no ordering option): the object arguments are reordered
   elflayout link --profile py.json --linker mold -- gcc -shared -fuse-ld=mold -o libpy.so *.o
   # lld with the two companions: data sections by -T script, .dynstr names by -u/-y
-  elflayout link --profile llc.json --linker lld --algorithm hot-last --data-script --dynstr \
+  elflayout link --profile llc.json --linker lld --algorithm hot-last --data-script --dynstr \\
       -- g++ -shared -fuse-ld=lld -o libLLVM-16.so.1 ...
+  # the profile checked against the profiled library, its workloads re-combined (as order does)
+  elflayout link --profile set.json --lib /usr/lib/libLLVM-16.so.1 --combine shared --linker lld \\
+      -- g++ -shared -fuse-ld=lld -o build/libLLVM-16.so.1 ...
   # direct linker invocation
   elflayout link --profile p.json --linker gold -- ld.gold -shared -o libx.so a.o b.o
   # objects built without -ffunction-sections: split them first (docs/splitting.md)
-  elflayout link --split --profile py.json --linker lld -- gcc -shared -fuse-ld=lld -o libpy.so \
+  elflayout link --split --profile py.json --linker lld -- gcc -shared -fuse-ld=lld -o libpy.so \\
       -Wl,--whole-archive libpython3.11-pic.a -Wl,--no-whole-archive -lm
   # packed at link time, loading on glibc < 2.36 too (relrhack's way; docs/relocation-packing.md)
   elflayout link --pack self --check --linker lld -- gcc -shared -fuse-ld=lld -o libx.so *.o
@@ -47,9 +50,7 @@ def add_arguments(p) -> None:
     p.add_argument("--linker", required=True, choices=sorted(DEFAULT_FORMAT), help="the linker the command runs")
     p.add_argument("--format", choices=("auto",) + formats.FORMATS, default="auto",
                    help="ordering to apply (auto: lld→lld, gold→gold, bfd→ld-script, mold→objects)")
-    p.add_argument("--algorithm", default="first-access", help="layout algorithm")
-    p.add_argument("--target", help="which target of the profile (path, file name or build-id)")
-    p.add_argument("--objects-from", metavar="MAP", help="link map of a previous link of the same objects (names)")
+    add_ordering_arguments(p)
     p.add_argument("--keep-order-file", metavar="PATH", help="write the ordering file here (default: a temporary file)")
     p.add_argument("--min-order", type=float, default=0.9,
                    help="fraction of profiled functions that must be in order for the ordering to count as honoured (0.9)")
@@ -57,7 +58,7 @@ def add_arguments(p) -> None:
                    help="lld: also place the data sections by an INSERT script (-T; jump tables have no symbol)")
     p.add_argument("--dynstr", action="store_true",
                    help="lld: also put the names ld.so reads first in .dynstr (-u/-y response file; needs the "
-                        "profiled library, the profile's target path)")
+                        "profiled library: --lib, else the profile's target path)")
     p.add_argument("--split", action="store_true",
                    help="first give the command's objects and .a archives one section per function and data "
                         "object (elflayout split, into a temporary directory) and link those")
@@ -87,29 +88,22 @@ def run(args) -> int:
         if not args.pack:
             raise ElflayoutError("link: give --profile (ordering) and/or --pack FORM")
         extra = [o for o, on in (("--split", args.split), ("--data-script", args.data_script),
-                                 ("--dynstr", args.dynstr), ("--keep-order-file", args.keep_order_file)) if on]
+                                 ("--dynstr", args.dynstr), ("--keep-order-file", args.keep_order_file),
+                                 ("--lib", args.lib), ("--no-data", args.no_data), ("--combine", args.combine),
+                                 ("--allow-stale-profile", args.allow_stale_profile)) if on]
         if extra:
             raise ElflayoutError(f"{extra[0]}: an ordering option, which needs --profile")
         return _link(parsed, parsed["cmd"], args)
     check_request(parsed, linker, fmt, args.split, args.data_script, args.dynstr)
     if args.keep_order_file:
         fileio.check_output(args.keep_order_file, force=args.force, inputs=(args.profile,))
-    doc = load_profile(args.profile)
-    t = pick_target(doc, args.profile, args.target or (Path(parsed["output"]).name if len(doc.targets) > 1 else None))
-    require_touches(t, args.profile)
-    from elflayout.order.cli import check_layout, library_binds_now, load_universe
-
-    universe, note = load_universe(args.objects_from, t.map, t.path)
-    layout = algorithms.get(args.algorithm).compute(t, universe)
-    check_layout(layout, fmt, args.profile)
     cmd_objs = [parsed["cmd"][p] for p in parsed["object_positions"]]
-    bind_now = command_binds_now(parsed["cmd"])
-    if bind_now is None and fmt == "ld-script":
-        bind_now = library_binds_now(t.path)
-    text, stats = formats.write(fmt, layout, cmd_objs if fmt == "objects" else None,
-                                header=f"generated by elflayout link --linker {linker} from {Path(args.profile).name}",
-                                split=args.split, bind_now=bind_now)
-    f = layout.report["functions"]
+    o = pipeline.order(request(args, fmt, default_target=Path(parsed["output"]).name, objects=tuple(cmd_objs),
+                               bind_now=command_binds_now(parsed["cmd"]), split=args.split,
+                               header=f"generated by elflayout link --linker {linker} from {Path(args.profile).name}"))
+    for w in o.warnings:
+        print(f"elflayout: warning: {w}", file=sys.stderr)
+    f, stats = o.layout.report["functions"], o.stats
     _say(f"{f['matched']}/{f['profiled']} profiled functions matched; applying {fmt} ordering for {linker}")
     if stats.get("shared_section_objects"):
         n = stats["shared_section_objects"]
@@ -118,12 +112,11 @@ def run(args) -> int:
              f"every object's plain .text; --split gives each function its own section")
     with tempfile.TemporaryDirectory(prefix="elflayout-link-") as td:
         order_file = Path(args.keep_order_file) if args.keep_order_file else Path(td) / f"order.{fmt}"
-        fileio.atomic_write_text(order_file, text)
+        fileio.atomic_write_text(order_file, o.text)
         if args.split:
             parsed = split_command(parsed, Path(td) / "split", _say)
-        cmd = apply(parsed, linker, fmt, text, order_file)
-        cmd += companion_args(parsed, layout, t, doc.metadata, Path(td), args.data_script, args.dynstr, _say,
-                              universe=universe)
+        cmd = apply(parsed, linker, fmt, o.text, order_file)
+        cmd += companion_args(parsed, o, Path(td), args.data_script, args.dynstr, _say)
         shown = cmd if len(cmd) <= 24 else [*cmd[:12], f"... ({len(cmd) - 16} more arguments) ...", *cmd[-4:]]
         _say(shlex.join(shown))
         rc = _link(parsed, cmd, args)
@@ -132,9 +125,9 @@ def run(args) -> int:
     from elflayout.order.check import ordered_sections_of
     from elflayout.order.link import OrderNotHonoured, map_of
 
-    sections = ordered_sections_of(text) if fmt in ("gold", "ld-script") else None
+    sections = ordered_sections_of(o.text) if fmt in ("gold", "ld-script") else None
     try:
-        lines = check_output(parsed["output"], t, fmt, cmd_objs, linker, args.min_order, map_of(cmd), sections or None)
+        lines = check_output(parsed["output"], o.target, fmt, cmd_objs, linker, args.min_order, map_of(cmd), sections or None)
     except OrderNotHonoured as e:
         _say_check(e.lines)
         raise

@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from elflayout.elfcore import PAGE, ElfImage
-from elflayout.errors import ElflayoutError
-from elflayout.order.profile_input import load_profile, pick_target, require_touches
-from elflayout.order.readahead import profile_touches, simulate
+from elflayout.order import simulation
 
 SUMMARY = "predict pages read at cold start for a layout (readahead model)"
 EPILOG = """\
@@ -43,52 +40,22 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    doc = load_profile(args.profile)
-    t = pick_target(doc, args.profile, args.target or (args.lib if len(doc.targets) > 1 else None))
-    require_touches(t, args.profile)
-    ra = args.read_ahead_kb
-    if ra is None:
-        ra = doc.metadata.get("read_ahead_kb") or 128
-    if ra < 0:
-        raise ElflayoutError(f"--read-ahead-kb: must be ≥ 0, got {ra}")
-    with ElfImage(args.lib) as img:
-        if args.map and not __import__("os").path.exists(args.map):
-            raise ElflayoutError(f"{args.map}: no such file")
-        pages, kinds, notes = profile_touches(t, img, args.code_bytes, args.map)
-        if pages.size == 0:
-            raise ElflayoutError(f"{args.profile}: no profiled touch could be placed in {args.lib} "
-                                 f"({notes['functions_unplaced']} functions, {notes['pages_unplaced']} pages unplaced)")
-        loader = args.loader == "yes"
-        if args.loader == "auto":
-            rel = [s for s in img.sections if s.name in (".rela.dyn", ".rel.dyn", ".relr.dyn") and s.size]
-            touched = any(((pages >= s.offset // PAGE) & (pages <= (s.offset + s.size - 1) // PAGE)).any() for s in rel)
-            loader = not touched
-        res = simulate(img, pages, kinds, ra, loader, hugepage=args.madv_hugepage)
-        ident = img.identity()
-    warnings = []
-    md = doc.metadata
-    if md.get("granularity") == "page" or md.get("backend") == "trace":
-        # the trace backend sees page faults only: pages fault-around maps without a fault
-        # (and everything a child process touches, without --children) are not in it
-        warnings.append("page-granular (trace) profile: it holds only the pages that faulted, not those mapped by "
-                        "fault-around without a fault, so the prediction is only a lower bound; profile with --backend "
-                        "valgrind for a prediction")
-    out = {"format": "elflayout-simulation", "version": 1,
-           "metadata": {"profile": str(args.profile), "read_ahead_kb": ra, "loader_model": loader,
-                        "madv_hugepage": args.madv_hugepage,
-                        "code_bytes": args.code_bytes, **notes, "warnings": warnings},
-           "lib": ident, **res}
-    for w in warnings:
+    doc = simulation.predict(args.profile, args.lib, target=args.target, read_ahead_kb=args.read_ahead_kb,
+                             loader=args.loader, code_bytes=args.code_bytes, lib_map=args.map,
+                             hugepage=args.madv_hugepage)
+    sim = simulation.parse(doc)
+    for w in sim.warnings:
         print(f"elflayout: warning: {w}", file=sys.stderr)
     if args.json:
-        print(json.dumps(out, indent=1))
+        print(json.dumps(doc, indent=1))
         return 0
-    print(f"{args.lib}: {res['pages']:,} pages ({res['bytes'] / 2**20:.1f} MiB) predicted at read_ahead_kb {ra} "
-          f"in {res['requests']:,} reads; {res['faults']['major']:,} major faults")
-    top = list(res["by_section"].items())[:8]
+    md = sim.metadata
+    print(f"{args.lib}: {sim.pages:,} pages ({sim.bytes / 2**20:.1f} MiB) predicted at read_ahead_kb "
+          f"{md['read_ahead_kb']} in {sim.requests:,} reads; {sim.faults['major']:,} major faults")
+    top = list(sim.by_section.items())[:8]
     print("  by section: " + ", ".join(f"{k} {v:,}" for k, v in top))
-    print("  by cause:   " + ", ".join(f"{k} {v:,}" for k, v in res["by_cause"].items()))
-    if not notes["same_build"]:
-        print(f"  another build: {notes['functions']:,} functions placed by name, {notes['functions_unplaced']:,} not found; "
-              f"{notes['pages']:,} data pages remapped, {notes['pages_unplaced']:,} not", file=sys.stderr)
+    print("  by cause:   " + ", ".join(f"{k} {v:,}" for k, v in sim.by_cause.items()))
+    if not md["same_build"]:
+        print(f"  another build: {md['functions']:,} functions placed by name, {md['functions_unplaced']:,} not found; "
+              f"{md['pages']:,} data pages remapped, {md['pages_unplaced']:,} not", file=sys.stderr)
     return 0

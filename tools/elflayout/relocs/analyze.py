@@ -11,7 +11,9 @@ from elflayout import __version__, elfcore
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import envelope
 from elflayout import layouts as L
+from elflayout.relocs import selfapply
 from elflayout.relocs.arch import arch_of
+from elflayout.relocs.linkself import DT_RELRHACK_BIT
 
 FORMAT_VERSION = 1
 
@@ -48,7 +50,7 @@ def relr_table(img) -> np.ndarray | None:
     """Addresses in the DT_RELR table, if the library has one (found as the loader finds it)."""
     # By type, not name: the link-time self form keeps a .relr.dyn typed SHT_PROGBITS.
     sec = next((s for s in img.sections if s.type in ("SHT_RELR", L.SHT_RELR)), None)
-    addr, size = img.dt("DT_RELR"), img.dt("DT_RELRSZ")
+    addr, size = img.dt(L.DT_RELR), img.dt(L.DT_RELRSZ)
     if addr is None and sec is None:
         return None
     if addr is not None:
@@ -68,10 +70,7 @@ def relr_table(img) -> np.ndarray | None:
 def self_table(img) -> tuple[np.ndarray, dict] | None:
     """The table of the self-applying form (relocs/selfapply.py: the routine DT_INIT points
     at) as (addresses, summary), or None when the library has none."""
-    from elflayout.relocs import selfapply
-    from elflayout.relocs.linkself import DT_RELRHACK_BIT
-
-    init = img.dt("DT_INIT")
+    init = img.dt(L.DT_INIT)
     if init is None or init < selfapply.ENTRY:
         return None
     off = int(img.vaddr_to_offset(init - selfapply.ENTRY))
@@ -88,9 +87,9 @@ def self_table(img) -> tuple[np.ndarray, dict] | None:
         addrs = elfcore.relr_decode(np.frombuffer(img.mm, np.uint64, count=n // 8, offset=toff))
     except ValueError as e:
         raise ElflayoutError(f"{img.path}: damaged self-applied table ({e})") from None
-    hidden = f"DT_{L.DT_RELR | DT_RELRHACK_BIT:#x}"  # relrhack's hidden DT_RELR: made at link time
+    hidden = L.DT_RELR | DT_RELRHACK_BIT  # relrhack's hidden DT_RELR: made at link time
     lo, hi = elfcore.page_range(toff, n)
-    return addrs, dict(present=True, form="link-time" if any(t == hidden for t, _ in img.dynamic) else "post-link",
+    return addrs, dict(present=True, form="link-time" if hidden in img.dynamic else "post-link",
                        count=int(addrs.size), bytes=int(n), offset=toff, pages=int(hi - lo + 1) if n else 0,
                        routine=int(init), chains_to=int(p["old_init"]))
 
@@ -98,8 +97,8 @@ def self_table(img) -> tuple[np.ndarray, dict] | None:
 def _relr_summary(img, relr) -> dict:
     if relr is None:
         return dict(present=False, count=0, bytes=0, pages=0)
-    size = int(img.dt("DT_RELRSZ") or 0)
-    off = img.vaddr_to_offset(img.dt("DT_RELR")) if img.dt("DT_RELR") is not None else 0  # checked by relr_table
+    size = int(img.dt(L.DT_RELRSZ) or 0)
+    off = img.vaddr_to_offset(img.dt(L.DT_RELR)) if img.dt(L.DT_RELR) is not None else 0  # checked by relr_table
     lo, hi = elfcore.page_range(off, size)
     return dict(present=True, count=int(relr.size), bytes=size, offset=int(off), pages=int(hi - lo + 1))
 
@@ -125,7 +124,7 @@ def analyze(img: elfcore.ElfImage) -> dict:
             for s, c2 in _count_by_section(img, t["r_offset"][types == ty]).items():
                 by_target.setdefault(s, {}).setdefault(arch.name(ty), 0)
                 by_target[s][arch.name(ty)] += c2
-        if sec.addr == (img.dt("DT_RELA") or img.dt("DT_REL")):  # the table ld.so reads, wherever it is
+        if sec.addr == (img.dt(L.DT_RELA) or img.dt(L.DT_REL)):  # the table ld.so reads, wherever it is
             rel_offsets = t["r_offset"][types == arch.relative]
         all_targets.append(t["r_offset"])
     relr = relr_table(img)
@@ -149,7 +148,7 @@ def analyze(img: elfcore.ElfImage) -> dict:
     fileback = img.vaddr_to_offset(rel_offsets) >= 0 if rel_offsets.size else np.zeros(0, bool)
     packable = rel_offsets[(rel_offsets % word == 0) & fileback]
     relr_bytes = elfcore.relr_size(packable, word) if packable.size else 0
-    main_addr = img.dt("DT_RELA") or img.dt("DT_REL")
+    main_addr = img.dt(L.DT_RELA) or img.dt(L.DT_REL)
     main = next((t for t in tables_out if img.section(t["section"]).addr == main_addr), None)
     entsize = {(True, 64): L.RELA64, (True, 32): L.RELA32, (False, 64): L.REL64, (False, 32): L.REL32}[arch.rela, arch.elfclass].itemsize
     rel_summary = dict(
@@ -173,3 +172,25 @@ def analyze(img: elfcore.ElfImage) -> dict:
                    tables=int(sum(t["pages"] for t in tables_out)) + _relr_summary(img, relr)["pages"]
                    + self_sum["pages"]),
     )
+
+
+def reloc_bytes_packed(img: elfcore.ElfImage) -> dict:
+    """Relocation table bytes the loader reads once RELATIVE relocations are packed:
+    ``rela`` the entries that stay (non-RELATIVE, or RELATIVE at an unaligned address),
+    ``relr`` the optimal RELR table of the packable ones plus a ``.relr.dyn`` already
+    there, ``plt`` the PLT tables as they are."""
+    out = {"rela": 0, "relr": 0, "plt": 0}
+    rel_t = img.relative_type()
+    for name, rel in img.reloc_tables().items():
+        if name.endswith(".plt"):
+            out["plt"] += int(rel.nbytes)
+            continue
+        t = img.reloc_types(rel)
+        rel_mask = (t == rel_t) & (rel["r_offset"] % img.wordsize == 0)
+        out["rela"] += int(rel.nbytes) - int(rel_mask.sum()) * rel.dtype.itemsize
+        if rel_mask.any():
+            out["relr"] += elfcore.relr_size(np.sort(rel["r_offset"][rel_mask].astype(np.uint64)), img.wordsize)
+    s = img.section(".relr.dyn")
+    if s is not None:  # already packed: the table as it is
+        out["relr"] += int(s.size)
+    return out

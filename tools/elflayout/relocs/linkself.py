@@ -10,7 +10,7 @@ its own packed relocations.
 Here the applier is the post-link form's routine (``selfapply``), with its semantics:
 it runs as DT_INIT before the library's initializers, chains to the old DT_INIT, makes
 RELRO writable and read-only again, and what ld.so must relocate itself (the TLS image,
-exported data that copy relocations may copy: ``pack.read_before_init``) goes back to
+exported data that copy relocations may copy: ``pack_input.read_before_init``) goes back to
 RELA; IRELATIVE users are refused. The link gets an injected object (``INJECT``) with
 two sections the linker keeps (SHF_GNU_RETAIN): ``.elflayout.self``, room for the
 routine, and ``.elflayout.rela``, room for RELA grown by those relocations (sized by a
@@ -30,17 +30,20 @@ import os
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from elflayout import elfcore
 from elflayout import layouts as L
-from elflayout.errors import ElflayoutError
+from elflayout.errors import ElflayoutError, Finding
 from elflayout.fileio import atomic_output
-from elflayout.relocs import selfapply
-from elflayout.relocs.pack import (GLIBC_ABI_DT_RELR, PAGE, _read, overlapped, read_before_init, read_input,
-                                   write_widths)
+from elflayout.relocs import selfapply, simload
+from elflayout.relocs.glibc import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need, glibc_version
+from elflayout.relocs.pack_input import _read, overlapped, read_before_init, read_input, write_widths
+from elflayout.relocs.realload import dlopen_check
+from elflayout.relocs.simload import Loaded, verneed_names
 
 DT_RELRHACK_BIT = 0x8000000  # relrhack.h: the hidden tags are DT_RELR* | this bit
 TEXT_SECTION = ".elflayout.self"
@@ -185,7 +188,18 @@ def _rewrite_run(inp, chain, table, enc, blocks, sh, live, dt) -> int:
     return relr_new
 
 
-def _plan(inp) -> tuple[list, dict]:
+@dataclass
+class _Edit:
+    """The copy being planned: patches, section headers, the dynamic array's live part."""
+    blocks: list
+    sh: np.ndarray
+    dyn: np.ndarray
+    live: np.ndarray
+    dt: np.ndarray           # the live tags as read (before any is hidden)
+
+
+def _relr_input(inp) -> tuple[int, np.ndarray]:
+    """The linker's DT_RELR table: its section index and the addresses it encodes."""
     img, arch, tag = inp.img, inp.arch, inp.tag
     if tag(L.DT_TEXTREL) is not None or (tag(L.DT_FLAGS) or 0) & L.DF_TEXTREL:
         raise ElflayoutError(f"{img.path}: has text relocations (DT_TEXTREL)")
@@ -199,13 +213,13 @@ def _plan(inp) -> tuple[list, dict]:
                    and int(s["sh_type"]) == L.SHT_RELR), None)
     if relr_i is None or inp.sh(relr_i, "sh_size") != relr_sz:
         raise ElflayoutError(f"{img.path}: no SHT_RELR section matches DT_RELR/DT_RELRSZ")
-    relr_off = inp.sh(relr_i, "sh_offset")
-    addrs = elfcore.relr_decode(_read(img, relr_off, relr_sz, np.uint64), arch.word)
-    tables = img.reloc_tables()
-    rela_i = inp.sec.get(".rela.dyn")
-    rela = tables.get(".rela.dyn", np.zeros(0, L.RELA64))
-    if rela.size and (tag(L.DT_RELA) != inp.sh(rela_i, "sh_addr") or tag(L.DT_RELASZ) != rela.nbytes):
-        raise ElflayoutError(f"{img.path}: DT_RELA/DT_RELASZ do not describe .rela.dyn")
+    return relr_i, elfcore.relr_decode(_read(img, inp.sh(relr_i, "sh_offset"), relr_sz, np.uint64), arch.word)
+
+
+def _kept_for_ld_so(inp, addrs: np.ndarray, tables: dict, rela: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which DT_RELR addresses must stay with ld.so (``read_before_init``) and the file
+    offsets of those; refuses overlaps with other relocations."""
+    img, arch = inp.img, inp.arch
     all_types = np.concatenate([img.reloc_types(t) for t in tables.values()] or [np.zeros(0, np.uint64)])
     keep = read_before_init(inp, addrs, all_types)  # refuses IRELATIVE users
     kept = addrs[keep]
@@ -220,76 +234,100 @@ def _plan(inp) -> tuple[list, dict]:
     mine[:kept.size] = True
     if overlapped(starts, wid, mine).any():
         raise ElflayoutError(f"{img.path}: a RELR word is also written by another relocation")
-    blocks = []
+    return keep, tgt
+
+
+def _grow_rela(inp, ed: _Edit, kept, tgt, rela, rela_i, relr_i, rrela_i, enc) -> int | None:
+    """Step 1: the kept RELATIVE relocations go first in RELA (addend = the word lld
+    stored in place). Returns the table's new address when the run was rewritten."""
+    img, arch, tag = inp.img, inp.arch, inp.tag
+    if tag(L.DT_RELA) is None or not rela.size:
+        raise ElflayoutError(f"{img.path}: {kept.size} relocations must stay with ld.so but the library has no "
+                             "DT_RELA to hold them (no spare dynamic slot)")
+    new = np.zeros(kept.size, L.RELA64)
+    new["r_offset"], new["r_info"] = kept, L.r_info(0, arch.relative)
+    if np.any(tgt % arch.word):
+        raise ElflayoutError(f"{img.path}: a DT_RELR word is not aligned in the file")
+    new["r_addend"] = np.frombuffer(img.mm, np.int64, count=img.size // 8)[tgt // 8]
+    table = np.concatenate([new, rela])
+    live, dt, sh = ed.live, ed.dt, ed.sh
+    live["d_val"][dt == L.DT_RELASZ] = table.nbytes
+    live["d_val"][dt == L.DT_RELACOUNT] = live["d_val"][dt == L.DT_RELACOUNT] + kept.size
+    plt_i = next((i for i, x in enumerate(inp.shdrs) if int(x["sh_type"]) == L.SHT_RELA
+                  and tag(L.DT_JMPREL) is not None and int(x["sh_addr"]) == tag(L.DT_JMPREL)), None)
+    chain = [rela_i, relr_i] + ([plt_i] if plt_i is not None else []) + [rrela_i]
+    if _contiguous(inp, chain):
+        return _rewrite_run(inp, chain, table, enc, ed.blocks, sh, live, dt)
+    if table.nbytes > inp.sh(rrela_i, "sh_size"):
+        raise NeedRoom(table.nbytes)
+    ed.blocks.append((inp.sh(rrela_i, "sh_offset"), table.tobytes()))
+    ed.blocks.append((inp.sh(rela_i, "sh_offset"), bytes(rela.nbytes)))
+    sh["sh_type"][rela_i] = L.SHT_PROGBITS  # stale: no tool should read it as RELA
+    dsym = next((i for i, x in enumerate(inp.shdrs) if int(x["sh_type"]) == L.SHT_DYNSYM), 0)
+    sh["sh_type"][rrela_i], sh["sh_size"][rrela_i] = L.SHT_RELA, table.nbytes
+    sh["sh_entsize"][rrela_i], sh["sh_link"][rrela_i] = L.RELA64.itemsize, dsym
+    live["d_val"][dt == L.DT_RELA] = inp.sh(rrela_i, "sh_addr")
+    return None
+
+
+def _routine(inp, ed: _Edit, text_i: int, relr_new: int, enc: np.ndarray) -> tuple[int, int, tuple]:
+    """Step 3: the routine, as DT_INIT, chaining to the old one; returns (entry, old
+    DT_INIT, RELRO pages)."""
+    img = inp.img
+    if inp.sh(text_i, "sh_size") < selfapply.SIZE or not inp.sh(text_i, "sh_flags") & L.SHF_EXECINSTR:
+        raise ElflayoutError(f"{img.path}: {TEXT_SECTION} is not {selfapply.SIZE} executable bytes")
+    old_init = inp.tag(L.DT_INIT)
+    if old_init is None:
+        raise ElflayoutError(f"{img.path}: no DT_INIT (the injected weak _init was not linked in)")
+    relro = selfapply.relro_pages(inp.phdrs, elfcore.PAGE)
+    entry = inp.sh(text_i, "sh_addr") + selfapply.ENTRY
+    ed.blocks.append((inp.sh(text_i, "sh_offset"),
+                      selfapply.blob(relr_new, relr_new + enc.nbytes, relro[0], relro[1], old_init, entry)))
+    ed.live["d_val"][ed.dt == L.DT_INIT] = entry
+    return entry, old_init, relro
+
+
+def _plan(inp) -> tuple[list, dict]:
+    img, arch, tag = inp.img, inp.arch, inp.tag
+    relr_i, addrs = _relr_input(inp)
+    relr_addr, relr_sz, relr_off = inp.sh(relr_i, "sh_addr"), inp.sh(relr_i, "sh_size"), inp.sh(relr_i, "sh_offset")
+    tables = img.reloc_tables()
+    rela_i = inp.sec.get(".rela.dyn")
+    rela = tables.get(".rela.dyn", np.zeros(0, L.RELA64))
+    if rela.size and (tag(L.DT_RELA) != inp.sh(rela_i, "sh_addr") or tag(L.DT_RELASZ) != rela.nbytes):
+        raise ElflayoutError(f"{img.path}: DT_RELA/DT_RELASZ do not describe .rela.dyn")
+    keep, tgt = _kept_for_ld_so(inp, addrs, tables, rela)
+    kept = addrs[keep]
     text_i, rrela_i = _section(inp, TEXT_SECTION), _section(inp, RELA_SECTION)
-    sh = inp.shdrs.copy()
-    dyn = inp.dyn.copy()
-    live = dyn[:inp.n_used]
-    dt = live["d_tag"].copy()
-    # 1. RELA: the kept RELATIVE relocations first (addend = the word lld stored in place).
+    dyn = inp.dyn.array.copy()
+    live = dyn[:inp.dyn.count]
+    ed = _Edit([], inp.shdrs.copy(), dyn, live, live["d_tag"].copy())
     enc = elfcore.relr_encode(addrs[~keep], arch.word)
     relr_new = relr_addr  # where the table ends up
-    if kept.size:
-        if tag(L.DT_RELA) is None or not rela.size:
-            raise ElflayoutError(f"{img.path}: {kept.size} relocations must stay with ld.so but the library has no "
-                                 "DT_RELA to hold them (no spare dynamic slot)")
-        new = np.zeros(kept.size, L.RELA64)
-        new["r_offset"], new["r_info"] = kept, arch.relative
-        if np.any(tgt % arch.word):
-            raise ElflayoutError(f"{img.path}: a DT_RELR word is not aligned in the file")
-        new["r_addend"] = np.frombuffer(img.mm, np.int64, count=img.size // 8)[tgt // 8]
-        table = np.concatenate([new, rela])
-        live["d_val"][dt == L.DT_RELASZ] = table.nbytes
-        live["d_val"][dt == L.DT_RELACOUNT] = live["d_val"][dt == L.DT_RELACOUNT] + kept.size
-        plt_i = next((i for i, x in enumerate(inp.shdrs) if int(x["sh_type"]) == L.SHT_RELA
-                      and tag(L.DT_JMPREL) is not None and int(x["sh_addr"]) == tag(L.DT_JMPREL)), None)
-        chain = [rela_i, relr_i] + ([plt_i] if plt_i is not None else []) + [rrela_i]
-        if _contiguous(inp, chain):
-            relr_new = _rewrite_run(inp, chain, table, enc, blocks, sh, live, dt)
-        else:
-            room = inp.sh(rrela_i, "sh_size")
-            if table.nbytes > room:
-                raise NeedRoom(table.nbytes)
-            blocks.append((inp.sh(rrela_i, "sh_offset"), table.tobytes()))
-            blocks.append((inp.sh(rela_i, "sh_offset"), bytes(rela.nbytes)))
-            sh["sh_type"][rela_i] = L.SHT_PROGBITS  # stale: no tool should read it as RELA
-            dsym = next((i for i, x in enumerate(inp.shdrs) if int(x["sh_type"]) == L.SHT_DYNSYM), 0)
-            sh["sh_type"][rrela_i], sh["sh_size"][rrela_i] = L.SHT_RELA, table.nbytes
-            sh["sh_entsize"][rrela_i], sh["sh_link"][rrela_i] = L.RELA64.itemsize, dsym
-            live["d_val"][dt == L.DT_RELA] = inp.sh(rrela_i, "sh_addr")
+    if kept.size:  # 1. RELA grown by the kept relocations
+        moved = _grow_rela(inp, ed, kept, tgt, rela, rela_i, relr_i, rrela_i, enc)
+        if moved is not None:
+            relr_new = moved
     if relr_new == relr_addr:
         # 2. The rest of RELR, re-encoded in place (a subset: never longer in practice; checked).
         if enc.nbytes > relr_sz:
             raise ElflayoutError(f"{img.path}: the re-encoded table ({enc.nbytes} bytes) outgrows .relr.dyn "
                                  f"({relr_sz})")
-        blocks.append((relr_off, enc.tobytes() + bytes(relr_sz - enc.nbytes)))
-    sh["sh_type"][relr_i], sh["sh_size"][relr_i] = L.SHT_PROGBITS, enc.nbytes
-    # 3. The routine, as DT_INIT, chaining to the old one.
-    if inp.sh(text_i, "sh_size") < selfapply.SIZE or not inp.sh(text_i, "sh_flags") & L.SHF_EXECINSTR:
-        raise ElflayoutError(f"{img.path}: {TEXT_SECTION} is not {selfapply.SIZE} executable bytes")
-    old_init = tag(L.DT_INIT)
-    if old_init is None:
-        raise ElflayoutError(f"{img.path}: no DT_INIT (the injected weak _init was not linked in)")
-    relro = (0, 0)
-    for q in inp.phdrs[inp.phdrs["p_type"] == L.PT_GNU_RELRO]:
-        lo, hi = int(q["p_vaddr"]) // PAGE * PAGE, int(q["p_vaddr"] + q["p_memsz"]) // PAGE * PAGE
-        relro = (lo, hi - lo)  # what glibc's _dl_protect_relro made read-only
-    at = inp.sh(text_i, "sh_addr")
-    entry = at + selfapply.ENTRY
-    blocks.append((inp.sh(text_i, "sh_offset"),
-                   selfapply.blob(relr_new, relr_new + enc.nbytes, relro[0], relro[1], old_init, entry)))
-    live["d_val"][dt == L.DT_INIT] = entry
+        ed.blocks.append((relr_off, enc.tobytes() + bytes(relr_sz - enc.nbytes)))
+    ed.sh["sh_type"][relr_i], ed.sh["sh_size"][relr_i] = L.SHT_PROGBITS, enc.nbytes
+    entry, old_init, relro = _routine(inp, ed, text_i, relr_new, enc)  # 3.
     # 4. Tags glibc ignores (relrhack's), and no GLIBC_ABI_DT_RELR need.
+    dt = ed.dt
     for t in (L.DT_RELR, L.DT_RELRSZ, L.DT_RELRENT):
         live["d_tag"][dt == t] = t | DT_RELRHACK_BIT
     live["d_val"][dt == L.DT_RELRSZ] = enc.nbytes
     live["d_val"][dt == L.DT_RELR] = relr_new
-    dyn[:inp.n_used] = live
-    blocks.append((inp.dyn_off, dyn.tobytes()))
+    dyn[:inp.dyn.count] = live
+    ed.blocks.append((inp.dyn.offset, dyn.tobytes()))
     vn = _drop_relr_need(inp)
     if vn is not None:
-        blocks.append(vn)
-    blocks.append((int(img.elf.header["e_shoff"]), sh.tobytes()))
+        ed.blocks.append(vn)
+    ed.blocks.append((int(img.elf.header["e_shoff"]), ed.sh.tobytes()))
     stats = dict(form="self", placement="link-time", relr_relocations=int(addrs.size),
                  self_applied=int(addrs.size - kept.size), kept_for_ld_so=int(kept.size),
                  table_bytes=int(enc.nbytes), relr_bytes=int(relr_sz),
@@ -300,7 +338,7 @@ def _plan(inp) -> tuple[list, dict]:
                  version_need="GLIBC_ABI_DT_RELR dropped" if vn is not None else "none",
                  applier=dict(entry=int(entry), bytes=selfapply.SIZE, relro=[int(x) for x in relro],
                               old_init=int(old_init)))
-    return blocks, stats
+    return ed.blocks, stats
 
 
 def write(src, out, verify=None) -> dict:
@@ -317,20 +355,17 @@ def check(ref, out, root=None, status=None) -> dict:
     simulated loader at two bases and a real load on this machine (glibc >= 2.36 applies
     ``ref``'s DT_RELR), as ``pack-relocs --check`` does; with ``root``, the output must
     also load inside ``chroot root`` (where ``ref`` cannot: it needs GLIBC_ABI_DT_RELR)."""
-    from elflayout.errors import Finding
-    from elflayout.relocs import simload
-
-    have = simload.glibc_version()
-    why_ref = simload.dlopen_check(ref) if have and have >= (2, 36) else \
+    have = glibc_version()
+    why_ref = dlopen_check(ref) if have and have >= (2, 36) else \
         f"glibc {'.'.join(map(str, have)) if have else '?'} ignores DT_RELR"
     res = simload.check(ref, out, real_load=why_ref is None, status=status)
     if why_ref is not None:
         res["real_load"] = f"skipped: the linker's DT_RELR output does not load here ({why_ref.replace(f'{ref}: ', '')})"
-        why = simload.dlopen_check(out) if root is None else None
+        why = dlopen_check(out) if root is None else None
         if why is not None:
             raise Finding(f"check failed: the output does not load: {why} (output not written)")
     if root is not None:
-        why = simload.dlopen_check(out, root=root)
+        why = dlopen_check(out, root=root)
         if why is not None:
             raise Finding(f"check failed: the output does not load in {root}: {why} (output not written)")
         res["root_dlopen"] = "ok"
@@ -360,9 +395,6 @@ def with_output(cmd: list[str], out: str) -> list[str]:
 def relr_need_missing(path) -> bool:
     """A DT_RELR file that glibc >= 2.36 refuses: no GLIBC_ABI_DT_RELR version need although
     it needs libc.so.* and has version needs (mold 1.10 writes such files)."""
-    from elflayout.relocs.pack import GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
-    from elflayout.relocs.simload import Loaded, verneed_names
-
     with Loaded(path) as lo:
         if lo.tag(L.DT_RELR) is None:
             return False

@@ -32,7 +32,8 @@ PT_LOAD is split around them, addresses unchanged; its new program header takes 
 (lld, gold) or room made after the table (GNU ld: the tables and the note slide by one entry);
 --keep-freed leaves them.
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
-Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input.
+Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input. With --json,
+a check that fails or refuses the input still prints the document (status check-failed or check-refused).
 See docs/relocation-packing.md.
 """
 
@@ -68,13 +69,10 @@ def _version(v: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"not a glibc version X.Y: {v!r}") from None
 
 
-RELR_GLIBC = (2, 36)  # first glibc that applies DT_RELR
-
-
 def choose_form(fmt: str, min_glibc, root=None) -> tuple[str, tuple[int, int]]:
     """The form to write for --format/--min-glibc/--root; ElflayoutError if relr cannot load there."""
     from elflayout.errors import ElflayoutError
-    from elflayout.relocs.simload import glibc_version
+    from elflayout.relocs.glibc import RELR_GLIBC, glibc_version
 
     if min_glibc is None:
         min_glibc = glibc_version(root)
@@ -98,15 +96,29 @@ def _verify(src, tmp, root=None):
 
 def run(args) -> int:
     from elflayout import __version__
-    from elflayout.fileio import atomic_output, check_output, envelope
+    from elflayout.errors import ElflayoutError, Finding
+    from elflayout.fileio import atomic_output, check_output
+    from elflayout.relocs import pack_model
     from elflayout.relocs.pack import AlreadyPacked, pack
 
+    tool = f"elflayout {__version__}"
     check_output(args.output, force=args.force, inputs=(args.input,))
     form, min_glibc = choose_form(args.format, args.min_glibc, args.root)
-    verify = (lambda a, b: _verify(a, b, args.root)) if args.check else None
+    checking = []
+
+    def verify(a, b):
+        checking.append(True)
+        return _verify(a, b, args.root)
+
     try:
-        st = pack(args.input, args.output, verify=verify, replace=args.force, form=form, cut=not args.keep_freed)
-        st["min_glibc"] = f"{min_glibc[0]}.{min_glibc[1]}"
+        st = pack(args.input, args.output, verify=verify if args.check else None, replace=args.force, form=form,
+                  cut=not args.keep_freed)
+    except (Finding, ElflayoutError) as e:
+        # The check's verdict is a result too: --json prints it before the exit status.
+        if args.json and checking:
+            status = pack_model.CHECK_FAILED if isinstance(e, Finding) else pack_model.CHECK_REFUSED
+            print(json.dumps(pack_model.build_unchecked(tool, args.input, status, str(e), e.exit_status), indent=1))
+        raise
     except AlreadyPacked as e:
         msg = f"{e}: nothing to do"
         if args.force:
@@ -114,36 +126,39 @@ def run(args) -> int:
                 shutil.copy2(args.input, tmp)
             msg += f"; copied unchanged to {args.output} (--force)"
         if args.json:
-            print(json.dumps(envelope("pack-relocs", 1, dict(tool=f"elflayout {__version__}"),
-                                      input=str(args.input), output=None if not args.force else str(args.output),
-                                      status="nothing-to-do", message=msg), indent=1))
+            doc = pack_model.build_nothing(tool, args.input, args.output if args.force else None, msg)
+            print(json.dumps(doc, indent=1))
         else:
             print(f"elflayout: {msg}", file=sys.stderr)
         return 0
+    doc = pack_model.build_packed(tool, args.input, args.output, st, f"{min_glibc[0]}.{min_glibc[1]}")
     if args.json:
-        doc = envelope("pack-relocs", 1, dict(tool=f"elflayout {__version__}"),
-                       input=str(args.input), output=str(args.output), status="packed", **st)
         print(json.dumps(doc, indent=1))
         return 0
-    print(f"{args.input} -> {args.output}")
-    print(f"  .rela.dyn {st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes, "
-          f"RELR {st['relr_bytes']:,} bytes ({st['packed']:,} of {st['relative']:,} RELATIVE relocations packed; "
-          f"{st['kept']:,} kept, DT_RELACOUNT {st['relacount']})")
-    print(f"  form: {st['form']} (loads on {'glibc >= 2.36' if st['form'] == 'relr' else 'any glibc'}; --min-glibc "
-          f"{st['min_glibc']})" + (f", applier {st['applier']['bytes']} bytes at {st['applier']['entry']:#x} "
-                                   "(DT_INIT)" if st["applier"] else ""))
-    print(f"  dynamic array: {st['dynamic']}; GLIBC_ABI_DT_RELR: {st['version_need']}")
-    if st["moved_sections"]:
-        print("  tables moved: " + ", ".join(f"{k} {v:+,} bytes" for k, v in st["moved_sections"].items()))
-    print(f"  {st['freed_bytes']:,} bytes freed (zeroed); packed in {st['pack_s']:.2f} s")
-    if st.get("cut"):
-        c = st["cut"]
-        print(f"  {c['pages']:,} whole freed pages cut from the file (program header {c['program_header']})" if c["pages"]
-              else f"  freed pages kept in the file: {c['why']}")
-    if "check" in st:
-        c = st["check"]
+    _print_text(args.input, args.output, pack_model.parse(doc).packed)
+    return 0
+
+
+def _print_text(src, out, p) -> None:
+    """The human summary of a ``pack_model.Packed``."""
+    print(f"{src} -> {out}")
+    print(f"  .rela.dyn {p.rela_dyn_bytes_before:,} -> {p.rela_dyn_bytes_after:,} bytes, "
+          f"RELR {p.relr_bytes:,} bytes ({p.packed:,} of {p.relative:,} RELATIVE relocations packed; "
+          f"{p.kept:,} kept, DT_RELACOUNT {p.relacount})")
+    print(f"  form: {p.form} (loads on {'glibc >= 2.36' if p.form == 'relr' else 'any glibc'}; --min-glibc "
+          f"{p.min_glibc})" + (f", applier {p.applier.bytes} bytes at {p.applier.entry:#x} (DT_INIT)"
+                               if p.applier else ""))
+    print(f"  dynamic array: {p.dynamic}; GLIBC_ABI_DT_RELR: {p.version_need}")
+    if p.moved_sections:
+        print("  tables moved: " + ", ".join(f"{k} {v:+,} bytes" for k, v in p.moved_sections.items()))
+    print(f"  {p.freed_bytes:,} bytes freed (zeroed); packed in {p.pack_s:.2f} s")
+    if p.cut:
+        print(f"  {p.cut.pages:,} whole freed pages cut from the file (program header {p.cut.program_header})"
+              if p.cut.pages else f"  freed pages kept in the file: {p.cut.why}")
+    if p.check is not None:
+        c = p.check
+        real = c["real_load"]
         print(f"  check: relocated images equal at {len(c['bases'])} load bases ({c['compared_bytes']:,} bytes "
               f"compared, {c['excluded_bytes']:,} of dynamic-linking tables checked field by field); "
-              f"real load {'equal' if isinstance(c['real_load'], dict) else c['real_load']}"
-              + (f" ({c['real_load']['compared_bytes']:,} writable bytes)" if isinstance(c['real_load'], dict) else ""))
-    return 0
+              f"real load {'equal' if isinstance(real, dict) else real}"
+              + (f" ({real['compared_bytes']:,} writable bytes)" if isinstance(real, dict) else ""))

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import struct
 
+from elflayout.layouts import PT_GNU_RELRO
+
 SOURCE = r"""	.text
 blob:
 magic:	.ascii "ELRELR01"
@@ -109,6 +111,17 @@ MAGIC = b"ELRELR01"
 BLOCK = struct.Struct("<8s6Q")  # magic, relr_start, relr_end, relro_page, relro_len, old_init, self_addr
 ENTRY = BLOCK.size              # the routine starts right after the block
 SIZE = len(CODE)
+
+
+def relro_pages(phdrs, page: int = 4096) -> tuple[int, int]:
+    """(start, length) of the whole pages glibc's _dl_protect_relro makes read-only after
+    relocation (the last PT_GNU_RELRO of the numpy program headers ``phdrs``): the routine
+    makes them writable while it applies the table."""
+    relro = (0, 0)
+    for q in phdrs[phdrs["p_type"] == PT_GNU_RELRO]:
+        lo, hi = int(q["p_vaddr"]) // page * page, int(q["p_vaddr"] + q["p_memsz"]) // page * page
+        relro = (lo, hi - lo)
+    return relro
 
 
 def blob(relr_start: int, relr_end: int, relro_page: int, relro_len: int, old_init: int, entry: int) -> bytes:

@@ -24,23 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from elflayout import elfcore
-from elflayout.errors import ElflayoutError
-from elflayout.relocs import arch as A
-from elflayout.relocs import selfapply
 from elflayout import layouts as L
+from elflayout.errors import ElflayoutError, Finding
+from elflayout.relocs import arch as A
+from elflayout.relocs import realload, selfapply
+from elflayout.relocs.glibc import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
 
 CHUNK = 1 << 24  # bytes compared at a time
-HEAP_PAD = 4096 + 48  # C-heap shift of the control load (not a multiple of any alignment)
 MAX_IMAGE = 1 << 30  # address span simulated; three images' worth is held at once
 BASES = (0x7F3A_5C00_0000, 0x0000_5555_0000_0000)  # two page-aligned bases, different high bits
 MASK = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
@@ -65,21 +59,18 @@ class Loaded:
         self.arch = A.arch_of(img)
         if self.arch.elfclass != 64:
             raise ElflayoutError(f"{img.path}: the simulated loader handles ELF64 only")
-        hdr = img.elf.header
-        ph = np.frombuffer(img.mm, L.PHDR64, hdr["e_phnum"], hdr["e_phoff"])
-        self.phdrs = ph.copy()
-        d = np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0]
-        if d.size != 1:
+        try:
+            self.ehdr, self.phdrs, _ = L.read_headers(img.mm)
+        except ValueError as e:
+            raise ElflayoutError(f"{img.path}: truncated ELF file ({e})") from None
+        self.dynamic = img.dynamic  # through PT_DYNAMIC, as ld.so and the packer read it
+        if self.dynamic.segments != 1:
             raise ElflayoutError(f"{img.path}: no PT_DYNAMIC")
-        dyn = np.frombuffer(img.mm, L.DYN64, int(ph["p_filesz"][d[0]]) // L.DYN64.itemsize,
-                            int(ph["p_offset"][d[0]])).copy()
-        n = int(np.argmax(dyn["d_tag"] == L.DT_NULL)) if np.any(dyn["d_tag"] == L.DT_NULL) else dyn.size
-        self.dyn = dyn[:n]
-        self.dyn_range = (int(ph["p_vaddr"][d[0]]), int(ph["p_vaddr"][d[0]] + ph["p_memsz"][d[0]]))
+        self.dyn = self.dynamic.live
+        self.dyn_range = self.dynamic.range
 
     def tag(self, t, default=None):
-        m = np.nonzero(self.dyn["d_tag"] == t)[0]
-        return int(self.dyn["d_val"][m[0]]) if m.size else default
+        return self.dynamic.get(t, default)
 
     def at(self, vaddr, nbytes, dtype=np.uint8):
         if vaddr is None:
@@ -213,8 +204,8 @@ class Loaded:
         if not t.size:
             return
         arch = self.arch
-        types = (t["r_info"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        syms = (t["r_info"] >> np.uint64(32)).astype(np.int64)
+        types = L.r_type(t["r_info"]).astype(np.int64)
+        syms = L.r_sym(t["r_info"]).astype(np.int64)
         P = t["r_offset"]
         Aa = t["r_addend"].view(np.uint64)
         S = self.sym_fake(syms)
@@ -266,7 +257,7 @@ class Loaded:
         writes: ld.so's RELA ranges and DT_RELR, and the self-applying routine's table."""
         starts, ends = [], []
         for t, nrelative in self.rela_ranges():
-            types = (t["r_info"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+            types = L.r_type(t["r_info"]).astype(np.int64)
             u, inv = np.unique(types, return_inverse=True)
             width = np.array([self.arch.types[x].width if x in self.arch.types else self.arch.word
                               for x in u.tolist()], np.int64)[inv.reshape(-1)]
@@ -304,7 +295,7 @@ class Loaded:
         for s in self.img.sections:
             t = L.sh_type_number(s.type)
             alloc_strtab = t == L.SHT_STRTAB and s.flags & L.SHF_ALLOC
-            # notes may slide with the tables (pack._phdr_reserve): compared by content (_notes)
+            # notes may slide with the tables (pack_plan._phdr_reserve): compared by content (_notes)
             if (t in META_TYPES or alloc_strtab or t == L.SHT_NOTE) and s.flags & L.SHF_ALLOC:
                 out.append((s.addr, s.addr + s.size))
         return out
@@ -378,7 +369,7 @@ def _notes(l: "Loaded") -> list[bytes]:
 def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     """Field-by-field checks of what the byte compare leaves out; returns problems found."""
     bad = []
-    ha, hb = (np.frombuffer(x.img.mm, L.EHDR64, count=1).copy() for x in (a, b))
+    ha, hb = a.ehdr.copy(), b.ehdr.copy()
     for h in (ha, hb):  # where the headers are may change (pack's cut of freed pages), not what
         h["e_shoff"] = h["e_shnum"] = h["e_shstrndx"] = h["e_phoff"] = h["e_phnum"] = 0
     if ha.tobytes() != hb.tobytes():
@@ -430,7 +421,7 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
             if not np.array_equal(ya[f], yb[f]):
                 bad.append(f".dynsym field {f} differs")
         va = ya["st_value"]
-        if np.count_nonzero(va != yb["st_value"]) > np.count_nonzero(ya["st_info"] & 0xF == L.STT_SECTION):
+        if np.count_nonzero(va != yb["st_value"]) > np.count_nonzero(L.st_type(ya["st_info"]) == L.STT_SECTION):
             bad.append(".dynsym values of non-section symbols differ")
         sz_a = a.tag(L.DT_STRSZ, 0)
         if not np.array_equal(a.at(a.tag(L.DT_STRTAB), sz_a), b.at(b.tag(L.DT_STRTAB), sz_a)):
@@ -455,9 +446,7 @@ def verneed_names(l: Loaded):
 
 def _compare_verneed(a: Loaded, b: Loaded) -> list[str]:
     """The output's version needs are the input's plus at most GLIBC_ABI_DT_RELR, which
-    must be there when glibc requires it (pack.glibc_requires_relr_need)."""
-    from elflayout.relocs.pack import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, glibc_requires_relr_need
-
+    must be there when glibc requires it (glibc.glibc_requires_relr_need)."""
     va, vb = verneed_names(a), verneed_names(b)
     extra = [(f, x) for f, xs in vb for x in xs if x[0] == GLIBC_ABI_DT_RELR]
     files_a = {f for f, _ in va}
@@ -521,14 +510,6 @@ def _counts(l: Loaded) -> dict:
                 relr=int(l.relr().size), self_applied=n)
 
 
-_DLOPEN = """
-import ctypes, os, sys
-try:
-    ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL | os.RTLD_NOW)  # bind and version-check everything
-except OSError as e:
-    print(e); sys.exit(1)
-"""
-
 
 def is_executable(path) -> bool:
     """A PIE (DF_1_PIE or PT_INTERP): glibc refuses to dlopen it."""
@@ -539,115 +520,6 @@ def is_executable(path) -> bool:
     finally:
         l.close()
 
-
-class Host:
-    """Where real loads run: this machine, or ``chroot ROOT`` (a root with its own glibc
-    and the library's dependencies, e.g. scripts/bullseye-root.sh); the checker's small
-    Python script runs under the root's own python3."""
-
-    def __init__(self, root=None):
-        self.root = Path(root).resolve() if root else None
-        if self.root is None:
-            self.python = sys.executable
-            return
-        if os.geteuid() != 0:
-            raise ElflayoutError(f"--root {self.root}: real loads inside a root need chroot, i.e. root privileges")
-        cands = sorted(self.root.glob("usr/bin/python3*"))
-        cands = [c for c in cands if c.name.replace("python3", "").replace(".", "").isdigit() or c.name == "python3"]
-        if not cands:
-            raise ElflayoutError(f"--root {self.root}: no python3 inside it to run the loader check "
-                                 "(install python3-minimal there)")
-        self.python = "/" + str(cands[0].relative_to(self.root))
-
-    def tempdir(self):
-        import tempfile
-
-        base = None
-        if self.root is not None:
-            base = self.root / "tmp"
-            base.mkdir(exist_ok=True)
-        return tempfile.TemporaryDirectory(prefix="elflayout-load-", dir=base)
-
-    def inside(self, p) -> str | None:
-        """``p`` as the loaded program sees it (None: not visible inside the root)."""
-        p = Path(p).resolve()
-        if self.root is None:
-            return str(p)
-        try:
-            return "/" + str(p.relative_to(self.root))
-        except ValueError:
-            return None
-
-    def run(self, args, env, timeout, setarch=False):
-        cmd = (["setarch", "-R"] if setarch else []) + (["chroot", str(self.root)] if self.root else []) + \
-              [self.python, *args]
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, errors="replace")
-
-    def env(self, *dirs) -> dict:
-        env = dict(os.environ, PYTHONHASHSEED="0")  # a deterministic interpreter heap
-        if self.root is not None:
-            env.pop("PYTHONPATH", None)
-            env.pop("PYTHONHOME", None)
-            env.pop("LD_LIBRARY_PATH", None)
-        ds = [x for x in (self.inside(d) for d in dirs) if x]
-        if env.get("LD_LIBRARY_PATH"):
-            ds.append(env["LD_LIBRARY_PATH"])
-        if ds:
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(ds)
-        return env
-
-
-def glibc_version(root=None) -> tuple[int, int] | None:
-    """(major, minor) of the glibc in ``root`` ("/" by default), read from its libc.so.6."""
-    import re
-
-    r = Path(root or "/")
-    for d in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64", "usr/lib64", "lib", "usr/lib"):
-        f = r / d / "libc.so.6"
-        if f.exists():
-            m = re.search(rb"release version (\d+)\.(\d+)", f.read_bytes())
-            if m:
-                return int(m.group(1)), int(m.group(2))
-    return None
-
-
-def dlopen_check(path, timeout: float = 120, root=None) -> str | None:
-    """Load ``path`` with the real glibc loader in a subprocess; None if it loaded, else why not."""
-    h = Host(root)
-    p = Path(path).resolve()
-    with h.tempdir() as d:
-        lib = Path(d) / p.name
-        shutil.copyfile(p, lib)
-        try:
-            r = h.run(["-c", _DLOPEN, h.inside(lib)], h.env(lib.parent, p.parent), timeout)
-        except subprocess.TimeoutExpired:
-            return f"dlopen did not return within {timeout:.0f} s"
-    if r.returncode == 0:
-        return None
-    msg = (r.stdout.strip() or r.stderr.strip().splitlines()[-1:] or [f"exit status {r.returncode}"])
-    msg = msg if isinstance(msg, str) else msg[0]
-    return msg.replace(h.inside(lib), str(p))  # name the user's file, not the temporary copy
-
-
-_LOADED_STATE = """
-import ctypes, json, os, sys
-path, ranges, out, pad = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-if pad:  # shift the C heap: bytes that move with it are heap addresses, not relocations
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    keep = libc.malloc(pad)
-try:
-    h = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
-except OSError as e:
-    print(json.dumps(dict(error=str(e)))); sys.exit(1)
-# glibc's handle is the object's struct link_map, whose first field is l_addr (<link.h>):
-# the load base, without /proc (absent in a bare chroot).
-base = ctypes.c_void_p.from_address(h._handle).value or 0
-with open(out, "wb") as f:
-    for lo, hi in ranges:
-        f.write(ctypes.string_at(base + lo, hi - lo))
-print(json.dumps(dict(base=base)))
-"""
 
 
 def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
@@ -667,38 +539,16 @@ def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
     return out
 
 
-def _load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 0) -> tuple[dict, np.ndarray | None]:
-    # The same file name in a directory of the same length: identical heap layout. A
-    # copy, not a link: a new inode, so ld.so never mistakes it for an object it already
-    # has (the interpreter itself may have loaded the input through LD_LIBRARY_PATH).
-    with h.tempdir() as d:
-        lib, out = Path(d) / name, Path(d) / "state"
-        shutil.copyfile(src, lib)
-        args = ["-c", _LOADED_STATE, h.inside(lib), json.dumps(ranges), h.inside(out), str(pad)]
-        try:
-            r = h.run(args, h.env(*dirs), timeout, setarch=True)
-        except subprocess.TimeoutExpired:
-            return dict(error=f"{src}: dlopen did not return within {timeout:.0f} s"), None
-        try:
-            doc = json.loads(r.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            doc = dict(error=(r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1])
-        if "error" in doc:
-            return dict(error=f"{src}: {doc['error']}"), None
-        return doc, np.fromfile(out, np.uint8)
-
 
 def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
-    """dlopen both files (ASLR off, RTLD_NOW, each in a fresh process under the same
-    name and environment; inside ``chroot root`` when given) and compare their
-    file-backed writable bytes.
+    """dlopen both files (realload.compare_loads: ASLR off, RTLD_NOW, fresh processes,
+    inside ``chroot root`` when given) and compare their file-backed writable bytes
+    (``_writable_ranges``).
 
-    Left out and counted as ``unstable_bytes``: bytes that differ between two loads of
-    ``path_a`` itself, the second with the C heap shifted by ``HEAP_PAD`` bytes
-    (run-dependent values and heap addresses stored by constructors), and differing
-    bytes that no relocation of either file writes and that are equal in both files:
-    code stored them, not the loader.
-    A heap address taken from a free chunk does not move with the shift, and ld.so's
+    Besides the bytes that differ between two loads of ``path_a`` itself, differing bytes
+    that no relocation of either file writes and that are equal in both files are left
+    out (counted as ``unstable_bytes``): code stored them, not the loader. A heap address
+    taken from a free chunk does not move with the control load's heap shift, and ld.so's
     own allocations differ between input and output (one more version need), so such a
     constructor value can differ in every load (libabsl_flags_parse's flag registry under
     one interpreter's start-up). Packing changes only what relocations write, and the
@@ -707,36 +557,10 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
     not load.
     """
     with Loaded(path_a) as a, Loaded(path_b) as b:
-        ranges = _writable_ranges(a, b)
-        h = Host(root)
-        pa, pb = Path(path_a).resolve(), Path(path_b).resolve()
-        dirs = (pa.parent, pb.parent)
-        da, sa = _load_state(h, pa, pa.name, ranges, dirs, timeout)
-        if sa is None:
-            return da
-        db, sb = _load_state(h, pb, pa.name, ranges, dirs, timeout)
-        if sb is None:
-            return db
-        n = int(sa.size)
-        res = dict(equal=True, compared_bytes=n, unstable_bytes=0, differing_bytes=0)
-        if da["base"] != db["base"]:
-            return dict(res, equal=False, reason="different load addresses with ASLR off")
-        diff = sa != sb
-        if diff.any():
-            _, sa2 = _load_state(h, pa, pa.name, ranges, dirs, timeout, pad=HEAP_PAD)
-            stable = sa == sa2 if sa2 is not None else np.ones(n, bool)
-            left = np.flatnonzero(diff & stable)
-            if left.size:  # index in the concatenated ranges -> address
-                lo = np.array([r[0] for r in ranges], np.int64)
-                at = np.cumsum([0] + [hi - lo_ for lo_, hi in ranges[:-1]])
-                k = np.searchsorted(at, left, side="right") - 1
-                addrs = lo[k] + (left - at[k])
-                by_code = ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
-                stable[left[by_code]] = False
-            res.update(unstable_bytes=int(n - np.count_nonzero(stable)),
-                       differing_bytes=int(np.count_nonzero(diff & stable)))
-            res["equal"] = res["differing_bytes"] == 0
-        return res
+        def by_code(addrs):
+            return ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
+
+        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root)
 
 
 def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
@@ -748,8 +572,6 @@ def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
     itself does not load (real loads happen inside ``chroot root`` when given); returns the comparison document otherwise. ``status(msg)``
     gives a context manager that shows progress (the CLI's spinner).
     """
-    from elflayout.errors import Finding
-
     status = status or (lambda msg: contextlib.nullcontext())
     with status("check: relocating input and output at two load bases"):
         res = compare(src, tmp)
@@ -768,7 +590,7 @@ def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
     with status("check: real loads of the input and the packed library"):
         real = real_load_compare(src, tmp, root=root)
     if "error" in real:
-        why = dlopen_check(src, root=root)
+        why = realload.dlopen_check(src, root=root)
         if why is not None:
             raise ElflayoutError(f"{src}: the input itself does not load ({why}); nothing to prove against")
         raise Finding(f"check failed: dlopen of the packed library failed: {real['error']} (output not written)")
@@ -777,3 +599,4 @@ def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
         raise Finding(f"check failed: after a real load, {real.get('differing_bytes', '?')} writable bytes differ "
                       f"from the input's ({real.get('reason', 'same load address, ASLR off')}; output not written)")
     return res
+

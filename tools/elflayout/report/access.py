@@ -296,31 +296,33 @@ def _wrap(text: str, width: int) -> list[str]:
     return textwrap.wrap(text, width) or [""]
 
 
-def results_panels(doc: dict, plan: dict[str, str], state: str | None = None,
+def results_panels(res, plan: dict[str, str], state: str | None = None,
                    run: int | None = None) -> tuple[list[Panel], str]:
-    """A panel per variant of ``plan`` ({variant: file}): the median-pages run unless ``run``."""
+    """A panel per variant of ``plan`` ({variant: file}): the median-pages run unless ``run``.
+    ``res``: ``measure.model.Results``, or a results document built in memory."""
     from elflayout.errors import ElflayoutError
+    from elflayout.measure import model
 
-    state = state or D.default_state(doc, plan)
-    if state not in D.states(doc):
-        raise ElflayoutError(f"--state {state}: not in the results (states: {', '.join(map(str, D.states(doc)))})")
-    files_md = (doc.get("metadata") or {}).get("files") or {}
+    res = model.as_results(res)
+    state = state or D.default_state(res, plan)
+    if state not in D.states(res):
+        raise ElflayoutError(f"--state {state}: not in the results (states: {', '.join(map(str, D.states(res)))})")
     panels = []
     for v, path in plan.items():
-        got = D.pick_run(doc, v, state, path, run)
+        got = D.pick_run(res, v, state, path, run)
         if got is None:
             continue
         k, r = got
         title = f"{v} · {state} · run {k}" + (" (disturbed)" if D.disturbed(r, path) else "")
         acc = D.access_of(r, path)
-        if "elflayout-preload" in D.command_of(doc, v):
+        if "elflayout-preload" in D.command_of(res, v):
             # a preload plan's reads all come before the program's first fault of the file
             before = acc.npages[acc.t < (acc.ft.min() if len(acc.ft) else np.inf)].sum()
             title += f"\npreload: {int(before):,} pages read before the first fault"
         if len(set(plan.values())) > 1:
             title += f"\n{_short(path)}"
-        panels.append(Panel(title, acc, D.bands(D.sections_of(doc, path)), path, v,
-                            (files_md.get(path) or {}).get("size")))
+        panels.append(Panel(title, acc, D.bands(D.sections_of(res, path)), path, v,
+                            (res.files.get(path) or {}).get("size")))
     if not panels:
         raise ElflayoutError(f"no runs of state {state!r} for the chosen variants")
     return panels, state
@@ -330,18 +332,18 @@ def _short(path: str, keep: int = 46) -> str:
     return path if len(path) <= keep else "…" + path[-(keep - 1):]
 
 
-def check_variants(doc: dict, variants: list[str] | None) -> list[str]:
+def check_variants(res, variants: list[str] | None) -> list[str]:
     from elflayout.errors import ElflayoutError
 
-    names = D.variants(doc)
+    names = D.variants(res)
     for v in variants or []:
         if v not in names:
             raise ElflayoutError(f"--variant {v}: not in the results (variants: {', '.join(names)})")
     return list(variants) if variants else names
 
 
-def results_figure(doc: dict, plan: dict[str, str], state=None, run=None, x: str = "time"):
-    panels, state = results_panels(doc, plan, state, run)
+def results_figure(res, plan: dict[str, str], state=None, run=None, x: str = "time"):
+    panels, state = results_panels(res, plan, state, run)
     paths = sorted(set(plan.values()))
     if len(paths) == 1:
         title = f"Access pattern of {paths[0]}"

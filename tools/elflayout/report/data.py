@@ -1,7 +1,8 @@
 """Inputs of the plots and the report, as plain data (no matplotlib here).
 
-Reads results v1 (``elflayout-results``) and profile v1 (``elflayout-profile``) files
-(docs/formats/results.md, docs/formats/profile.md) and derives what the plots need:
+Reads results v1 (``elflayout-results``, typed by ``measure.model``) and profile v1
+(``elflayout-profile``) files (docs/formats/results.md, docs/formats/profile.md) and
+derives what the plots need:
 the ordered reads and faults of one file in one run, its ELF sections grouped into
 labelled bands, per-section counts, and the caption figures (pages and bytes read,
 seeks, read efficiency).
@@ -9,7 +10,6 @@ seeks, read efficiency).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,8 @@ import numpy as np
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
+from elflayout.measure import model as results_model
+from elflayout.measure.model import Results, Run
 
 from elflayout.pages import PAGE, SEEK_PAGES, count_seeks, expand  # noqa: F401 - PAGE, SEEK_PAGES re-exported
 
@@ -26,14 +28,13 @@ KINDS = ("results", "profile", "screen")
 
 def load(path: str | os.PathLike) -> tuple[str, object]:
     """(kind, document) of a results, profile or screen file; one-line error otherwise.
-    A profile comes back parsed (``profile.model.Profile``)."""
+    Results come back typed (``measure.model.Results``), a profile parsed
+    (``profile.model.Profile``), a screen result checked."""
     p = Path(path)
     doc = fileio.load_json(p, KINDS, (1,))
     kind = doc["format"][len("elflayout-"):]
     if kind == "results":
-        from elflayout.measure import model as results_model
-
-        results_model.parse(doc, str(p))  # the one results parser: raises on anything malformed
+        doc = results_model.parse(doc, str(p))  # the one results parser: raises on anything malformed
     elif kind == "screen":
         from elflayout.measure import screen
 
@@ -140,30 +141,21 @@ def bands(sections: list[dict]) -> list[Band]:
 # ----------------------------------------------------------------------------------
 # results: runs, series, figures
 
-def variants(doc: dict) -> list[str]:
-    names = [v.get("name") for v in doc.get("variants") or [] if isinstance(v, dict)]
-    for r in doc["runs"]:
-        if r.get("variant") not in names:
-            names.append(r.get("variant"))
-    return [n for n in names if n is not None]
+def variants(res: Results) -> list[str]:
+    return res.variant_names
 
 
-def states(doc: dict) -> list[str]:
+def states(res: Results) -> list[str]:
+    """The states of the runs, cold, selective, hot first."""
     order = ["cold", "selective", "hot"]
-    seen = []
-    for r in doc["runs"]:
-        s = r.get("state")
-        if s not in seen:
-            seen.append(s)
+    seen = list(dict.fromkeys(r.state for r in res.runs))
     return sorted(seen, key=lambda s: (order.index(s) if s in order else len(order), str(s)))
 
 
-def all_files(doc: dict) -> list[str]:
-    out = list((doc.get("metadata") or {}).get("files") or {})
-    for r in doc["runs"]:
-        for path in r.get("files") or {}:
-            if path not in out:
-                out.append(path)
+def all_files(res: Results) -> list[str]:
+    out = list(res.files)
+    for r in res.runs:
+        out += [path for path in r.files if path not in out]
     return out
 
 
@@ -184,18 +176,18 @@ def _match(files: list[str], want: str) -> str | None:
     return base[0] if len(base) == 1 else None
 
 
-def traced_by_variant(doc: dict) -> dict[str, list[str]]:
+def traced_by_variant(res: Results) -> dict[str, list[str]]:
     """Per variant, the files with a read sequence in its runs, most pages read first."""
-    out: dict[str, dict[str, float]] = {v: {} for v in variants(doc)}
-    for r in doc["runs"]:
-        per = out.setdefault(r.get("variant"), {})
-        for path, f in (r.get("files") or {}).items():
-            if isinstance(f, dict) and f.get("reads"):
-                per[path] = per.get(path, 0) + float(f.get("pages_read") or len(f["reads"]))
+    out: dict[str, dict[str, float]] = {v: {} for v in variants(res)}
+    for r in res.runs:
+        per = out.setdefault(r.variant, {})
+        for path, f in r.files.items():
+            if f.reads:
+                per[path] = per.get(path, 0) + float(f.pages_read or len(f.reads))
     return {v: sorted(per, key=lambda p: -per[p]) for v, per in out.items()}
 
 
-def plans(doc: dict, files: list[str] | None = None, src: str = "",
+def plans(res: Results, files: list[str] | None = None, src: str = "",
           only: list[str] | None = None) -> list[dict[str, str]]:
     """What to draw side by side: a list of {variant: file} maps.
 
@@ -205,8 +197,8 @@ def plans(doc: dict, files: list[str] | None = None, src: str = "",
     the files that only one variant read (when each variant has exactly one), and each
     file that every variant read gets its own map, most pages read first.
     """
-    by = traced_by_variant(doc)
-    names = only or [v for v in variants(doc)]
+    by = traced_by_variant(res)
+    names = only or variants(res)
     by = {v: by.get(v, []) for v in names}
     if not any(by.values()):
         raise ElflayoutError(f"{src}: no run has an ordered read sequence ('reads'); was it measured with tracing?")
@@ -238,25 +230,25 @@ def plans(doc: dict, files: list[str] | None = None, src: str = "",
     return out
 
 
-def choose_plan(doc: dict, files: list[str] | None, src: str, only: list[str] | None = None) -> dict[str, str]:
+def choose_plan(res: Results, files: list[str] | None, src: str, only: list[str] | None = None) -> dict[str, str]:
     """The one {variant: file} map the plot verb draws; asks for --file when ambiguous."""
-    ps = plans(doc, files, src, only)
+    ps = plans(res, files, src, only)
     if len(ps) > 1:
         listed = sorted({f for p in ps for f in p.values()})
         raise ElflayoutError(f"{src}: several files were traced; choose with --file ({', '.join(listed)})")
     return ps[0]
 
 
-def traced_files(doc: dict) -> list[str]:
+def traced_files(res: Results) -> list[str]:
     """All files with a read sequence in some run."""
     out = []
-    for fs in traced_by_variant(doc).values():
+    for fs in traced_by_variant(res).values():
         out += [f for f in fs if f not in out]
     return out
 
 
-def sections_of(doc: dict, path: str) -> list[dict]:
-    meta = ((doc.get("metadata") or {}).get("files") or {}).get(path) or {}
+def sections_of(res: Results, path: str) -> list[dict]:
+    meta = res.files.get(path) or {}
     secs = file_sections(meta.get("sections"))
     if secs:
         return secs
@@ -268,22 +260,22 @@ def sections_of(doc: dict, path: str) -> list[dict]:
     return []
 
 
-def runs_of(doc: dict, variant: str, state: str) -> list[dict]:
-    return [r for r in doc["runs"] if r.get("variant") == variant and r.get("state") == state]
+def runs_of(res: Results, variant: str, state: str) -> list[Run]:
+    return res.runs_of(variant, state)
 
 
-def default_state(doc: dict, plan: dict[str, str]) -> str:
+def default_state(res: Results, plan: dict[str, str]) -> str:
     """The state to plot: the first (cold, selective, hot) in which the plan's files were read."""
-    for s in states(doc):
-        if any(((r.get("files") or {}).get(plan.get(r.get("variant"))) or {}).get("reads")
-               for r in doc["runs"] if r.get("state") == s):
+    for s in states(res):
+        if any(f is not None and f.reads for r in res.runs if r.state == s
+               for f in [r.files.get(plan.get(r.variant))]):
             return s
-    return states(doc)[0]
+    return states(res)[0]
 
 
-def pick_run(doc: dict, variant: str, state: str, path: str, k: int | None = None) -> tuple[int, dict] | None:
+def pick_run(res: Results, variant: str, state: str, path: str, k: int | None = None) -> tuple[int, Run] | None:
     """The run to draw: the k-th of variant×state, else the one with the median pages read."""
-    rs = runs_of(doc, variant, state)
+    rs = runs_of(res, variant, state)
     if not rs:
         return None
     if k is not None:
@@ -293,22 +285,15 @@ def pick_run(doc: dict, variant: str, state: str, path: str, k: int | None = Non
     # Runs another process disturbed (the harness says so in 'interference') are not
     # representative; use them only when every run was disturbed.
     idx = [i for i, r in enumerate(rs) if not disturbed(r, path)] or list(range(len(rs)))
-    pages = np.array([((rs[i].get("files") or {}).get(path) or {}).get("pages_read") or 0 for i in idx], dtype=float)
+    pages = np.array([rs[i].files[path].pages_read if path in rs[i].files else 0 for i in idx], dtype=float)
     order = np.argsort(pages, kind="stable")
     i = idx[int(order[(len(order) - 1) // 2])]
     return i, rs[i]
 
 
-def disturbed(run: dict, path: str | None = None) -> bool:
+def disturbed(run: Run, path: str | None = None) -> bool:
     """Whether the harness flagged this run as disturbed (for ``path``, if given)."""
-    notes = run.get("interference")
-    if not notes:
-        return False
-    if isinstance(notes, (str, dict)):
-        notes = [notes]
-    if path is None:
-        return True
-    return any(path in (n if isinstance(n, str) else json.dumps(n)) for n in notes)
+    return run.disturbed if path is None else run.disturbed_for(path)
 
 
 @dataclass
@@ -350,28 +335,20 @@ class Access:
         return expand(self.page, self.npages)
 
 
-def command_of(doc: dict, variant: str) -> str:
+def command_of(res: Results, variant: str) -> str:
     """The shell command of a variant ('' if not recorded)."""
-    return next((v.get("command") or "" for v in doc.get("variants", []) if v.get("name") == variant), "")
+    return res.command(variant)
 
 
-def access_of(run: dict, path: str) -> Access:
-    f = (run.get("files") or {}).get(path) or {}
-    try:
-        reads = np.asarray(f.get("reads") or np.zeros((0, 3)), dtype=float)
-        faults = np.asarray(f.get("faults") or np.zeros((0, 2)), dtype=float)
-        if reads.ndim != 2 or reads.shape[1] != 3 or faults.ndim != 2 or faults.shape[1] != 2:
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ElflayoutError(f"run {run.get('variant')}/{run.get('state')}/{run.get('round')}: {path}: malformed "
-                             "'reads' or 'faults' (expected [[t, page, npages], ...] and [[t, page], ...])") from None
-    order = np.argsort(reads[:, 0], kind="stable")
-    reads = reads[order]
+def access_of(run: Run, path: str) -> Access:
+    """The reads and faults of ``path`` in ``run``, each in time order."""
+    f = run.files.get(path)
+    reads = np.asarray(f.reads if f else (), dtype=float).reshape(-1, 3)
+    faults = np.asarray(f.faults if f else (), dtype=float).reshape(-1, 2)
+    reads = reads[np.argsort(reads[:, 0], kind="stable")]
     faults = faults[np.argsort(faults[:, 0], kind="stable")]
-    seeks = f.get("seeks")
     return Access(reads[:, 0], reads[:, 1].astype(np.int64), np.maximum(reads[:, 2], 1).astype(np.int64),
-                  faults[:, 0], faults[:, 1].astype(np.int64),
-                  int(seeks) if isinstance(seeks, (int, float)) else None)
+                  faults[:, 0], faults[:, 1].astype(np.int64), f.seeks if f else None)
 
 
 def section_table(sections: list[dict], acc: Access) -> list[dict]:
@@ -418,46 +395,24 @@ def caption(acc: Access) -> str:
 # ----------------------------------------------------------------------------------
 # results: per-run metrics and summary
 
-METRICS = {  # metric -> (label, unit scale, unit)
-    "wall_s": ("wall time", 1e3, "ms"),
-    "user_s": ("user CPU", 1e3, "ms"),
-    "sys_s": ("system CPU", 1e3, "ms"),
-    "major_faults": ("major faults", 1, ""),
-    "minor_faults": ("minor faults", 1, ""),
-    "pages_read": ("pages read", 1, "pages"),
-    "bytes_read": ("bytes read", 1e-6, "MB"),
-    "seeks": ("seeks", 1, ""),
-}
+METRICS = results_model.METRICS  # the one registry: label, unit, scale, derivation
 
 
-def run_value(run: dict, metric: str, files: list[str] | None = None) -> float | None:
-    """A metric of one run; per-file metrics are summed over ``files`` (default: all)."""
-    if metric in ("pages_read", "bytes_read", "seeks"):
-        fs = run.get("files") or {}
-        keys = files if files is not None else list(fs)
-        vals = [(fs.get(k) or {}).get(metric) for k in keys]
-        vals = [v for v in vals if isinstance(v, (int, float))]
-        return float(sum(vals)) if vals else None
-    v = run.get(metric)
-    return float(v) if isinstance(v, (int, float)) else None
-
-
-def values(doc: dict, variant: str, state: str, metric: str, files: list[str] | None = None,
+def values(res: Results, variant: str, state: str, metric: str, files: list[str] | None = None,
            disturbed_runs: bool = False) -> np.ndarray:
-    """A metric over the runs of variant × state. Like the harness's statistics, runs
-    flagged as disturbed are left out (``disturbed_runs=True``: only those)."""
-    vs = [run_value(r, metric, files) for r in runs_of(doc, variant, state) if disturbed(r) == disturbed_runs]
+    """A metric over the runs of variant × state; per-file metrics (pages, bytes, seeks)
+    summed over ``files`` (default: every file of the run). Like the harness's
+    statistics, runs flagged as disturbed are left out (``disturbed_runs=True``: only those)."""
+    per_file = results_model.metric(metric).per_file
+    vs = [r.value(metric, files if files is not None or not per_file else tuple(r.files))
+          for r in runs_of(res, variant, state) if r.disturbed == disturbed_runs]
     return np.array([v for v in vs if v is not None], dtype=float)
 
 
-def summary_row(doc: dict, variant: str, state: str, metric: str) -> dict | None:
+def summary_row(res: Results, variant: str, state: str, metric: str) -> dict | None:
     """The results file's own summary row if present (computed by `compare`)."""
-    for s in doc.get("summary") or []:
-        if s.get("variant") == variant and s.get("state") == state and s.get("metric") == metric:
-            return s
-    return None
+    return res.summary_row(variant, state, metric)
 
 
-def comparisons(doc: dict, variant: str, state: str) -> list[dict]:
-    return [c for c in doc.get("comparisons") or []
-            if c.get("b") == variant and c.get("state") == state]
+def comparisons(res: Results, variant: str, state: str) -> list[dict]:
+    return [c for c in res.comparisons if c.get("b") == variant and c.get("state") == state]

@@ -11,6 +11,7 @@ import base64
 import datetime as _dt
 import io
 import json
+import shlex
 from html import escape
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from elflayout import __version__
 from elflayout.errors import ElflayoutError
+from elflayout.measure.model import Results
 from elflayout.report import data as D
 
 CSS = """
@@ -94,13 +96,13 @@ def _verdict_cls(v: str) -> str:
 # ----------------------------------------------------------------------------------
 # results
 
-def _median_ci(doc, variant, state, metric, files=None):
+def _median_ci(res, variant, state, metric, files=None):
     """(median, lo, hi) in base units: the summary's median CI when there is one."""
-    x = D.values(doc, variant, state, metric, files)
+    x = D.values(res, variant, state, metric, files)
     if not x.size:
         return None, None, None
     med = float(np.median(x))
-    row = D.summary_row(doc, variant, state, metric) if files is None else None
+    row = D.summary_row(res, variant, state, metric) if files is None else None
     lo = hi = None
     if row:
         lo = row.get("median_ci_low", row.get("ci_low"))
@@ -108,32 +110,32 @@ def _median_ci(doc, variant, state, metric, files=None):
     return med, lo, hi
 
 
-def summary_table(doc: dict, files: list[str] | None) -> str:
+def summary_table(res: Results, files: list[str] | None) -> str:
     """variant × state: median wall time with CI, pages and bytes read, major faults, seeks, verdicts."""
     headers = ["variant", "state", "n", "wall ms (median)", "95% CI", "pages read", "MB read", "major faults",
                "seeks", "verdicts vs baseline"]
     rows = []
-    for v in D.variants(doc):
-        for s in D.states(doc):
-            rs = D.runs_of(doc, v, s)
+    for v in D.variants(res):
+        for s in D.states(res):
+            rs = D.runs_of(res, v, s)
             if not rs:
                 continue
-            med, lo, hi = _median_ci(doc, v, s, "wall_s")
+            med, lo, hi = _median_ci(res, v, s, "wall_s")
             ci = f'<span class="ci">[{_num(lo * 1e3, 1)}, {_num(hi * 1e3, 1)}]</span>' if lo is not None and hi is not None else "–"
-            pages = D.values(doc, v, s, "pages_read", files)
-            byts = D.values(doc, v, s, "bytes_read", files)
-            maj = D.values(doc, v, s, "major_faults")
-            seeks = D.values(doc, v, s, "seeks", files)
+            pages = D.values(res, v, s, "pages_read", files)
+            byts = D.values(res, v, s, "bytes_read", files)
+            maj = D.values(res, v, s, "major_faults")
+            seeks = D.values(res, v, s, "seeks", files)
             pm = float(np.median(pages)) if pages.size else None
             bm = float(np.median(byts)) / 1e6 if byts.size else None
             mm = float(np.median(maj)) if maj.size else None
             sm = float(np.median(seeks)) if seeks.size else None
             verdicts = []
-            for c in D.comparisons(doc, v, s):
+            for c in D.comparisons(res, v, s):
                 vd = str(c.get("verdict") or "")
                 ratio = c.get("ratio")
                 rt = f" ×{ratio:.3f}" if isinstance(ratio, (int, float)) else ""
-                label = D.METRICS.get(c.get("metric"), (c.get("metric"),))[0]
+                label = D.METRICS[c["metric"]].label if c.get("metric") in D.METRICS else c.get("metric")
                 verdicts.append(f'<span class="{_verdict_cls(vd)}">{escape(str(label))}: {escape(vd)}{escape(rt)}</span>')
             nd = sum(D.disturbed(r) for r in rs)
             ntext = f"{len(rs) - nd}" + (f' <span class="warn" title="runs the harness flagged as disturbed by other '
@@ -148,26 +150,26 @@ def summary_table(doc: dict, files: list[str] | None) -> str:
     return table(headers, rows, cls="summary")
 
 
-def headline(doc: dict, files: list[str] | None) -> str:
+def headline(res: Results, files: list[str] | None) -> str:
     """One line per variant against the baseline in each state that reads: pages, bytes and
     wall time before → after, as Hommey's tables put them."""
-    vs, lines = D.variants(doc), []
+    vs, lines = D.variants(res), []
     if len(vs) < 2:
         return ""
     base = vs[0]
-    for s in D.states(doc):
+    for s in D.states(res):
         if s == "hot":
             continue  # the point of a layout is what a cold start reads
-        pa = D.values(doc, base, s, "pages_read", files)
+        pa = D.values(res, base, s, "pages_read", files)
         if not pa.size or not np.median(pa):
             continue  # hot: nothing read, nothing to say
         for v in vs[1:]:
-            pb = D.values(doc, v, s, "pages_read", files)
-            wa, wb = D.values(doc, base, s, "wall_s"), D.values(doc, v, s, "wall_s")
+            pb = D.values(res, v, s, "pages_read", files)
+            wa, wb = D.values(res, base, s, "wall_s"), D.values(res, v, s, "wall_s")
             if not pb.size or not wa.size or not wb.size:
                 continue
             ma, mb = float(np.median(pa)), float(np.median(pb))
-            wc = next((c for c in D.comparisons(doc, v, s) if c.get("metric") == "wall_s"), {})
+            wc = next((c for c in D.comparisons(res, v, s) if c.get("metric") == "wall_s"), {})
             wv = wc.get("verdict")
             warn = "; ".join(map(str, wc.get("warnings") or []))
             lines.append(
@@ -179,8 +181,8 @@ def headline(doc: dict, files: list[str] | None) -> str:
     return f'<ul class="headline">{"".join(lines)}</ul>' if lines else ""
 
 
-def comparisons_table(doc: dict) -> str:
-    comps = doc.get("comparisons") or []
+def comparisons_table(res: Results) -> str:
+    comps = res.comparisons
     if not comps:
         return ""
     headers = ["metric", "a → b", "state", "ratio b/a", "95% CI", "p Welch", "p Mann–Whitney", "p Brown–Forsythe",
@@ -207,9 +209,9 @@ def _pfmt(p) -> str:
     return f"{p:.3g}" if isinstance(p, (int, float)) else "–"
 
 
-def io_bound_table(doc: dict) -> str:
+def io_bound_table(res: Results) -> str:
     rows = []
-    for r in doc.get("io_bound") or []:
+    for r in res.io_bound:
         if "variant" in r and isinstance(r.get("value"), (int, float)):
             lo, hi = r.get("ci_low"), r.get("ci_high")
             ci = f"[{_num(lo * 1e3, 1)}, {_num(hi * 1e3, 1)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else "–"
@@ -229,22 +231,22 @@ def io_bound_table(doc: dict) -> str:
             + table(["variant", "difference", "ms", "95% CI"], rows))
 
 
-def files_table(doc: dict, state: str | None = None) -> str:
+def files_table(res: Results, state: str | None = None) -> str:
     """Each file measured: its size and the median pages / bytes read and seeks per variant × state."""
-    meta_files = (doc.get("metadata") or {}).get("files") or {}
+    meta_files = res.files
     rows = []
-    for path in D.all_files(doc):
+    for path in D.all_files(res):
         md = meta_files.get(path) or {}
-        for v in D.variants(doc):
+        for v in D.variants(res):
             # A build's file is not read by the other variant: no row of zeros for that.
-            if not any(D.values(doc, v, s, "pages_read", [path], dr).sum() for s in D.states(doc)
+            if not any(D.values(res, v, s, "pages_read", [path], dr).sum() for s in D.states(res)
                        for dr in (False, True)):
                 continue
-            for s in D.states(doc):
-                pages = D.values(doc, v, s, "pages_read", [path])
+            for s in D.states(res):
+                pages = D.values(res, v, s, "pages_read", [path])
                 if not pages.size:
                     continue
-                seeks = D.values(doc, v, s, "seeks", [path])
+                seeks = D.values(res, v, s, "seeks", [path])
                 size = md.get("size")
                 pm = float(np.median(pages))
                 rows.append([td(escape(path), cls="t"), td(escape(str(v)), cls="t"), td(escape(str(s)), cls="t"),
@@ -257,14 +259,14 @@ def files_table(doc: dict, state: str | None = None) -> str:
     return table(["file", "variant", "state", "size MB", "pages read (median)", "MB read", "seeks"], rows)
 
 
-def section_table_html(doc: dict, panels) -> str:
+def section_table_html(res: Results, panels) -> str:
     """Per ELF section (matched by name across builds): pages read and touched in each
     variant's plotted run."""
     if not panels:
         return ""
     per = []
     for p in panels:
-        secs = D.sections_of(doc, p.path)
+        secs = D.sections_of(res, p.path)
         per.append({_key(r, i): r for i, r in enumerate(D.section_table(secs, p.acc))} if secs else {})
     if not any(per):
         return ""
@@ -311,7 +313,7 @@ def _key(row: dict, i: int):
     return row["name"]
 
 
-MAX_ACCESS_FIGURES = 6  # files with reads beyond this are in the tables only
+MAX_ACCESS_FIGURES = 6  # figures beyond this: a note with the command that draws each (access_figures)
 
 
 def metadata_table(meta: dict, skip=("files",)) -> str:
@@ -335,9 +337,9 @@ def _flatten(d, prefix=""):
             yield key, v
 
 
-def identity_table(doc: dict) -> str:
+def identity_table(res: Results) -> str:
     rows = []
-    for path, md in ((doc.get("metadata") or {}).get("files") or {}).items():
+    for path, md in res.files.items():
         if not isinstance(md, dict):
             continue
         rows.append([td(escape(path), cls="t"), td(_num(md.get("size")), md.get("size")),
@@ -348,38 +350,14 @@ def identity_table(doc: dict) -> str:
     return table(["file", "bytes", "build-id", "sha256 (prefix)"], rows)
 
 
-def results_section(src: str, doc: dict, idx: int) -> str:
-    from elflayout.report import access, timing
+def access_figures(src: str, res: Results, plans: list[dict[str, str]]) -> list[str]:
+    """The access-pattern figures of the first MAX_ACCESS_FIGURES plans (most pages read
+    first), and a note naming the rest with the command that draws them."""
+    from elflayout.report import access
 
-    out = [f'<h2 id="r{idx}">Results: {escape(Path(src).name)}</h2>']
-    meta = doc.get("metadata") or {}
-    vs = ", ".join(f"<b>{escape(str(v.get('name')))}</b>: <code>{escape(str(v.get('command')))}</code>"
-                   for v in doc.get("variants") or [] if isinstance(v, dict))
-    out.append(f'<p class="sub">{len(doc["runs"])} runs. Variants: {vs or "–"}</p>')
-    traced = D.traced_files(doc)
-    out.append("<h3>Summary</h3>")
-    out.append(headline(doc, traced or None))
-    out.append(summary_table(doc, traced or None))
-    out.append('<p class="sub">Medians over the runs (runs flagged as disturbed by other processes left out); '
-               'pages/MB read and seeks are summed over the traced files. '
-               "Verdicts come from the results file's comparisons (each variant against the baseline).</p>")
-    for w in list(meta.get("warnings") or []) + list(meta.get("hints") or []):
-        out.append(f'<p class="warn">⚠ {escape(str(w if not isinstance(w, dict) else w.get("message", w)))}</p>')
-    ct = comparisons_table(doc)
-    if ct:
-        out.append("<details open><summary>All comparisons</summary>" + ct + "</details>")
-    out.append(io_bound_table(doc))
-    ft = files_table(doc)
-    if ft:
-        out.append("<h3>Files read</h3>" + ft)
-    try:
-        plans = D.plans(doc, None, src)
-    except ElflayoutError:
-        plans = []
-        out.append('<p class="warn">No run has an ordered read sequence (measured without tracing, e.g. the '
-                   "mincore fallback): no access-pattern plot.</p>")
+    out = []
     for plan in plans[:MAX_ACCESS_FIGURES]:
-        panels, state = access.results_panels(doc, plan, None, None)
+        panels, state = access.results_panels(res, plan, None, None)
         fig = access.access_figure(panels, title=None)
         names = sorted({Path(p).name for p in plan.values()})
         out.append(f"<h3>Where the bytes of {escape(' / '.join(names))} go ({escape(str(state))})</h3>")
@@ -398,18 +376,61 @@ def results_section(src: str, doc: dict, idx: int) -> str:
         out.append("<details><summary>The same with x = order of the reads (a burst of reads spread out)</summary>"
                    + figure_png(seq, "x: read number; otherwise as above.", alt="access pattern by read order")
                    + "</details>")
-        out.append(section_table_html(doc, panels))
+        out.append(section_table_html(res, panels))
+    left = plans[MAX_ACCESS_FIGURES:]
+    if left:
+        cmds = []
+        for plan in left:
+            paths = sorted(set(plan.values()))
+            args = [src] + [a for p in paths for a in ("--file", p)] + ["-o", f"{Path(paths[0]).name}.png"]
+            cmds.append("elflayout plot " + " ".join(shlex.quote(a) for a in args))
+        out.append(f'<p class="warn">{len(left)} more access-pattern figure(s) not shown: this report draws '
+                   f"the first {MAX_ACCESS_FIGURES} of {len(plans)}. Draw the others with:</p><ul>"
+                   + "".join(f"<li><code>{escape(c)}</code></li>" for c in cmds) + "</ul>")
+    return out
+
+
+def results_section(src: str, res: Results, idx: int) -> str:
+    from elflayout.report import timing
+
+    out = [f'<h2 id="r{idx}">Results: {escape(Path(src).name)}</h2>']
+    meta = res.metadata
+    vs = ", ".join(f"<b>{escape(name)}</b>: <code>{escape(command)}</code>" for name, command in res.variants)
+    out.append(f'<p class="sub">{len(res.runs)} runs. Variants: {vs or "–"}</p>')
+    traced = D.traced_files(res)
+    out.append("<h3>Summary</h3>")
+    out.append(headline(res, traced or None))
+    out.append(summary_table(res, traced or None))
+    out.append('<p class="sub">Medians over the runs (runs flagged as disturbed by other processes left out); '
+               'pages/MB read and seeks are summed over the traced files. '
+               "Verdicts come from the results file's comparisons (each variant against the baseline).</p>")
+    for w in list(meta.get("warnings") or []) + list(meta.get("hints") or []):
+        out.append(f'<p class="warn">⚠ {escape(str(w if not isinstance(w, dict) else w.get("message", w)))}</p>')
+    ct = comparisons_table(res)
+    if ct:
+        out.append("<details open><summary>All comparisons</summary>" + ct + "</details>")
+    out.append(io_bound_table(res))
+    ft = files_table(res)
+    if ft:
+        out.append("<h3>Files read</h3>" + ft)
+    try:
+        plans = D.plans(res, None, src)
+    except ElflayoutError:
+        plans = []
+        out.append('<p class="warn">No run has an ordered read sequence (measured without tracing, e.g. the '
+                   "mincore fallback): no access-pattern plot.</p>")
+    out += access_figures(src, res, plans)
     out.append("<h3>Run-to-run distribution</h3>")
-    out.append(figure_png(timing.violin_figure(doc, "wall_s"), "Wall time of every run, per variant and state.",
+    out.append(figure_png(timing.violin_figure(res, "wall_s"), "Wall time of every run, per variant and state.",
                           alt="wall time violin plot"))
-    pages_vary = any(np.ptp(D.values(doc, v, s, "pages_read", traced or None)) > 0
-                     for v in D.variants(doc) for s in D.states(doc) if D.values(doc, v, s, "pages_read").size)
+    pages_vary = any(np.ptp(D.values(res, v, s, "pages_read", traced or None)) > 0
+                     for v in D.variants(res) for s in D.states(res) if D.values(res, v, s, "pages_read").size)
     if traced and pages_vary:
-        out.append(figure_png(timing.violin_figure(doc, "pages_read", files=traced),
+        out.append(figure_png(timing.violin_figure(res, "pages_read", files=traced),
                               "Pages read per run (should be identical run to run under control; spread means "
                               "something else read or held the file).", alt="pages read violin plot"))
     out.append("<h3>Environment</h3>")
-    out.append(identity_table(doc))
+    out.append(identity_table(res))
     out.append("<details><summary>All metadata</summary>" + metadata_table(meta) + "</details>")
     return "\n".join(x for x in out if x)
 
@@ -545,7 +566,7 @@ def screen_section(src: str, doc: dict, idx: int) -> str:
     return "\n".join(out)
 
 
-def history_section(db: str, results: list[dict]) -> str:
+def history_section(db: str, results: list[Results]) -> str:
     """History series (ETS prediction intervals) of the variants × states in the results."""
     from elflayout.report import timing
 
@@ -561,13 +582,13 @@ def history_section(db: str, results: list[dict]) -> str:
         except ElflayoutError as e:
             out.append(f'<p class="warn">{escape(str(e))}</p>')
             continue
-        out.append(figure_png(timing.history_figure(series), f"{D.METRICS[metric][0]} history",
+        out.append(figure_png(timing.history_figure(series), f"{D.METRICS[metric].label} history",
                               alt=f"{metric} history"))
     return "\n".join(out)
 
 
 def build(inputs: list[tuple[str, str, dict]], history: str | None = None) -> str:
-    """The report for [(source path, kind, document)] (and a history database), as HTML."""
+    """The report for [(source path, kind, document)] (``data.load``; and a history database), as HTML."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts, nav = [], []
     for i, (src, kind, doc) in enumerate(inputs):

@@ -56,8 +56,10 @@ def add_arguments(p) -> None:
     p.add_argument("--state", metavar="S", help="state to draw (default: the first of cold/selective/hot with reads)")
     p.add_argument("--run", metavar="K", type=int,
                    help="index of the run within each variant×state (default: the run with the median pages read)")
+    from elflayout.measure.model import METRICS
+
     p.add_argument("--metric", default="wall_s", metavar="M",
-                   help="timing plot metric: wall_s, user_s, sys_s, major_faults, pages_read, bytes_read, seeks")
+                   help=f"timing and history plot metric: {', '.join(METRICS)}")
     p.add_argument("--x", choices=("sequence", "time"),
                    help="x axis: time since exec, or order (results: the read number; profiles: the first-access "
                         "sequence number). Default: time for results, sequence for profiles")

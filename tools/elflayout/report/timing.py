@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from elflayout.measure import model
 from elflayout.measure.history import MIN_POINTS, prediction_interval  # one ETS model for check and plot
 from elflayout.report import data as D
 
@@ -23,17 +24,18 @@ def _plt():
     return plt()
 
 
-def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None = None,
+def violin_figure(res, metric: str = "wall_s", variants: list[str] | None = None,
                   states: list[str] | None = None, files: list[str] | None = None):
-    """One panel per state, one violin+scatter per variant (each state on its own scale)."""
+    """One panel per state, one violin+scatter per variant (each state on its own scale).
+    ``res``: ``measure.model.Results``, or a results document built in memory."""
     from elflayout.errors import ElflayoutError
 
+    res = model.as_results(res)
+    m = model.metric(metric)
     plt = _plt()
-    if metric not in D.METRICS:
-        raise ElflayoutError(f"--metric {metric}: unknown (one of: {', '.join(D.METRICS)})")
-    label, scale, unit = D.METRICS[metric]
-    vnames = variants or D.variants(doc)
-    snames = states or D.states(doc)
+    label, scale, unit = m.label, m.scale, m.unit
+    vnames = variants or D.variants(res)
+    snames = states or D.states(res)
     if not vnames or not snames:
         raise ElflayoutError("results have no runs to plot")
     n = len(snames)
@@ -42,7 +44,7 @@ def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None 
     any_disturbed = False
     for ax, state in zip(axes[0], snames):
         for i, v in enumerate(vnames):
-            x = D.values(doc, v, state, metric, files) * scale
+            x = D.values(res, v, state, metric, files) * scale
             colour = PALETTE[i % len(PALETTE)]
             if x.size >= 2 and np.ptp(x) > 0:
                 parts = ax.violinplot([x], positions=[i], widths=0.8, showextrema=False, showmedians=False)
@@ -50,7 +52,7 @@ def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None 
                     body.set_facecolor(colour)
                     body.set_edgecolor(colour)
                     body.set_alpha(0.25)
-            xd = D.values(doc, v, state, metric, files, disturbed_runs=True) * scale
+            xd = D.values(res, v, state, metric, files, disturbed_runs=True) * scale
             if xd.size:  # shown, hollow, but not part of the violin or the median
                 jd = rng.uniform(-0.12, 0.12, xd.size)
                 ax.scatter(i + jd, xd, s=22, facecolor="none", edgecolor="#7f7f7f", lw=0.9, zorder=3,
@@ -59,14 +61,14 @@ def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None 
             if x.size:
                 jitter = rng.uniform(-0.12, 0.12, x.size)
                 ax.scatter(i + jitter, x, s=16, color=colour, alpha=0.85, lw=0.3, edgecolor="white", zorder=3)
-                med, lo, hi = _median_ci(doc, v, state, metric, x, scale)
+                med, lo, hi = _median_ci(res, v, state, metric, x, scale)
                 ax.hlines(med, i - 0.3, i + 0.3, color="black", lw=1.6, zorder=4)
                 if lo is not None and hi is not None and hi > lo:
                     ax.vlines(i + 0.34, lo, hi, color="black", lw=2.2, zorder=4)
         ticks = []
         for v in vnames:
-            n_ok = D.values(doc, v, state, metric, files).size
-            n_bad = D.values(doc, v, state, metric, files, disturbed_runs=True).size
+            n_ok = D.values(res, v, state, metric, files).size
+            n_bad = D.values(res, v, state, metric, files, disturbed_runs=True).size
             ticks.append(f"{v}\nn={n_ok}" + (f" (+{n_bad} disturbed)" if n_bad else ""))
         ax.set_xticks(range(len(vnames)), ticks)
         ax.set_xlim(-0.6, len(vnames) - 0.4)
@@ -85,9 +87,9 @@ def violin_figure(doc: dict, metric: str = "wall_s", variants: list[str] | None 
     return fig
 
 
-def _median_ci(doc, variant, state, metric, x, scale):
+def _median_ci(res, variant, state, metric, x, scale):
     """Median and its CI: from the results' summary when it has them, else the sample median only."""
-    row = D.summary_row(doc, variant, state, metric)
+    row = D.summary_row(res, variant, state, metric)
     med = float(np.median(x))
     if row and isinstance(row.get("ci_low"), (int, float)) and isinstance(row.get("ci_high"), (int, float)):
         # The summary's CI may be of the mean or the median; prefer explicit median fields.
@@ -196,9 +198,8 @@ def _history_from_db(p, variants, states, metric) -> list[dict]:
     from elflayout.errors import ElflayoutError
     from elflayout.measure import history
 
-    if metric not in D.METRICS:
-        raise ElflayoutError(f"--metric {metric}: unknown (one of: {', '.join(D.METRICS)})")
-    label, scale, unit = D.METRICS[metric]
+    m = model.metric(metric)
+    label, scale, unit = m.label, m.scale, m.unit
     con = history.connect(p, readonly=True)
     out = []
     try:

@@ -3,6 +3,7 @@ all outputs atomically (a bad input stops everything before anything is written)
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 import tempfile
@@ -88,6 +89,16 @@ def split_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, 
     ``outdir/<same name>``. Raises ``ElflayoutError`` on bad input, before writing.
     ``verify(originals, staged outputs)`` runs before the outputs are put in place; if it
     raises, nothing is written."""
+    planned = plan_inputs(inputs, outdir, force=force, progress=progress)
+    write_outputs(planned, outdir, progress=progress, verify=verify)
+    return [rep for rep, _ in planned]
+
+
+def plan_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, force: bool = False,
+                progress: Callable[[str], None] | None = None) -> list[tuple[InputReport, object]]:
+    """Read and split every input in memory: ``(report, new bytes)`` per input (for an
+    archive, its members' ``(name, bytes)``). Nothing is written; bad input raises
+    ``ElflayoutError``."""
     outdir = Path(outdir)
     names = [Path(p).name for p in inputs]
     dup = {n for n in names if names.count(n) > 1}
@@ -119,10 +130,30 @@ def split_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, 
         else:
             b, rep = split_object(raw, str(p))
             results.append((InputReport(str(p), str(out), False, [rep]), b))
+    return results
+
+
+def write_outputs(planned: list[tuple[InputReport, object]], outdir: str | os.PathLike, *,
+                  progress: Callable[[str], None] | None = None,
+                  verify: Callable[[list[Path], list[Path]], object] | None = None) -> None:
+    """Stage every output of ``plan_inputs`` in ``outdir``, run ``verify(originals,
+    staged)`` if given, then put them in place; if anything raises, nothing is written."""
+    outdir = Path(outdir)
+    created = not outdir.exists()
     outdir.mkdir(parents=True, exist_ok=True)
+    try:
+        _stage_verify_replace(planned, outdir, progress, verify)
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                outdir.rmdir()      # only if still empty: the directory was ours
+        raise
+
+
+def _stage_verify_replace(planned, outdir: Path, progress, verify) -> None:
     with tempfile.TemporaryDirectory(prefix=".elflayout-split-", dir=outdir) as stage:
         staged = []
-        for rep, data in results:
+        for rep, data in planned:
             tmp = Path(stage) / Path(rep.output).name
             if rep.archive:
                 archive.write_archive(tmp, data)
@@ -132,11 +163,10 @@ def split_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, 
         if verify is not None:
             if progress:
                 progress("check: linking originals and split objects in original order")
-            verify([Path(r.path) for r, _ in results], staged)
-        for (rep, _), tmp in zip(results, staged):
+            verify([Path(r.path) for r, _ in planned], staged)
+        for (rep, _), tmp in zip(planned, staged):
             with atomic_output(rep.output) as dst:
                 os.replace(tmp, dst)
-    return [rep for rep, _ in results]
 
 
 def summary(reports: list[InputReport]) -> dict:
@@ -157,4 +187,4 @@ def to_json(reports: list[InputReport]) -> list[dict]:
     return [asdict(r) for r in reports]
 
 
-__all__ = ["split_object", "split_inputs", "summary", "to_json", "SPLIT_PREFIX"]
+__all__ = ["split_object", "split_inputs", "plan_inputs", "write_outputs", "summary", "to_json", "SPLIT_PREFIX"]

@@ -38,10 +38,13 @@ def read_archive(raw: bytes, name: str) -> list[tuple[str, bytes]]:
         if len(hdr) < HDR or hdr[58:60] != b"`\n":
             raise ElflayoutError(f"{name}: bad archive member header at offset {pos} (truncated or corrupt)")
         field = hdr[:16].decode("ascii", "replace").rstrip()
-        try:
-            size = int(hdr[48:58].decode("ascii").strip())
-        except ValueError:
-            raise ElflayoutError(f"{name}: bad size in archive member header at offset {pos}") from None
+        # ar(5): the size is decimal ASCII digits, space padded; a sign would move the
+        # next header backwards (or nowhere) and the walk would never end.
+        size_field = hdr[48:58].strip(b" ")
+        if not size_field.isdigit():
+            raise ElflayoutError(f"{name}: bad size {size_field.decode('ascii', 'backslashreplace')!r} in the "
+                                 f"archive member header at offset {pos}")
+        size = int(size_field)
         body = raw[pos + HDR:pos + HDR + size]
         if len(body) < size:
             raise ElflayoutError(f"{name}: member {field!r} truncated ({len(body)} of {size} bytes)")
@@ -57,8 +60,16 @@ def read_archive(raw: bytes, name: str) -> list[tuple[str, bytes]]:
                 if off >= len(longnames) or end < 0:
                     raise ElflayoutError(f"{name}: member name {field!r} outside the long-name table")
                 field = longnames[off:end].decode("utf-8", "surrogateescape")
-            out.append((field.rstrip("/"), body))
+            out.append((_member_name(name, field.rstrip("/"), pos - HDR - size - (size & 1)), body))
     return out
+
+
+def _member_name(name: str, member: str, at: int) -> str:
+    """``member`` if ``ar`` can write it back as a file name, else ElflayoutError."""
+    if member in ("", ".", "..") or "/" in member or "\0" in member:
+        raise ElflayoutError(f"{name}: member name {member!r} at offset {at} is not a file name "
+                             "(ar could not write it back)")
+    return member
 
 
 def write_archive(path: Path, members: list[tuple[str, bytes]]) -> None:

@@ -11,13 +11,14 @@ reported with the first differing address and the symbol that holds it.
 
 The link is ``-shared`` (what PIC archives are for); objects that cannot be linked
 into a shared library (non-PIC code) are linked as a static executable with
-unresolved symbols ignored, for both sides alike.
+unresolved symbols ignored, for both sides alike. A linker that cannot link the
+original objects proves nothing either way: the result says so, with the linker's
+first error line (``could_not_check``).
 """
 
 from __future__ import annotations
 
 import io
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +26,8 @@ from pathlib import Path
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
-from elflayout.errors import ElflayoutError
+from elflayout import toolchain
 from elflayout.split.archive import is_archive
-from elflayout.targets import linker_flag
 
 STYLES = {
     "shared": ["-shared", "-nostdlib", "-Wl,--build-id=none"],
@@ -39,7 +39,7 @@ STYLES = {
 @dataclass
 class CheckResult:
     linker: str
-    style: str
+    style: str | None
     identical: bool
     sections_compared: int
     bytes_compared: int
@@ -47,6 +47,7 @@ class CheckResult:
     first_difference: str | None = None
     differences: list[str] = field(default_factory=list)
     explained: list[str] = field(default_factory=list)   # differences that change no meaning, and why
+    could_not_check: str | None = None   # the linker refused the original objects: its first error line
 
 
 def _inputs(paths: list[Path]) -> list[str]:
@@ -61,9 +62,8 @@ def _inputs(paths: list[Path]) -> list[str]:
     return out
 
 
-def _link(paths: list[Path], linker: str, style: str, out: Path) -> subprocess.CompletedProcess:
-    cmd = ["gcc", linker_flag(linker), *STYLES[style], "-o", str(out), *_inputs(paths)]
-    return subprocess.run(cmd, capture_output=True, text=True)
+def _link(paths: list[Path], linker: str, style: str, out: Path) -> toolchain.LinkResult:
+    return toolchain.link(linker, [*STYLES[style], "-o", out, *_inputs(paths)])
 
 
 def _image(path: Path) -> tuple[dict, dict, dict]:
@@ -72,9 +72,9 @@ def _image(path: Path) -> tuple[dict, dict, dict]:
     plt = {}     # PLT entry address -> symbol (x86-64 lazy PLT: 16-byte entries after PLT0)
     rp, pl = elf.get_section_by_name(".rela.plt"), elf.get_section_by_name(".plt")
     if rp is not None and pl is not None:
-        dsym = elf.get_section(rp["sh_link"])
+        dsym = elf.get_section(rp["sh_link"]) if rp["sh_link"] else None
         for i, r in enumerate(rp.iter_relocations()):
-            plt[pl["sh_addr"] + PLT_ENTRY * (i + 1)] = dsym.get_symbol(r["r_info_sym"]).name
+            plt[pl["sh_addr"] + PLT_ENTRY * (i + 1)] = _plt_target(dsym, r)
     for s in elf.iter_sections():
         if s["sh_flags"] & SH_FLAGS.SHF_ALLOC:
             nob = s["sh_type"] == "SHT_NOBITS"
@@ -85,6 +85,14 @@ def _image(path: Path) -> tuple[dict, dict, dict]:
         if sym.name and sym["st_info"]["type"] != "STT_SECTION" and sym["st_info"]["type"] != "STT_FILE":
             syms.setdefault(sym.name, []).append((sym["st_value"], sym["st_size"]))
     return secs, syms, plt
+
+
+def _plt_target(dsym, r) -> str:
+    """What a PLT slot calls: its symbol, or in a static link (``.rela.plt`` of
+    IRELATIVE relocations, no symbol table linked) the ifunc resolver's address."""
+    if dsym is not None and hasattr(dsym, "get_symbol") and r["r_info_sym"]:
+        return dsym.get_symbol(r["r_info_sym"]).name
+    return f"*resolver {r['r_addend']:#x}"
 
 
 # x86-64 psABI lazy PLT entry size; call/jmp rel32 opcodes.
@@ -129,6 +137,18 @@ def _holder(syms: dict, addr: int) -> str:
     return f" (in {best[0]}+{addr - best[1]:#x})" if best else ""
 
 
+def verdict(results: list[CheckResult]) -> str | None:
+    """Why the split outputs must not be written, or None: some linker's link differs,
+    or no linker could link the original objects (then nothing was proved)."""
+    bad = [r for r in results if r.could_not_check is None and not r.identical]
+    if not bad and any(r.could_not_check is None for r in results):
+        return None
+    parts = [f"differs with {r.linker}: {r.first_difference}" for r in bad]
+    parts += [f"identical with {r.linker}" for r in results if r.identical]
+    parts += [f"could not check with {r.linker}: {r.could_not_check}" for r in results if r.could_not_check]
+    return ("check failed: " if bad else "nothing checked: ") + "; ".join(parts) + " (nothing written)"
+
+
 def check(originals: list[Path], split: list[Path], linker: str = "lld") -> CheckResult:
     """Link both sides in original order with ``linker`` and compare (see module doc)."""
     with tempfile.TemporaryDirectory(prefix="elflayout-split-check-") as td:
@@ -136,16 +156,15 @@ def check(originals: list[Path], split: list[Path], linker: str = "lld") -> Chec
         style, errs = None, []
         for st in STYLES:
             r = _link(originals, linker, st, a)
-            if r.returncode == 0:
+            if r.ok:
                 style = st
                 break
-            errs.append((r.stderr or r.stdout).strip().splitlines()[-1:] or ["?"])
+            errs.append(f"{st} link: {r.error}")
         if style is None:
-            raise ElflayoutError(f"--check: the original objects do not link with {linker}: {errs[0][0]}")
+            return CheckResult(linker, None, False, 0, 0, 0, could_not_check="; ".join(errs))
         r = _link(split, linker, style, b)
-        if r.returncode != 0:
-            tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
-            return CheckResult(linker, style, False, 0, 0, 0, f"the split objects do not link with {linker}: {tail}")
+        if not r.ok:
+            return CheckResult(linker, style, False, 0, 0, 0, f"the split objects do not link with {linker}: {r.error}")
         sa, ya, pa = _image(a)
         sb, yb, pb = _image(b)
     res = CheckResult(linker, style, True, 0, 0, 0)

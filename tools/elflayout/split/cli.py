@@ -22,8 +22,12 @@ default; --linker repeats) and compares every allocated byte and every symbol ad
 then links the outputs reversed and in a seeded shuffle and compares every function's
 instructions and relocated data words by name; --run CMD also runs a test program
 linked both ways ($ELFLAYOUT_OBJECTS, $ELFLAYOUT_LDFLAGS) and compares its output.
-Exit status: 0 split, 1 --check found a difference (nothing written), 2 bad input
-(nothing written). See docs/splitting.md.
+Each linker gives its own verdict: identical, differs, or "could not check" with the
+linker's first error line when it cannot link the original objects.
+Exit status: 0 split (identical with every linker that could link the originals), 1 --check
+found a difference or no linker could link the originals (nothing written), 2 bad input
+(nothing written). --json prints its document in every case that has a result.
+See docs/splitting.md.
 """
 
 
@@ -45,11 +49,9 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from elflayout import __version__
     from elflayout.errors import ElflayoutError, Finding
-    from elflayout.fileio import envelope
     from elflayout.split import api
-    from elflayout.split.check import check
+    from elflayout.split.check import check, verdict
     from elflayout.split.equivalence import other_orders
 
     if args.run and not args.check:
@@ -58,26 +60,52 @@ def run(args) -> int:
 
     def verify(originals, staged):
         for linker in args.linker or ["lld"]:
-            res = check(originals, staged, linker)
-            checks.append(res)
-            if not res.identical:
-                raise Finding(f"check failed ({linker}): {res.first_difference} (nothing written)")
-            other_orders(originals, staged, linker, res.style, args.run, orders)
+            checks.append(check(originals, staged, linker))
+        why = verdict(checks)
+        if why:
+            raise Finding(why)
+        for c in checks:
+            if c.could_not_check is None:
+                other_orders(originals, staged, c.linker, c.style, args.run, orders)
 
     def progress(msg):
         if not args.json:
             print(msg, file=sys.stderr)
 
-    reports = api.split_inputs(args.inputs, args.output, force=args.force, progress=progress,
-                               verify=verify if args.check else None)
-    tot = api.summary(reports)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")   # symbol names need not be UTF-8
+    planned = api.plan_inputs(args.inputs, args.output, force=args.force, progress=progress)
+    reports = [rep for rep, _ in planned]
+    try:
+        api.write_outputs(planned, args.output, progress=progress, verify=verify if args.check else None)
+    except Finding:
+        if args.json:
+            _print_json(reports, checks if args.check else None, orders, written=False)
+        raise
     if args.json:
-        from dataclasses import asdict
-        doc = envelope("split", 1, dict(tool=f"elflayout {__version__}"), summary=tot,
-                       inputs=api.to_json(reports), check=[asdict(c) for c in checks] if args.check else None,
-                       other_orders=[asdict(o) for o in orders] if args.check else None)
-        print(json.dumps(doc, indent=1))
+        _print_json(reports, checks if args.check else None, orders, written=True)
         return 0
+    _print_text(args, reports, checks, orders)
+    return 0
+
+
+def _print_json(reports, checks, orders, *, written: bool) -> None:
+    from dataclasses import asdict
+
+    from elflayout import __version__
+    from elflayout.fileio import envelope
+    from elflayout.split import api
+
+    doc = envelope("split", 1, dict(tool=f"elflayout {__version__}"), summary=api.summary(reports),
+                   inputs=api.to_json(reports), check=None if checks is None else [asdict(c) for c in checks],
+                   other_orders=None if checks is None else [asdict(o) for o in orders], written=written)
+    print(json.dumps(doc, indent=1))
+
+
+def _print_text(args, reports, checks, orders) -> None:
+    from elflayout.split import api
+
+    tot = api.summary(reports)
     for r in reports:
         objs = r.objects
         secs = [s for o in objs for s in o.sections]
@@ -96,6 +124,9 @@ def run(args) -> int:
           f"{tot['glued']:,} neighbours kept together, {tot['sections_kept_whole']} sections kept whole"
           + ("" if args.verbose else " (-v lists why)"))
     for c in checks:
+        if c.could_not_check:
+            print(f"  could not check with {c.linker}: {c.could_not_check}")
+            continue
         print(f"  check ({c.linker}, {c.style} link): original-order links identical: {c.sections_compared} "
               f"sections, {c.bytes_compared:,} bytes, {c.symbols_compared:,} symbols"
               + "".join(f"\n    explained difference: {e}" for e in c.explained))
@@ -104,4 +135,3 @@ def run(args) -> int:
             "same output of --run" if o.kind == "run" else
             f"same meaning: {o.functions_compared:,} functions ({o.instructions_compared:,} instructions), "
             f"{o.data_words_compared:,} relocated data words ({o.not_compared:,} table entries not compared)"))
-    return 0

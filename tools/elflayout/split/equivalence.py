@@ -44,10 +44,10 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_ST_SHNDX, ENUM_ST_INFO_BIND
 
+from elflayout import toolchain
 from elflayout.split import disasm
 from elflayout.split.check import STYLES, _inputs
 from elflayout.split.extents import SPLIT_PREFIX, STT
-from elflayout.targets import linker_flag
 
 R = ENUM_RELOC_TYPE_x64
 SHN_UNDEF, SHN_ABS = ENUM_ST_SHNDX["SHN_UNDEF"], ENUM_ST_SHNDX["SHN_ABS"]
@@ -60,6 +60,8 @@ ORDERS = ("reversed", "shuffled")
 # Bytes that name an address outside every symbol (a string constant, say).
 CONTENT_NAME = 16
 GOT_SECTIONS = (".got", ".got.plt")
+UNNAMED_BRANCH = "a branch target outside every symbol"
+_OFFSET = re.compile(r"\+0x[0-9a-f]+$")
 # As the split's own rule (plan.NEAR_NEXT): an address this close before a symbol is
 # also named from it.
 NEAR = 64
@@ -146,7 +148,7 @@ def split_names(split: tuple[Path, ...]) -> tuple[list[str], list[str]]:
 
 
 def order_flags(split: list[Path], linker: str, order: str, workdir: Path) -> tuple[str, list[str]]:
-    """(linker used, flags) linking ``split`` in ``order``."""
+    """(linker used, its ordering flags) linking ``split`` in ``order``."""
     syms, secs = split_names(tuple(split))
     names = secs if linker == "gold" else syms
     if order == "reversed":
@@ -157,13 +159,12 @@ def order_flags(split: list[Path], linker: str, order: str, workdir: Path) -> tu
     f = workdir / f"{order}.order"
     f.write_text("\n".join(names) + "\n")
     if linker == "gold":
-        return "gold", [linker_flag("gold"), f"-Wl,--section-ordering-file={f}"]
-    return "lld", [linker_flag("lld"), f"-Wl,--symbol-ordering-file={f}", "-Wl,--no-warn-symbol-ordering"]
+        return "gold", [f"-Wl,--section-ordering-file={f}"]
+    return "lld", [f"-Wl,--symbol-ordering-file={f}", "-Wl,--no-warn-symbol-ordering"]
 
 
-def _link(paths, flags, style, out) -> subprocess.CompletedProcess:
-    cmd = ["gcc", *flags, *STYLES[style], "-Wl,--emit-relocs", "-o", str(out), *_inputs(paths)]
-    return subprocess.run(cmd, capture_output=True, text=True)
+def _link(paths, linker: str, flags: list[str], style: str, out: Path) -> toolchain.LinkResult:
+    return toolchain.link(linker, [*flags, *STYLES[style], "-Wl,--emit-relocs", "-o", out, *_inputs(paths)])
 
 
 # -- an image, by meaning ----------------------------------------------------------
@@ -275,6 +276,9 @@ class Image:
         for a ``place``: a word is in one object), a PLT entry or GOT slot by what it
         reaches, else its section and contents: ``width`` bytes (an operand's size) or a
         string up to its NUL, and, read as a jump table, the table's targets."""
+        s = self.section_at(addr)
+        if not place and s is not None and (ind := self._indirect(addr, s)) is not None:
+            return ind          # before symbols: gold's _GLOBAL_OFFSET_TABLE_ spans .got.plt
         out = set()
         k = bisect_right(self.starts, addr) - 1
         first = self.starts[k] if k >= 0 else None
@@ -292,10 +296,12 @@ class Image:
         ends = {f"end of {key}" for key in (() if place else self.ends.get(addr, ()))}
         if out or contained_only:
             return frozenset(out | before | ends) if out else None
-        s = self.section_at(addr)
-        if s is not None and (ind := self._indirect(addr, s)) is not None:
-            return ind
         out |= before | ends
+        if branch:
+            # Compiled code branches inside functions only: this is hand-written code
+            # without a symbol or, far more often, data decoded as code (perlasm's
+            # strings after RC4_options): not compared, on either side.
+            return frozenset([UNNAMED_BRANCH])
         if s is None:
             return frozenset(["outside every section"])
         raw = self.bytes_at(addr, CONTENT_NAME)
@@ -335,12 +341,13 @@ class Image:
 
 
 def _same(a, b) -> bool:
-    """Tokens equal, name sets matching when they share a name."""
+    """Tokens equal, name sets matching when they share a name (a branch target
+    outside every symbol on either side matches anything)."""
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
         if isinstance(x, frozenset) and isinstance(y, frozenset):
-            if not x & y:
+            if not x & y and UNNAMED_BRANCH not in x | y:
                 return False
         elif x != y:
             return False
@@ -434,8 +441,11 @@ def _data_words(img: Image, res: EquivalenceResult, count: bool):
         elif typ in PCREL:
             # A table entry .L5 - .L4: the place it designates is base + value, the base
             # being the nearest table start code loads with lea at or before the entry.
+            # Another object's table may start between in one order and not in the other,
+            # so the entry is named by the function it lands in, without the offset.
             k = bisect_right(bases, place) - 1
-            what = img.name(target - (place - bases[k]), contained_only=True) if k >= 0 else None
+            names = img.name(target - (place - bases[k]), contained_only=True, branch=True) if k >= 0 else None
+            what = frozenset(_OFFSET.sub("", n) for n in names) if names else None
             if what is None:
                 res.not_compared += count
                 continue
@@ -474,17 +484,17 @@ def equivalent(originals: list[Path], split: list[Path], linker: str, style: str
         td = Path(td)
         base_linker = reorder_linker(linker)
         a = td / "original.out"
-        r = _link(originals, [linker_flag(base_linker)], style, a)
-        if r.returncode != 0:
+        r = _link(originals, base_linker, [], style, a)
+        if not r.ok:
             return [EquivalenceResult(o, base_linker, False, first_difference=_failed("original", r))
                     for o in ORDERS]
         img_a = Image(a)
         for order in ORDERS:
             used, flags = order_flags(split, base_linker, order, td)
             b = td / f"{order}.out"
-            r = _link(split, flags, style, b)
+            r = _link(split, used, flags, style, b)
             res = EquivalenceResult(order, used, False)
-            if r.returncode != 0:
+            if not r.ok:
                 res.first_difference = _failed(f"split ({order})", r)
             else:
                 img_b = Image(b)
@@ -496,10 +506,8 @@ def equivalent(originals: list[Path], split: list[Path], linker: str, style: str
     return out
 
 
-def _failed(what: str, r: subprocess.CompletedProcess) -> str:
-    lines = (r.stderr or r.stdout).strip().splitlines()
-    first = next((ln for ln in lines if "error" in ln), lines[0] if lines else "?")
-    return f"the {what} objects do not link: {first}"
+def _failed(what: str, r: toolchain.LinkResult) -> str:
+    return f"the {what} objects do not link: {toolchain.first_error(r.output)}"
 
 
 # -- --run: a test program linked both ways ---------------------------------------
@@ -513,10 +521,10 @@ def run(originals: list[Path], split: list[Path], cmd: str, linker: str, timeout
     out = []
     with tempfile.TemporaryDirectory(prefix="elflayout-split-run-") as td:
         td = Path(td)
-        want = _run_once(cmd, originals, [linker_flag(base_linker)], td / "original", timeout)
+        want = _run_once(cmd, originals, [toolchain.linker_flag(base_linker)], td / "original", timeout)
         for order in ORDERS:
             used, flags = order_flags(split, base_linker, order, td)
-            got = _run_once(cmd, split, flags, td / order, timeout)
+            got = _run_once(cmd, split, [toolchain.linker_flag(used), *flags], td / order, timeout)
             diff = None if got == want else (
                 f"--run {order} order: exit {got[0]} and {len(got[1])} bytes of output, where the original "
                 f"objects gave exit {want[0]} and {len(want[1])} bytes" + _first_line_diff(want[1], got[1]))

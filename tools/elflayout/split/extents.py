@@ -33,6 +33,10 @@ SPLIT_PREFIX = {
 # a function whose section would be called e.g. ".text.exit" or ".text.foo_unlikely"
 # would be placed elsewhere by the linker, so it is kept with its neighbour instead.
 _TEXT_SPECIAL = ("unlikely", "exit", "startup", "hot", "sorted", "split")   # GNU ld 2.40; lld's -z keep-text-section-prefix
+# gold moves every input section whose name merely *starts* with one of these to the
+# front of .text (Layout::special_ordering_of_input_section: a plain prefix test), so
+# ".text.exit_handler" goes with ".text.exit".
+_GOLD_TEXT_PREFIXES = ("unlikely", "exit", "startup", "hot", "sorted")
 NOT_SPLIT_FLAGS = SH_FLAGS.SHF_GROUP | SH_FLAGS.SHF_TLS | SH_FLAGS.SHF_MERGE | SH_FLAGS.SHF_LINK_ORDER
 
 
@@ -111,6 +115,9 @@ def name_conflict(secname: str, sym: str) -> str | None:
         for w in _TEXT_SPECIAL:
             if sym == w or sym.startswith(w + ".") or (w == "unlikely" and sym.endswith("_unlikely")):
                 return f"section name {new} has a meaning of its own to GNU ld/lld"
+        for w in _GOLD_TEXT_PREFIXES:
+            if sym.startswith(w):
+                return f"section name {new} starts with .text.{w}, which gold places apart"
     for other in SPLIT_PREFIX:
         if len(other) > len(secname) and (new == other or new.startswith(other + ".")):
             return f"section name {new} would be read as {other}"

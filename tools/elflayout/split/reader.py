@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from elftools.common.exceptions import ELFError
-from elftools.elf.constants import SHN_INDICES
+from elftools.elf.constants import SH_FLAGS, SHN_INDICES
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_SH_TYPE_BASE
 
@@ -67,6 +67,23 @@ def _err(name: str, what: str) -> ElflayoutError:
     return ElflayoutError(f"{name}: {what}")
 
 
+def _check_links(name: str, sections: list[Section], nsyms: int) -> None:
+    """Indexes the writer renumbers must name what they index: a group's members and
+    signature symbol, a link-ordered section's link."""
+    n = len(sections)
+    for s in sections:
+        if s.flags & SH_FLAGS.SHF_LINK_ORDER and s.link >= n:
+            raise _err(name, f"{s.name}: linked to section {s.link}, past the {n} sections")
+        if s.sh_type == SHT["SHT_GROUP"]:
+            if s.size % 4:
+                raise _err(name, f"{s.name}: group size {s.size} is not a whole number of words")
+            if s.info >= nsyms:
+                raise _err(name, f"{s.name}: group signature symbol {s.info} outside the symbol table")
+            words = np.frombuffer(s.data, "<u4")[1:]
+            if len(words) and (int(words.max()) >= n or int(words.min()) == 0):
+                raise _err(name, f"{s.name}: group member index outside the {n} sections")
+
+
 def read_object(raw: bytes, name: str) -> ObjectFile:
     """Parse ``raw`` as an x86-64 relocatable object, or raise ``ElflayoutError``."""
     if raw[:4] != b"\x7fELF":
@@ -100,6 +117,8 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
             end = shstr.find(b"\0", nm)
             if nm >= len(shstr) or end < 0:
                 raise _err(name, f"section {i}: name outside the section name table")
+            if align & (align - 1):     # gABI: 0, or a power of two
+                raise _err(name, f"section {i}: alignment {align} is not a power of two")
             sections.append(Section(i, shstr[nm:end].decode("utf-8", "surrogateescape"), t, flags, addr, link, info,
                                     max(1, align), entsize, size, b"" if nobits else raw[off:off + size]))
         e_flags, osabi = hdr.e_flags, hdr.e_ident.EI_OSABI
@@ -130,6 +149,13 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
                 raise _err(name, f"{st.name}: symbol name offset {n} outside its string table")
             names.append(strtab[n:end].decode("utf-8", "surrogateescape"))
         obj.sym_names = names
+        shndx = obj.symbols["st_shndx"]
+        past = np.flatnonzero((shndx >= len(sections)) & (shndx < SHN_LORESERVE))
+        if len(past):
+            i = int(past[0])
+            raise _err(name, f"{st.name}: symbol {i} ({names[i]!r}) names section {int(shndx[i])}, past the "
+                             f"{len(sections)} sections")
+    _check_links(name, sections, len(obj.symbols))
     for s in sections:
         if s.sh_type == SHT["SHT_REL"]:
             raise _err(name, f"{s.name}: SHT_REL relocations (x86-64 objects use RELA)")

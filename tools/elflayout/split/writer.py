@@ -11,23 +11,24 @@ section contents in index order at their alignment, section header table last.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.enums import ENUM_E_TYPE, ENUM_ST_INFO_BIND, ENUM_SH_TYPE_BASE
 
-from elflayout.layouts import SHDR64, SYM64, align_up
+from elflayout.layouts import EHDR64, SHDR64, SYM64, align_up
 from elflayout.split.extents import SPLIT_PREFIX, STT
 from elflayout.split.plan import R, Plan, SectionPlan
 from elflayout.split.reader import RELA64, SHN_LORESERVE
 
 SHT = ENUM_SH_TYPE_BASE
 STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
-# gABI "ELF Header": e_ident (16 bytes) then Elf64_Ehdr's fields.
-EHDR64 = struct.Struct("<16sHHIQQQIHHHHHH")
 GRP_COMDAT = 1
+# File offsets in a relocatable object carry no alignment meaning (sh_addralign is for
+# addresses): padding them beyond a page would only grow the file, up to exabytes for a
+# damaged alignment.
+MAX_FILE_ALIGN = 4096
 
 
 @dataclass
@@ -138,8 +139,9 @@ def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, gro
             elif s.sh_type == SHT["SHT_GROUP"]:
                 words = np.frombuffer(s.data, "<u4").copy()
                 for w in range(1, len(words)):
-                    if int(words[w]) in splits:
-                        raise ValueError(f"group member {secs[int(words[w])].name} was split")
+                    if int(words[w]) in splits or int(words[w]) not in new_index:
+                        raise ValueError(f"group member {secs[int(words[w])].name} was split "
+                                         "(or holds relocations of a split section)")
                     words[w] = new_index[int(words[w])]
                 data, link, info = words.tobytes(), symtab_new, int(mp[s.info])
             elif s.flags & SH_FLAGS.SHF_LINK_ORDER and s.link:
@@ -283,11 +285,11 @@ def _layout(obj, outs: list[_Out]) -> bytes:
             names += o.name.encode("utf-8", "surrogateescape") + b"\0"
     shstr_old.data = bytes(names)
     shstr_old.size = len(names)
-    buf = bytearray(EHDR64.size)
+    buf = bytearray(EHDR64.itemsize)
     hdrs = np.zeros(len(outs), SHDR64)
     for k, o in enumerate(outs[1:], 1):
         nobits = o.sh_type == SHT["SHT_NOBITS"]
-        off = align_up(len(buf), max(1, o.align))
+        off = align_up(len(buf), max(1, min(o.align, MAX_FILE_ALIGN)))
         if not nobits:
             buf += b"\0" * (off - len(buf))
             buf += o.data
@@ -299,7 +301,11 @@ def _layout(obj, outs: list[_Out]) -> bytes:
     buf += b"\0" * (shoff - len(buf))
     buf += hdrs.tobytes()
     shstrndx = next(k for k, o in enumerate(outs) if o is shstr_old)
-    buf[:EHDR64.size] = EHDR64.pack(obj.raw[:16], ENUM_E_TYPE["ET_REL"], struct.unpack_from("<H", obj.raw, 18)[0],
-                                    1, 0, 0, shoff, obj.e_flags, EHDR64.size, 0, 0, SHDR64.itemsize,
-                                    len(outs), shstrndx)
+    eh = np.zeros(1, EHDR64)
+    eh["e_ident"] = np.frombuffer(obj.raw, np.uint8, count=16)
+    eh["e_machine"] = np.frombuffer(obj.raw, EHDR64, count=1)["e_machine"]
+    eh["e_type"], eh["e_version"], eh["e_shoff"], eh["e_flags"] = ENUM_E_TYPE["ET_REL"], 1, shoff, obj.e_flags
+    eh["e_ehsize"], eh["e_shentsize"] = EHDR64.itemsize, SHDR64.itemsize
+    eh["e_shnum"], eh["e_shstrndx"] = len(outs), shstrndx
+    buf[:EHDR64.itemsize] = eh.tobytes()
     return bytes(buf)

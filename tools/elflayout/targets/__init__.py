@@ -19,15 +19,11 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from elflayout.errors import ElflayoutError
-
-LINKERS = ("bfd", "gold", "lld", "mold")
-
 
 def cache_dir(*parts: str) -> Path:
     """``${ELFLAYOUT_CACHE:-~/.cache/elflayout}/PARTS...``, created if missing."""
@@ -107,25 +103,6 @@ def run(cmd: list, *, cwd=None, env=None, what: str | None = None) -> subprocess
         tail = (r.stderr or r.stdout).strip().splitlines()[-6:]
         raise ElflayoutError(f"{what or cmd[0]}: exit {r.returncode}: " + " | ".join(tail))
     return r
-
-
-def linker_flag(linker: str) -> str:
-    """The gcc driver flag selecting ``linker`` (bfd = GNU ld)."""
-    if linker not in LINKERS:
-        raise ElflayoutError(f"{linker}: unknown linker (choose from {', '.join(LINKERS)})")
-    if linker != "bfd" and shutil.which(f"ld.{linker}") is None and shutil.which(linker) is None:
-        raise ElflayoutError(f"ld.{linker}: not installed (run: make bootstrap)")
-    return f"-fuse-ld={linker}"
-
-
-def driver_args(args) -> list[str]:
-    """Extra link arguments for the gcc/g++ driver: bare linker options
-    (``--symbol-ordering-file=F``, ``--section-ordering-file=F``) get ``-Wl,``."""
-    out = []
-    for a in args:
-        a = str(a)
-        out.append(f"-Wl,{a}" if a.startswith("--") else a)
-    return out
 
 
 def fetch_debs(packages: Iterable[str], name: str) -> Path:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
-from elflayout.targets import (archives, args_fingerprint, build_slot, cache_dir, driver_args, ensure_installed,
-                               fetch_debs, linker_flag, locked, param_key, run, save_record)
+from elflayout.targets import (archives, args_fingerprint, build_slot, cache_dir, ensure_installed, fetch_debs,
+                               locked, param_key, run, save_record)
+from elflayout.toolchain import driver_args, linker_flag
 
 SONAME = "libcrypto.so.3"
 SYSTEM_LIB = Path("/usr/lib/x86_64-linux-gnu") / SONAME

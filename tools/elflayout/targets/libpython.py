@@ -22,8 +22,9 @@ import shutil
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
-from elflayout.targets import (archives, args_fingerprint, build_slot, driver_args, ensure_installed, fetch_debs,
-                               linker_flag, param_key, run, save_record)
+from elflayout.targets import (archives, args_fingerprint, build_slot, ensure_installed, fetch_debs, param_key, run,
+                               save_record)
+from elflayout.toolchain import driver_args, linker_flag
 
 SONAME = "libpython3.11.so.1.0"
 ARCHIVE = "usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11-pic.a"

@@ -20,8 +20,9 @@ import hashlib
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
-from elflayout.targets import (args_fingerprint, build_slot, cache_dir, driver_args, fetch_debs, linker_flag,
-                               locked, param_key, run, save_record)
+from elflayout.targets import (args_fingerprint, build_slot, cache_dir, fetch_debs, locked, param_key, run,
+                               save_record)
+from elflayout.toolchain import driver_args, linker_flag
 
 SONAME = "libstdc++.so.6"
 PACKAGES = ["libstdc++-12-pic"]

@@ -44,7 +44,8 @@ from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text, dump_json, envelope
-from elflayout.targets import args_fingerprint, cache_dir, driver_args, linker_flag, locked, param_key, run
+from elflayout.targets import args_fingerprint, cache_dir, locked, param_key, run
+from elflayout.toolchain import driver_args, linker_flag
 
 GENERATOR_VERSION = 1
 CFLAGS = ["-O1", "-fPIC", "-ffunction-sections", "-fdata-sections", "-fno-ipa-icf",

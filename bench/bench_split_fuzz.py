@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Fuzzing split with damaged objects and archives (seeded, reproducible); prints the counts.
+
+Each variant is one damage of a small valid object or archive (split/fuzz.py: ELF header,
+section header, symbol, relocation and string-table fields; non-UTF-8 symbol names;
+flipped bytes; truncation; archive member sizes (negative, huge, not decimal), names,
+headers, long-name table, symbol index, thin archives, damaged members) run through
+``split`` and ``split --check`` (lld, gold or GNU ld), each run a child process limited to
+30 s and 1 GB. Targets: 0 exit 3, 0 tracebacks, 0 hangs, 0 out of memory, nothing
+written for a refused input, one line naming the input for every refusal.
+Variant i of seed s is reproducible alone: ``--seed s --start i --count 1 --keep DIR``.
+
+Run:  python3 bench/bench_split_fuzz.py [--count 10000] [--seed 1] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from elflayout.split import fuzz  # noqa: E402
+
+
+def _chunk(job):
+    seed, start, count, work, bases = job
+    return fuzz.run(seed, count, Path(work), start=start, bases=bases)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=10_000, help="variants (default 10000)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--start", type=int, default=0, help="first variant index (to replay one)")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--keep", metavar="DIR", help="work directory to keep (failed variants stay in it)")
+    a = ap.parse_args()
+    print(f"# bench_split_fuzz: seed {a.seed}, variants {a.start}..{a.start + a.count - 1}, "
+          f"limits {fuzz.TIMEOUT:g} s and {fuzz.MEMORY >> 20} MB per run")
+    t0 = time.time()
+    step = 50
+    total = fuzz.Tally()
+    with tempfile.TemporaryDirectory(prefix="elflayout-split-fuzz-") as tmp:
+        work = a.keep or tmp
+        bases = fuzz.build_bases(Path(work))
+        jobs = [(a.seed, s, min(step, a.start + a.count - s), os.path.join(work, str(s)), bases)
+                for s in range(a.start, a.start + a.count, step)]
+        with multiprocessing.Pool(a.jobs) as pool:
+            for t in pool.imap_unordered(_chunk, jobs):
+                total.add(t)
+                print(f"  {total.variants:,} variants, {total.failed} failures ({time.time() - t0:.0f} s)",
+                      file=sys.stderr, flush=True)
+    T = total
+    print(f"variants:                                   {T.variants:,} ({T.runs:,} runs)")
+    print(f"split (exit 0):                             {T.split:,}")
+    print(f"--check: differs or nothing checked (exit 1): {T.check_refused:,}")
+    print(f"refused with one line naming it (exit 2):   {T.refused:,}")
+    print(f"exit 3 (internal errors):                   {T.internal_errors:,}   (target 0)")
+    print(f"tracebacks:                                 {T.tracebacks:,}   (target 0)")
+    print(f"hangs (> {fuzz.TIMEOUT:g} s):                          {T.hangs:,}   (target 0)")
+    print(f"out of memory (> {fuzz.MEMORY >> 20} MB):                  {T.out_of_memory:,}   (target 0)")
+    print(f"crashes (signals):                          {T.crashes:,}   (target 0)")
+    print(f"written although refused:                   {T.written_when_refused:,}   (target 0)")
+    print(f"messages not one line naming the input:     {T.bad_messages:,}   (target 0)")
+    print(f"inputs modified:                            {T.inputs_modified:,}   (target 0)")
+    print(f"slowest run:                                {T.slowest_s:.1f} s")
+    print("variants by damage: " + ", ".join(f"{k} {v:,}" for k, v in sorted(T.by_kind.items())))
+    print(f"time: {time.time() - t0:.0f} s with {a.jobs} workers")
+    for f in T.failures[:20]:
+        print(f"  FAIL seed {f[0]} variant {f[1]} ({f[2]}, {f[3]}): {f[4]}")
+    return 1 if T.failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

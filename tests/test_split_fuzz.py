@@ -1,0 +1,81 @@
+"""A short seeded fuzz of split (split/fuzz.py; bench/bench_split_fuzz.py runs >= 10,000):
+damaged objects and archives through ``split`` and ``split --check`` in children limited
+to 30 s and 1 GB; every outcome must be a split, a check's verdict or a one-line refusal."""
+
+import os
+
+import numpy as np
+import pytest
+
+from conftest import need_tool
+
+from elflayout.split import fuzz
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory):
+    return fuzz.build_bases(tmp_path_factory.mktemp("bases"))
+
+
+@pytest.mark.slow     # ~30 s of CPU: 200 runs, most with links
+def test_short_fuzz_run(tmp_path):
+    for tool in ("ld.lld", "ld.gold"):
+        need_tool(tool)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    t = fuzz.run(seed=7, count=100, workdir=tmp_path)
+    assert t.variants == 100 and t.runs == 200
+    assert t.failed == 0, t.failures[:5]
+    assert t.split and t.refused                # both outcomes are exercised
+    assert len(t.by_kind) >= 10
+
+
+def test_negative_member_size_is_judged_a_refusal(tmp_path, bases):
+    """The archive whose member size reads -60 once made split loop without bound: the
+    harness must see a one-line refusal, within its limits."""
+    base = next(b for b in bases if b.archive)
+    raw = bytearray(base.data)
+    pos, _ = fuzz._members(base.data)[0]
+    raw[pos + 48:pos + 58] = b"-60".ljust(10)
+    src = tmp_path / base.name
+    src.write_bytes(raw)
+    out = tmp_path / "out"
+    r = fuzz.run_cli_limited(["split", str(src), "-o", str(out)], timeout=30)
+    t = fuzz.Tally()
+    fails = []
+    fuzz._judge(t, r, src, out, False, fails.append)
+    assert (r.rc, t.refused, fails) == (2, 1, []), r.stderr
+
+
+def test_limits_catch_a_hang(tmp_path, monkeypatch):
+    """A run that never ends is killed at the timeout and counted as a hang."""
+    import elflayout.cli
+
+    monkeypatch.setattr(elflayout.cli, "main", lambda argv: __import__("time").sleep(60))
+    r = fuzz.run_cli_limited(["split"], timeout=1)
+    t = fuzz.Tally()
+    fails = []
+    fuzz._judge(t, r, tmp_path / "x.o", tmp_path / "o", False, fails.append)
+    assert r.timed_out and t.hangs == 1 and fails
+
+
+def test_limits_catch_unbounded_memory(tmp_path, monkeypatch):
+    import elflayout.cli
+
+    def grow(argv):
+        blocks = []
+        while True:
+            blocks.append(np.ones(1 << 24, np.uint8))
+
+    monkeypatch.setattr(elflayout.cli, "main", grow)
+    r = fuzz.run_cli_limited(["split"], timeout=30, memory=1 << 30)
+    assert not r.timed_out and "MemoryError" in r.stderr
+    t = fuzz.Tally()
+    fuzz._judge(t, r, tmp_path / "x.o", tmp_path / "o", False, lambda m: None)
+    assert t.tracebacks == 1
+
+
+def test_variants_are_reproducible(bases):
+    rng1, rng2 = np.random.default_rng([3, 5]), np.random.default_rng([3, 5])
+    a = fuzz.damage_archive(next(b for b in bases if b.archive).data, "member-size", rng1)
+    b = fuzz.damage_archive(next(b for b in bases if b.archive).data, "member-size", rng2)
+    assert a == b

@@ -1,0 +1,182 @@
+"""Placement of a profile's touches on a library: the pages a profiled startup touches,
+in the order it touches them, as pages of a given build (``readahead.simulate``
+replays them).
+
+The profiled build itself: offsets as recorded. Another build (a relink): a function
+is placed by name, a data page by its input section (with both link maps) or else by
+its relative position in its output section, ``.dynstr`` reads by the names ld.so
+looks up; what cannot be placed is counted in the notes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from elflayout.elfcore import PAGE, ElfImage
+from elflayout.profile.model import Target
+
+
+def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The profile's touch sequence as pages of ``img``: (pages, kinds, notes).
+
+    Same build (build-id): offsets are used as they are. Another build (a relink): a
+    function is placed by name (``check.lib_functions``, clone/thunk names as in
+    ``resolve``); a data page by its section and its relative position in it, scaled
+    to the section's size here (the profiled file must still exist for its section
+    table); with ``lib_map`` (this library's link map) and the profile's own ``map``, a
+    data page follows its input section instead (same name and object, same offset in
+    it), which is what a data-ordered relink needs. ``code_bytes``: how much of a
+    function its first execution is taken to touch from its entry (1 = the entry page
+    only).
+    """
+    from elflayout.order.check import lib_functions
+    from elflayout.order.resolve import clone_base, thunk_target
+
+    same = bool(target.build_id) and target.build_id == img.build_id
+    firsts, pages, kinds = [], [], []
+    notes = {"same_build": same, "functions": 0, "functions_unplaced": 0, "pages": 0, "pages_unplaced": 0}
+    funcs = None if same else lib_functions(img)
+    for f in target.functions:
+        first = f.first
+        if same and f.offset is not None:
+            off, size = f.offset, f.size or 1
+        else:
+            name = f.name
+            c = funcs.get(name) or funcs.get(clone_base(name)) or funcs.get(thunk_target(name) or "")
+            if not c:
+                notes["functions_unplaced"] += 1
+                continue
+            off, size = c[0]
+        last = off + max(1, min(size, code_bytes)) - 1
+        for p in range(off // PAGE, last // PAGE + 1):
+            firsts.append(first)
+            pages.append(p)
+            kinds.append(b"x")
+        notes["functions"] += 1
+    plist = target.pages
+    if plist:
+        pg = np.array([p.page for p in plist], dtype=np.int64)
+        kd = np.array([p.kind.encode() for p in plist], dtype="S1")
+        fs = np.array([p.first for p in plist], dtype=np.float64)
+        if not same:
+            moved = _remap_by_input_section(pg, target, img, lib_map, notes) if lib_map else None
+            fallback = _remap_pages(pg, target, img, notes)
+            dpg, dfirst = _dynstr_lookups(pg, fs, target, img, notes)
+            pg = fallback if moved is None else np.where(moved >= 0, moved, fallback)
+            if moved is not None:
+                notes["pages_by_input_section"] = int((moved >= 0).sum())
+            if dpg is not None:  # .dynstr reads: by name, not by relative position
+                pg[dpg[0]] = -1
+                firsts += [dfirst] * len(dpg[1])
+                pages += dpg[1].tolist()
+                kinds += [b"r"] * len(dpg[1])
+        ok = pg >= 0
+        if not same:
+            ok &= kd != b"x"  # code pages of another build: functions place code
+        notes["pages"] = int(ok.sum())
+        notes["pages_unplaced"] += int((~ok).sum()) if same else 0
+        firsts += fs[ok].tolist()
+        pages += pg[ok].tolist()
+        kinds += kd[ok].tolist()
+    order = np.argsort(np.asarray(firsts, dtype=np.float64), kind="stable")
+    return (np.asarray(pages, dtype=np.int64)[order] if pages else np.zeros(0, np.int64),
+            np.asarray(kinds, dtype="S1")[order] if kinds else np.zeros(0, "S1"), notes)
+
+
+def _remap_by_input_section(pg, target, img, lib_map, notes):
+    """New pages of profiled data pages, following their input section (-1: not found)."""
+    import os
+
+    from elflayout import linkmap
+
+    src_map, src_path = target.map, target.path
+    if not (src_map and os.path.exists(src_map) and src_path and os.path.exists(src_path)):
+        notes["remap_by_section"] = "the profile's own map or library is missing"
+        return None
+    with ElfImage(src_path) as src:
+        if src.build_id != target.build_id:
+            notes["remap_by_section"] = f"{src_path} is no longer the profiled build"
+            return None
+        a = linkmap.parse(src_map, src)
+    b = linkmap.parse(lib_map, img)
+    where = {}
+    for k, (n, o, off) in enumerate(zip(b.name, b.object, b.offset.tolist())):
+        if off >= 0 and b.size[k] > 0:
+            where.setdefault((n, o), k)
+    j = a.lookup_offsets(pg * PAGE)
+    out = np.full(pg.shape, -1, dtype=np.int64)
+    for i in np.flatnonzero(j >= 0).tolist():
+        ja = int(j[i])
+        k = where.get((a.name[ja], a.object[ja]))
+        if k is None or a.name[ja].startswith(".text"):
+            continue
+        rel = min(int(pg[i] * PAGE - a.offset[ja]), int(b.size[k]) - 1)
+        out[i] = (int(b.offset[k]) + max(0, rel)) // PAGE
+    return out
+
+
+def _dynstr_lookups(pg, fs, target, img, notes):
+    """A relink's ``.dynstr`` reads are placed by name: the profiled build's touched
+    ``.dynstr`` pages are dropped (their relative position says nothing once the names
+    are reordered, ``order --dynstr-out``), and the pages of the names ld.so reads in
+    this library (``dynstr.read_names``: its symbol relocations) are touched instead, at
+    the first profiled ``.dynstr`` touch. Returns ((indices dropped, new pages), first)
+    or (None, None) when the profile has no ``.dynstr`` touch or its library is gone."""
+    import os
+
+    from elflayout.order import dynstr
+
+    src_path = target.path
+    if not os.path.exists(src_path):
+        return None, None
+    with ElfImage(src_path) as src:
+        if src.build_id != target.build_id:
+            return None, None
+        ss = src.section(".dynstr")
+    ds = img.section(".dynstr")
+    if ss is None or ds is None:
+        return None, None
+    hit = np.flatnonzero((pg * PAGE + PAGE > ss.offset) & (pg * PAGE < ss.offset + ss.size))
+    if not len(hit):
+        return None, None
+    names, _rep = dynstr.read_names(img.path)
+    recs, all_names = dynstr._dynsym(img)
+    off = {}
+    for n, o in zip(all_names, recs["st_name"].tolist()):
+        off.setdefault(n, o)
+    starts = np.array([off[n] for n in names if n in off], dtype=np.int64) + ds.offset
+    ends = starts + np.array([len(n.encode()) for n in names if n in off], dtype=np.int64)
+    new = np.stack([starts // PAGE, ends // PAGE], axis=1).ravel()
+    _, first = np.unique(new, return_index=True)
+    new = new[np.sort(first)]
+    notes["dynstr_by_name"] = {"profiled_pages_dropped": int(len(hit)), "names": len(starts), "pages": int(len(new))}
+    return (hit, new), float(np.min(fs[hit]))
+
+
+def _remap_pages(pg: np.ndarray, target: Target, img: ElfImage, notes: dict) -> np.ndarray:
+    import os
+
+    out = np.full(pg.shape, -1, dtype=np.int64)
+    src_path = target.path
+    if not os.path.exists(src_path):
+        notes["pages_unplaced"] = int(len(pg))
+        notes["remap"] = "profiled file not found: data pages of another build cannot be placed"
+        return out
+    with ElfImage(src_path) as src:
+        if src.build_id != target.build_id:
+            notes["pages_unplaced"] = int(len(pg))
+            notes["remap"] = f"{src_path} is no longer the profiled build"
+            return out
+        idx = src.section_of_offsets(pg * PAGE)
+        src_secs = {s.index: s for s in src.sections}
+        dst = {s.name: s for s in img.sections if s.occupies_file}
+        for i in np.unique(idx[idx >= 0]).tolist():
+            s = src_secs[i]
+            d = dst.get(s.name)
+            if d is None:
+                continue
+            m = idx == i
+            rel = (pg[m] * PAGE - s.offset).clip(0) / max(1, s.size)
+            out[m] = (d.offset + (rel * d.size).astype(np.int64).clip(0, max(0, d.size - 1))) // PAGE
+    notes["pages_unplaced"] = int((out < 0).sum())
+    return out

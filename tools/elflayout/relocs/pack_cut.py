@@ -1,0 +1,98 @@
+"""pack-relocs, step 8: cut the whole freed pages out of the written file (pack.py
+describes the whole algorithm)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from elflayout import elfcore
+from elflayout import layouts as L
+
+PAGE = elfcore.PAGE
+# Fewer whole freed pages than this stay in the file: the cut adds a PT_LOAD, which is
+# worth it only when it saves read-around of zeros.
+MIN_CUT_PAGES = 2
+
+
+def cut_freed_pages(path, lo: int, hi: int) -> dict:
+    """Step 8: take the whole pages of the freed range ``[lo, hi)`` out of the file.
+
+    Read-around at the edges of the hot tables reads the zeros the RELATIVE relocations
+    left (libpython: 33 pages, one window on each side of the hole). The PT_LOAD holding
+    them is split in two around the hole: addresses stay, only the file offsets of what
+    follows drop by the cut (a multiple of the page size, so every segment keeps
+    offset ≡ vaddr mod page); ld.so maps the gap PROT_NONE, as for any gap between
+    segments. The program header table stays where it is (strip and objcopy rewrite a
+    file that has it elsewhere, and the library no longer loads): the new entry takes
+    the room after the table, else PT_PHDR's place (optional in a shared library: ld.so
+    finds the table in the PT_LOAD that maps e_phoff); GNU ld leaves neither, so
+    ``_layout`` slides the tables after the table (the build-id note with them) by one
+    entry (``_phdr_reserve``). Returns
+    ``{"pages": n, "bytes": n}`` (0 pages and the reason when nothing was cut)."""
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+    ehdr, ph, sh = L.read_headers(data)  # the written copy: valid headers (plan_pack made them)
+    eh = ehdr[0]
+    phoff, phnum, shoff, shnum = int(eh["e_phoff"]), int(eh["e_phnum"]), int(eh["e_shoff"]), int(eh["e_shnum"])
+
+    def nothing(why):
+        return {"pages": 0, "bytes": 0, "why": why}
+
+    a, b = L.align_up(lo, PAGE), hi // PAGE * PAGE
+    if b - a < MIN_CUT_PAGES * PAGE:
+        return nothing(f"fewer than {MIN_CUT_PAGES} whole freed pages")
+    loads = np.flatnonzero(ph["p_type"] == L.PT_LOAD)
+    k = next((int(i) for i in loads if ph["p_offset"][i] <= lo and hi <= ph["p_offset"][i] + ph["p_filesz"][i]), None)
+    if k is None or any(data[lo:hi]):
+        return nothing("the freed range is not zeroed inside one PT_LOAD")
+    table_end = phoff + phnum * L.PHDR64.itemsize
+    if phoff < b and table_end > a:
+        return nothing("the program header table lies in the freed range")
+    after = [int(sh["sh_offset"][i]) for i in range(shnum) if sh["sh_type"][i] != L.SHT_NOBITS and sh["sh_size"][i]
+             and sh["sh_offset"][i] >= table_end]
+    after += [int(q["p_offset"]) for q in ph if q["p_filesz"] and q["p_offset"] >= table_end]
+    # room: nothing starts there, and its bytes are unused (BOLT leaves bytes outside any section)
+    grow = (min(after, default=len(data)) - table_end >= L.PHDR64.itemsize
+            and not any(data[table_end:table_end + L.PHDR64.itemsize]))
+    phdr = np.flatnonzero(ph["p_type"] == L.PT_PHDR)
+    if not grow and not phdr.size:
+        return nothing("no room for one more program header and no PT_PHDR to give its place")
+    if any(sh["sh_type"][i] != L.SHT_NOBITS and sh["sh_size"][i] and sh["sh_offset"][i] < b
+           and sh["sh_offset"][i] + sh["sh_size"][i] > a for i in range(shnum)):
+        return nothing("a section lies in the freed range")
+    cut = b - a
+    seg = ph[k].copy()
+    vshift = int(seg["p_vaddr"]) - int(seg["p_offset"])
+    first, second = seg.copy(), seg.copy()
+    first["p_filesz"] = first["p_memsz"] = a - int(seg["p_offset"])
+    second["p_offset"] = a
+    second["p_vaddr"] = second["p_paddr"] = b + vshift
+    second["p_filesz"] = int(seg["p_offset"] + seg["p_filesz"]) - b
+    second["p_memsz"] = int(seg["p_offset"] + seg["p_memsz"]) - b
+    ph["p_offset"][ph["p_offset"] >= b] -= np.uint64(cut)
+    ph = np.concatenate([ph[:k], [first, second], ph[k + 1:]]).astype(L.PHDR64)
+    if grow:
+        x = ph["p_type"] == L.PT_PHDR
+        ph["p_filesz"][x] = ph["p_memsz"][x] = ph.nbytes
+    else:
+        ph = ph[ph["p_type"] != L.PT_PHDR]
+    sh["sh_offset"][(sh["sh_offset"] >= a) & (sh["sh_offset"] < b)] = a  # empty sections in the cut
+    sh["sh_offset"][sh["sh_offset"] >= b] -= np.uint64(cut)
+    eh["e_phnum"] = ph.size
+    if phoff >= b:  # a table after the hole (BOLT puts it at the end) moves with the bytes
+        eh["e_phoff"] = phoff - cut
+    if shoff >= b:
+        eh["e_shoff"] = shoff - cut
+    data[phoff:phoff + ph.nbytes] = ph.tobytes()
+    out = data[:a] + data[b:]
+    out[0:L.EHDR64.itemsize] = eh.tobytes()
+    new_shoff = int(eh["e_shoff"])
+    out[new_shoff:new_shoff + sh.nbytes] = sh.tobytes()
+    with open(path, "r+b") as f:
+        f.write(out)
+        f.truncate(len(out))
+        f.flush()
+        os.fsync(f.fileno())
+    return {"pages": cut // PAGE, "bytes": cut, "program_header": "added" if grow else "in PT_PHDR's place"}

@@ -1,0 +1,95 @@
+"""The linkers elflayout drives: their names, how the gcc driver selects each, how a bare
+linker option passes through the driver, and which line of a failed link says why.
+
+One place for this knowledge: ``split --check`` links with it, the targets relink
+libraries with it. GNU ld is called ``bfd`` (its ``-fuse-ld=`` name).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from elflayout.errors import ElflayoutError
+
+LINKERS = ("bfd", "gold", "lld", "mold")
+# A linker command's program name -> the linker it runs.
+COMMAND_LINKER = {"ld": "bfd", "ld.bfd": "bfd", "ld.gold": "gold", "gold": "gold", "ld.lld": "lld", "lld": "lld",
+                  "ld.mold": "mold", "mold": "mold"}
+
+# Lines of a failed link that carry no reason of their own: the driver's summary
+# (gcc's collect2, clang's), warnings, notes, and context lines that only say where
+# the next line's error is (GNU ld "in function", lld ">>> referenced by").
+_NOT_A_REASON = re.compile(
+    r"collect2: error: \S+ returned \d+ exit status"
+    r"|error: linker command failed with exit code"
+    r"|(^|: )warning: |(^|: )note: "
+    r"|^\s*>>> "
+    r"|: in function [`'].*'?:$"
+    r"|: (first defined here|more undefined references to .* follow)$")
+
+
+def linker_flag(linker: str) -> str:
+    """The gcc driver flag selecting ``linker``."""
+    if linker not in LINKERS:
+        raise ElflayoutError(f"{linker}: unknown linker (choose from {', '.join(LINKERS)})")
+    if linker != "bfd" and shutil.which(f"ld.{linker}") is None and shutil.which(linker) is None:
+        raise ElflayoutError(f"ld.{linker}: not installed (run: make bootstrap)")
+    return f"-fuse-ld={linker}"
+
+
+def driver_args(args) -> list[str]:
+    """Extra link arguments for the gcc/g++ driver: bare linker options
+    (``--symbol-ordering-file=F``, ``--section-ordering-file=F``) get ``-Wl,``."""
+    out = []
+    for a in args:
+        a = str(a)
+        out.append(f"-Wl,{a}" if a.startswith("--") else a)
+    return out
+
+
+def command_linker(program: str) -> str | None:
+    """The linker a command named ``program`` runs (``ld.gold`` -> gold), None for a driver."""
+    return COMMAND_LINKER.get(Path(program).name)
+
+
+def first_error(output: str) -> str:
+    """The first line of a failed link's output that gives a reason (the linker's own
+    error, not the driver's "ld returned 1 exit status"); "" if there is none."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for ln in lines:
+        if not _NOT_A_REASON.search(ln):
+            return ln
+    return lines[0] if lines else ""
+
+
+@dataclass
+class LinkResult:
+    returncode: int
+    output: str          # stderr and stdout; bytes that are not UTF-8 kept as \\x escapes
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def error(self) -> str:
+        """The linker's first error line (or the exit status when it printed nothing)."""
+        return first_error(self.output) or f"exit status {self.returncode}"
+
+
+def link(linker: str, args: list, *, driver: str = "gcc", timeout: float | None = None) -> LinkResult:
+    """Run ``driver -fuse-ld=LINKER ARGS``. Linker output may name symbols whose bytes are
+    not UTF-8: it is decoded with backslash escapes rather than refused."""
+    cmd = [driver, linker_flag(linker), *map(str, args)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+    except FileNotFoundError as e:
+        raise ElflayoutError(f"{driver}: not found ({e.strerror}); run: make bootstrap") from None
+    except subprocess.TimeoutExpired:
+        return LinkResult(-1, f"{driver} -fuse-ld={linker}: no result after {timeout:g} s")
+    text = (r.stderr + b"\n" + r.stdout).decode("utf-8", "backslashreplace")
+    return LinkResult(r.returncode, text)
