@@ -8,8 +8,8 @@ import sys
 SUMMARY = "give each function and data object its own section in objects built without -ffunction-sections"
 EPILOG = """example:
   elflayout split /usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11-pic.a -o split/ --check
-      libpython3.11-pic.a: 179 objects, 178 split: 16,157 functions and data objects -> 13,194 sections
-      (5,759 references the assembler had resolved are now relocations; 2,958 neighbours kept together)
+      libpython3.11-pic.a: 179 objects, 178 split: 16,157 functions and data objects -> 13,192 sections
+      (5,758 references the assembler had resolved are now relocations; 2,960 neighbours kept together)
       check (lld): original-order links identical: 19 sections, 7,704,666 bytes, 16,126 symbols
   gcc -shared -o libpython3.11.so.1.0 -Wl,--whole-archive split/libpython3.11-pic.a -Wl,--no-whole-archive ...
       # then `elflayout order --format lld|gold|ld-script` orders functions, not objects
