@@ -157,7 +157,7 @@ def order_flags(split: list[Path], linker: str, order: str, workdir: Path) -> tu
         names = names[:]
         random.Random(SHUFFLE_SEED).shuffle(names)
     f = workdir / f"{order}.order"
-    f.write_text("\n".join(names) + "\n")
+    f.write_bytes(("\n".join(names) + "\n").encode("utf-8", "surrogateescape"))   # names need not be UTF-8
     if linker == "gold":
         return "gold", [f"-Wl,--section-ordering-file={f}"]
     return "lld", [f"-Wl,--symbol-ordering-file={f}", "-Wl,--no-warn-symbol-ordering"]
