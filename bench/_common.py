@@ -71,7 +71,7 @@ def plan_args(plan) -> list:
     a += ["--seed", plan.seed, "--retries", plan.retries]
     optional = (("--warmup", plan.warmup, 0), ("--realtime", plan.realtime, None),
                 ("--governor", plan.governor, None), ("--timeout", plan.timeout or 0, 600),
-                ("--storage", plan.storage, None), ("--preload", plan.preload, None))
+                ("--storage", plan.storage, None))
     for flag, value, default in optional:
         if value != default:
             a += [flag, value]

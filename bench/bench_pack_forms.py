@@ -100,7 +100,7 @@ def measure_target(root: Path, lib_rel: str, argv_for, env_extra: dict, runs: in
 def readahead_session():
     """The machine-wide measurement lock (other sessions set read_ahead_kb and evict too),
     read_ahead_kb RA_KB while held; yields the value found, restored afterwards."""
-    from elflayout.measure.controls import MeasurementLock
+    from elflayout.controls import MeasurementLock
 
     with MeasurementLock(on_wait=lambda who: print(f"# waiting for the measurement lock ({who})", file=sys.stderr)):
         old = RA.read_text().strip()

@@ -246,8 +246,8 @@ def bench_chromium(runs: int, presets: list[str]) -> None:
         print(f"  plan for {p}: {t['files']} files, {t['ranges']} ranges, {t['bytes'] / 1e6:.1f} MB, modelled read "
               f"{pl.metadata['modelled_read_s'] * 1e3:.0f} ms", flush=True)
         r = work_dir() / f"chromium.{p}.results.json"
-        mp = MeasurePlan(variants=[("chromium", cmd)], states=["selective", "hot"], runs=runs, files=files,
-                         census="none", storage=p, preload=str(out), retries=4, seed=1,
+        mp = MeasurePlan(variants=runner.measure_variants([("chromium", cmd)], str(out), files, p),
+                         states=["selective", "hot"], runs=runs, files=files, census="none", storage=p, retries=4, seed=1,
                          argv=["bench_preload.py", f"chromium {p}"])
         doc = measure(mp)
         fileio.dump_json(doc, r)

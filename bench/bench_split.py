@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_pipeline as bp  # noqa: E402
 
 DEBIAN_PYTHON = "/usr/bin/python3.11"
-# Profile under the conditions every measured run has (measure.controls.FixedEnv keeps
+# Profile under the conditions every measured run has (controls.FixedEnv keeps
 # PATH, HOME, TERM, TMPDIR, USER and sets LC_ALL=C; measure.runner sends stdout to
 # /dev/null): a caller's PYTHONUNBUFFERED=1 makes Python build its standard streams
 # without BufferedWriter (code the measured runs execute), and in the C locale Python

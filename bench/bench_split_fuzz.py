@@ -6,7 +6,7 @@ section header, symbol, relocation and string-table fields; non-UTF-8 symbol nam
 flipped bytes; truncation; archive member sizes (negative, huge, not decimal), names,
 headers, long-name table, symbol index, thin archives, damaged members) run through
 ``split`` and ``split --check`` (lld, gold or GNU ld), each run a child process limited to
-30 s and 1 GB. Targets: 0 exit 3, 0 tracebacks, 0 hangs, 0 out of memory, nothing
+30 s of CPU (300 s of wall time) and 1 GB. Targets: 0 exit 3, 0 tracebacks, 0 hangs, 0 out of memory, nothing
 written for a refused input, one line naming the input for every refusal.
 Variant i of seed s is reproducible alone: ``--seed s --start i --count 1 --keep DIR``.
 
@@ -16,6 +16,7 @@ Run:  python3 bench/bench_split_fuzz.py [--count 10000] [--seed 1] [--jobs 2]
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import sys
@@ -42,9 +43,11 @@ def main() -> int:
     ap.add_argument("--start", type=int, default=0, help="first variant index (to replay one)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--keep", metavar="DIR", help="work directory to keep (failed variants stay in it)")
+    ap.add_argument("--tally", metavar="FILE", help="rewrite FILE (JSON) with the counts so far after every chunk")
     a = ap.parse_args()
     print(f"# bench_split_fuzz: seed {a.seed}, variants {a.start}..{a.start + a.count - 1}, "
-          f"limits {fuzz.TIMEOUT:g} s and {fuzz.MEMORY >> 20} MB per run")
+          f"limits {fuzz.TIMEOUT:g} s of CPU ({fuzz.WALL_FACTOR * fuzz.TIMEOUT:g} s of wall time) and "
+          f"{fuzz.MEMORY >> 20} MB per run")
     t0 = time.time()
     step = 50
     total = fuzz.Tally()
@@ -58,6 +61,8 @@ def main() -> int:
                 total.add(t)
                 print(f"  {total.variants:,} variants, {total.failed} failures ({time.time() - t0:.0f} s)",
                       file=sys.stderr, flush=True)
+                if a.tally:
+                    Path(a.tally).write_text(json.dumps(dict(vars(total), failed=total.failed), indent=1))
     T = total
     print(f"variants:                                   {T.variants:,} ({T.runs:,} runs)")
     print(f"split (exit 0):                             {T.split:,}")
@@ -65,13 +70,13 @@ def main() -> int:
     print(f"refused with one line naming it (exit 2):   {T.refused:,}")
     print(f"exit 3 (internal errors):                   {T.internal_errors:,}   (target 0)")
     print(f"tracebacks:                                 {T.tracebacks:,}   (target 0)")
-    print(f"hangs (> {fuzz.TIMEOUT:g} s):                          {T.hangs:,}   (target 0)")
+    print(f"hangs (> {fuzz.TIMEOUT:g} s of CPU):                   {T.hangs:,}   (target 0)")
     print(f"out of memory (> {fuzz.MEMORY >> 20} MB):                  {T.out_of_memory:,}   (target 0)")
     print(f"crashes (signals):                          {T.crashes:,}   (target 0)")
     print(f"written although refused:                   {T.written_when_refused:,}   (target 0)")
     print(f"messages not one line naming the input:     {T.bad_messages:,}   (target 0)")
     print(f"inputs modified:                            {T.inputs_modified:,}   (target 0)")
-    print(f"slowest run:                                {T.slowest_s:.1f} s")
+    print(f"costliest run:                              {T.slowest_s:.1f} s of CPU")
     print("variants by damage: " + ", ".join(f"{k} {v:,}" for k, v in sorted(T.by_kind.items())))
     print(f"time: {time.time() - t0:.0f} s with {a.jobs} workers")
     for f in T.failures[:20]:

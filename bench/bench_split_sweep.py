@@ -55,8 +55,11 @@ SKIP = {"libc_nonshared.a", "libpthread_nonshared.a"}
 def archives(root: Path) -> list[Path]:
     out = []
     for p in sorted(root.glob("usr/lib/**/*.a")):
-        if p.is_file() and not p.is_symlink() and p.name not in SKIP and p.read_bytes()[:8] == b"!<arch>\n":
-            out.append(p)           # (libm.a is a GNU ld script naming libm-2.36.a and libmvec.a)
+        # libm.a is a GNU ld script naming libm-2.36.a and libmvec.a; glibc >= 2.34 ships
+        # libpthread.a, libdl.a, librt.a, libutil.a, libanl.a empty (their code is in libc.a).
+        if p.is_file() and not p.is_symlink() and p.name not in SKIP and p.read_bytes()[:8] == b"!<arch>\n" \
+                and p.stat().st_size > 8:
+            out.append(p)
     return out
 
 

@@ -114,6 +114,14 @@ BENCHES = [
           "A second archive through split, profile, order, link: OpenSSL's libcrypto.so.3 from libcrypto.a, "
           "`openssl dgst -sha256`: Debian's library, default relink, object order, split + function order "
           "(+ packed) with lld, gold and GNU ld (pages read)", RA_SET, markdown=True),
+    Bench("split_fuzz", "bench_split_fuzz.py", ("--count", "10000"),
+          "Damaged objects and archives through split and split --check (lld, gold, GNU ld), each run limited to "
+          "30 s of CPU and 1 GB: exit 3, tracebacks, hangs, output written for a refused input (about 1.5 h)",
+          "not relevant (warm page cache)"),
+    Bench("split_sweep", "bench_split_sweep.py", (),
+          "split --check with lld, gold and GNU ld over the static archives of Debian -dev packages (C, C++, "
+          "assembly, glibc): identical, could not check (the linker's own error line), differs (about 30 min)",
+          "not relevant (warm page cache)"),
     Bench("verdicts", "bench_verdicts.py",
           ("--rounds", "200", "--realtime", "--power-n", "5", "30", "50", "--aa-n", "30"),
           "Time verdicts: coverage of the 95% interval by n, A/A false alarms, detection of a 5% slowdown with the "

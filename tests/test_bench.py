@@ -109,7 +109,7 @@ PLANS = [
                         read_ahead_kb=128, census="none", files=["/x y/lib.so", "/z"], seed=1, retries=4),
     session.MeasurePlan(variants=[("v", "true")], states=["cold"], runs=1, warmup=2, read_ahead_kb=None, no_aslr=True,
                         pin=[0, 1], realtime=5, governor="performance", env={"A": "1=2"}, census_under=["/usr"],
-                        timeout=None, trace=False, storage="hdd", preload="p.json"),
+                        timeout=None, trace=False, storage="hdd"),
 ]
 
 

@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT, need_root_tracefs, need_tool, run_cli
 from elflayout.errors import ElflayoutError
 from elflayout.measure import cache
-from elflayout.measure.controls import FixedEnv, block_device_dir
+from elflayout.controls import FixedEnv, block_device_dir
 from elflayout.measure.runner import Plan, Variant, seeks_of
 
 LIB_C = r"""
@@ -237,7 +237,7 @@ def _wait_started(p, mine, knob):
     """Wait until measure ``p`` traces with read_ahead_kb applied. A session waits for
     the machine's measurement lock while another runs (minutes, on a shared machine):
     that wait is not held against it; once it holds the lock, start-up gets 120 s."""
-    from elflayout.measure.controls import MeasurementLock
+    from elflayout.controls import MeasurementLock
 
     give_up = time.monotonic() + 1800
     deadline = None
@@ -253,7 +253,7 @@ def _wait_started(p, mine, knob):
 
 def _value_to_restore(p, knob) -> str:
     """The read_ahead_kb value session ``p`` found and will restore (its state file)."""
-    from elflayout.measure.controls import run_dir
+    from elflayout.controls import run_dir
 
     st = json.loads((run_dir() / "state" / f"read-ahead-{knob.parent.parent.name}.json").read_text())
     assert st["pid"] == p.pid, st
@@ -264,7 +264,7 @@ def _value_to_restore(p, knob) -> str:
 def _device_lock(knob):
     """Sessions change read_ahead_kb only under this lock: holding it, the value is stable
     (another engineer's session may run right after ours and change it)."""
-    from elflayout.measure.controls import _lock_device
+    from elflayout.controls import _lock_device
 
     f = _lock_device(knob.parent.parent.name)
     try:
@@ -475,7 +475,7 @@ def test_realtime_runs_the_child_under_sched_fifo_and_records_it(tmp_path):
 
 @pytest.mark.root
 def test_realtime_control_restores_the_harness_policy():
-    from elflayout.measure.controls import Realtime
+    from elflayout.controls import Realtime
 
     if os.geteuid() != 0:
         pytest.skip("SCHED_FIFO needs root")
@@ -519,7 +519,7 @@ def test_results_parse_typed_and_errors(tmp_path):
 
 
 def test_measurement_lock_serializes_and_records_the_wait(tmp_path):
-    from elflayout.measure.controls import MeasurementLock
+    from elflayout.controls import MeasurementLock
 
     path = tmp_path / "measure.lock"
     # another process holds the lock for ~1.5 s
@@ -541,7 +541,7 @@ def test_measurement_lock_serializes_and_records_the_wait(tmp_path):
 
 
 def test_state_file_restores_a_dead_sessions_setting(tmp_path):
-    from elflayout.measure.controls import StateFile
+    from elflayout.controls import StateFile
 
     knob = tmp_path / "read_ahead_kb"
     knob.write_text("128\n")

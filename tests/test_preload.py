@@ -187,7 +187,7 @@ def planned(tmp_path, f, ranges_pages):
 
 
 def read_ahead_pages(path) -> int:
-    from elflayout.measure.controls import block_device_dir
+    from elflayout.controls import block_device_dir
 
     d = block_device_dir(path)
     try:
@@ -356,9 +356,10 @@ def test_measure_with_and_without_preload(tmp_path, bins, storage):
     d = on_disk_dir(tmp_path)
     f = data_file(d, pages=512)
     pl = planned(d, f, [(0, 64), (300, 340)])
-    doc = measure(MeasurePlan([("head", f"head -c 4096 {{mount}}/{f.name} >/dev/null" if storage
-                                else f"head -c 4096 {f} >/dev/null")], states=["selective"], runs=2,
-                              files=[str(f)], census="none", storage=storage, preload=str(pl), argv=["test"]))
+    variants = runner.measure_variants([("head", f"head -c 4096 {{mount}}/{f.name} >/dev/null" if storage
+                                         else f"head -c 4096 {f} >/dev/null")], str(pl), [str(f)], storage)
+    doc = measure(MeasurePlan(variants, states=["selective"], runs=2, files=[str(f)], census="none", storage=storage,
+                              argv=["test"]))
     assert [v["name"] for v in doc["variants"]] == ["head", "head+preload"]
     pages = {v: [r["pages_read"] for r in doc["runs"] if r["variant"] == v] for v in ("head", "head+preload")}
     assert all(p < 64 for p in pages["head"]), pages  # one read-ahead window at most

@@ -31,7 +31,7 @@ def test_one_metric_registry():
 
 def test_cpu_s_is_the_same_for_stats_compare_and_report():
     from elflayout.measure import stats
-    from elflayout.measure.compare_cli import recompute
+    from elflayout.measure.stats import recompute
     from elflayout.report import data as D
     from elflayout.report import timing
 

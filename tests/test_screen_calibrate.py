@@ -158,3 +158,43 @@ def test_calibrate_runs_an_aa_session(tmp_path):
     w = next(x for x in cal["rows"] if x["metric"] == "wall_s")
     assert w["n"] == 3 and w["verdict"] == "too few runs" and w["noise_sd"] > 0 and w["runs_needed"] >= 2
     assert (tmp_path / "aa.json").exists()
+
+
+def test_screen_output_directory_is_checked_before_the_runs(tmp_path):
+    """A path that cannot be a directory fails at once, as bad input (was an OSError after
+    every design point had run)."""
+    (tmp_path / "file").write_text("x")
+    r = run_cli("screen", "--factor", "aslr=on,off", "-o", tmp_path / "file" / "sub", "--", "true", check=2)
+    assert "cannot create the output directory" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "screen:" not in r.stderr  # nothing ran
+
+
+@pytest.mark.parametrize("arg, says", [("--measure-arg=--runs=3", "set by this verb itself"),
+                                       ("--measure-arg=--preload=plan.json", "not for screen"),
+                                       ("--measure-arg=--no-such-option", "not valid options of elflayout measure")])
+def test_screen_measure_args_are_checked_in_one_line(tmp_path, arg, says):
+    r = run_cli("screen", "--factor", "aslr=on,off", arg, "-o", tmp_path / "o", "--", "true", check=2)
+    assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_screen_model_builds_and_parses_one_document(tmp_path):
+    from elflayout import fileio
+    from elflayout.measure import screen_model
+
+    factors = [screen_model.Factor("aslr", "on", "off"), screen_model.Factor("d", "0.001", "0.05")]
+    x, props = screen.design(2)
+    fit = {"metric": "wall_s", "state": "hot", "n": 4, "log_scale": True, "se": "HC3",
+           "effects": [{"term": "d", "order": 1, "effect": 0.5, "ci_low": 0.4, "ci_high": 0.6, "p": 0.001,
+                        "significant": True}]}
+    doc = screen_model.build({"command": "sleep {d}", "states": ["hot"], "runs": 2, "replicates": 1}, factors,
+                             {**props, "matrix": x.tolist()}, [(0, 1), (0, 0)],
+                             [{"point": p, "state": "hot", "wall_s": 0.01} for p in range(4)], [fit])
+    fileio.dump_json(doc, tmp_path / "screen.json")
+    s = screen_model.load(tmp_path / "screen.json")
+    assert s.factors == tuple(factors) and s.factors[1].level(x[1][1]) == ("0.05" if x[1][1] > 0 else "0.001")
+    assert s.fits[0].effects[0] == screen_model.Effect("d", 0.5, 0.4, 0.6, 0.001, True)
+    assert s.doc["order"] == [{"replicate": 0, "point": 1}, {"replicate": 0, "point": 0}]
+    fileio.dump_json({**doc, "version": 2}, tmp_path / "v2.json")
+    with pytest.raises(ElflayoutError, match="version 2 is not supported"):
+        screen_model.load(tmp_path / "v2.json")

@@ -129,7 +129,7 @@ def test_prediction_matches_measurement_on_synthetic(synth):
     ev = evict(lib)
     if ev["left"]:
         pytest.skip(f"cannot evict {lib}: {ev['why']}")
-    from elflayout.measure.controls import block_device_dir
+    from elflayout.controls import block_device_dir
 
     dev = block_device_dir(lib)
     if dev is None:

@@ -46,16 +46,24 @@ def test_negative_member_size_is_judged_a_refusal(tmp_path, bases):
     assert (r.rc, t.refused, fails) == (2, 1, []), r.stderr
 
 
-def test_limits_catch_a_hang(tmp_path, monkeypatch):
-    """A run that never ends is killed at the timeout and counted as a hang."""
+def _spin(argv):
+    while True:
+        pass
+
+
+@pytest.mark.parametrize("forever", [_spin, lambda argv: __import__("time").sleep(60)], ids=["spins", "waits"])
+def test_limits_catch_a_hang(tmp_path, monkeypatch, forever):
+    """A run that never ends is stopped at its CPU limit (spinning) or at its wall-time
+    backstop (waiting) and counted as a hang."""
     import elflayout.cli
 
-    monkeypatch.setattr(elflayout.cli, "main", lambda argv: __import__("time").sleep(60))
+    monkeypatch.setattr(elflayout.cli, "main", forever)
+    monkeypatch.setattr(fuzz, "WALL_FACTOR", 3)
     r = fuzz.run_cli_limited(["split"], timeout=1)
     t = fuzz.Tally()
     fails = []
     fuzz._judge(t, r, tmp_path / "x.o", tmp_path / "o", False, fails.append)
-    assert r.timed_out and t.hangs == 1 and fails
+    assert r.timed_out and t.hangs == 1 and fails and r.seconds < 20
 
 
 def test_limits_catch_unbounded_memory(tmp_path, monkeypatch):

@@ -112,16 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         # `elflayout ... | head`: not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except MemoryError:
-        print("elflayout: error: out of memory", file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as e:
-        # Anything a verb did not translate itself still gets a one-line message.
-        if os.environ.get("ELFLAYOUT_DEBUG"):
-            raise
-        print(f"elflayout: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # a bug of ours: still one line, with a way to see more
+    except Exception as e:
+        # Bad input is an ElflayoutError raised where the input is read, naming the file;
+        # anything else (a ValueError, an OSError nobody translated, running out of memory
+        # on an allocation we sized) is a bug of ours: still one line, with a way to see more.
         if os.environ.get("ELFLAYOUT_DEBUG"):
             raise
         print(f"elflayout: internal error: {type(e).__name__}: {e} (set ELFLAYOUT_DEBUG=1 for a traceback)",

@@ -1,3 +1,4 @@
+import importlib
 """Exceptions that the CLI turns into exit statuses.
 
 Library code raises these; only ``elflayout.cli`` prints them.
@@ -22,8 +23,6 @@ EXTRAS = {"matplotlib": "report", "statsmodels": "stats", "pandas": "stats"}
 
 def require(module: str):
     """Import an optional dependency, or fail with one line saying how to install it."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:

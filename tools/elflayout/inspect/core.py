@@ -14,9 +14,11 @@ import numpy as np
 from elftools.elf import enums
 
 from elflayout import __version__
+from elflayout import linkmap, symbols
 from elflayout.elfcore import PAGE, ElfImage, page_range, relr_decode, relr_size
 from elflayout.errors import ElflayoutError
-from elflayout.layouts import PF_R, PF_W, PF_X, SHF_ALLOC
+from elflayout.fileio import envelope
+from elflayout.layouts import PF_R, PF_W, PF_X, SHF_ALLOC, SYM32, SYM64
 
 FORMAT_KIND = "inspect"
 FORMAT_VERSION = 1
@@ -176,8 +178,6 @@ def relocations(img: ElfImage) -> dict:
 
 
 def symbol_counts(img: ElfImage) -> dict:
-    from elflayout.layouts import SYM32, SYM64
-
     out = {}
     dt = SYM64 if img.elfclass == 64 else SYM32
     for key, want in (("symtab", "SHT_SYMTAB"), ("dynsym", "SHT_DYNSYM")):
@@ -201,24 +201,20 @@ def symbol_counts(img: ElfImage) -> dict:
 
 def function_summary(img: ElfImage, listing: bool = False) -> dict:
     """Counts of function extents by source; with ``listing`` every extent too (file-offset order)."""
-    from elflayout.symbols import SOURCES, functions
-
-    ft = functions(img)
+    ft = symbols.functions(img)
     c = ft.counts()
     out = {
         "count": len(ft), "from_symtab": c["symtab"], "from_dynsym": c["dynsym"], "from_eh_frame": c["eh_frame"],
         "fde_count": ft.fde_count, "bytes": int(ft.size.sum()),
     }
     if listing:
-        out["list"] = [{"name": n, "source": SOURCES[k], "offset": o, "vaddr": v, "size": z}
+        out["list"] = [{"name": n, "source": symbols.SOURCES[k], "offset": o, "vaddr": v, "size": z}
                        for n, k, o, v, z in zip(ft.names, ft.source.tolist(), ft.offset.tolist(), ft.vaddr.tolist(),
                                                 ft.size.tolist())]
     return out
 
 
 def map_summary(img: ElfImage, map_path) -> dict:
-    from elflayout import linkmap
-
     lm = linkmap.parse(map_path, img)
     _check_map_matches(img, lm)
     objs = lm.object_summary()
@@ -258,8 +254,6 @@ def _check_map_matches(img: ElfImage, lm) -> None:
 def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, argv=None,
             functions: bool = False) -> dict:
     """The full ``elflayout-inspect`` v1 document of one ELF file (``functions``: list every extent)."""
-    from elflayout.fileio import envelope
-
     for f in (path, map_path):
         # a FIFO or device would block or read forever: refuse before opening
         if f is not None and os.path.exists(f) and not (os.path.isfile(f) or os.path.isdir(f)):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from elflayout import symbols
 from elflayout.elfcore import ElfImage
 
 PAGE = 4096
@@ -81,8 +82,6 @@ def offsets(img: ElfImage) -> np.ndarray:
 
 def describe(img: ElfImage, debug_files=(), profile_target=None) -> dict:
     """Initializers named (step 2) and, with a profile target, charged (step 3)."""
-    from elflayout import symbols
-
     ft = symbols.functions(img, debug_files=debug_files)
     es = entries(img)
     idx = ft.lookup(np.array([e["offset"] for e in es], dtype=np.int64)) if es else np.zeros(0, np.int64)

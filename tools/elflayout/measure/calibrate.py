@@ -23,6 +23,9 @@ Steps:
 
 from __future__ import annotations
 
+import dataclasses
+
+from elflayout.measure import session
 from elflayout.measure import stats
 
 A, A2 = "a", "a2"
@@ -31,16 +34,12 @@ A, A2 = "a", "a2"
 def aa_plan(base, command: str, runs: int, states, files, seed: int = 0):
     """The A/A session: ``base`` (a session.MeasurePlan carrying the controls) measuring
     ``command`` under two names."""
-    import dataclasses
-
     return dataclasses.replace(base, variants=[(A, command), (A2, command)], runs=runs, states=list(states),
                                files=list(map(str, files)), seed=seed)
 
 
 def measure(plan, on_event=None) -> dict:
     """Run the A/A session (measure.session, in process); the results document."""
-    from elflayout.measure import session
-
     return session.measure(plan, on_event)
 
 

@@ -7,6 +7,7 @@ import sys
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
+from elflayout.measure.cli import plan_from_options
 
 SUMMARY = "A/A runs of one command: noise, minimum detectable effect and the runs to use"
 EPILOG = """\
@@ -46,22 +47,6 @@ def add_arguments(p):
     p.add_argument("--quiet", action="store_true", help="no progress from the measurement")
 
 
-def base_plan(measure_args: list[str]):
-    """A session.MeasurePlan carrying the controls given as 'elflayout measure' options."""
-    from elflayout.cli import verb_parser
-    from elflayout.measure.cli import plan_of
-
-    p, _ = verb_parser("measure")
-    for a in measure_args:
-        if a.split("=", 1)[0] in ("--name", "--runs", "--state", "--files", "-o", "--output", "--seed"):
-            raise ElflayoutError(f"--measure-arg {a}: set by this verb itself")
-    try:
-        ns = p.parse_args(["--name", "x", "true", "-o", "unused.json", *measure_args])
-    except SystemExit:
-        raise ElflayoutError(f"--measure-arg: not valid options of elflayout measure: {' '.join(measure_args)}") from None
-    return plan_of(ns)
-
-
 def _progress(quiet: bool):
     def on_event(kind, info):
         if quiet:
@@ -76,6 +61,7 @@ def _progress(quiet: bool):
 
 
 def run(args) -> int:
+    # the stages (numpy, scipy) load when the verb runs, not for --help
     from elflayout.measure import calibrate, model
     from elflayout.measure.compare_cli import parse_effect
 
@@ -90,7 +76,7 @@ def run(args) -> int:
         if args.runs < 2:
             raise ElflayoutError(f"--runs: an A/A calibration needs at least 2 rounds (got {args.runs})")
         out = fileio.check_output(args.output, force=args.force) if args.output else None
-        plan = calibrate.aa_plan(base_plan(args.measure_arg), args.command, args.runs,
+        plan = calibrate.aa_plan(plan_from_options(args.measure_arg, "calibrate"), args.command, args.runs,
                                  args.state or ["selective", "hot"], args.files, args.seed)
         doc = calibrate.measure(plan, _progress(args.quiet or args.json))
         if not (args.quiet or args.json):

@@ -25,12 +25,13 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 
 from elflayout.measure import cache
-from elflayout.measure.runner import child_events
+from elflayout.measure.runner import _enable_pid_filter, child_events, open_session
 from elflayout.tracefs import kdev
 
 SCAN_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib", "/lib64", "/etc",
@@ -128,10 +129,6 @@ def resolve(keys: set[tuple[int, int]], command: str, env: dict,
 
 
 def _traced_run(runner, variant, kinds):
-    from elflayout.measure.runner import _enable_pid_filter
-
-    from elflayout.measure.runner import open_session
-
     with contextlib.ExitStack() as stack:
         ts = open_session(stack, kinds)
         _enable_pid_filter(ts)
@@ -215,8 +212,6 @@ def census(runner, variant, method: str = "evict", under=()) -> dict:
     (mapped or open by another process, outside ``under``, written by the startup).
     With ``evict`` the kept files are not evicted: they are listed from the warm run.
     """
-    import time
-
     env = runner.envctl.build(runner.variant_env.get(variant.name))
     under = [os.path.realpath(u) for u in under]
     warm: dict[tuple[int, int], str] = {}

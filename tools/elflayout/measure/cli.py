@@ -101,28 +101,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def plan_of(args):
+    """The session plan (``session.MeasurePlan``) of parsed ``measure`` options; with
+    --preload each variant also runs as NAME+preload (the session knows nothing of preloading)."""
+    # verb modules load their stages when they run, not for --help (numpy, the harness)
     from elflayout.measure.session import MeasurePlan
+    from elflayout.preload.runner import measure_variants
 
     for e in args.env:
         if "=" not in e or not e.split("=", 1)[0]:
             raise ElflayoutError(f"--env {e!r}: expected NAME=VALUE")
     if args.read_ahead_kb < -1 or args.read_ahead_kb == 0:
         raise ElflayoutError(f"--read-ahead-kb: expected a positive size in KiB or -1 (got {args.read_ahead_kb})")
+    variants = [(n, c) for n, c in args.name]
+    if args.preload:
+        variants = measure_variants(variants, args.preload, args.files, args.storage)
     return MeasurePlan(
-        variants=[(n, c) for n, c in args.name], states=list(dict.fromkeys(args.state or ["selective", "hot"])),
+        variants=variants, states=list(dict.fromkeys(args.state or ["selective", "hot"])),
         runs=args.runs, warmup=args.warmup, files=list(args.files), seed=args.seed,
         read_ahead_kb=None if args.read_ahead_kb == -1 else args.read_ahead_kb, no_aslr=args.no_aslr, pin=args.pin,
         realtime=args.realtime, governor=args.governor, env=dict(e.split("=", 1) for e in args.env),
         census=args.census, census_under=list(args.census_under), retries=args.retries,
-        timeout=args.timeout or None, trace=not args.no_trace, storage=args.storage, preload=args.preload,
+        timeout=args.timeout or None, trace=not args.no_trace, storage=args.storage,
         argv=list(sys.argv))
 
 
+class _OptionsParser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage and exit
+        raise ElflayoutError(f"--measure-arg: not valid options of elflayout measure ({message})")
+
+
+def plan_from_options(measure_args: list[str], verb: str):
+    """A session plan carrying the controls given as ``measure`` options (``--measure-arg``
+    of ``verb``), which sets the variants, runs, states and files itself."""
+    for a in measure_args:
+        opt = a.split("=", 1)[0]
+        if opt in ("--name", "--runs", "--state", "--files", "-o", "--output", "--seed"):
+            raise ElflayoutError(f"--measure-arg {a}: set by this verb itself")
+        if opt == "--preload":
+            raise ElflayoutError(f"--measure-arg {a}: not for {verb} (compare with and without a preload plan "
+                                 f"in 'elflayout measure --preload')")
+    p = _OptionsParser(prog="elflayout measure", add_help=False)
+    add_arguments(p)
+    return plan_of(p.parse_args(["--name", "x", "true", "-o", "unused.json", *measure_args]))
+
+
 def restore() -> int:
-    from elflayout.measure.controls import MeasurementLock, StateFile
+    from elflayout.controls import MeasurementLock
+    from elflayout.measure import session
 
     with MeasurementLock(on_wait=lambda who: print(f"waiting for the measurement session: {who}", file=sys.stderr)):
-        done = StateFile.restore_stale()
+        done = session.restore_stale()
     for d in done:
         print(f"restored {d}")
     if not done:
@@ -135,6 +163,7 @@ def run(args) -> int:
         return restore()
     if not args.name or not args.output:
         raise ElflayoutError("--name NAME CMD and -o FILE are required (or --restore)")
+    # rich draws the live progress only: --restore and plan_of's callers do without it
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn

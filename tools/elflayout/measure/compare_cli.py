@@ -63,28 +63,10 @@ def parse_effect(text) -> float:
     return v
 
 
-def recompute(res, seed=None, metrics=None, include_disturbed=False, primary=None, target_effect=None) -> dict:
-    """The document of ``res`` (``model.Results``, or a document built in memory) with its
-    summary, comparisons, multiplicity and io_bound computed again from the runs."""
-    from elflayout.measure import model, stats
-
-    res = model.as_results(res)
-    if metrics:
-        bad = set(metrics) - set(stats.METRICS)
-        if bad:
-            raise ElflayoutError(f"--metric {sorted(bad)[0]}: unknown (choose from {', '.join(stats.METRICS)})")
-    try:
-        prim = stats.parse_primary(primary) if primary else stats.DEFAULT_PRIMARY
-    except ValueError as e:
-        raise ElflayoutError(f"--primary {e}") from None
-    out = stats.analyse(res.runs, res.variant_names, res.states, seed=res.seed if seed is None else seed,
-                        metrics=tuple(metrics or stats.METRICS), include_disturbed=include_disturbed, primary=prim,
-                        target_effect=target_effect)
-    return {**res.doc, **out}
-
-
 def run(args) -> int:
+    # the stages (scipy) load when the verb runs, not for --help
     from elflayout.measure import model
+    from elflayout.measure.stats import recompute
 
     out = fileio.check_output(args.output, force=args.force, inputs=(args.results,)) if args.output else None
     res = model.read(args.results)

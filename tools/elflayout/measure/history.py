@@ -157,7 +157,7 @@ def summary_rows(res) -> list[dict]:
     res = model.as_results(res)
     if res.summary:
         return list(res.summary)
-    from elflayout.measure.compare_cli import recompute
+    from elflayout.measure.stats import recompute  # scipy: only for results without a summary
 
     return recompute(res)["summary"]
 

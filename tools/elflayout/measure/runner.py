@@ -21,6 +21,7 @@ import contextlib
 import os
 import random
 import re
+import resource  # noqa: F401  imported now: os.wait4 would import it mid-run (file reads)
 import shlex
 import shutil
 import signal
@@ -31,13 +32,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import resource  # noqa: F401  imported now: os.wait4 would import it mid-run (file reads)
-
 import numpy as np
 
+from elflayout.controls import ControlSet, FixedEnv
 from elflayout.errors import ElflayoutError
 from elflayout.measure import cache
-from elflayout.measure.controls import ControlSet, FixedEnv
 from elflayout.pages import SEEK_PAGES  # noqa: F401 - re-exported
 from elflayout.pages import count_seeks as seeks_of
 from elflayout.tracefs import TraceSession, file_key, tracefs_status

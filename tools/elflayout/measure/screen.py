@@ -37,27 +37,22 @@ Steps:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from elflayout.errors import ElflayoutError
+from elflayout.measure import stats
+from elflayout.measure.screen_model import Factor, point_name  # noqa: F401 - point_name re-exported
 
 CONTROLS = ("aslr", "read_ahead_kb", "pin", "realtime", "storage")
 # generators of the added factors, as products of the basic factors' indices (Box, Hunter
 # and Hunter's standard fractions: k=5 -> 2^(5-1) res V, k=6 -> 2^(6-2) res IV, k=7 -> 2^(7-3) res IV)
 GENERATORS = {5: [(0, 1, 2, 3)], 6: [(0, 1, 2), (1, 2, 3)], 7: [(0, 1, 2), (1, 2, 3), (0, 2, 3)]}
 MAX_FACTORS = 7
-
-
-@dataclass
-class Factor:
-    name: str
-    low: str
-    high: str
 
 
 def parse_factor(text: str) -> Factor:
@@ -123,8 +118,6 @@ def point_setup(factors: list[Factor], coded, command: str) -> tuple[str, dict, 
 def point_plan(base, factors: list[Factor], coded, command: str, name: str, runs: int, states, files, seed: int):
     """The measure session (session.MeasurePlan) of one design point: ``base``'s controls,
     overridden by the factors' levels."""
-    import dataclasses
-
     cmd, controls, _ = point_setup(factors, coded, command)
     return dataclasses.replace(base, variants=[(name, cmd)], runs=runs, states=list(states),
                                files=list(map(str, files)), seed=seed, **controls)
@@ -152,16 +145,10 @@ def run_order(n_points: int, replicates: int, seed: int) -> list[tuple[int, int]
     return out
 
 
-def point_name(i: int) -> str:
-    return f"p{i:02d}"
-
-
 def fit_effects(runs: list[dict], factors: list[Factor], x: np.ndarray, props: dict, metric: str, state: str,
                 clustered: bool) -> dict:
     """Main effects (and 2-factor interactions where the design allows) with 95% intervals."""
-    import statsmodels.api as sm
-
-    from elflayout.measure import stats
+    import statsmodels.api as sm  # optional and slow to import: only when effects are fitted
 
     rows = [r for r in runs if r["state"] == state and stats.run_value(r, metric) is not None
             and not r.get("interference")]
@@ -196,62 +183,6 @@ def fit_effects(runs: list[dict], factors: list[Factor], x: np.ndarray, props: d
             "HC3 (one replicate: session-to-session noise is not in the error term)"}
 
 
-def block_figure(runs: list[dict], factors: list[Factor], x: np.ndarray, metric: str, state: str):
-    """Flater's block plot: per factor, each block (a combination of the other factors)
-    gets a bar from the mean response at LOW ('1') to the mean at HIGH ('2')."""
-    from elflayout.measure import stats
-    from elflayout.report.timing import _plt
-
-    plt = _plt()
-    k = len(factors)
-    fig, axes = plt.subplots(1, k, figsize=(max(4.0, 1.2 + 0.55 * 2 ** (k - 1)) * k, 4.2), dpi=100, squeeze=False)
-    mean = {}
-    for p in range(len(x)):
-        v = [stats.run_value(r, metric) for r in runs if r["point"] == p and r["state"] == state
-             and stats.run_value(r, metric) is not None and not r.get("interference")]
-        mean[p] = float(np.mean(v)) if v else np.nan
-    scale = 1000.0 if metric.endswith("_s") else 1.0
-    for fi, (ax, f) in enumerate(zip(axes[0], factors)):
-        others = [i for i in range(k) if i != fi]
-        blocks = {}
-        for p in range(len(x)):
-            blocks.setdefault(tuple(x[p, others]), {})[x[p, fi]] = mean[p] * scale
-        labels, up = [], 0
-        for bi, (key, lv) in enumerate(sorted(blocks.items())):
-            lo, hi = lv.get(-1), lv.get(1)
-            if lo is not None and hi is not None:
-                ax.vlines(bi, min(lo, hi), max(lo, hi), color="#555555", lw=6, alpha=0.35)
-                up += hi > lo
-            for val, ch, col in ((lo, "1", "#1f77b4"), (hi, "2", "#d62728")):
-                if val is not None:
-                    ax.text(bi, val, ch, ha="center", va="center", color=col, fontsize=10, fontweight="bold")
-            labels.append("\n".join(f"{factors[i].name[:6]}={factors[i].high if c > 0 else factors[i].low}"[:14]
-                                    for i, c in zip(others, key)))
-        nb = sum(1 for lv in blocks.values() if len(lv) == 2)
-        ax.set_xticks(range(len(blocks)), labels, fontsize=6)
-        ax.set_xlim(-0.7, len(blocks) - 0.3)
-        ax.set_title(f"{f.name}: 1 = {f.low}, 2 = {f.high}\nhigher at 2 in {up} of {nb} blocks", fontsize=9)
-        ax.set_ylabel(f"mean {metric} ({'ms' if scale == 1000 else ''}), {state}")
-        ax.grid(axis="y", color="#eeeeee", lw=0.5)
-        lows = [v for lv in blocks.values() for v in lv.values() if np.isfinite(v)]
-        if lows:
-            pad = (max(lows) - min(lows)) * 0.1 or abs(max(lows)) * 0.05 or 1
-            ax.set_ylim(min(lows) - pad, max(lows) + pad)
-    fig.tight_layout()
-    return fig
-
-
-def as_results(runs: list[dict], x: np.ndarray, factors: list[Factor]) -> dict:
-    """The runs as one results-like document whose variants are the design points (for
-    the violin-scatter plot of elflayout.report.timing)."""
-    variants = []
-    for p in range(len(x)):
-        lv = ",".join(f"{f.name}={f.high if c > 0 else f.low}" for f, c in zip(factors, x[p]))
-        variants.append({"name": point_name(p), "command": lv})
-    return {"format": "elflayout-results", "version": 1, "metadata": {}, "variants": variants,
-            "runs": [{**r, "variant": point_name(r["point"])} for r in runs], "summary": []}
-
-
 def markdown(result: dict) -> str:
     d = result["design"]
     md = result["metadata"]
@@ -278,101 +209,3 @@ def markdown(result: dict) -> str:
     if not d.get("interactions") and len(result["factors"]) > 1:
         lines.append("\n2-factor interactions are aliased with each other in this fraction: not estimated.")
     return "\n".join(lines) + "\n"
-
-
-def plots(result: dict):
-    """(stem, figure, caption) of the block plots (full designs) and violin-scatter plots."""
-    from elflayout.report import timing
-
-    x = np.array(result["design"]["matrix"], dtype=int)
-    factors = [Factor(**f) for f in result["factors"]]
-    runs = result["runs"]
-    fitted = [a for a in result["effects"] if a["effects"]]  # a response with no spread has nothing to show
-    for a in fitted:
-        m, s = a["metric"], a["state"]
-        if result["design"]["kind"] == "full":
-            yield (f"block-{m}-{s}", block_figure(runs, factors, x, m, s),
-                   f"Block plot of {m}, {s} (Flater 2014): each block is one combination of the other factors; "
-                   f"1 and 2 mark the mean at the factor's LOW and HIGH level.")
-    from elflayout.report import data as D
-
-    for m in dict.fromkeys(a["metric"] for a in fitted):
-        if m not in D.METRICS:  # a derived metric (cpu_s): the block plots and effects show it
-            continue
-        yield (f"violin-{m}", timing.violin_figure(as_results(runs, x, factors), metric=m,
-                                                   states=result["metadata"]["states"]),
-               f"Violin-scatter of {m}: every run per design point.")
-
-
-def figures(result: dict, out_dir) -> list:
-    """The plots written as PNG into ``out_dir``; their paths."""
-    from pathlib import Path
-
-    from elflayout.report import timing
-
-    plt = timing._plt()
-    paths = []
-    for stem, fig, _ in plots(result):
-        p = Path(out_dir) / f"{stem}.png"
-        fig.savefig(p)
-        plt.close(fig)
-        paths.append(p)
-    return paths
-
-
-def parse(doc: dict, src: str) -> dict:
-    """Check a screen document (format and version already checked): one-line errors."""
-    def bad(what):
-        raise ElflayoutError(f"{src}: not a valid screen result: {what}")
-
-    factors, design = doc.get("factors"), doc.get("design")
-    if not isinstance(factors, list) or not factors or not all(
-            isinstance(f, dict) and {"name", "low", "high"} <= set(f) for f in factors):
-        bad("'factors' must be a list of {name, low, high}")
-    if not isinstance(design, dict) or not (design.get("kind") == "full" or "fraction" in str(design.get("kind"))):
-        bad("'design.kind' must be 'full' or a fraction")
-    x = design.get("matrix")
-    if not isinstance(x, list) or not x or not all(
-            isinstance(r, list) and len(r) == len(factors) and all(c in (-1, 1) for c in r) for r in x):
-        bad(f"'design.matrix' must be rows of {len(factors)} levels, each -1 or +1")
-    runs = doc.get("runs")
-    if not isinstance(runs, list) or not all(
-            isinstance(r, dict) and isinstance(r.get("point"), int) and 0 <= r["point"] < len(x)
-            and isinstance(r.get("state"), str) for r in runs):
-        bad("'runs' must be runs with a design 'point' and a 'state'")
-    effects = doc.get("effects")
-    if not isinstance(effects, list) or not all(
-            isinstance(a, dict) and {"metric", "state", "n", "log_scale"} <= set(a) and isinstance(a.get("effects"), list)
-            and all(isinstance(e, dict) and {"term", "effect", "ci_low", "ci_high", "p", "significant"} <= set(e)
-                    for e in a["effects"]) for a in effects):
-        bad("'effects' must be fits of {metric, state, n, log_scale, effects: [{term, effect, ci_low, ci_high, p, "
-            "significant}]}")
-    md = doc.get("metadata")
-    if not isinstance(md, dict) or not isinstance(md.get("command"), str) or not isinstance(md.get("states"), list):
-        bad("'metadata' must name the 'command' and its 'states'")
-    return doc
-
-
-def write_html(result: dict, md: str, figs, path) -> None:
-    """A self-contained page: the tables (Markdown as preformatted text) and the plots."""
-    import base64
-    import html
-
-    from elflayout import fileio
-
-    x = np.array(result["design"]["matrix"], dtype=int)
-    pts = "".join(f"<tr><td>{point_name(i)}</td>" + "".join(
-        f"<td>{html.escape(f['high'] if c > 0 else f['low'])}</td>" for f, c in zip(result["factors"], x[i]))
-        + "</tr>" for i in range(len(x)))
-    head = "".join(f"<th>{html.escape(f['name'])}</th>" for f in result["factors"])
-    imgs = "".join(f'<figure><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}" '
-                   f'alt="{html.escape(p.name)}"><figcaption>{html.escape(p.name)}</figcaption></figure>' for p in figs)
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>elflayout screen</title><style>"
-            "body{font-family:sans-serif;max-width:1200px;margin:2em auto}pre{background:#f6f6f6;padding:1em;"
-            "overflow-x:auto}img{max-width:100%}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-            "padding:2px 6px}</style></head><body><h1>Screening: which set-up factors matter</h1>"
-            f"<pre>{html.escape(md)}</pre><h2>Design points</h2><table><tr><th>point</th>{head}</tr>{pts}</table>"
-            f"<h2>Plots</h2><p>Block plots (Flater 2014): each block is one combination of the other factors; "
-            f"1 and 2 mark the mean response at the factor's LOW and HIGH level. Violin-scatter: every run per "
-            f"design point.</p>{imgs}</body></html>")
-    fileio.atomic_write_text(path, page)

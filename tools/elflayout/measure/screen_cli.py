@@ -8,6 +8,7 @@ from pathlib import Path
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
+from elflayout.measure.cli import plan_from_options
 
 SUMMARY = "screen set-up factors (ASLR, read-ahead, pinning, storage, variants) by a factorial design"
 EPILOG = """\
@@ -52,8 +53,11 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from elflayout.measure import screen, session, stats
-    from elflayout.measure.calibrate_cli import base_plan
+    # the stages (numpy, scipy, statsmodels) load when the verb runs, not for --help; the
+    # plots and the page are the report stage's: one renderer for this verb and 'elflayout report'
+    from elflayout.measure import screen, screen_model, session, stats
+    from elflayout.report import html
+    from elflayout.report import screen as screen_plots
 
     if not args.command or not args.command.strip():
         raise ElflayoutError("screen: name the command after the options: -- 'CMD'")
@@ -73,7 +77,11 @@ def run(args) -> int:
     out = Path(args.output)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not args.force)):
         raise ElflayoutError(f"{out}: exists and is not an empty directory (use --force to write into it)")
-    base = base_plan(args.measure_arg)
+    base = plan_from_options(args.measure_arg, "screen")
+    try:  # before the runs: a bad output path fails in the first second
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ElflayoutError(f"{out}: cannot create the output directory: {e.strerror}") from None
     x, props = screen.design(len(factors), args.full)
     order = screen.run_order(len(x), args.replicates, args.seed)
     print(f"screen: {len(factors)} factors, {props['kind']} design, {len(x)} points x {args.replicates} "
@@ -91,17 +99,15 @@ def run(args) -> int:
             runs.append({**r, "point": int(p), "replicate": rep, "session": i})
     analysis = [screen.fit_effects(runs, factors, x, props, m, s, clustered=args.replicates > 1)
                 for m in metrics for s in states]
-    result = fileio.envelope("screen", 1, {"command": args.command, "states": states, "runs": args.runs,
-                                           "replicates": args.replicates, "seed": args.seed,
-                                           "duration_s": round(time.monotonic() - t0, 1)},
-                             factors=[vars(f) for f in factors], design={**props, "matrix": x.tolist()},
-                             order=[{"replicate": r, "point": p} for r, p in order], runs=runs, effects=analysis)
-    out.mkdir(parents=True, exist_ok=True)
+    result = screen_model.build({"command": args.command, "states": states, "runs": args.runs,
+                                 "replicates": args.replicates, "seed": args.seed,
+                                 "duration_s": round(time.monotonic() - t0, 1)},
+                                factors, {**props, "matrix": x.tolist()}, order, runs, analysis)
     fileio.dump_json(result, out / "screen.json")
     md = screen.markdown(result)
     fileio.atomic_write_text(out / "screen.md", md)
-    figs = screen.figures(result, out)
-    screen.write_html(result, md, figs, out / "report.html")
+    figs = screen_plots.figures(result, out)
+    fileio.atomic_write_text(out / "report.html", html.build([(str(out / "screen.json"), "screen", result)]))
     print(md, end="")
     print(f"wrote {out}/screen.json, screen.md, report.html and {len(figs)} plot(s)", file=sys.stderr)
     return 0

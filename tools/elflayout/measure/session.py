@@ -22,6 +22,7 @@ import contextlib
 import datetime
 import os
 import platform
+import shlex
 import socket
 import sys
 import time
@@ -29,12 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
+from elflayout.controls import (Aslr, ControlSet, CpuPin, FixedEnv, Governor, MeasurementLock, ReadAhead, Realtime,
+                                StateFile, check_rt_priority)
 from elflayout.errors import ElflayoutError
 from elflayout.measure import census as census_mod
 from elflayout.measure import model
-from elflayout.measure.controls import (Aslr, ControlSet, CpuPin, FixedEnv, Governor, MeasurementLock, ReadAhead,
-                                        Realtime, StateFile, check_rt_priority)
+from elflayout.measure.cache import can_drop_caches
 from elflayout.measure.runner import SEEK_PAGES, STATES, Plan, Runner, Variant
+from elflayout.storage import SlowStorage
+from elflayout.storage.server import cleanup_stale
+from elflayout.tracefs import file_key, tracefs_status
 
 CENSUS_METHODS = ("evict", "drop", "none")
 
@@ -61,7 +68,6 @@ class MeasurePlan:
     timeout: float | None = 600
     trace: bool = True
     storage: str | None = None
-    preload: str | None = None  # a preload plan: each variant also runs as NAME+preload (elflayout.preload)
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
     def check(self) -> None:
@@ -97,8 +103,6 @@ class MeasurePlan:
             if not os.path.isdir(d):
                 raise ElflayoutError(f"{d}: not a directory (--census-under)")
         if "cold" in self.states:
-            from elflayout.measure.cache import can_drop_caches
-
             why = can_drop_caches()
             if why:
                 raise ElflayoutError(why)
@@ -112,10 +116,17 @@ class MeasurePlan:
             check_rt_priority(self.realtime)
         if self.storage and not self.files:
             raise ElflayoutError("--storage needs --files: it serves the directories holding them")
-        if self.preload:
-            from elflayout.preload.runner import checked_text
 
-            checked_text(self.preload)
+
+def restore_stale() -> list[str]:
+    """Repair what dead sessions left: system settings, then emulated-disk mounts; one
+    sentence per repair."""
+    out = StateFile.restore_stale()
+    try:
+        out += [f"stale emulated-disk mount or run directory removed: {c}" for c in cleanup_stale()]
+    except OSError:
+        pass
+    return out
 
 
 def _cpu_model() -> str | None:
@@ -145,8 +156,6 @@ def fs_of(path: str) -> dict:
 
 def hints(runs: list[dict], summary: list[dict]) -> list[str]:
     """Warnings with a concrete remedy when the data look wrong (hyperfine's habit)."""
-    import numpy as np
-
     out = []
     cells = {}
     for r in runs:
@@ -184,10 +193,6 @@ def _storage_mounts(plan: MeasurePlan, stack: contextlib.ExitStack) -> tuple[lis
     """Mount one emulated slow disk per directory holding --files; ([SlowStorage], dirs)."""
     if not plan.storage:
         return [], []
-    try:
-        from elflayout.storage import SlowStorage
-    except ImportError:
-        raise ElflayoutError("--storage: elflayout.storage is not available in this build") from None
     dirs = list(dict.fromkeys(os.path.dirname(os.path.realpath(f)) for f in plan.files))
     return [stack.enter_context(SlowStorage(d, plan.storage, read_ahead_kb=plan.read_ahead_kb)) for d in dirs], dirs
 
@@ -274,8 +279,6 @@ def _census(plan: MeasurePlan, runner: Runner, variants: list[Variant], method: 
             emit: Callable[[str, dict], None]) -> tuple[list[dict], list[dict]]:
     """Step 2: the census of what each variant reads; without --files, the files under
     test are what it found (``runner`` is told). Returns (census, files left out)."""
-    from elflayout.tracefs import file_key
-
     census: list[dict] = []
     if method != "none":
         for v in variants:
@@ -323,18 +326,12 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     ``census`` {variant, method}, ``start`` {total}, ``warmup``, ``run`` (a run record),
     ``warning`` {message}.
     """
-    from elflayout.measure import stats
-    from elflayout.tracefs import tracefs_status
+    from elflayout.measure import stats  # scipy takes seconds to import: not before the plan is checked
 
     plan.check()
     emit = on_event or (lambda kind, info: None)
     states = list(dict.fromkeys(plan.states))
-    pairs = plan.variants
-    if plan.preload:
-        from elflayout.preload.runner import measure_variants
-
-        pairs = measure_variants(pairs, plan.preload, plan.files, plan.storage)
-    variants = [Variant(n, c) for n, c in pairs]
+    variants = [Variant(n, c) for n, c in plan.variants]
     trace_why = "disabled by --no-trace" if not plan.trace else tracefs_status()
     notes = _notes(plan, trace_why)
     census_method = plan.census or ("drop" if "cold" in states else "evict")
@@ -348,7 +345,7 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     t_start = time.monotonic()
     with contextlib.ExitStack() as stack:
         lock = stack.enter_context(MeasurementLock(on_wait=lambda holder: emit("lock", {"waiting_for": holder})))
-        restored = StateFile.restore_stale()
+        restored = restore_stale()
         for r in restored:
             notes.append(f"restored after an interrupted session: {r}")
         readahead = ReadAhead(anchor, plan.read_ahead_kb)
@@ -394,8 +391,6 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
 def command(argv, env: dict | None = None, libdir=None) -> str:
     """A variant's shell command: ``env -u PYTHONPATH [LD_LIBRARY_PATH=libdir] K=V... ARGV``
     (quoted; the harness's own PYTHONPATH must not reach a measured Python)."""
-    import shlex
-
     envs = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items() if k != "LD_LIBRARY_PATH" or libdir is None]
     if libdir is not None:
         envs.insert(0, f"LD_LIBRARY_PATH={shlex.quote(str(libdir))}")

@@ -550,3 +550,21 @@ def analyse(runs, variants: list[str], states: list[str], seed: int = 0,
                                          _series(runs, b, cold_state, m), _series(runs, b, "hot", m), seed)
                     io.append({"a": base, "b": b, "cold_state": cold_state, "metric": m, "change": ch})
     return {"summary": summary, "comparisons": comparisons, "multiplicity": multiplicity, "io_bound": io}
+
+
+def recompute(res, seed=None, metrics=None, include_disturbed=False, primary=None, target_effect=None) -> dict:
+    """The document of ``res`` (``model.Results``, or a document built in memory) with its
+    summary, comparisons, multiplicity and io_bound computed again from the runs."""
+    res = model.as_results(res)
+    if metrics:
+        bad = set(metrics) - set(METRICS)
+        if bad:
+            raise ElflayoutError(f"--metric {sorted(bad)[0]}: unknown (choose from {', '.join(METRICS)})")
+    try:
+        prim = parse_primary(primary) if primary else DEFAULT_PRIMARY
+    except ValueError as e:
+        raise ElflayoutError(f"--primary {e}") from None
+    out = analyse(res.runs, res.variant_names, res.states, seed=res.seed if seed is None else seed,
+                  metrics=tuple(metrics or METRICS), include_disturbed=include_disturbed, primary=prim,
+                  target_effect=target_effect)
+    return {**res.doc, **out}

@@ -69,7 +69,7 @@ def apply(parsed: dict, linker: str, fmt: str, text: str, order_file: Path) -> l
         pos = parsed["object_positions"]
         wanted = [l for l in text.splitlines() if l]
         if sorted(wanted) != sorted(cmd[p] for p in pos):
-            raise ElflayoutError("link: internal error: object order does not list the command's objects")
+            raise RuntimeError("link: the object order does not list the command's objects")  # a bug: exit 3
         for p, o in zip(pos, wanted):
             cmd[p] = o
         return cmd

@@ -7,7 +7,10 @@ import os
 import re
 import sys
 
+from elflayout import fileio
 from elflayout.errors import ElflayoutError
+from elflayout.preload import model
+from elflayout.preload import runner
 
 SUMMARY = "plan and apply startup preloading for libraries you cannot relink"
 EPILOG = """\
@@ -130,9 +133,6 @@ def _summary(plan) -> str:
 
 
 def run(args) -> int:
-    from elflayout import fileio
-    from elflayout.preload import model
-
     if args.action == "plan":
         from elflayout.preload import inputs, plan
 
@@ -160,7 +160,6 @@ def run(args) -> int:
             print(_summary(pl))
         return 0
     # run: check the plan here (bad input -> exit 2), then become the C launcher
-    from elflayout.preload import runner
 
     cmd = _split_command(args)
     if not cmd:

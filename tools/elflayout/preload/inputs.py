@@ -14,6 +14,8 @@ import numpy as np
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
+from elflayout.measure import model as results_model
+from elflayout.profile import model as profile_model
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,6 @@ def _from_profile(doc: dict, name: str, out: Inputs) -> None:
 
 def load(paths: list[str], variants: list[str] | None = None) -> Inputs:
     """Observations of every file in the given profiles / results files."""
-    from elflayout.measure import model as results_model
-    from elflayout.profile import model as profile_model
-
     out = Inputs()
     vs = set(variants) if variants else None
     for p in paths:

@@ -8,6 +8,7 @@ derived and always rewritten with it.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,12 @@ def _int(v, what: str, path) -> int:
     return v
 
 
+def _number(v, what: str, path) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        raise ElflayoutError(f"{path}: {what} must be a number, got {v!r}")
+    return float(v)
+
+
 def load(path: str | os.PathLike) -> PreloadPlan:
     doc = fileio.load_json(path, KIND, (VERSION,))
     files = doc.get("files")
@@ -114,7 +121,7 @@ def load(path: str | os.PathLike) -> PreloadPlan:
             raise ElflayoutError(f"{path}: files[{i}].build_id must be lower-case hex or null")
         out.append(FilePlan(f["path"], size, _int(f.get("mtime_ns"), f"files[{i}].mtime_ns", path), bid,
                             tuple(ranges), _int(f.get("needed_pages", 0), f"files[{i}].needed_pages", path),
-                            float(f.get("first", 0.0))))
+                            _number(f.get("first", 0.0), f"files[{i}].first", path)))
     return PreloadPlan(doc.get("metadata") or {}, out)
 
 

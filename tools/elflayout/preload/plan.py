@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.preload.inputs import Inputs, Observation
 from elflayout.preload.model import FilePlan, PreloadPlan
@@ -102,8 +103,6 @@ def _file_ranges(path: str, obs: list[Observation], model: DeviceModel) -> tuple
 
 
 def _identity(path: str) -> tuple[int, int, str | None]:
-    from elflayout.elfcore import ElfImage
-
     st = os.stat(path)
     try:
         with ElfImage(path) as img:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
+from elflayout.preload import model
 
 ROOT = Path(__file__).resolve().parents[3]
 SRC = ROOT / "tools" / "preload"
@@ -98,8 +100,6 @@ def library_env(plan: str | os.PathLike, *, method: str = "pread", background: b
 def checked_text(plan: str | os.PathLike) -> Path:
     """The text form of ``plan`` (PLAN.json's PLAN.preload, or the .preload given), checked:
     a bad plan is bad input here (one-line error), while the C side only warns."""
-    from elflayout.preload import model
-
     if str(plan).endswith((".json", ".json.gz")):
         model.load(plan)
         tp = model.text_path(str(plan)[:-3] if str(plan).endswith(".gz") else plan)
@@ -116,8 +116,6 @@ def measure_variants(variants: list[tuple[str, str]], plan: str | os.PathLike, f
     command started by the launcher. With ``--storage`` the plan's files (the originals)
     are read from the mounts: each served directory is mapped to its ``{mount}`` (or
     ``{mountN}``), which the session substitutes like in the commands."""
-    import shlex
-
     text = checked_text(plan)
     maps = []
     if storage:

@@ -14,13 +14,14 @@ dlopen gets ``loader`` then ``main`` (its initialisers run inside main).
 
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import dataclass
 
+import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 
+from elflayout import symbols
 from elflayout.elfcore import PAGE, ElfImage
+from elflayout.inspect import initializers
 from elflayout.pages import expand
 from elflayout.profile.model import EVENT_DTYPE
 
@@ -29,8 +30,6 @@ PHASE_NAMES = np.array(["loader", "init", "main"], dtype=object)
 
 def init_entries(img: ElfImage) -> np.ndarray:
     """File offsets of the target's ELF initialisers (DT_INIT, .ctors, DT_INIT_ARRAY entries)."""
-    from elflayout.inspect import initializers
-
     return initializers.offsets(img)
 
 
@@ -178,8 +177,6 @@ def build_target(img: ElfImage, events: np.ndarray, *, functions=None, linkmap=N
     events; 2. code runs → functions; 3. → input sections and objects (link map, else
     DWARF units, else output sections); 4. pages; 5. reads and fault-around windows.
     """
-    from elflayout import symbols
-
     assert events.dtype == EVENT_DTYPE
     order = np.argsort(events["seq"], kind="stable")
     ev = events[order]
@@ -218,8 +215,6 @@ def build_target(img: ElfImage, events: np.ndarray, *, functions=None, linkmap=N
 
 def _functions(run: _Run, img: ElfImage, ft, linkmap, cus) -> tuple[list[dict], np.ndarray]:
     """Step 2: each function's first execution; and which code runs fell in a function."""
-    from elflayout import symbols
-
     ev, xm = run.ev, run.xm
     fst, fen = ft.offset, ft.offset + np.maximum(ft.size, 1)
     rix, fidx = _explode_runs(run.xs, run.xe, fst, fen)

@@ -18,12 +18,16 @@ a window had already brought in fault only once their window no longer does.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from elflayout import linkmap
+from elflayout import symbols
 from elflayout.elfcore import PAGE, ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.profile.merge import KEYS
 from elflayout.profile.model import Function, Profile, Target, new_profile
 
 
@@ -35,8 +39,6 @@ class Feedback:
 
 
 def _functions(path: str):
-    from elflayout import symbols
-
     with ElfImage(path) as img:
         return symbols.functions(img)
 
@@ -106,18 +108,12 @@ def add_faulted(profile: Profile, trace: Profile) -> tuple[dict, Feedback]:
 
 
 def _extend_ranks(t: Target) -> Target:
-    from elflayout.profile.merge import KEYS
-
     return dataclasses.replace(t, **{k: [dataclasses.replace(e, ranks=[*(e.ranks or []), None])
                                          for e in getattr(t, k)] for k in KEYS})
 
 
 def _linkmap(t: Target):
     """The profiled build's link map (objects and input sections of the added functions)."""
-    import os
-
-    from elflayout import linkmap
-
     if not t.map or not os.path.exists(t.map) or not os.path.exists(t.path):
         return None
     with ElfImage(t.path) as img:

@@ -13,6 +13,7 @@ import dataclasses
 import datetime as _dt
 import os
 import platform
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,8 +42,6 @@ EVENT_DTYPE = np.dtype([("seq", "<i8"), ("t", "<f8"), ("kind", "S1"), ("target",
 
 def workload_path(argv0: str) -> str:
     """The executable a workload's argv[0] names (PATH lookup), for both backends."""
-    import shutil
-
     exe = shutil.which(argv0)
     if exe is None:
         raise ElflayoutError(f"{argv0}: command not found")

@@ -14,9 +14,17 @@ import shlex
 import threading
 from dataclasses import dataclass, field
 
+from elftools.elf.constants import SH_FLAGS
+
+from elflayout import linkmap as lmmod
+from elflayout import symbols
+from elflayout.controls import KEEP_ENV, ControlSet, MeasurementLock, ReadAhead
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
-from elflayout.profile import attribute, model
+from elflayout.profile import attribute, merge, model
+from elflayout.profile import trace as trace_backend
+from elflayout.profile import valgrind as valgrind_backend
+from elflayout.profile.model import read_ahead_kb
 
 # Where a workload's stdout goes. Programs behave differently on each (isatty, buffering,
 # a character device's ioctl): code only one of them runs is missing from a profile
@@ -56,8 +64,6 @@ class Workload:
 
 def check_map(path, img: ElfImage, lm) -> None:
     """Refuse a link map of another link: output sections must sit where the ELF has them."""
-    from elftools.elf.constants import SH_FLAGS
-
     secs = {s.name: s for s in img.sections if s.flags & SH_FLAGS.SHF_ALLOC and s.size}
     bad = [o["name"] for o in lm.output_sections
            if o["name"] in secs and o.get("size") and (o["vaddr"], o["size"]) != (secs[o["name"]].addr, secs[o["name"]].size)]
@@ -69,8 +75,6 @@ def check_map(path, img: ElfImage, lm) -> None:
 def prepare(setup: Setup) -> Setup:
     """Open the targets and parse the link maps before any (long) run, so bad input
     fails in the first second."""
-    from elflayout import linkmap as lmmod
-
     setup.targets = [os.path.realpath(t) for t in setup.targets]
     setup.imgs = [ElfImage(t) for t in setup.targets]
     if len(setup.maps) > len(setup.targets):
@@ -100,11 +104,7 @@ def prepare(setup: Setup) -> Setup:
 
 
 def backend(name: str):
-    if name == "valgrind":
-        from elflayout.profile import valgrind as be
-    else:
-        from elflayout.profile import trace as be
-    return be
+    return valgrind_backend if name == "valgrind" else trace_backend
 
 
 @contextlib.contextmanager
@@ -193,8 +193,6 @@ def _metadata(setup: Setup, wl: Workload, r) -> dict:
 
 def _targets(setup: Setup, r, warnings: list, notes: list) -> tuple[list[dict], list[str]]:
     """Target documents of one run, and the targets it never loaded."""
-    from elflayout import symbols
-
     tdocs, never = [], []
     valgrind = setup.backend == "valgrind"
     for i, (img, lm) in enumerate(zip(setup.imgs, setup.linkmaps)):
@@ -236,8 +234,6 @@ def base_env(clean: bool) -> dict:
     changes which code a program runs."""
     if not clean:
         return dict(os.environ)
-    from elflayout.measure.controls import KEEP_ENV
-
     return {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
 
 
@@ -256,9 +252,6 @@ def record(setup: Setup, wl: Workload, progress=None) -> dict:
         else:
             # a trace profile's pages depend on read-ahead, which is system-wide: take
             # turns with measurement sessions, set it if asked, record what it was
-            from elflayout.measure.controls import ControlSet, MeasurementLock, ReadAhead
-            from elflayout.profile.model import read_ahead_kb
-
             with MeasurementLock() as lock, ControlSet([ReadAhead(setup.targets[0], setup.read_ahead_kb)]):
                 ra0 = read_ahead_kb(setup.targets[0])
                 r = be.run(setup.targets, wl.argv, evict_first=setup.evict, env=env, children=setup.children,
@@ -316,8 +309,6 @@ def workload_set(commands: list[tuple[str, list[str]]], stdout_modes: list[str],
 def record_set(setup: Setup, workloads: list[Workload], rule: str = "shared", progress=None) -> tuple[dict, list]:
     """Run every workload; one merged profile (per-workload ranks kept) and the
     workloads' exit statuses. One workload: its own profile, unmerged."""
-    from elflayout.profile import merge
-
     docs, statuses = [], []
     keep = setup.keep_log
     for i, wl in enumerate(workloads):

@@ -20,6 +20,7 @@ import numpy as np
 
 from elflayout.errors import ElflayoutError
 from elflayout.profile.model import EVENT_DTYPE, workload_path
+from elflayout.tracefs import TraceSession, file_key, tracefs_status
 
 HIDDEN_NOTE = ("trace backend: fault-around (the kernel maps up to fault_around_bytes of cached pages "
                "around each fault, without a filemap_fault event) and read-ahead hide first touches: 'pages' "
@@ -29,8 +30,6 @@ HIDDEN_NOTE = ("trace backend: fault-around (the kernel maps up to fault_around_
 
 
 def status() -> str | None:
-    from elflayout.tracefs import tracefs_status
-
     why = tracefs_status()
     if why:
         return f"{why}; or profile with --backend valgrind"
@@ -97,8 +96,6 @@ def _run_gated(exe, argv, env, stdout, stderr, before_exec) -> tuple[int, int]:
 
 def run(targets: list[str], argv: list[str], *, evict_first: bool = False, stdout=None, stderr=None,
         env=None, children: bool = False) -> Run:
-    from elflayout.tracefs import TraceSession, file_key
-
     why = status()
     if why:
         raise ElflayoutError(why)

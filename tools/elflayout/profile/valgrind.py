@@ -17,9 +17,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import capstone
 import numpy as np
+from elftools.common.exceptions import ELFError
 
+from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.inspect import initializers
 from elflayout.profile.model import EVENT_DTYPE, workload_path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -224,9 +228,6 @@ MAX_MARKS = 8  # firsttouch's --ft-mark limit (MAX_MARKS in firsttouch.c); one i
 def exe_initializer_marks(exe: str, targets: list[str]) -> list[int]:
     """File offsets of the executable's initializers when it is one of the targets (at most
     MAX_MARKS - 1; the rest are found by their function extents only)."""
-    from elflayout.elfcore import ElfImage
-    from elflayout.inspect import initializers
-
     real = os.path.realpath(exe)
     if real not in {os.path.realpath(t) for t in targets}:
         return []
@@ -240,11 +241,6 @@ def exe_initializer_marks(exe: str, targets: list[str]) -> list[int]:
 def main_offset(exe: str) -> int | None:
     """File offset of the executable's ``main`` (symbol, or the address _start hands to
     __libc_start_main), so the profile can tell constructors from main. None if unknown."""
-    import capstone
-    from elftools.common.exceptions import ELFError
-
-    from elflayout.elfcore import ElfImage
-
     try:
         img = ElfImage(exe)
     except ElflayoutError:

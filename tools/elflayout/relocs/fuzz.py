@@ -42,6 +42,12 @@ import numpy as np
 from elflayout import elfcore
 from elflayout import layouts as L
 from elflayout.errors import ElflayoutError, Finding
+from elflayout.inspect.core import inspect
+from elflayout.inspect.text import render_text
+from elflayout.relocs import simload
+from elflayout.relocs.analyze import analyze
+from elflayout.relocs.pack import AlreadyPacked, pack
+from elflayout.relocs.text import render
 
 KINDS = ("ehdr", "phdr", "shdr", "dynamic", "rela", "version", "dynamic-value", "swap-rela", "swap-dynamic",
          "truncate")
@@ -145,13 +151,6 @@ def _one_line(e: BaseException) -> bool:
 
 def run_variant(lib: Path, data: bytes, seed: int, index: int, workdir: Path, real_load: bool = True) -> Tally:
     """Steps 1-5 for variant ``index`` of ``seed`` made from ``data`` (library ``lib``)."""
-    from elflayout.inspect.cli import render_text
-    from elflayout.inspect.core import inspect
-    from elflayout.relocs import simload
-    from elflayout.relocs.analyze import analyze
-    from elflayout.relocs.cli import render
-    from elflayout.relocs.pack import AlreadyPacked, pack
-
     rng = np.random.default_rng([seed, index])
     kind = KINDS[int(rng.integers(len(KINDS)))]
     t = Tally(variants=1, by_kind={kind: 1})

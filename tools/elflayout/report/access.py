@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from elflayout.errors import ElflayoutError
+from elflayout.errors import require
+from elflayout.measure import model
 from elflayout.report import data as D
 
 MB = 1e6
@@ -25,8 +28,6 @@ LABEL_FONTSIZE = 9
 
 
 def _plt():
-    from elflayout.errors import require
-
     matplotlib = require("matplotlib")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
@@ -300,9 +301,6 @@ def results_panels(res, plan: dict[str, str], state: str | None = None,
                    run: int | None = None) -> tuple[list[Panel], str]:
     """A panel per variant of ``plan`` ({variant: file}): the median-pages run unless ``run``.
     ``res``: ``measure.model.Results``, or a results document built in memory."""
-    from elflayout.errors import ElflayoutError
-    from elflayout.measure import model
-
     res = model.as_results(res)
     state = state or D.default_state(res, plan)
     if state not in D.states(res):
@@ -333,8 +331,6 @@ def _short(path: str, keep: int = 46) -> str:
 
 
 def check_variants(res, variants: list[str] | None) -> list[str]:
-    from elflayout.errors import ElflayoutError
-
     names = D.variants(res)
     for v in variants or []:
         if v not in names:

@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from elflayout import fileio
+from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.layouts import SHF_ALLOC
 from elflayout.measure import model as results_model
 from elflayout.measure.model import Results, Run
-
 from elflayout.pages import PAGE, SEEK_PAGES, count_seeks, expand  # noqa: F401 - PAGE, SEEK_PAGES re-exported
 
 KINDS = ("results", "profile", "screen")
@@ -36,7 +37,7 @@ def load(path: str | os.PathLike) -> tuple[str, object]:
     if kind == "results":
         doc = results_model.parse(doc, str(p))  # the one results parser: raises on anything malformed
     elif kind == "screen":
-        from elflayout.measure import screen
+        from elflayout.measure import screen_model as screen
 
         screen.parse(doc, str(p))
     else:
@@ -115,9 +116,6 @@ def file_sections(sections) -> list[dict]:
 
 def sections_from_elf(path: str) -> list[dict]:
     """Sections read from the ELF file itself (fallback when metadata lacks them)."""
-    from elflayout.elfcore import ElfImage
-    from elflayout.layouts import SHF_ALLOC
-
     with ElfImage(path) as img:
         return [{"name": s.name, "offset": s.offset, "size": s.size}
                 for s in img.sections if s.occupies_file and (s.flags & SHF_ALLOC)]

@@ -18,9 +18,15 @@ from pathlib import Path
 import numpy as np
 
 from elflayout import __version__
+from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.inspect import initializers
 from elflayout.measure.model import Results
+from elflayout.report import access
 from elflayout.report import data as D
+from elflayout.report import screen
+from elflayout.report import timing
+from elflayout.report.access import save
 
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;color:#222;background:#fafafa}
@@ -80,8 +86,6 @@ def table(headers: list[str], rows: list[list[str]], sortable: bool = True, cls:
 
 
 def figure_png(fig, caption: str = "", alt: str = "") -> str:
-    from elflayout.report.access import save
-
     buf = io.BytesIO()
     save(fig, buf, fmt="png", dpi=100)
     b64 = base64.b64encode(buf.getvalue()).decode()
@@ -353,8 +357,6 @@ def identity_table(res: Results) -> str:
 def access_figures(src: str, res: Results, plans: list[dict[str, str]]) -> list[str]:
     """The access-pattern figures of the first MAX_ACCESS_FIGURES plans (most pages read
     first), and a note naming the rest with the command that draws them."""
-    from elflayout.report import access
-
     out = []
     for plan in plans[:MAX_ACCESS_FIGURES]:
         panels, state = access.results_panels(res, plan, None, None)
@@ -391,8 +393,6 @@ def access_figures(src: str, res: Results, plans: list[dict[str, str]]) -> list[
 
 
 def results_section(src: str, res: Results, idx: int) -> str:
-    from elflayout.report import timing
-
     out = [f'<h2 id="r{idx}">Results: {escape(Path(src).name)}</h2>']
     meta = res.metadata
     vs = ", ".join(f"<b>{escape(name)}</b>: <code>{escape(command)}</code>" for name, command in res.variants)
@@ -443,10 +443,6 @@ def initializers_html(t, meta: dict) -> str:
     each costs in first-touched pages and (valgrind) time. Empty when not applicable."""
     import os
 
-    from elflayout.elfcore import ElfImage
-    from elflayout.errors import ElflayoutError
-    from elflayout.inspect import initializers
-
     path = str(t.path)
     if meta.get("backend") != "valgrind" or not os.path.isfile(path):
         return ""
@@ -473,8 +469,6 @@ def initializers_html(t, meta: dict) -> str:
 
 
 def profile_section(src: str, doc, idx: int) -> str:
-    from elflayout.report import access
-
     out = [f'<h2 id="p{idx}">Profile: {escape(Path(src).name)}</h2>']
     meta = doc.metadata
     argv = meta.get("argv")
@@ -524,8 +518,6 @@ def profile_section(src: str, doc, idx: int) -> str:
 def screen_section(src: str, doc: dict, idx: int) -> str:
     """A screening result (``elflayout screen``): factors, effects with 95% intervals, the
     design points, block plots and violin-scatter plots."""
-    from elflayout.measure import screen
-
     md, d, factors = doc["metadata"], doc["design"], doc["factors"]
     out = [f'<h2 id="s{idx}">Screening: {escape(Path(src).name)}</h2>']
     res = f", resolution {d['resolution']} ({'; '.join(map(str, d.get('generators') or []))})" if d.get("resolution") else ""
@@ -568,8 +560,6 @@ def screen_section(src: str, doc: dict, idx: int) -> str:
 
 def history_section(db: str, results: list[Results]) -> str:
     """History series (ETS prediction intervals) of the variants × states in the results."""
-    from elflayout.report import timing
-
     out = [f'<h2 id="history">History: {escape(Path(db).name)}</h2>',
            '<p class="sub">Each point is one session\'s mean; the band is the 95% prediction interval from the '
            "points before it (what <code>elflayout history check</code> would have said); circled points fall "

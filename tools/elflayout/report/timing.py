@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from elflayout import fileio
+from elflayout.errors import ElflayoutError
+from elflayout.measure import history
 from elflayout.measure import model
 from elflayout.measure.history import MIN_POINTS, prediction_interval  # one ETS model for check and plot
 from elflayout.report import data as D
@@ -28,8 +31,6 @@ def violin_figure(res, metric: str = "wall_s", variants: list[str] | None = None
                   states: list[str] | None = None, files: list[str] | None = None):
     """One panel per state, one violin+scatter per variant (each state on its own scale).
     ``res``: ``measure.model.Results``, or a results document built in memory."""
-    from elflayout.errors import ElflayoutError
-
     res = model.as_results(res)
     m = model.metric(metric)
     plt = _plt()
@@ -167,10 +168,6 @@ def load_history(path, variants=None, states=None, metric: str | None = None) ->
     import json
     from pathlib import Path
 
-    from elflayout import fileio
-    from elflayout.errors import ElflayoutError
-    from elflayout.measure import history
-
     if history.is_url(path):
         return _history_from_db(path, variants, states, metric or "wall_s")
     p = Path(path)
@@ -195,9 +192,6 @@ def load_history(path, variants=None, states=None, metric: str | None = None) ->
 
 def _history_from_db(p, variants, states, metric) -> list[dict]:
     """Series of `elflayout history` (elflayout.measure.history): the mean of each session."""
-    from elflayout.errors import ElflayoutError
-    from elflayout.measure import history
-
     m = model.metric(metric)
     label, scale, unit = m.label, m.scale, m.unit
     con = history.connect(p, readonly=True)

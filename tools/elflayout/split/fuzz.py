@@ -18,7 +18,10 @@ Definitions
   run        one ``elflayout split`` command on a variant in a child process (forked
              from a parent that has imported elflayout) with ``ELFLAYOUT_DEBUG=1`` (an
              exception the CLI does not translate shows as a traceback), limited to
-             ``MEMORY`` bytes of address space and ``TIMEOUT`` seconds.
+             ``MEMORY`` bytes of address space and ``TIMEOUT`` seconds of CPU (the
+             child and each linker it starts; a machine shared with other work makes
+             wall time no measure of a hang), with ``WALL_FACTOR`` times that of wall
+             time for a run that waits forever.
 
 Steps (``run_variant``)
   1. Write the variant; remember its SHA-256.
@@ -56,7 +59,8 @@ from elftools.elf.elffile import ELFFile
 
 from elflayout import layouts as L
 
-TIMEOUT = 30.0              # seconds per run
+TIMEOUT = 30.0              # CPU seconds per run (and per linker it starts)
+WALL_FACTOR = 10            # a run blocked this many times TIMEOUT of wall time hangs
 MEMORY = 1 << 30            # bytes of address space per run
 LINKERS = ("lld", "gold", "bfd")
 OBJECT_KINDS = ("ehdr", "shdr", "symbol", "rela", "strtab", "non-utf8-names", "bytes", "truncate")
@@ -155,13 +159,13 @@ class Tally:
     refused: int = 0               # exit 2 with one line
     internal_errors: int = 0       # exit 3
     tracebacks: int = 0            # an exception the CLI did not translate (ELFLAYOUT_DEBUG=1)
-    hangs: int = 0                 # no result within TIMEOUT
+    hangs: int = 0                 # TIMEOUT of CPU, or WALL_FACTOR times that of wall time
     out_of_memory: int = 0         # MemoryError or killed at MEMORY
     crashes: int = 0               # killed by a signal
     bad_messages: int = 0          # not exactly one line, or a refusal not naming the input
     written_when_refused: int = 0
     inputs_modified: int = 0
-    slowest_s: float = 0.0
+    slowest_s: float = 0.0         # CPU seconds of the costliest run
     by_kind: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)  # (seed, index, base, kind, what)
 
@@ -286,7 +290,10 @@ def _members(data: bytes) -> list[tuple[int, int]]:
     """(header offset, size) of each member of a valid archive."""
     pos, out = 8, []
     while pos + 60 <= len(data):
-        size = int(data[pos + 48:pos + 58])
+        field = data[pos + 48:pos + 58].strip()
+        if not field.isdigit():
+            break                       # (a base is valid; this only guards re-damaging)
+        size = int(field)
         out.append((pos, size))
         pos += 60 + size + (size & 1)
     return out
@@ -321,7 +328,7 @@ def damage_archive(data: bytes, kind: str, rng) -> bytes:
                 if k < len(b):
                     b[k] = int(rng.integers(256))
     elif kind == "member-object":
-        objs = [(p, s) for p, s in mem if b[p + 60:p + 64] == b"\x7fELF"]
+        objs = [(p, s) for p, s in mem if b[p + 60:p + 64] == b"\x7fELF" and p + 60 + s <= len(b)]
         if objs:
             p, s = objs[int(rng.integers(len(objs)))]
             body = damage_object(bytes(b[p + 60:p + 60 + s]), OBJECT_KINDS[int(rng.integers(len(OBJECT_KINDS)))],
@@ -338,14 +345,16 @@ class Run:
     rc: int | None              # None: killed (timeout or signal)
     stdout: str
     stderr: str
-    seconds: float
+    seconds: float              # wall
+    cpu_s: float = 0.0          # the child's and its reaped children's CPU
     timed_out: bool = False
     signal: int = 0
 
 
 def run_cli_limited(argv: list[str], timeout: float = TIMEOUT, memory: int = MEMORY) -> Run:
-    """``elflayout ARGV`` in a forked child with ``memory`` bytes of address space, killed
-    (with its process group: linkers it started) after ``timeout`` seconds."""
+    """``elflayout ARGV`` in a forked child with ``memory`` bytes of address space and
+    ``timeout`` seconds of CPU (SIGXCPU), killed with its process group (linkers it
+    started) after ``WALL_FACTOR * timeout`` seconds of wall time."""
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -356,6 +365,8 @@ def run_cli_limited(argv: list[str], timeout: float = TIMEOUT, memory: int = MEM
         try:
             os.setpgid(0, 0)
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+            cpu = int(max(1, timeout))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
             os.dup2(out.fileno(), 1)
             os.dup2(err.fileno(), 2)
             # As a fresh interpreter has them (a test runner may have replaced them).
@@ -373,40 +384,41 @@ def run_cli_limited(argv: list[str], timeout: float = TIMEOUT, memory: int = MEM
                 with contextlib.suppress(Exception):
                     f.flush()
             os._exit(rc)
-    status, timed_out = None, False
+    status, timed_out, usage = None, False, None
     while status is None:
-        done, st = os.waitpid(pid, os.WNOHANG)
+        done, st, ru = os.wait4(pid, os.WNOHANG)
         if done:
-            status = st
-        elif time.monotonic() - t0 > timeout:
+            status, usage = st, ru
+        elif time.monotonic() - t0 > WALL_FACTOR * timeout:
             timed_out = True
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
+            _, status, usage = os.wait4(pid, 0)
         else:
-            time.sleep(0.005)
+            time.sleep(0.01)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)                      # linkers left behind by a killed child
     secs = time.monotonic() - t0
+    cpu_s = usage.ru_utime + usage.ru_stime
     out.seek(0)
     err.seek(0)
     text = (out.read().decode("utf-8", "backslashreplace"), err.read().decode("utf-8", "backslashreplace"))
     out.close()
     err.close()
-    if os.WIFSIGNALED(status):
-        return Run(None, *text, secs, timed_out, os.WTERMSIG(status))
-    return Run(os.WEXITSTATUS(status), *text, secs, timed_out)
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+    timed_out = timed_out or sig == signal.SIGXCPU or cpu_s > timeout
+    return Run(None if sig else os.WEXITSTATUS(status), *text, secs, cpu_s, timed_out, sig)
 
 
 def _judge(t: Tally, r: Run, src: Path, outdir: Path, check: bool, fail) -> None:
     t.runs += 1
-    t.slowest_s = max(t.slowest_s, r.seconds)
+    t.slowest_s = max(t.slowest_s, r.cpu_s)
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("elflayout")]
     written = outdir.exists() and any(outdir.iterdir())
     what = "split --check" if check else "split"
     if r.timed_out:
         t.hangs += 1
-        return fail(f"{what}: no result after {r.seconds:.0f} s")
+        return fail(f"{what}: no result after {r.cpu_s:.0f} s of CPU, {r.seconds:.0f} s of wall time")
     if r.rc is None:
         t.crashes += 1
         return fail(f"{what}: killed by signal {r.signal}")

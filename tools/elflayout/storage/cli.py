@@ -9,6 +9,9 @@ import sys
 import time
 
 from elflayout.errors import ElflayoutError
+from elflayout.storage import SlowStorage
+from elflayout.storage import server
+from elflayout.storage.model import PRESETS
 
 SUMMARY = "serve a directory through an emulated slow disk (FUSE)"
 EPILOG = """\
@@ -69,8 +72,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _mount(args) -> int:
-    from elflayout.storage import SlowStorage
-
     ra = None if args.read_ahead_kb is not None and args.read_ahead_kb < 0 else args.read_ahead_kb
     if args.file and args.src:
         raise ElflayoutError("storage mount: give either SRC or --file NAME=PATH, not both")
@@ -124,9 +125,6 @@ def _mount(args) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elflayout.storage import server
-    from elflayout.storage.model import PRESETS
-
     if args.action == "mount":
         return _mount(args)
     if args.action == "presets":

@@ -14,8 +14,8 @@ with ``dpkg-deb -x``; nothing is installed system-wide except with ``ensure_inst
 
 from __future__ import annotations
 
-import fcntl
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from elflayout.errors import ElflayoutError
+from elflayout.fileio import atomic_write_text
 
 def cache_dir(*parts: str) -> Path:
     """``${ELFLAYOUT_CACHE:-~/.cache/elflayout}/PARTS...``, created if missing."""
@@ -75,8 +76,6 @@ def build_slot(kind: str, linker: str, key: str, outdir=None, outputs=()) -> Ite
 
 
 def save_record(out: Path, record: dict) -> None:
-    from elflayout.fileio import atomic_write_text
-
     atomic_write_text(out / "built.json", json.dumps(record, indent=1))
 
 

@@ -10,15 +10,16 @@ import hashlib
 import json
 from pathlib import Path
 
+from elflayout import split as split_pkg
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
+from elflayout.split.api import split_inputs
+from elflayout.split.archive import read_archive
 from elflayout.targets import cache_dir, locked
 
 
 def unpack(archive: Path, kind: str) -> list[Path]:
     """The members of ``archive``, unpacked once into ``cache_dir(kind, "objects")``."""
-    from elflayout.split.archive import read_archive
-
     dest = cache_dir(kind, "objects")
     stamp = dest / ".members.json"
     with locked(cache_dir(kind) / ".objects.lock"):
@@ -36,9 +37,6 @@ def unpack(archive: Path, kind: str) -> list[Path]:
 def split(objs: list[Path], kind: str) -> list[Path]:
     """``objs`` after ``elflayout split`` (one section per function and data object),
     cached per version of the splitter's code."""
-    from elflayout import split as split_pkg
-    from elflayout.split.api import split_inputs
-
     code = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(split_pkg.__file__).parent.glob("*.py"))))
     dest = cache_dir(kind, f"split-objects-{code.hexdigest()[:12]}")
     with locked(cache_dir(kind) / ".split.lock"):

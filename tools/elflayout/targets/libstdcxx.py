@@ -19,7 +19,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from elflayout import split as split_pkg
 from elflayout.errors import ElflayoutError
+from elflayout.split.api import split_inputs
 from elflayout.targets import (args_fingerprint, build_slot, cache_dir, fetch_debs, locked, param_key, run,
                                save_record)
 from elflayout.toolchain import driver_args, linker_flag
@@ -109,9 +111,6 @@ def version_script() -> Path:
 
 def split_archive() -> Path:
     """The archive after ``elflayout split``, cached per version of the splitter's code."""
-    from elflayout import split as split_pkg
-    from elflayout.split.api import split_inputs
-
     src = archive()
     code = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(Path(split_pkg.__file__).parent.glob("*.py"))))
     dest = cache_dir("libstdcxx", f"split-{code.hexdigest()[:12]}")

@@ -42,8 +42,10 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text, dump_json, envelope
+from elflayout.fileio import load_json
 from elflayout.targets import args_fingerprint, cache_dir, locked, param_key, run
 from elflayout.toolchain import driver_args, linker_flag
 
@@ -265,8 +267,6 @@ def _init_array_ctors(lib: Path) -> list[str]:
     """Names of the functions in the library's .init_array, in execution order."""
     import numpy as np
 
-    from elflayout.elfcore import ElfImage
-
     with ElfImage(lib) as img:
         ia = img.section(".init_array")
         if ia is None:
@@ -439,7 +439,6 @@ def relink(built: dict, linker: str | None = None, extra_link_args=(), object_or
 
 
 def load_truth(path) -> dict:
-    from elflayout.fileio import load_json
     return load_json(path, "synthetic-truth", (1,))
 
 

@@ -1,4 +1,4 @@
-"""System controls for measurements, pyperf-style.
+"""System controls for measurements and trace profiles, pyperf-style.
 
 Each control answers four questions: ``available()`` (None or why not), ``show()``
 (current value), ``apply()`` and ``undo()``. Controls that act on the measured child
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
+from elflayout.fileio import atomic_write_text
 from elflayout.procs import pid_alive
 
 ADDR_NO_RANDOMIZE = 0x0040000
@@ -234,14 +235,13 @@ class StateFile:
     """A system setting to restore, kept on disk while it is changed (``RUN_DIR/state/``).
 
     ``restore_stale()`` restores the settings of sessions that died without undoing
-    them (SIGKILL, power loss of the process) and removes their FUSE run directories.
+    them (SIGKILL, power loss of the process); their emulated disks are the storage
+    stage's (``measure.session.restore_stale`` does both).
     """
 
     def __init__(self, name: str, state: dict):
         self.path = run_dir() / "state" / f"{name}.json"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        from elflayout.fileio import atomic_write_text
-
         atomic_write_text(self.path, json.dumps({**state, "pid": os.getpid()}) + "\n")
 
     def remove(self) -> None:
@@ -272,12 +272,6 @@ class StateFile:
             except (OSError, KeyError):
                 pass
             p.unlink(missing_ok=True)
-        try:
-            from elflayout.storage.server import cleanup_stale
-
-            out += [f"stale emulated-disk mount or run directory removed: {c}" for c in cleanup_stale()]
-        except (ImportError, OSError):
-            pass
         return out
 
 
