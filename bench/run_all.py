@@ -120,7 +120,7 @@ BENCHES = [
           "not relevant (warm page cache)"),
     Bench("split_sweep", "bench_split_sweep.py", (),
           "split --check with lld, gold and GNU ld over the static archives of Debian -dev packages (C, C++, "
-          "assembly, glibc): identical, could not check (the linker's own error line), differs (about 30 min)",
+          "assembly, glibc): identical, could not check (the linker's own error line), differs (about 10 min)",
           "not relevant (warm page cache)"),
     Bench("verdicts", "bench_verdicts.py",
           ("--rounds", "200", "--realtime", "--power-n", "5", "30", "50", "--aa-n", "30"),

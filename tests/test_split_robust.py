@@ -278,3 +278,10 @@ def test_alignment_not_a_power_of_two_refused(tmp_path, funcs_o):
     _set_section_align(funcs_o, ".note.GNU-stack", 101155069755393)
     msg = _one_line_refusal(_split(funcs_o, "-o", tmp_path / "out"), str(funcs_o))
     assert "not a power of two" in msg
+
+
+def test_toolchain_names_the_linker_of_a_command():
+    assert [toolchain.command_linker(p) for p in ("/usr/bin/ld", "ld.gold", "ld.lld", "gcc")] == \
+        ["bfd", "gold", "lld", None]
+    assert [toolchain.fuse_ld_linker(v) for v in ("ld", "bfd", "gold", "/usr/bin/ld.lld", "mold")] == \
+        ["bfd", "bfd", "gold", "lld", "mold"]

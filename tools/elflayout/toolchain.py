@@ -56,6 +56,13 @@ def command_linker(program: str) -> str | None:
     return COMMAND_LINKER.get(Path(program).name)
 
 
+def fuse_ld_linker(value: str) -> str:
+    """The linker ``-fuse-ld=VALUE`` selects (``ld`` and ``bfd`` are GNU ld; a path names
+    its program)."""
+    name = Path(value).name
+    return COMMAND_LINKER.get(name) or name.removeprefix("ld.")
+
+
 def first_error(output: str) -> str:
     """The first line of a failed link's output that gives a reason (the linker's own
     error, not the driver's "ld returned 1 exit status"); "" if there is none."""

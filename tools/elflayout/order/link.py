@@ -9,10 +9,9 @@ from pathlib import Path
 from elflayout.errors import ElflayoutError, Finding
 from elflayout.fileio import atomic_write_text
 from elflayout.order.check import check, object_order_fraction, summary_lines
+from elflayout.toolchain import command_linker, fuse_ld_linker
 
 DEFAULT_FORMAT = {"lld": "lld", "gold": "gold", "bfd": "ld-script", "mold": "objects"}
-DIRECT = {"ld": "bfd", "ld.bfd": "bfd", "ld.gold": "gold", "gold": "gold", "ld.lld": "lld", "lld": "lld",
-          "ld.mold": "mold", "mold": "mold"}
 # options whose value is the next argument (so it is not an object file)
 _TAKES_VALUE = {"-o", "-T", "-Map", "-L", "-l", "-soname", "-h", "-z", "-e", "-rpath", "--version-script", "-x",
                 "-MF", "-MT", "-include", "-isystem", "-I", "-D", "-U", "-Xlinker", "--sysroot", "-dynamic-linker"}
@@ -26,13 +25,12 @@ def parse_command(cmd: list[str], linker: str) -> dict:
     if not cmd:
         raise ElflayoutError("link: no link command given (put it after --)")
     base = Path(cmd[0]).name
-    direct = DIRECT.get(base)
+    direct = command_linker(base)
     if direct is not None and direct != linker:
         raise ElflayoutError(f"{cmd[0]}: the command runs {direct} but --linker says {linker}")
     fuse = [a for a in cmd[1:] if a.startswith("-fuse-ld=")]
     if direct is None and fuse:
-        used = fuse[-1].split("=", 1)[1]
-        used = {"ld": "bfd"}.get(Path(used).name.replace("ld.", ""), Path(used).name.replace("ld.", ""))
+        used = fuse_ld_linker(fuse[-1].split("=", 1)[1])
         if used != linker:
             raise ElflayoutError(f"{fuse[-1]}: the command links with {used} but --linker says {linker}")
     out, objs = None, []
