@@ -313,8 +313,8 @@ class Image:
         if addr in self.emitted:
             # A relocated word (the first entry of GMP's .long L(mf0)-L(mtab) table): its
             # bytes move with the order, its target does not.
-            n = self.name(self.emitted[addr], contained_only=True, branch=True)
-            return frozenset([*out, f"word relocated to {_stable(n) if n else 'outside every symbol'}"])
+            n = self.name(self.emitted[addr], contained_only=True, branch=True) or {"outside every symbol"}
+            return frozenset([*out, *(f"word relocated to {x}" for x in n if not x.startswith("end of "))])
         if addr in self.dyn:
             # A pointer the dynamic linker relocates: its bytes are the link's address (gold).
             sym, add = self.dyn[addr]
