@@ -101,3 +101,29 @@ def measure(plan, out: Path) -> dict:
     doc = session.measure(plan)
     fileio.dump_json(doc, out)
     return doc
+
+
+def fuzz_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every fuzzing bench has: --count, --seed, --start (to replay one
+    variant) and --jobs; DOC's first paragraph describes the bench."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=10_000, help="variants (default 10000)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--start", type=int, default=0, help="first variant index (to replay one)")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    return ap
+
+
+def fuzz_chunks(start: int, count: int, step: int) -> list[tuple[int, int]]:
+    """(first variant, variants) of each chunk of at most STEP of the variants
+    START..START+COUNT-1: the unit of work of one worker process."""
+    return [(s, min(step, start + count - s)) for s in range(start, start + count, step)]
+
+
+def print_fuzz_tail(tally, t0: float, jobs: int) -> None:
+    """The last lines of a fuzzing bench: variants by damage, the time, the first 20
+    failures (``tally.failures``: seed, variant, damage, input, what went wrong)."""
+    print("variants by damage: " + ", ".join(f"{k} {v:,}" for k, v in sorted(tally.by_kind.items())))
+    print(f"time: {time.time() - t0:.0f} s with {jobs} workers")
+    for f in tally.failures[:20]:
+        print(f"  FAIL seed {f[0]} variant {f[1]} ({f[2]}, {f[3]}): {f[4]}")

@@ -78,22 +78,12 @@ def fincore_pages(path: str) -> int | None:
     return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.strip() else None
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--out", help="output directory (default: the elflayout cache's bench-chromium)")
-    ap.add_argument("--valgrind", action="store_true", help="also step 6: a valgrind profile (~2 min, ~1 GiB)")
-    a = ap.parse_args(argv)
-    if not shutil.which("chromium"):
-        print("skipped: chromium is not installed")
-        return 0
-    w = work_dir(a.out)
-    sh = wrapper(w)
-    res_path = w / "chromium.results.json"
-
-    print(f"1. census + selective + hot, {a.runs} rounds: {sh}")
+def census_and_runs(sh: Path, runs: int, res_path: Path):
+    """Step 1: the measurement session: its results, their metadata and the undisturbed
+    selective runs."""
+    print(f"1. census + selective + hot, {runs} rounds: {sh}")
     t = time.monotonic()
-    doc = measure(session.MeasurePlan(variants=[("chromium", str(sh))], states=["selective", "hot"], runs=a.runs,
+    doc = measure(session.MeasurePlan(variants=[("chromium", str(sh))], states=["selective", "hot"], runs=runs,
                                       seed=1), res_path)
     res = model.parse(doc, str(res_path))
     md = res.metadata
@@ -113,7 +103,11 @@ def main(argv=None) -> int:
         why[key] = why.get(key, 0) + 1
     for k, n in sorted(why.items(), key=lambda kv: -kv[1]):
         print(f"    {n:>3} {k}")
+    return res, md, clean
 
+
+def pages_per_file(res, md) -> tuple[dict, float]:
+    """Step 2: pages read per file: {file: spread over the selective runs} and their total."""
     print("2. pages read per file (selective, undisturbed runs): median [min, max]")
     spread = {s["file"]: s for s in md["spread"] if s["state"] == "selective"}
     groups = {"application (/usr/lib/chromium)": 0.0, "system and other": 0.0}
@@ -130,7 +124,11 @@ def main(argv=None) -> int:
     hot = [r.pages_read for r in res.cell("chromium", "hot")]
     print(f"  hot runs still read {statistics.median(hot):,.0f} pages (median; range {min(hot):,}..{max(hot):,}): "
           f"parts of files no earlier run needed")
+    return spread, total
 
+
+def fincore_check(sh: Path, md, spread: dict, total: float) -> None:
+    """Step 3: one run outside the harness, its pages counted by util-linux fincore."""
     print("3. independent check: evict the files, run the workload once outside the harness, util-linux fincore")
     if fincore_pages("/etc/hostname") is None:
         print("  skipped: fincore not available")
@@ -151,6 +149,9 @@ def main(argv=None) -> int:
             print(f"    {f}: fincore {got:,}, session median {s['median']:,.0f} [{s['min']:,}, {s['max']:,}] "
                   f"({100 * d:+.1f}%)")
 
+
+def biggest_file(md, spread: dict, clean) -> str:
+    """Step 4: pages read vs pages faulted in the biggest file; returns its path."""
     big = max(spread, key=lambda f: spread[f]["median"])
     print(f"4. the biggest file, {big}: pages read vs pages faulted (what a layout could reach)")
     mid = sorted(clean, key=lambda r: r.files[big].pages_read)[len(clean) // 2].files[big]
@@ -166,7 +167,11 @@ def main(argv=None) -> int:
         print(f"  packing its {rel['count']:,} relative relocations into an optimal RELR table would save "
               f"{rel['saved_bytes']:,} bytes of relocation tables ({rel['saved_bytes'] // 4096:,} pages; "
               f"{by.get('.rela.dyn', 0):,} pages of .rela.dyn were read)")
+    return big
 
+
+def profile_and_report(w: Path, sh: Path, big: str, res_path: Path) -> None:
+    """Step 5: a trace profile with --children, the access plot and the report."""
     print("5. trace profile with --children, plot, report")
     prof = w / "chromium.profile.json"
     r = cli("profile", "--backend", "trace", "--children", "--evict", "--read-ahead-kb", 128, "--target", big,
@@ -179,17 +184,42 @@ def main(argv=None) -> int:
     cli("plot", res_path, "--file", big, "-o", w / "chromium-access.png", "--force", check=False)
     inputs = [res_path] + ([prof] if prof.exists() else [])
     cli("report", *inputs, "-o", w / "chromium-report.html", "--force", check=False)
+
+
+def valgrind_profile(w: Path, big: str) -> None:
+    """Step 6: a valgrind profile of the browser process and its static initializers."""
+    print("6. valgrind profile of the browser process (--single-process), static initializers")
+    ud = w / "vg-profile"
+    shutil.rmtree(ud, ignore_errors=True)
+    vg = w / "chromium.valgrind.json"
+    cli("profile", "--backend", "valgrind", "--data", "--target", big, "-o", vg, "--force", "--", big,
+        "--headless", "--no-sandbox", "--single-process", "--disable-gpu", f"--user-data-dir={ud}",
+        f"--screenshot={ud}/x.png", PAGE_HTML)
+    print(cli("inspect", "--initializers", big, "--profile", vg).stdout, end="")
+    cli("report", vg, "-o", w / "chromium-valgrind-report.html", "--force", check=False)
+    shutil.rmtree(ud, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--out", help="output directory (default: the elflayout cache's bench-chromium)")
+    ap.add_argument("--valgrind", action="store_true", help="also step 6: a valgrind profile (~2 min, ~1 GiB)")
+    a = ap.parse_args(argv)
+    if not shutil.which("chromium"):
+        print("skipped: chromium is not installed")
+        return 0
+    w = work_dir(a.out)
+    sh = wrapper(w)
+    res_path = w / "chromium.results.json"
+
+    res, md, clean = census_and_runs(sh, a.runs, res_path)
+    spread, total = pages_per_file(res, md)
+    fincore_check(sh, md, spread, total)
+    big = biggest_file(md, spread, clean)
+    profile_and_report(w, sh, big, res_path)
     if a.valgrind:
-        print("6. valgrind profile of the browser process (--single-process), static initializers")
-        ud = w / "vg-profile"
-        shutil.rmtree(ud, ignore_errors=True)
-        vg = w / "chromium.valgrind.json"
-        cli("profile", "--backend", "valgrind", "--data", "--target", big, "-o", vg, "--force", "--", big,
-            "--headless", "--no-sandbox", "--single-process", "--disable-gpu", f"--user-data-dir={ud}",
-            f"--screenshot={ud}/x.png", PAGE_HTML)
-        print(cli("inspect", "--initializers", big, "--profile", vg).stdout, end="")
-        cli("report", vg, "-o", w / "chromium-valgrind-report.html", "--force", check=False)
-        shutil.rmtree(ud, ignore_errors=True)
+        valgrind_profile(w, big)
     print(f"  outputs in {w}")
     return 0
 

@@ -14,7 +14,6 @@ Run:  python3 bench/bench_fuzz.py [--count 10000] [--seed 1] [--jobs 2]
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+from _common import fuzz_chunks, fuzz_parser, print_fuzz_tail  # noqa: E402
 from elflayout.relocs import fuzz  # noqa: E402
 
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
@@ -40,12 +40,7 @@ def _chunk(job):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--count", type=int, default=10_000, help="variants (default 10000)")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--start", type=int, default=0, help="first variant index (to replay one)")
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
-    a = ap.parse_args()
+    a = fuzz_parser(__doc__).parse_args()
     libs = [str(LIBDIR / n) for n in LIBS if (LIBDIR / n).exists()]
     print(f"# bench_fuzz: seed {a.seed}, variants {a.start}..{a.start + a.count - 1}, {len(libs)} libraries: "
           + ", ".join(Path(x).name for x in libs))
@@ -53,8 +48,7 @@ def main() -> int:
     step = 100
     total = fuzz.Tally()
     with tempfile.TemporaryDirectory(prefix="elflayout-fuzz-") as work, multiprocessing.Pool(a.jobs) as pool:
-        jobs = [(libs, a.seed, s, min(step, a.start + a.count - s), os.path.join(work, str(s)))
-                for s in range(a.start, a.start + a.count, step)]
+        jobs = [(libs, a.seed, s, n, os.path.join(work, str(s))) for s, n in fuzz_chunks(a.start, a.count, step)]
         for t in pool.imap_unordered(_chunk, jobs):
             total.add(t)
             print(f"  {total.variants:,} variants, {total.internal_errors} internal errors, "
@@ -72,10 +66,7 @@ def main() -> int:
     print(f"internal errors (exit 3/tracebacks):   {T.internal_errors:,}   (target 0)")
     print(f"inputs modified:                       {T.inputs_modified:,}   (target 0)")
     print(f"multi-line error messages:             {T.multi_line_messages:,}   (target 0)")
-    print("variants by damage: " + ", ".join(f"{k} {v:,}" for k, v in sorted(T.by_kind.items())))
-    print(f"time: {time.time() - t0:.0f} s with {a.jobs} workers")
-    for f in T.failures[:20]:
-        print(f"  FAIL seed {f[0]} variant {f[1]} ({f[2]}, {f[3]}): {f[4]}")
+    print_fuzz_tail(T, t0, a.jobs)
     bad = T.internal_errors + T.inputs_modified + T.accepted_differs + T.multi_line_messages
     return 1 if bad else 0
 

@@ -376,25 +376,13 @@ def bench_python(runs: int) -> dict:
 
 # -- libLLVM ---------------------------------------------------------------------------------
 
-def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
-               with_data_script: bool = True) -> dict:
+def llvm_relinks(w: Path, prof: Path, base: dict, algorithm: str | None, with_data_script: bool,
+                 with_gold: bool) -> tuple:
+    """The ordered relinks of libLLVM (``libllvm.relink`` records): lld with the function
+    order; lld's fullest recipe (None without ``with_data_script``); gold (None without
+    ``with_gold``)."""
     from elflayout.targets import libllvm
 
-    w = work_dir() / "llvm"
-    w.mkdir(parents=True, exist_ok=True)
-    sysd = libllvm.system()
-    llc = str(sysd["llc"])
-    argv = [llc, "--version"]
-    print(f"## libLLVM-16, `{' '.join(argv)}`, selective, read_ahead_kb {RA_KB}\n", flush=True)
-    print("  relink: libllvm.relink(\"lld\") (elflayout.targets, cached)", flush=True)
-    base = libllvm.relink("lld")
-    prof = cached_profile(w / "llvm.profile.json", base["lib"],
-                          ["profile", "--target", base["lib"], "--map", base["map"], "--data",
-                           "--env", f"LD_LIBRARY_PATH={base['lib'].parent}", "-o", w / "llvm.profile.json",
-                           "--force", "--", *argv])
-    sprof = cached_profile(w / "llvm-system.profile.json", sysd["lib"],
-                           ["profile", "--target", sysd["lib"], "--data", "-o", w / "llvm-system.profile.json",
-                            "--force", "--", *argv])
     lorder = w / "llvm.lld"
     # No --objects-from: with the map, order places only ~10 data sections instead of ~2,160
     # (reported); the profile's own attribution already comes from the map.
@@ -425,19 +413,29 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
         print(f"  relink: libllvm.relink(\"gold\", extra_link_args={gextra}) (cached by the file's content hash)",
               flush=True)
         gold = libllvm.relink("gold", extra_link_args=gextra)
+    return ordd, full, gold
+
+
+def system_copy(w: Path, system_lib: Path) -> Path:
+    """A byte-identical copy of the system library, ours alone to evict."""
     # The system library is mapped now and then by other users of this shared machine
     # (llc-16/opt-16 in their tests), which defeats eviction; a byte-identical copy on the
     # same file system reads the same pages and is ours alone.
-    copy = w / "libs" / "system-copy" / sysd["lib"].name
+    copy = w / "libs" / "system-copy" / system_lib.name
     copy.parent.mkdir(parents=True, exist_ok=True)
-    if not copy.exists() or file_sha(copy) != file_sha(sysd["lib"]):
-        shutil.copyfile(sysd["lib"], copy)
+    if not copy.exists() or file_sha(copy) != file_sha(system_lib):
+        shutil.copyfile(system_lib, copy)
     print(f"  system library measured through a byte-identical copy: {copy} (sha256 {file_sha(copy)[:16]}…, "
-          f"same as {sysd['lib']})", flush=True)
+          f"same as {system_lib})", flush=True)
+    return copy
+
+
+def llvm_variants(w: Path, argv: list, copy: Path, system_lib: Path, base: dict, ordd: dict, full, gold) -> dict:
+    """{variant name: (library, command)} of the libLLVM table, packed forms made here."""
     variants = {
         "system": (copy, variant_cmd(copy.parent, argv, {})),
     }
-    sp = pack(sysd["lib"], w / "libs" / "system-packed")
+    sp = pack(system_lib, w / "libs" / "system-packed")
     variants["system packed"] = (sp, variant_cmd(sp.parent, argv, {}))
     variants["relink default"] = (base["lib"], variant_cmd(base["lib"].parent, argv, {}))
     bp = pack(base["lib"], w / "libs" / "relink-packed")
@@ -453,14 +451,15 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
         variants["gold section-ordered"] = (gold["lib"], variant_cmd(gold["lib"].parent, argv, {}))
         gp = pack(gold["lib"], w / "libs" / "gold-ordered-packed")
         variants["gold ordered+packed"] = (gp, variant_cmd(gp.parent, argv, {}))
-    # Two sessions: other users of the system library (llc-16 elsewhere on this shared
-    # machine) then only disturb the system variants' rounds.
-    sys_v = {n: v for n, v in variants.items() if n.startswith("system")}
-    rel_v = {n: v for n, v in variants.items() if n not in sys_v}
-    summ = summarise(measure(w / "llvm-system.results.json", sys_v, runs), {n: lib for n, (lib, _) in sys_v.items()})
-    summ |= summarise(measure(w / "llvm.results.json", rel_v, runs), {n: lib for n, (lib, _) in rel_v.items()})
-    lim_sys = physical_limit(profile_target(sprof), sysd["lib"])
-    lim = physical_limit(profile_target(prof), base["lib"])
+    return variants
+
+
+def print_llvm_figures(variants: dict, summ: dict, prof: Path, sprof: Path, system_lib: Path,
+                       relink_lib: Path) -> tuple[dict, dict]:
+    """The physical limits, both tables and the goal lines of the libLLVM part; returns the
+    limits (system library, lld relink)."""
+    lim_sys = physical_limit(profile_target(sprof), system_lib)
+    lim = physical_limit(profile_target(prof), relink_lib)
     print(f"\n  physical limit, system library (from {sprof.name}): {describe_limit(lim_sys)}")
     print(f"  physical limit, lld relink (from {prof.name}): {describe_limit(lim)}")
     rows = [(n, summ.get(n)) for n in variants]
@@ -484,6 +483,39 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
               + ", ".join(f"{k} {g[k] - gl[k]:+,}" for k in gl) + ".")
     print(determinism_note(rows))
     print(NOTE_WALL)
+    return lim_sys, lim
+
+
+def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
+               with_data_script: bool = True) -> dict:
+    from elflayout.targets import libllvm
+
+    w = work_dir() / "llvm"
+    w.mkdir(parents=True, exist_ok=True)
+    sysd = libllvm.system()
+    llc = str(sysd["llc"])
+    argv = [llc, "--version"]
+    print(f"## libLLVM-16, `{' '.join(argv)}`, selective, read_ahead_kb {RA_KB}\n", flush=True)
+    print("  relink: libllvm.relink(\"lld\") (elflayout.targets, cached)", flush=True)
+    base = libllvm.relink("lld")
+    prof = cached_profile(w / "llvm.profile.json", base["lib"],
+                          ["profile", "--target", base["lib"], "--map", base["map"], "--data",
+                           "--env", f"LD_LIBRARY_PATH={base['lib'].parent}", "-o", w / "llvm.profile.json",
+                           "--force", "--", *argv])
+    sprof = cached_profile(w / "llvm-system.profile.json", sysd["lib"],
+                           ["profile", "--target", sysd["lib"], "--data", "-o", w / "llvm-system.profile.json",
+                            "--force", "--", *argv])
+    ordd, full, gold = llvm_relinks(w, prof, base, algorithm, with_data_script, with_gold)
+    copy = system_copy(w, sysd["lib"])
+    variants = llvm_variants(w, argv, copy, sysd["lib"], base, ordd, full, gold)
+    # Two sessions: other users of the system library (llc-16 elsewhere on this shared
+    # machine) then only disturb the system variants' rounds.
+    sys_v = {n: v for n, v in variants.items() if n.startswith("system")}
+    rel_v = {n: v for n, v in variants.items() if n not in sys_v}
+    summ = summarise(measure(w / "llvm-system.results.json", sys_v, runs), {n: lib for n, (lib, _) in sys_v.items()})
+    summ |= summarise(measure(w / "llvm.results.json", rel_v, runs), {n: lib for n, (lib, _) in rel_v.items()})
+    lim_sys, lim = print_llvm_figures(variants, summ, prof, sprof, sysd["lib"], base["lib"])
+    rows = [(n, summ.get(n)) for n in variants]
     return {"variants": {n: s for n, s in rows}, "limit": lim, "limit_system": lim_sys,
             "results": [str(w / "llvm-system.results.json"), str(w / "llvm.results.json")]}
 

@@ -68,29 +68,27 @@ def split_time() -> None:
           f"{s['sections_kept_whole']} sections kept whole", flush=True)
 
 
-def check_all() -> None:
-    from elflayout.targets.libpython import ARCHIVE, DEV_PACKAGES
-    from elflayout.targets import fetch_debs
-
-    archive = fetch_debs(DEV_PACKAGES, "libpython3.11") / ARCHIVE
+def split_check(archive: Path, of: str = "") -> None:
+    """``split --check`` of ARCHIVE with lld, gold and GNU ld, its lines indented; a failure
+    ends the bench (OF names the archive in that message)."""
     with tempfile.TemporaryDirectory() as td:
         r = bp.cli("split", archive, "-o", td, "--check", "--linker", "lld", "--linker", "gold", "--linker", "bfd",
                    check=False)
     print("\n".join("    " + ln for ln in r.stdout.strip().splitlines()), flush=True)
     if r.returncode:
-        raise SystemExit(f"bench_split: split --check failed: {r.stderr.strip()}")
+        raise SystemExit(f"bench_split: split --check{of} failed: {r.stderr.strip()}")
 
 
-def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
-    from elflayout.targets import libpython
+def check_all() -> None:
+    from elflayout.targets.libpython import ARCHIVE, DEV_PACKAGES
+    from elflayout.targets import fetch_debs
 
-    w = bp.work_dir() / "split"
-    w.mkdir(parents=True, exist_ok=True)
-    base = libpython.prepare("lld", split=True)
-    argv = [str(base["launcher"]), "-c", bp.IMPORTS]
-    envs = sum((["--env", f"{k}={v}"] for k, v in base["env"].items()), [])
-    # One run in the caller's conditions (the first recipe, kept for comparison), and the
-    # improved recipe: PROFILE_RUNS runs under the measurement's own conditions, merged.
+    split_check(fetch_debs(DEV_PACKAGES, "libpython3.11") / ARCHIVE)
+
+
+def split_profiles(w: Path, base: dict, argv: list, envs: list) -> tuple[Path, Path]:
+    """One run in the caller's conditions (the first recipe, kept for comparison), and the
+    improved recipe: PROFILE_RUNS runs under the measurement's own conditions, merged."""
     prof1 = bp.cached_profile(w / "python-split.profile.json", base["lib"],
                               ["profile", "--target", base["lib"], "--map", base["map"], "--data", *envs,
                                "-o", w / "python-split.profile.json", "--force", "--", *argv])
@@ -98,6 +96,35 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
                              ["profile", "--target", base["lib"], "--map", base["map"], "--data", *envs,
                               *MEASURED_CONDITIONS, "--repeat", PROFILE_RUNS,
                               "-o", w / "python-split-clean.profile.json", "--force", "--", *argv])
+    return prof1, prof
+
+
+def full_recipe(w: Path, base: dict, tag: str, p: Path) -> list:
+    """The product's fullest lld recipe (as bench_pipeline's libLLVM): hot-last code
+    order, a data script placing the touched data sections, hot .dynstr names first.
+    Returns the link arguments."""
+    stem = "python-split-full-" + "".join(c if c.isalnum() else "-" for c in tag)
+    full = {k: w / f"{stem}.{k}" for k in ("lld", "ld", "rsp")}
+    bp.write_order(full["lld"], p, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=base["lib"],
+                   objects_from=base["map"], algorithm="hot-last")
+    h = {k: bp.hashed_copy(v) for k, v in full.items()}
+    return [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
+            f"-Wl,@{h['rsp']}"]
+
+
+def link(lk: str, extra: list) -> dict:
+    """libpython relinked from the split objects by LK's linker with EXTRA arguments."""
+    from elflayout.targets import libpython
+
+    print(f"  relink: libpython.prepare({lk.split('+')[0]!r}, split=True, extra_link_args={extra})",
+          flush=True)
+    return libpython.prepare(lk.split("+")[0], split=True, extra_link_args=extra)
+
+
+def ordered_links(w: Path, base: dict, prof: Path, prof1: Path, envs: list) -> dict:
+    """{link name: libpython.prepare record} of the function-ordered relinks: lld, gold and
+    GNU ld, lld's fullest recipe from either profile and from the profile with the faults
+    of a traced run fed back."""
     files = {}
     for fmt in ("lld", "gold", "ld-script"):
         files[fmt] = w / f"python-split.{fmt}"
@@ -107,28 +134,9 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
         "gold": [f"--section-ordering-file={bp.hashed_copy(files['gold'])}"],
         "bfd": [f"-Wl,-T,{bp.hashed_copy(files['ld-script'])}"],
     }
-    linked = {}
-
-    def full_recipe(tag: str, p: Path) -> None:
-        """The product's fullest lld recipe (as bench_pipeline's libLLVM): hot-last code
-        order, a data script placing the touched data sections, hot .dynstr names first."""
-        stem = "python-split-full-" + "".join(c if c.isalnum() else "-" for c in tag)
-        full = {k: w / f"{stem}.{k}" for k in ("lld", "ld", "rsp")}
-        bp.write_order(full["lld"], p, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=base["lib"],
-                       objects_from=base["map"], algorithm="hot-last")
-        h = {k: bp.hashed_copy(v) for k, v in full.items()}
-        extra[tag] = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
-                      f"-Wl,@{h['rsp']}"]
-
-    def link(lk: str) -> None:
-        print(f"  relink: libpython.prepare({lk.split('+')[0]!r}, split=True, extra_link_args={extra[lk]})",
-              flush=True)
-        linked[lk] = libpython.prepare(lk.split("+")[0], split=True, extra_link_args=extra[lk])
-
-    full_recipe("lld+data", prof)
-    full_recipe("lld+data, 1 run", prof1)
-    for lk in ("lld", "gold", "bfd", "lld+data", "lld+data, 1 run"):
-        link(lk)
+    extra["lld+data"] = full_recipe(w, base, "lld+data", prof)
+    extra["lld+data, 1 run"] = full_recipe(w, base, "lld+data, 1 run", prof1)
+    linked = {lk: link(lk, extra[lk]) for lk in ("lld", "gold", "bfd", "lld+data", "lld+data, 1 run")}
     # Feedback: the lld+data build traced natively as it is measured; the functions on its
     # code pages that faulted outside the profile are appended to it (merge --faults).
     d = linked["lld+data"]
@@ -138,8 +146,15 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
            bp.IMPORTS)
     r = bp.cli("merge", prof, "--faults", trace, "-o", fbp, "--force")
     print("    " + r.stdout.strip().splitlines()[0], flush=True)
-    full_recipe("lld+data+faults", fbp)
-    link("lld+data+faults")
+    linked["lld+data+faults"] = link("lld+data+faults", full_recipe(w, base, "lld+data+faults", fbp))
+    return linked
+
+
+def split_variants(w: Path, base: dict, argv: list, linked: dict) -> dict:
+    """{variant name: (library, command)}: the split baseline, each ordered link with and
+    without packing, and the last stripped and packed (checked to use its C accelerators)."""
+    from elflayout.targets import libpython
+
     variants = {"split baseline lld": (base["lib"], bp.variant_cmd(base["lib"].parent, argv, base["env"]))}
     for lk, d in linked.items():
         a = [d["launcher"], "-c", bp.IMPORTS]
@@ -157,13 +172,12 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
     if "True True" not in r.stdout:
         raise SystemExit(f"bench_split: {p}: C accelerators not in use: {r.stdout.strip()} {r.stderr.strip()}")
     variants["split+function order+packed lld+data+faults, stripped"] = (p, bp.variant_cmd(p.parent, a, d["env"]))
-    if regrtest:
-        run_regrtests(linked["lld"])
-    if skip_measure:
-        return
-    summ, lim, rows = measured_table(w / "python-split.results.json", variants, runs, prof, base["lib"],
-                                     "split baseline lld",
-                                     "libpython3.11 from split objects — selective, read_ahead_kb 128")
+    return variants
+
+
+def print_goals(summ: dict, lim: dict, rows: list, prof: Path, prof1: Path, lib: Path) -> None:
+    """The page goals of the split pipeline: lld and the other linkers, .text against the
+    touched-code estimate."""
     pk = {lk: (summ.get(f"split+function order+packed {lk}") or {}).get("pages")
           for lk in ("lld", "gold", "bfd", "lld+data", "lld+data, 1 run", "lld+data+faults",
                      "lld+data+faults, stripped")}
@@ -175,7 +189,7 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
               f"({(pk['gold'] / pk['lld'] - 1) * 100:+.1f}%), GNU ld {pk['bfd']:,.0f} "
               f"({(pk['bfd'] / pk['lld'] - 1) * 100:+.1f}%) — goal within 5% of lld")
     est = math.ceil(lim["code_bytes"] / bp.PAGE)
-    est1 = math.ceil(bp.physical_limit(bp.profile_target(prof1), base["lib"])["code_bytes"] / bp.PAGE)
+    est1 = math.ceil(bp.physical_limit(bp.profile_target(prof1), lib)["code_bytes"] / bp.PAGE)
     print(f".text pages read against the touched-code estimate ({est:,} pages, {lim['functions']:,} functions of "
           f"{prof.name}; {est1:,} from the one-run profile), goal within 15%:")
     for n, sm in rows:
@@ -183,6 +197,27 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
             t = text_pages(sm)
             print(f"  {n}: {t:,} ({(t / est - 1) * 100:+.1f}%)")
     print(bp.determinism_note(rows))
+
+
+def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
+    from elflayout.targets import libpython
+
+    w = bp.work_dir() / "split"
+    w.mkdir(parents=True, exist_ok=True)
+    base = libpython.prepare("lld", split=True)
+    argv = [str(base["launcher"]), "-c", bp.IMPORTS]
+    envs = sum((["--env", f"{k}={v}"] for k, v in base["env"].items()), [])
+    prof1, prof = split_profiles(w, base, argv, envs)
+    linked = ordered_links(w, base, prof, prof1, envs)
+    variants = split_variants(w, base, argv, linked)
+    if regrtest:
+        run_regrtests(linked["lld"])
+    if skip_measure:
+        return
+    summ, lim, rows = measured_table(w / "python-split.results.json", variants, runs, prof, base["lib"],
+                                     "split baseline lld",
+                                     "libpython3.11 from split objects — selective, read_ahead_kb 128")
+    print_goals(summ, lim, rows, prof, prof1, base["lib"])
 
 
 def measured_table(out: Path, variants: dict, runs: int, prof: Path, lib: Path, base_name: str, title: str):
@@ -247,12 +282,7 @@ def crypto(regrtest: bool) -> None:
     archive = libcrypto.archive()
     w = bp.work_dir() / "split-crypto"
     w.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as td:
-        r = bp.cli("split", archive, "-o", td, "--check", "--linker", "lld", "--linker", "gold", "--linker", "bfd",
-                   check=False)
-    print("\n".join("    " + ln for ln in r.stdout.strip().splitlines()), flush=True)
-    if r.returncode:
-        raise SystemExit(f"bench_split: split --check of libcrypto.a failed: {r.stderr.strip()}")
+    split_check(archive, " of libcrypto.a")
     nm = subprocess.run(["nm", "--defined-only", *libcrypto.split_objects()], capture_output=True, text=True).stdout
     names = [ln.split()[2] for ln in nm.splitlines() if len(ln.split()) == 3 and ln.split()[1] in "tTdDbBrR"]
     rev = w / "reversed.order"

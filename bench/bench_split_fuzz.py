@@ -15,7 +15,6 @@ Run:  python3 bench/bench_split_fuzz.py [--count 10000] [--seed 1] [--jobs 2]
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from _common import fuzz_chunks, fuzz_parser, print_fuzz_tail  # noqa: E402
 from elflayout.split import fuzz  # noqa: E402
 
 
@@ -37,11 +37,7 @@ def _chunk(job):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--count", type=int, default=10_000, help="variants (default 10000)")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--start", type=int, default=0, help="first variant index (to replay one)")
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    ap = fuzz_parser(__doc__)
     ap.add_argument("--keep", metavar="DIR", help="work directory to keep (failed variants stay in it)")
     ap.add_argument("--tally", metavar="FILE", help="rewrite FILE (JSON) with the counts so far after every chunk")
     a = ap.parse_args()
@@ -54,8 +50,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="elflayout-split-fuzz-") as tmp:
         work = a.keep or tmp
         bases = fuzz.build_bases(Path(work))
-        jobs = [(a.seed, s, min(step, a.start + a.count - s), os.path.join(work, str(s)), bases)
-                for s in range(a.start, a.start + a.count, step)]
+        jobs = [(a.seed, s, n, os.path.join(work, str(s)), bases) for s, n in fuzz_chunks(a.start, a.count, step)]
         with multiprocessing.Pool(a.jobs) as pool:
             for t in pool.imap_unordered(_chunk, jobs):
                 total.add(t)
@@ -77,10 +72,7 @@ def main() -> int:
     print(f"messages not one line naming the input:     {T.bad_messages:,}   (target 0)")
     print(f"inputs modified:                            {T.inputs_modified:,}   (target 0)")
     print(f"costliest run:                              {T.slowest_s:.1f} s of CPU")
-    print("variants by damage: " + ", ".join(f"{k} {v:,}" for k, v in sorted(T.by_kind.items())))
-    print(f"time: {time.time() - t0:.0f} s with {a.jobs} workers")
-    for f in T.failures[:20]:
-        print(f"  FAIL seed {f[0]} variant {f[1]} ({f[2]}, {f[3]}): {f[4]}")
+    print_fuzz_tail(T, t0, a.jobs)
     return 1 if T.failed else 0
 
 

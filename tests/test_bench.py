@@ -146,3 +146,18 @@ def test_cli_echoes_and_fails_with_the_verbs_words(capsys):
     assert capsys.readouterr().out == ""
     with pytest.raises(SystemExit, match=r"elflayout relocs failed \(exit 2\):\n.*no-such"):
         _common.cli("relocs", "/no-such/lib.so", echo=False)
+
+
+def test_fuzz_benches_share_options_chunks_and_last_lines(capsys):
+    a = _common.fuzz_parser("Fuzzing X.\n\nMore.").parse_args(["--count", "250", "--start", "7"])
+    assert (a.count, a.seed, a.start, a.jobs) == (250, 1, 7, 2)
+    chunks = _common.fuzz_chunks(a.start, a.count, 100)
+    assert chunks == [(7, 100), (107, 100), (207, 50)]
+    assert sum(n for _, n in chunks) == a.count
+    tally = type("T", (), {"by_kind": {"rela": 1200, "header": 3},
+                           "failures": [(1, i, "rela", "libz.so.1", "boom") for i in range(25)]})()
+    _common.print_fuzz_tail(tally, 0.0, 2)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "variants by damage: header 3, rela 1,200"
+    assert out[1].startswith("time: ") and out[1].endswith(" s with 2 workers")
+    assert out[2:] == [f"  FAIL seed 1 variant {i} (rela, libz.so.1): boom" for i in range(20)]

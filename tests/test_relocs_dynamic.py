@@ -65,6 +65,24 @@ def test_section_headers_and_pt_dynamic_disagree_every_reader_sees_pt_dynamic(tm
         assert got[k] == ref[k], k
 
 
+def test_order_stages_read_the_dynamic_array_through_pt_dynamic(tmp_path):
+    """The .dynstr order's DT_NEEDED closure and the read-ahead model's loader touches
+    read PT_DYNAMIC, as ld.so does, whatever the .dynamic section header says."""
+    from elflayout.order import dynstr, readahead
+
+    bad = _misplaced_dynamic_header(tmp_path)
+    with ElfImage(bad) as img, ElfImage(LIBZ) as ref:
+        assert img.dt_string(img.dt(L.DT_SONAME)) == "libz.so.1"
+        assert [img.dt_string(v) for v in img.dynamic.values(L.DT_NEEDED)] == ["libc.so.6"]
+        got, want = readahead.loader_touches(img), readahead.loader_touches(ref)
+        assert ref.dynamic.offset // 4096 in want[0].tolist()
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        with pytest.raises(ElflayoutError, match="outside DT_STRTAB"):
+            img.dt_string(1 << 40)
+    other = Path("/usr/lib/x86_64-linux-gnu/libm.so.6")
+    assert dynstr.needed_closure(bad, other) == dynstr.needed_closure(LIBZ, other) != []
+
+
 def test_dynamic_tags_are_named_ints_and_a_typo_fails():
     with ElfImage(LIBZ) as img:
         d = img.dynamic

@@ -23,8 +23,8 @@ from elftools.elf.enums import (ENUM_D_TAG, ENUM_RELOC_TYPE_AARCH64, ENUM_RELOC_
 
 from elflayout.dynamic import Dynamic
 from elflayout.errors import ElflayoutError
-from elflayout.layouts import (DF_1_NOW, DF_BIND_NOW, DT_BIND_NOW, DT_FLAGS, DT_FLAGS_1, REL32, REL64, RELA32, RELA64,
-                               SHF_ALLOC, r_type)
+from elflayout.layouts import (DF_1_NOW, DF_BIND_NOW, DT_BIND_NOW, DT_FLAGS, DT_FLAGS_1, DT_STRSZ, DT_STRTAB, REL32, REL64,
+                               RELA32, RELA64, SHF_ALLOC, r_type)
 
 PAGE = 4096
 
@@ -196,6 +196,24 @@ class ElfImage:
         """The value of a dynamic tag (``layouts.DT_*``; a pyelftools name such as "DT_INIT"
         also works, a misspelt one raises KeyError), None when absent."""
         return self.dynamic.get(ENUM_D_TAG[tag] if isinstance(tag, str) else tag)
+
+    def dt_string(self, value: int) -> str:
+        """The name a DT_NEEDED, DT_SONAME, DT_RPATH or DT_RUNPATH value points at: the string
+        at that offset of the table DT_STRTAB/DT_STRSZ give, as ld.so reads it."""
+        start, end = self._dt_strtab
+        if not 0 <= value < end - start:
+            raise ElflayoutError(f"{self.path}: dynamic string offset {value:#x} outside DT_STRTAB")
+        nul = self.mm.find(b"\0", start + value, end)
+        return self.mm[start + value:nul if nul >= 0 else end].decode("utf-8", "replace")
+
+    @functools.cached_property
+    def _dt_strtab(self) -> tuple[int, int]:
+        addr = self.dt(DT_STRTAB)
+        off = self.vaddr_to_offset(addr) if addr is not None else -1
+        if off < 0:
+            raise ElflayoutError(f"{self.path}: DT_STRTAB is missing or not in the file")
+        size = self.dt(DT_STRSZ)
+        return off, self.size if size is None else min(off + size, self.size)
 
     @property
     def binds_now(self) -> bool:

@@ -31,6 +31,7 @@ import numpy as np
 
 from elflayout import symbols
 from elflayout.elfcore import ElfImage
+from elflayout.layouts import DT_INIT, DT_INIT_ARRAY, DT_INIT_ARRAYSZ
 
 PAGE = 4096
 
@@ -56,7 +57,7 @@ def _words(img: ElfImage, vaddr: int, size: int) -> np.ndarray:
 def entries(img: ElfImage) -> list[dict]:
     """Initializers in run order: ``{via, index, vaddr, offset}`` (step 1)."""
     out = []
-    v = img.dt("DT_INIT")
+    v = img.dt(DT_INIT)
     if v:
         out.append({"via": "DT_INIT", "index": 0, "vaddr": int(v)})
     ctors = next((s for s in img.sections if s.name == ".ctors" and s.size), None)
@@ -64,7 +65,7 @@ def entries(img: ElfImage) -> list[dict]:
         vals = _words(img, ctors.addr, ctors.size)
         live = [int(x) for x in vals if x not in (0, -1)]  # list is framed by -1 and 0
         out += [{"via": ".ctors (from DT_INIT)", "index": i, "vaddr": x} for i, x in enumerate(reversed(live))]
-    ia, sz = img.dt("DT_INIT_ARRAY"), img.dt("DT_INIT_ARRAYSZ")
+    ia, sz = img.dt(DT_INIT_ARRAY), img.dt(DT_INIT_ARRAYSZ)
     if ia and sz:
         for i, x in enumerate(_words(img, ia, sz).tolist()):
             if x not in (0, -1):

@@ -48,6 +48,7 @@ import numpy as np
 
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.layouts import DT_NEEDED, DT_RPATH, DT_RUNPATH, DT_SONAME, r_sym
 
 STB_WEAK = 2
 SHN_UNDEF = 0
@@ -83,8 +84,7 @@ def read_names(lib, executables=()) -> tuple[list[str], dict]:
         r = tables.get(name)
         if r is None or not len(r):
             continue
-        info = r["r_info"].astype(np.uint64)
-        idx = (info >> np.uint64(32)).astype(np.int64)
+        idx = r_sym(r["r_info"].astype(np.uint64)).astype(np.int64)
         idx = idx[(idx > 0) & (idx < len(recs))]
         n_rel += len(idx)
         _, first = np.unique(idx, return_index=True)
@@ -106,7 +106,7 @@ def read_names(lib, executables=()) -> tuple[list[str], dict]:
                 dtables = dimg.reloc_tables()
             seen_objs.append(str(dep))
             for r in dtables.values():
-                idx = (r["r_info"].astype(np.uint64) >> np.uint64(32)).astype(np.int64)
+                idx = r_sym(r["r_info"].astype(np.uint64)).astype(np.int64)
                 idx = np.unique(idx[(idx > 0) & (idx < len(drecs))])
                 out.extend(dnames[i] for i in idx.tolist() if dnames[i] in own)
     out = list(dict.fromkeys(out))
@@ -123,31 +123,26 @@ def needed_closure(exe, lib: Path) -> list[Path]:
     """The libraries ``exe`` loads (DT_NEEDED, breadth first), LIB itself left out: found
     in LIB's directory (it stands in for its soname), RUNPATH/RPATH, the system dirs."""
     with ElfImage(lib) as img:
-        soname = next((t.soname for t in _dyn(img) if t.entry.d_tag == "DT_SONAME"), Path(lib).name)
+        soname = next((img.dt_string(v) for t, v in img.dynamic if t == DT_SONAME), Path(lib).name)
     queue, found, seen = [Path(exe)], [], set()
     while queue:
         obj = queue.pop(0)
         with ElfImage(obj) as img:
-            tags = list(_dyn(img))
-        dirs = [d.replace("$ORIGIN", str(obj.parent)) for t in tags if t.entry.d_tag in ("DT_RUNPATH", "DT_RPATH")
-                for d in (t.runpath if t.entry.d_tag == "DT_RUNPATH" else t.rpath).split(":") if d]
-        for t in tags:
-            if t.entry.d_tag != "DT_NEEDED" or t.needed in seen:
+            tags = [(t, img.dt_string(v)) for t, v in img.dynamic if t in (DT_NEEDED, DT_RUNPATH, DT_RPATH)]
+        dirs = [d.replace("$ORIGIN", str(obj.parent)) for t, s in tags if t in (DT_RUNPATH, DT_RPATH)
+                for d in s.split(":") if d]
+        for t, needed in tags:
+            if t != DT_NEEDED or needed in seen:
                 continue
-            seen.add(t.needed)
-            if t.needed == soname:  # LIB itself: not listed, but what it loads is
+            seen.add(needed)
+            if needed == soname:  # LIB itself: not listed, but what it loads is
                 queue.append(Path(lib))
                 continue
-            p = next((Path(d) / t.needed for d in (*dirs, *SYSTEM_DIRS) if (Path(d) / t.needed).is_file()), None)
+            p = next((Path(d) / needed for d in (*dirs, *SYSTEM_DIRS) if (Path(d) / needed).is_file()), None)
             if p is not None:
                 found.append(p)
                 queue.append(p)
     return found
-
-
-def _dyn(img: ElfImage):
-    d = img.elf.get_section_by_name(".dynamic")
-    return d.iter_tags() if d is not None else ()
 
 
 def write_lld_undefined(names, weak=()) -> str:

@@ -252,8 +252,8 @@ def loader_touches(img: ElfImage) -> tuple[np.ndarray, np.ndarray]:
         if s.memsz > s.filesz and s.filesz and (s.offset + s.filesz) % PAGE:
             pages.append(np.array([(s.offset + s.filesz - 1) // PAGE]))
             kinds.append(np.array([b"w"]))
-    dyn = img.section(".dynamic")
-    if dyn is not None:
+    dyn = img.dynamic
+    if dyn.present:
         pages.append(np.array([dyn.offset // PAGE]))
         kinds.append(np.array([b"r"]))
     relr = img.section(".relr.dyn")
@@ -294,8 +294,8 @@ def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb:
     for v in sim.vmas:
         if v.write:
             writable[v.start:v.end] = True
-    dyn = img.section(".dynamic")
-    dyn_page = dyn.offset // PAGE if dyn is not None else -1
+    dyn = img.dynamic
+    dyn_page = dyn.offset // PAGE if dyn.present else -1
     if loader:
         lp, lk = loader_touches(img)
         pages = np.concatenate([lp, pages])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ class Glued:
     first: str
     last: str
     reason: str
+    rule: str = "neighbours"        # which kind of rule kept them together (see docs/splitting.md)
 
 
 @dataclass
@@ -61,7 +63,7 @@ def split_object(raw: bytes, name: str) -> tuple[bytes, ObjectReport]:
     for sp in plan.sections.values():
         new = sum(1 for nr in sp.new_relocs
                   if _grp(sp, sp.unit_at(nr.field)) != _grp(sp, nr.target_unit)) if len(sp.groups) > 1 else 0
-        glued = [Glued(sp.units[a].name, sp.units[b].name, why) for a, b, why in sp.reasons]
+        glued = [Glued(sp.units[a].name, sp.units[b].name, why, rule) for a, b, why, rule in sp.reasons]
         secs.append(SectionReport(sp.sec.name, len(sp.units), len(sp.groups), new, sp.whole,
                                   [] if sp.whole else glued))
     if plan.unchanged:
@@ -177,6 +179,7 @@ def summary(reports: list[InputReport]) -> dict:
         "new_relocations": sum(s.new_relocations for s in secs),
         "sections_kept_whole": sum(1 for s in secs if s.kept_whole),
         "glued": sum(len(s.glued) for s in secs),
+        "glued_by_rule": dict(sorted(Counter(g.rule for s in secs for g in s.glued).items())),
     }
 
 

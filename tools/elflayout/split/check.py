@@ -91,6 +91,12 @@ def _stand_in(td: str) -> Path:
     return obj
 
 
+def stand_in_objects(result: CheckResult, td: str) -> list[Path]:
+    """The stand-in objects ``result``'s links needed (written into ``td``), to be linked
+    first on both sides by any further link of the same inputs."""
+    return [_stand_in(td)] if result.stand_in == DSO_HANDLE else []
+
+
 def _original_link(originals: list[Path], linker: str, out: Path, td: str) -> tuple[str | None, list[Path], list]:
     """The style (and stand-in objects) with which ``linker`` links the originals; None
     and each attempt's first error line when it cannot."""

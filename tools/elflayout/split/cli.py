@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 
 SUMMARY = "give each function and data object its own section in objects built without -ffunction-sections"
 EPILOG = """example:
   elflayout split /usr/lib/python3.11/config-3.11-x86_64-linux-gnu/libpython3.11-pic.a -o split/ --check
-      libpython3.11-pic.a: 179 objects, 178 split: 16,157 functions and data objects -> 13,194 sections
-      (5,759 references the assembler had resolved are now relocations; 2,958 neighbours kept together)
+      libpython3.11-pic.a: 179 objects, 178 split: 16,157 functions and data objects -> 13,192 sections
+      (5,758 references the assembler had resolved are now relocations; 2,960 neighbours kept together)
       check (lld): original-order links identical: 19 sections, 7,704,666 bytes, 16,126 symbols
   gcc -shared -o libpython3.11.so.1.0 -Wl,--whole-archive split/libpython3.11-pic.a -Wl,--no-whole-archive ...
       # then `elflayout order --format lld|gold|ld-script` orders functions, not objects
@@ -19,7 +20,10 @@ Sections are named as -ffunction-sections -fdata-sections would (.text.<function
 to separate stays together, with the reason (--json, or -v). Objects already split are
 copied unchanged. --check links originals and outputs in their original order (lld by
 default; --linker repeats) and compares every allocated byte and every symbol address;
-each linker gives its own verdict: identical, differs, or "could not check" with the
+then links the outputs reversed and in a seeded shuffle and compares every function's
+instructions and relocated data words by name; --run CMD also runs a test program
+linked both ways ($ELFLAYOUT_OBJECTS, $ELFLAYOUT_LDFLAGS) and compares its output.
+Each linker gives its own verdict: identical, differs, or "could not check" with the
 linker's first error line when it cannot link the original objects.
 Exit status: 0 split (identical with every linker that could link the originals), 1 --check
 found a difference or no linker could link the originals (nothing written), 2 bad input
@@ -34,6 +38,10 @@ def add_arguments(p):
                    help="directory for the split files (same names as the inputs)")
     p.add_argument("--check", action="store_true",
                    help="prove an original-order link of the outputs equals that of the inputs before writing")
+    p.add_argument("--run", metavar="CMD",
+                   help="with --check: shell command linking and running a test program, run with the original "
+                        "objects and with the split ones in other orders; outputs must match ($ELFLAYOUT_OBJECTS, "
+                        "$ELFLAYOUT_LDFLAGS)")
     p.add_argument("--linker", action="append", choices=("lld", "gold", "bfd"),
                    help="linker(s) for --check (default lld; repeat for several)")
     p.add_argument("--json", action="store_true", help="print an elflayout-split JSON document")
@@ -42,11 +50,14 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from elflayout.errors import Finding
+    from elflayout.errors import ElflayoutError, Finding
     from elflayout.split import api
-    from elflayout.split.check import check, verdict
+    from elflayout.split.check import check, stand_in_objects, verdict
+    from elflayout.split.equivalence import other_orders
 
-    checks = []
+    if args.run and not args.check:
+        raise ElflayoutError("--run needs --check")
+    checks, orders = [], []
 
     def verify(originals, staged):
         for linker in args.linker or ["lld"]:
@@ -54,6 +65,11 @@ def run(args) -> int:
         why = verdict(checks)
         if why:
             raise Finding(why)
+        with tempfile.TemporaryDirectory(prefix="elflayout-split-stand-in-") as td:
+            for c in checks:
+                if c.could_not_check is None:
+                    extra = stand_in_objects(c, td)
+                    other_orders([*extra, *originals], [*extra, *staged], c.linker, c.style, args.run, orders)
 
     def progress(msg):
         if not args.json:
@@ -67,16 +83,16 @@ def run(args) -> int:
         api.write_outputs(planned, args.output, progress=progress, verify=verify if args.check else None)
     except Finding:
         if args.json:
-            _print_json(reports, checks if args.check else None, written=False)
+            _print_json(reports, checks if args.check else None, orders, written=False)
         raise
     if args.json:
-        _print_json(reports, checks if args.check else None, written=True)
+        _print_json(reports, checks if args.check else None, orders, written=True)
         return 0
-    _print_text(args, reports, checks)
+    _print_text(args, reports, checks, orders)
     return 0
 
 
-def _print_json(reports, checks, *, written: bool) -> None:
+def _print_json(reports, checks, orders, *, written: bool) -> None:
     from dataclasses import asdict
 
     from elflayout import __version__
@@ -85,11 +101,11 @@ def _print_json(reports, checks, *, written: bool) -> None:
 
     doc = envelope("split", 1, dict(tool=f"elflayout {__version__}"), summary=api.summary(reports),
                    inputs=api.to_json(reports), check=None if checks is None else [asdict(c) for c in checks],
-                   written=written)
+                   other_orders=None if checks is None else [asdict(o) for o in orders], written=written)
     print(json.dumps(doc, indent=1))
 
 
-def _print_text(args, reports, checks) -> None:
+def _print_text(args, reports, checks, orders) -> None:
     from elflayout.split import api
 
     tot = api.summary(reports)
@@ -118,3 +134,8 @@ def _print_text(args, reports, checks) -> None:
         print(f"  check ({c.linker}, {how}): original-order links identical: {c.sections_compared} "
               f"sections, {c.bytes_compared:,} bytes, {c.symbols_compared:,} symbols"
               + "".join(f"\n    explained difference: {e}" for e in c.explained))
+    for o in orders:
+        print(f"  check ({o.linker}, {o.order} order): " + (
+            "same output of --run" if o.kind == "run" else
+            f"same meaning: {o.functions_compared:,} functions ({o.instructions_compared:,} instructions), "
+            f"{o.data_words_compared:,} relocated data words ({o.not_compared:,} table entries not compared)"))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import capstone
 import numpy as np
 
-_MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+MD = _MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 _MD_DETAIL = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 _MD_DETAIL.detail = True
 
@@ -76,6 +76,11 @@ class Code:
 
 
 _branch_memo: dict[str, bool] = {}
+
+
+def is_branch(m: str) -> bool:
+    """Whether mnemonic ``m`` (prefixes allowed) transfers control to its operand."""
+    return _branch_memo[m] if m in _branch_memo else _is_branch(m)
 
 
 def _is_branch(m: str) -> bool:

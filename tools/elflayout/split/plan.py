@@ -34,7 +34,11 @@ Steps:
 5. Relocations against named symbols stay as they are (the symbol moves with its
    unit); their target must still lie in that unit's group, else glue. A relocation
    field must not cross a unit boundary.
-6. Groups whose section name a linker would read specially (``.text.exit``,
+6. References no relocation and no instruction shows — label differences the
+   assembler resolved (``.long h1 - table``) — are guarded by ``reach``'s rules:
+   unreferenced entries, constants of objects no compiler is known to have made,
+   unwind ranges.
+7. Groups whose section name a linker would read specially (``.text.exit``,
    ``.text.foo_unlikely``) are glued to their neighbour.
 
 What is assumed, not proved: that compiled code never addresses an object through
@@ -50,7 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_SH_TYPE_BASE
 
-from elflayout.split import disasm
+from elflayout.split import disasm, reach
 from elflayout.split.extents import SPLIT_PREFIX, STT, Unit, is_code, name_conflict, splittable, units
 from elflayout.split.reader import ObjectFile, Section
 
@@ -92,18 +96,21 @@ class SectionPlan:
     sec: Section
     units: list[Unit]
     glue: list[bool]                        # glue[k]: units k and k+1 share a section
-    reasons: list[tuple[int, int, str]] = field(default_factory=list)
+    reasons: list[tuple[int, int, str, str]] = field(default_factory=list)   # (first, last, why, rule)
     whole: str | None = None                # why the section is kept whole
     new_relocs: list[NewReloc] = field(default_factory=list)
     groups: list[tuple[int, int]] = field(default_factory=list)   # [first unit, last unit]
     rename: bool = False                    # a single named unit: only the section's name changes
+    reached: set[int] = field(default_factory=set)   # offsets some reference designates (reach.py rule 1)
+    bases: set[int] = field(default_factory=set)     # offsets whose address is materialised (rule 2)
+    fdes: list[tuple[int, int]] = field(default_factory=list)   # unwind entries' [begin, end) (rule 3)
 
-    def glue_range(self, a: int, b: int, reason: str) -> None:
+    def glue_range(self, a: int, b: int, reason: str, rule: str = "neighbours") -> None:
         a, b = min(a, b), max(a, b)
         if a == b:
             return
         if not all(self.glue[a:b]):
-            self.reasons.append((a, b, reason))
+            self.reasons.append((a, b, reason, rule))
         for k in range(a, b):
             self.glue[k] = True
 
@@ -172,6 +179,7 @@ def make_plan(obj: ObjectFile) -> Plan:
         if i in code:
             _code_rules(sp, code[i])
     fixes = _relocation_rules(obj, cands, code)
+    _reach_rules(obj, cands, code)
     for sp in cands.values():
         _name_rules(sp)
     for sp in cands.values():
@@ -238,6 +246,9 @@ def _code_rules(sp: SectionPlan, code: disasm.Code) -> None:
             sp.keep_whole(f"{name}+{ref.insn:#x} refers outside the section without a relocation")
             return
         u, v = sp.unit_at(ref.insn), sp.unit_at(ref.target)
+        sp.reached.add(ref.target)
+        if not ref.branch or (ref.target == ref.end and code.mnemonics[code.insn_at(ref.insn)] == "call"):
+            sp.bases.add(ref.target)    # an operand's address, or a call pushing its own end
         if u == v:
             continue
         if ref.target != us[v].start:
@@ -272,7 +283,7 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
                 continue
             sp = cands[int(shndx[s])]
             sv = 0 if tsec is not None else int(values[s])
-            addr_taking = True
+            addr_taking, branch = True, False
             if t in ABSOLUTE:
                 target = sv + a
             elif t in PCREL:
@@ -283,6 +294,7 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
                         continue
                     target = sv + a + int(c.ends[k]) - off
                     addr_taking = c.mnemonics[k] == "lea"
+                    branch = disasm.is_branch(c.mnemonics[k])
                 elif d.index in eh:
                     target = sv + a
                 else:
@@ -290,6 +302,7 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
                     if target is None:
                         continue
             elif named:
+                _note_reach(sp, d, sv, False)
                 continue    # GOT/TLS/PLT relocations against a named symbol: the symbol moves with its unit
             else:
                 sp.keep_whole(f"relocation type {t} at {d.name}+{off:#x} against the section")
@@ -297,6 +310,7 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
             if not 0 <= target <= sp.sec.size:
                 sp.keep_whole(f"relocation at {d.name}+{off:#x} designates {sp.sec.name}{target:+#x}, outside it")
                 continue
+            _note_reach(sp, d, target, branch)
             v = sp.unit_at(target)
             us = sp.units
             if named:
@@ -315,6 +329,52 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
     for sp in cands.values():
         sp.finish_groups()
     return fixes
+
+
+def _note_reach(sp: SectionPlan, d: Section, target: int, branch: bool) -> None:
+    if not reach.describes_only(d.name):
+        sp.reached.add(target)
+        if not branch:
+            sp.bases.add(target)
+
+
+def _reach_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict[int, disasm.Code]) -> None:
+    """Rules against differences the assembler resolved (``reach``): unreferenced
+    entries, constants of hand-written objects, unwind ranges."""
+    info, shndx, values = obj.symbols["st_info"], obj.symbols["st_shndx"], obj.symbols["st_value"]
+    for ri, r in obj.relas.items():
+        eh = obj.sections[ri].info
+        if obj.sections[eh].name != ".eh_frame" or not len(r):
+            continue
+        fdes = reach.fde_ranges(obj, eh)
+        for off, s, a in zip(r["r_offset"].tolist(), (r["r_info"] >> 32).tolist(), r["r_addend"].tolist()):
+            sp = cands.get(int(shndx[s]))
+            if sp is not None and off in fdes and sp.whole is None:
+                sv = 0 if (info[s] & 0xF) == STT["STT_SECTION"] else int(values[s])
+                sp.fdes.append((sv + a, sv + a + fdes[off]))
+                reach.unwind_ranges(sp, sv + a, fdes[off])
+    coded = [sp for i, sp in cands.items() if i in code and sp.whole is None and len(sp.units) > 1]
+    for sp in coded:
+        reach.unreferenced_entries(obj, sp)
+    if coded and not reach.compiled(obj):
+        _constant_rules(obj, coded, code)
+    for sp in cands.values():
+        sp.finish_groups()
+
+
+def _constant_rules(obj: ObjectFile, coded: list[SectionPlan], code: dict[int, disasm.Code]) -> None:
+    """Rule 2 of ``reach`` for an object no compiler is known to have made: every
+    constant in sections without declared extents, tables in sections with them."""
+    understood = {i: [(ref.field, ref.width) for ref in c.internal] for i, c in code.items()}
+    all_words = list(reach.words(obj, understood))
+    consts = None
+    for sp in coded:
+        if reach.declared(obj, sp):
+            reach.table_reach(sp, all_words)
+            continue
+        if consts is None:
+            consts = reach.constants(obj, max(p.sec.size for p in coded), understood, all_words)
+        reach.constant_reach(sp, consts)
 
 
 def _decode_relocations(obj: ObjectFile, code: dict[int, disasm.Code]) -> tuple[list, dict]:
@@ -364,7 +424,7 @@ def _table_target(sp: SectionPlan, d: Section, off: int, sa: int, bases, code) -
 
 
 def _name_rules(sp: SectionPlan) -> None:
-    """Step 6 (repeated: a glue can change a group's name)."""
+    """Step 7 (repeated: a glue can change a group's name)."""
     for _ in range(len(sp.units)):
         changed = False
         for a, _b in sp.groups:
