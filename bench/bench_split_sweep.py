@@ -89,8 +89,11 @@ def sweep_one(archive: Path, timeout: float) -> dict:
             verdicts[c["linker"]] = ("identical", f"{c['style']} link, {c['bytes_compared']:,} bytes")
         else:
             verdicts[c["linker"]] = ("differs", c["first_difference"])
+    # The check's second part: the split objects linked in other orders (reversed, shuffled).
+    others = [("identical" if o["identical"] else "differs", f"{o['linker']} {o['order']} order: "
+               f"{o.get('first_difference') or ''}") for o in doc.get("other_orders") or []]
     return {"archive": archive.name, "outcome": f"exit {r.returncode}", "seconds": secs, "verdicts": verdicts,
-            "objects": doc["summary"]["objects"], "units": doc["summary"]["units"]}
+            "other_orders": others, "objects": doc["summary"]["objects"], "units": doc["summary"]["units"]}
 
 
 def main() -> int:
@@ -121,6 +124,10 @@ def main() -> int:
             counts[(lk, v)] += 1
             if v != "identical":
                 print(f"  {p.name} ({kind}) {lk}: {v}: {why}")
+        for v, why in res.get("other_orders", []):
+            counts[("other", v)] += 1
+            if v != "identical":
+                print(f"  {p.name} ({kind}) other order differs: {why}")
         if "verdicts" not in res:
             counts[res["outcome"]] += 1
             print(f"  {p.name} ({kind}): {res['outcome']}: {res.get('message', '')}")
@@ -129,6 +136,8 @@ def main() -> int:
     for v in ("identical", "could not check", "differs"):
         per = ", ".join(f"{lk} {counts[(lk, v)]}" for lk in LINKERS)
         print(f"{v + ':':<42}{counts[v]:>4}   ({per})" + ("   (target 0)" if v == "differs" else ""))
+    print(f"{'other-order links compared:':<42}{counts[('other', 'identical')] + counts[('other', 'differs')]:>4}"
+          f"   (differ {counts[('other', 'differs')]}; target 0)")
     other = {k: v for k, v in counts.items() if isinstance(k, str) and k.startswith(("exit", "timeout"))}
     print(f"archives split refused or timed out:      {sum(other.values())} {dict(other) or ''}")
     print(f"time: {time.time() - t0:.0f} s")

@@ -37,7 +37,8 @@ def add_arguments(p):
     p.add_argument("-o", "--output", metavar="DIR", required=True,
                    help="directory for the split files (same names as the inputs)")
     p.add_argument("--check", action="store_true",
-                   help="prove an original-order link of the outputs equals that of the inputs before writing")
+                   help="before writing, prove an original-order link of the outputs equals that of the inputs, "
+                        "and compare links of the outputs in other orders (reversed, shuffled) with it")
     p.add_argument("--run", metavar="CMD",
                    help="with --check: shell command linking and running a test program, run with the original "
                         "objects and with the split ones in other orders; outputs must match ($ELFLAYOUT_OBJECTS, "
