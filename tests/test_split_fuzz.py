@@ -87,3 +87,15 @@ def test_variants_are_reproducible(bases):
     a = fuzz.damage_archive(next(b for b in bases if b.archive).data, "member-size", rng1)
     b = fuzz.damage_archive(next(b for b in bases if b.archive).data, "member-size", rng2)
     assert a == b
+
+
+@pytest.mark.parametrize("variant", [487, 645])
+def test_other_order_link_of_damaged_input_is_a_refusal(tmp_path, bases, variant):
+    """Seed 2's variants 487 and 645: a linker copies a damaged member's fields (a
+    relocation entry size, a symbol index) into its output; the other-order comparison
+    could not read it and raised a traceback. It must refuse: nothing proved, exit 1."""
+    for tool in ("ld.lld", "ld.gold"):
+        need_tool(tool)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    t = fuzz.run(seed=2, count=1, start=variant, workdir=tmp_path, bases=bases)
+    assert t.failed == 0, t.failures

@@ -31,6 +31,7 @@ import os
 import random
 import re
 import shlex
+import struct
 import subprocess
 import tempfile
 from bisect import bisect_right
@@ -40,6 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_ST_SHNDX, ENUM_ST_INFO_BIND
@@ -521,7 +523,11 @@ def equivalent(originals: list[Path], split: list[Path], linker: str, style: str
         if not r.ok:
             return [EquivalenceResult(o, base_linker, False, first_difference=_failed("original", r))
                     for o in ORDERS]
-        img_a = Image(a)
+        try:
+            img_a = Image(a)
+        except UNREADABLE as e:
+            return [EquivalenceResult(o, base_linker, False, first_difference=_unreadable("original", e))
+                    for o in ORDERS]
         for order in ORDERS:
             used, flags = order_flags(split, base_linker, order, td)
             b = td / f"{order}.out"
@@ -530,13 +536,26 @@ def equivalent(originals: list[Path], split: list[Path], linker: str, style: str
             if not r.ok:
                 res.first_difference = _failed(f"split ({order})", r)
             else:
-                img_b = Image(b)
-                compare_code(img_a, img_b, res)
-                compare_data(img_a, img_b, res)
+                try:
+                    img_b = Image(b)
+                    compare_code(img_a, img_b, res)
+                    compare_data(img_a, img_b, res)
+                except UNREADABLE as e:
+                    res.differences = [_unreadable(order, e)]
                 res.identical = not res.differences
                 res.first_difference = res.differences[0] if res.differences else None
             out.append(res)
     return out
+
+
+# A linker may copy damaged input fields (a relocation section's entry size, a symbol
+# index) into its output; such a link cannot be compared, so nothing is proved and the
+# check refuses rather than passing or crashing.
+UNREADABLE = (ELFError, IndexError, KeyError, ValueError, struct.error)
+
+
+def _unreadable(what: str, e: Exception) -> str:
+    return f"the {what} link cannot be compared ({type(e).__name__}: {e})"
 
 
 def _failed(what: str, r: toolchain.LinkResult) -> str:
