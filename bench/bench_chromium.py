@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 from _common import cache_dir, cli, measure  # noqa: E402
-from elflayout.measure import cache, model, session  # noqa: E402
+from elflayout.measure import cache, session  # noqa: E402
+from elflayout import results as model  # noqa: E402
 
 APP_DIR = "/usr/lib/chromium"
 PAGE_HTML = "data:text/html,<h1>x</h1>"

@@ -35,7 +35,7 @@ LLVM = "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"
 
 def measure(out, *args):
     """One session in-process (``measure.session``), the options written as for the CLI."""
-    from elflayout.measure import model
+    from elflayout import results as model
 
     return model.parse(_common.measure(_common.plan_from_args([*args, "--census", "none"]), out), str(out))
 

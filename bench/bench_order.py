@@ -60,7 +60,8 @@ def measure(lib, argv, env=None, runs=3):
     """Median pages read of LIB over RUNS selectively-cold runs (``measure.session``:
     the library alone evicted and verified, read_ahead_kb RA_KB, disturbed runs
     repeated), and pages by section of the median run."""
-    from elflayout.measure import model, session
+    from elflayout.measure import session
+    from elflayout import results as model
 
     # output to a pipe, as when the profile was recorded: llc's raw_fd_ostream takes
     # other code paths for /dev/null than for a pipe

@@ -7,7 +7,7 @@
    (LD_LIBRARY_PATH), measured by ``elflayout.measure.session`` in-process: selective
    eviction of the two libraries only, read_ahead_kb 128 (restored afterwards), pages
    added to the page cache per library counted with tracefs
-   (filemap:mm_filemap_add_to_page_cache), split by section (``measure.model.
+   (filemap:mm_filemap_add_to_page_cache), split by section (``results.
    pages_by_section``). Variants are interleaved: every round runs each variant once,
    in a seeded shuffled order; disturbed runs are repeated, then left out.
 
@@ -55,7 +55,8 @@ def bench_speed(out: Path, runs: int) -> dict:
 
 def bench_pages(packed: Path, runs: int, seed: int = 1) -> dict:
     """Original vs packed library, selectively cold, interleaved (``measure.session``)."""
-    from elflayout.measure import model, session
+    from elflayout.measure import session
+    from elflayout import results as model
 
     why = tracefs_status()
     if why:

@@ -173,7 +173,7 @@ def measure(out: Path, variants: dict, runs: int, seed: int = 1) -> dict:
 
 def section_counts(reads: list, sections: list) -> dict:
     """Pages of one run by section, from results' runs[].files[P].reads + metadata sections."""
-    from elflayout.measure import model
+    from elflayout import results as model
 
     return model.pages_by_section(sections, model.run_pages(reads)) if reads else {}
 
@@ -189,7 +189,7 @@ def summarise(doc, libs: dict) -> dict:
     """Per variant: median pages/bytes/seeks (selective), all values, wall medians, by section.
     ``doc``: the results (``model.Results`` or the document); ``libs``: variant name -> the
     library file it loads."""
-    from elflayout.measure import model
+    from elflayout import results as model
 
     res = model.as_results(doc)
     secs_of = {p: f.get("sections", []) for p, f in res.files.items()}

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from _common import cache_dir  # noqa: E402
 from elflayout import fileio  # noqa: E402
-from elflayout.measure import model as results_model  # noqa: E402
+from elflayout import results as results_model  # noqa: E402
 from elflayout.measure.session import MeasurePlan, measure  # noqa: E402
 from elflayout.order import pipeline  # noqa: E402
 from elflayout.preload import inputs, model, plan, runner  # noqa: E402

@@ -71,7 +71,7 @@ def spinner(d: Path) -> Path:
 
 
 def median_wall(doc, variant, state):
-    from elflayout.measure import model
+    from elflayout import results as model
 
     res = model.as_results(doc)
     x = [r.wall_s for r in res.runs_of(variant, state)]
@@ -245,7 +245,8 @@ def power(pool, n, rng, stats, trials, slow, state):
 def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: int = 50, power_trials: int = 40,
           both_n: bool = False, power_n=None, aa_n=None):
     """The three studies (each A/A or A/B file is a full compare: 1-3 s on a loaded 2-core machine)."""
-    from elflayout.measure import model, stats
+    from elflayout.measure import stats
+    from elflayout import results as model
 
     pool = model.read(pool_path)
     rng = np.random.default_rng(seed)

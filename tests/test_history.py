@@ -7,7 +7,8 @@ import pytest
 
 from conftest import run_cli
 from elflayout.fileio import dump_json
-from elflayout.measure import history, model, stats
+from elflayout.measure import history, stats
+from elflayout import results as model
 
 
 def _doc(wall, pages, started, seed=0):

@@ -93,11 +93,18 @@ def packages(root: Path = PKG) -> set[str]:
     return {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
 
 
-def stage_graph(root: Path = PKG) -> dict[tuple[str, str], list[str]]:
+def package(name: str, packages: set[str]) -> str:
+    """The stage package a module lies in, verb modules included (``measure.cli`` is
+    ``measure``): stage packages must not form a cycle even through their verbs."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in packages else "core"
+
+
+def stage_graph(root: Path = PKG, of=stage) -> dict[tuple[str, str], list[str]]:
     pk = packages(root)
     graph: dict[tuple[str, str], list[str]] = {}
     for a, b, line, in_func in edges(root):
-        sa, sb = stage(a, pk), stage(b, pk)
+        sa, sb = of(a, pk), of(b, pk)
         if sa != sb:
             graph.setdefault((sa, sb), []).append(f"{a}:{line} imports {b}" + (" (in a function)" if in_func else ""))
     return graph
@@ -146,6 +153,11 @@ def problems(root: Path = PKG) -> list[str]:
     for comp in found:
         pairs = [f"{a} -> {b}: {graph[a, b][0]}" for a, b in itertools.permutations(comp, 2) if (a, b) in graph]
         out.append(f"import cycle between {', '.join(comp)}: " + "; ".join(pairs))
+    whole = stage_graph(root, of=package)
+    for comp in cycles({e: w for e, w in whole.items() if "core" not in e}):
+        pairs = [f"{a} -> {b}: {whole[a, b][0]}" for a, b in itertools.permutations(comp, 2) if (a, b) in whole]
+        out.append(f"import cycle between the packages {', '.join(comp)} (verb modules included): "
+                   + "; ".join(pairs))
     for a, b, line, _ in edges(root):
         if not is_verb(a) and is_verb(b):
             out.append(f"library module {a}:{line} imports the verb module {b}")
@@ -197,3 +209,16 @@ def test_upward_and_verb_imports_are_found(tmp_path):
     assert any(p.startswith("profile (level 1) imports measure (level 3): elflayout.profile.record:2") for p in got)
     assert "library module elflayout.relocs.fuzz:1 imports the verb module elflayout.inspect.cli" in got
     assert not any("elflayout.cli" in p for p in got)  # the top-level CLI may import verbs
+
+
+def test_a_cycle_through_a_verb_module_is_found(tmp_path):
+    """A verb module belongs to its package: ``inspect.cli`` loading a profile while
+    ``profile`` uses ``inspect`` is a cycle between the two packages."""
+    pkg = _write(tmp_path, {
+        "__init__.py": "", "errors.py": "",
+        "inspect/__init__.py": "", "inspect/cli.py": "def run():\n    from elflayout.profile import model\n",
+        "inspect/initializers.py": "",
+        "profile/__init__.py": "", "profile/model.py": "from elflayout.inspect import initializers\n",
+    })
+    got = problems(pkg)
+    assert any(p.startswith("import cycle between the packages inspect, profile") for p in got), got

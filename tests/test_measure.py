@@ -492,7 +492,7 @@ def test_realtime_control_restores_the_harness_policy():
 
 # -- session library, lock, state file, results parser --------------------------------------------
 def test_results_parse_typed_and_errors(tmp_path):
-    from elflayout.measure import model
+    from elflayout import results as model
 
     res = model.read(ROOT / "tests" / "data" / "results-example.json")
     assert res.variant_names and res.runs and all(isinstance(r, model.Run) for r in res.runs)

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from elflayout.fileio import dump_json
-from elflayout.measure import model
+from elflayout import results as model
 from elflayout.measure.runner import Runner
 
 EXAMPLE = ROOT / "tests" / "data" / "results-example.json"

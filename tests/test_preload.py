@@ -97,7 +97,7 @@ def test_identity_mismatch_refused_and_missing_file_counted(tmp_path):
 def test_results_input_and_round_trip(tmp_path):
     f = data_file(tmp_path)
     st = os.stat(f)
-    from elflayout.measure import model as results_model
+    from elflayout import results as results_model
 
     runs = [{"variant": "v", "state": "selective", "round": i, "seq": i, "wall_s": 0.1, "pages_read": 3,
              "files": {str(f): {"pages_read": 3, "reads": [[0.01, 5, 2], [0.02, 0, 1]]}}} for i in range(2)]

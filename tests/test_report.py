@@ -63,7 +63,7 @@ def test_bands_group_sections_by_family_and_label_the_big_ones():
 
 
 def _run(files):
-    from elflayout.measure import model
+    from elflayout import results as model
 
     return model.parse_run({"variant": "v", "state": "selective", "wall_s": 0.1, "files": files})
 
@@ -454,7 +454,7 @@ def test_two_builds_plot_and_report_cli(tmp_path):
 
 
 def test_disturbed_runs_are_left_out_like_the_harness_does():
-    from elflayout.measure import model
+    from elflayout import results as model
     from elflayout.report import data as D
 
     doc = _load(RESULTS)
@@ -477,7 +477,7 @@ def test_disturbed_runs_are_left_out_like_the_harness_does():
 @pytest.mark.slow
 def test_history_plot_from_the_history_database(tmp_path):
     history = pytest.importorskip("elflayout.measure.history")
-    from elflayout.measure import model
+    from elflayout import results as model
     from elflayout.report import data as D
 
     db = tmp_path / "h.sqlite"
@@ -534,7 +534,7 @@ def test_report_names_the_access_figures_it_leaves_out(tmp_path, monkeypatch):
 
     from elflayout.cli import main
     from elflayout.fileio import envelope
-    from elflayout.measure import model
+    from elflayout import results as model
     from elflayout.report import html
 
     files = [f"/lib/l{i}.so" for i in range(3)]

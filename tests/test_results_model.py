@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import dump_json
-from elflayout.measure import model
+from elflayout import results as model
 
 EXAMPLE = ROOT / "tests" / "data" / "results-example.json"
 

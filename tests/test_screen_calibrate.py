@@ -134,7 +134,7 @@ def test_report_rejects_a_malformed_screen_result(tmp_path):
 
 
 def test_calibrate_from_results():
-    from elflayout.measure import model
+    from elflayout import results as model
 
     cal = calibrate.analyse(model.load(EXAMPLE), 0.05)
     rows = {(r["state"], r["metric"]): r for r in cal["rows"]}

@@ -39,7 +39,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "compare": ("elflayout.measure.compare_cli", "statistics and verdicts for a results file"),
     "calibrate": ("elflayout.measure.calibrate_cli",
                   "A/A runs of one command: noise, minimum detectable effect and the runs to use"),
-    "screen": ("elflayout.measure.screen_cli",
+    "screen": ("elflayout.report.screen_cli",
                "screen set-up factors (ASLR, read-ahead, pinning, storage, variants) by a factorial design"),
     "history": ("elflayout.measure.history_cli",
                 "keep results in SQLite or PostgreSQL and flag regressions (ETS intervals)"),

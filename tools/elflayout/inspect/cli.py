@@ -8,7 +8,7 @@ import sys
 from elflayout import fileio
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
-from elflayout.inspect import initializers
+from elflayout import initializers
 from elflayout.inspect.core import inspect
 from elflayout.inspect.text import _h, _n, render_text, table  # noqa: F401 - table: the tests' column check
 from elflayout.profile import model as pmodel

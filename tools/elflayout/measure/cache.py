@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from elflayout import pages as page_math
 from elflayout.errors import ElflayoutError
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -105,13 +106,7 @@ def evict(path: str | os.PathLike, verify: bool = True) -> dict:
 
 def expand(pages: np.ndarray, npages: np.ndarray) -> np.ndarray:
     """Sorted unique page indexes covered by folios (first page, page count)."""
-    pages = np.asarray(pages, dtype=np.int64)
-    npages = np.asarray(npages, dtype=np.int64)
-    if len(pages) == 0:
-        return np.zeros(0, np.int64)
-    starts = np.repeat(pages, npages)
-    offs = np.arange(int(npages.sum()), dtype=np.int64) - np.repeat(np.cumsum(npages) - npages, npages)
-    return np.unique(starts + offs)
+    return np.unique(page_math.expand(pages, npages))
 
 
 # /proc/vmstat counters of events that remove file pages from the page cache behind a

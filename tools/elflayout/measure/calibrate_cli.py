@@ -62,7 +62,8 @@ def _progress(quiet: bool):
 
 def run(args) -> int:
     # the stages (numpy, scipy) load when the verb runs, not for --help
-    from elflayout.measure import calibrate, model
+    from elflayout.measure import calibrate
+    from elflayout import results as model
     from elflayout.measure.compare_cli import parse_effect
 
     effect = parse_effect(args.target_effect)

@@ -168,7 +168,8 @@ def run(args) -> int:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from elflayout.measure import model, session
+    from elflayout.measure import session
+    from elflayout import results as model
 
     plan = plan_of(args)
     plan.check()

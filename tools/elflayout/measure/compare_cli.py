@@ -65,7 +65,7 @@ def parse_effect(text) -> float:
 
 def run(args) -> int:
     # the stages (scipy) load when the verb runs, not for --help
-    from elflayout.measure import model
+    from elflayout import results as model
     from elflayout.measure.stats import recompute
 
     out = fileio.check_output(args.output, force=args.force, inputs=(args.results,)) if args.output else None

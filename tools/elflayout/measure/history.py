@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from elflayout.errors import ElflayoutError
-from elflayout.measure import model
+from elflayout import results as model
 
 MIN_POINTS = 6  # fewer past points than this and an ETS fit (2 parameters + level) is not worth trusting
 TABLES = """

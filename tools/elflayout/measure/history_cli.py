@@ -39,7 +39,8 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from elflayout.measure import history, model
+    from elflayout.measure import history
+    from elflayout import results as model
 
     db = args.db or history.default_db()
     if args.action == "add":

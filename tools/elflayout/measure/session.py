@@ -36,7 +36,7 @@ from elflayout.controls import (Aslr, ControlSet, CpuPin, FixedEnv, Governor, Me
                                 StateFile, check_rt_priority)
 from elflayout.errors import ElflayoutError
 from elflayout.measure import census as census_mod
-from elflayout.measure import model
+from elflayout import results as model
 from elflayout.measure.cache import can_drop_caches
 from elflayout.measure.runner import SEEK_PAGES, STATES, Plan, Runner, Variant
 from elflayout.storage import SlowStorage

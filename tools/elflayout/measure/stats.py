@@ -52,9 +52,9 @@ import numpy as np
 from scipy import stats as ss
 
 from elflayout.errors import ElflayoutError
-from elflayout.measure import model
+from elflayout import results as model
 
-# The metrics and how each is derived: one registry (measure.model.METRICS). The kernel
+# The metrics and how each is derived: one registry (results.METRICS). The kernel
 # measures a task's CPU time exactly (sum_exec_runtime) but splits it into user and system
 # by sampling the mode at each scheduler tick and scaling the samples to the exact sum
 # (cputime_adjust): for a start-up of a few ticks the split is a small binomial count,

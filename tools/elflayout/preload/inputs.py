@@ -14,7 +14,7 @@ import numpy as np
 
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
-from elflayout.measure import model as results_model
+from elflayout import results as results_model
 from elflayout.profile import model as profile_model
 
 

@@ -21,7 +21,7 @@ from elftools.common.exceptions import DWARFError, ELFError
 
 from elflayout import symbols
 from elflayout.elfcore import PAGE, ElfImage
-from elflayout.inspect import initializers
+from elflayout import initializers
 from elflayout.pages import expand
 from elflayout.profile.model import EVENT_DTYPE
 

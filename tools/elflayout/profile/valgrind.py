@@ -23,7 +23,7 @@ from elftools.common.exceptions import ELFError
 
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
-from elflayout.inspect import initializers
+from elflayout import initializers
 from elflayout.profile.model import EVENT_DTYPE, workload_path
 
 ROOT = Path(__file__).resolve().parents[3]

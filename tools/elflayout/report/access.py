@@ -17,7 +17,7 @@ import numpy as np
 
 from elflayout.errors import ElflayoutError
 from elflayout.errors import require
-from elflayout.measure import model
+from elflayout import results as model
 from elflayout.report import data as D
 
 MB = 1e6
@@ -300,7 +300,7 @@ def _wrap(text: str, width: int) -> list[str]:
 def results_panels(res, plan: dict[str, str], state: str | None = None,
                    run: int | None = None) -> tuple[list[Panel], str]:
     """A panel per variant of ``plan`` ({variant: file}): the median-pages run unless ``run``.
-    ``res``: ``measure.model.Results``, or a results document built in memory."""
+    ``res``: ``results.Results``, or a results document built in memory."""
     res = model.as_results(res)
     state = state or D.default_state(res, plan)
     if state not in D.states(res):

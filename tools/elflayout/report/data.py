@@ -1,6 +1,6 @@
 """Inputs of the plots and the report, as plain data (no matplotlib here).
 
-Reads results v1 (``elflayout-results``, typed by ``measure.model``) and profile v1
+Reads results v1 (``elflayout-results``, typed by ``elflayout.results``) and profile v1
 (``elflayout-profile``) files (docs/formats/results.md, docs/formats/profile.md) and
 derives what the plots need:
 the ordered reads and faults of one file in one run, its ELF sections grouped into
@@ -20,8 +20,8 @@ from elflayout import fileio
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.layouts import SHF_ALLOC
-from elflayout.measure import model as results_model
-from elflayout.measure.model import Results, Run
+from elflayout import results as results_model
+from elflayout.results import Results, Run
 from elflayout.pages import PAGE, SEEK_PAGES, count_seeks, expand  # noqa: F401 - PAGE, SEEK_PAGES re-exported
 
 KINDS = ("results", "profile", "screen")
@@ -29,7 +29,7 @@ KINDS = ("results", "profile", "screen")
 
 def load(path: str | os.PathLike) -> tuple[str, object]:
     """(kind, document) of a results, profile or screen file; one-line error otherwise.
-    Results come back typed (``measure.model.Results``), a profile parsed
+    Results come back typed (``results.Results``), a profile parsed
     (``profile.model.Profile``), a screen result checked."""
     p = Path(path)
     doc = fileio.load_json(p, KINDS, (1,))

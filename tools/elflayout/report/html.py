@@ -20,8 +20,8 @@ import numpy as np
 from elflayout import __version__
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
-from elflayout.inspect import initializers
-from elflayout.measure.model import Results
+from elflayout import initializers
+from elflayout.results import Results
 from elflayout.report import access
 from elflayout.report import data as D
 from elflayout.report import screen
@@ -439,7 +439,7 @@ def results_section(src: str, res: Results, idx: int) -> str:
 # profiles
 
 def initializers_html(t, meta: dict) -> str:
-    """Static initializers of a valgrind-profiled target (``inspect.initializers``): what
+    """Static initializers of a valgrind-profiled target (``elflayout.initializers``): what
     each costs in first-touched pages and (valgrind) time. Empty when not applicable."""
     import os
 

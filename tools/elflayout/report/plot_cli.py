@@ -56,7 +56,7 @@ def add_arguments(p) -> None:
     p.add_argument("--state", metavar="S", help="state to draw (default: the first of cold/selective/hot with reads)")
     p.add_argument("--run", metavar="K", type=int,
                    help="index of the run within each variant×state (default: the run with the median pages read)")
-    from elflayout.measure.model import METRICS
+    from elflayout.results import METRICS
 
     p.add_argument("--metric", default="wall_s", metavar="M",
                    help=f"timing and history plot metric: {', '.join(METRICS)}")

@@ -14,7 +14,7 @@ import numpy as np
 from elflayout import fileio
 from elflayout.errors import ElflayoutError
 from elflayout.measure import history
-from elflayout.measure import model
+from elflayout import results as model
 from elflayout.measure.history import MIN_POINTS, prediction_interval  # one ETS model for check and plot
 from elflayout.report import data as D
 
@@ -30,7 +30,7 @@ def _plt():
 def violin_figure(res, metric: str = "wall_s", variants: list[str] | None = None,
                   states: list[str] | None = None, files: list[str] | None = None):
     """One panel per state, one violin+scatter per variant (each state on its own scale).
-    ``res``: ``measure.model.Results``, or a results document built in memory."""
+    ``res``: ``results.Results``, or a results document built in memory."""
     res = model.as_results(res)
     m = model.metric(metric)
     plt = _plt()

@@ -144,10 +144,10 @@ def run_pages(reads):
     """Distinct pages of a run's ``reads`` list ([[t, page, npages], ...])."""
     import numpy as np
 
-    from elflayout.measure.cache import expand
+    from elflayout.pages import expand
 
     r = np.asarray(reads, dtype=np.float64).reshape(-1, 3)
-    return expand(r[:, 1].astype(np.int64), r[:, 2].astype(np.int64))
+    return np.unique(expand(r[:, 1].astype(np.int64), r[:, 2].astype(np.int64)))
 
 
 def build(metadata: dict, variants: list[dict], runs: list[dict], analysis: dict) -> dict:
