@@ -136,7 +136,7 @@ def test_link_verb(synth, tmp_path, linker):
     need_tool({"lld": "ld.lld", "gold": "ld.gold", "bfd": "ld.bfd", "mold": "mold"}[linker])
     lib = tmp_path / "libsynth.so"
     r = run_cli("link", "--profile", synth["profile"], "--linker", linker, "--",
-                "gcc", "-shared", "-o", lib, *_objs(synth), check=0)
+                "gcc", "-shared", f"-fuse-ld={linker}", "-o", lib, *_objs(synth), check=0)
     assert "in profile order" in r.stderr
     if linker == "mold":
         assert "100.0% of touched objects placed in profile order" in r.stderr
@@ -205,7 +205,7 @@ def test_linker_ignoring_the_order_is_reported(synth, tmp_path):
         subprocess.run(["gcc", "-O1", "-fPIC", "-fno-inline", "-c", str(c), "-o", str(n)], check=True)
         objs.append(str(n))
     r = run_cli("link", "--profile", synth["profile"], "--linker", "lld", "--",
-                "gcc", "-shared", "-o", tmp_path / "l.so", *objs)
+                "gcc", "-shared", "-fuse-ld=lld", "-o", tmp_path / "l.so", *objs)
     assert r.returncode == 1, r.stderr
     assert "did not honour the ordering" in r.stderr
 
@@ -708,7 +708,7 @@ def _link_order_file(prof, synth, tmp_path, linker, *extra):
     need_tool({"lld": "ld.lld", "gold": "ld.gold", "bfd": "ld.bfd"}[linker])
     keep = tmp_path / f"link-{linker}.order"
     run_cli("link", "--profile", prof, "--linker", linker, *extra, "--keep-order-file", keep, "--force", "--",
-            "gcc", "-shared", "-o", tmp_path / f"l-{linker}.so", *_objs(synth))
+            "gcc", "-shared", f"-fuse-ld={linker}", "-o", tmp_path / f"l-{linker}.so", *_objs(synth))
     return keep
 
 

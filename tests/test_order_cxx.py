@@ -93,7 +93,7 @@ def _link(cx, tmp_path, linker, *extra, check=0):
     need_tool(LINKER_TOOL[linker])
     lib, lmap = tmp_path / "libcx.so", tmp_path / "libcx.map"
     r = run_cli("link", *extra, "--profile", cx["profile"], "--linker", linker, "--keep-order-file",
-                tmp_path / "order", "--", "g++", "-shared", "-o", lib, *cx["objects"], f"-Wl,-Map={lmap}", check=check)
+                tmp_path / "order", "--", "g++", "-shared", f"-fuse-ld={linker}", "-o", lib, *cx["objects"], f"-Wl,-Map={lmap}", check=check)
     return lib, lmap, r
 
 

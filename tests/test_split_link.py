@@ -31,7 +31,7 @@ def test_link_split_honours_function_order(plain, tmp_path, linker):
     need_tool({"lld": "ld.lld", "gold": "ld.gold", "bfd": "ld.bfd"}[linker])
     lib = tmp_path / "libsynth.so"
     r = run_cli("link", "--split", "--profile", plain["profile"], "--linker", linker, "--",
-                "gcc", "-shared", "-o", lib, *plain["objects"], check=0)
+                "gcc", "-shared", f"-fuse-ld={linker}", "-o", lib, *plain["objects"], check=0)
     assert "split 7 objects and archives" in r.stderr
     res = json.loads(run_cli("check-order", lib, "--profile", plain["profile"], "--json", check=0).stdout)
     assert res["in_order_fraction"] == 1.0
@@ -40,7 +40,7 @@ def test_link_split_honours_function_order(plain, tmp_path, linker):
 def test_link_without_split_is_not_honoured(plain, tmp_path):
     need_tool("ld.lld")
     r = run_cli("link", "--profile", plain["profile"], "--linker", "lld", "--",
-                "gcc", "-shared", "-o", tmp_path / "l.so", *plain["objects"])
+                "gcc", "-shared", "-fuse-ld=lld", "-o", tmp_path / "l.so", *plain["objects"])
     assert r.returncode == 1 and "did not honour the ordering" in r.stderr
 
 

@@ -19,6 +19,13 @@ LINKERS = ("bfd", "gold", "lld", "mold")
 # A linker command's program name -> the linker it runs.
 COMMAND_LINKER = {"ld": "bfd", "ld.bfd": "bfd", "ld.gold": "gold", "gold": "gold", "ld.lld": "lld", "lld": "lld",
                   "ld.mold": "mold", "mold": "mold"}
+# The same names with a version (ld.lld-22, lld-19, as Debian's llvm-N packages install them)
+# and a cross toolchain's target prefix (x86_64-linux-gnu-ld.bfd).
+_LINKER_PROGRAM = re.compile(r"^(?:[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*-)?(ld(?:\.(?:bfd|gold|lld|mold))?|lld|gold|mold)"
+                             r"(?:-\d+(?:\.\d+)*)?$")
+# Driver options choosing the linker: gcc and clang -fuse-ld=NAME, clang also
+# -fuse-ld=/path and --ld-path=/path (which wins over -fuse-ld).
+FUSE_LD, LD_PATH = "-fuse-ld=", "--ld-path="
 
 # Lines of a failed link that carry no reason of their own: the driver's summary
 # (gcc's collect2, clang's), warnings, notes, and context lines that only say where
@@ -52,15 +59,56 @@ def driver_args(args) -> list[str]:
 
 
 def command_linker(program: str) -> str | None:
-    """The linker a command named ``program`` runs (``ld.gold`` -> gold), None for a driver."""
-    return COMMAND_LINKER.get(Path(program).name)
+    """The linker a command named ``program`` runs (``ld.gold`` -> gold, ``ld.lld-22`` ->
+    lld), None for anything else (a compiler driver)."""
+    m = _LINKER_PROGRAM.match(Path(program).name)
+    return COMMAND_LINKER[m[1]] if m else None
 
 
-def fuse_ld_linker(value: str) -> str:
-    """The linker ``-fuse-ld=VALUE`` selects (``ld`` and ``bfd`` are GNU ld; a path names
-    its program)."""
+def fuse_ld_linker(value: str) -> str | None:
+    """The linker ``-fuse-ld=VALUE`` or ``--ld-path=VALUE`` selects: a name (``lld``,
+    ``lld-22``, ``bfd``: clang runs ``ld.VALUE``) or a path naming its program; None
+    when it is none of the linkers elflayout knows."""
     name = Path(value).name
-    return COMMAND_LINKER.get(name) or name.removeprefix("ld.")
+    return command_linker(name) or command_linker("ld." + name)
+
+
+def linker_name(value: str) -> str:
+    """The linker a ``--linker`` value names: bfd, gold, lld or mold, or a program or
+    driver name of one (``ld.lld-22``, ``lld-19``, ``ld.gold``)."""
+    fam = value if value in LINKERS else fuse_ld_linker(value)
+    if fam is None:
+        raise ElflayoutError(f"--linker {value}: unknown linker (choose from {', '.join(LINKERS)}, "
+                             "or a program name such as ld.lld-22)")
+    return fam
+
+
+def default_linker() -> str:
+    """The linker a compiler driver runs when its command chooses none: ``ld`` on PATH
+    (GNU ld unless the system links it to another)."""
+    ld = shutil.which("ld")
+    return (command_linker(Path(ld).resolve().name) if ld else None) or "bfd"
+
+
+def chosen_linker(cmd: list[str]) -> tuple[str | None, str | None, bool]:
+    """How a link command chooses its linker: (linker, the argument choosing it, driver).
+
+    A direct linker call chooses by its program name (argument None). A driver chooses
+    by its last ``--ld-path=`` (clang: it wins over ``-fuse-ld``), else its last
+    ``-fuse-ld=``; (None, None, True) when it chooses nothing. A choice naming no linker
+    elflayout knows is refused."""
+    direct = command_linker(cmd[0])
+    if direct is not None:
+        return direct, None, False
+    for opt in (LD_PATH, FUSE_LD):
+        given = [a for a in cmd[1:] if a.startswith(opt)]
+        if given:
+            used = fuse_ld_linker(given[-1][len(opt):])
+            if used is None:
+                raise ElflayoutError(f"{given[-1]}: unknown linker (elflayout knows {', '.join(LINKERS)}: "
+                                     "ld.bfd, ld.gold, ld.lld[-N], mold)")
+            return used, given[-1], True
+    return None, None, True
 
 
 def first_error(output: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from elflayout.errors import ElflayoutError, Finding
 from elflayout.fileio import atomic_write_text
 from elflayout.order.check import check, object_order_fraction, summary_lines
-from elflayout.toolchain import command_linker, fuse_ld_linker
+from elflayout.toolchain import FUSE_LD, chosen_linker, default_linker
 
 DEFAULT_FORMAT = {"lld": "lld", "gold": "gold", "bfd": "ld-script", "mold": "objects"}
 # options whose value is the next argument (so it is not an object file)
@@ -18,21 +18,26 @@ _TAKES_VALUE = {"-o", "-T", "-Map", "-L", "-l", "-soname", "-h", "-z", "-e", "-r
 _OBJ_EXT = (".o", ".lo", ".obj")
 
 
-def parse_command(cmd: list[str], linker: str) -> dict:
-    """What the link command is: driver or direct linker, its output, its object arguments."""
+def parse_command(cmd: list[str], linker: str | None) -> dict:
+    """What the link command is: driver or direct linker, the linker it runs (``linker``,
+    the ``--linker`` given, must agree; None: inferred), its output, its object arguments.
+
+    A driver command that chooses no linker runs the system's default one; it gets no
+    ``-fuse-ld`` it did not ask for: a ``--linker`` naming another is refused with the fix."""
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise ElflayoutError("link: no link command given (put it after --)")
-    base = Path(cmd[0]).name
-    direct = command_linker(base)
-    if direct is not None and direct != linker:
-        raise ElflayoutError(f"{cmd[0]}: the command runs {direct} but --linker says {linker}")
-    fuse = [a for a in cmd[1:] if a.startswith("-fuse-ld=")]
-    if direct is None and fuse:
-        used = fuse_ld_linker(fuse[-1].split("=", 1)[1])
-        if used != linker:
-            raise ElflayoutError(f"{fuse[-1]}: the command links with {used} but --linker says {linker}")
+    used, how, driver = chosen_linker(cmd)
+    if used is None:
+        used = default_linker()
+        if linker is not None and linker != used:
+            raise ElflayoutError(f"{cmd[0]}: the command chooses no linker, so it links with the default one ({used}); "
+                                 f"add {FUSE_LD}{linker} to the command (clang also takes {FUSE_LD}lld-N, "
+                                 f"{FUSE_LD}PATH, --ld-path=PATH) or give --linker {used}")
+    elif linker is not None and used != linker:
+        what = how or cmd[0]
+        raise ElflayoutError(f"{what}: the command links with {used} but --linker says {linker}")
     out, objs = None, []
     i = 1
     while i < len(cmd):
@@ -41,7 +46,7 @@ def parse_command(cmd: list[str], linker: str) -> dict:
             out = cmd[i + 1]
             i += 2
             continue
-        if a.startswith("-o") and len(a) > 2 and direct is None:
+        if a.startswith("-o") and len(a) > 2 and driver:
             out = a[2:]
         elif a.startswith("--output="):
             out = a.split("=", 1)[1]
@@ -53,16 +58,13 @@ def parse_command(cmd: list[str], linker: str) -> dict:
         i += 1
     if out is None:
         raise ElflayoutError(f"{cmd[0]}: the link command has no -o OUTPUT (needed to check the result)")
-    return {"cmd": list(cmd), "driver": direct is None, "output": out, "object_positions": objs, "fuse": bool(fuse)}
+    return {"cmd": list(cmd), "driver": driver, "output": out, "object_positions": objs, "linker": used}
 
 
 def apply(parsed: dict, linker: str, fmt: str, text: str, order_file: Path) -> list[str]:
     """The link command with the ordering applied."""
     cmd = list(parsed["cmd"])
     wl = (lambda *a: ["-Wl," + ",".join(a)]) if parsed["driver"] else (lambda *a: list(a))
-    if parsed["driver"] and not parsed["fuse"] and linker != "bfd":
-        cmd.insert(1, f"-fuse-ld={linker}")
-        parsed = dict(parsed, object_positions=[p + 1 for p in parsed["object_positions"]])
     if fmt == "objects":
         pos = parsed["object_positions"]
         wanted = [l for l in text.splitlines() if l]

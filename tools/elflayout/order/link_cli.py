@@ -13,6 +13,7 @@ from elflayout import fileio
 from elflayout.errors import ElflayoutError
 from elflayout.order import formats, pipeline
 from elflayout.order.cli import add_ordering_arguments, request
+from elflayout.toolchain import linker_name
 from elflayout.order.link import (DEFAULT_FORMAT, apply, check_output, check_request, command_binds_now, companion_args,
                                   parse_command, split_command)
 
@@ -31,8 +32,11 @@ examples:
   # the profile checked against the profiled library, its workloads re-combined (as order does)
   elflayout link --profile set.json --lib /usr/lib/libLLVM-16.so.1 --combine shared --linker lld \\
       -- g++ -shared -fuse-ld=lld -o build/libLLVM-16.so.1 ...
-  # direct linker invocation
-  elflayout link --profile p.json --linker gold -- ld.gold -shared -o libx.so a.o b.o
+  # direct linker invocation (--linker inferred from the command: ld.gold → gold)
+  elflayout link --profile p.json -- ld.gold -shared -o libx.so a.o b.o
+  # versioned toolchains, run as given: ld.lld-19, clang-22 -fuse-ld=lld-22, --ld-path=
+  elflayout link --profile p.json -- ld.lld-19 -shared -o libx.so a.o b.o
+  elflayout link --profile p.json -- clang-22 -flto=thin -fuse-ld=lld-22 -shared -o libx.so a.o b.o
   # objects built without -ffunction-sections: split them first (docs/splitting.md)
   elflayout link --split --profile py.json --linker lld -- gcc -shared -fuse-ld=lld -o libpy.so \\
       -Wl,--whole-archive libpython3.11-pic.a -Wl,--no-whole-archive -lm
@@ -40,14 +44,18 @@ examples:
   elflayout link --pack self --check --linker lld -- gcc -shared -fuse-ld=lld -o libx.so *.o
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
-with INSERT, mold: object order. The link's own output and exit status pass through
+with INSERT, mold: object order. Nothing else: the command keeps its own linker (a
+driver command choosing none runs ld, i.e. GNU ld; --linker naming another is refused
+with the fix), and a direct linker call gets no driver flags. The link's own output and exit status pass through
 when it fails. The output is then checked (as check-order does): exit 1 when the
 linker did not honour the ordering (e.g. objects built without -ffunction-sections).
 """
 
 def add_arguments(p) -> None:
     p.add_argument("--profile", help="profile (elflayout-profile v1); optional with --pack")
-    p.add_argument("--linker", required=True, choices=sorted(DEFAULT_FORMAT), help="the linker the command runs")
+    p.add_argument("--linker", help="the linker the command runs: bfd, gold, lld or mold (a program name such as "
+                   "ld.lld-22 names one too); default: as the command chooses it (ld.lld-22 ...; -fuse-ld=, "
+                   "--ld-path=; a driver choosing none runs ld)")
     p.add_argument("--format", choices=("auto",) + formats.FORMATS, default="auto",
                    help="ordering to apply (auto: lld→lld, gold→gold, bfd→ld-script, mold→objects)")
     add_ordering_arguments(p)
@@ -75,9 +83,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    linker = args.linker
+    parsed = parse_command(args.command, None if args.linker is None else linker_name(args.linker))
+    linker = args.linker = parsed["linker"]
     fmt = DEFAULT_FORMAT[linker] if args.format == "auto" else args.format
-    parsed = parse_command(args.command, linker)
     if args.pack and linker == "gold":
         raise ElflayoutError("--pack: gold has no -z pack-relative-relocs (use lld, bfd or mold)")
     if (args.check or args.root) and args.pack != "self":
