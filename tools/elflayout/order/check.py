@@ -2,17 +2,23 @@
 
 Metrics (docs/ordering.md):
 - ``in_order_fraction``: length of the longest increasing subsequence of the touched
-  functions' addresses, taken in profile (first-access) order, over the number placed.
-  1.0 = every function where the order wants it; a random layout of n functions gives
-  about 2·sqrt(n)/n.
+  functions' addresses, taken in profile (first-access) order, over the number placed
+  plus the profiled functions the library does not have (``unplaced_counted``: renamed
+  beyond recognition, inlined away, discarded): a function an ordering cannot place is
+  not in order. 1.0 = every function where the order wants it; a random layout of n
+  functions gives about 2·sqrt(n)/n.
 - ``kendall_tau``: rank correlation of first-access rank with address (scipy).
 - ``contiguity``: total size of the touched functions / bytes from the first touched
   byte to the last; ``pages`` / ``pages_min``: distinct 4 KiB pages holding touched
   functions vs the fewest they could fit in.
 - ``missing``: profiled names the library does not define (stale entries when the
   profile is of another build); ``ambiguous``: names defined more than once (local
-  symbols of several objects) that the order metrics leave out unless the profile is of
-  this very build (then offsets identify them).
+  symbols of several objects, or several functions bearing the name with a compiler or
+  LTO suffix) that the order metrics leave out unless the profile is of this very build
+  (then offsets identify them); ``renamed``: profiled names found only with a suffix
+  a compiler or LTO added (``foo`` → ``foo.llvm.<hash>``, ``foo.lto_priv.0``).
+- ``stale_hot``: a profile of another build whose functions the library largely does not
+  have as profiled (``stale_profile_reason``): ordering by it loses the gain.
 - ``landed`` / ``reasons``: where each profiled function landed (file offset, output
   section; input section and object with the library's link map) and, for each one out
   of profile order (not in the longest increasing subsequence) or not placed, why,
@@ -30,7 +36,8 @@ import numpy as np
 from elflayout.elfcore import PAGE, ElfImage
 from elflayout.layouts import SHF_EXECINSTR
 from elflayout.profile.model import Target
-from elflayout.order.resolve import clone_base, ctor_alias, elf_symbols, is_fde_only, same_object, thunk_target
+from elflayout.order.resolve import (clone_base, ctor_alias, elf_symbols, is_fde_only, lto_renamed, same_object,
+                                     suffix_matches, thunk_target)
 
 
 def lis_length(seq) -> int:
@@ -75,7 +82,10 @@ REASONS = {
                          "one's place (a GNU ld script names the file too)",
     "not-ordered": "its input section is not named in the ordering file",
     "same-address": "shares its address with another profiled function (ICF-folded or an alias): placed once",
-    "not-in-output": "not in the output: discarded (--gc-sections, an unused COMDAT copy), folded, or renamed",
+    "not-in-output": "not in the output: discarded (--gc-sections, an unused COMDAT copy), inlined away, folded, "
+                     "or renamed (counted as out of order)",
+    "renamed": "found only under a name with a suffix a compiler or LTO added (foo → foo.llvm.<hash>, "
+               "foo.lto_priv.0): an ordering made from the profiled name does not name it",
     "ambiguous-name": "local name defined in several objects of the output (e.g. foo.isra.0): left out of the order "
                       "metrics; an lld symbol file or a gold section file names every copy at once, so they land "
                       "together at the first one's place (a GNU ld script names the file too)",
@@ -119,14 +129,16 @@ def check(lib, target: Target, lib_map=None, ordered_sections=None) -> dict:
         ident = img.identity()
         same_build = bool(target.build_id) and target.build_id == ident["build_id"]
         funcs_by_name = lib_functions(img)
+        by_base = _by_clone_base(funcs_by_name)
         exec_secs = [s for s in img.sections if s.occupies_file and (s.flags & SHF_EXECINSTR)]
+        lto = any(lto_renamed(n) for n in funcs_by_name)
         out_secs = [(s.offset, s.offset + s.size, s.name) for s in img.sections if s.occupies_file and s.size]
     where = _input_sections(lib_map, lib) if lib_map else None
     entries = target.functions
     placed: list[tuple[int, int]] = []  # (offset, size) in profile order
-    placed_entries = []
-    missing, ambiguous, fde_only = [], [], 0
-    how = {"exact": 0, "clone": 0, "thunk": 0, "offset": 0}
+    placed_entries, placed_how = [], []
+    missing, ambiguous, renamed, fde_only = [], [], [], 0
+    how = {"exact": 0, "clone": 0, "thunk": 0, "offset": 0, "suffix": 0}
     seen: dict = {}
     unplaced: list[tuple] = []  # (entry, reason key)
     for e in entries:
@@ -138,7 +150,7 @@ def check(lib, target: Target, lib_map=None, ordered_sections=None) -> dict:
             if is_fde_only(name):
                 fde_only += 1
                 continue
-            cands, h = _candidates(name, funcs_by_name)
+            cands, h = _candidates(name, funcs_by_name, by_base)
             if not cands:
                 missing.append(name)
                 unplaced.append((e, "not-in-output"))
@@ -146,6 +158,8 @@ def check(lib, target: Target, lib_map=None, ordered_sections=None) -> dict:
             if len(cands) > 1:
                 ambiguous.append(name)
                 unplaced.append((e, "ambiguous-name"))
+                if h == "suffix":  # several foo.lto_priv.N: renamed; which one is not guessed
+                    renamed.append(name)
                 continue
             ext = cands[0]
         if ext in seen:
@@ -156,6 +170,9 @@ def check(lib, target: Target, lib_map=None, ordered_sections=None) -> dict:
         how[h] += 1
         placed.append(ext)
         placed_entries.append(e)
+        placed_how.append(h)
+        if h == "suffix":
+            renamed.append(name)
     n = len(placed)
     res = {
         "lib": ident,
@@ -170,15 +187,47 @@ def check(lib, target: Target, lib_map=None, ordered_sections=None) -> dict:
         "ambiguous": len(ambiguous),
         "ambiguous_examples": list(dict.fromkeys(ambiguous))[:10],
         "fde_only": fde_only,
+        "renamed": len(renamed),
+        "renamed_examples": list(dict.fromkeys(renamed))[:10],
+        "lto": lto,
     }
-    res.update(_landed(placed, placed_entries, unplaced, out_secs, where, ordered_sections, lib_map))
+    res.update(_landed(placed, placed_entries, unplaced, out_secs, where, ordered_sections, lib_map, placed_how))
+    # a profiled function the library does not have cannot be where the order wants it
+    res["unplaced_counted"] = 0 if same_build else len(missing)
     if n == 0:
         res.update(in_order_fraction=None, kendall_tau=None, contiguity=None, pages=0, pages_min=0, span_bytes=0,
                    touched_bytes=0)
-        return res
-    res.update(_order_metrics(placed))
-    res["text_bytes"] = sum(s.size for s in exec_secs)
+    else:
+        res.update(_order_metrics(placed, res["unplaced_counted"]))
+        res["text_bytes"] = sum(s.size for s in exec_secs)
+    res["stale_hot"] = stale_profile_reason(res)
     return res
+
+
+# A profile of another build is refused for ordering when more than this share of its
+# named functions are not in the library as profiled (missing or renamed).
+STALE_HOT_FRACTION = 0.1
+
+
+def stale_profile_reason(res: dict) -> str | None:
+    """Why a profile of another build leaves the hot code out of this library (a sentence
+    naming the functions), or None: the profiled functions the library lacks or has only
+    under a compiler/LTO suffix, when they are more than ``STALE_HOT_FRACTION`` of the
+    named ones."""
+    if res["same_build"]:
+        return None
+    named = res["profiled"] - res["fde_only"]
+    lost = res["missing"] + res["renamed"]
+    if not named or lost <= STALE_HOT_FRACTION * named:
+        return None
+    names = (res["renamed_examples"][:3] + res["missing_examples"])[:6]
+    what = "an LTO build (its local functions are renamed: foo.llvm.<hash>, foo.lto_priv.0)" if res["lto"] \
+        else "a different build"
+    return (f"{lost} of {named} profiled functions are not in {res['lib']['path']} as profiled "
+            f"({res['renamed']} renamed, {res['missing']} missing: {', '.join(names)}"
+            f"{' …' if lost > len(names) else ''}): the library is {what} and the profile is of another; "
+            f"an ordering made from it leaves the hot code out. Profile the library as built "
+            f"(the LTO build itself) and order with that profile")
 
 
 def _input_sections(lib_map, lib):
@@ -226,16 +275,16 @@ def _reason(e, sec: str | None, obj: str | None, shared: int, ordered_sections, 
     return "other"
 
 
-def _landed(placed, placed_entries, unplaced, out_secs, where, ordered_sections, lib_map) -> dict:
+def _landed(placed, placed_entries, unplaced, out_secs, where, ordered_sections, lib_map, placed_how) -> dict:
     """``landed`` (every profiled function: where it is, in order or why not),
     ``reasons`` (counts and examples per cause), ``out_of_order`` and ``not_placed``."""
     order_ok = lis_members([p[0] for p in placed])
     locs = [_where(off, where) for off, _ in placed]
     per_section = Counter(locs)  # profiled functions sharing one input section of one object
     landed, counts, examples = [], Counter(), {}
-    for (off, size), e, ok, (sec, obj) in zip(placed, placed_entries, order_ok, locs):
+    for (off, size), e, ok, (sec, obj), h in zip(placed, placed_entries, order_ok, locs, placed_how):
         shared = per_section[(sec, obj)] if sec is not None else 0
-        why = None if ok else _reason(e, sec, obj, shared, ordered_sections, where)
+        why = None if ok else "renamed" if h == "suffix" else _reason(e, sec, obj, shared, ordered_sections, where)
         osec = next((nm for a, b, nm in out_secs if a <= off < b), None)
         row = {"name": e.name, "rank": e.first, "offset": off, "size": size, "output_section": osec,
                "input_section": sec, "object": obj, "profiled_section": e.section, "profiled_object": e.object,
@@ -278,9 +327,20 @@ def _short(obj: str | None) -> str:
     return head.rsplit("/", 1)[-1] + sep + tail
 
 
-def _candidates(name: str, funcs_by_name: dict) -> tuple[list | None, str]:
+def _by_clone_base(funcs_by_name: dict) -> dict[str, list[str]]:
+    """clone base → the library's function names with that base and a suffix."""
+    out: dict[str, list[str]] = {}
+    for n in funcs_by_name:
+        b = clone_base(n)
+        if b != n:
+            out.setdefault(b, []).append(n)
+    return out
+
+
+def _candidates(name: str, funcs_by_name: dict, by_base: dict | None = None) -> tuple[list | None, str]:
     """The extents a profiled name may stand for in the library, and how it matched
-    (exact name, else its clone base, thunk target or constructor alias)."""
+    (exact name, else its clone base, thunk target or constructor alias, else a name
+    with a compiler/LTO suffix added: ``suffix``, several extents when it is ambiguous)."""
     cands = funcs_by_name.get(name)
     if cands:
         return cands, "exact"
@@ -291,11 +351,15 @@ def _candidates(name: str, funcs_by_name: dict) -> tuple[list | None, str]:
         return funcs_by_name[t], "thunk"
     if ctor_alias(name) and funcs_by_name.get(ctor_alias(name)):
         return funcs_by_name[ctor_alias(name)], "clone"
+    found = suffix_matches(name, (by_base or {}).get(b, []))
+    if found:
+        return list(dict.fromkeys(x for n in found for x in funcs_by_name[n])), "suffix"
     return cands, "exact"
 
 
-def _order_metrics(placed: list[tuple[int, int]]) -> dict:
-    """How ordered and compact the placed (offset, size) extents, in profile order, are."""
+def _order_metrics(placed: list[tuple[int, int]], unplaced: int = 0) -> dict:
+    """How ordered and compact the placed (offset, size) extents, in profile order, are;
+    ``unplaced`` profiled functions the library lacks count as out of order."""
     n = len(placed)
     offs = np.array([p[0] for p in placed], dtype=np.int64)
     sizes = np.maximum(np.array([p[1] for p in placed], dtype=np.int64), 1)
@@ -306,7 +370,7 @@ def _order_metrics(placed: list[tuple[int, int]]) -> dict:
     span = int((offs + sizes).max() - offs.min())
     first_pg, last_pg = offs // PAGE, (offs + sizes - 1) // PAGE
     return dict(
-        in_order_fraction=lis_length(offs.tolist()) / n,
+        in_order_fraction=lis_length(offs.tolist()) / (n + unplaced),
         kendall_tau=tau,
         touched_bytes=touched,
         span_bytes=span,
@@ -342,11 +406,17 @@ def summary_lines(res: dict) -> list[str]:
     if res["in_order_fraction"] is None:
         lines.append("order:     nothing to check (no profiled function found in the library)")
         return lines
-    lines.append(f"order:     {100 * res['in_order_fraction']:.1f}% in profile order (LIS), Kendall tau {res['kendall_tau']:.3f}")
+    counted = res.get("unplaced_counted", 0)
+    lines.append(f"order:     {100 * res['in_order_fraction']:.1f}% in profile order (LIS"
+                 + (f"; the {counted} missing count as out of order" if counted else "")
+                 + f"), Kendall tau {res['kendall_tau']:.3f}")
     lines.append(f"packing:   {res['touched_bytes']:,} touched bytes spread over {res['span_bytes']:,} "
                  f"(contiguity {100 * res['contiguity']:.1f}%); {res['pages']:,} pages, {res['pages_min']:,} at best")
     if res["missing_examples"]:
         lines.append("missing:   " + ", ".join(res["missing_examples"][:5]) + (" …" if res["missing"] > 5 else ""))
+    if res.get("renamed"):
+        lines.append(f"renamed:   {res['renamed']} found only with a compiler/LTO suffix: "
+                     + ", ".join(res["renamed_examples"][:5]) + (" …" if res["renamed"] > 5 else ""))
     lines += reason_lines(res)
     return lines
 

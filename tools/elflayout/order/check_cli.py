@@ -33,8 +33,12 @@ left to the linker's default rules, a COMDAT copy kept from another object, a se
 the ordering does not name, an address shared with another function (ICF), not in the
 output, an ambiguous local name.
 
-A profile of another build is fine (names are matched); entries it names that the
-library no longer defines are reported as stale. --cross-validate trains on all
+A profile of another build is fine (names are matched, also when a compiler or LTO added
+a suffix: foo → foo.llvm.<hash>, foo.lto_priv.0; several such names are reported as
+ambiguous, not guessed); entries it names that the library no longer defines are
+reported as stale and count as out of order. Exit 1 when more than 10% of its functions
+are missing or renamed: ordered by that profile, the library leaves its hot code out
+(an LTO build ordered by a profile of a build without LTO: profile the LTO build). --cross-validate trains on all
 workloads but one, evaluates on that one, for each (virtual code layouts of LIB, pages
 predicted by the readahead model; docs/ordering.md, "Held-out evaluation").
 """
@@ -82,6 +86,8 @@ def run(args) -> int:
         print(json.dumps(res, indent=1))
     else:
         print("\n".join(summary_lines(res) + (landed_lines(res) if args.where else [])))
+    if res.get("stale_hot"):
+        raise Finding(f"{args.lib}: {res['stale_hot']}")
     if args.fail_under is not None and not honoured(res, args.fail_under):
         frac = res["in_order_fraction"]
         raise Finding(f"{args.lib}: only {0 if frac is None else 100 * frac:.1f}% of profiled functions in profile order "
@@ -112,7 +118,8 @@ def _heldout(args, doc, t) -> int:
             return 0
         train_doc = load_profile(args.trained_on)
         train = train_doc.target(t.path if len(train_doc.targets) > 1 else None)
-        if t.build_id and t.build_id == img.build_id:
+        if t.build_id and t.build_id == img.build_id == train.build_id:
+            # both recorded on LIB (unordered): the order's virtual layout of LIB
             res = heldout.evaluate(img, t, train, ra)
         else:
             res = heldout.evaluate_relink(img, t, train, ra, args.map)

@@ -320,8 +320,8 @@ def table_lines(rows: list[dict]) -> list[str]:
 
 def evaluate_relink(img: ElfImage, heldout: Target, train: Target | None, read_ahead_kb: int,
                     lib_map: str | None = None) -> dict:
-    """Held-out figures for a real ordered relink (another build than the profiles'):
-    functions are matched by name (``check.lib_functions``, clones and thunks as in
+    """Held-out figures for a real ordered relink (another build than the training
+    profile's; the held-out one may be of either): functions are matched by name (``check.lib_functions``, clones and thunks as in
     ``resolve``); the hot set is the training profile's functions as placed in ``img``;
     pages are predicted from the held-out touches placed by ``placement.profile_touches``."""
     from elflayout.order.check import lib_functions
@@ -335,8 +335,11 @@ def evaluate_relink(img: ElfImage, heldout: Target, train: Target | None, read_a
         c = funcs.get(name) or funcs.get(clone_base(name)) or funcs.get(thunk_target(name) or "")
         return c[0] if c and len(c) == 1 else None
 
+    from elflayout.order.simulation import touches_relocations
+
     pages, kinds, notes = profile_touches(heldout, img, 1, lib_map)
-    pred = simulate(img, pages, kinds, read_ahead_kb, loader=True)
+    # as simulate does: the loader's pass unless the profile recorded it
+    pred = simulate(img, pages, kinds, read_ahead_kb, loader=not touches_relocations(img, pages))
     res = {"predicted_pages": pred["pages"], "predicted_requests": pred["requests"],
            "functions_unplaced": notes["functions_unplaced"]}
     if train is None:

@@ -193,6 +193,8 @@ def check_output(out: str, target, fmt: str, cmd_objs: list[str], linker: str, m
         lines.append(f"objects: {'n/a' if frac is None else f'{100 * frac:.1f}%'} of touched objects placed in profile order")
     else:
         frac = res["in_order_fraction"]
+    if res.get("stale_hot"):
+        raise OrderNotHonoured(lines, f"{out}: {res['stale_hot']}")
     if frac is None:
         raise Finding(f"{out}: no profiled function found in the output: cannot tell whether the ordering was honoured")
     if frac < min_order:

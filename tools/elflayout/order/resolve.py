@@ -7,6 +7,10 @@ next link may call them differently:
   ``object`` field picks the right one when the universe knows objects;
 - compiler clones ``foo.part.0``, ``foo.cold``, ``foo.isra.0``, ``foo.constprop.0``,
   ``foo.lto_priv.0``: matched as themselves first, then as their base ``foo``;
+- the other way round, a name the link has only with such a suffix, or the one LTO
+  adds (``foo`` profiled on a build without LTO, ``foo.llvm.<hash>`` (ThinLTO) or
+  ``foo.lto_priv.0`` (GCC) in the link): matched when one name bears it (``suffix``),
+  reported as ``ambiguous-suffix`` and left out when several do;
 - C++ thunks ``_ZThn8_N...`` / ``_ZTv0_n24_N...``: matched to the function they adjust
   to (``_ZN...``) when they have no symbol of their own;
 - FDE-only names (a stripped library's functions, known only by ``.eh_frame`` extents)
@@ -28,6 +32,11 @@ import numpy as np
 
 # foo.part.0, foo.cold, foo.cold.12, foo.isra.0, foo.constprop.3, foo.lto_priv.0, foo.localalias
 _CLONE = re.compile(r"\.(?:part|cold|isra|constprop|lto_priv|localalias|llvm|specialized)(?:\.\d+)?$")
+# the names LTO gives the local functions it promotes: ThinLTO foo.llvm.<hash>, GCC foo.lto_priv.<n>
+_LTO_RENAMED = re.compile(r"\.(?:llvm|lto_priv)\.\d+(?:\.|$)")
+_LTO_SUFFIX = re.compile(r"\.(?:llvm|lto_priv)\.\d+")
+# parts GCC splits off a function (not the function itself)
+_SPLIT_PART = re.compile(r"\.(?:cold|part)(?:\.\d+)?(?:\.|$)")
 # Itanium ABI call-offset thunks: _ZTh <nv-offset> _ and _ZTv <v-offset> _ <offset> _
 _THUNK = re.compile(r"^_ZT(?:h(n?\d+)_|v(n?\d+)_(n?\d+)_)")
 # names a profiler gives functions that only an FDE delimits
@@ -40,6 +49,26 @@ def clone_base(name: str) -> str:
     while prev != name:
         prev, name = name, _CLONE.sub("", name)
     return name
+
+
+def suffix_matches(name: str, candidates) -> list[str]:
+    """Those of ``candidates`` (names sharing ``name``'s clone base) that are ``name`` with
+    suffixes a compiler or LTO added: for a plain ``foo`` any clone but a split-off part
+    (``foo.cold``, ``foo.part.0``); for a clone, the same clone with LTO's renaming."""
+    plain = clone_base(name) == name
+    want = _LTO_SUFFIX.sub("", name)
+    out = []
+    for c in candidates:
+        if c == name or clone_base(c) != clone_base(name):
+            continue
+        if (not _SPLIT_PART.search(c)) if plain else _LTO_SUFFIX.sub("", c) == want:
+            out.append(c)
+    return out
+
+
+def lto_renamed(name: str) -> bool:
+    """Whether ``name`` carries a suffix only LTO adds (``.llvm.<hash>``, ``.lto_priv.<n>``)."""
+    return bool(_LTO_RENAMED.search(name))
 
 
 def thunk_target(name: str) -> str | None:
@@ -147,6 +176,17 @@ class Universe:
     object_section_symbols: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     # one symbol per code input section, in the map's (link) order
     text_order: list[tuple[str, str, str]] = field(default_factory=list)  # (symbol, section, object)
+    _by_base: dict[str, list[str]] | None = field(default=None, repr=False)
+
+    def suffixed(self, name: str) -> list[str]:
+        """The symbols that are ``name`` with compiler/LTO suffixes (``name.llvm.123``)."""
+        if self._by_base is None:
+            self._by_base = {}
+            for n in self.symbols:
+                b = clone_base(n)
+                if b != n:
+                    self._by_base.setdefault(b, []).append(n)
+        return suffix_matches(name, self._by_base.get(clone_base(name), []))
 
 
 @dataclass
@@ -155,7 +195,8 @@ class Resolved:
     link_name: str | None  # symbol to give the linker (None: unresolved)
     sections: list[str]  # input section name(s) holding it
     objects: list[str | None]
-    how: str  # exact | object | ambiguous | clone | thunk | alias | unverified | fde-only | missing
+    how: str  # exact | object | ambiguous | clone | thunk | alias | suffix | unverified | fde-only | missing
+    #           | ambiguous-suffix
     first: float | None = None  # the profile entry's first-access rank (a local name may be profiled twice)
 
 
@@ -230,7 +271,7 @@ def resolve(entries: list, universe: Universe | None) -> tuple[list[Resolved], d
         r = _resolve_one(name, e.object, universe, getattr(e, "section", None))
         r.first = e.first
         counts[r.how] += 1
-        if r.how in ("fde-only", "missing", "ambiguous") and len(examples[r.how]) < 5:
+        if r.how in ("fde-only", "missing", "ambiguous", "ambiguous-suffix") and len(examples[r.how]) < 5:
             examples[r.how].append(name)
         if r.link_name is None:
             out.append(r)
@@ -242,7 +283,7 @@ def resolve(entries: list, universe: Universe | None) -> tuple[list[Resolved], d
         taken.add(key)
         out.append(r)
     total = len(entries)
-    unresolved = counts["fde-only"] + counts["missing"]
+    unresolved = counts["fde-only"] + counts["missing"] + counts["ambiguous-suffix"]
     report = {
         "profiled": total,
         "matched": total - unresolved,
@@ -288,6 +329,11 @@ def _resolve_one(name: str, obj: str | None, u: Universe | None, section: str | 
             # the input section the profile found it in, of the same object: a C++
             # function in plain .text, which an lld map lists only demangled
             return Resolved(name, name, [section], [obj], "exact")
+        elif u.suffixed(name):
+            found = u.suffixed(name)
+            if len(found) > 1:
+                return Resolved(name, None, [], [], "ambiguous-suffix")
+            cands, how, link = u.symbols[found[0]], "suffix", found[0]
         else:
             return Resolved(name, None, [], [], "missing")
     if len(cands) > 1:

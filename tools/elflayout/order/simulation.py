@@ -95,6 +95,15 @@ TRACE_WARNING = ("page-granular (trace) profile: it holds only the pages that fa
                  "valgrind for a prediction")
 
 
+def touches_relocations(img, pages) -> bool:
+    """Whether the touched ``pages`` already hold ld.so's relocation pass (a profile with
+    data pages): then modelling the loader too would count it twice."""
+    from elflayout.elfcore import PAGE
+
+    rel = [s for s in img.sections if s.name in (".rela.dyn", ".rel.dyn", ".relr.dyn") and s.size]
+    return any(((pages >= s.offset // PAGE) & (pages <= (s.offset + s.size - 1) // PAGE)).any() for s in rel)
+
+
 def predict(profile, lib, target: str | None = None, read_ahead_kb: int | None = None, loader: str = "auto",
             code_bytes: int = 1, lib_map=None, hugepage: bool = False) -> dict:
     """The ``elflayout-simulation`` document for ``profile``'s touches on ``lib``.
@@ -103,7 +112,7 @@ def predict(profile, lib, target: str | None = None, read_ahead_kb: int | None =
     relocation pass (``yes``/``no``; ``auto``: unless the profile already touches the
     relocation tables). ``code_bytes``, ``lib_map``: as ``placement.profile_touches``.
     """
-    from elflayout.elfcore import PAGE, ElfImage
+    from elflayout.elfcore import ElfImage
     from elflayout.order.placement import profile_touches
     from elflayout.order.profile_input import load_profile, pick_target, require_touches
     from elflayout.order.readahead import simulate
@@ -123,11 +132,7 @@ def predict(profile, lib, target: str | None = None, read_ahead_kb: int | None =
         if pages.size == 0:
             raise ElflayoutError(f"{profile}: no profiled touch could be placed in {lib} "
                                  f"({notes['functions_unplaced']} functions, {notes['pages_unplaced']} pages unplaced)")
-        model_loader = loader == "yes"
-        if loader == "auto":
-            rel = [s for s in img.sections if s.name in (".rela.dyn", ".rel.dyn", ".relr.dyn") and s.size]
-            touched = any(((pages >= s.offset // PAGE) & (pages <= (s.offset + s.size - 1) // PAGE)).any() for s in rel)
-            model_loader = not touched
+        model_loader = loader == "yes" or (loader == "auto" and not touches_relocations(img, pages))
         res = simulate(img, pages, kinds, ra, model_loader, hugepage=hugepage)
         ident = img.identity()
     md = doc.metadata
