@@ -285,8 +285,28 @@ def test_trace_profile_has_nothing_to_order(synth, tmp_path):
     t["functions"], t["objects"] = [], []
     p = tmp_path / "trace.json"
     p.write_text(json.dumps(doc))
-    r = run_cli("order", p, "--format", "lld", "-o", tmp_path / "x", check=2)
+    r = run_cli("order", p, "--format", "lld", "-o", tmp_path / "x", check=1)
     assert "nothing to order" in r.stderr and not (tmp_path / "x").exists()
+    assert "names no functions" in r.stderr and "--backend valgrind" in r.stderr
+
+
+def test_profile_without_functions_is_refused_even_with_data(synth, tmp_path):
+    """A page-granularity profile whose pages a map turns into data sections: no
+    ordering of 0/0 functions is written (exit 1, how to record functions)."""
+    doc = json.loads(synth["profile"].read_text())
+    t = doc["targets"][0]
+    doc["metadata"].update(backend="trace", granularity="page")
+    t["functions"], t["objects"] = [], []
+    t["sections"] = [{"name": ".rodata.tbl_0", "object": "obj0.o", "first": 0}]
+    t["pages"] = [{"page": 0, "kind": "t", "first": 0, "t": 0.0}]
+    p = tmp_path / "trace.json"
+    p.write_text(json.dumps(doc))
+    for verb in (["order", p, "--format", "lld", "--objects-from", synth["map"], "-o", tmp_path / "x"],
+                 ["link", "--profile", p, "--objects-from", synth["map"], "--", "gcc", "-shared", "-o",
+                  tmp_path / "l.so", *_objs(synth)]):
+        r = run_cli(*verb, check=1)
+        assert "names no functions (page granularity, trace backend" in r.stderr, r.stderr
+        assert not (tmp_path / "x").exists() and not (tmp_path / "l.so").exists()
 
 
 def test_hot_last_puts_touched_code_at_the_end_of_text(synth, tmp_path):

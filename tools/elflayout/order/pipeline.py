@@ -126,6 +126,22 @@ class Ordering:
                 f"/usr/lib/debug/.build-id/...), or use --format objects with the link map")
 
 
+class NoFunctions(Finding):
+    """The profile names no functions (page granularity): there is nothing to order by."""
+
+
+def require_functions(t: Target, doc: Profile, path) -> None:
+    """An ordering is made of the profiled functions: a profile without any (a trace
+    profile records pages) is refused, with the way to record one."""
+    if t.functions:
+        return
+    md = doc.metadata
+    how = f"{md.get('granularity') or '?'} granularity, {md.get('backend') or '?'} backend"
+    raise NoFunctions(f"{path}: nothing to order: the profile of {t.path} names no functions ({how}; "
+                      f"{len(t.pages)} pages); profile with function granularity: elflayout profile --backend "
+                      f"valgrind --target {t.path} ...")
+
+
 class ThinOrdering(Finding):
     """The ordering names almost none of the profiled functions: nothing is written."""
 
@@ -144,6 +160,8 @@ def order(req: Request) -> Ordering:
     want = req.target or (str(req.lib) if req.lib and several else None) or (req.default_target if several else None)
     t = pick_target(doc, req.profile, want)
     require_touches(t, req.profile)
+    if req.format != "objects" or not t.objects:  # an object order can come from pages
+        require_functions(t, doc, req.profile)
     warnings, bind_now = _check_library(req, t)
     universe, note = load_universe(req.objects_from, t.map, t.path)
     if note:

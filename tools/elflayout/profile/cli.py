@@ -134,6 +134,48 @@ def _commands(args) -> list[tuple[str, list[str]]]:
     return out
 
 
+# Programs that run the command they are given (their arguments): valgrind does not follow
+# them into it unless told to (--children).
+WRAPPERS = {"env", "nice", "ionice", "taskset", "chrt", "stdbuf", "timeout", "nohup", "setarch", "time", "sudo",
+            "xargs", "exec", "sh", "bash", "dash", "numactl", "prlimit", "unshare", "chroot", "flock"}
+
+
+def _wrapper_hint(msg: str, workloads, args) -> str:
+    """A recording that failed because the workload is a wrapper the profiler did not
+    follow: say so, and what to do, instead of guessing at the cause."""
+    import os
+
+    wrapped = [w for w in workloads if os.path.basename(w.argv[0]) in WRAPPERS]
+    if args.children or not wrapped or not ("nothing was recorded" in msg or "never loaded" in msg):
+        return msg
+    w = wrapped[0]
+    msg = msg.replace(" (killed with SIGKILL?)", "")
+    how = (" (or give the variables with --env NAME=VALUE and run the program itself)"
+           if os.path.basename(w.argv[0]) == "env" else "")
+    return (f"{msg}; {os.path.basename(w.argv[0])} runs another program, which the profiler follows only with "
+            f"--children{how}")
+
+
+def _stripped_hint(t) -> str | None:
+    """How to get names when most of a target's functions have none (a stripped file
+    without its debug file): an ordering needs them."""
+    import os
+
+    s = t.stats or {}
+    n, named = len(t.functions), s.get("functions_named", len(t.functions))
+    if n == 0 or n - named <= n // 4 or not os.path.exists(t.path):
+        return None
+    from elflayout.elfcore import ElfImage
+
+    with ElfImage(t.path) as img:
+        if img.section(".symtab") is not None:
+            return None
+    return (f"{t.path} is stripped: {n - named} of {n} functions have no name, and an ordering needs names. "
+            f"Give its debug file (--debug-file FILE: a copy with symbols, or the file under "
+            f"/usr/lib/debug/.build-id/ that its package's -dbgsym or -dbg package installs), or profile a build "
+            f"that is not stripped")
+
+
 def run(args: argparse.Namespace) -> int:
     from elflayout import fileio
     from elflayout.profile import model, record
@@ -147,8 +189,11 @@ def run(args: argparse.Namespace) -> int:
                          keep_log=args.keep_log, read_ahead_kb=args.read_ahead_kb, debug_files=list(args.debug_file))
     record.prepare(setup)  # fails early on missing / non-ELF targets and bad maps
     out = fileio.check_output(args.output, force=args.force, inputs=setup.targets + setup.maps)
-    with _progress("recording ...") as st:
-        doc, statuses = record.record_set(setup, workloads, args.combine, progress=st.update)
+    try:
+        with _progress("recording ...") as st:
+            doc, statuses = record.record_set(setup, workloads, args.combine, progress=st.update)
+    except ElflayoutError as e:
+        raise ElflayoutError(_wrapper_hint(str(e), workloads, args)) from None
     model.save(doc, out)
     prof = model.parse(doc)
     for t in prof.targets:
@@ -161,6 +206,9 @@ def run(args: argparse.Namespace) -> int:
         if args.backend == "trace":
             line += f", {len(t.reads)} reads, {len(t.windows)} fault-around windows"
         print(line)
+        hint = _stripped_hint(t)
+        if hint:
+            print(f"elflayout: hint: {hint}", file=sys.stderr)
     if len(workloads) > 1:
         print(f"{len(workloads)} workloads merged ({args.combine}): " + "; ".join(w.name for w in workloads))
     print(f"wrote {out}")
