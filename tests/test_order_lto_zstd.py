@@ -1,0 +1,68 @@
+"""LTO builds of a real C library (Debian's libzstd, its own Makefile): a profile of the
+build without LTO applied to the LTO build makes ``link`` exit 1 naming the hot
+functions it leaves out (renamed ``foo.lto_priv.0`` / ``foo.llvm.<hash>``, inlined away);
+a profile of the LTO build itself orders it fully, with GNU ld, gold and lld 22.
+
+Pages read (measure --state selective, docs/ordering.md "LTO builds"): the profile of the
+build without LTO keeps 12-35% of the gain, the LTO build's own profile all of it.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import need_tool, run_cli
+import zstd_testlib as zstd
+
+pytestmark = [pytest.mark.slow, pytest.mark.download, pytest.mark.valgrind]
+
+VARIANTS = {
+    # name: (compiler, compile flags without LTO, with LTO, link driver and linker flags)
+    "gcc-lto-bfd": ("gcc", ["-O2", "-ffunction-sections", "-fdata-sections"], ["-flto=auto"], ["-fuse-ld=bfd"]),
+    "gcc-lto-gold": ("gcc", ["-O2", "-ffunction-sections", "-fdata-sections"], ["-flto=auto"], ["-fuse-ld=gold"]),
+    "clang22-thinlto-lld22": ("clang-22", ["-O2", "-ffunction-sections", "-fdata-sections"], ["-flto=thin"],
+                              ["-fuse-ld=lld-22"]),
+}
+
+
+def _profile(lib, exe, out):
+    run_cli("profile", "--target", lib, "--map", f"{lib}.map", "-o", out, "--", exe, check=0)
+    return out
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_lto_build_ordered_by_a_profile_of_another_build(tmp_path, variant):
+    cc, cflags, lto, ld = VARIANTS[variant]
+    need_tool(cc)
+    need_tool({"-fuse-ld=bfd": "ld.bfd", "-fuse-ld=gold": "ld.gold", "-fuse-ld=lld-22": "ld.lld-22"}[ld[0]])
+    plain, with_lto = zstd.build(cc, cflags), zstd.build(cc, cflags + lto)
+    # the build without LTO, profiled
+    d0 = tmp_path / "plain"
+    d0.mkdir()
+    lib0 = d0 / "libzstd.so.1"
+    subprocess.run(zstd.link_command([cc, *cflags, *ld], plain, lib0), check=True)
+    prof0 = _profile(lib0, zstd.program(d0), tmp_path / "plain.json")
+    # the LTO build ordered by it: not reported as honoured
+    d1 = tmp_path / "lto-by-plain"
+    d1.mkdir()
+    lib1 = d1 / "libzstd.so.1"
+    r = run_cli("link", "--profile", prof0, "--", *zstd.link_command([cc, *cflags, *lto, *ld], with_lto, lib1), check=1)
+    last = r.stderr.strip().splitlines()[-1]
+    assert "the library is an LTO build" in last and "Profile the library as built (the LTO build itself)" in last
+    assert "renamed" in last and "_internal" in last, last
+    # the LTO build profiled itself orders fully
+    d2 = tmp_path / "lto"
+    d2.mkdir()
+    lib2 = d2 / "libzstd.so.1"
+    subprocess.run(zstd.link_command([cc, *cflags, *lto, *ld], with_lto, lib2), check=True)
+    prof2 = _profile(lib2, zstd.program(d2), tmp_path / "lto.json")
+    d3 = tmp_path / "lto-by-lto"
+    d3.mkdir()
+    lib3 = d3 / "libzstd.so.1"
+    r = run_cli("link", "--profile", prof2, "--", *zstd.link_command([cc, *cflags, *lto, *ld], with_lto, lib3), check=0)
+    assert "100.0% in profile order" in r.stderr
+    res = json.loads(run_cli("check-order", lib3, "--profile", prof2, "--json", check=0).stdout)
+    assert res["stale_hot"] is None and res["in_order_fraction"] == 1.0
+    out = subprocess.run([str(zstd.program(d3))], capture_output=True, text=True, check=True).stdout
+    assert "1048576 ->" in out
