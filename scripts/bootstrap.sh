@@ -18,7 +18,7 @@ APT_PACKAGES=(
   chromium sqlite3 file                             # report rendering test, history db
   postgresql                                        # history in PostgreSQL (tests start a private server)
   debootstrap                                       # a Debian 11 root (glibc 2.31) for pack-relocs tests
-  clang-22 lld-19 lld-22 dpkg-dev xz-utils          # link with versioned toolchains (ld.lld-N, clang -fuse-ld=lld-N), ThinLTO tests; libzstd source (apt-get source)
+  clang-22 lld-19 lld-22 xz-utils                   # link with versioned toolchains (ld.lld-N, clang -fuse-ld=lld-N), ThinLTO tests; libzstd source (apt-get source)
 )
 
 need=()
