@@ -20,10 +20,7 @@ from elflayout.order.resolve import Universe, resolve, suffix_matches
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
     need_tool("gcc")
-    wd = tmp_path_factory.mktemp("synth")
-    d = testlib.build_profiled(wd, n_objects=6, funcs_per_object=8, seed=3)
-    d["wd"] = wd
-    return d
+    return testlib.build_profiled(tmp_path_factory.mktemp("synth"), n_objects=6, funcs_per_object=8, seed=3)
 
 
 class _E:
