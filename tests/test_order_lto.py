@@ -104,3 +104,37 @@ def test_held_out_on_a_relink_places_the_training_profile_by_name(synth, tmp_pat
     sim = json.loads(run_cli("simulate", held, "--lib", lib, "--read-ahead-kb", "16", "--json", check=0).stdout)
     assert res["in_hot_fraction"] == 1.0 and res["cold_functions"] == 0
     assert res["predicted_pages"] == sim["pages"]
+
+
+def _lib_with_renamed(tmp_path, order):
+    """A library whose function ``b`` is named ``b.llvm.77`` (as ThinLTO renames a promoted
+    local), the functions in ``order``; and a profile a, b, c of another build."""
+    bodies = {"a": "int a(int x) { return x + 1; }", "c": "int c(int x) { return x + 3; }",
+              "b": 'int b_(int x) __asm__("b.llvm.77"); int b_(int x) { return x + 2; }'}
+    src = tmp_path / "r.c"
+    src.write_text("\n".join(bodies[n] for n in order) + "\n")
+    lib = tmp_path / "libr.so"
+    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", "-fno-reorder-functions", "-o", str(lib), str(src)], check=True)
+    prof = {"format": "elflayout-profile", "version": 1,
+            "metadata": {"argv": ["x"], "backend": "truth", "granularity": "function", "kernel": "",
+                         "read_ahead_kb": None, "started": "", "duration_s": 0.0, "exit_status": 0, "notes": ""},
+            "targets": [{"path": "/elsewhere/libr.so", "build_id": "00" * 20, "sha256": None, "size": 1, "map": None,
+                         "functions": [{"name": n, "offset": 0, "size": 4, "first": i} for i, n in enumerate("abc")],
+                         "sections": [], "objects": [], "pages": [], "reads": []}]}
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(prof))
+    return lib, p
+
+
+def test_renamed_function_placed_in_order_is_not_lost(tmp_path):
+    """An ordering that named the LTO name (e.g. from the map of an earlier LTO link) placed
+    the renamed function: in order, not counted against the profile."""
+    lib, p = _lib_with_renamed(tmp_path, "abc")
+    res = json.loads(run_cli("check-order", lib, "--profile", p, "--json", check=0).stdout)
+    assert res["renamed"] == 1 and res["renamed_lost"] == 0 and res["stale_hot"] is None
+    assert res["in_order_fraction"] == 1.0 and res["matched_by"]["suffix"] == 1
+    lib, p = _lib_with_renamed(tmp_path, "acb")
+    r = run_cli("check-order", lib, "--profile", p, "--json", check=1)
+    res = json.loads(r.stdout)
+    assert res["renamed_lost"] == 1 and "1 renamed, 0 missing: b" in res["stale_hot"]
+    assert {x["name"]: x["reason"] for x in res["landed"]}["b"] == "renamed"

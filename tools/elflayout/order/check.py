@@ -192,6 +192,11 @@ def check(lib, target: Target, lib_map=None, ordered_sections=None) -> dict:
         "lto": lto,
     }
     res.update(_landed(placed, placed_entries, unplaced, out_secs, where, ordered_sections, lib_map, placed_how))
+    # renamed functions the ordering did not place: found out of order, or ambiguous
+    kept = {r["name"] for r in res["landed"] if r["in_order"]}
+    lost_names = [n for n in renamed if n not in kept]
+    res["renamed_lost"] = len(lost_names)
+    res["renamed_lost_examples"] = list(dict.fromkeys(lost_names))[:10]
     # a profiled function the library does not have cannot be where the order wants it
     res["unplaced_counted"] = 0 if same_build else len(missing)
     if n == 0:
@@ -213,18 +218,19 @@ def stale_profile_reason(res: dict) -> str | None:
     """Why a profile of another build leaves the hot code out of this library (a sentence
     naming the functions), or None: the profiled functions the library lacks or has only
     under a compiler/LTO suffix, when they are more than ``STALE_HOT_FRACTION`` of the
-    named ones."""
+    named ones. Renamed functions the ordering did place in order (it named them as
+    the library does, e.g. from the map of an earlier LTO link) are not lost."""
     if res["same_build"]:
         return None
     named = res["profiled"] - res["fde_only"]
-    lost = res["missing"] + res["renamed"]
+    lost = res["missing"] + res["renamed_lost"]
     if not named or lost <= STALE_HOT_FRACTION * named:
         return None
-    names = (res["renamed_examples"][:3] + res["missing_examples"])[:6]
+    names = (res["renamed_lost_examples"][:3] + res["missing_examples"])[:6]
     what = "an LTO build (its local functions are renamed: foo.llvm.<hash>, foo.lto_priv.0)" if res["lto"] \
         else "a different build"
     return (f"{lost} of {named} profiled functions are not in {res['lib']['path']} as profiled "
-            f"({res['renamed']} renamed, {res['missing']} missing: {', '.join(names)}"
+            f"({res['renamed_lost']} renamed, {res['missing']} missing: {', '.join(names)}"
             f"{' …' if lost > len(names) else ''}): the library is {what} and the profile is of another; "
             f"an ordering made from it leaves the hot code out. Profile the library as built "
             f"(the LTO build itself) and order with that profile")
