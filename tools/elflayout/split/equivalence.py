@@ -10,8 +10,9 @@ compared with the original link by meaning, not address:
 
 - every function (``STT_FUNC`` with a size): the same instructions, where each branch
   target and RIP-relative operand is named by the symbol holding it plus the offset
-  (or, outside every symbol, by its section and the 16 bytes there), and each
-  absolute relocation in an instruction by its target's name;
+  (or, outside every symbol, by its section and the 16 bytes there) and, when its
+  emitted relocation names a uniquely named symbol, by that symbol plus the constant;
+  each absolute relocation or relaxed GOT load in an instruction by its target's name;
 - every relocated data word (the emitted relocations in allocated sections outside
   code): the same type and target name, by the symbol holding the word plus offset
   (words outside every symbol: the same multiset per output section).
