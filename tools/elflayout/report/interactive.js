@@ -43,8 +43,17 @@
     }
     p.ftext = r.fp.map(function (pg, j) {
       return 'page ' + num(pg) + ' touched (page fault) at ' + r.ft[j] + ' ms<br>section: ' +
-        esc(sectionsIn(p.sections, pg * page, (pg + 1) * page).join(', ') || '–');
+        esc(sectionsIn(p.sections, pg * page, (pg + 1) * page).join(', ') || '–') +
+        namesIn(p, pg * page, (pg + 1) * page);
     });
+  }
+
+  function namesIn(p, a, b) {
+    if (!p.attr) return '';
+    var fs = functionsIn(p.attr, a, b);
+    return '<br>functions the profiled start-up touched here: ' + (fs.length ? fs.slice(0, SHOW_NAMES).map(function (f) {
+      return esc(f[2]);
+    }).join(', ') + (fs.length > SHOW_NAMES ? ' (+' + (fs.length - SHOW_NAMES) + ' more: click)' : '') : 'none');
   }
 
   function hoverText(p, i, page) {
@@ -54,13 +63,7 @@
       'pages ' + num(r.p[i]) + '–' + num(r.p[i] + r.n[i] - 1) + ' (' + r.n[i] + ' page' + (r.n[i] > 1 ? 's' : '') +
       ' in this read-ahead window; ' + touched + ' touched in this run)<br>' +
       'section: ' + esc(sectionsIn(p.sections, a, b).join(', ') || '–');
-    if (p.attr) {
-      var fs = functionsIn(p.attr, a, b);
-      s += '<br>functions the profiled start-up touched here: ' + (fs.length ? fs.slice(0, SHOW_NAMES).map(function (f) {
-        return esc(f[2]);
-      }).join(', ') + (fs.length > SHOW_NAMES ? ' (+' + (fs.length - SHOW_NAMES) + ' more: click)' : '') : 'none');
-    }
-    return s;
+    return s + namesIn(p, a, b);
   }
 
   function detail(p, i, page) {
@@ -135,7 +138,7 @@
     });
     panels.forEach(function (p) { total[p.variant] = Object.values(p.counts.read).reduce(function (a, b) { return a + b; }, 0); });
     traces.push({ type: 'scatter', mode: 'markers+text', y: names, x: panels.map(function (p) { return p.counts.touched_total; }),
-      marker: { symbol: 'line-ns-open', size: 26, line: { width: 3, color: '#111' } }, textposition: 'top center',
+      marker: { symbol: 'line-ns-open', size: 26, color: '#111', line: { width: 3, color: '#111' } }, textposition: 'top center',
       text: panels.map(function (p) { return 'touched ' + num(p.counts.touched_total); }), textfont: { size: 10 },
       name: 'pages touched: the floor no layout can read below', hovertemplate: '%{y}: %{x:,} pages touched<extra></extra>' });
     traces.push({ type: 'scatter', mode: 'text', y: names, x: names.map(function (v) { return total[v]; }), showlegend: false,
