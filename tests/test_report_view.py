@@ -35,6 +35,7 @@ def _py():
 
 def test_view_data_attributes_reads_to_the_profile_of_the_same_build():
     from elflayout.report import access
+    from elflayout.report import data as D
     from elflayout.report import interactive
 
     res, prof, plan = _py()
@@ -54,6 +55,8 @@ def test_view_data_attributes_reads_to_the_profile_of_the_same_build():
         assert p["reads"]["p"] == q.acc.page.tolist() and p["reads"]["n"] == q.acc.npages.tolist()
         assert p["counts"]["pages_read"] == q.acc.pages_read and p["counts"]["touched_total"] == q.acc.touched
         assert sum(p["counts"]["read"].values()) == np.unique(q.acc.read_pages()).size
+        # a line per seek, as the harness counts them (and not one per pair of reads)
+        assert len(p["reads"]["seeks"]["i"]) == D.count_seeks(q.acc.page, q.acc.npages) == q.acc.seeks
         # the axis ends with the mapped part, before the symbol tables of this unstripped build
         assert p["mapped_end"] < res.files[p["path"]]["size"]
 

@@ -439,7 +439,8 @@ def access_figures(src: str, res: Results, plans: list[dict[str, str]], profiles
         out.append(interactive_view(res, plan, profiles, state, f"{idx}-{k}", " / ".join(names)))
         out.append('<p class="sub">Access view: x = time since exec (or read number), y = offset in the file, '
                    "one shared axis for every variant shown; bands: ELF sections; dots: reads, sized by the "
-                   "read-ahead window; red lines: order of the reads (long strokes are seeks); crosses: page faults. "
+                   f"read-ahead window; red lines: seeks (jumps of more than {D.SEEK_PAGES} pages between consecutive "
+                   "reads); crosses: page faults. "
                    "Each variant's run with the median pages read. Bar: distinct pages read per section family; "
                    "the black tick is the pages touched, the floor no layout can read below; click a family to "
                    "zoom the view to it.</p>")

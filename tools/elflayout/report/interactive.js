@@ -81,6 +81,16 @@
     return s;
   }
 
+  // One segment per seek, from the read before the jump to the read after it (null: a break).
+  function seekLines(s, xmode, page) {
+    var x = [], y = [];
+    for (var k = 0; k < s.i.length; k++) {
+      if (xmode === 'time') x.push(s.t0[k], s.t1[k], null); else x.push(s.i[k], s.i[k] + 1, null);
+      y.push(s.y0[k] * page / MB, s.y1[k] * page / MB, null);
+    }
+    return { x: x, y: y };
+  }
+
   function axisName(k) { return k ? 'x' + (k + 1) : 'x'; }
   function axisKey(k) { return k ? 'xaxis' + (k + 1) : 'xaxis'; }
 
@@ -94,9 +104,10 @@
       var xa = axisName(j), r = p.reads, gl = hasGL && r.t.length > GL_POINTS, type = gl ? 'scattergl' : 'scatter';
       var xs = xmode === 'time' ? r.t : r.i, fx = xmode === 'time' ? r.ft : r.fi;
       ymax = Math.max(ymax, p.mapped_end / MB, Math.max.apply(null, p.mid.concat([0])));
-      traces.push({ type: type, mode: 'lines', x: xs, y: p.mid, xaxis: xa, yaxis: 'y', hoverinfo: 'skip',
-        line: { color: 'rgba(214,39,40,0.45)', width: 0.7 }, name: 'order of reads (long strokes: seeks)',
-        legendgroup: 'seek', showlegend: j === 0 });
+      var sk = seekLines(r.seeks, xmode, d.page);
+      traces.push({ type: sk.x.length > GL_POINTS && hasGL ? 'scattergl' : 'scatter', mode: 'lines', x: sk.x, y: sk.y,
+        xaxis: xa, yaxis: 'y', hoverinfo: 'skip', line: { color: 'rgba(214,39,40,0.5)', width: 0.8 },
+        name: 'seeks (jumps of more than ' + d.seek_pages + ' pages between consecutive reads)', legendgroup: 'seek', showlegend: j === 0 });
       traces.push({ type: type, mode: 'markers', x: fx, y: r.fp.map(function (q) { return (q + 0.5) * d.page / MB; }),
         xaxis: xa, yaxis: 'y', text: p.ftext, hovertemplate: '%{text}<extra></extra>',
         marker: { symbol: 'x', size: 5, color: 'rgba(230,85,13,0.75)' }, name: 'page faults (touched)',

@@ -82,7 +82,18 @@ def _reads_payload(acc: D.Access) -> tuple[dict, list[str]]:
     fidx = np.arange(0, acc.ft.size, kf)
     return {"t": _round(acc.t[idx] * 1e3, 3), "i": idx.tolist(), "p": acc.page[idx].tolist(),
             "n": acc.npages[idx].tolist(), "ft": _round(acc.ft[fidx] * 1e3, 3), "fp": acc.fpage[fidx].tolist(),
-            "fi": np.searchsorted(acc.t, acc.ft[fidx]).tolist()}, notes
+            "fi": np.searchsorted(acc.t, acc.ft[fidx]).tolist(), "seeks": _seeks(acc)}, notes
+
+
+def _seeks(acc: D.Access) -> dict:
+    """Every seek (a jump of more than SEEK_PAGES pages between consecutive reads, as
+    ``pages.count_seeks`` counts them) as a segment from read k to read k + 1: lines for
+    these only, not for every pair of reads, keep a zoom of a libLLVM start-up fast."""
+    mid = acc.page + acc.npages / 2
+    jump = acc.page[1:] - (acc.page[:-1] + acc.npages[:-1])
+    k = np.flatnonzero(np.abs(jump) > D.SEEK_PAGES)
+    return {"i": k.tolist(), "t0": _round(acc.t[k] * 1e3, 3), "t1": _round(acc.t[k + 1] * 1e3, 3),
+            "y0": mid[k].tolist(), "y1": mid[k + 1].tolist()}
 
 
 def _family_counts(bands, acc: D.Access) -> dict:
@@ -174,7 +185,8 @@ def view_data(res, plan: dict[str, str], profiles=(), state: str | None = None) 
         return {"state": state, "panels": [], "error": str(e)}
     fams = [f for f, _, _ in D.FAMILIES] + [D.OTHER[0]]
     colours = {f: c for f, _, c in D.FAMILIES} | {D.OTHER[0]: D.OTHER[2]}
-    return {"state": state, "panels": panels, "families": [[f, colours[f]] for f in fams], "page": D.PAGE}
+    return {"state": state, "panels": panels, "families": [[f, colours[f]] for f in fams], "page": D.PAGE,
+            "seek_pages": D.SEEK_PAGES}
 
 
 def view_html(data: dict, idx: str, title: str) -> str:
