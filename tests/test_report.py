@@ -623,7 +623,7 @@ def test_python_report_renders(tmp_path):
     run_cli("report", PY_RESULTS, PY_PROFILE, "-o", out, check=0)
     h = out.read_text()
     assert "ordered: read" in h and "before: read" in h and "libpython3.11.so.1.0" in h
-    assert "x: read number" in h and h.count('class="elv-data"') == 1  # static sequence image, interactive view
+    assert "x: read number" in h and h.count('<script type="application/json" class="elv-data"') == 1  # static sequence image, interactive view
     # The headline gives the before → after of the pages read, from the runs themselves.
     from elflayout.report import data as D
 
