@@ -11,10 +11,10 @@ import os
 import struct
 
 import numpy as np
-from elftools.elf import enums
 
 from elflayout import __version__
 from elflayout import linkmap, symbols
+from elflayout.arch import reloc_name
 from elflayout.elfcore import PAGE, ElfImage, page_range, relr_decode, relr_size
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import envelope
@@ -22,18 +22,6 @@ from elflayout.layouts import PF_R, PF_W, PF_X, SHF_ALLOC, SYM32, SYM64
 
 FORMAT_KIND = "inspect"
 FORMAT_VERSION = 1
-
-_RELOC_NAMES = {
-    "EM_X86_64": enums.ENUM_RELOC_TYPE_x64,
-    "EM_386": enums.ENUM_RELOC_TYPE_i386,
-    "EM_AARCH64": enums.ENUM_RELOC_TYPE_AARCH64,
-    "EM_ARM": enums.ENUM_RELOC_TYPE_ARM,
-    "EM_MIPS": enums.ENUM_RELOC_TYPE_MIPS,
-    "EM_PPC": enums.ENUM_RELOC_TYPE_PPC,
-    "EM_PPC64": enums.ENUM_RELOC_TYPE_PPC64,
-    "EM_S390": enums.ENUM_RELOC_TYPE_S390X,
-    "EM_LOONGARCH": enums.ENUM_RELOC_TYPE_LOONGARCH,
-}
 
 # Section flags as readelf prints them.
 _SHF = [(0x1, "W"), (0x2, "A"), (0x4, "X"), (0x10, "M"), (0x20, "S"), (0x40, "I"), (0x80, "L"), (0x200, "G"),
@@ -61,13 +49,8 @@ def _pages(offset: int, size: int, occupies: bool = True):
     return [a, b]
 
 
-def reloc_type_name(machine: str, t: int) -> str:
-    names = _RELOC_NAMES.get(machine)
-    if names is not None:
-        for k, v in names.items():
-            if v == t and not k.startswith("_"):
-                return k
-    return f"type {t}"
+def reloc_type_name(machine: str, t: int, elfclass: int = 64) -> str:
+    return reloc_name(machine, elfclass, t)
 
 
 def file_info(img: ElfImage) -> dict:
@@ -139,7 +122,7 @@ def relocations(img: ElfImage) -> dict:
         else:
             u, c = np.unique(ty, return_counts=True)
         for t, n in zip(u.tolist(), c.tolist()):
-            d = by_type.setdefault(t, {"type": reloc_type_name(img.machine, t), "number": t, "count": 0, "bytes": 0})
+            d = by_type.setdefault(t, {"type": reloc_type_name(img.machine, t, img.elfclass), "number": t, "count": 0, "bytes": 0})
             d["count"] += n
             d["bytes"] += n * ent
         if rel_t is not None:
@@ -161,7 +144,7 @@ def relocations(img: ElfImage) -> dict:
         rela_ent = max((t["entsize"] for t in tables), default=3 * img.wordsize)
         relr = relr_size(aligned, img.wordsize) if aligned.size else 0
         relative = {
-            "type": reloc_type_name(img.machine, rel_t), "count": n_rel,
+            "type": reloc_type_name(img.machine, rel_t, img.elfclass), "count": n_rel,
             "word_aligned": int(aligned.size), "relr_bytes": relr, "relr_words": relr // img.wordsize,
             "rel_bytes": n_rel * rela_ent,
             # bytes freed if every RELATIVE relocation (and any existing RELR table) became one optimal RELR table
