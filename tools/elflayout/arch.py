@@ -69,7 +69,7 @@ AARCH64 = Arch("EM_AARCH64", 64, True, 1027, _t("R_AARCH64_", {
     1026: ("JUMP_SLOT", ABS_NOADD, 8), 1027: ("RELATIVE", RELATIVE, 8), 1028: ("TLS_DTPMOD64", DTPMOD, 8),
     1029: ("TLS_DTPREL64", DTPOFF, 8), 1030: ("TLS_TPREL64", TPOFF, 8), 1031: ("TLSDESC", DTPOFF, 16),
     1032: ("IRELATIVE", IRELATIVE, 8),
-}))
+}), pack_supported=True)
 
 ARCHES = {(a.machine, a.elfclass): a for a in (X86_64, I386, AARCH64)}
 
@@ -106,6 +106,21 @@ def reloc_name(machine: str, elfclass: int, t: int) -> str:
         if v == t and not k.startswith("_"):
             return k
     return f"type {t}"
+
+
+EM_AARCH64 = 183
+PT_LOAD = 1
+
+
+def cut_granule(e_machine: int, p_types, p_aligns, page: int = 4096) -> int:
+    """The unit in which whole pages may leave a file (pack-relocs' cut): the file
+    offsets after the hole drop by a multiple of it, so every PT_LOAD keeps offset ≡
+    vaddr mod p_align. An arm64 library must load on 4, 16 and 64 KiB kernels: its
+    segments' p_align (Debian links with 64 KiB); x86-64 kernels have 4 KiB pages."""
+    if e_machine != EM_AARCH64:
+        return page
+    aligns = [int(a) for t, a in zip(p_types, p_aligns) if int(t) == PT_LOAD]
+    return max([page, *aligns])
 
 
 def arch_of(img) -> Arch:

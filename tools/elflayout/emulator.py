@@ -127,3 +127,17 @@ def for_program(path, given: str | Emulator | None = None) -> Emulator | None:
     if em is None or em[0] == host_machine():
         return None
     return detect(em[0])
+
+
+def for_library(path, root=None) -> Emulator | None:
+    """The emulator real loads of a library run under (None: natively). ``root`` (a
+    system root given by the user) replaces the default arm64 root."""
+    em = elf_machine(path)
+    if em is None or em[0] == host_machine():
+        return None
+    if root is None:
+        return detect(em[0])
+    qemu = QEMU[em[0]][0]
+    if shutil.which(qemu) is None:
+        detect(em[0])  # says what to install
+    return Emulator((qemu, "-L", str(Path(root).resolve())), em[0])

@@ -32,7 +32,7 @@ def plugin_path() -> Path:
     return Path(os.environ.get("ELFLAYOUT_QEMU_PLUGIN", ROOT / "build" / "qemu" / "qemutouch.so"))
 
 
-def tool_status(build: bool = True) -> str | None:
+def status(build: bool = True) -> str | None:
     """None when the plugin can run (built now if its source and header are here), else
     what to do."""
     p = plugin_path()
@@ -63,7 +63,7 @@ def plugin_option(out: str, targets: list[str], exe: str, data: bool, marks=()) 
 def run(targets: list[str], argv: list[str], *, emulator: emulation.Emulator, data: bool = False,
         env: dict | None = None, stdout=None, stderr=None, log_path: str | None = None) -> Run:
     """Run ``argv`` under ``emulator`` with the plugin; the parsed log and the status."""
-    why = tool_status()
+    why = status()
     if why:
         raise ElflayoutError(why)
     exe = os.path.realpath(workload_path(argv[0]))

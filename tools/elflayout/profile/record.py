@@ -107,6 +107,8 @@ def prepare(setup: Setup) -> Setup:
     """Open the targets and parse the link maps before any (long) run, so bad input
     fails in the first second."""
     setup.targets = [os.path.realpath(t) for t in setup.targets]
+    for t in setup.targets:
+        emulation.elf_machine(t)  # big-endian, ILP32, machines we cannot run: refused by name
     setup.imgs = [ElfImage(t) for t in setup.targets]
     _machine(setup)
     if len(setup.maps) > len(setup.targets):
@@ -127,7 +129,7 @@ def prepare(setup: Setup) -> Setup:
             if not any(dimg.build_id and dimg.build_id == img.build_id for img in setup.imgs):
                 raise ElflayoutError(f"{d}: --debug-file of no --target (its build-id {dimg.build_id} is none of "
                                      f"the targets')")
-    why = backend(setup.backend).tool_status() if setup.backend != "trace" else backend(setup.backend).status()
+    why = backend(setup.backend).tool_status() if setup.backend == "valgrind" else backend(setup.backend).status()
     if why:
         raise ElflayoutError(why)
     lms = [lmmod.parse(m, img) for m, img in zip(setup.maps, setup.imgs)]
