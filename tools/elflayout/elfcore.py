@@ -59,11 +59,11 @@ class Segment:
     align: int
 
 
-def page_range(offset: int, size: int) -> tuple[int, int]:
-    """First and last 4 KiB page of the file bytes [offset, offset+size) (inclusive)."""
+def page_range(offset: int, size: int, page: int = PAGE) -> tuple[int, int]:
+    """First and last page (4 KiB unless ``page``) of the file bytes [offset, offset+size) (inclusive)."""
     if size <= 0:
-        return (offset // PAGE, offset // PAGE - 1)
-    return (offset // PAGE, (offset + size - 1) // PAGE)
+        return (offset // page, offset // page - 1)
+    return (offset // page, (offset + size - 1) // page)
 
 
 class ElfImage:
