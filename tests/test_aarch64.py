@@ -182,3 +182,60 @@ def test_pack_relocs_relr_aarch64(built, tmp_path, monkeypatch):
     assert os.path.getsize(out) <= os.path.getsize(lib) - 65536
     ins = json.loads(run_cli("inspect", "--json", out, check=0).stdout)
     assert ins["relocations"]["relative"]["count"] == 0
+
+
+def _p64(tmp_path) -> Path:
+    """An arm64 library linked for 64 KiB pages, with RELATIVE relocations to pack."""
+    need_tool("aarch64-linux-gnu-gcc")
+    (tmp_path / "p.c").write_text(PTRS_SRC)
+    lib = tmp_path / "libp.so"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O1", "-fPIC", "-shared", "-Wl,-z,max-page-size=65536", "-o", lib,
+                    "p.c"], cwd=tmp_path, check=True)
+    return lib
+
+
+def test_readahead_model_page_sizes(tmp_path):
+    """read_ahead_kb in pages of the kernel's size, fault-around of 64 KiB, arm64's 64 KiB
+    exec folios: one code fault far into the library, read_ahead_kb 128."""
+    import numpy as np
+
+    from elflayout.elfcore import ElfImage
+    from elflayout.order.readahead import simulate
+
+    lib = _p64(tmp_path)
+    with ElfImage(lib) as img:
+        x = next(s for s in img.loads if s.flags & 1)
+        k = (x.offset + x.filesz - 1) // 4096  # the code segment's last 4 KiB page
+        got = {ps: simulate(img, np.array([k]), np.array([b"x"]), 128, loader=False, page_size=ps)
+               for ps in (4096, 16384, 65536)}
+        for ps, r in got.items():
+            assert r["pages"] <= -(-img.size // ps) and r["by_cause"]["read"] >= 1
+        # 64 KiB pages: read() of page 0 reads ra_pages = 2 pages; the fault reads its page (the VMA ends there)
+        assert got[65536]["reads"][0] == [0, 2]
+        # 4 KiB: the exec read starts at the 64 KiB folio boundary (arm64 exec_folio_order)
+        first_exec = next(p for p, n in got[4096]["reads"][1:])
+        assert first_exec % 16 == 0 or first_exec == x.offset // 4096
+
+
+def test_page_size_needs_congruent_segments(built, tmp_path):
+    from elflayout.elfcore import ElfImage
+    from elflayout.order.readahead import simulate
+
+    lib = tmp_path / "l4k.so"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O1", "-fPIC", "-shared", "-Wl,-z,max-page-size=4096",
+                    "-Wl,-z,common-page-size=4096", "-o", lib, built / "l.c"], check=True)
+    import numpy as np
+
+    with ElfImage(lib) as img:
+        if all((s.vaddr - s.offset) % 65536 == 0 for s in img.loads):
+            pytest.skip("the linker aligned the segments to 64 KiB anyway")
+        with pytest.raises(ElflayoutError, match="does not load with 64 KiB pages"):
+            simulate(img, np.array([0]), np.array([b"r"]), 128, loader=True, page_size=65536)
+
+
+def test_inspect_page_size(tmp_path):
+    lib = _p64(tmp_path)
+    doc = json.loads(run_cli("inspect", "--json", "--page-size", "64", lib, check=0).stdout)
+    assert doc["metadata"]["page_size"] == 65536 and doc["file"]["pages"] == -(-os.path.getsize(lib) // 65536)
+    assert all(s["pages"] is None or s["pages"][1] <= doc["file"]["pages"] for s in doc["sections"])
+    assert "pages of 64 KiB" in run_cli("inspect", "--page-size", "64", lib, check=0).stdout
