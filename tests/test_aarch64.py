@@ -239,3 +239,24 @@ def test_inspect_page_size(tmp_path):
     assert doc["metadata"]["page_size"] == 65536 and doc["file"]["pages"] == -(-os.path.getsize(lib) // 65536)
     assert all(s["pages"] is None or s["pages"][1] <= doc["file"]["pages"] for s in doc["sections"])
     assert "pages of 64 KiB" in run_cli("inspect", "--page-size", "64", lib, check=0).stdout
+
+
+def test_pack_relocs_self_form_refused_on_aarch64(tmp_path):
+    # the applier is x86-64 code: injecting it into an arm64 library would be a wrong output
+    lib = _p64(tmp_path)
+    r = run_cli("pack-relocs", "--format", "self", lib, "-o", tmp_path / "o.so", check=2)
+    assert "self-applying form is not implemented for EM_AARCH64" in r.stderr and not (tmp_path / "o.so").exists()
+    r = run_cli("pack-relocs", "--min-glibc", "2.31", lib, "-o", tmp_path / "o.so", check=2)  # auto -> self
+    assert "EM_AARCH64" in r.stderr and not (tmp_path / "o.so").exists()
+
+
+def test_pack_relocs_check_under_a_given_emulator(tmp_path):
+    need_tool("qemu-aarch64")
+    lib = _p64(tmp_path)
+    out = tmp_path / "o.so"
+    r = run_cli("pack-relocs", "--check", "--json", "--format", "relr", "--min-glibc", "2.36",
+                "--emulator", f"qemu-aarch64 -L {CROSS_ROOT}", lib, "-o", out, check=0,
+                env={"ELFLAYOUT_ARM64_ROOT": str(tmp_path / "none")})  # the default root would be refused
+    assert json.loads(r.stdout)["check"]["real_load"]["equal"]
+    r = run_cli("pack-relocs", "--check", "--emulator", "qemu-nosuch -L /", lib, "-o", tmp_path / "p.so", check=2)
+    assert "qemu-nosuch not found" in r.stderr and not (tmp_path / "p.so").exists()

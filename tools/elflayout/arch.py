@@ -35,6 +35,7 @@ class Arch:
     relative: int           # R_*_RELATIVE: the only type RELR can express
     types: dict[int, RelType] = field(default_factory=dict)
     pack_supported: bool = False  # pack-relocs implemented and tested for this machine
+    self_supported: bool = False  # pack-relocs --format self: selfapply.py's applier is code of this machine
 
     @property
     def word(self) -> int:
@@ -55,7 +56,7 @@ X86_64 = Arch("EM_X86_64", 64, True, 8, _t("R_X86_64_", {
     10: ("32", ABS, 4), 11: ("32S", ABS, 4), 16: ("DTPMOD64", DTPMOD, 8), 17: ("DTPOFF64", DTPOFF, 8),
     18: ("TPOFF64", TPOFF, 8), 24: ("PC64", PCREL, 8), 36: ("TLSDESC", DTPOFF, 16),
     37: ("IRELATIVE", IRELATIVE, 8), 38: ("RELATIVE64", RELATIVE, 8),
-}), pack_supported=True)
+}), pack_supported=True, self_supported=True)
 
 I386 = Arch("EM_386", 32, False, 8, _t("R_386_", {
     0: ("NONE", NONE, 0), 1: ("32", ABS, 4), 2: ("PC32", PCREL, 4), 5: ("COPY", COPY, 0),

@@ -35,8 +35,8 @@ class Host:
     (tools/loadprobe) under its emulator, ``qemu-aarch64 -L ROOT`` (ROOT: ``root`` or
     the arm64 root of scripts/arm64-root.sh)."""
 
-    def __init__(self, root=None, lib=None):
-        self.emulator = emulation.for_library(lib, root) if lib is not None else None
+    def __init__(self, root=None, lib=None, emulator=None):
+        self.emulator = emulator or (emulation.for_library(lib, root) if lib is not None else None)
         if self.emulator is not None:
             self.root, self.python = None, None
             return
@@ -112,9 +112,9 @@ def c_probe() -> Path:
     return exe
 
 
-def dlopen_check(path, timeout: float = 120, root=None) -> str | None:
+def dlopen_check(path, timeout: float = 120, root=None, emulator=None) -> str | None:
     """Load ``path`` with the real glibc loader in a subprocess; None if it loaded, else why not."""
-    h = Host(root, path)
+    h = Host(root, path, emulator)
     p = Path(path).resolve()
     with h.tempdir() as d:
         lib = Path(d) / p.name
@@ -153,7 +153,7 @@ def load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 
         return doc, np.fromfile(out, np.uint8)
 
 
-def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=None) -> dict:
+def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=None, emulator=None) -> dict:
     """dlopen both files (ASLR off, RTLD_NOW, each in a fresh process under ``path_a``'s
     name and the same environment; inside ``chroot root`` when given) and compare their
     bytes at the link-time ``ranges``.
@@ -164,7 +164,7 @@ def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=No
     Returns dict(equal, compared_bytes, unstable_bytes, differing_bytes) or
     dict(error=...) when a file does not load.
     """
-    h = Host(root, path_a)
+    h = Host(root, path_a, emulator)
     pa, pb = Path(path_a).resolve(), Path(path_b).resolve()
     dirs = (pa.parent, pb.parent)
     da, sa = load_state(h, pa, pa.name, ranges, dirs, timeout)
