@@ -75,12 +75,15 @@ def test_inspect_names_tlsdesc(built):
     assert doc["relocations"]["relative"]["type"] == "R_AARCH64_RELATIVE"
 
 
-def test_emulator_detected_from_the_elf_machine(built, monkeypatch):
+def test_emulator_detected_from_the_elf_machine(built, tmp_path, monkeypatch):
     need_tool("qemu-aarch64")
     monkeypatch.setenv("ELFLAYOUT_ARM64_ROOT", str(CROSS_ROOT))
     em = emulator.for_program(built / "prog")
     assert em.argv == ("qemu-aarch64", "-L", str(CROSS_ROOT)) and em.describe()["time_comparable"] is False
     assert emulator.for_program(shutil.which("true")) is None
+    # a 32-bit x86 program runs natively (measure), though elflayout profiles and packs x86-64 only
+    i386 = _patched(Path(shutil.which("true")), tmp_path / "i386", cls=(4, b"\x01"), m=(18, b"\x03\x00"))
+    assert emulator.for_program(i386) is None
     assert emulator.for_program(built / "prog", "qemu-aarch64 -L /x").root == "/x"
     from elflayout.measure.runner import Variant
 
@@ -164,10 +167,7 @@ def test_pack_relocs_relr_aarch64(built, tmp_path, monkeypatch):
     need_tool("qemu-aarch64")
     from elflayout import layouts as L
 
-    (tmp_path / "p.c").write_text(PTRS_SRC)
-    lib = tmp_path / "libp.so"
-    subprocess.run(["aarch64-linux-gnu-gcc", "-O1", "-fPIC", "-shared", "-Wl,-z,max-page-size=65536", "-o", lib,
-                    "p.c"], cwd=tmp_path, check=True)
+    lib = _p64(tmp_path)
     out = tmp_path / "out" / "libp.so"
     out.parent.mkdir()
     r = run_cli("pack-relocs", "--check", "--json", "--format", "relr", "--min-glibc", "2.36", lib, "-o", out,

@@ -25,6 +25,9 @@ EM_386, EM_ARM, EM_X86_64, EM_AARCH64, EM_RISCV = 3, 40, 62, 183, 243
 MACHINE_NAMES = {EM_386: "EM_386", EM_ARM: "EM_ARM", EM_X86_64: "EM_X86_64", EM_AARCH64: "EM_AARCH64",
                  EM_RISCV: "EM_RISCV"}
 HOST_MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64"}
+# What the host kernel runs itself (measure of a 32-bit x86 program needs no emulator).
+NATIVE = {"EM_X86_64": {("EM_X86_64", 64, True), ("EM_X86_64", 32, True), ("EM_386", 32, True)},
+          "EM_AARCH64": {("EM_AARCH64", 64, True)}}
 
 # Machines we run through qemu-user: (qemu binary, sysroot cache name, what makes the root).
 QEMU = {"EM_AARCH64": ("qemu-aarch64", "arm64-root", "scripts/arm64-root.sh")}
@@ -54,10 +57,8 @@ def host_machine() -> str:
     return HOST_MACHINES.get(platform.machine(), platform.machine())
 
 
-def elf_machine(path) -> tuple[str, int] | None:
-    """(e_machine name, 32/64) of an ELF file; None for a file that is not ELF (a script
-    runs natively). Bad input (big-endian, ILP32 arm64, machines we cannot run): one
-    line naming the file."""
+def _header(path) -> tuple[str, int, bool] | None:
+    """(e_machine name, 32/64, little-endian) of an ELF file; None if not ELF."""
     try:
         with open(path, "rb") as f:
             h = f.read(20)
@@ -67,10 +68,19 @@ def elf_machine(path) -> tuple[str, int] | None:
         return None
     cls, data = h[4], h[5]
     (m,) = struct.unpack("<H" if data == ELFDATA2LSB else ">H", h[18:20])
-    name = MACHINE_NAMES.get(m, f"e_machine {m}")
-    if data != ELFDATA2LSB:
+    return MACHINE_NAMES.get(m, f"e_machine {m}"), 64 if cls == ELFCLASS64 else 32, data == ELFDATA2LSB
+
+
+def elf_machine(path) -> tuple[str, int] | None:
+    """(e_machine name, 32/64) of an ELF file elflayout handles (x86-64, AArch64 ELF64
+    little-endian); None for a file that is not ELF (a script runs natively). Bad input
+    (big-endian, ILP32 arm64, other machines): one line naming the file."""
+    hdr = _header(path)
+    if hdr is None:
+        return None
+    name, bits, little = hdr
+    if not little:
         raise ElflayoutError(f"{path}: big-endian {name} is not supported (little-endian x86-64 and AArch64 only)")
-    bits = 64 if cls == ELFCLASS64 else 32
     if name == "EM_AARCH64" and bits == 32:
         raise ElflayoutError(f"{path}: ILP32 AArch64 (ELF32) is not supported (LP64 AArch64 only)")
     if (name, bits) not in (("EM_X86_64", 64), ("EM_AARCH64", 64)):
@@ -123,10 +133,10 @@ def for_program(path, given: str | Emulator | None = None) -> Emulator | None:
         return given
     if given:
         return parse(given)
-    em = elf_machine(path)
-    if em is None or em[0] == host_machine():
+    hdr = _header(path)
+    if hdr is None or hdr in NATIVE.get(host_machine(), ()):
         return None
-    return detect(em[0])
+    return detect(elf_machine(path)[0])  # a machine we cannot run: refused by name
 
 
 def for_library(path, root=None) -> Emulator | None:

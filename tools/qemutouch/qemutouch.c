@@ -59,7 +59,6 @@ typedef struct { uint64_t start, end, foff; int target, prot; } Map;
 
 static Target targets[MAX_TARGETS];
 static int n_targets;
-static int exe_target = -1;          /* index into targets of exe=, maybe an extra slot */
 static dev_t exe_dev;
 static ino_t exe_ino;
 static int exe_known, exe_seen;
@@ -150,7 +149,6 @@ static void refresh_maps(void)
         if (m.target >= 0 && nf < MAX_MAPS) fresh[nf++] = m;
     }
     fclose(f);
-    uint64_t t = now_ns();
     for (int i = 0; i < n_maps; i++) {
         int kept = 0;
         for (int j = 0; j < nf && !kept; j++) kept = same_map(&maps[i], &fresh[j]);
@@ -163,7 +161,6 @@ static void refresh_maps(void)
         if (!old) emit('m', fresh[j].start, (uint32_t)(fresh[j].end - fresh[j].start), fresh[j].target,
                        fresh[j].foff, (uint16_t)fresh[j].prot);
     }
-    (void)t;
     memcpy(maps, fresh, nf * sizeof(Map));
     n_maps = nf;
     span_lo = ~0ULL; span_hi = 0;
@@ -346,7 +343,6 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     if (!out || !n_targets) { fprintf(stderr, "qemutouch: give out=FILE and target=PATH\n"); return -1; }
     struct stat st;
     if (exe && stat(exe, &st) == 0) { exe_known = 1; exe_dev = st.st_dev; exe_ino = st.st_ino; }
-    (void)exe_target;
     if (!strcmp(info->target_name, "x86_64")) {
         int64_t c[4] = {9, 10, 11, 25};       /* mmap mprotect munmap mremap */
         memcpy(map_calls, c, sizeof c);
