@@ -56,6 +56,7 @@ done
 if [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null; then
   scripts/arm64-root.sh --header >/dev/null && make -s -C tools/qemutouch || echo "bootstrap: note: no qemu plugin (AArch64 profiles)"
 fi
+command -v aarch64-linux-gnu-gcc >/dev/null && make -s -C tools/loadprobe  # pack-relocs --check of arm64 libraries
 
 # tracefs for the trace backend and the harness (root only; others get a clear message later).
 if [ "$(id -u)" -eq 0 ] && [ ! -d /sys/kernel/tracing/instances ]; then

@@ -260,3 +260,13 @@ def test_pack_relocs_check_under_a_given_emulator(tmp_path):
     assert json.loads(r.stdout)["check"]["real_load"]["equal"]
     r = run_cli("pack-relocs", "--check", "--emulator", "qemu-nosuch -L /", lib, "-o", tmp_path / "p.so", check=2)
     assert "qemu-nosuch not found" in r.stderr and not (tmp_path / "p.so").exists()
+
+
+def test_pack_relocs_min_glibc_of_the_arm64_root(tmp_path):
+    # the default --min-glibc of an arm64 library is its root's glibc, not this machine's
+    lib = _p64(tmp_path)
+    r = run_cli("pack-relocs", lib, "-o", tmp_path / "o.so", check=2,
+                env={"ELFLAYOUT_ARM64_ROOT": str(tmp_path / "empty-root")})
+    assert "cannot find the glibc version of" in r.stderr and "empty-root" in r.stderr
+    r = run_cli("pack-relocs", "--json", lib, "-o", tmp_path / "o.so", check=0, env=ENV)  # cross root: glibc 2.36
+    assert json.loads(r.stdout)["form"] == "relr"

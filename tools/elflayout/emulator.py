@@ -31,6 +31,7 @@ NATIVE = {"EM_X86_64": {("EM_X86_64", 64, True), ("EM_X86_64", 32, True), ("EM_3
 
 # Machines we run through qemu-user: (qemu binary, sysroot cache name, what makes the root).
 QEMU = {"EM_AARCH64": ("qemu-aarch64", "arm64-root", "scripts/arm64-root.sh")}
+TRIPLETS = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu"}  # Debian multiarch
 QEMU_PACKAGE = "qemu-user"
 
 
@@ -57,7 +58,7 @@ def host_machine() -> str:
     return HOST_MACHINES.get(platform.machine(), platform.machine())
 
 
-def _header(path) -> tuple[str, int, bool] | None:
+def header(path) -> tuple[str, int, bool] | None:
     """(e_machine name, 32/64, little-endian) of an ELF file; None if not ELF."""
     try:
         with open(path, "rb") as f:
@@ -75,7 +76,7 @@ def elf_machine(path) -> tuple[str, int] | None:
     """(e_machine name, 32/64) of an ELF file elflayout handles (x86-64, AArch64 ELF64
     little-endian); None for a file that is not ELF (a script runs natively). Bad input
     (big-endian, ILP32 arm64, other machines): one line naming the file."""
-    hdr = _header(path)
+    hdr = header(path)
     if hdr is None:
         return None
     name, bits, little = hdr
@@ -133,7 +134,7 @@ def for_program(path, given: str | Emulator | None = None) -> Emulator | None:
         return given
     if given:
         return parse(given)
-    hdr = _header(path)
+    hdr = header(path)
     if hdr is None or hdr in NATIVE.get(host_machine(), ()):
         return None
     return detect(elf_machine(path)[0])  # a machine we cannot run: refused by name

@@ -56,7 +56,8 @@ def add_arguments(p):
                    help="leave the freed pages in the file (every file offset stays; read-around may read "
                         "their zeros); default: cut them out")
     p.add_argument("--min-glibc", metavar="X.Y", type=_version,
-                   help="oldest glibc the output must load on (default: the glibc of this machine, or of --root)")
+                   help="oldest glibc the output must load on (default: the glibc of this machine, or of --root; "
+                        "an AArch64 library's: of --root or the arm64 root)")
     p.add_argument("--emulator", metavar="CMD",
                    help="run the check's real loads under CMD (e.g. 'qemu-aarch64 -L ROOT'); default for AArch64 "
                         "libraries: qemu-aarch64 with --root or the arm64 root of scripts/arm64-root.sh")
@@ -75,13 +76,19 @@ def _version(v: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"not a glibc version X.Y: {v!r}") from None
 
 
-def choose_form(fmt: str, min_glibc, root=None) -> tuple[str, tuple[int, int]]:
-    """The form to write for --format/--min-glibc/--root; ElflayoutError if relr cannot load there."""
+def choose_form(fmt: str, min_glibc, root=None, lib=None) -> tuple[str, tuple[int, int]]:
+    """The form to write for --format/--min-glibc/--root; ElflayoutError if relr cannot load there.
+    An arm64 ``lib``'s glibc is that of its root (--root, else the arm64 root)."""
+    from elflayout import emulator as emulation
     from elflayout.errors import ElflayoutError
     from elflayout.relocs.glibc import RELR_GLIBC, glibc_version
 
+    hdr = emulation.header(lib) if lib is not None else None
+    triplet = emulation.TRIPLETS.get(hdr[0] if hdr else "", "x86_64-linux-gnu")
+    if min_glibc is None and hdr and hdr[0] in emulation.QEMU and emulation.host_machine() != hdr[0]:
+        root = root or emulation.sysroot(hdr[0])
     if min_glibc is None:
-        min_glibc = glibc_version(root)
+        min_glibc = glibc_version(root, triplet)
         if min_glibc is None:
             raise ElflayoutError(f"cannot find the glibc version of {root or 'this machine'}: give --min-glibc X.Y")
     if fmt == "auto":
@@ -109,7 +116,7 @@ def run(args) -> int:
 
     tool = f"elflayout {__version__}"
     check_output(args.output, force=args.force, inputs=(args.input,))
-    form, min_glibc = choose_form(args.format, args.min_glibc, args.root)
+    form, min_glibc = choose_form(args.format, args.min_glibc, args.root, args.input)
     checking = []
     emulator = None
     if args.check and args.emulator:
