@@ -165,6 +165,29 @@ def test_debug_info_keeps_sections_whole(tmp_path):
     assert text.kept_whole and "DWARF" in text.kept_whole and text.sections == 1
 
 
+def test_debug_info_refusal_is_printed_and_fails(tmp_path):
+    """An object built with -g is not split: the reason is printed without -v, the run
+    exits 1 and writes nothing (copies of the inputs are no split)."""
+    need_tool("gcc")
+    o = _cc(tmp_path, "dbg", LIB_C, "-g")
+    out = tmp_path / "out"
+    r = run_cli("split", o, "-o", out, check=1)
+    assert ".text kept whole in " in r.stdout and ".debug_info describes it as one range" in r.stdout, r.stdout
+    assert "nothing split" in r.stderr and "nothing written" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_kept_whole_printed_without_verbose_when_others_split(tmp_path, lib):
+    """One object split, one kept whole by its debug info: exit 0, the refusal named."""
+    libo, _ = lib
+    dbg = _cc(tmp_path, "dbg", LIB_C, "-g")
+    a = tmp_path / "mixed.a"
+    subprocess.run(["ar", "rcs", a, libo, dbg], check=True)
+    r = run_cli("split", a, "-o", tmp_path / "o", check=0)
+    assert "2 objects, " in r.stdout
+    assert ".text kept whole in " in r.stdout and "dbg.o): .debug_info describes it" in r.stdout, r.stdout
+
+
 def test_already_split_object_unchanged(tmp_path):
     need_tool("gcc")
     o = _cc(tmp_path, "fs", LIB_C, "-ffunction-sections", "-fdata-sections")
