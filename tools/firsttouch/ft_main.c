@@ -724,6 +724,7 @@ static void ft_post_clo_init(void)
       out = VG_(malloc)("ft.out", 64);
       VG_(sprintf)(out, "firsttouch.out.%d", VG_(getpid)());
    }
+   VG_(snprintf)(giveup_path, sizeof giveup_path, "%s.giveup", out);
    out_fd = VG_(fd_open)(out, VKI_O_CREAT | VKI_O_TRUNC | VKI_O_WRONLY, 0644);
    if (out_fd < 0) {
       VG_(fmsg)("firsttouch: cannot open %s for writing\n", out);

@@ -287,9 +287,9 @@ def giveup_message(log_dir) -> str | None:
         lines = f.read_text(errors="replace").splitlines()
         if not lines:
             continue
-        why = lines[1].strip() if len(lines) > 1 and lines[1].strip() else "no message"
+        why = lines[1].strip().removeprefix("Valgrind: ").rstrip(".") if len(lines) > 1 else ""
         return (f"{lines[0]}: valgrind could not read this file's symbols or debug info and stopped the run "
-                f"({why}); nothing was recorded and the workload was not at fault (is the file damaged? "
+                f"({why or 'no message'}); nothing was recorded and the workload was not at fault (is the file damaged? "
                 f"try a copy without debug info: objcopy --strip-debug)")
     return None
 
