@@ -246,3 +246,30 @@ def test_help_has_example():
     r = run_cli("split", "--help", check=0)
     assert "example:" in r.stdout and "--check" in r.stdout
     assert shutil.which("gcc")
+
+
+@pytest.mark.parametrize("kind", ["gcc-flto", "clang-flto", "clang-thinlto", "archive-of-gcc-flto"])
+def test_lto_objects_refused(tmp_path, kind):
+    """LTO objects hold no machine code (gcc -flto: only .gnu.lto_* sections, clang: LLVM
+    bitcode): one line naming the file, exit 2, nothing written (was: a silent copy)."""
+    cc = "gcc" if "gcc" in kind else "clang-22"
+    need_tool(cc)
+    o = _cc_with(cc, tmp_path, "lto", LIB_C, "-flto=thin" if kind == "clang-thinlto" else "-flto")
+    if kind.startswith("archive"):
+        a = tmp_path / "liblto.a"
+        subprocess.run(["gcc-ar", "rcs", a, o], check=True)
+        o = a
+    out = tmp_path / "out"
+    r = run_cli("split", o, "-o", out, check=2)
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("elflayout")]
+    assert len(err) == 1 and "lto.o" in err[0] and "generated at link time" in err[0], r.stderr
+    assert ("GCC LTO bytecode" if "gcc" in kind else "LLVM bitcode") in err[0]
+    assert not out.exists()
+
+
+def _cc_with(cc, tmp, name, src, *flags):
+    c = tmp / f"{name}.c"
+    c.write_text(src)
+    o = tmp / f"{name}.o"
+    subprocess.run([cc, "-O2", "-fPIC", "-c", *flags, "-o", o, c], check=True)
+    return o
