@@ -18,6 +18,7 @@ APT_PACKAGES=(
   chromium sqlite3 file                             # report rendering test, history db
   postgresql                                        # history in PostgreSQL (tests start a private server)
   debootstrap                                       # a Debian 11 root (glibc 2.31) for pack-relocs tests
+  clang-22                                          # profiles of clang -g builds (DWARF 5, split DWARF); split refuses its LTO bitcode
 )
 
 need=()
