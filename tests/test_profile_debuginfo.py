@@ -5,12 +5,11 @@ profile of the same library without its debug info. A library of two compile uni
 enough to make valgrind 3.19 give up on clang's DWARF 5."""
 
 import json
-import shutil
 import subprocess
 
 import pytest
 
-from conftest import ROOT, need_tool, run_cli
+from conftest import need_tool, run_cli
 
 pytestmark = pytest.mark.valgrind
 
@@ -53,13 +52,8 @@ BUILDS = {"clang-dwarf5": ("clang-22", ["-g"]), "clang-dwarf4": ("clang-22", ["-
 
 
 @pytest.fixture(scope="module")
-def tool():
-    """This tree's firsttouch, rebuilt when ft_main.c is newer."""
-    if shutil.which("valgrind") is None or shutil.which("make") is None:
-        pytest.skip("valgrind/make missing (run: make bootstrap)")
-    r = subprocess.run(["make", "-s", "-C", str(ROOT / "tools" / "firsttouch")], capture_output=True, text=True)
-    if r.returncode:
-        pytest.skip(f"the firsttouch tool does not build here: {(r.stdout + r.stderr).strip()[-300:]}")
+def tool(firsttouch_tool):
+    return firsttouch_tool
 
 
 def _build(d, cc, flags):
