@@ -270,3 +270,24 @@ def test_pack_relocs_min_glibc_of_the_arm64_root(tmp_path):
     assert "cannot find the glibc version of" in r.stderr and "empty-root" in r.stderr
     r = run_cli("pack-relocs", "--json", lib, "-o", tmp_path / "o.so", check=0, env=ENV)  # cross root: glibc 2.36
     assert json.loads(r.stdout)["form"] == "relr"
+
+
+@pytest.mark.parametrize("pie", ["-pie", "-no-pie"])
+def test_main_of_a_stripped_aarch64_executable(built, tmp_path, pie):
+    """main() from _start (adrp+ldr of main's GOT slot in a PIE, adrp+add otherwise), so
+    the profile of a stripped program still has its main phase."""
+    from elflayout.profile import qemu
+    from elflayout.profile.valgrind import main_offset
+
+    exe, stripped = tmp_path / "prog", tmp_path / "prog.stripped"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O1", pie, "-o", exe, built / "m.c", "-L", built, "-ll",
+                    f"-Wl,-rpath,{built}"], check=True)
+    subprocess.run(["aarch64-linux-gnu-strip", "-o", stripped, exe], check=True)
+    assert main_offset(str(stripped)) is None and main_offset(str(exe)) is not None
+    assert qemu.aarch64_main(str(stripped)) == main_offset(str(exe))
+    assert qemu.aarch64_main(shutil.which("true")) is None
+    if shutil.which("qemu-aarch64") and not qemu.status():
+        out = tmp_path / "p.json"
+        run_cli("profile", "--backend", "qemu", "--target", built / "libl.so", "-o", out, "--", stripped, check=0,
+                env=ENV)
+        assert json.loads(out.read_text())["targets"][0]["phases"]["main_is"] == "main()"
