@@ -82,6 +82,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600, metavar="SECONDS",
                    help="kill a run (and fail) after this long (default 600; 0: no limit)")
     p.add_argument("--no-trace", action="store_true", help="do not use tracefs: estimate pages from mincore")
+    p.add_argument("--rootless", action="store_true",
+                   help="measure as without root even when root (chosen by itself when not root): pages read = "
+                        "page-cache residency (cachestat, or mincore) after each run minus before; read_ahead_kb "
+                        "recorded, not set; needs --files (docs/methodology.md)")
+    p.add_argument("--isolate", action="store_true",
+                   help="serve --files from a private loop device (an ext4 image on the same disk) with its own "
+                        "read_ahead_kb, bound over the same paths in a private mount namespace: other processes "
+                        "cannot change the read-ahead or evict the files (needs root; docs/methodology.md)")
     p.add_argument("--storage", metavar="PRESET",
                    help="serve the directories holding --files from an emulated slow disk (elflayout storage); "
                         "commands see the mounts as {mount0}, {mount1}... (one directory: {mount}, also put "
@@ -122,7 +130,7 @@ def plan_of(args):
         realtime=args.realtime, governor=args.governor, env=dict(e.split("=", 1) for e in args.env),
         census=args.census, census_under=list(args.census_under), retries=args.retries,
         timeout=args.timeout or None, trace=not args.no_trace, storage=args.storage,
-        argv=list(sys.argv))
+        rootless=True if args.rootless else None, isolate=args.isolate, argv=list(sys.argv))
 
 
 class _OptionsParser(argparse.ArgumentParser):
