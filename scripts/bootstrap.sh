@@ -18,6 +18,7 @@ APT_PACKAGES=(
   chromium sqlite3 file                             # report rendering test, history db
   postgresql                                        # history in PostgreSQL (tests start a private server)
   debootstrap                                       # a Debian 11 root (glibc 2.31) for pack-relocs tests
+  e2fsprogs util-linux mount                        # measure --isolate (mkfs.ext4, loop mounts), rootless tests (setpriv)
 )
 
 need=()
