@@ -88,6 +88,9 @@ BENCHES = [
           "profile, plot, report", RA_SET),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
+    Bench("report", "bench_report.py", ("--runs", "5"),
+          "The report's interactive access view in headless Chromium: file size, open time, zoom latency "
+          "(libLLVM-16 recording)", "not relevant (reads a recorded results file)"),
     Bench("inspect", "bench_inspect.py", ("--runs", "5"),
           "Speed of `elflayout inspect` on libLLVM-16", "not relevant (warm page cache)"),
     Bench("profile", "bench_profile.py", ("-n", "5"),
