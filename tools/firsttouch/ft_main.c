@@ -667,7 +667,9 @@ static void ft_print_usage(void)
 "    --ft-out=FILE             write the log here [firsttouch.out.<pid>]\n"
 "    --ft-mark=HEXOFF          log the first execution of this file offset of the executable\n"
 "    --ft-data=no|yes          also record first read/write of each data page [no]\n"
-"    --ft-max-maps=N           size of the target mapping table (1..1024) [1024]\n");
+"    --ft-max-maps=N           size of the target mapping table (1..1024) [1024]\n"
+"    --ft-read-dwarf=no|yes    let valgrind read DWARF line and variable info (3.19 gives up\n"
+"                              on clang's DWARF 5; the profile never needs it) [no]\n");
 }
 
 static void ft_print_debug_usage(void) {}
