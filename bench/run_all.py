@@ -133,6 +133,10 @@ BENCHES = [
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),
+    Bench("isolation", "bench_isolation.py", ("--runs", "5"),
+          "Isolated and rootless measurement: libLLVM-16 and libpython pages read on the shared disk vs a private "
+          "loop device (--isolate), and traced as root vs measured by user nobody without root",
+          "128 on the disk and on the private loop device; the rootless pair at the disk's own value (recorded)"),
 ]
 # Bench scripts added later still run (default arguments) until they are registered above.
 BENCHES += [Bench(p.stem.removeprefix("bench_"), p.name, (), "(not yet described in run_all.py)", "see the script")

@@ -21,6 +21,7 @@ APT_PACKAGES=(
   qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu  # AArch64: run (qemu-user loads our plugin), cross-compile
   clang-22                                          # profiles of clang -g builds (DWARF 5, split DWARF); split refuses its LTO bitcode
   chromium-driver                                   # the report's interactive view driven in headless Chromium (selenium)
+  e2fsprogs util-linux mount                        # measure --isolate (mkfs.ext4, loop mounts), rootless tests (setpriv)
 )
 
 need=()
