@@ -156,9 +156,9 @@ class Loaded:
         if init is None or init < selfapply.ENTRY:
             return None
         off = self.img.vaddr_to_offset(init - selfapply.ENTRY)
-        if off < 0 or off + selfapply.SIZE > self.img.size:
+        if off < 0 or off + min(a.size for a in selfapply.APPLIERS.values()) > self.img.size:
             return None
-        return selfapply.decode(bytes(self.img.mm[off:off + selfapply.SIZE]))
+        return selfapply.decode(bytes(self.img.mm[off:off + selfapply.MAX_SIZE]))
 
     def rela_ranges(self) -> list[tuple[np.ndarray, int]]:
         """The RELA ranges ld.so processes, in its order, with their DT_RELACOUNT.
@@ -290,7 +290,7 @@ class Loaded:
             out.append((v, v + hdr["e_phnum"] * hdr["e_phentsize"]))
         ap = self.applier()
         if ap is not None:  # the routine (in the code segment's padding) and its table
-            out += [(ap["entry"] - selfapply.ENTRY, ap["entry"] - selfapply.ENTRY + selfapply.SIZE),
+            out += [(ap["entry"] - selfapply.ENTRY, ap["entry"] - selfapply.ENTRY + ap["size"]),
                     (ap["relr_start"], ap["relr_end"])]
         for s in self.img.sections:
             t = L.sh_type_number(s.type)
@@ -394,6 +394,8 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
                  L.DT_INIT, L.DT_FINI, L.DT_INIT_ARRAY, L.DT_FINI_ARRAY, L.DT_INIT_ARRAYSZ, L.DT_FINI_ARRAYSZ,
                  L.DT_FLAGS, L.DT_FLAGS_1, L.DT_VERDEFNUM, L.DT_PLTREL}
     ap_b = b.applier()
+    if ap_b is not None and ap_b["machine"] != b.img.machine:
+        bad.append(f"the self-applying routine is {ap_b['machine']} code in an {b.img.machine} library")
     if ap_b is not None and a.applier() is None:
         if ap_b["old_init"] != (a.tag(L.DT_INIT) or 0):
             bad.append("the self-applying routine does not chain to the input's DT_INIT")
@@ -540,7 +542,7 @@ def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
 
 
 
-def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
+def real_load_compare(path_a, path_b, timeout: float = 300, root=None, emulator=None) -> dict:
     """dlopen both files (realload.compare_loads: ASLR off, RTLD_NOW, fresh processes,
     inside ``chroot root`` when given) and compare their file-backed writable bytes
     (``_writable_ranges``).
@@ -560,16 +562,18 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
         def by_code(addrs):
             return ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
 
-        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root)
+        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root, emulator)
 
 
-def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
+def check(src, tmp, *, real_load: bool = True, status=None, root=None, emulator=None) -> dict:
     """``pack-relocs --check``: prove ``tmp`` (the packed file) equivalent to ``src``.
 
     1. Simulated loader at two load bases, every byte compared, tables field by field.
     2. (``real_load``) Both dlopen'ed with ASLR off, file-backed writable bytes equal.
     Raises Finding (exit 1) on a difference, ElflayoutError (exit 2) when the input
-    itself does not load (real loads happen inside ``chroot root`` when given); returns the comparison document otherwise. ``status(msg)``
+    itself does not load (real loads happen inside ``chroot root`` when given; an arm64
+    library's under ``emulator``, by default qemu-aarch64 with the arm64 root or ``root``);
+    returns the comparison document otherwise. ``status(msg)``
     gives a context manager that shows progress (the CLI's spinner).
     """
     status = status or (lambda msg: contextlib.nullcontext())
@@ -588,9 +592,9 @@ def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
         res["dlopen"] = res["real_load"] = "skipped (a PIE executable cannot be dlopen'ed: run it)"
         return res
     with status("check: real loads of the input and the packed library"):
-        real = real_load_compare(src, tmp, root=root)
+        real = real_load_compare(src, tmp, root=root, emulator=emulator)
     if "error" in real:
-        why = realload.dlopen_check(src, root=root)
+        why = realload.dlopen_check(src, root=root, emulator=emulator)
         if why is not None:
             raise ElflayoutError(f"{src}: the input itself does not load ({why}); nothing to prove against")
         raise Finding(f"check failed: dlopen of the packed library failed: {real['error']} (output not written)")
