@@ -59,6 +59,8 @@ def cut_freed_pages(path, lo: int, hi: int) -> dict:
     phdr = np.flatnonzero(ph["p_type"] == L.PT_PHDR)
     if not grow and not phdr.size:
         return nothing("no room for one more program header and no PT_PHDR to give its place")
+    if not grow and np.any(ph["p_type"] == L.PT_INTERP):  # glibc: an executable's load base = AT_PHDR - PT_PHDR
+        return nothing("no room for one more program header, and an executable's PT_PHDR must stay")
     if any(sh["sh_type"][i] != L.SHT_NOBITS and sh["sh_size"][i] and sh["sh_offset"][i] < b
            and sh["sh_offset"][i] + sh["sh_size"][i] > a for i in range(shnum)):
         return nothing("a section lies in the freed range")
