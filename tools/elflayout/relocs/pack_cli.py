@@ -39,11 +39,16 @@ See docs/relocation-packing.md.
 
 
 def add_arguments(p):
-    p.add_argument("input", metavar="IN", help="linked ELF shared library (x86-64, RELA, no TEXTREL)")
-    p.add_argument("-o", "--output", metavar="OUT", required=True, help="packed library to write")
+    p.add_argument("input", metavar="IN", help="linked ELF shared library or PIE executable (x86-64, RELA, no TEXTREL)")
+    p.add_argument("-o", "--output", metavar="OUT", required=True, help="packed file to write")
     p.add_argument("--check", action="store_true",
                    help="prove equivalence before writing OUT: simulated loader at two load bases, then real loads "
-                        "of IN and OUT (ASLR off) with equal writable bytes")
+                        "of IN and OUT (ASLR off) with equal writable bytes (executables: started up to their entry "
+                        "point under ptrace)")
+    p.add_argument("--run", metavar="ARGS",
+                   help="for an executable (implies --check): also run IN and OUT with these arguments (shell "
+                        "words; --run='--flag ...' when they start with a dash) and require the same exit status and "
+                        "standard output")
     p.add_argument("--json", action="store_true", help="print an elflayout-pack-relocs JSON document")
     p.add_argument("--force", action="store_true", help="replace an existing OUT (and copy already-packed input)")
     p.add_argument("--format", choices=("relr", "self", "auto"), default="auto",
@@ -86,12 +91,12 @@ def choose_form(fmt: str, min_glibc, root=None) -> tuple[str, tuple[int, int]]:
     return fmt, min_glibc
 
 
-def _verify(src, tmp, root=None):
+def _verify(src, tmp, root=None, run=None):
     from rich.console import Console
 
     from elflayout.relocs import simload
 
-    return simload.check(src, tmp, status=lambda msg: Console(stderr=True).status(msg), root=root)
+    return simload.check(src, tmp, status=lambda msg: Console(stderr=True).status(msg), root=root, run=run)
 
 
 def run(args) -> int:
@@ -108,10 +113,10 @@ def run(args) -> int:
 
     def verify(a, b):
         checking.append(True)
-        return _verify(a, b, args.root)
+        return _verify(a, b, args.root, args.run)
 
     try:
-        st = pack(args.input, args.output, verify=verify if args.check else None, replace=args.force, form=form,
+        st = pack(args.input, args.output, verify=verify if args.check or args.run else None, replace=args.force, form=form,
                   cut=not args.keep_freed)
     except (Finding, ElflayoutError) as e:
         # The check's verdict is a result too: --json prints it before the exit status.
@@ -160,5 +165,9 @@ def _print_text(src, out, p) -> None:
         real = c["real_load"]
         print(f"  check: relocated images equal at {len(c['bases'])} load bases ({c['compared_bytes']:,} bytes "
               f"compared, {c['excluded_bytes']:,} of dynamic-linking tables checked field by field); "
-              f"real load {'equal' if isinstance(real, dict) else real}"
+              f"real {'start' if 'started' in str(c.get('dlopen')) else 'load'} "
+              f"{'equal' if isinstance(real, dict) else real}"
               + (f" ({real['compared_bytes']:,} writable bytes)" if isinstance(real, dict) else ""))
+        if c.get("run"):
+            print(f"  --run {c['run']['args']}: same exit status ({c['run']['status']}) and output "
+                  f"({c['run']['stdout_bytes']:,} bytes)")
