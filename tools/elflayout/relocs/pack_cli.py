@@ -116,7 +116,7 @@ def run(args) -> int:
         return _verify(a, b, args.root, args.run)
 
     try:
-        st = pack(args.input, args.output, verify=verify if args.check or args.run else None, replace=args.force, form=form,
+        st = pack(args.input, args.output, verify=verify if args.check or args.run is not None else None, replace=args.force, form=form,
                   cut=not args.keep_freed)
     except (Finding, ElflayoutError) as e:
         # The check's verdict is a result too: --json prints it before the exit status.
