@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Case study: Debian's Chromium, a browser-class application (prints figures).
 
-    python3 bench/bench_chromium.py [--runs 10] [--out DIR]
+    python3 bench/bench_chromium.py [--runs 10] [--out DIR] [--pack | --pack-only]
 
 Workload: ``chromium --headless --no-sandbox --screenshot`` of a one-line page with a
 fresh ``--user-data-dir`` per run (a wrapper script makes and removes it). Several
@@ -26,6 +26,11 @@ stripped main binary. Steps, all through the library (``measure.session``) or th
    initializers with their pages and time (``inspect --initializers --profile``). Costs
    ~2 minutes and ~1 GiB of RAM (about 90x the native start-up).
 
+7. with ``--pack`` (or ``--pack-only``): the executable packed by ``pack-relocs --check``
+   (wall time and peak memory) into a copy of its directory, the screenshot compared with
+   the original's byte for byte, then original and packed measured selectively cold,
+   interleaved: pages read from the executable and in total.
+
 Needs root (tracefs, eviction) and chromium.
 """
 
@@ -33,10 +38,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,6 +77,85 @@ def wrapper(w: Path) -> Path:
                   "rm -rf \"$d\"\nexit $rc\n")
     sh.chmod(0o755)
     return sh
+
+
+def exe_wrapper(w: Path, exe: Path, name: str) -> Path:
+    """The workload run straight from ``exe`` (no /usr/bin/chromium launcher script), for
+    the original and the packed executable alike."""
+    sh = w / f"chromium-{name}.sh"
+    sh.write_text("#!/bin/sh\n"
+                  f"d=$(mktemp -d {w}/profile.XXXXXX)\n"
+                  f"{exe} --headless --no-sandbox --user-data-dir=\"$d\" --screenshot=\"$d/x.png\" '{PAGE_HTML}'"
+                  f" >/dev/null 2>\"$d/stderr\"\nrc=$?\nrm -rf \"$d\"\nexit $rc\n")
+    sh.chmod(0o755)
+    return sh
+
+
+def screenshot(w: Path, exe: Path, png: Path) -> bytes:
+    d = Path(tempfile.mkdtemp(prefix="profile.", dir=w))
+    try:
+        subprocess.run([str(exe), "--headless", "--no-sandbox", f"--user-data-dir={d}", f"--screenshot={png}",
+                        PAGE_HTML], capture_output=True, timeout=300, check=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return png.read_bytes()
+
+
+def pack_executable(w: Path) -> Path:
+    """Step 7a: pack-relocs --check of the executable (time, peak memory) into a copy of
+    its directory (links to the other files); the screenshot must be identical."""
+    exe = Path(APP_DIR) / "chromium"
+    app = w / "packed-app"
+    shutil.rmtree(app, ignore_errors=True)
+    app.mkdir()
+    for f in Path(APP_DIR).iterdir():
+        if f.name != exe.name:
+            (app / f.name).symlink_to(f)
+    out = app / exe.name
+    print(f"7. pack-relocs --check of {exe} into {app}")
+    t = time.monotonic()
+    r = subprocess.run(["/usr/bin/time", "-f", "%e %M", sys.executable, "-m", "elflayout", "pack-relocs", str(exe),
+                        "-o", str(out), "--check", "--json"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")))
+    if r.returncode:
+        raise SystemExit(f"bench_chromium: pack-relocs failed: {r.stderr.strip()[-500:]}")
+    wall, kb = r.stderr.strip().splitlines()[-1].split()
+    st = json.loads(r.stdout)
+    print(f"  $ elflayout pack-relocs {exe} -o {out} --check   ({time.monotonic() - t:.1f} s)")
+    print(f"  {float(wall):.1f} s wall, {int(kb) / 2**20:.2f} GiB peak RSS; .rela.dyn "
+          f"{st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes, RELR {st['relr_bytes']:,} bytes; "
+          f"{st['cut']['pages']:,} freed pages cut; real start: {st['check']['real_load']}")
+    same = screenshot(w, exe, w / "original.png") == screenshot(w, out, w / "packed.png")
+    print(f"  screenshot of {PAGE_HTML!r}: {'identical' if same else 'DIFFERENT'} "
+          f"({(w / 'original.png').stat().st_size:,} bytes)")
+    if not same:
+        raise SystemExit("bench_chromium: the packed executable's screenshot differs")
+    return out
+
+
+def measure_packed(w: Path, packed: Path, runs: int) -> None:
+    """Step 7b: original and packed executable, selectively cold, interleaved: pages read
+    from the executable and in total (median [min, max] over the undisturbed runs)."""
+    exe = str(Path(APP_DIR) / "chromium")
+    plan = session.MeasurePlan(variants=[("original", str(exe_wrapper(w, Path(exe), "original"))),
+                                         ("packed", str(exe_wrapper(w, packed, "packed")))],
+                               states=["selective"], runs=runs, seed=1)
+    res_path = w / "chromium-packed.results.json"
+    res = model.parse(measure(plan, res_path), str(res_path))
+    med = {}
+    for name, path in (("original", exe), ("packed", str(packed))):
+        rows = res.cell(name, "selective")
+        if not rows:
+            print(f"  {name}: no undisturbed run")
+            return
+        own = [r.files[path].pages_read if path in r.files else 0 for r in rows]
+        tot = [r.pages_read for r in rows]
+        med[name] = (statistics.median(own), statistics.median(tot))
+        print(f"  {name:<8} executable {med[name][0]:>8,.0f} pages [{min(own):,}, {max(own):,}]   "
+              f"all files {med[name][1]:>8,.0f} [{min(tot):,}, {max(tot):,}]   ({len(rows)} runs)")
+    d_exe, d_tot = (med["original"][i] - med["packed"][i] for i in (0, 1))
+    print(f"  packed reads {d_exe:,.0f} fewer pages from the executable ({100 * d_exe / med['original'][0]:.1f}%), "
+          f"{d_tot:,.0f} fewer in total")
 
 
 def fincore_pages(path: str) -> int | None:
@@ -206,11 +292,20 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--out", help="output directory (default: the elflayout cache's bench-chromium)")
     ap.add_argument("--valgrind", action="store_true", help="also step 6: a valgrind profile (~2 min, ~1 GiB)")
+    ap.add_argument("--pack", action="store_true",
+                    help="also step 7: the executable packed (pack-relocs --check), screenshot compared, original "
+                         "and packed measured selectively cold")
+    ap.add_argument("--pack-only", action="store_true", help="step 7 alone")
     a = ap.parse_args(argv)
     if not shutil.which("chromium"):
         print("skipped: chromium is not installed")
         return 0
     w = work_dir(a.out)
+    if a.pack or a.pack_only:
+        packed = pack_executable(w)
+        measure_packed(w, packed, a.runs)
+        if a.pack_only:
+            return 0
     sh = wrapper(w)
     res_path = w / "chromium.results.json"
 

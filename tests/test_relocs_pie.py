@@ -151,3 +151,11 @@ def test_bad_executables_refused(tmp_path, kind):
     r = _pack(exe, out, "--check", check=2)
     assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
     assert ("ET_EXEC" if kind == "exec" else "static PIE") in r.stderr
+
+
+def test_self_form_refused_for_executables(tmp_path):
+    """An executable's DT_INIT is not where the routine would run first (glibc < 2.34:
+    never, the program calls its own _init): refused, nothing written."""
+    exe = _pie(tmp_path, "bfd")
+    r = _pack(exe, tmp_path / "out", "--format", "self", check=2)
+    assert "not made for executables" in r.stderr and not (tmp_path / "out").exists()

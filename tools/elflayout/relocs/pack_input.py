@@ -138,6 +138,10 @@ def validate(img, form: str = "relr") -> _Input:
     if inp.interp is None and (tag(L.DT_FLAGS_1) or 0) & L.DF_1_PIE:
         _fail(img, "a static PIE (DF_1_PIE without PT_INTERP): it relocates itself with its own copy of "
                    "ld.so's code, which may predate DT_RELR; not packed")
+    if form == "self" and inp.interp is not None:
+        _fail(img, "the self-applying form is not made for executables: glibc < 2.34 runs an executable's "
+                   "initialization through its own _init (crti.o), never through DT_INIT, and later ones run "
+                   "DT_INIT after the libraries' initializers; use the relr form (glibc >= 2.36)")
     if tag(L.DT_RELR) is not None:
         raise AlreadyPacked(f"{img.path}: already packed (has DT_RELR)")
     rela = img.section(".rela.dyn")

@@ -68,6 +68,7 @@ class Loaded:
             raise ElflayoutError(f"{img.path}: no PT_DYNAMIC")
         self.dyn = self.dynamic.live
         self.dyn_range = self.dynamic.range
+        self._raw = self._relr = None
 
     def tag(self, t, default=None):
         return self.dynamic.get(t, default)
@@ -91,10 +92,11 @@ class Loaded:
         return self.at(a, n, L.RELA64)
 
     def relr(self) -> np.ndarray:
-        a, n = self.tag(L.DT_RELR), self.tag(L.DT_RELRSZ, 0)
-        if a is None or n == 0:
-            return np.zeros(0, np.uint64)
-        return elfcore.relr_decode(self.at(a, n, np.uint64))
+        if self._relr is None:
+            a, n = self.tag(L.DT_RELR), self.tag(L.DT_RELRSZ, 0)
+            self._relr = np.zeros(0, np.uint64) if a is None or n == 0 else \
+                elfcore.relr_decode(self.at(a, n, np.uint64))
+        return self._relr
 
     def needed(self) -> set[bytes]:
         """DT_NEEDED names."""
@@ -125,11 +127,13 @@ class Loaded:
                 or np.any(loads["p_filesz"] > loads["p_memsz"]):
             raise ElflayoutError(f"{self.img.path}: PT_LOAD segments span {size:,} bytes or lie outside the file: "
                                  f"too large or inconsistent for the simulated loader (limit {MAX_IMAGE >> 20} MiB)")
-        im = np.zeros(size, np.uint8)
-        buf = self.img.buf
-        for p in loads:
-            v, o, n = int(p["p_vaddr"]), int(p["p_offset"]), int(p["p_filesz"])
-            im[v:v + n] = buf[o:o + n]
+        if self._raw is None:  # the mapped, unrelocated image: built once, copied per base
+            self._raw = np.zeros(size, np.uint8)
+            buf = self.img.buf
+            for p in loads:
+                v, o, n = int(p["p_vaddr"]), int(p["p_offset"]), int(p["p_filesz"])
+                self._raw[v:v + n] = buf[o:o + n]
+        im = self._raw.copy()
         w = im.view("<u8")
         B = np.uint64(base)
         relr = self.relr()
@@ -507,7 +511,7 @@ def compare(path_a, path_b, bases=BASES) -> dict:
                    excluded_bytes=0, compared_bytes=0, table_problems=compare_tables(a, b),
                    relocations=dict(input=_counts(a), output=_counts(b)))
         extra = added_dynamic_load(a, b)
-        keep = None
+        excl = _merged(excl)
         for base in bases:
             ia, ib = a.image(base), b.image(base)
             if ib.size > ia.size and extra is not None and int(b.phdrs[extra]["p_vaddr"]) >= ia.size:
@@ -515,15 +519,14 @@ def compare(path_a, path_b, bases=BASES) -> dict:
             if ia.size != ib.size:
                 res.update(equal=False, first_difference=dict(base=hex(base), reason="image sizes differ"))
                 break
-            if keep is None:
-                keep = np.ones(ia.size, bool)
-                for lo, hi in excl:
-                    keep[lo:hi] = False
-                res["excluded_bytes"] = int(ia.size - np.count_nonzero(keep))
-                res["compared_bytes"] = int(np.count_nonzero(keep))
+            excluded = sum(min(hi, ia.size) - lo for lo, hi in excl if lo < ia.size)
+            res["excluded_bytes"], res["compared_bytes"] = int(excluded), int(ia.size - excluded)
             first, ndiff = None, 0
+            for lo, hi in excl:  # compared apart (compare_tables): blanked in both copies
+                ia[lo:hi] = 0
+                ib[lo:hi] = 0
             for lo in range(0, ia.size, CHUNK):  # chunks: no image-sized temporaries
-                d = np.flatnonzero((ia[lo:lo + CHUNK] != ib[lo:lo + CHUNK]) & keep[lo:lo + CHUNK])
+                d = np.flatnonzero(ia[lo:lo + CHUNK] != ib[lo:lo + CHUNK])
                 if d.size and first is None:
                     first = lo + int(d[0])
                 ndiff += d.size
@@ -538,6 +541,17 @@ def compare(path_a, path_b, bases=BASES) -> dict:
     finally:
         a.close()
         b.close()
+
+
+def _merged(ranges) -> list[tuple[int, int]]:
+    """Sorted, overlapping or touching ``[lo, hi)`` ranges merged."""
+    out = []
+    for lo, hi in sorted(r for r in ranges if r[1] > r[0]):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def _counts(l: Loaded) -> dict:
