@@ -159,3 +159,17 @@ def test_self_form_refused_for_executables(tmp_path):
     exe = _pie(tmp_path, "bfd")
     r = _pack(exe, tmp_path / "out", "--format", "self", check=2)
     assert "not made for executables" in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_origin_run_path_above_the_program(tmp_path):
+    """RUNPATH $ORIGIN/../lib: the real start and --run see the program's own libraries."""
+    b = testlib.build(tmp_path / "lib", "lld")
+    (tmp_path / "app" / "bin").mkdir(parents=True)
+    (tmp_path / "app" / "lib").mkdir()
+    (tmp_path / "app" / "lib" / "libt.so").write_bytes(b["lib"].read_bytes())
+    exe = tmp_path / "app" / "bin" / "main"
+    testlib._run(["gcc", "-pie", "-fPIE", "-fuse-ld=lld", str(tmp_path / "lib" / "main.c"), "-o", str(exe),
+                  f"-L{b['dir']}", "-lt", "-Wl,-rpath,$ORIGIN/../lib"])
+    st = _pack(exe, tmp_path / "packed", "--run=")
+    assert st["check"]["real_load"]["equal"] and st["check"]["run"]["equal"]
+    assert st["check"]["run"]["stdout_bytes"] == len(b["output"])

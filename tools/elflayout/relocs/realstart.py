@@ -55,17 +55,28 @@ def _traceme():  # in the child, between fork and exec
 
 
 @contextmanager
-def run_dir(src, near):
-    """A directory mirroring ``src``'s (links to its other entries), made beside ``near``;
-    yields ``place(file)``, which puts ``file`` there under ``src``'s name and returns the path."""
+def run_dir(src, near, up: int | None = 0):
+    """A directory beside ``near`` mirroring ``src``'s and, with ``up`` > 0, that many
+    levels above it (links to every other entry: ``$ORIGIN/../lib`` resolves as for
+    ``src``); ``up`` None: an empty directory. Yields ``place(file)``, which puts ``file``
+    there under ``src``'s name and returns the path."""
     src = Path(src).resolve()
     d = Path(tempfile.mkdtemp(prefix=".elflayout-start-", dir=Path(near).resolve().parent))
     try:
-        for e in src.parent.iterdir():
-            if e.name != src.name:
-                (d / e.name).symlink_to(e)
-        exe = d / src.name
-
+        top = src.parent
+        for _ in range(up or 0):
+            top = top.parent
+        cur, dst = top, d
+        parts = list(src.relative_to(top).parts)
+        while up is not None and parts:
+            for e in cur.iterdir():
+                if e.name != parts[0]:
+                    (dst / e.name).symlink_to(e)
+            cur, dst = cur / parts[0], dst / parts[0]
+            parts.pop(0)
+            if parts:
+                dst.mkdir()
+        exe = d / src.relative_to(top) if up is not None else d / src.name
         mode = src.stat().st_mode & 0o777
 
         def place(f) -> Path:
@@ -135,14 +146,15 @@ def start_state(exe: Path, e_entry: int, ranges, env: dict, timeout: float) -> t
             p.stderr.close()
 
 
-def compare_starts(src, out, e_entry: int, ranges, by_code, timeout: float = 300) -> dict:
+def compare_starts(src, out, e_entry: int, ranges, by_code, timeout: float = 300, up: int | None = 0) -> dict:
     """Start ``src`` and ``out`` (each under ``src``'s name in one mirrored directory,
     ASLR off, the same environment) up to their entry point and compare their bytes at
     the link-time ``ranges``; as ``realload.compare_loads``: bytes that differ between two
     starts of ``src`` (the second with the stack shifted) and differing bytes
-    ``by_code(addrs)`` says code stored are left out and counted."""
+    ``by_code(addrs)`` says code stored are left out and counted. ``up``: ``run_dir``'s
+    (None for a program without ``$ORIGIN`` run paths: /usr/bin is large)."""
     env = dict(os.environ)
-    with run_dir(src, out) as place:
+    with run_dir(src, out, up) as place:
         da, sa = start_state(place(src), e_entry, ranges, env, timeout)
         if sa is None:
             return dict(error=f"{src}: {da['error']}")
@@ -178,7 +190,7 @@ def _run(exe: Path, args, timeout: float) -> dict:
     return dict(status=r.returncode, stdout=r.stdout)
 
 
-def compare_runs(src, out, run: str, timeout: float = 300) -> dict:
+def compare_runs(src, out, run: str, timeout: float = 300, up: int = 0) -> dict:
     """Run ``src`` and ``out`` with the arguments ``run`` (shell words; each in a fresh
     working directory, under ``src``'s name in one mirrored directory) and compare exit
     status and standard output (standard error carries pids and times in many programs:
@@ -188,7 +200,7 @@ def compare_runs(src, out, run: str, timeout: float = 300) -> dict:
         args = shlex.split(run)
     except ValueError as e:
         raise ElflayoutError(f"--run {run!r}: {e}") from None
-    with run_dir(src, out) as place:
+    with run_dir(src, out, up) as place:
         a = _run(place(src), args, timeout)
         b = _run(place(out), args, timeout)
         res = dict(args=run, status=a["status"], stdout_bytes=len(a["stdout"]), equal=a == b, comparable=True)

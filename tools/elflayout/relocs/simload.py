@@ -98,6 +98,18 @@ class Loaded:
                 elfcore.relr_decode(self.at(a, n, np.uint64))
         return self._relr
 
+    def origin_levels(self) -> int | None:
+        """How far above the file's directory DT_RPATH/DT_RUNPATH reach through ``$ORIGIN``
+        (``$ORIGIN/../lib``: 1); None without ``$ORIGIN``."""
+        strtab = self.at(self.tag(L.DT_STRTAB), self.tag(L.DT_STRSZ, 0)).tobytes()
+        tags = np.isin(self.dyn["d_tag"], (L.DT_RPATH, L.DT_RUNPATH))
+        up = None
+        for v in self.dyn["d_val"][tags].tolist():
+            for p in L.cstr(strtab, int(v)).replace(b"${ORIGIN}", b"$ORIGIN").split(b":"):
+                if p.startswith(b"$ORIGIN"):
+                    up = max(up or 0, p.split(b"/").count(b".."))
+        return up
+
     def needed(self) -> set[bytes]:
         """DT_NEEDED names."""
         strtab = self.at(self.tag(L.DT_STRTAB), self.tag(L.DT_STRSZ, 0)).tobytes()
@@ -629,7 +641,7 @@ def real_start_compare(path_a, path_b, timeout: float = 300) -> dict:
         if int(a.ehdr[0]["e_entry"]) != int(b.ehdr[0]["e_entry"]):
             return dict(equal=False, compared_bytes=0, reason="entry points differ")
         return realstart.compare_starts(path_a, path_b, int(a.ehdr[0]["e_entry"]), _writable_ranges(a, b),
-                                        by_code, timeout)
+                                        by_code, timeout, up=a.origin_levels())
 
 
 def _check_executable(src, tmp, res: dict, status, root, run) -> dict:
@@ -652,7 +664,9 @@ def _check_executable(src, tmp, res: dict, status, root, run) -> dict:
                       f"from the input's ({real.get('reason', 'same load address, ASLR off')}; output not written)")
     if run is not None:
         with status(f"check: running both with {run}"):
-            r = realstart.compare_runs(src, tmp, run)
+            with Loaded(src) as a:
+                up = a.origin_levels() or 0
+            r = realstart.compare_runs(src, tmp, run, up=up)
         res["run"] = r
         if not r["comparable"]:
             raise ElflayoutError(f"{src}: --run {run!r}: two runs of the input itself give different output; "
