@@ -283,6 +283,8 @@ def _dynamic_writable(inp: _Input, new_dyn, shift: dict, dyn_i: int, spare: int,
     space. A new RW PT_LOAD after the last segment holds it, in a new page at the end of
     the file (before the section headers); its program header needs room (``_phdr_table``)."""
     loads = inp.phdrs[inp.phdrs["p_type"] == L.PT_LOAD]
+    if not loads.size:
+        _fail(inp.img, "no PT_LOAD segment")
     vaddr = L.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), PAGE)
     off = L.align_up(_tail_start(inp), PAGE)
     shift[dyn_i] = off - inp.sh(dyn_i, "sh_offset")

@@ -14,7 +14,6 @@ for the input), under the input's file name, with ASLR off and the same environm
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import shlex
 import shutil
@@ -77,7 +76,7 @@ def run_dir(src, near, up: int | None = 0):
             if parts:
                 dst.mkdir()
         exe = d / src.relative_to(top) if up is not None else d / src.name
-        mode = src.stat().st_mode & 0o777
+        mode = src.stat().st_mode & 0o777 | 0o500  # a copy of a file without x bits still starts
 
         def place(f) -> Path:
             exe.unlink(missing_ok=True)
@@ -108,8 +107,11 @@ def _entry(pid) -> int:
 def start_state(exe: Path, e_entry: int, ranges, env: dict, timeout: float) -> tuple[dict, np.ndarray | None]:
     """Start ``exe`` (ASLR off) stopped at its entry point and read its memory at the
     link-time ``ranges``; returns ({"base": B}, bytes) or ({"error": why}, None)."""
-    p = subprocess.Popen([str(exe)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, preexec_fn=_traceme, cwd=exe.parent)
+    try:
+        p = subprocess.Popen([str(exe)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, preexec_fn=_traceme, cwd=exe.parent)
+    except OSError as e:  # the kernel refuses to execute it
+        return dict(error=f"cannot execute {exe.name}: {e.strerror}"), None
     timer = threading.Timer(timeout, lambda: p.kill())
     timer.start()
     try:
@@ -134,10 +136,8 @@ def start_state(exe: Path, e_entry: int, ranges, env: dict, timeout: float) -> t
         with open(f"/proc/{p.pid}/mem", "rb", buffering=0) as m:
             out = b"".join(os.pread(m.fileno(), hi - lo, base + lo) for lo, hi in ranges)
         return dict(base=base), np.frombuffer(out, np.uint8)
-    except OSError as e:
-        if e.errno in (errno.ESRCH, errno.EPERM):
-            return dict(error=f"cannot trace {exe.name} ({e.strerror}; timed out or ptrace not permitted)"), None
-        raise
+    except OSError as e:  # the process died (timeout), ptrace is not permitted, or an address is not mapped
+        return dict(error=f"cannot trace {exe.name} to its entry point ({e.strerror})"), None
     finally:
         timer.cancel()
         p.kill()
