@@ -9,7 +9,7 @@ counted (it is refused for executables, with the reason). Outcomes: packed and c
 nothing to do, refused (one-line reason, grouped), check failed (exit 1, listed),
 internal error (listed). Target: 0 check failures, 0 internal errors.
 
-Run:  python3 bench/bench_pack_exec_sweep.py [--limit N] [--dirs D ...] [--no-self]
+Run:  python3 bench/bench_pack_exec_sweep.py [--limit N] [--dirs D ...] [--no-self] [--only PATH ...]
 """
 
 from __future__ import annotations
@@ -91,9 +91,10 @@ def main() -> int:
     ap.add_argument("--dirs", nargs="+", default=DIRS)
     ap.add_argument("--limit", type=int, default=0, help="the first N executables only, in path order (0: all)")
     ap.add_argument("--no-self", action="store_true", help="relr form only")
+    ap.add_argument("--only", nargs="+", metavar="PATH", help="these executables instead of the directories")
     a = ap.parse_args()
     t0 = time.time()
-    exes = candidates(a.dirs)
+    exes = [Path(p) for p in a.only] if a.only else candidates(a.dirs)
     total = len(exes)
     if a.limit:
         exes = exes[:a.limit]

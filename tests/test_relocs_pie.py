@@ -173,3 +173,13 @@ def test_origin_run_path_above_the_program(tmp_path):
     st = _pack(exe, tmp_path / "packed", "--run=")
     assert st["check"]["real_load"]["equal"] and st["check"]["run"]["equal"]
     assert st["check"]["run"]["stdout_bytes"] == len(b["output"])
+
+
+def test_set_user_id_executable(tmp_path):
+    """A set-user-ID input starts with ASLR on whatever the personality: both files run
+    as plain copies (the sweep's passwd, su, mount failed the check before)."""
+    exe = _pie(tmp_path, "bfd")
+    exe.chmod(0o4755)
+    st = _pack(exe, tmp_path / "packed", "--check")
+    assert st["check"]["real_load"]["equal"]
+    assert exe.stat().st_mode & 0o7777 == 0o4755  # the input untouched

@@ -82,9 +82,11 @@ def run_dir(src, near, up: int | None = 0):
             exe.unlink(missing_ok=True)
             try:
                 os.link(f, exe)
-                if os.stat(exe).st_mode & 0o777 == mode:
+                if os.stat(exe).st_mode & 0o7777 == mode:
                     return exe
-                exe.unlink()  # a temporary file gets its mode when it is renamed
+                # a temporary file gets its mode when it is renamed; a set-user-ID file
+                # would start with ASLR on (the kernel drops ADDR_NO_RANDOMIZE)
+                exe.unlink()
             except OSError:
                 pass
             shutil.copyfile(f, exe)
