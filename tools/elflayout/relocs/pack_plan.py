@@ -14,6 +14,7 @@ import numpy as np
 
 from elflayout import elfcore
 from elflayout import layouts as L
+from elflayout.arch import cut_granule
 from elflayout.relocs import selfapply
 from elflayout.relocs.pack_cut import MIN_CUT_PAGES
 from elflayout.relocs.pack_input import FORMS, _fail, _Input, _read, _Selection, _select, _version_need, _VersionNeed, validate
@@ -285,14 +286,21 @@ def _dynamic_writable(inp: _Input, new_dyn, shift: dict, dyn_i: int, spare: int,
     loads = inp.phdrs[inp.phdrs["p_type"] == L.PT_LOAD]
     if not loads.size:
         _fail(inp.img, "no PT_LOAD segment")
-    vaddr = L.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), PAGE)
-    off = L.align_up(_tail_start(inp), PAGE)
+    g = _granule(inp)
+    vaddr = L.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), g)
+    off = L.align_up(_tail_start(inp), g)
     shift[dyn_i] = off - inp.sh(dyn_i, "sh_offset")
     ashift = dict(shift)
     ashift[dyn_i] = vaddr - inp.sh(dyn_i, "sh_addr")
     note = (f"no spare DT_NULL slot ({spare}) and DT_DEBUG: dynamic array moved to {vaddr:#x}, a new writable "
             "PT_LOAD after the last segment")
     return _DynamicPatch(shift, ashift, new_dyn, off, None, note, relr_addr, vaddr, True)
+
+
+def _granule(inp: _Input) -> int:
+    """Alignment of a new segment: the page, or an arm64 file's p_align (arch.cut_granule)."""
+    machine = int(_read(inp.img, 0, L.EHDR64.itemsize, L.EHDR64)[0]["e_machine"])
+    return cut_granule(machine, inp.phdrs["p_type"], inp.phdrs["p_align"], PAGE)
 
 
 def _tail_start(inp: _Input) -> int:
@@ -430,7 +438,7 @@ def _program_headers(inp: _Input, lay: _Layout, dy: _DynamicPatch, ap, pt: _Phdr
             last = int(np.flatnonzero(ph["p_type"] == L.PT_LOAD)[-1])
             n = dy.seg_size or dy.new_dyn.nbytes
             seg = np.array([(L.PT_LOAD, L.PF_R | L.PF_W, dy.new_dyn_off, dy.new_dyn_addr, dy.new_dyn_addr,
-                             n, n, PAGE)], L.PHDR64)
+                             n, n, _granule(inp))], L.PHDR64)
             ph = np.concatenate([ph[:last + 1], seg, ph[last + 1:]]).astype(L.PHDR64)
     if pt.moved:
         x = ph["p_type"] == L.PT_PHDR

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from elflayout import emulator as emulation
 from elflayout.errors import ElflayoutError
 
+ROOT = Path(__file__).resolve().parents[3]
 HEAP_PAD = 4096 + 48  # C-heap shift of the control load (not a multiple of any alignment)
 PROBE = Path(__file__).with_name("loadprobe.py")
 
@@ -29,9 +31,15 @@ PROBE = Path(__file__).with_name("loadprobe.py")
 class Host:
     """Where real loads run: this machine, or ``chroot ROOT`` (a root with its own glibc
     and the library's dependencies, e.g. scripts/bullseye-root.sh); the probe runs under
-    the root's own python3."""
+    the root's own python3. A library of another machine (arm64) loads in the C probe
+    (tools/loadprobe) under its emulator, ``qemu-aarch64 -L ROOT`` (ROOT: ``root`` or
+    the arm64 root of scripts/arm64-root.sh)."""
 
-    def __init__(self, root=None):
+    def __init__(self, root=None, lib=None, emulator=None):
+        self.emulator = emulator or (emulation.for_library(lib, root) if lib is not None else None)
+        if self.emulator is not None:
+            self.root, self.python = None, None
+            return
         self.root = Path(root).resolve() if root else None
         if self.root is None:
             self.python = sys.executable
@@ -64,10 +72,15 @@ class Host:
 
     def probe(self, d: Path, args, env, timeout, setarch=False):
         """Run loadprobe.py (copied into ``d``, a ``tempdir()``, so a root sees it) with ``args``."""
-        probe = d / PROBE.name
-        shutil.copyfile(PROBE, probe)
-        cmd = (["setarch", "-R"] if setarch else []) + (["chroot", str(self.root)] if self.root else []) + \
-              [self.python, self.inside(probe), *args]
+        if self.emulator is not None:
+            # the guest's library path goes through -E: the host's would reach qemu itself
+            lp = env.pop("LD_LIBRARY_PATH", None)
+            cmd = [*self.emulator.argv, *(["-E", f"LD_LIBRARY_PATH={lp}"] if lp else []), str(c_probe()), *args]
+        else:
+            probe = d / PROBE.name
+            shutil.copyfile(PROBE, probe)
+            cmd = (["chroot", str(self.root)] if self.root else []) + [self.python, self.inside(probe), *args]
+        cmd = (["setarch", "-R"] if setarch else []) + cmd
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, errors="replace")
 
     def env(self, *dirs) -> dict:
@@ -84,9 +97,24 @@ class Host:
         return env
 
 
-def dlopen_check(path, timeout: float = 120, root=None) -> str | None:
+def c_probe() -> Path:
+    """The arm64 load probe, built on first use with the cross compiler."""
+    exe = ROOT / "build" / "aarch64" / "loadprobe"
+    src = ROOT / "tools" / "loadprobe" / "loadprobe.c"
+    if exe.is_file() and exe.stat().st_mtime >= src.stat().st_mtime:
+        return exe
+    if shutil.which("aarch64-linux-gnu-gcc") is None:
+        raise ElflayoutError("real loads of arm64 libraries need the cross compiler for their probe "
+                             "(apt-get install gcc-aarch64-linux-gnu)")
+    r = subprocess.run(["make", "-s", "-C", str(src.parent)], capture_output=True, text=True)
+    if r.returncode != 0 or not exe.is_file():
+        raise ElflayoutError(f"cannot build {exe}: {(r.stderr.strip().splitlines() or ['make failed'])[-1]}")
+    return exe
+
+
+def dlopen_check(path, timeout: float = 120, root=None, emulator=None) -> str | None:
     """Load ``path`` with the real glibc loader in a subprocess; None if it loaded, else why not."""
-    h = Host(root)
+    h = Host(root, path, emulator)
     p = Path(path).resolve()
     with h.tempdir() as d:
         lib = Path(d) / p.name
@@ -125,7 +153,7 @@ def load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 
         return doc, np.fromfile(out, np.uint8)
 
 
-def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=None) -> dict:
+def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=None, emulator=None) -> dict:
     """dlopen both files (ASLR off, RTLD_NOW, each in a fresh process under ``path_a``'s
     name and the same environment; inside ``chroot root`` when given) and compare their
     bytes at the link-time ``ranges``.
@@ -136,7 +164,7 @@ def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=No
     Returns dict(equal, compared_bytes, unstable_bytes, differing_bytes) or
     dict(error=...) when a file does not load.
     """
-    h = Host(root)
+    h = Host(root, path_a, emulator)
     pa, pb = Path(path_a).resolve(), Path(path_b).resolve()
     dirs = (pa.parent, pb.parent)
     da, sa = load_state(h, pa, pa.name, ranges, dirs, timeout)

@@ -605,7 +605,7 @@ def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
 
 
 
-def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
+def real_load_compare(path_a, path_b, timeout: float = 300, root=None, emulator=None) -> dict:
     """dlopen both files (realload.compare_loads: ASLR off, RTLD_NOW, fresh processes,
     inside ``chroot root`` when given) and compare their file-backed writable bytes
     (``_writable_ranges``).
@@ -625,7 +625,7 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
         def by_code(addrs):
             return ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
 
-        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root)
+        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root, emulator)
 
 
 def real_start_compare(path_a, path_b, timeout: float = 300) -> dict:
@@ -644,13 +644,19 @@ def real_start_compare(path_a, path_b, timeout: float = 300) -> dict:
                                         by_code, timeout, up=a.origin_levels())
 
 
-def _check_executable(src, tmp, res: dict, status, root, run) -> dict:
+def _check_executable(src, tmp, res: dict, status, root, run, emulator=None) -> dict:
     """``check`` for an executable: real starts up to the entry point, then ``run``."""
     from elflayout.relocs import realstart
+
+    from elflayout import emulator as emulation
 
     res["dlopen"] = "skipped (a PIE executable cannot be dlopen'ed: started instead)"
     if root is not None:
         res["real_load"] = "skipped (--root: executables are started on this machine only)"
+        return res
+    hdr = emulation.header(src)
+    if emulator is not None or (hdr and hdr[0] != emulation.host_machine()):
+        res["real_load"] = "skipped (a foreign executable: the real start traces native programs only)"
         return res
     with status("check: starting the input and the packed executable up to their entry point"):
         real = real_start_compare(src, tmp)
@@ -677,7 +683,7 @@ def _check_executable(src, tmp, res: dict, status, root, run) -> dict:
     return res
 
 
-def check(src, tmp, *, real_load: bool = True, status=None, root=None, run: str | None = None) -> dict:
+def check(src, tmp, *, real_load: bool = True, status=None, root=None, emulator=None, run: str | None = None) -> dict:
     """``pack-relocs --check``: prove ``tmp`` (the packed file) equivalent to ``src``.
 
     1. Simulated loader at two load bases, every byte compared, tables field by field.
@@ -685,7 +691,9 @@ def check(src, tmp, *, real_load: bool = True, status=None, root=None, run: str 
        executables are started instead, up to their entry point (realstart.py), and
        with ``run`` (shell words) both run with those arguments, same output required.
     Raises Finding (exit 1) on a difference, ElflayoutError (exit 2) when the input
-    itself does not load (real loads happen inside ``chroot root`` when given); returns the comparison document otherwise. ``status(msg)``
+    itself does not load (real loads happen inside ``chroot root`` when given; an arm64
+    library's under ``emulator``, by default qemu-aarch64 with the arm64 root or ``root``);
+    returns the comparison document otherwise. ``status(msg)``
     gives a context manager that shows progress (the CLI's spinner).
     """
     status = status or (lambda msg: contextlib.nullcontext())
@@ -701,13 +709,13 @@ def check(src, tmp, *, real_load: bool = True, status=None, root=None, run: str 
     if not real_load:
         return res
     if is_executable(tmp):
-        return _check_executable(src, tmp, res, status, root, run)
+        return _check_executable(src, tmp, res, status, root, run, emulator)
     if run is not None:
         raise ElflayoutError(f"{src}: --run applies to executables; a library is checked by loading it")
     with status("check: real loads of the input and the packed library"):
-        real = real_load_compare(src, tmp, root=root)
+        real = real_load_compare(src, tmp, root=root, emulator=emulator)
     if "error" in real:
-        why = realload.dlopen_check(src, root=root)
+        why = realload.dlopen_check(src, root=root, emulator=emulator)
         if why is not None:
             raise ElflayoutError(f"{src}: the input itself does not load ({why}); nothing to prove against")
         raise Finding(f"check failed: dlopen of the packed library failed: {real['error']} (output not written)")
