@@ -102,6 +102,14 @@ def test_variant_argv_and_environment():
         FixedEnv({"BIG": "x" * 5000})
 
 
+def test_evict_a_file_deleted_since_the_census(tmp_path):
+    """Another process's temporary file, read during the census and gone before a
+    selective run: nothing to evict, not a traceback (seen measuring Chromium while a
+    root file system was being built)."""
+    r = cache.evict(tmp_path / "gone.bin")
+    assert r["left"] == 0 and r["why"] == "deleted"
+
+
 def test_evict_and_residency(tmp_path):
     f = tmp_path / "data.bin"
     f.write_bytes(os.urandom(64 * 4096 + 100))

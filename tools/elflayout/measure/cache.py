@@ -83,9 +83,14 @@ def _ranges(pages: np.ndarray) -> str:
 def evict(path: str | os.PathLike, verify: bool = True) -> dict:
     """Evict one file from the page cache; return {"path", "left", "pages", "why"}.
 
-    ``left`` is the number of pages still resident after two attempts (0 = clean).
+    ``left`` is the number of pages still resident after two attempts (0 = clean); a file
+    deleted since it was listed (another process's temporary file the census saw) has
+    nothing left to evict.
     """
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return {"path": str(path), "left": 0, "pages": "", "why": "deleted"}
     try:
         for _ in range(2):
             os.fsync(fd)
