@@ -124,7 +124,7 @@ def pack_executable(w: Path) -> tuple[Path, Path]:
     shutil.copyfile(exe, orig)
     orig.chmod(0o755)
     out = app_copy(w, "packed-app") / exe.name
-    print(f"7. pack-relocs --check of {exe} into {app}")
+    print(f"7. pack-relocs --check of {exe} into {out.parent}")
     t = time.monotonic()
     r = subprocess.run(["/usr/bin/time", "-f", "%e %M", sys.executable, "-m", "elflayout", "pack-relocs", str(exe),
                         "-o", str(out), "--check", "--json"], capture_output=True, text=True,
