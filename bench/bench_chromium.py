@@ -162,17 +162,27 @@ def measure_packed(w: Path, original: Path, packed: Path, runs: int) -> None:
         print(f"  left warm by the census (another process maps it): {', '.join(warm)}; measuring again")
     else:
         raise SystemExit("bench_chromium: another process kept the executable mapped in 3 sessions")
+    report_packed(res, exe, str(packed))
+
+
+def report_packed(res, original: str, packed: str) -> None:
+    """Pages read from the executable and in total, per variant: median [min, max] over
+    the runs no other process disturbed in the executable (a run disturbed only in a
+    shared system library, which other programs on the machine read meanwhile, still
+    measures the executable; its total is shown apart)."""
     med = {}
-    for name, path in (("original", exe), ("packed", str(packed))):
-        rows = res.cell(name, "selective")
+    for name, path in (("original", original), ("packed", packed)):
+        rows = [r for r in res.cell(name, "selective", clean=False) if not r.disturbed_for(path)]
         if not rows:
-            print(f"  {name}: no undisturbed run")
+            print(f"  {name}: no run undisturbed in the executable")
             return
         own = [r.files[path].pages_read if path in r.files else 0 for r in rows]
         tot = [r.pages_read for r in rows]
         med[name] = (statistics.median(own), statistics.median(tot))
+        other = sum(1 for r in rows if r.disturbed)
         print(f"  {name:<8} executable {med[name][0]:>8,.0f} pages [{min(own):,}, {max(own):,}]   "
-              f"all files {med[name][1]:>8,.0f} [{min(tot):,}, {max(tot):,}]   ({len(rows)} runs)")
+              f"all files {med[name][1]:>8,.0f} [{min(tot):,}, {max(tot):,}]   ({len(rows)} runs"
+              + (f"; {other} disturbed in other files" if other else "") + ")")
     d_exe, d_tot = (med["original"][i] - med["packed"][i] for i in (0, 1))
     print(f"  packed reads {d_exe:,.0f} fewer pages from the executable ({100 * d_exe / med['original'][0]:.1f}%), "
           f"{d_tot:,.0f} fewer in total")
