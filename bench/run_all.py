@@ -88,6 +88,9 @@ BENCHES = [
           "profile, plot, report", RA_SET),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
+    Bench("report", "bench_report.py", ("--runs", "5"),
+          "The report's interactive access view in headless Chromium: file size, open time, zoom latency "
+          "(libLLVM-16 recording)", "not relevant (reads a recorded results file)"),
     Bench("inspect", "bench_inspect.py", ("--runs", "5"),
           "Speed of `elflayout inspect` on libLLVM-16", "not relevant (warm page cache)"),
     Bench("profile", "bench_profile.py", ("-n", "5"),
@@ -114,6 +117,11 @@ BENCHES = [
           "A second archive through split, profile, order, link: OpenSSL's libcrypto.so.3 from libcrypto.a, "
           "`openssl dgst -sha256`: Debian's library, default relink, object order, split + function order "
           "(+ packed) with lld, gold and GNU ld (pages read)", RA_SET, markdown=True),
+    Bench("exe", "bench_exe.py", ("--runs", "3"),
+          "An executable as the target: Debian's python3.11 relinked from libpython3.11.a (split) with GNU ld and "
+          "lld, profiled, ordered and relinked like a library: pages read from the executable unordered vs "
+          "ordered, Debian's beside them; CPython's test_json test_re test_struct through each", RA_SET,
+          markdown=True),
     Bench("split_fuzz", "bench_split_fuzz.py", ("--count", "10000"),
           "Damaged objects and archives through split and split --check (lld, gold, GNU ld), each run limited to "
           "30 s of CPU and 1 GB: exit 3, tracebacks, hangs, output written for a refused input (about 1.5 h)",
@@ -130,6 +138,10 @@ BENCHES = [
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),
+    Bench("isolation", "bench_isolation.py", ("--runs", "5"),
+          "Isolated and rootless measurement: libLLVM-16 and libpython pages read on the shared disk vs a private "
+          "loop device (--isolate), and traced as root vs measured by user nobody without root",
+          "128 on the disk and on the private loop device; the rootless pair at the disk's own value (recorded)"),
 ]
 # Bench scripts added later still run (default arguments) until they are registered above.
 BENCHES += [Bench(p.stem.removeprefix("bench_"), p.name, (), "(not yet described in run_all.py)", "see the script")
