@@ -38,7 +38,11 @@ class Host:
     def __init__(self, root=None, lib=None, emulator=None):
         self.emulator = emulator or (emulation.for_library(lib, root) if lib is not None else None)
         if self.emulator is not None:
-            self.root, self.python = None, None
+            # the emulated root's own python3 runs loadprobe.py on any glibc; without one the
+            # C probe (built against this machine's cross glibc: 2.34 or later) runs
+            self.root = None
+            cands = _pythons(Path(self.emulator.root)) if self.emulator.root else []
+            self.python = str(cands[0]) if cands else None
             return
         self.root = Path(root).resolve() if root else None
         if self.root is None:
@@ -46,8 +50,7 @@ class Host:
             return
         if os.geteuid() != 0:
             raise ElflayoutError(f"--root {self.root}: real loads inside a root need chroot, i.e. root privileges")
-        cands = sorted(self.root.glob("usr/bin/python3*"))
-        cands = [c for c in cands if c.name.replace("python3", "").replace(".", "").isdigit() or c.name == "python3"]
+        cands = _pythons(self.root)
         if not cands:
             raise ElflayoutError(f"--root {self.root}: no python3 inside it to run the loader check "
                                  "(install python3-minimal there)")
@@ -72,20 +75,21 @@ class Host:
 
     def probe(self, d: Path, args, env, timeout, setarch=False):
         """Run loadprobe.py (copied into ``d``, a ``tempdir()``, so a root sees it) with ``args``."""
+        probe = d / PROBE.name
+        shutil.copyfile(PROBE, probe)
         if self.emulator is not None:
             # the guest's library path goes through -E: the host's would reach qemu itself
             lp = env.pop("LD_LIBRARY_PATH", None)
-            cmd = [*self.emulator.argv, *(["-E", f"LD_LIBRARY_PATH={lp}"] if lp else []), str(c_probe()), *args]
+            prog = [self.python, str(probe)] if self.python else [str(c_probe())]
+            cmd = [*self.emulator.argv, *(["-E", f"LD_LIBRARY_PATH={lp}"] if lp else []), *prog, *args]
         else:
-            probe = d / PROBE.name
-            shutil.copyfile(PROBE, probe)
             cmd = (["chroot", str(self.root)] if self.root else []) + [self.python, self.inside(probe), *args]
         cmd = (["setarch", "-R"] if setarch else []) + cmd
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, errors="replace")
 
     def env(self, *dirs) -> dict:
         env = dict(os.environ, PYTHONHASHSEED="0")  # a deterministic interpreter heap
-        if self.root is not None:
+        if self.root is not None or self.emulator is not None:  # another system's interpreter and libraries
             env.pop("PYTHONPATH", None)
             env.pop("PYTHONHOME", None)
             env.pop("LD_LIBRARY_PATH", None)
@@ -95,6 +99,12 @@ class Host:
         if ds:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(ds)
         return env
+
+
+def _pythons(root: Path) -> list[Path]:
+    """The python3 interpreters of a system root (usr/bin/python3, python3.N)."""
+    cands = sorted(root.glob("usr/bin/python3*"))
+    return [c for c in cands if c.name.replace("python3", "").replace(".", "").isdigit() or c.name == "python3"]
 
 
 def c_probe() -> Path:
