@@ -683,3 +683,15 @@ def test_census_of_hundreds_of_files_counts_each_file(tmp_path):
     for run in doc["runs"]:
         assert not run.get("interference") and run["lost_events"] == 0, run.get("interference")
         assert {f: x["pages_read"] for f, x in run["files"].items()} == expect
+
+
+def test_disturbed_message_names_the_recorded_cause_and_isolation():
+    from elflayout.measure.session import disturbed_message
+    ra = "read_ahead_kb of vda was 8192 (changed by another process), not 128"
+    runs = [{"variant": "a", "state": "selective", "interference": ra} for _ in range(5)]
+    runs.append({"variant": "a", "state": "selective", "interference": "/x.so: 3 page(s) could not be evicted"})
+    runs.append({"variant": "a", "state": "hot"})
+    msg = disturbed_message({"runs": runs}, ["a/selective"], files_named=True)
+    assert ra in msg and "5 of 6 runs" in msg and "1 other cause" in msg, msg
+    assert "--isolate" in msg and "--files" not in msg, msg
+    assert "--files" in disturbed_message({"runs": runs}, ["a/selective"], files_named=False)

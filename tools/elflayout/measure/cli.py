@@ -219,8 +219,7 @@ def run(args) -> int:
             err.print(f"[yellow]hint:[/] {escape(h)}", soft_wrap=True, highlight=False)
         err.print(f"wrote {out} ({len(doc['runs'])} runs in {md['duration_s']:.1f} s)")
     if empty:
-        err.print(f"elflayout: every run of {', '.join(empty)} was disturbed (runs[].interference): no figure for "
-                  f"{'it' if len(empty) == 1 else 'them'}; measure on a quieter machine, or name the files with "
-                  f"--files / --census-under", soft_wrap=True, highlight=False)
+        err.print(f"elflayout: {escape(session.disturbed_message(doc, empty, bool(args.files)))}", soft_wrap=True,
+                  highlight=False)
         return 1
     return 0

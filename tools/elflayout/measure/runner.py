@@ -154,6 +154,7 @@ class Runner:
         self._child: subprocess.Popen | None = None
         self._errfile = tempfile.TemporaryFile(prefix="elflayout-measure-")
         self._warned_evict: set[str] = set()
+        self._evict_why: dict[str, str] = {}  # file -> why pages stayed (names the mapping processes)
         self.page = cache.PAGE
 
     # -- one child ----------------------------------------------------------------
@@ -239,6 +240,7 @@ class Runner:
                 r = cache.evict(f)
                 if r["left"]:
                     left[f] = r["left"]
+                    self._evict_why[f] = r["why"]
                     if f not in self._warned_evict:
                         self._warned_evict.add(f)
                         msg = f"{f}: {r['left']} page(s) stayed resident after eviction (pages {r['pages']}): {r['why']}"
@@ -319,7 +321,7 @@ class Runner:
         left = rec.get("evict_left") or {}
         for f, x in rec["files"].items():
             if left.get(f):
-                return f"{f}: {left[f]} page(s) could not be evicted before the run"
+                return f"{f}: {left[f]} page(s) could not be evicted before the run ({self._evict_why.get(f)})"
             unique = x.get("unique_pages", x["pages_read"])
             if x["resident_after"] > unique:
                 return (f"{f}: {x['resident_after']} pages resident after the run but {unique} read by it "

@@ -180,8 +180,10 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
                    f"or more")
     bad = [r for r in runs if r.get("interference")]
     if bad:
-        out.append(f"{len(bad)} run(s) were disturbed (see runs[].interference) and are left out of the statistics: "
-                   f"measure on a quieter machine, or name fewer shared files")
+        causes = {r["interference"] for r in bad}
+        out.append(f"{len(bad)} run(s) were disturbed (see runs[].interference; for example: {min(causes)}) and are "
+                   f"left out of the statistics: measure on a private device (--isolate) or on a quieter machine, "
+                   f"or name fewer shared files")
     for srow in summary:
         if srow["metric"] == "wall_s" and srow.get("cov") and srow["cov"] > 0.10:
             out.append(f"{srow['variant']}/{srow['state']}: wall time CoV {srow['cov'] * 100:.0f}% > 10%: the machine "
@@ -403,3 +405,28 @@ def all_disturbed(doc: dict) -> list[str]:
     for r in doc["runs"]:
         cells.setdefault((r["variant"], r["state"]), []).append(bool(r.get("interference")))
     return [f"{v}/{s}" for (v, s), bad in cells.items() if all(bad)]
+
+
+def disturbance_causes(doc: dict, cells: list[str] | None = None) -> list[tuple[str, int]]:
+    """[(cause, runs)] recorded in ``runs[].interference`` for ``cells`` (all when None),
+    the most frequent first."""
+    counts: dict[str, int] = {}
+    for r in doc["runs"]:
+        why = r.get("interference")
+        if why and (cells is None or f"{r['variant']}/{r['state']}" in cells):
+            counts[why] = counts.get(why, 0) + 1
+    return sorted(counts.items(), key=lambda kv: -kv[1])
+
+
+def disturbed_message(doc: dict, cells: list[str], files_named: bool) -> str:
+    """Why every run of ``cells`` was disturbed and what to do (one line): the cause the
+    results record, then isolation; naming the files only when they were not named."""
+    causes = disturbance_causes(doc, cells)
+    total = sum(n for _, n in causes)
+    cause, n = causes[0] if causes else ("no cause recorded", 0)
+    more = f"; {len(causes) - 1} other cause(s) in runs[].interference" if len(causes) > 1 else ""
+    fix = "measure on a private device (--isolate) or on a quieter machine"
+    if not files_named:
+        fix += ", or name the files with --files / --census-under"
+    return (f"every run of {', '.join(cells)} was disturbed: {cause} ({n} of {total} runs{more}): no figure for "
+            f"{'it' if len(cells) == 1 else 'them'}; {fix}")
