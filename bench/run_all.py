@@ -127,6 +127,10 @@ BENCHES = [
           "Time verdicts: coverage of the 95% interval by n, A/A false alarms, detection of a 5% slowdown with the "
           "MDE printed (pool of 200 rounds under --realtime with a CPU hog: about 40 min to collect once, cached "
           "in ~/.cache/elflayout/bench-verdicts; the studies about 10 min)", RA_SET),
+    Bench("order_balance", "bench_order_balance.py", ("--trials", "2000"),
+          "Run order: A/A sessions simulated under a position effect (first run of a round 5% slower), ordered "
+          "by the balanced Latin square vs the per-round shuffle it replaced: bias of the paired ratio, false "
+          "alarms (seconds)", "not relevant (simulation)"),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),

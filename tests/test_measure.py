@@ -63,7 +63,7 @@ def _cmd(pair, name):
 
 
 # -- unit parts -------------------------------------------------------------------------
-def test_schedule_is_interleaved_shuffled_and_seeded():
+def test_schedule_is_interleaved_counterbalanced_and_seeded():
     vs = [Variant("a", "true"), Variant("b", "true")]
     p = Plan(vs, ["selective", "hot"], runs=6, seed=5)
     s = p.schedule()
@@ -72,9 +72,27 @@ def test_schedule_is_interleaved_shuffled_and_seeded():
         cells = sorted((v, st) for rr, v, st in s if rr == r)
         assert cells == sorted((v, st) for v in "ab" for st in ("selective", "hot"))
     assert s == Plan(vs, ["selective", "hot"], runs=6, seed=5).schedule()
-    assert s != Plan(vs, ["selective", "hot"], runs=6, seed=6).schedule()
-    orders = {tuple((v, st) for rr, v, st in s if rr == r) for r in range(6)}
-    assert len(orders) > 1  # not the same order every round
+    assert len({tuple(Plan(vs, ["selective", "hot"], runs=6, seed=k).schedule()) for k in range(8)}) > 1
+    # two variants: which goes first alternates every round, in every state (ABBA)
+    for st in ("selective", "hot"):
+        firsts = [next(v for rr, v, s2 in s if rr == r and s2 == st) for r in range(6)]
+        assert all(firsts[r] != firsts[r + 1] for r in range(5)), firsts
+    # within a state's block each variant holds each position equally often
+    for k, seed in ((3, 1), (4, 2), (5, 3)):
+        vs = [Variant(f"v{i}", "true") for i in range(k)]
+        cycle = 2 * k if k % 2 else k
+        rows = Plan(vs, ["selective"], runs=2 * cycle, seed=seed).order_rows()
+        pos = {}
+        follows = {}
+        for row in rows:
+            for i, (v, _) in enumerate(row):
+                pos[(v, i)] = pos.get((v, i), 0) + 1
+                if i:
+                    follows[(row[i - 1][0], v)] = follows.get((row[i - 1][0], v), 0) + 1
+        assert set(pos.values()) == {2 * cycle // k} and len(pos) == k * k
+        assert len(set(follows.values())) == 1 and len(follows) == k * (k - 1)
+    rec = Plan(vs, ["selective"], runs=7, seed=3).order_record()
+    assert rec["variant_cycle"] == 10 and not rec["balanced"] and len(rec["rounds"]) == 7
 
 
 def test_seeks_counts_jumps_over_32_pages():

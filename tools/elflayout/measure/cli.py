@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--files", nargs="+", action="extend", metavar="PATH", default=[],
                    help="files whose pages read are reported (and evicted in the selective state); "
                         "default: the files the census finds")
-    p.add_argument("--seed", type=int, default=0, help="seed of the shuffled run order and of the bootstrap (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the run order (which variant and state take which role in the balanced order) and of the bootstrap (default 0)")
     p.add_argument("--read-ahead-kb", type=int, default=128,
                    help="read_ahead_kb for the device holding the files during the session (default 128; -1 keeps it)")
     p.add_argument("--no-aslr", action="store_true", help="disable ASLR in the measured processes (personality)")

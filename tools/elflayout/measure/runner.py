@@ -1,7 +1,7 @@
 """The interleaved run loop.
 
-Every round runs each variant x state once, in an order shuffled with a recorded seed
-(never all of A then all of B), after preparing the state:
+Every round runs each variant x state once (never all of A then all of B), in a
+counterbalanced order (``Plan.schedule``), after preparing the state:
 
 - ``cold``: sync + drop_caches (the whole system's cache: biased, system libraries too);
 - ``selective``: evict only the files under test and verify with mincore;
@@ -81,15 +81,55 @@ class Plan:
     files: list[str] = field(default_factory=list)
 
     def schedule(self) -> list[tuple[int, str, str]]:
-        """[(round, variant, state)] in run order, shuffled per round with ``seed``."""
+        """[(round, variant, state)] in run order: counterbalanced, labelled with ``seed``.
+
+        A round runs the states one after the other, every variant within each state.
+        Variant orders follow the rows of a balanced Latin square (``williams``; two
+        variants: AB, BA, AB, ...), one row per round, so over every cycle of rows each
+        variant holds each position within a state equally often and follows each other
+        variant equally often: a position effect (the first run of a round slower, say)
+        cancels in a ratio instead of favouring the variant that happened to go first.
+        The state order comes from another such square and changes once per cycle of
+        variant rows. The seed picks which variant and state play which role.
+        """
+        rows = self.order_rows()
+        return [(r, v, s) for r, cells in enumerate(rows) for v, s in cells]
+
+    def order_rows(self) -> list[list[tuple[str, str]]]:
+        """Per round, its cells in run order (see ``schedule``)."""
         rng = random.Random(self.seed)
-        cells = [(v.name, s) for v in self.variants for s in self.states]
+        names = [v.name for v in self.variants]
+        states = list(self.states)
+        rng.shuffle(names)
+        rng.shuffle(states)
+        vrows, srows = williams(len(names)), williams(len(states))
         out = []
         for r in range(self.runs):
-            order = cells[:]
-            rng.shuffle(order)
-            out.extend((r, v, s) for v, s in order)
+            srow = srows[(r // len(vrows)) % len(srows)]
+            vrow = vrows[r % len(vrows)]
+            out.append([(names[i], states[j]) for j in srow for i in vrow])
         return out
+
+    def order_record(self) -> dict:
+        """How the run order was made (results ``metadata.order``)."""
+        cycle = len(williams(len(self.variants)))
+        return {"design": "balanced Latin square (Williams) of variants within each state, one row per round; "
+                          "state order from another, changing once per cycle of variant rows",
+                "variant_cycle": cycle, "balanced": self.runs % cycle == 0,
+                "rounds": [[f"{v}/{s}" for v, s in row] for row in self.order_rows()]}
+
+
+def williams(n: int) -> list[list[int]]:
+    """Rows of a balanced Latin square of ``n`` treatments (Williams 1949).
+
+    Every treatment takes every position once per cycle of rows and immediately follows
+    every other treatment equally often; a cycle is ``n`` rows for even ``n``, ``2n``
+    (the square and its mirror) for odd ``n``. First row 0, 1, n-1, 2, n-2, ...; row r
+    adds r to each entry (mod n).
+    """
+    first = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 and n > 1 else rows
 
 
 # Per-CPU trace buffer: one libLLVM startup is ~10k events (< 1 MB); start at 16 MB and

@@ -191,6 +191,16 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
     return out
 
 
+def order_hints(plan: Plan) -> list[str]:
+    """A remedy when the rounds do not fill whole cycles of the balanced order."""
+    cycle = plan.order_record()["variant_cycle"]
+    if plan.runs % cycle == 0:
+        return []
+    more = -(-plan.runs // cycle) * cycle
+    return [f"--runs {plan.runs} is not a multiple of {cycle} (a cycle of the balanced order of "
+            f"{len(plan.variants)} variants): positions in a round are only partly balanced; use --runs {more}"]
+
+
 def _storage_mounts(plan: MeasurePlan, stack: contextlib.ExitStack) -> tuple[list, list[str]]:
     """Mount one emulated slow disk per directory holding --files; ([SlowStorage], dirs)."""
     if not plan.storage:
@@ -378,14 +388,15 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         "argv": plan.argv, "started": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
         **_machine(),
         "states": states, "runs": plan.runs, "warmup": plan.warmup,
-        "seed": plan.seed, "seek_pages": SEEK_PAGES,
+        "seed": plan.seed, "order": run_plan.order_record(), "seek_pages": SEEK_PAGES,
         "read_ahead_kb": control_records["read_ahead_kb"]["applied"],
         "aslr": control_records["aslr"]["applied"], "controls": control_records, "lock": lock_record,
         "source": "mincore" if trace_why else "trace", "trace_pid_filter": runner.pid_filter,
         "census_method": census_method, "census_under": [os.path.realpath(d) for d in plan.census_under],
         "census": census, "census_left_out": left_out, "files": files_md,
         "storage": storage_md, "spread": runner.spread(runs),
-        "notes": notes, "warnings": runner.warnings, "hints": hints(runs, analysis["summary"]),
+        "notes": notes, "warnings": runner.warnings,
+        "hints": hints(runs, analysis["summary"]) + order_hints(run_plan),
     }
     return model.build(metadata, [{"name": v.name, "command": v.command} for v in variants], runs, analysis)
 
