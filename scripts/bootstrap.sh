@@ -45,8 +45,9 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   touch "$stamp"
 fi
 
-# The C parts: the valgrind tool (out of tree), the FUSE slow-storage server, the preloader.
-for d in tools/firsttouch tools/slowfs tools/preload; do
+# The C parts: the valgrind tool (out of tree), the FUSE slow-storage server, the preloader,
+# the real-load check's probe for roots without a python3 with ctypes.
+for d in tools/firsttouch tools/slowfs tools/preload tools/loadprobe; do
   [ -f "$d/Makefile" ] && make -s -C "$d"
 done
 
