@@ -457,6 +457,9 @@ def test_failing_and_hanging_commands_are_errors(tmp_path):
     r = run_cli("measure", "--name", "bad", "sh -c 'echo boom >&2; exit 3'", "--files", f, "--census", "none",
                 "--runs", "1", "-o", tmp_path / "r.json", check=2)
     assert "exited with status 3" in r.stderr and "boom" in r.stderr
+    r = run_cli("measure", "--name", "segv", "sh -c 'kill -SEGV $$'", "--files", f, "--census", "none",
+                "--runs", "1", "-o", tmp_path / "r.json", check=2)
+    assert "command was killed by signal 11" in r.stderr  # worded as profile words it
     t = time.monotonic()
     r = run_cli("measure", "--name", "slow", "sleep 30", "--files", f, "--census", "none", "--runs", "1",
                 "--timeout", "1", "-o", tmp_path / "r.json", check=2)
@@ -629,6 +632,7 @@ def test_sigkill_leaves_read_ahead_restored_by_the_next_session(tmp_path, libpai
     p.kill()
     p.communicate(timeout=60)
     r = run_cli("measure", "--restore", check=0)
+    assert not mine(), r.stdout  # its trace instances too
     with _device_lock(knob):
         assert knob.read_text().strip() == before, r.stdout
     # this --restore did it, unless another session started in between and did it first
@@ -713,3 +717,29 @@ def test_disturbed_message_names_the_recorded_cause_and_isolation():
     assert ra in msg and "5 of 6 runs" in msg and "1 other cause" in msg, msg
     assert "--isolate" in msg and "--files" not in msg, msg
     assert "--files" in disturbed_message({"runs": runs}, ["a/selective"], files_named=False)
+
+
+@pytest.mark.root
+def test_normal_exits_leave_no_trace_instance(tmp_path, libpair):
+    """A measure session (census, runs, the removals' instance) and a profile with the
+    trace backend remove every instance they made when they exit normally, failing or not."""
+    need_root_tracefs()
+    lib = str(libpair["scattered"] / "libdata.so")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    cmds = [["measure", "--name", "s", _cmd(libpair, "scattered"), "--state", "selective", "--runs", "1",
+             "--quiet", "-o", tmp_path / "r.json"],
+            ["measure", "--name", "s", "false", "--files", lib, "--runs", "1", "--census", "none", "--quiet",
+             "-o", tmp_path / "f.json"],
+            ["profile", "--backend", "trace", "--target", lib, "-o", tmp_path / "p.json", "--",
+             str(libpair["driver"])]]
+    for args in cmds:
+        p = subprocess.Popen([sys.executable, "-m", "elflayout", *map(str, args)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seen = set()
+        while p.poll() is None:
+            seen |= {i for i in _instances() if i.startswith(f"elflayout-{p.pid}-")}
+            time.sleep(0.01)
+        err = p.stderr.read()
+        assert p.returncode in (0, 2), err
+        assert seen or p.returncode, f"no instance seen for {args[0]}"
+        assert not {i for i in _instances() if i.startswith(f"elflayout-{p.pid}-")}, (args, err)

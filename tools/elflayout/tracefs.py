@@ -23,6 +23,7 @@ files, reclaim) into the same buffers and lose events on a busy machine.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import os
@@ -99,11 +100,13 @@ def ensure_mounted() -> None:
         )
 
 
-def remove_stale_instances() -> None:
-    """Remove instances left by elflayout processes that no longer exist (e.g. SIGKILL)."""
+def remove_stale_instances() -> list[str]:
+    """Remove instances left by elflayout processes that no longer exist (e.g. SIGKILL);
+    returns the names removed."""
     inst = TRACEFS / "instances"
-    if not inst.is_dir():
-        return
+    removed: list[str] = []
+    if os.geteuid() != 0 or not inst.is_dir():
+        return removed
     for d in inst.glob("elflayout-*"):
         try:
             pid = int(d.name.split("-")[1])
@@ -112,6 +115,22 @@ def remove_stale_instances() -> None:
         if not Path(f"/proc/{pid}").exists():
             with contextlib.suppress(OSError):
                 _teardown(d)
+                removed.append(d.name)
+    return removed
+
+
+# Instances of this process not yet removed: torn down at interpreter exit too, whatever
+# path the exit took (a session object never exited, sys.exit in a callback).
+_live: set[Path] = set()
+
+
+@atexit.register
+def _remove_live() -> None:
+    for d in list(_live):
+        if d.name.startswith(f"elflayout-{os.getpid()}-"):  # not a forked child's copy of the set
+            with contextlib.suppress(OSError):
+                _teardown(d)
+        _live.discard(d)
 
 
 def _teardown(d: Path) -> None:
@@ -230,6 +249,7 @@ class TraceSession:
 
     def _setup(self, d: Path, filt: str | None) -> None:
         d.mkdir()
+        _live.add(d)
         (d / "buffer_size_kb").write_text(str(self.buffer_kb))
         (d / "trace_clock").write_text("mono")
         for k in self.kinds:
@@ -270,6 +290,8 @@ class TraceSession:
                     _teardown(d)
                 if d.exists():  # rmdir fails while a reader holds trace_pipe
                     shutil.rmtree(d, ignore_errors=True)
+            if not d.exists():
+                _live.discard(d)
         if self._old_term is not None:
             signal.signal(signal.SIGTERM, self._old_term)
             self._old_term = None

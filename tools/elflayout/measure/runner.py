@@ -39,6 +39,7 @@ from elflayout.errors import ElflayoutError
 from elflayout.measure import cache
 from elflayout.pages import SEEK_PAGES  # noqa: F401 - re-exported
 from elflayout.pages import count_seeks as seeks_of
+from elflayout.procs import signal_words
 from elflayout.tracefs import TraceSession, file_key, tracefs_status
 
 STATES = ("selective", "cold", "hot")
@@ -253,7 +254,7 @@ class Runner:
             self._errfile.seek(0)
             err = self._errfile.read(400).decode(errors="replace").strip().splitlines()
             raise ElflayoutError(
-                f"variant {variant.name}: command exited with status {p.returncode}"
+                f"variant {variant.name}: command {signal_words(p.returncode)}"
                 + (f": {err[-1]}" if err else "") + f" (command: {variant.command})")
         return {"t0": t0, "wall_s": t1 - t0, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
                 "major_faults": ru.ru_majflt, "minor_faults": ru.ru_minflt, "read_bytes": ru.ru_inblock * 512,

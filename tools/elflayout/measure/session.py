@@ -41,7 +41,7 @@ from elflayout.measure.cache import can_drop_caches
 from elflayout.measure.runner import SEEK_PAGES, STATES, Plan, Runner, Variant
 from elflayout.storage import SlowStorage
 from elflayout.storage.server import cleanup_stale
-from elflayout.tracefs import file_key, tracefs_status
+from elflayout.tracefs import file_key, remove_stale_instances, tracefs_status
 
 CENSUS_METHODS = ("evict", "drop", "none")
 
@@ -119,9 +119,10 @@ class MeasurePlan:
 
 
 def restore_stale() -> list[str]:
-    """Repair what dead sessions left: system settings, then emulated-disk mounts; one
-    sentence per repair."""
+    """Repair what dead sessions left: system settings, trace instances, then emulated-disk
+    mounts; one sentence per repair."""
     out = StateFile.restore_stale()
+    out += [f"stale trace instance removed: {name}" for name in remove_stale_instances()]
     try:
         out += [f"stale emulated-disk mount or run directory removed: {c}" for c in cleanup_stale()]
     except OSError:

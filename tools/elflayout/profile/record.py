@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from elftools.elf.constants import SH_FLAGS
 
 from elflayout import linkmap as lmmod
+from elflayout import procs
 from elflayout import symbols
 from elflayout.controls import KEEP_ENV, ControlSet, MeasurementLock, ReadAhead
 from elflayout.elfcore import ElfImage
@@ -48,6 +49,7 @@ class Setup:
     debug_files: list = field(default_factory=list)  # separate debug files of stripped targets
     imgs: list = field(default_factory=list)
     linkmaps: list = field(default_factory=list)
+    timeout: float | None = None  # kill a workload (and its children) still running after this long
 
 
 @dataclass
@@ -237,30 +239,38 @@ def base_env(clean: bool) -> dict:
     return {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
 
 
+def _run_backend(be, setup: Setup, wl: Workload, env: dict, out):
+    """One run of the workload under the backend: (run, read-ahead record or None)."""
+    if setup.backend == "valgrind":
+        return be.run(setup.targets, wl.argv, data=setup.data, log_path=setup.keep_log, env=env,
+                      children=setup.children, stdout=out), None
+    # a trace profile's pages depend on read-ahead, which is system-wide: take
+    # turns with measurement sessions, set it if asked, record what it was
+    with MeasurementLock() as lock, ControlSet([ReadAhead(setup.targets[0], setup.read_ahead_kb)]):
+        ra0 = read_ahead_kb(setup.targets[0])
+        r = be.run(setup.targets, wl.argv, evict_first=setup.evict, env=env, children=setup.children, stdout=out)
+        ra1 = read_ahead_kb(setup.targets[0])
+    return r, {"read_ahead_kb": ra0 if ra0 == ra1 else None, "read_ahead_kb_before": ra0,
+               "read_ahead_kb_after": ra1, "lock_waited_s": lock.record()["waited_s"]}
+
+
 def record(setup: Setup, wl: Workload, progress=None) -> dict:
     """Run one workload; its profile document (validated)."""
     be = backend(setup.backend)
     env = base_env(setup.clean_env)
     env.update(setup.env)
     env.update(wl.env)
-    with stdout_for(wl.stdout) as out:
+    with stdout_for(wl.stdout) as out, procs.Deadline(setup.timeout) as deadline:
         if progress:
             progress(f"running {wl.name} under {setup.backend} ...")
-        if setup.backend == "valgrind":
-            r = be.run(setup.targets, wl.argv, data=setup.data, log_path=setup.keep_log, env=env,
-                       children=setup.children, stdout=out)
-        else:
-            # a trace profile's pages depend on read-ahead, which is system-wide: take
-            # turns with measurement sessions, set it if asked, record what it was
-            with MeasurementLock() as lock, ControlSet([ReadAhead(setup.targets[0], setup.read_ahead_kb)]):
-                ra0 = read_ahead_kb(setup.targets[0])
-                r = be.run(setup.targets, wl.argv, evict_first=setup.evict, env=env, children=setup.children,
-                           stdout=out)
-                ra1 = read_ahead_kb(setup.targets[0])
-            ra = {"read_ahead_kb": ra0 if ra0 == ra1 else None, "read_ahead_kb_before": ra0,
-                  "read_ahead_kb_after": ra1, "lock_waited_s": lock.record()["waited_s"]}
-    if setup.backend == "valgrind":
-        ra = None
+        try:
+            r, ra = _run_backend(be, setup, wl, env, out)
+        except ElflayoutError:
+            if not deadline.expired.is_set():
+                raise
+    if deadline.expired.is_set():
+        raise ElflayoutError(f"the workload {wl.name} was still running after {setup.timeout:g} s: killed with its "
+                             f"children (--timeout; command: {shlex.join(wl.argv)})")
     meta = _metadata(setup, wl, r)
     if progress:
         progress(f"attributing {wl.name}'s addresses to functions, sections and objects ...")
