@@ -258,6 +258,12 @@ class TraceSession:
                 (evdir / "filter").write_text(filt)
             (evdir / "enable").write_text("1")
 
+    def follow(self, pid: int) -> None:
+        """Record only ``pid`` and the processes it forks from now on (every instance)."""
+        for d in self.dirs:
+            (d / "options" / "event-fork").write_text("1")
+            (d / "set_event_pid").write_text(str(pid))
+
     def stop(self) -> TraceResult:
         """Stop recording and parse what was recorded (idempotent)."""
         if self.result is None and self.dirs:

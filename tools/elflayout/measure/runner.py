@@ -151,8 +151,7 @@ def open_session(stack: contextlib.ExitStack, kinds) -> TraceSession:
 def _enable_pid_filter(ts: TraceSession) -> bool:
     """Limit the session to this process and its descendants (True if done)."""
     try:
-        (ts.dir / "options" / "event-fork").write_text("1")
-        (ts.dir / "set_event_pid").write_text(str(os.getpid()))
+        ts.follow(os.getpid())
         return True
     except OSError:
         return False
