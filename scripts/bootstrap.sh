@@ -18,6 +18,7 @@ APT_PACKAGES=(
   chromium sqlite3 file                             # report rendering test, history db
   postgresql                                        # history in PostgreSQL (tests start a private server)
   debootstrap                                       # a Debian 11 root (glibc 2.31) for pack-relocs tests
+  firefox-esr util-linux                            # the Firefox ESR case study (bench_chromium.py --target firefox; fincore)
 )
 
 need=()
