@@ -745,3 +745,20 @@ def test_normal_exits_leave_no_trace_instance(tmp_path, libpair):
         assert p.returncode in (0, 2), err
         assert seen or p.returncode, f"no instance seen for {args[0]}"
         assert not {i for i in _instances() if i.startswith(f"elflayout-{p.pid}-")}, (args, err)
+
+
+def test_eviction_names_the_processes_mapping_the_file(tmp_path):
+    """Pages a running process maps stay resident: the reason names it (pid and command),
+    and a disturbed run's interference carries that reason."""
+    f = tmp_path / "mapped.bin"
+    f.write_bytes(os.urandom(8 * 4096))
+    code = ("import mmap, sys, time; fh = open(sys.argv[1], 'rb'); m = mmap.mmap(fh.fileno(), 0, "
+            "prot=mmap.PROT_READ); sum(m[i] for i in range(0, len(m), 4096)); print('ok', flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(f)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ok"
+        r = cache.evict(f)
+        assert r["left"] and f"{p.pid} (python" in r["why"], r
+    finally:
+        p.kill()
+        p.wait()
