@@ -86,10 +86,11 @@ BENCHES = [
           "Case study, Debian's Chromium: census + selective on a shared machine, per-file pages and spread, an "
           "independent fincore check, pages read vs touched and the RELR estimate for the executable, trace "
           "profile, plot, report", RA_SET),
-    Bench("firefox", "bench_chromium.py", ("--target", "firefox", "--runs", "10"),
-          "Case study, Debian's Firefox ESR measured like Chromium: census of more files than one trace filter "
-          "holds + selective, per-file pages and spread, libxul.so against independent fincore runs under the "
-          "same conditions, trace profile, plot, report", RA_SET),
+    Bench("firefox", "bench_chromium.py",
+          ("--target", "firefox", "--runs", "10", "--census-under", "/usr/lib/firefox-esr"),
+          "Case study, Debian's Firefox ESR measured like Chromium, its own files cold (system libraries, which "
+          "other programs use, warm): census + selective, per-file pages and spread, libxul.so against "
+          "independent fincore runs under the same conditions, trace profile, plot, report", RA_SET),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
     Bench("inspect", "bench_inspect.py", ("--runs", "5"),
