@@ -18,6 +18,7 @@ APT_PACKAGES=(
   chromium sqlite3 file                             # report rendering test, history db
   postgresql                                        # history in PostgreSQL (tests start a private server)
   debootstrap                                       # a Debian 11 root (glibc 2.31) for pack-relocs tests
+  qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu  # AArch64: run (qemu-user loads our plugin), cross-compile
   firefox-esr util-linux                            # the Firefox ESR case study (bench_chromium.py --target firefox; fincore)
 )
 
@@ -51,6 +52,13 @@ fi
 for d in tools/firsttouch tools/slowfs tools/preload tools/loadprobe; do
   [ -f "$d/Makefile" ] && make -s -C "$d"
 done
+
+# AArch64: the qemu plugin header (Debian's qemu source, cached) and the profile plugin; the
+# arm64 system root itself is made on first use (scripts/arm64-root.sh, tests marked download).
+if [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null; then
+  scripts/arm64-root.sh --header >/dev/null && make -s -C tools/qemutouch || echo "bootstrap: note: no qemu plugin (AArch64 profiles)"
+fi
+command -v aarch64-linux-gnu-gcc >/dev/null && make -s -C tools/loadprobe  # pack-relocs --check of arm64 libraries
 
 # tracefs for the trace backend and the harness (root only; others get a clear message later).
 if [ "$(id -u)" -eq 0 ] && [ ! -d /sys/kernel/tracing/instances ]; then

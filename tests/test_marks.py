@@ -39,7 +39,7 @@ def _costs_of_call(call: ast.Call, defs) -> set[str]:
     if name in ("run_cli", "cli") and call.args and _const(call.args[0]) == "profile":
         words = {_const(a) for a in call.args}
         check = {k.arg: _const(k.value) for k in call.keywords}.get("check")
-        if "trace" not in words and check != 2:  # exit 2: refused before valgrind starts
+        if not words & {"trace", "qemu"} and check != 2:  # exit 2: refused before valgrind starts
             out.add("valgrind")
     target = owner in TARGETS or (owner in defs and _imports_a_target(defs[owner]))
     if (target and name in FETCHING) or name in ("bullseye_root", "fetch_debs", "ensure_installed"):

@@ -121,7 +121,7 @@ def test_c_probe_agrees_with_the_python_probe(root, tmp_path, monkeypatch):
     for probe in ("python", "c"):
         monkeypatch.setenv(realload.ENV_PROBE, probe)
         h = realload.Host(root)
-        assert (h.c_probe is not None) == (probe == "c")
+        assert (h.native_probe is not None) == (probe == "c")
         doc, data = realload.load_state(h, lib, lib.name, ranges, (lib.parent,), 60)
         assert doc["base"] % 4096 == 0 and doc["base"] > 0
         got[probe] = data.tobytes()

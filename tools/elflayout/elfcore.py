@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.elffile import ELFFile
-from elftools.elf.enums import (ENUM_D_TAG, ENUM_RELOC_TYPE_AARCH64, ENUM_RELOC_TYPE_ARM, ENUM_RELOC_TYPE_i386,
-                                ENUM_RELOC_TYPE_PPC64, ENUM_RELOC_TYPE_x64)
+from elftools.elf.enums import ENUM_D_TAG
 
+from elflayout.arch import RELATIVE_TYPE
 from elflayout.dynamic import Dynamic
 from elflayout.errors import ElflayoutError
 from elflayout.layouts import (DF_1_NOW, DF_BIND_NOW, DT_BIND_NOW, DT_FLAGS, DT_FLAGS_1, DT_STRSZ, DT_STRTAB, REL32, REL64,
@@ -28,11 +28,6 @@ from elflayout.layouts import (DF_1_NOW, DF_BIND_NOW, DT_BIND_NOW, DT_FLAGS, DT_
 
 PAGE = 4096
 
-# R_*_RELATIVE per machine: the only relocation RELR can express.
-RELATIVE_TYPE = {"EM_X86_64": ENUM_RELOC_TYPE_x64["R_X86_64_RELATIVE"], "EM_386": ENUM_RELOC_TYPE_i386["R_386_RELATIVE"],
-                 "EM_AARCH64": ENUM_RELOC_TYPE_AARCH64["R_AARCH64_RELATIVE"],
-                 "EM_ARM": ENUM_RELOC_TYPE_ARM["R_ARM_RELATIVE"], "EM_PPC64": ENUM_RELOC_TYPE_PPC64["R_PPC64_RELATIVE"],
-                 "EM_RISCV": 3}  # R_RISCV_RELATIVE (RISC-V ELF psABI; pyelftools has no RISC-V relocation names)
 
 
 @dataclass(frozen=True)
@@ -64,11 +59,11 @@ class Segment:
     align: int
 
 
-def page_range(offset: int, size: int) -> tuple[int, int]:
-    """First and last 4 KiB page of the file bytes [offset, offset+size) (inclusive)."""
+def page_range(offset: int, size: int, page: int = PAGE) -> tuple[int, int]:
+    """First and last page (4 KiB unless ``page``) of the file bytes [offset, offset+size) (inclusive)."""
     if size <= 0:
-        return (offset // PAGE, offset // PAGE - 1)
-    return (offset // PAGE, (offset + size - 1) // PAGE)
+        return (offset // page, offset // page - 1)
+    return (offset // page, (offset + size - 1) // page)
 
 
 class ElfImage:

@@ -40,6 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("lib", metavar="LIB", help="ELF shared library or executable")
     p.add_argument("--map", metavar="LINK.map", help="link map of LIB (GNU ld, gold, lld or mold -Map output)")
     p.add_argument("--json", action="store_true", help="print the elflayout-inspect v1 JSON document instead of tables")
+    p.add_argument("--page-size", type=int, choices=(4, 16, 64), default=4, metavar="KIB",
+                   help="page ranges in pages of 4 (default), 16 or 64 KiB, as arm64 kernels with such pages map "
+                        "the file (a model: measurements here are in 4 KiB pages)")
     p.add_argument("-o", "--output", metavar="OUT.json", help="write the JSON document to this file (atomically)")
     p.add_argument("--force", action="store_true", help="let -o replace an existing file")
     p.add_argument("--functions", action="store_true",
@@ -97,7 +100,7 @@ def run(args) -> int:
         raise ElflayoutError("--profile goes with --initializers")
     if args.output:
         fileio.check_output(args.output, force=args.force, inputs=tuple(x for x in (args.lib, args.map) if x))
-    doc = inspect(args.lib, args.map, argv=sys.argv, functions=args.functions)
+    doc = inspect(args.lib, args.map, argv=sys.argv, functions=args.functions, page_size=args.page_size * 1024)
     if args.output or args.json:
         text = _json_text(doc)
     if args.output:

@@ -11,10 +11,10 @@ import os
 import struct
 
 import numpy as np
-from elftools.elf import enums
 
 from elflayout import __version__
 from elflayout import linkmap, symbols
+from elflayout.arch import reloc_name
 from elflayout.elfcore import PAGE, ElfImage, page_range, relr_decode, relr_size
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import envelope
@@ -22,18 +22,6 @@ from elflayout.layouts import PF_R, PF_W, PF_X, SHF_ALLOC, SYM32, SYM64
 
 FORMAT_KIND = "inspect"
 FORMAT_VERSION = 1
-
-_RELOC_NAMES = {
-    "EM_X86_64": enums.ENUM_RELOC_TYPE_x64,
-    "EM_386": enums.ENUM_RELOC_TYPE_i386,
-    "EM_AARCH64": enums.ENUM_RELOC_TYPE_AARCH64,
-    "EM_ARM": enums.ENUM_RELOC_TYPE_ARM,
-    "EM_MIPS": enums.ENUM_RELOC_TYPE_MIPS,
-    "EM_PPC": enums.ENUM_RELOC_TYPE_PPC,
-    "EM_PPC64": enums.ENUM_RELOC_TYPE_PPC64,
-    "EM_S390": enums.ENUM_RELOC_TYPE_S390X,
-    "EM_LOONGARCH": enums.ENUM_RELOC_TYPE_LOONGARCH,
-}
 
 # Section flags as readelf prints them.
 _SHF = [(0x1, "W"), (0x2, "A"), (0x4, "X"), (0x10, "M"), (0x20, "S"), (0x40, "I"), (0x80, "L"), (0x200, "G"),
@@ -54,23 +42,18 @@ def pflags(f: int) -> str:
     return ("R" if f & PF_R else " ") + ("W" if f & PF_W else " ") + ("E" if f & PF_X else " ")
 
 
-def _pages(offset: int, size: int, occupies: bool = True):
+def _pages(offset: int, size: int, occupies: bool = True, page: int = PAGE):
     if not occupies or size <= 0:
         return None
-    a, b = page_range(offset, size)
+    a, b = page_range(offset, size, page)
     return [a, b]
 
 
-def reloc_type_name(machine: str, t: int) -> str:
-    names = _RELOC_NAMES.get(machine)
-    if names is not None:
-        for k, v in names.items():
-            if v == t and not k.startswith("_"):
-                return k
-    return f"type {t}"
+def reloc_type_name(machine: str, t: int, elfclass: int = 64) -> str:
+    return reloc_name(machine, elfclass, t)
 
 
-def file_info(img: ElfImage) -> dict:
+def file_info(img: ElfImage, page: int = PAGE) -> dict:
     h = img.elf.header
     ident = img.identity()
     if not isinstance(ident["build_id"], (str, type(None))):  # a damaged note: pyelftools gives raw bytes
@@ -83,15 +66,15 @@ def file_info(img: ElfImage) -> dict:
         "machine": _name(img.machine, "EM"),
         "x86_64": img.is_x86_64,
         "entry": h["e_entry"],
-        "pages": -(-img.size // PAGE),
+        "pages": -(-img.size // page),
     }
 
 
-def segments(img: ElfImage) -> list[dict]:
+def segments(img: ElfImage, page: int = PAGE) -> list[dict]:
     return [{
         "index": s.index, "type": _name(s.type, "PT"), "flags": pflags(s.flags).replace(" ", "") or "-", "offset": s.offset,
         "filesz": s.filesz, "vaddr": s.vaddr, "memsz": s.memsz, "align": s.align,
-        "pages": _pages(s.offset, s.filesz),
+        "pages": _pages(s.offset, s.filesz, page=page),
     } for s in img.segments]
 
 
@@ -108,7 +91,7 @@ def _containing_load(img: ElfImage, sec) -> int | None:
     return None
 
 
-def sections(img: ElfImage) -> list[dict]:
+def sections(img: ElfImage, page: int = PAGE) -> list[dict]:
     out = []
     for s in img.sections:
         if s.index == 0:
@@ -116,7 +99,7 @@ def sections(img: ElfImage) -> list[dict]:
         out.append({
             "index": s.index, "name": s.name, "type": _name(s.type, "SHT"),
             "flags": shflags(s.flags), "addr": s.addr, "offset": s.offset, "size": s.size, "align": s.align,
-            "entsize": s.entsize, "pages": _pages(s.offset, s.size, s.occupies_file),
+            "entsize": s.entsize, "pages": _pages(s.offset, s.size, s.occupies_file, page),
             "segment": _containing_load(img, s),
         })
     return out
@@ -139,7 +122,7 @@ def relocations(img: ElfImage) -> dict:
         else:
             u, c = np.unique(ty, return_counts=True)
         for t, n in zip(u.tolist(), c.tolist()):
-            d = by_type.setdefault(t, {"type": reloc_type_name(img.machine, t), "number": t, "count": 0, "bytes": 0})
+            d = by_type.setdefault(t, {"type": reloc_type_name(img.machine, t, img.elfclass), "number": t, "count": 0, "bytes": 0})
             d["count"] += n
             d["bytes"] += n * ent
         if rel_t is not None:
@@ -161,7 +144,7 @@ def relocations(img: ElfImage) -> dict:
         rela_ent = max((t["entsize"] for t in tables), default=3 * img.wordsize)
         relr = relr_size(aligned, img.wordsize) if aligned.size else 0
         relative = {
-            "type": reloc_type_name(img.machine, rel_t), "count": n_rel,
+            "type": reloc_type_name(img.machine, rel_t, img.elfclass), "count": n_rel,
             "word_aligned": int(aligned.size), "relr_bytes": relr, "relr_words": relr // img.wordsize,
             "rel_bytes": n_rel * rela_ent,
             # bytes freed if every RELATIVE relocation (and any existing RELR table) became one optimal RELR table
@@ -214,16 +197,16 @@ def function_summary(img: ElfImage, listing: bool = False) -> dict:
     return out
 
 
-def map_summary(img: ElfImage, map_path) -> dict:
+def map_summary(img: ElfImage, map_path, page: int = PAGE) -> dict:
     lm = linkmap.parse(map_path, img)
     _check_map_matches(img, lm)
     objs = lm.object_summary()
     for o in objs:
-        o["pages"] = None if o["offset_start"] is None else list(page_range(o["offset_start"], o["offset_end"] - o["offset_start"]))
+        o["pages"] = None if o["offset_start"] is None else list(page_range(o["offset_start"], o["offset_end"] - o["offset_start"], page))
     off, size = lm.offset, lm.size
     ok = (off >= 0) & (size > 0)
-    p0 = np.where(ok, off // PAGE, -1).tolist()
-    p1 = np.where(ok, (off + size - 1) // PAGE, -1).tolist()
+    p0 = np.where(ok, off // page, -1).tolist()
+    p1 = np.where(ok, (off + size - 1) // page, -1).tolist()
     offl = np.where(off >= 0, off, -1).tolist()
     ins = [{"output": o, "name": n, "object": ob, "vaddr": v, "size": s, "offset": f if f >= 0 else None,
             "pages": [a, b] if a >= 0 else None}
@@ -252,15 +235,16 @@ def _check_map_matches(img: ElfImage, lm) -> None:
 
 
 def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, argv=None,
-            functions: bool = False) -> dict:
-    """The full ``elflayout-inspect`` v1 document of one ELF file (``functions``: list every extent)."""
+            functions: bool = False, page_size: int = PAGE) -> dict:
+    """The full ``elflayout-inspect`` v1 document of one ELF file (``functions``: list every
+    extent); page ranges in pages of ``page_size`` bytes (arm64 kernels: 4, 16 or 64 KiB)."""
     for f in (path, map_path):
         # a FIFO or device would block or read forever: refuse before opening
         if f is not None and os.path.exists(f) and not (os.path.isfile(f) or os.path.isdir(f)):
             raise ElflayoutError(f"{f}: not a regular file")
     try:
         with ElfImage(path) as img:
-            body = _body(img, map_path, functions)
+            body = _body(img, map_path, functions, page_size)
     except ElflayoutError:
         raise
     except (OverflowError, IndexError, struct.error, UnicodeDecodeError) as e:
@@ -273,27 +257,33 @@ def inspect(path: str | os.PathLike, map_path: str | os.PathLike | None = None, 
         "tool": f"elflayout {__version__}",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "argv": list(argv) if argv is not None else None,
-        "page_size": PAGE,
+        "page_size": page_size,
     }
     return envelope(FORMAT_KIND, FORMAT_VERSION, meta, **body)
 
 
-def _body(img: ElfImage, map_path, functions: bool = False) -> dict:
+def _body(img: ElfImage, map_path, functions: bool = False, page: int = PAGE) -> dict:
     """Everything but the envelope; damaged files may raise pyelftools/numpy errors."""
     notes = []
-    if not img.is_x86_64:
+    if img.machine == "EM_AARCH64" and img.elfclass == 64:
+        notes.append("AArch64: profile (qemu backend) and pack-relocs --format relr run under qemu-user; "
+                     "split, self-applying packing and order's relinks are x86-64-specific")
+    elif not img.is_x86_64:
         notes.append(f"not x86-64 ({img.machine}, ELF{img.elfclass}): relocation names and the RELATIVE type come "
                      f"from the {img.machine} table; profile, order and pack-relocs are x86-64-specific")
+    if page != PAGE and any((s.vaddr - s.offset) % page for s in img.loads):
+        notes.append(f"does not load with {page // 1024} KiB pages: a PT_LOAD's offset and address differ "
+                     f"modulo {page // 1024} KiB (linked with a smaller max-page-size)")
     if img.relative_type() is None:
         notes.append(f"no R_*_RELATIVE type known for {img.machine}: RELR size not computed")
-    info = file_info(img)
+    info = file_info(img, page)
     return {
         "file": info,
-        "segments": segments(img),
-        "sections": sections(img),
+        "segments": segments(img, page),
+        "sections": sections(img, page),
         "relocations": relocations(img),
         "symbols": symbol_counts(img),
         "functions": function_summary(img, functions),
-        "map": map_summary(img, map_path) if map_path else None,
+        "map": map_summary(img, map_path, page) if map_path else None,
         "notes": notes,
     }

@@ -72,13 +72,21 @@ def _render_relocations(r: dict, f: dict) -> str:
     return "".join(out)
 
 
+_FOREIGN = {"EM_AARCH64": "  [AArch64: profile and pack-relocs relr run under qemu-user; split and the self form are "
+                          "x86-64-specific]",
+            None: "  [not x86-64: relocation packing and profiling are x86-64-specific]"}
+
+
 def render_text(doc: dict, input_sections: bool = True) -> str:
     f = doc["file"]
+    page = doc["metadata"].get("page_size") or 4096
     out = []
     out.append(f"{f['path']}\n")
     out.append(f"  ELF{f['class']} {f['endian']}-endian {f['type']} {f['machine']}"
-               f"{'' if f['x86_64'] else '  [not x86-64: relocation packing and profiling are x86-64-specific]'}\n")
-    out.append(f"  build-id {f['build_id'] or '-'}   size {f['size']:,} bytes ({f['pages']:,} pages of 4 KiB)\n")
+               f"{'' if f['x86_64'] else _FOREIGN.get(f['machine'], _FOREIGN[None])}\n")
+    modelled = "" if page == 4096 else ", as a kernel with such pages would map them"
+    out.append(f"  build-id {f['build_id'] or '-'}   size {f['size']:,} bytes ({f['pages']:,} pages of {page // 1024} KiB"
+               f"{modelled})\n")
     out.append(f"  sha256 {f['sha256']}\n")
     for n in doc["notes"]:
         out.append(f"  note: {n}\n")
@@ -116,7 +124,7 @@ def render_text(doc: dict, input_sections: bool = True) -> str:
 
     if "list" in fn:
         out.append(table(["offset", "size", "source", "pages", "function"],
-                         [[_h(f["offset"]), _n(f["size"]), f["source"], _pg(list(page_range(f["offset"], f["size"]))),
+                         [[_h(f["offset"]), _n(f["size"]), f["source"], _pg(list(page_range(f["offset"], f["size"], page))),
                            f["name"]] for f in fn["list"]], right={0, 1}))
 
     m = doc["map"]

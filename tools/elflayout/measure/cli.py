@@ -95,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restore", action="store_true",
                    help="only restore what a killed session left changed (read_ahead_kb, emulated-disk mounts), "
                         "then exit")
+    p.add_argument("--emulator", metavar="CMD",
+                   help="run every variant's program under CMD (e.g. 'qemu-aarch64 -L ROOT'); default: programs "
+                        "of another machine (AArch64) run under qemu-user with the arm64 root of "
+                        "scripts/arm64-root.sh, their times marked not comparable")
     p.add_argument("-o", "--output", help="results file (JSON, .gz to compress)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
@@ -122,7 +126,7 @@ def plan_of(args):
         realtime=args.realtime, governor=args.governor, env=dict(e.split("=", 1) for e in args.env),
         census=args.census, census_under=list(args.census_under), retries=args.retries,
         timeout=args.timeout or None, trace=not args.no_trace, storage=args.storage,
-        argv=list(sys.argv))
+        emulator=args.emulator, argv=list(sys.argv))
 
 
 class _OptionsParser(argparse.ArgumentParser):

@@ -37,6 +37,7 @@ import numpy as np
 from elflayout.controls import ControlSet, FixedEnv
 from elflayout.errors import ElflayoutError
 from elflayout.measure import cache
+from elflayout import emulator as emulation
 from elflayout.pages import SEEK_PAGES  # noqa: F401 - re-exported
 from elflayout.pages import count_seeks as seeks_of
 from elflayout.procs import signal_words
@@ -51,14 +52,28 @@ _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 class Variant:
     name: str
     command: str
+    emulator: str | None = None  # --emulator; None: detected from the program's ELF machine
 
     def argv(self, env: dict) -> tuple[list[str], dict, bool]:
         """(argv, extra env, via_shell): direct exec unless the command needs a shell.
 
-        Leading ``NAME=VALUE`` words become environment variables, as in a shell.
+        Leading ``NAME=VALUE`` words become environment variables, as in a shell. A
+        program of another machine runs under its emulator (``emulator.for_program``).
         """
         if _SHELL_CHARS.search(self.command):
             return ["/bin/sh", "-c", self.command], {}, True
+        argv, extra = self._program(env)
+        em = emulation.for_program(argv[0], self.emulator)
+        return (em.wrap(argv) if em else argv), extra, False
+
+    def emulated(self, env: dict) -> dict | None:
+        """What runs this variant's program when it is not native (results metadata)."""
+        if _SHELL_CHARS.search(self.command):
+            return None
+        em = emulation.for_program(self._program(env)[0][0], self.emulator)
+        return None if em is None else em.describe()
+
+    def _program(self, env: dict) -> tuple[list[str], dict]:
         words = shlex.split(self.command)
         extra = {}
         while words and _ASSIGN.match(words[0]):
@@ -69,7 +84,7 @@ class Variant:
         exe = shutil.which(words[0], path=env.get("PATH", os.defpath))
         if exe is None:
             raise ElflayoutError(f"variant {self.name}: command not found: {words[0]}")
-        return [exe, *words[1:]], extra, False
+        return [exe, *words[1:]], extra
 
 
 @dataclass

@@ -68,6 +68,7 @@ class MeasurePlan:
     timeout: float | None = 600
     trace: bool = True
     storage: str | None = None
+    emulator: str | None = None  # --emulator for every variant; None: detected per program
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
     def check(self) -> None:
@@ -344,7 +345,7 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     plan.check()
     emit = on_event or (lambda kind, info: None)
     states = list(dict.fromkeys(plan.states))
-    variants = [Variant(n, c) for n, c in plan.variants]
+    variants = [Variant(n, c, plan.emulator) for n, c in plan.variants]
     trace_why = "disabled by --no-trace" if not plan.trace else tracefs_status()
     notes = _notes(plan, trace_why)
     census_method = plan.census or ("drop" if "cold" in states else "evict")
@@ -353,6 +354,8 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
             raise ElflayoutError(f"no --files and no census possible ({trace_why}): name the files with --files")
         census_method = "none"
     envctl = FixedEnv(plan.env)
+    # a foreign program without its emulator or system root fails here, before any run
+    emulated = {v.name: e for v in variants if (e := v.emulated(envctl.build()))}
     anchor = plan.files[0] if plan.files else variants[0].argv(envctl.build())[0][0]
     started = datetime.datetime.now(datetime.timezone.utc)
     t_start = time.monotonic()
@@ -399,6 +402,10 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         "notes": notes, "warnings": runner.warnings,
         "hints": hints(runs, analysis["summary"]) + order_hints(run_plan),
     }
+    if emulated:
+        metadata["emulated"] = emulated
+        notes.append(f"variants {', '.join(emulated)} ran under an emulator: their times are the emulator's, "
+                     f"not comparable with native runs (page counts are)")
     return model.build(metadata, [{"name": v.name, "command": v.command} for v in variants], runs, analysis)
 
 

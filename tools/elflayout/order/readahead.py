@@ -33,6 +33,14 @@ On request (``hugepage``, a what-if: ld.so does not madvise): the VM_HUGEPAGE pa
 ``do_sync_mmap_readahead``: two 2 MiB folios from the 512-page-aligned index, the
 second async, before the ra_pages and mmap_miss checks.
 
+**Page size** (``page_size``: 4, 16 or 64 KiB, as arm64 kernels run): the model works
+in pages of that size: ``ra_pages = read_ahead_kb / page``, fault-around covers
+fault_around_bytes (64 KiB: 4 pages of 16 KiB, none beyond the faulting page at 64 KiB),
+PMD folios are ``page / 8`` pages; on arm64 (``exec_folio_bytes`` 64 KiB, the kernel's
+``exec_folio_order()``, 6.16+) a VM_EXEC sync read starts at the folio-aligned index and
+ends rounded up to a folio. Profiles and measurements are in 4 KiB pages: figures at 16
+and 64 KiB are modelled, not measured.
+
 Not modelled: VM_RAND_READ/VM_SEQ_READ (no madvise by ld.so), memory pressure, other processes
 sharing the file's readahead state.
 """
@@ -43,12 +51,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from elflayout import elfcore
 from elflayout.elfcore import PAGE, ElfImage
+from elflayout.errors import ElflayoutError
 from elflayout.layouts import PF_W, PF_X
 
-HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios
+HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios (4 KiB pages: a page table holds page / 8 entries)
 MMAP_LOTSAMISS = 100  # mm/filemap.c: stop read-around when misses outnumber hits by this
-FAULT_AROUND_PAGES = 16  # /sys/kernel/mm/... fault_around_bytes default 64 KiB
+FAULT_AROUND_BYTES = 65536  # /sys/kernel/mm/... fault_around_bytes default 64 KiB
+FAULT_AROUND_PAGES = FAULT_AROUND_BYTES // PAGE
+PAGE_SIZES = (4096, 16384, 65536)  # arm64 kernels' page sizes; x86-64 has 4 KiB only
+EXEC_FOLIO_BYTES = {"EM_AARCH64": 65536}  # arch exec_folio_order(): arm64 asks 64 KiB (contpte)
 KIND_CODE = {"x": "x", "r": "r", "w": "w", "t": "t", "R": "R"}
 
 
@@ -61,15 +74,27 @@ class Vma:
     delta: int  # virtual page - file page
 
 
-def vmas_of(img: ElfImage) -> list[Vma]:
+def vmas_of(img: ElfImage, page: int = PAGE) -> list[Vma]:
     out = []
     for s in img.loads:
         if s.filesz == 0:
             continue
-        fp0 = s.offset // PAGE
-        fp1 = -(-(s.offset + s.filesz) // PAGE)
-        out.append(Vma(fp0, fp1, bool(s.flags & PF_X), bool(s.flags & PF_W), s.vaddr // PAGE - fp0))
+        fp0 = s.offset // page
+        fp1 = -(-(s.offset + s.filesz) // page)
+        out.append(Vma(fp0, fp1, bool(s.flags & PF_X), bool(s.flags & PF_W), s.vaddr // page - fp0))
     return out
+
+
+def check_page_size(img: ElfImage, page: int) -> None:
+    """A library loads with ``page``-sized pages only if its segments are congruent
+    modulo it (ld.so maps each at offset ≡ vaddr mod page)."""
+    if page not in PAGE_SIZES:
+        raise ElflayoutError(f"page size {page}: choose 4, 16 or 64 KiB")
+    bad = [s for s in img.loads if (s.vaddr - s.offset) % page]
+    if bad:
+        raise ElflayoutError(f"{img.path}: does not load with {page // 1024} KiB pages (PT_LOAD at offset "
+                             f"{bad[0].offset:#x} has vaddr {bad[0].vaddr:#x}: linked with a max-page-size below "
+                             f"{page // 1024} KiB)")
 
 
 def _init_ra_size(req: int, maxp: int) -> int:
@@ -95,6 +120,9 @@ class Simulator:
     vmas: list[Vma]
     ra_pages: int
     hugepage: bool = False  # the mappings were madvise(MADV_HUGEPAGE)d (VM_HUGEPAGE)
+    fault_around: int = FAULT_AROUND_PAGES  # pages of fault_around_bytes
+    pmd_pages: int = HPAGE_PMD_NR
+    exec_folio: int = 1  # pages of exec_folio_order() (1: the architecture asks none)
     cached: np.ndarray = field(init=False)
     mark: np.ndarray = field(init=False)  # PG_readahead: folio size (pages) of the marked folio, 0 = none
     reads: list = field(default_factory=list)  # (page, npages, cause)
@@ -181,8 +209,8 @@ class Simulator:
     def _fault_around(self, page: int, vi: int) -> None:
         v = self.vmas[vi]
         vp = page + v.delta
-        w0 = vp - vp % FAULT_AROUND_PAGES - v.delta
-        a, b = max(w0, v.start), min(w0 + FAULT_AROUND_PAGES, v.end, self.npages)
+        w0 = vp - vp % self.fault_around - v.delta
+        a, b = max(w0, v.start), min(w0 + self.fault_around, v.end, self.npages)
         m = self.mapped[vi]
         can = self.cached[a:b] & (self.mark[a:b] == 0) & ~m[a:b]
         n = int(can.sum())
@@ -195,9 +223,11 @@ class Simulator:
         if self.hugepage:
             # VM_HUGEPAGE: two PMD-sized folios from the aligned index, the second async;
             # taken before the ra_pages / mmap_miss checks ("even if readahead is disabled")
-            start = page - page % HPAGE_PMD_NR
-            self.ra_start, self.ra_size, self.ra_async, self.ra_order = start, 2 * HPAGE_PMD_NR, HPAGE_PMD_NR, 9
-            self._read(start, start + 2 * HPAGE_PMD_NR, start + HPAGE_PMD_NR, 9, "hugepage")
+            pmd = self.pmd_pages
+            order = pmd.bit_length() - 1
+            start = page - page % pmd
+            self.ra_start, self.ra_size, self.ra_async, self.ra_order = start, 2 * pmd, pmd, order
+            self._read(start, start + 2 * pmd, start + pmd, order, "hugepage")
             return
         if self.mmap_miss < MMAP_LOTSAMISS * 10:
             self.mmap_miss += 1
@@ -205,8 +235,9 @@ class Simulator:
             self._read(page, page + 1, None, 0, "miss")
             return
         if vma.exec:
-            start = max(page, vma.start)
-            end = min(start + ra, vma.end)
+            f = self.exec_folio  # arm64: from the folio-aligned index, whole folios
+            start = max(page - page % f, vma.start)
+            end = min(-(-(start + ra) // f) * f, vma.end)
             self.ra_start, self.ra_size, self.ra_async, self.ra_order = start, end - start, 0, 0
             self._read(start, end, None, 0, "exec")
         else:
@@ -241,7 +272,7 @@ class Simulator:
                    "async")
 
 
-def loader_touches(img: ElfImage) -> tuple[np.ndarray, np.ndarray]:
+def loader_touches(img: ElfImage, page: int = PAGE) -> tuple[np.ndarray, np.ndarray]:
     """Pages ld.so touches in this library before running any of its code: (pages, kinds).
 
     Kinds: b"R" read(), b"r" read fault, b"w" write fault. Relocation entries and their
@@ -249,12 +280,12 @@ def loader_touches(img: ElfImage) -> tuple[np.ndarray, np.ndarray]:
     """
     pages, kinds = [np.array([0])], [np.array([b"R"])]
     for s in img.loads:
-        if s.memsz > s.filesz and s.filesz and (s.offset + s.filesz) % PAGE:
-            pages.append(np.array([(s.offset + s.filesz - 1) // PAGE]))
+        if s.memsz > s.filesz and s.filesz and (s.offset + s.filesz) % page:
+            pages.append(np.array([(s.offset + s.filesz - 1) // page]))
             kinds.append(np.array([b"w"]))
     dyn = img.dynamic
     if dyn.present:
-        pages.append(np.array([dyn.offset // PAGE]))
+        pages.append(np.array([dyn.offset // page]))
         kinds.append(np.array([b"r"]))
     relr = img.section(".relr.dyn")
     if relr is not None and relr.size:
@@ -263,16 +294,16 @@ def loader_touches(img: ElfImage) -> tuple[np.ndarray, np.ndarray]:
         words = np.frombuffer(img.mm, dtype="<u8", count=relr.size // 8, offset=relr.offset)
         tgt = img.vaddr_to_offset(relr_decode(words))
         n = len(words)
-        src = (relr.offset + np.arange(n) * 8) // PAGE
-        pages += [src, tgt[tgt >= 0] // PAGE]
+        src = (relr.offset + np.arange(n) * 8) // page
+        pages += [src, tgt[tgt >= 0] // page]
         kinds += [np.full(n, b"r"), np.full(int((tgt >= 0).sum()), b"w")]
     for name, rel in img.reloc_tables().items():
         sec = img.section(name)
         n = len(rel)
         if n == 0:
             continue
-        src = (sec.offset + np.arange(n, dtype=np.int64) * rel.dtype.itemsize) // PAGE
-        tgt = img.vaddr_to_offset(rel["r_offset"]) // PAGE
+        src = (sec.offset + np.arange(n, dtype=np.int64) * rel.dtype.itemsize) // page
+        tgt = img.vaddr_to_offset(rel["r_offset"]) // page
         both = np.stack([src, tgt], axis=1).ravel()
         k = np.stack([np.full(n, b"r"), np.full(n, b"w")], axis=1).ravel()
         ok = both >= 0
@@ -286,18 +317,25 @@ def loader_touches(img: ElfImage) -> tuple[np.ndarray, np.ndarray]:
 
 
 def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb: int, loader: bool,
-             hugepage: bool = False) -> dict:
-    """Replay touches (file pages, kinds b"x"/b"r"/b"w"/b"t") and report pages read."""
-    npages = -(-img.size // PAGE)
-    sim = Simulator(npages, vmas_of(img), read_ahead_kb // 4, hugepage)
+             hugepage: bool = False, page_size: int = PAGE) -> dict:
+    """Replay touches (4 KiB file pages, kinds b"x"/b"r"/b"w"/b"t") and report pages
+    read, in pages of ``page_size`` bytes (``page_size``: the module docstring)."""
+    if page_size != PAGE:
+        check_page_size(img, page_size)
+    page = page_size
+    pages = np.asarray(pages, dtype=np.int64) * elfcore.PAGE // page
+    npages = -(-img.size // page)
+    sim = Simulator(npages, vmas_of(img, page), max(0, read_ahead_kb * 1024 // page), hugepage,
+                    fault_around=max(1, FAULT_AROUND_BYTES // page), pmd_pages=page // 8,
+                    exec_folio=max(1, EXEC_FOLIO_BYTES.get(img.machine, 0) // page))
     writable = np.zeros(npages + 1, dtype=bool)
     for v in sim.vmas:
         if v.write:
             writable[v.start:v.end] = True
     dyn = img.dynamic
-    dyn_page = dyn.offset // PAGE if dyn.present else -1
+    dyn_page = dyn.offset // page if dyn.present else -1
     if loader:
-        lp, lk = loader_touches(img)
+        lp, lk = loader_touches(img, page)
         pages = np.concatenate([lp, pages])
         kinds = np.concatenate([lk, kinds])
     else:
@@ -309,7 +347,7 @@ def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb:
             k = "w" if writable[p] and p != dyn_page else "r"
         sim.touch(p, k)
     read_pages = np.flatnonzero(sim.cached)
-    sec_idx = img.section_of_offsets(read_pages * PAGE)
+    sec_idx = img.section_of_offsets(read_pages * page)
     names = {s.index: s.name for s in img.sections}
     by_section: dict[str, int] = {}
     for i, c in zip(*np.unique(sec_idx, return_counts=True)):
@@ -319,7 +357,7 @@ def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb:
         causes[c] = causes.get(c, 0) + n
     return {
         "pages": int(sim.cached.sum()),
-        "bytes": int(sim.cached.sum()) * PAGE,
+        "bytes": int(sim.cached.sum()) * page,
         "by_section": dict(sorted(by_section.items(), key=lambda kv: -kv[1])),
         "by_cause": causes,
         "faults": {"major": sim.major, "minor": sim.minor},

@@ -36,13 +36,16 @@ def add_arguments(p) -> None:
                    help="link map of LIB: data pages of a relink follow their input sections (needs the profile's own map)")
     p.add_argument("--madv-hugepage", action="store_true",
                    help="what if the library's mappings were madvise(MADV_HUGEPAGE)d: 2 MiB folio windows")
+    p.add_argument("--page-size", type=int, choices=(4, 16, 64), default=4, metavar="KIB",
+                   help="the kernel's page size in KiB: 4 (default), 16 or 64 (arm64 kernels); the figures are then "
+                        "modelled in pages of that size, not measured")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
 
 
 def run(args) -> int:
     doc = simulation.predict(args.profile, args.lib, target=args.target, read_ahead_kb=args.read_ahead_kb,
                              loader=args.loader, code_bytes=args.code_bytes, lib_map=args.map,
-                             hugepage=args.madv_hugepage)
+                             hugepage=args.madv_hugepage, page_size=args.page_size * 1024)
     sim = simulation.parse(doc)
     for w in sim.warnings:
         print(f"elflayout: warning: {w}", file=sys.stderr)
@@ -50,7 +53,8 @@ def run(args) -> int:
         print(json.dumps(doc, indent=1))
         return 0
     md = sim.metadata
-    print(f"{args.lib}: {sim.pages:,} pages ({sim.bytes / 2**20:.1f} MiB) predicted at read_ahead_kb "
+    unit = "" if args.page_size == 4 else f" of {args.page_size} KiB"
+    print(f"{args.lib}: {sim.pages:,} pages{unit} ({sim.bytes / 2**20:.1f} MiB) predicted at read_ahead_kb "
           f"{md['read_ahead_kb']} in {sim.requests:,} reads; {sim.faults['major']:,} major faults")
     top = list(sim.by_section.items())[:8]
     print("  by section: " + ", ".join(f"{k} {v:,}" for k, v in top))

@@ -22,7 +22,8 @@ VERSION = 1
 @dataclass(frozen=True)
 class Simulation:
     """A parsed ``elflayout-simulation`` document. ``metadata``: the profile, the model's
-    settings (``read_ahead_kb``, ``loader_model``, ``madv_hugepage``, ``code_bytes``),
+    settings (``read_ahead_kb``, ``loader_model``, ``madv_hugepage``, ``code_bytes``,
+    ``page_size``: the bytes of the model's page, which ``pages`` and ``reads`` count),
     the placement notes (``same_build``, ``functions``, ``functions_unplaced``,
     ``pages``, ``pages_unplaced`` …) and ``warnings``; ``lib``: the library's identity."""
 
@@ -96,12 +97,14 @@ TRACE_WARNING = ("page-granular (trace) profile: it holds only the pages that fa
 
 
 def predict(profile, lib, target: str | None = None, read_ahead_kb: int | None = None, loader: str = "auto",
-            code_bytes: int = 1, lib_map=None, hugepage: bool = False) -> dict:
+            code_bytes: int = 1, lib_map=None, hugepage: bool = False, page_size: int = 4096) -> dict:
     """The ``elflayout-simulation`` document for ``profile``'s touches on ``lib``.
 
     ``read_ahead_kb``: default the profile's, else 128. ``loader``: model ld.so's
     relocation pass (``yes``/``no``; ``auto``: unless the profile already touches the
     relocation tables). ``code_bytes``, ``lib_map``: as ``placement.profile_touches``.
+    ``page_size``: the kernel's page (4, 16 or 64 KiB; the profile's 4 KiB touches are
+    modelled in pages of that size, the figures counted in them).
     """
     from elflayout.elfcore import PAGE, ElfImage
     from elflayout.order.placement import profile_touches
@@ -128,9 +131,12 @@ def predict(profile, lib, target: str | None = None, read_ahead_kb: int | None =
             rel = [s for s in img.sections if s.name in (".rela.dyn", ".rel.dyn", ".relr.dyn") and s.size]
             touched = any(((pages >= s.offset // PAGE) & (pages <= (s.offset + s.size - 1) // PAGE)).any() for s in rel)
             model_loader = not touched
-        res = simulate(img, pages, kinds, ra, model_loader, hugepage=hugepage)
+        res = simulate(img, pages, kinds, ra, model_loader, hugepage=hugepage, page_size=page_size)
         ident = img.identity()
     md = doc.metadata
     warnings = [TRACE_WARNING] if md.get("granularity") == "page" or md.get("backend") == "trace" else []
+    if page_size != PAGE:
+        warnings.append(f"{page_size // 1024} KiB pages: a model of a kernel with that page size, not a measurement "
+                        f"(profiles and measurements here are in 4 KiB pages)")
     return build({"profile": str(profile), "read_ahead_kb": ra, "loader_model": model_loader, "madv_hugepage": hugepage,
-                  "code_bytes": code_bytes, **notes, "warnings": warnings}, ident, res)
+                  "code_bytes": code_bytes, "page_size": page_size, **notes, "warnings": warnings}, ident, res)

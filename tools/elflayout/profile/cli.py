@@ -40,13 +40,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--target", action="append", required=True, metavar="LIB",
                    help="shared library (or executable) to profile; repeatable")
-    p.add_argument("--backend", choices=("valgrind", "trace"), default="valgrind",
+    p.add_argument("--backend", choices=("valgrind", "trace", "qemu"), default=None,
                    help="valgrind: code blocks (+ data pages with --data) via our valgrind tool; "
-                        "trace: page faults and reads via kernel tracepoints, native speed (default valgrind)")
+                        "trace: page faults and reads via kernel tracepoints, native speed; "
+                        "qemu: code blocks (+ data pages) of another machine's program (AArch64) via our "
+                        "qemu-user plugin (default valgrind, qemu for AArch64 targets)")
+    p.add_argument("--emulator", metavar="CMD",
+                   help="run the workload under CMD (e.g. 'qemu-aarch64 -L ROOT'); default for AArch64 targets: "
+                        "qemu-aarch64 with the arm64 root of scripts/arm64-root.sh")
     p.add_argument("--map", action="append", metavar="LINK.map",
                    help="link map of the target (GNU ld, gold, lld, mold) for input sections and objects; "
                         "give one per --target, in the same order")
-    p.add_argument("--data", action="store_true", help="valgrind: also record first read/write of each data page")
+    p.add_argument("--data", action="store_true",
+                   help="valgrind, qemu: also record first read/write of each data page")
     p.add_argument("--evict", action="store_true",
                    help="trace: drop the targets from the page cache first, so their reads are recorded")
     p.add_argument("--children", action="store_true",
@@ -149,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
                          evict=args.evict, children=args.children, env=dict(_kv(x, "--env") for x in args.env),
                          clean_env=args.clean_env,
                          keep_log=args.keep_log, read_ahead_kb=args.read_ahead_kb, debug_files=list(args.debug_file),
-                         timeout=args.timeout or None)
+                         timeout=args.timeout or None, emulator=args.emulator)
     record.prepare(setup)  # fails early on missing / non-ELF targets and bad maps
     out = fileio.check_output(args.output, force=args.force, inputs=setup.targets + setup.maps)
     with _progress("recording ...") as st:
@@ -163,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             line += f" ({s['functions_named']} named)"
         pk = {k: sum(1 for p in t.pages if p.kind == k) for k in "xrwt"}
         line += f", {len(t.objects)} objects, pages x/r/w/t {pk['x']}/{pk['r']}/{pk['w']}/{pk['t']}"
-        if args.backend == "trace":
+        if setup.backend == "trace":
             line += f", {len(t.reads)} reads, {len(t.windows)} fault-around windows"
         print(line)
     if len(workloads) > 1:

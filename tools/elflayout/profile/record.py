@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from elftools.elf.constants import SH_FLAGS
 
+from elflayout import emulator as emulation
 from elflayout import linkmap as lmmod
 from elflayout import procs
 from elflayout import symbols
@@ -23,6 +24,7 @@ from elflayout.controls import KEEP_ENV, ControlSet, MeasurementLock, ReadAhead
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.profile import attribute, merge, model
+from elflayout.profile import qemu as qemu_backend
 from elflayout.profile import trace as trace_backend
 from elflayout.profile import valgrind as valgrind_backend
 from elflayout.profile.model import read_ahead_kb
@@ -38,7 +40,7 @@ class Setup:
     """What every run of a profile shares."""
     targets: list[str]
     maps: list[str] = field(default_factory=list)
-    backend: str = "valgrind"
+    backend: str | None = "valgrind"  # None: valgrind, or qemu for targets of another machine
     data: bool = False
     evict: bool = False
     children: bool = False
@@ -49,6 +51,8 @@ class Setup:
     debug_files: list = field(default_factory=list)  # separate debug files of stripped targets
     imgs: list = field(default_factory=list)
     linkmaps: list = field(default_factory=list)
+    emulator: str | None = None  # --emulator text; the detected or given Emulator after prepare
+    machine: str = ""  # the targets' ELF machine
     timeout: float | None = None  # kill a workload (and its children) still running after this long
 
 
@@ -74,11 +78,41 @@ def check_map(path, img: ElfImage, lm) -> None:
                              f"differ in address or size)")
 
 
+def _machine(setup: Setup) -> None:
+    """The targets' machine picks the backend and the emulator: valgrind sees x86-64
+    programs only, so it refuses a target of another machine (it would watch the
+    emulator and record nothing)."""
+    machines = {t: emulation.elf_machine(t) for t in setup.targets}
+    kinds = {m[0] for m in machines.values() if m}
+    if len(kinds) > 1:
+        raise ElflayoutError(f"--target: targets of different machines ({', '.join(sorted(kinds))})")
+    setup.machine = kinds.pop() if kinds else emulation.host_machine()
+    foreign = setup.machine != emulation.host_machine()
+    if setup.backend is None:
+        setup.backend = "qemu" if foreign or setup.emulator else "valgrind"
+    if setup.backend == "valgrind" and foreign:
+        raise ElflayoutError(f"{setup.targets[0]}: an {setup.machine} target: the valgrind backend runs "
+                             f"{emulation.host_machine()} programs only (use --backend qemu)")
+    if setup.backend == "qemu":
+        setup.emulator = emulation.for_program(setup.targets[0], setup.emulator) or \
+            (emulation.parse(setup.emulator) if setup.emulator else None)
+        if setup.emulator is None:
+            raise ElflayoutError(f"--backend qemu: {setup.targets[0]} is a {setup.machine} file: give the "
+                                 f"emulator with --emulator (e.g. 'qemu-x86_64')")
+    elif setup.emulator and setup.backend == "trace":
+        setup.emulator = emulation.parse(setup.emulator)
+    elif foreign:
+        setup.emulator = emulation.detect(setup.machine)
+
+
 def prepare(setup: Setup) -> Setup:
     """Open the targets and parse the link maps before any (long) run, so bad input
     fails in the first second."""
     setup.targets = [os.path.realpath(t) for t in setup.targets]
+    for t in setup.targets:
+        emulation.elf_machine(t)  # big-endian, ILP32, machines we cannot run: refused by name
     setup.imgs = [ElfImage(t) for t in setup.targets]
+    _machine(setup)
     if len(setup.maps) > len(setup.targets):
         raise ElflayoutError(f"{len(setup.maps)} --map for {len(setup.targets)} --target (give at most one map per target)")
     for m in setup.maps:
@@ -86,8 +120,10 @@ def prepare(setup: Setup) -> Setup:
             raise ElflayoutError(f"{m}: no such link map")
     if setup.evict and setup.backend != "trace":
         raise ElflayoutError("--evict is for --backend trace (valgrind does not see the page cache)")
-    if setup.data and setup.backend != "valgrind":
-        raise ElflayoutError("--data needs --backend valgrind (the trace backend sees pages, not accesses)")
+    if setup.data and setup.backend == "trace":
+        raise ElflayoutError("--data needs --backend valgrind or qemu (the trace backend sees pages, not accesses)")
+    if setup.children and setup.backend == "qemu":
+        raise ElflayoutError("--children: not with --backend qemu (qemu-user runs one program)")
     if setup.read_ahead_kb is not None and (setup.backend != "trace" or setup.read_ahead_kb <= 0):
         raise ElflayoutError("--read-ahead-kb: a positive size in KiB, for --backend trace")
     for d in setup.debug_files:
@@ -106,7 +142,16 @@ def prepare(setup: Setup) -> Setup:
 
 
 def backend(name: str):
-    return valgrind_backend if name == "valgrind" else trace_backend
+    return {"valgrind": valgrind_backend, "qemu": qemu_backend}.get(name, trace_backend)
+
+
+def check_workload(setup: Setup, wl: Workload) -> None:
+    """The workload's program must be of the targets' machine: valgrind would run an
+    arm64 program's emulator, qemu cannot run an x86-64 program as arm64."""
+    m = emulation.elf_machine(model.workload_path(wl.argv[0]))
+    if m and setup.backend != "trace" and m[0] != setup.machine:
+        raise ElflayoutError(f"{wl.argv[0]}: an {m[0]} program, the targets are {setup.machine}: the "
+                             f"{setup.backend} backend runs the program itself (give the {setup.machine} program)")
 
 
 @contextlib.contextmanager
@@ -157,7 +202,7 @@ def stdout_for(mode: str):
 
 
 def _metadata(setup: Setup, wl: Workload, r) -> dict:
-    meta = model.base_metadata(wl.argv, setup.backend, "block" if setup.backend == "valgrind" else "page",
+    meta = model.base_metadata(wl.argv, setup.backend, "page" if setup.backend == "trace" else "block",
                                setup.targets[0])
     meta["duration_s"] = round(r.duration_s, 4)
     meta["exit_status"] = r.returncode
@@ -171,7 +216,9 @@ def _metadata(setup: Setup, wl: Workload, r) -> dict:
     if wl.stdout != "inherit":
         meta["stdout"] = wl.stdout
     meta["children"] = bool(setup.children)
-    if setup.backend == "valgrind":
+    if setup.emulator is not None:
+        meta["emulator"] = setup.emulator.describe()
+    if setup.backend != "trace":
         meta["data"] = bool(setup.data)
         meta["processes"] = r.marks.get("processes", 1)
         meta["notes"] += list(r.log.notes)
@@ -179,7 +226,8 @@ def _metadata(setup: Setup, wl: Workload, r) -> dict:
         meta["warnings"] += r.log.warnings()
         if not r.log.complete:
             meta["notes"].append("the tool's log has no end record (workload killed?): events up to the end are kept")
-        meta["notes"].append("valgrind backend: 'first' orders first executions of code blocks (and with --data "
+        meta["notes"].append(qemu_backend.NOTE if setup.backend == "qemu" else
+                             "valgrind backend: 'first' orders first executions of code blocks (and with --data "
                              "first reads/writes of pages) of all targets in one sequence; 't' is seconds since "
                              "valgrind started, dilated by valgrind")
     else:
@@ -196,7 +244,7 @@ def _metadata(setup: Setup, wl: Workload, r) -> dict:
 def _targets(setup: Setup, r, warnings: list, notes: list) -> tuple[list[dict], list[str]]:
     """Target documents of one run, and the targets it never loaded."""
     tdocs, never = [], []
-    valgrind = setup.backend == "valgrind"
+    valgrind = setup.backend != "trace"  # valgrind and qemu: blocks, marks and mappings
     for i, (img, lm) in enumerate(zip(setup.imgs, setup.linkmaps)):
         ev = r.events[r.events["target"] == i]
         if valgrind:
@@ -244,11 +292,16 @@ def _run_backend(be, setup: Setup, wl: Workload, env: dict, out):
     if setup.backend == "valgrind":
         return be.run(setup.targets, wl.argv, data=setup.data, log_path=setup.keep_log, env=env,
                       children=setup.children, stdout=out), None
+    if setup.backend == "qemu":
+        return be.run(setup.targets, wl.argv, emulator=setup.emulator, data=setup.data, log_path=setup.keep_log,
+                      env=env, stdout=out), None
     # a trace profile's pages depend on read-ahead, which is system-wide: take
     # turns with measurement sessions, set it if asked, record what it was
     with MeasurementLock() as lock, ControlSet([ReadAhead(setup.targets[0], setup.read_ahead_kb)]):
         ra0 = read_ahead_kb(setup.targets[0])
-        r = be.run(setup.targets, wl.argv, evict_first=setup.evict, env=env, children=setup.children, stdout=out)
+        argv = wl.argv if setup.emulator is None else \
+            setup.emulator.wrap([model.workload_path(wl.argv[0]), *wl.argv[1:]])
+        r = be.run(setup.targets, argv, evict_first=setup.evict, env=env, children=setup.children, stdout=out)
         ra1 = read_ahead_kb(setup.targets[0])
     return r, {"read_ahead_kb": ra0 if ra0 == ra1 else None, "read_ahead_kb_before": ra0,
                "read_ahead_kb_after": ra1, "lock_waited_s": lock.record()["waited_s"]}
@@ -257,6 +310,7 @@ def _run_backend(be, setup: Setup, wl: Workload, env: dict, out):
 def record(setup: Setup, wl: Workload, progress=None) -> dict:
     """Run one workload; its profile document (validated)."""
     be = backend(setup.backend)
+    check_workload(setup, wl)
     env = base_env(setup.clean_env)
     env.update(setup.env)
     env.update(wl.env)
@@ -281,8 +335,8 @@ def record(setup: Setup, wl: Workload, progress=None) -> dict:
                                  f"{ra['read_ahead_kb_after']}, by another program): the pages read reflect neither "
                                  f"value alone")
     tdocs, never = _targets(setup, r, meta["warnings"], meta["notes"])
-    if never and setup.backend == "valgrind" and not r.log.complete and r.events.size == 0:
-        raise ElflayoutError(f"the workload ended (status {r.returncode}) before firsttouch could write its log "
+    if never and setup.backend != "trace" and not r.log.complete and r.events.size == 0:
+        raise ElflayoutError(f"the workload ended (status {r.returncode}) before {setup.backend} could write its log "
                              f"(killed with SIGKILL?): nothing was recorded")
     if never:
         hint = "" if setup.children else "; if the program is started through a script or another program, add --children"

@@ -26,10 +26,11 @@ def glibc_requires_relr_need(needed: set[bytes], has_verneed: bool) -> bool:
     return has_verneed and any(n.startswith(b"libc.so.") for n in needed)
 
 
-def glibc_version(root=None) -> tuple[int, int] | None:
-    """(major, minor) of the glibc in ``root`` ("/" by default), read from its libc.so.6."""
+def glibc_version(root=None, triplet: str = "x86_64-linux-gnu") -> tuple[int, int] | None:
+    """(major, minor) of the glibc in ``root`` ("/" by default), read from its libc.so.6
+    (Debian's multiarch directory of ``triplet`` first: an arm64 root has aarch64-linux-gnu)."""
     r = Path(root or "/")
-    for d in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64", "usr/lib64", "lib", "usr/lib"):
+    for d in (f"lib/{triplet}", f"usr/lib/{triplet}", "lib64", "usr/lib64", "lib", "usr/lib"):
         f = r / d / "libc.so.6"
         if f.exists():
             m = re.search(rb"release version (\d+)\.(\d+)", f.read_bytes())

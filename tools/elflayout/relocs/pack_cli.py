@@ -21,16 +21,19 @@ initializers, that applies it (any glibc); "auto" (default) picks relr when --mi
 The self form is made post-link when the code segment's last page has 260 free bytes and
 DT_INIT exists or a spare DT_NULL slot does; otherwise it is refused with the reason (lld
 outputs: make it at link time with 'elflayout link --pack self'). Libraries that define ifunc
-symbols or have IRELATIVE relocations are refused for the self form.
+symbols or have IRELATIVE relocations are refused for the self form, and so are AArch64
+libraries (the applier is x86-64 code): they take the relr form.
 
-Only word-aligned R_X86_64_RELATIVE relocations into file-backed data are packed; every
+Only word-aligned R_X86_64_RELATIVE (R_AARCH64_RELATIVE) relocations into file-backed data are packed; every
 other relocation keeps its order. No code or data address moves; only dynamic-linking tables
 (.gnu.hash, .gnu.version*) slide by a few bytes to add the GLIBC_ABI_DT_RELR version need. Without spare DT_NULL
 slots (lld) the dynamic array moves into the freed space (read-only PT_DYNAMIC, glibc >= 2.35).
 The freed whole pages leave the file (read-around would read their zeros): the first
 PT_LOAD is split around them, addresses unchanged; its new program header takes PT_PHDR's place
 (lld, gold) or room made after the table (GNU ld: the tables and the note slide by one entry);
---keep-freed leaves them.
+--keep-freed leaves them. On AArch64 the cut is a multiple of the segments' p_align (64 KiB in
+Debian), so the output loads on 4, 16 and 64 KiB kernels; --check's real loads run under
+qemu-aarch64 (--emulator, or the arm64 root of scripts/arm64-root.sh / --root).
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
 Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input. With --json,
 a check that fails or refuses the input still prints the document (status check-failed or check-refused).
@@ -39,7 +42,7 @@ See docs/relocation-packing.md.
 
 
 def add_arguments(p):
-    p.add_argument("input", metavar="IN", help="linked ELF shared library (x86-64, RELA, no TEXTREL)")
+    p.add_argument("input", metavar="IN", help="linked ELF shared library (x86-64 or AArch64, RELA, no TEXTREL)")
     p.add_argument("-o", "--output", metavar="OUT", required=True, help="packed library to write")
     p.add_argument("--check", action="store_true",
                    help="prove equivalence before writing OUT: simulated loader at two load bases, then real loads "
@@ -53,7 +56,11 @@ def add_arguments(p):
                    help="leave the freed pages in the file (every file offset stays; read-around may read "
                         "their zeros); default: cut them out")
     p.add_argument("--min-glibc", metavar="X.Y", type=_version,
-                   help="oldest glibc the output must load on (default: the glibc of this machine, or of --root)")
+                   help="oldest glibc the output must load on (default: the glibc of this machine, or of --root; "
+                        "an AArch64 library's: of --root or the arm64 root)")
+    p.add_argument("--emulator", metavar="CMD",
+                   help="run the check's real loads under CMD (e.g. 'qemu-aarch64 -L ROOT'); default for AArch64 "
+                        "libraries: qemu-aarch64 with --root or the arm64 root of scripts/arm64-root.sh")
     p.add_argument("--root", metavar="DIR",
                    help="a system root holding the library's dependencies (e.g. a Debian 11 debootstrap): the "
                         "check's real loads run in 'chroot DIR' and the default --min-glibc is DIR's glibc")
@@ -69,13 +76,19 @@ def _version(v: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"not a glibc version X.Y: {v!r}") from None
 
 
-def choose_form(fmt: str, min_glibc, root=None) -> tuple[str, tuple[int, int]]:
-    """The form to write for --format/--min-glibc/--root; ElflayoutError if relr cannot load there."""
+def choose_form(fmt: str, min_glibc, root=None, lib=None) -> tuple[str, tuple[int, int]]:
+    """The form to write for --format/--min-glibc/--root; ElflayoutError if relr cannot load there.
+    An arm64 ``lib``'s glibc is that of its root (--root, else the arm64 root)."""
+    from elflayout import emulator as emulation
     from elflayout.errors import ElflayoutError
     from elflayout.relocs.glibc import RELR_GLIBC, glibc_version
 
+    hdr = emulation.header(lib) if lib is not None else None
+    triplet = emulation.TRIPLETS.get(hdr[0] if hdr else "", "x86_64-linux-gnu")
+    if min_glibc is None and hdr and hdr[0] in emulation.QEMU and emulation.host_machine() != hdr[0]:
+        root = root or emulation.sysroot(hdr[0])
     if min_glibc is None:
-        min_glibc = glibc_version(root)
+        min_glibc = glibc_version(root, triplet)
         if min_glibc is None:
             raise ElflayoutError(f"cannot find the glibc version of {root or 'this machine'}: give --min-glibc X.Y")
     if fmt == "auto":
@@ -86,12 +99,12 @@ def choose_form(fmt: str, min_glibc, root=None) -> tuple[str, tuple[int, int]]:
     return fmt, min_glibc
 
 
-def _verify(src, tmp, root=None):
+def _verify(src, tmp, root=None, emulator=None):
     from rich.console import Console
 
     from elflayout.relocs import simload
 
-    return simload.check(src, tmp, status=lambda msg: Console(stderr=True).status(msg), root=root)
+    return simload.check(src, tmp, status=lambda msg: Console(stderr=True).status(msg), root=root, emulator=emulator)
 
 
 def run(args) -> int:
@@ -103,12 +116,17 @@ def run(args) -> int:
 
     tool = f"elflayout {__version__}"
     check_output(args.output, force=args.force, inputs=(args.input,))
-    form, min_glibc = choose_form(args.format, args.min_glibc, args.root)
+    form, min_glibc = choose_form(args.format, args.min_glibc, args.root, args.input)
     checking = []
+    emulator = None
+    if args.check and args.emulator:
+        from elflayout import emulator as emulation
+
+        emulator = emulation.parse(args.emulator)
 
     def verify(a, b):
         checking.append(True)
-        return _verify(a, b, args.root)
+        return _verify(a, b, args.root, emulator)
 
     try:
         st = pack(args.input, args.output, verify=verify if args.check else None, replace=args.force, form=form,

@@ -9,6 +9,7 @@ import numpy as np
 
 from elflayout import elfcore
 from elflayout import layouts as L
+from elflayout.arch import cut_granule
 
 PAGE = elfcore.PAGE
 # Fewer whole freed pages than this stay in the file: the cut adds a PT_LOAD, which is
@@ -22,8 +23,8 @@ def cut_freed_pages(path, lo: int, hi: int) -> dict:
     Read-around at the edges of the hot tables reads the zeros the RELATIVE relocations
     left (libpython: 33 pages, one window on each side of the hole). The PT_LOAD holding
     them is split in two around the hole: addresses stay, only the file offsets of what
-    follows drop by the cut (a multiple of the page size, so every segment keeps
-    offset ≡ vaddr mod page); ld.so maps the gap PROT_NONE, as for any gap between
+    follows drop by the cut (a multiple of the page size, of the segments' p_align on
+    arm64: ``arch.cut_granule``, so every segment keeps offset ≡ vaddr mod p_align); ld.so maps the gap PROT_NONE, as for any gap between
     segments. The program header table stays where it is (strip and objcopy rewrite a
     file that has it elsewhere, and the library no longer loads): the new entry takes
     the room after the table, else PT_PHDR's place (optional in a shared library: ld.so
@@ -40,9 +41,13 @@ def cut_freed_pages(path, lo: int, hi: int) -> dict:
     def nothing(why):
         return {"pages": 0, "bytes": 0, "why": why}
 
+    granule = cut_granule(int(eh["e_machine"]), ph["p_type"], ph["p_align"], PAGE)
     a, b = L.align_up(lo, PAGE), hi // PAGE * PAGE
+    b = a + max(b - a, 0) // granule * granule
     if b - a < MIN_CUT_PAGES * PAGE:
-        return nothing(f"fewer than {MIN_CUT_PAGES} whole freed pages")
+        return nothing(f"fewer than {MIN_CUT_PAGES} whole freed pages" if granule == PAGE else
+                       f"fewer than {max(MIN_CUT_PAGES * PAGE, granule) // 1024} KiB of whole freed pages "
+                       f"(segments aligned to {granule // 1024} KiB)")
     loads = np.flatnonzero(ph["p_type"] == L.PT_LOAD)
     k = next((int(i) for i in loads if ph["p_offset"][i] <= lo and hi <= ph["p_offset"][i] + ph["p_filesz"][i]), None)
     if k is None or any(data[lo:hi]):

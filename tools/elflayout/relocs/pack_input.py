@@ -88,15 +88,18 @@ def _fail(img, msg):
 
 
 def read_input(img, form: str = "relr") -> _Input:
-    """The raw tables of a consistent x86-64 ET_DYN file (headers, dynamic array);
+    """The raw tables of a consistent x86-64 or AArch64 ET_DYN file (headers, dynamic array);
     ElflayoutError naming the problem otherwise."""
     hdr = img.elf.header
     if hdr["e_type"] != "ET_DYN":
         _fail(img, f"not a shared object (e_type {hdr['e_type']}); pack-relocs rewrites ET_DYN libraries")
     arch = arch_of(img)
     if not arch.pack_supported:
-        _fail(img, f"packing {img.machine} ELF{img.elfclass} is not implemented yet (x86-64 only; "
-                   "the relocation tables in relocs/arch.py are ready for it)")
+        _fail(img, f"packing {img.machine} ELF{img.elfclass} is not implemented yet (x86-64 and AArch64 only; "
+                   "the relocation tables in elflayout/arch.py are ready for it)")
+    if form == "self" and not arch.self_supported:
+        _fail(img, f"the self-applying form is not implemented for {img.machine} (its applier is x86-64 code): "
+                   f"use --format relr (glibc >= 2.36)")
     if hdr["e_ident"]["EI_DATA"] != "ELFDATA2LSB":
         _fail(img, "big-endian ELF is not supported")
     if hdr["e_phentsize"] != L.PHDR64.itemsize or hdr["e_shentsize"] != L.SHDR64.itemsize:

@@ -26,12 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
+from elflayout import emulator as emulation
 from elflayout.errors import ElflayoutError
 
+ROOT = Path(__file__).resolve().parents[3]
 HEAP_PAD = 4096 + 48  # C-heap shift of the control load (not a multiple of any alignment)
 PROBE = Path(__file__).with_name("loadprobe.py")
-C_SRC = Path(__file__).resolve().parents[2] / "loadprobe"  # tools/loadprobe
-C_PROBE = "elflayout-loadprobe"
+C_SRC = ROOT / "tools" / "loadprobe"
+NATIVE_PROBE = "elflayout-loadprobe"
 # "c": always the C probe in a root (also when its python3 has ctypes)
 ENV_PROBE = "ELFLAYOUT_LOADPROBE"
 
@@ -40,9 +42,10 @@ class CheckerError(ElflayoutError):
     """The loader check could not run (not a verdict on the library)."""
 
 
-def c_probe() -> Path:
-    """The C probe, built with make when missing or older than its source."""
-    out = C_SRC.parents[1] / "build" / "loadprobe" / C_PROBE
+def native_probe() -> Path:
+    """The C probe for this machine's roots, built with make when missing or older than
+    its source."""
+    out = ROOT / "build" / "loadprobe" / NATIVE_PROBE
     srcs = [C_SRC / "loadprobe.c", C_SRC / "Makefile"]
     if out.exists() and all(out.stat().st_mtime >= s.stat().st_mtime for s in srcs if s.exists()):
         return out
@@ -51,7 +54,7 @@ def c_probe() -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / ".build.lock", "w") as lock:  # concurrent first uses build once
         fcntl.flock(lock, fcntl.LOCK_EX)
-        r = subprocess.run(["make", "-s", "-C", str(C_SRC)], capture_output=True, text=True)
+        r = subprocess.run(["make", "-s", "-C", str(C_SRC), "native"], capture_output=True, text=True)
     if r.returncode != 0 or not out.exists():
         raise CheckerError(f"{out}: build failed ({(r.stderr.strip().splitlines() or ['make failed'])[-1]})")
     return out
@@ -60,14 +63,21 @@ def c_probe() -> Path:
 class Host:
     """Where real loads run: this machine, or ``chroot ROOT`` (a root with its own glibc
     and the library's dependencies, e.g. scripts/bullseye-root.sh); the probe runs under
-    the root's own python3."""
+    the root's own python3 (with no python3 that has ctypes, the C probe of tools/loadprobe
+    built for this machine). A library of another machine (arm64) loads in the C probe
+    (tools/loadprobe) under its emulator, ``qemu-aarch64 -L ROOT`` (ROOT: ``root`` or
+    the arm64 root of scripts/arm64-root.sh)."""
 
-    def __init__(self, root=None):
+    def __init__(self, root=None, lib=None, emulator=None):
+        self.emulator = emulator or (emulation.for_library(lib, root) if lib is not None else None)
+        self.native_probe: Path | None = None  # the C probe in a root without a usable python3
+        if self.emulator is not None:
+            self.root, self.python = None, None
+            return
         self.root = Path(root).resolve() if root else None
         if self.root is None:
             self.python = sys.executable
             return
-        self.c_probe: Path | None = None
         if os.geteuid() != 0:
             raise ElflayoutError(f"--root {self.root}: real loads inside a root need chroot, i.e. root privileges")
         cands = sorted(self.root.glob("usr/bin/python3*"))
@@ -75,7 +85,7 @@ class Host:
         self.python = "/" + str(cands[0].relative_to(self.root)) if cands else None
         if os.environ.get(ENV_PROBE) == "c" or not self._has_ctypes():
             try:
-                self.c_probe = c_probe()
+                self.native_probe = native_probe()
             except CheckerError as e:
                 raise CheckerError(f"--root {self.root}: {self._python_why()}, and the C loader check is not "
                                    f"available either ({e})") from None
@@ -110,15 +120,19 @@ class Host:
 
     def probe(self, d: Path, args, env, timeout, setarch=False):
         """Run the probe (copied into ``d``, a ``tempdir()``, so a root sees it) with ``args``."""
-        if self.c_probe is not None:
-            probe = d / C_PROBE
-            shutil.copy2(self.c_probe, probe)
-            run = [self.inside(probe)]
+        if self.emulator is not None:
+            # the guest's library path goes through -E: the host's would reach qemu itself
+            lp = env.pop("LD_LIBRARY_PATH", None)
+            cmd = [*self.emulator.argv, *(["-E", f"LD_LIBRARY_PATH={lp}"] if lp else []), str(c_probe())]
+        elif self.native_probe is not None:
+            probe = d / NATIVE_PROBE
+            shutil.copy2(self.native_probe, probe)
+            cmd = (["chroot", str(self.root)] if self.root else []) + [self.inside(probe)]
         else:
             probe = d / PROBE.name
             shutil.copyfile(PROBE, probe)
-            run = [self.python, self.inside(probe)]
-        cmd = (["setarch", "-R"] if setarch else []) + (["chroot", str(self.root)] if self.root else []) + run
+            cmd = (["chroot", str(self.root)] if self.root else []) + [self.python, self.inside(probe)]
+        cmd = (["setarch", "-R"] if setarch else []) + cmd
         try:
             return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=timeout,
                                   errors="replace")
@@ -145,9 +159,24 @@ class Host:
         return env
 
 
-def dlopen_check(path, timeout: float = 120, root=None) -> str | None:
+def c_probe() -> Path:
+    """The arm64 load probe, built on first use with the cross compiler."""
+    exe = ROOT / "build" / "aarch64" / "loadprobe"
+    src = ROOT / "tools" / "loadprobe" / "loadprobe.c"
+    if exe.is_file() and exe.stat().st_mtime >= src.stat().st_mtime:
+        return exe
+    if shutil.which("aarch64-linux-gnu-gcc") is None:
+        raise ElflayoutError("real loads of arm64 libraries need the cross compiler for their probe "
+                             "(apt-get install gcc-aarch64-linux-gnu)")
+    r = subprocess.run(["make", "-s", "-C", str(src.parent), "aarch64"], capture_output=True, text=True)
+    if r.returncode != 0 or not exe.is_file():
+        raise ElflayoutError(f"cannot build {exe}: {(r.stderr.strip().splitlines() or ['make failed'])[-1]}")
+    return exe
+
+
+def dlopen_check(path, timeout: float = 120, root=None, emulator=None) -> str | None:
     """Load ``path`` with the real glibc loader in a subprocess; None if it loaded, else why not."""
-    h = Host(root)
+    h = Host(root, path, emulator)
     p = Path(path).resolve()
     with h.tempdir() as d:
         lib = Path(d) / p.name
@@ -190,7 +219,7 @@ def load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 
         return doc, np.fromfile(out, np.uint8)
 
 
-def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=None) -> dict:
+def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=None, emulator=None) -> dict:
     """dlopen both files (ASLR off, RTLD_NOW, each in a fresh process under ``path_a``'s
     name and the same environment; inside ``chroot root`` when given) and compare their
     bytes at the link-time ``ranges``.
@@ -201,7 +230,7 @@ def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=No
     Returns dict(equal, compared_bytes, unstable_bytes, differing_bytes) or
     dict(error=...) when a file does not load.
     """
-    h = Host(root)
+    h = Host(root, path_a, emulator)
     pa, pb = Path(path_a).resolve(), Path(path_b).resolve()
     dirs = (pa.parent, pb.parent)
     da, sa = load_state(h, pa, pa.name, ranges, dirs, timeout)

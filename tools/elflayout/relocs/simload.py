@@ -540,7 +540,7 @@ def _writable_ranges(a: Loaded, b: Loaded) -> list[tuple[int, int]]:
 
 
 
-def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
+def real_load_compare(path_a, path_b, timeout: float = 300, root=None, emulator=None) -> dict:
     """dlopen both files (realload.compare_loads: ASLR off, RTLD_NOW, fresh processes,
     inside ``chroot root`` when given) and compare their file-backed writable bytes
     (``_writable_ranges``).
@@ -560,16 +560,18 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None) -> dict:
         def by_code(addrs):
             return ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
 
-        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root)
+        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root, emulator)
 
 
-def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
+def check(src, tmp, *, real_load: bool = True, status=None, root=None, emulator=None) -> dict:
     """``pack-relocs --check``: prove ``tmp`` (the packed file) equivalent to ``src``.
 
     1. Simulated loader at two load bases, every byte compared, tables field by field.
     2. (``real_load``) Both dlopen'ed with ASLR off, file-backed writable bytes equal.
     Raises Finding (exit 1) on a difference, ElflayoutError (exit 2) when the input
-    itself does not load (real loads happen inside ``chroot root`` when given); returns the comparison document otherwise. ``status(msg)``
+    itself does not load (real loads happen inside ``chroot root`` when given; an arm64
+    library's under ``emulator``, by default qemu-aarch64 with the arm64 root or ``root``);
+    returns the comparison document otherwise. ``status(msg)``
     gives a context manager that shows progress (the CLI's spinner).
     """
     status = status or (lambda msg: contextlib.nullcontext())
@@ -588,9 +590,9 @@ def check(src, tmp, *, real_load: bool = True, status=None, root=None) -> dict:
         res["dlopen"] = res["real_load"] = "skipped (a PIE executable cannot be dlopen'ed: run it)"
         return res
     with status("check: real loads of the input and the packed library"):
-        real = real_load_compare(src, tmp, root=root)
+        real = real_load_compare(src, tmp, root=root, emulator=emulator)
     if "error" in real:
-        why = realload.dlopen_check(src, root=root)
+        why = realload.dlopen_check(src, root=root, emulator=emulator)
         if why is not None:
             raise ElflayoutError(f"{src}: the input itself does not load ({why}); nothing to prove against")
         raise Finding(f"check failed: dlopen of the packed library failed: {real['error']} (output not written)")

@@ -1,0 +1,272 @@
+"""AArch64 files on an x86-64 machine: relocation names, the emulator prefix, bad input,
+and the qemu profile backend. Programs are cross-compiled with gcc-aarch64-linux-gnu and
+run under qemu-user with the cross compiler's own arm64 root (/usr/aarch64-linux-gnu),
+so nothing here downloads."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import need_tool, run_cli
+from elflayout import arch, emulator
+from elflayout.errors import ElflayoutError
+
+CROSS_ROOT = Path("/usr/aarch64-linux-gnu")
+ENV = {"ELFLAYOUT_ARM64_ROOT": str(CROSS_ROOT)}
+
+LIB_SRC = r"""
+extern __thread int tx;
+__thread int ty = 3;
+static const char *names[] = {"alpha", "beta", "gamma"};
+int lib_used(int i) { return ty + names[i % 3][0]; }
+int lib_tls(void) { return tx; }
+int lib_unused(int i) { return i * 7 + names[i & 1][1]; }
+"""
+EXE_SRC = r"""
+#include <stdio.h>
+__thread int tx = 1;
+int lib_used(int);
+int main(int argc, char **argv) { printf("%d\n", lib_used(argc)); return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """An arm64 library with TLS descriptors and RELATIVE relocations, and a program using it."""
+    need_tool("aarch64-linux-gnu-gcc")
+    d = tmp_path_factory.mktemp("a64")
+    (d / "l.c").write_text(LIB_SRC)
+    (d / "m.c").write_text(EXE_SRC)
+    cc = "aarch64-linux-gnu-gcc"
+    subprocess.run([cc, "-O1", "-fPIC", "-shared", "-o", "libl.so", "l.c"], cwd=d, check=True)
+    subprocess.run([cc, "-O1", "-o", "prog", "m.c", "-L.", "-ll", "-Wl,-rpath," + str(d)], cwd=d, check=True)
+    return d
+
+
+def _patched(src: Path, dst: Path, **fields) -> Path:
+    """A copy of ``src`` with ELF header bytes changed (offset -> bytes)."""
+    b = bytearray(src.read_bytes())
+    for off, val in fields.values():
+        b[off:off + len(val)] = val
+    dst.write_bytes(bytes(b))
+    return dst
+
+
+def test_reloc_names_from_the_machine_table():
+    # pyelftools names 1028-1033 wrongly (TLSDESC as TLS_DTPREL32): the table's names win
+    assert arch.reloc_name("EM_AARCH64", 64, 1031) == "R_AARCH64_TLSDESC"
+    assert arch.reloc_name("EM_AARCH64", 64, 1028) == "R_AARCH64_TLS_DTPMOD64"
+    assert arch.reloc_name("EM_AARCH64", 64, 1032) == "R_AARCH64_IRELATIVE"
+    assert arch.reloc_name("EM_AARCH64", 64, 1033) == "type 1033"
+    assert arch.reloc_name("EM_AARCH64", 64, 283) == "R_AARCH64_CALL26"  # a static type: pyelftools' name
+    assert arch.reloc_name("EM_X86_64", 64, 8) == "R_X86_64_RELATIVE"
+    assert arch.reloc_name("EM_386", 32, 7) == "R_386_JUMP_SLOT"
+
+
+def test_inspect_names_tlsdesc(built):
+    r = run_cli("inspect", "--json", built / "libl.so", check=0)
+    doc = json.loads(r.stdout)
+    names = {t["type"] for t in doc["relocations"]["by_type"]}
+    assert "R_AARCH64_TLSDESC" in names and not any("DTPREL32" in n for n in names), names
+    assert doc["relocations"]["relative"]["type"] == "R_AARCH64_RELATIVE"
+
+
+def test_emulator_detected_from_the_elf_machine(built, tmp_path, monkeypatch):
+    need_tool("qemu-aarch64")
+    monkeypatch.setenv("ELFLAYOUT_ARM64_ROOT", str(CROSS_ROOT))
+    em = emulator.for_program(built / "prog")
+    assert em.argv == ("qemu-aarch64", "-L", str(CROSS_ROOT)) and em.describe()["time_comparable"] is False
+    assert emulator.for_program(shutil.which("true")) is None
+    # a 32-bit x86 program runs natively (measure), though elflayout profiles and packs x86-64 only
+    i386 = _patched(Path(shutil.which("true")), tmp_path / "i386", cls=(4, b"\x01"), m=(18, b"\x03\x00"))
+    assert emulator.for_program(i386) is None
+    assert emulator.for_program(built / "prog", "qemu-aarch64 -L /x").root == "/x"
+    from elflayout.measure.runner import Variant
+
+    argv, _, shell = Variant("a", str(built / "prog") + " 1").argv(dict(os.environ))
+    assert argv == ["qemu-aarch64", "-L", str(CROSS_ROOT), str(built / "prog"), "1"] and not shell
+
+
+@pytest.mark.parametrize("what,fields,message", [
+    ("big-endian", {"data": (5, b"\x02"), "m": (18, b"\x00\xb7")}, "big-endian EM_AARCH64"),
+    ("ilp32", {"cls": (4, b"\x01")}, "ILP32 AArch64"),
+    ("riscv64", {"m": (18, b"\xf3\x00")}, "EM_RISCV ELF64 is not supported"),
+    ("i386", {"cls": (4, b"\x01"), "m": (18, b"\x03\x00")}, "EM_386 ELF32 is not supported"),
+    ("arm", {"cls": (4, b"\x01"), "m": (18, b"\x28\x00")}, "EM_ARM ELF32 is not supported"),
+])
+def test_other_machines_refused(built, tmp_path, what, fields, message):
+    bad = _patched(built / "libl.so", tmp_path / f"lib-{what}.so", **fields)
+    r = run_cli("profile", "--target", bad, "-o", tmp_path / "p.json", "--", "true", check=2, env=ENV)
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_missing_emulator_or_root_says_what_to_install(built, tmp_path):
+    r = run_cli("profile", "--target", built / "libl.so", "-o", tmp_path / "p.json", "--", built / "prog",
+                check=2, env={"ELFLAYOUT_ARM64_ROOT": str(tmp_path / "none")})
+    assert "scripts/arm64-root.sh" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("profile", "--target", built / "libl.so", "-o", tmp_path / "p.json", "--", built / "prog",
+                check=2, env={**ENV, "PATH": str(tmp_path)})
+    assert "apt-get install qemu-user" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_default_backend_of_an_aarch64_target_is_qemu(built, monkeypatch):
+    need_tool("qemu-aarch64")
+    from elflayout.profile import record
+
+    monkeypatch.setenv("ELFLAYOUT_ARM64_ROOT", str(CROSS_ROOT))
+    setup = record.prepare(record.Setup(targets=[str(built / "libl.so")], backend=None))
+    assert setup.backend == "qemu" and setup.emulator.argv[0] == "qemu-aarch64"
+
+
+def test_valgrind_refuses_another_machine(built, tmp_path):
+    # valgrind would watch the emulator and return an empty profile
+    r = run_cli("profile", "--backend", "valgrind", "--target", built / "libl.so", "-o", tmp_path / "p.json",
+                "--", built / "prog", check=2, env=ENV)
+    assert "EM_AARCH64" in r.stderr and "--backend qemu" in r.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_qemu_backend_profile(built, tmp_path):
+    need_tool("qemu-aarch64")
+    from elflayout.profile import qemu
+
+    why = qemu.status()
+    if why:
+        pytest.skip(why)
+    out = tmp_path / "p.json"
+    r = run_cli("profile", "--backend", "qemu", "--data", "--target", built / "libl.so", "-o", out, "--", built / "prog", check=0, env=ENV)
+    assert "pages x/r/w/t 1/" in r.stdout, r.stdout
+    doc = json.loads(out.read_text())
+    md = doc["metadata"]
+    assert md["backend"] == "qemu" and md["emulator"]["machine"] == "EM_AARCH64"
+    assert md["emulator"]["time_comparable"] is False
+    t = doc["targets"][0]
+    names = {f["name"] for f in t["functions"]}
+    assert "lib_used" in names and "lib_unused" not in names, names
+    assert t["phases"]["main_is"] == "main()" and t["phases"]["main_start"] is not None
+    assert {p["kind"] for p in t["pages"]} >= {"x", "r", "w"}
+    # a program of another machine than the targets' is refused before it runs
+    r = run_cli("profile", "--target", built / "libl.so", "-o", tmp_path / "q.json", "--", "true", check=2, env=ENV)
+    assert "an EM_X86_64 program, the targets are EM_AARCH64" in r.stderr
+
+
+
+PTRS_SRC = "\n".join(["static int v[64];"] + [f"int *const p{i}[] = {{" + ", ".join(f"&v[{j % 64}]" for j in range(200))
+                                              + "};" for i in range(120)]
+                     + ["int sum(int k) { return *p0[k % 200] + *p119[(k + 1) % 200]; }"])
+
+
+def test_pack_relocs_relr_aarch64(built, tmp_path, monkeypatch):
+    """RELATIVE relocations of an arm64 library packed into DT_RELR, checked with real
+    loads under qemu; the cut keeps every PT_LOAD's offset ≡ vaddr mod its 64 KiB p_align."""
+    need_tool("qemu-aarch64")
+    from elflayout import layouts as L
+
+    lib = _p64(tmp_path)
+    out = tmp_path / "out" / "libp.so"
+    out.parent.mkdir()
+    r = run_cli("pack-relocs", "--check", "--json", "--format", "relr", "--min-glibc", "2.36", lib, "-o", out,
+                check=0, env=ENV)
+    check = json.loads(r.stdout)["check"]
+    assert check["real_load"]["equal"] and check["real_load"]["compared_bytes"] > 0, check
+    _, ph0, _ = L.read_headers(lib.read_bytes())
+    _, ph, _ = L.read_headers(out.read_bytes())
+    loads = ph[ph["p_type"] == L.PT_LOAD]
+    assert all(int(p["p_vaddr"] - p["p_offset"]) % int(p["p_align"]) == 0 for p in loads)
+    assert set(loads["p_align"].tolist()) == {65536} and len(loads) == int((ph0["p_type"] == L.PT_LOAD).sum()) + 1
+    assert os.path.getsize(out) <= os.path.getsize(lib) - 65536
+    ins = json.loads(run_cli("inspect", "--json", out, check=0).stdout)
+    assert ins["relocations"]["relative"]["count"] == 0
+
+
+def _p64(tmp_path) -> Path:
+    """An arm64 library linked for 64 KiB pages, with RELATIVE relocations to pack."""
+    need_tool("aarch64-linux-gnu-gcc")
+    (tmp_path / "p.c").write_text(PTRS_SRC)
+    lib = tmp_path / "libp.so"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O1", "-fPIC", "-shared", "-Wl,-z,max-page-size=65536", "-o", lib,
+                    "p.c"], cwd=tmp_path, check=True)
+    return lib
+
+
+def test_readahead_model_page_sizes(tmp_path):
+    """read_ahead_kb in pages of the kernel's size, fault-around of 64 KiB, arm64's 64 KiB
+    exec folios: one code fault far into the library, read_ahead_kb 128."""
+    import numpy as np
+
+    from elflayout.elfcore import ElfImage
+    from elflayout.order.readahead import simulate
+
+    lib = _p64(tmp_path)
+    with ElfImage(lib) as img:
+        x = next(s for s in img.loads if s.flags & 1)
+        k = (x.offset + x.filesz - 1) // 4096  # the code segment's last 4 KiB page
+        got = {ps: simulate(img, np.array([k]), np.array([b"x"]), 128, loader=False, page_size=ps)
+               for ps in (4096, 16384, 65536)}
+        for ps, r in got.items():
+            assert r["pages"] <= -(-img.size // ps) and r["by_cause"]["read"] >= 1
+        # 64 KiB pages: read() of page 0 reads ra_pages = 2 pages; the fault reads its page (the VMA ends there)
+        assert got[65536]["reads"][0] == [0, 2]
+        # 4 KiB: the exec read starts at the 64 KiB folio boundary (arm64 exec_folio_order)
+        first_exec = next(p for p, n in got[4096]["reads"][1:])
+        assert first_exec % 16 == 0 or first_exec == x.offset // 4096
+
+
+def test_page_size_needs_congruent_segments(built, tmp_path):
+    from elflayout.elfcore import ElfImage
+    from elflayout.order.readahead import simulate
+
+    lib = tmp_path / "l4k.so"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O1", "-fPIC", "-shared", "-Wl,-z,max-page-size=4096",
+                    "-Wl,-z,common-page-size=4096", "-o", lib, built / "l.c"], check=True)
+    import numpy as np
+
+    with ElfImage(lib) as img:
+        if all((s.vaddr - s.offset) % 65536 == 0 for s in img.loads):
+            pytest.skip("the linker aligned the segments to 64 KiB anyway")
+        with pytest.raises(ElflayoutError, match="does not load with 64 KiB pages"):
+            simulate(img, np.array([0]), np.array([b"r"]), 128, loader=True, page_size=65536)
+
+
+def test_inspect_page_size(tmp_path):
+    lib = _p64(tmp_path)
+    doc = json.loads(run_cli("inspect", "--json", "--page-size", "64", lib, check=0).stdout)
+    assert doc["metadata"]["page_size"] == 65536 and doc["file"]["pages"] == -(-os.path.getsize(lib) // 65536)
+    assert all(s["pages"] is None or s["pages"][1] <= doc["file"]["pages"] for s in doc["sections"])
+    assert "pages of 64 KiB" in run_cli("inspect", "--page-size", "64", lib, check=0).stdout
+
+
+def test_pack_relocs_self_form_refused_on_aarch64(tmp_path):
+    # the applier is x86-64 code: injecting it into an arm64 library would be a wrong output
+    lib = _p64(tmp_path)
+    r = run_cli("pack-relocs", "--format", "self", lib, "-o", tmp_path / "o.so", check=2)
+    assert "self-applying form is not implemented for EM_AARCH64" in r.stderr and not (tmp_path / "o.so").exists()
+    r = run_cli("pack-relocs", "--min-glibc", "2.31", lib, "-o", tmp_path / "o.so", check=2)  # auto -> self
+    assert "EM_AARCH64" in r.stderr and not (tmp_path / "o.so").exists()
+
+
+def test_pack_relocs_check_under_a_given_emulator(tmp_path):
+    need_tool("qemu-aarch64")
+    lib = _p64(tmp_path)
+    out = tmp_path / "o.so"
+    r = run_cli("pack-relocs", "--check", "--json", "--format", "relr", "--min-glibc", "2.36",
+                "--emulator", f"qemu-aarch64 -L {CROSS_ROOT}", lib, "-o", out, check=0,
+                env={"ELFLAYOUT_ARM64_ROOT": str(tmp_path / "none")})  # the default root would be refused
+    assert json.loads(r.stdout)["check"]["real_load"]["equal"]
+    r = run_cli("pack-relocs", "--check", "--emulator", "qemu-nosuch -L /", lib, "-o", tmp_path / "p.so", check=2)
+    assert "qemu-nosuch not found" in r.stderr and not (tmp_path / "p.so").exists()
+
+
+def test_pack_relocs_min_glibc_of_the_arm64_root(tmp_path):
+    # the default --min-glibc of an arm64 library is its root's glibc, not this machine's
+    lib = _p64(tmp_path)
+    r = run_cli("pack-relocs", lib, "-o", tmp_path / "o.so", check=2,
+                env={"ELFLAYOUT_ARM64_ROOT": str(tmp_path / "empty-root")})
+    assert "cannot find the glibc version of" in r.stderr and "empty-root" in r.stderr
+    r = run_cli("pack-relocs", "--json", lib, "-o", tmp_path / "o.so", check=0, env=ENV)  # cross root: glibc 2.36
+    assert json.loads(r.stdout)["form"] == "relr"
