@@ -457,7 +457,10 @@ def test_failing_and_hanging_commands_are_errors(tmp_path):
     r = run_cli("measure", "--name", "bad", "sh -c 'echo boom >&2; exit 3'", "--files", f, "--census", "none",
                 "--runs", "1", "-o", tmp_path / "r.json", check=2)
     assert "exited with status 3" in r.stderr and "boom" in r.stderr
-    r = run_cli("measure", "--name", "segv", "sh -c 'kill -SEGV $$'", "--files", f, "--census", "none",
+    segv = tmp_path / "segv.sh"  # started directly (no shell around it): the signal reaches the harness
+    segv.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    segv.chmod(0o755)
+    r = run_cli("measure", "--name", "segv", str(segv), "--files", f, "--census", "none",
                 "--runs", "1", "-o", tmp_path / "r.json", check=2)
     assert "command was killed by signal 11" in r.stderr  # worded as profile words it
     t = time.monotonic()
