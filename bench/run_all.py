@@ -93,6 +93,9 @@ BENCHES = [
           "independent fincore runs under the same conditions, trace profile, plot, report", RA_SET),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
+    Bench("report", "bench_report.py", ("--runs", "5"),
+          "The report's interactive access view in headless Chromium: file size, open time, zoom latency "
+          "(libLLVM-16 recording)", "not relevant (reads a recorded results file)"),
     Bench("inspect", "bench_inspect.py", ("--runs", "5"),
           "Speed of `elflayout inspect` on libLLVM-16", "not relevant (warm page cache)"),
     Bench("profile", "bench_profile.py", ("-n", "5"),
@@ -139,6 +142,10 @@ BENCHES = [
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),
+    Bench("isolation", "bench_isolation.py", ("--runs", "5"),
+          "Isolated and rootless measurement: libLLVM-16 and libpython pages read on the shared disk vs a private "
+          "loop device (--isolate), and traced as root vs measured by user nobody without root",
+          "128 on the disk and on the private loop device; the rootless pair at the disk's own value (recorded)"),
 ]
 # Bench scripts added later still run (default arguments) until they are registered above.
 BENCHES += [Bench(p.stem.removeprefix("bench_"), p.name, (), "(not yet described in run_all.py)", "see the script")

@@ -19,6 +19,9 @@ APT_PACKAGES=(
   postgresql                                        # history in PostgreSQL (tests start a private server)
   debootstrap                                       # a Debian 11 root (glibc 2.31) for pack-relocs tests
   qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu  # AArch64: run (qemu-user loads our plugin), cross-compile
+  clang-22                                          # profiles of clang -g builds (DWARF 5, split DWARF); split refuses its LTO bitcode
+  chromium-driver                                   # the report's interactive view driven in headless Chromium (selenium)
+  e2fsprogs util-linux mount                        # measure --isolate (mkfs.ext4, loop mounts), rootless tests (setpriv)
   firefox-esr util-linux                            # the Firefox ESR case study (bench_chromium.py --target firefox; fincore)
 )
 

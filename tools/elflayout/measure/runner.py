@@ -36,7 +36,7 @@ import numpy as np
 
 from elflayout.controls import ControlSet, FixedEnv
 from elflayout.errors import ElflayoutError
-from elflayout.measure import cache
+from elflayout.measure import cache, rootless
 from elflayout import emulator as emulation
 from elflayout.pages import SEEK_PAGES  # noqa: F401 - re-exported
 from elflayout.pages import count_seeks as seeks_of
@@ -188,8 +188,12 @@ class Runner:
     def __init__(self, plan: Plan, controls: ControlSet, env: FixedEnv, *, trace: bool = True,
                  on_event: Callable[[str, dict], None] | None = None, capture_dir: str | None = None,
                  variant_env: dict[str, dict] | None = None, retries: int = 2, timeout: float | None = 600,
-                 readahead=None):
+                 readahead=None, residency=None):
         self.plan = plan
+        # rootless.Residency: pages read without tracing; given: the rootless method
+        # (its runs are checked for lost pages), else mincore as for --no-trace
+        self.rootless = residency is not None
+        self.residency = residency or rootless.Residency("mincore")
         self.readahead = readahead  # controls.ReadAhead: verified before and after every run
         self.timeout = timeout
         self.retries = retries
@@ -371,8 +375,10 @@ class Runner:
         """
         if rec.get("read_ahead_why"):
             return rec["read_ahead_why"]
-        if rec["state"] == "hot" or rec["source"] != "trace":
+        if rec["state"] == "hot":
             return None
+        if rec["source"] != "trace":
+            return rootless.interference(rec) if self.rootless else None
         left = rec.get("evict_left") or {}
         for f, x in rec["files"].items():
             if left.get(f):
@@ -395,7 +401,7 @@ class Runner:
             self.ts.clear()
             self.deletes.clear()
         else:
-            before = {f: cache.residency(f) for f in self.plan.files}
+            before = {f: self.residency.snapshot(f) for f in self.plan.files}
         m = self.spawn(v)
         res = self.ts.stop() if self.ts is not None else None
         ra1 = self.readahead.check() if self.readahead is not None else None
@@ -403,7 +409,7 @@ class Runner:
         rec = {"variant": v.name, "state": state, "round": rnd, "seq": seq,
                "wall_s": m["wall_s"], "user_s": m["user_s"], "sys_s": m["sys_s"],
                "major_faults": m["major_faults"], "minor_faults": m["minor_faults"],
-               "read_bytes": m["read_bytes"], "source": "trace" if res is not None else "mincore"}
+               "read_bytes": m["read_bytes"], "source": "trace" if res is not None else self.residency.method}
         rec.update(info)
         if self.readahead is not None and self.readahead.knob is not None:
             rec["read_ahead_kb"] = self.readahead.show()
@@ -420,6 +426,9 @@ class Runner:
             if res.lost:
                 self.warnings.append(f"run {seq}: the kernel dropped {res.lost} trace events; counts are low")
         for f in self.plan.files:
+            if res is None:  # no tracing: resident after the run and not before it (rootless.Residency)
+                files[f] = self.residency.pages_read(before[f], self.residency.snapshot(f))
+                continue
             after = cache.residency(f)
             resident = int(after.sum())
             if res is not None:
@@ -439,12 +448,6 @@ class Runner:
                     files[f]["unique_pages"] = unique
                 if resident < unique:
                     files[f]["evicted_after_read"] = unique - resident
-            else:
-                # Fallback: pages resident after the run that were not before it were
-                # read during it (by us, or by anyone else: hence "estimated").
-                new = int((after & ~before[f]).sum()) if len(before[f]) == len(after) else resident
-                files[f] = {"pages_read": new, "bytes_read": new * self.page, "seeks": None,
-                            "resident_after": resident, "resident_before": int(before[f].sum()), "estimated": True}
         if self.deletes is not None:  # stopped after the residency check: removals up to it count
             dels = self.deletes.stop().events
             for f, x in files.items():

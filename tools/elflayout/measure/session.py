@@ -36,6 +36,7 @@ from elflayout.controls import (Aslr, ControlSet, CpuPin, FixedEnv, Governor, Me
                                 StateFile, check_rt_priority)
 from elflayout.errors import ElflayoutError
 from elflayout.measure import census as census_mod
+from elflayout.measure import isolate, rootless
 from elflayout import results as model
 from elflayout.measure.cache import can_drop_caches
 from elflayout.measure.runner import SEEK_PAGES, STATES, Plan, Runner, Variant
@@ -68,6 +69,8 @@ class MeasurePlan:
     timeout: float | None = 600
     trace: bool = True
     storage: str | None = None
+    rootless: bool | None = None  # None: when not root (measure.rootless)
+    isolate: bool = False  # serve --files from a private loop device (measure.isolate)
     emulator: str | None = None  # --emulator for every variant; None: detected per program
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -117,6 +120,8 @@ class MeasurePlan:
             check_rt_priority(self.realtime)
         if self.storage and not self.files:
             raise ElflayoutError("--storage needs --files: it serves the directories holding them")
+        rootless.check_plan(self)
+        isolate.check_plan(self)
 
 
 def restore_stale() -> list[str]:
@@ -346,8 +351,9 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     emit = on_event or (lambda kind, info: None)
     states = list(dict.fromkeys(plan.states))
     variants = [Variant(n, c, plan.emulator) for n, c in plan.variants]
-    trace_why = "disabled by --no-trace" if not plan.trace else tracefs_status()
-    notes = _notes(plan, trace_why)
+    residency, rootless_why = rootless.for_plan(plan)
+    trace_why = rootless_why or ("disabled by --no-trace" if not plan.trace else tracefs_status())
+    notes = _notes(plan, None if residency else trace_why)
     census_method = plan.census or ("drop" if "cold" in states else "evict")
     if trace_why and census_method != "none":
         if not plan.files:
@@ -364,8 +370,11 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         restored = restore_stale()
         for r in restored:
             notes.append(f"restored after an interrupted session: {r}")
-        readahead = ReadAhead(anchor, plan.read_ahead_kb)
-        if plan.read_ahead_kb is not None and readahead.available():
+        iso = stack.enter_context(isolate.Isolation(plan.files, emit)) if plan.isolate else None
+        readahead = ReadAhead(anchor, None if residency else plan.read_ahead_kb)
+        if residency:
+            notes.insert(0, rootless.announce(residency.method, readahead.before, rootless_why))
+        elif plan.read_ahead_kb is not None and readahead.available():
             notes.append(f"read_ahead_kb not set: {readahead.available()}")
         for n in notes:
             emit("note", {"message": n})
@@ -377,7 +386,7 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         if mounts:
             variant_env, run_plan.files, source_of = apply_storage(variants, mounts, storage_dirs, plan.files, plan.env)
         runner = Runner(run_plan, cs, envctl, trace=not trace_why, on_event=emit, variant_env=variant_env,
-                        retries=plan.retries, timeout=plan.timeout or None, readahead=readahead)
+                        retries=plan.retries, timeout=plan.timeout or None, readahead=readahead, residency=residency)
         stack.callback(runner.close)
         census, left_out = _census(plan, runner, variants, census_method, emit)
         files_md = _identify(run_plan.files, source_of)
@@ -385,6 +394,7 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         runs = runner.run()
         storage_md = _storage_metadata(plan, mounts, storage_dirs)
         control_records = cs.records()
+        isolation_md = iso.record() if iso else None
         lock_record = lock.record()
     duration = time.monotonic() - t_start
     analysis = stats.analyse(runs, [v.name for v in variants], states, seed=plan.seed)
@@ -395,10 +405,13 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         "seed": plan.seed, "order": run_plan.order_record(), "seek_pages": SEEK_PAGES,
         "read_ahead_kb": control_records["read_ahead_kb"]["applied"],
         "aslr": control_records["aslr"]["applied"], "controls": control_records, "lock": lock_record,
-        "source": "mincore" if trace_why else "trace", "trace_pid_filter": runner.pid_filter,
+        "source": residency.method if residency else "mincore" if trace_why else "trace",
+        "trace_pid_filter": runner.pid_filter,
         "census_method": census_method, "census_under": [os.path.realpath(d) for d in plan.census_under],
         "census": census, "census_left_out": left_out, "files": files_md,
         "storage": storage_md, "spread": runner.spread(runs),
+        **({"rootless": {**residency.record(), "why": rootless_why}} if residency else {}),
+        **({"isolation": isolation_md} if isolation_md else {}),
         "notes": notes, "warnings": runner.warnings,
         "hints": hints(runs, analysis["summary"]) + order_hints(run_plan),
     }
