@@ -122,6 +122,11 @@ BENCHES = [
           "A second archive through split, profile, order, link: OpenSSL's libcrypto.so.3 from libcrypto.a, "
           "`openssl dgst -sha256`: Debian's library, default relink, object order, split + function order "
           "(+ packed) with lld, gold and GNU ld (pages read)", RA_SET, markdown=True),
+    Bench("exe", "bench_exe.py", ("--runs", "3"),
+          "An executable as the target: Debian's python3.11 relinked from libpython3.11.a (split) with GNU ld and "
+          "lld, profiled, ordered and relinked like a library: pages read from the executable unordered vs "
+          "ordered, Debian's beside them; CPython's test_json test_re test_struct through each", RA_SET,
+          markdown=True),
     Bench("split_fuzz", "bench_split_fuzz.py", ("--count", "10000"),
           "Damaged objects and archives through split and split --check (lld, gold, GNU ld), each run limited to "
           "30 s of CPU and 1 GB: exit 3, tracebacks, hangs, output written for a refused input (about 1.5 h)",

@@ -61,6 +61,17 @@ def test_view_data_attributes_reads_to_the_profile_of_the_same_build():
         assert p["mapped_end"] < res.files[p["path"]]["size"]
 
 
+def test_view_says_a_trace_profile_names_no_functions():
+    from elflayout.report import data as D
+    from elflayout.report import interactive
+
+    _, res = D.load(LLVM_RESULTS)
+    _, prof = D.load(DATA / "report-profile-llvm.json.gz")  # the same libLLVM-16, trace backend: pages only
+    v = interactive.view_data(res, D.plans(res, None, "r")[0], [("p.json", prof)])
+    for p in v["panels"]:
+        assert p["attr"] is None and "names no functions" in p["notes"][0]
+
+
 def test_view_decimates_with_a_note(monkeypatch):
     from elflayout.report import interactive
 

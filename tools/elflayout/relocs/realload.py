@@ -72,7 +72,11 @@ class Host:
         self.emulator = emulator or (emulation.for_library(lib, root) if lib is not None else None)
         self.native_probe: Path | None = None  # the C probe in a root without a usable python3
         if self.emulator is not None:
-            self.root, self.python = None, None
+            # the emulated root's own python3 runs loadprobe.py on any glibc; without one the
+            # C probe (built against this machine's cross glibc: 2.34 or later) runs
+            self.root = None
+            cands = _pythons(Path(self.emulator.root)) if self.emulator.root else []
+            self.python = str(cands[0]) if cands else None
             return
         self.root = Path(root).resolve() if root else None
         if self.root is None:
@@ -80,8 +84,7 @@ class Host:
             return
         if os.geteuid() != 0:
             raise ElflayoutError(f"--root {self.root}: real loads inside a root need chroot, i.e. root privileges")
-        cands = sorted(self.root.glob("usr/bin/python3*"))
-        cands = [c for c in cands if c.name.replace("python3", "").replace(".", "").isdigit() or c.name == "python3"]
+        cands = _pythons(self.root)
         self.python = "/" + str(cands[0].relative_to(self.root)) if cands else None
         if os.environ.get(ENV_PROBE) == "c" or not self._has_ctypes():
             try:
@@ -120,17 +123,18 @@ class Host:
 
     def probe(self, d: Path, args, env, timeout, setarch=False):
         """Run the probe (copied into ``d``, a ``tempdir()``, so a root sees it) with ``args``."""
+        probe = d / PROBE.name
+        shutil.copyfile(PROBE, probe)
         if self.emulator is not None:
             # the guest's library path goes through -E: the host's would reach qemu itself
             lp = env.pop("LD_LIBRARY_PATH", None)
-            cmd = [*self.emulator.argv, *(["-E", f"LD_LIBRARY_PATH={lp}"] if lp else []), str(c_probe())]
+            prog = [self.python, str(probe)] if self.python else [str(c_probe())]
+            cmd = [*self.emulator.argv, *(["-E", f"LD_LIBRARY_PATH={lp}"] if lp else []), *prog]
         elif self.native_probe is not None:
-            probe = d / NATIVE_PROBE
-            shutil.copy2(self.native_probe, probe)
-            cmd = (["chroot", str(self.root)] if self.root else []) + [self.inside(probe)]
+            native = d / NATIVE_PROBE
+            shutil.copy2(self.native_probe, native)
+            cmd = (["chroot", str(self.root)] if self.root else []) + [self.inside(native)]
         else:
-            probe = d / PROBE.name
-            shutil.copyfile(PROBE, probe)
             cmd = (["chroot", str(self.root)] if self.root else []) + [self.python, self.inside(probe)]
         cmd = (["setarch", "-R"] if setarch else []) + cmd
         try:
@@ -147,7 +151,7 @@ class Host:
 
     def env(self, *dirs) -> dict:
         env = dict(os.environ, PYTHONHASHSEED="0")  # a deterministic interpreter heap
-        if self.root is not None:
+        if self.root is not None or self.emulator is not None:  # another system's interpreter and libraries
             env.pop("PYTHONPATH", None)
             env.pop("PYTHONHOME", None)
             env.pop("LD_LIBRARY_PATH", None)
@@ -157,6 +161,12 @@ class Host:
         if ds:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(ds)
         return env
+
+
+def _pythons(root: Path) -> list[Path]:
+    """The python3 interpreters of a system root (usr/bin/python3, python3.N)."""
+    cands = sorted(root.glob("usr/bin/python3*"))
+    return [c for c in cands if c.name.replace("python3", "").replace(".", "").isdigit() or c.name == "python3"]
 
 
 def c_probe() -> Path:

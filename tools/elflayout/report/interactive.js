@@ -155,9 +155,9 @@
     traces.push({ type: 'scatter', mode: 'text', y: names, x: names.map(function (v) { return total[v]; }), showlegend: false,
       text: names.map(function (v) { return '  ' + num(total[v]) + ' pages'; }), textposition: 'middle right', hoverinfo: 'skip' });
     var xmax = Math.max.apply(null, names.map(function (v) { return total[v]; }).concat([1]));
-    return { data: traces, layout: { barmode: 'stack', margin: { l: 110, r: 20, t: 30, b: 40 }, height: 110 + 44 * names.length,
+    return { data: traces, layout: { barmode: 'stack', margin: { l: 110, r: 20, t: 30, b: 40 }, height: 160 + 44 * names.length,
       xaxis: { title: { text: 'distinct pages read, by section family', font: { size: 12 } }, range: [0, xmax * 1.2] },
-      yaxis: { autorange: 'reversed' }, legend: { orientation: 'h', y: 1.02, yanchor: 'bottom', font: { size: 10 } },
+      yaxis: { autorange: 'reversed' }, legend: { orientation: 'h', x: 0, y: -0.3, yanchor: 'top', font: { size: 10 } },
       title: { text: 'Where the pages go', font: { size: 13 }, x: 0, y: 0.99 } } };
   }
 

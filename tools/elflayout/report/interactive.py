@@ -122,7 +122,12 @@ def attribution(res, path: str, profiles: list[tuple[str, object]]) -> tuple[dic
                 if t.name == Path(path).name:
                     other.append(f"{Path(src).name} profiled build-id {t.build_id or '?'}")
                 continue
-            return _functions(t), None
+            attr = _functions(t)
+            if not attr["f"]:  # the trace backend records pages, not functions
+                return None, (f"{Path(src).name} is of this build but names no functions with an offset (a trace "
+                              f"profile records pages only; profile with valgrind for functions): reads are not "
+                              f"attributed to functions")
+            return attr, None
     if other:
         return None, (f"the profile is of another build of {Path(path).name} ({'; '.join(other)}; this file: "
                       f"build-id {want or '?'}): reads are not attributed to functions")
