@@ -76,6 +76,7 @@ def plan_args(plan) -> list:
         if value != default:
             a += [flag, value]
     a += ["--no-aslr"] * plan.no_aslr + ["--no-trace"] * (not plan.trace)
+    a += ["--rootless"] * bool(plan.rootless) + ["--isolate"] * plan.isolate
     a += sum((["--pin", c] for c in plan.pin or []), [])
     a += sum((["--env", f"{k}={v}"] for k, v in plan.env.items()), [])
     a += sum((["--census-under", d] for d in plan.census_under), [])
@@ -101,6 +102,24 @@ def measure(plan, out: Path) -> dict:
     doc = session.measure(plan)
     fileio.dump_json(doc, out)
     return doc
+
+
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def unprivileged_python() -> list[str] | None:
+    """The command prefix running this tree's elflayout as user nobody: this interpreter
+    if nobody can run it, else the system's python3.X of the same version with this
+    one's packages (a venv's base can sit in a home directory others cannot enter);
+    None when neither imports numpy, scipy and rich."""
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    env = ["env", f"PYTHONPATH={ROOT / 'tools'}:{':'.join(site)}", "HOME=/tmp"]
+    for exe in (sys.executable, f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"):
+        r = subprocess.run([*AS_NOBODY, *env, exe, "-c", "import numpy, scipy.stats, rich, elflayout"],
+                           capture_output=True, cwd="/")
+        if r.returncode == 0:
+            return [*AS_NOBODY, *env, exe]
+    return None
 
 
 def fuzz_parser(doc: str) -> argparse.ArgumentParser:

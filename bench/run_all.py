@@ -86,8 +86,16 @@ BENCHES = [
           "Case study, Debian's Chromium: census + selective on a shared machine, per-file pages and spread, an "
           "independent fincore check, pages read vs touched and the RELR estimate for the executable, trace "
           "profile, plot, report", RA_SET),
+    Bench("firefox", "bench_chromium.py",
+          ("--target", "firefox", "--runs", "10", "--census-under", "/usr/lib/firefox-esr"),
+          "Case study, Debian's Firefox ESR measured like Chromium, its own files cold (system libraries, which "
+          "other programs use, warm): census + selective, per-file pages and spread, libxul.so against "
+          "independent fincore runs under the same conditions, trace profile, plot, report", RA_SET),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
+    Bench("report", "bench_report.py", ("--runs", "5"),
+          "The report's interactive access view in headless Chromium: file size, open time, zoom latency "
+          "(libLLVM-16 recording)", "not relevant (reads a recorded results file)"),
     Bench("inspect", "bench_inspect.py", ("--runs", "5"),
           "Speed of `elflayout inspect` on libLLVM-16", "not relevant (warm page cache)"),
     Bench("profile", "bench_profile.py", ("-n", "5"),
@@ -114,6 +122,11 @@ BENCHES = [
           "A second archive through split, profile, order, link: OpenSSL's libcrypto.so.3 from libcrypto.a, "
           "`openssl dgst -sha256`: Debian's library, default relink, object order, split + function order "
           "(+ packed) with lld, gold and GNU ld (pages read)", RA_SET, markdown=True),
+    Bench("exe", "bench_exe.py", ("--runs", "3"),
+          "An executable as the target: Debian's python3.11 relinked from libpython3.11.a (split) with GNU ld and "
+          "lld, profiled, ordered and relinked like a library: pages read from the executable unordered vs "
+          "ordered, Debian's beside them; CPython's test_json test_re test_struct through each", RA_SET,
+          markdown=True),
     Bench("split_fuzz", "bench_split_fuzz.py", ("--count", "10000"),
           "Damaged objects and archives through split and split --check (lld, gold, GNU ld), each run limited to "
           "30 s of CPU and 1 GB: exit 3, tracebacks, hangs, output written for a refused input (about 1.5 h)",
@@ -127,9 +140,17 @@ BENCHES = [
           "Time verdicts: coverage of the 95% interval by n, A/A false alarms, detection of a 5% slowdown with the "
           "MDE printed (pool of 200 rounds under --realtime with a CPU hog: about 40 min to collect once, cached "
           "in ~/.cache/elflayout/bench-verdicts; the studies about 10 min)", RA_SET),
+    Bench("order_balance", "bench_order_balance.py", ("--trials", "2000"),
+          "Run order: A/A sessions simulated under a position effect (first run of a round 5% slower), ordered "
+          "by the balanced Latin square vs the per-round shuffle it replaced: bias of the paired ratio, false "
+          "alarms (seconds)", "not relevant (simulation)"),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),
+    Bench("isolation", "bench_isolation.py", ("--runs", "5"),
+          "Isolated and rootless measurement: libLLVM-16 and libpython pages read on the shared disk vs a private "
+          "loop device (--isolate), and traced as root vs measured by user nobody without root",
+          "128 on the disk and on the private loop device; the rootless pair at the disk's own value (recorded)"),
 ]
 # Bench scripts added later still run (default arguments) until they are registered above.
 BENCHES += [Bench(p.stem.removeprefix("bench_"), p.name, (), "(not yet described in run_all.py)", "see the script")

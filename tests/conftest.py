@@ -81,3 +81,14 @@ def need_root_tracefs():
 def need_tool(name):
     if shutil.which(name) is None:
         pytest.skip(f"{name} is not installed (run: make bootstrap)")
+
+
+@pytest.fixture(scope="module")
+def firsttouch_tool():
+    """build/valgrind with this tree's firsttouch, rebuilt when ft_main.c is newer."""
+    if shutil.which("valgrind") is None or shutil.which("make") is None:
+        pytest.skip("valgrind/make missing (run: make bootstrap)")
+    r = subprocess.run(["make", "-s", "-C", str(ROOT / "tools" / "firsttouch")], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"the firsttouch tool does not build here: {(r.stdout + r.stderr).strip()[-300:]}")
+    return ROOT / "build" / "valgrind"

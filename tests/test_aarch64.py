@@ -5,6 +5,7 @@ so nothing here downloads."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -241,13 +242,81 @@ def test_inspect_page_size(tmp_path):
     assert "pages of 64 KiB" in run_cli("inspect", "--page-size", "64", lib, check=0).stdout
 
 
-def test_pack_relocs_self_form_refused_on_aarch64(tmp_path):
-    # the applier is x86-64 code: injecting it into an arm64 library would be a wrong output
-    lib = _p64(tmp_path)
-    r = run_cli("pack-relocs", "--format", "self", lib, "-o", tmp_path / "o.so", check=2)
-    assert "self-applying form is not implemented for EM_AARCH64" in r.stderr and not (tmp_path / "o.so").exists()
-    r = run_cli("pack-relocs", "--min-glibc", "2.31", lib, "-o", tmp_path / "o.so", check=2)  # auto -> self
-    assert "EM_AARCH64" in r.stderr and not (tmp_path / "o.so").exists()
+SELF_LIB_SRC = r"""
+static int v[64];
+static const char *names[] = {"alpha", "beta", "gamma", "delta"};
+static int *const tab[] = {&v[1], &v[2], &v[3], &v[5], &v[8], &v[13], &v[21], &v[34]};
+static int *const big[] = {""" + ", ".join(f"&v[{j % 64}]" for j in range(600)) + r"""};
+static int seen;
+__attribute__((constructor)) static void init(void) { for (int i = 0; i < 8; i++) *tab[i] = i + 1; seen = names[2][0]; }
+int get(int i) { return *tab[i & 7] + seen + names[i & 3][1] + *big[(i * 37) % 600]; }
+"""
+SELF_MAIN_SRC = r"""
+#include <stdio.h>
+int get(int);
+int main(void) { int s = 0; for (int i = 0; i < 64; i++) s += get(i) * 3; printf("%d\n", s); return 0; }
+"""
+
+
+def test_aarch64_applier_is_the_assembled_source(tmp_path):
+    need_tool("aarch64-linux-gnu-as")
+    from elflayout.relocs import selfapply
+
+    (tmp_path / "a.s").write_text(selfapply.SOURCE_A64)
+    subprocess.run(["aarch64-linux-gnu-as", tmp_path / "a.s", "-o", tmp_path / "a.o"], check=True)
+    subprocess.run(["aarch64-linux-gnu-objcopy", "-O", "binary", "-j", ".text", tmp_path / "a.o", tmp_path / "a.bin"],
+                   check=True)
+    assert (tmp_path / "a.bin").read_bytes() == selfapply.CODE_A64
+    r = subprocess.run(["aarch64-linux-gnu-readelf", "-r", tmp_path / "a.o"], capture_output=True, text=True)
+    assert "There are no relocations" in r.stdout  # position-independent: placed as is
+
+
+def test_self_form_aarch64_runs_identically(tmp_path):
+    """The AArch64 applier (DT_INIT, RELRO re-protected at the run-time page size) under
+    qemu: --check's real load equal, the program's output unchanged, a constructor
+    reading relocated pointers included."""
+    need_tool("aarch64-linux-gnu-gcc")
+    need_tool("qemu-aarch64")
+    from elflayout.relocs import simload
+
+    (tmp_path / "s.c").write_text(SELF_LIB_SRC)
+    (tmp_path / "m.c").write_text(SELF_MAIN_SRC)
+    cc = "aarch64-linux-gnu-gcc"
+    subprocess.run([cc, "-O1", "-fPIC", "-shared", "-o", "libs.so", "s.c"], cwd=tmp_path, check=True)
+    subprocess.run([cc, "-O1", "-o", "main", "m.c", "-L.", "-ls"], cwd=tmp_path, check=True)
+    (tmp_path / "out").mkdir()
+    r = run_cli("pack-relocs", "--format", "self", "--min-glibc", "2.31", "--check", "--json", tmp_path / "libs.so",
+                "-o", tmp_path / "out" / "libs.so", check=0, env=ENV)
+    st = json.loads(r.stdout)
+    assert st["form"] == "self" and st["packed"] > 600 and st["check"]["real_load"]["equal"]
+    with simload.Loaded(tmp_path / "out" / "libs.so") as ld:
+        ap = ld.applier()
+        assert ap["machine"] == "EM_AARCH64" and ld.tag(simload.L.DT_RELR) is None
+        assert ap["relro_len"] > 0  # the routine really re-protects RELRO
+    run = ["qemu-aarch64", "-L", str(CROSS_ROOT), "-E"]
+    want = subprocess.run(run + [f"LD_LIBRARY_PATH={tmp_path}", tmp_path / "main"], capture_output=True, text=True)
+    got = subprocess.run(run + [f"LD_LIBRARY_PATH={tmp_path / 'out'}", tmp_path / "main"], capture_output=True,
+                         text=True)
+    assert got.returncode == 0 and got.stdout == want.stdout and want.stdout.strip()
+    # the routine found qemu's 4 KiB pages (qemu answers a zero-length mprotect with ENOMEM,
+    # the kernel with 0: only EINVAL means misaligned) and unprotected what glibc protected
+    tr = subprocess.run(run[:1] + ["-strace"] + run[1:] + [f"LD_LIBRARY_PATH={tmp_path / 'out'}", tmp_path / "main"],
+                        capture_output=True, text=True).stderr
+    base = int(re.search(r"libs\.so\",O_RDONLY\|O_CLOEXEC\) = (\d+)\n.*?mmap\((?:NULL|0x[0-9a-f]+),\d+,[^)]*,\1,0\) = (0x[0-9a-f]+)",
+                         tr, re.S).group(2), 16)
+    rw = re.findall(r"mprotect\((0x[0-9a-f]+),(\d+),PROT_READ\|PROT_WRITE\) = 0", tr)
+    assert (hex((base + ap["relro_page"]) & ~0xFFF), ) in {(hex(int(a, 16)),) for a, _ in rw}, (hex(base), rw)
+    # an applier of another machine is caught by the check's table comparison
+    from elflayout.relocs import selfapply
+
+    bad = tmp_path / "bad.so"
+    data = bytearray((tmp_path / "out" / "libs.so").read_bytes())
+    with simload.Loaded(tmp_path / "out" / "libs.so") as ld:
+        off = int(ld.img.vaddr_to_offset(ap["entry"] - selfapply.ENTRY))
+    data[off + selfapply.ENTRY:off + selfapply.SIZE] = selfapply.CODE[selfapply.ENTRY:]
+    bad.write_bytes(bytes(data))
+    res = simload.compare(tmp_path / "libs.so", bad)
+    assert not res["equal"] and any("EM_X86_64 code in an EM_AARCH64 library" in p for p in res["table_problems"])
 
 
 def test_pack_relocs_check_under_a_given_emulator(tmp_path):
@@ -270,3 +339,57 @@ def test_pack_relocs_min_glibc_of_the_arm64_root(tmp_path):
     assert "cannot find the glibc version of" in r.stderr and "empty-root" in r.stderr
     r = run_cli("pack-relocs", "--json", lib, "-o", tmp_path / "o.so", check=0, env=ENV)  # cross root: glibc 2.36
     assert json.loads(r.stdout)["form"] == "relr"
+
+
+@pytest.mark.parametrize("pie", ["-pie", "-no-pie"])
+def test_main_of_a_stripped_aarch64_executable(built, tmp_path, pie):
+    """main() from _start (adrp+ldr of main's GOT slot in a PIE, adrp+add otherwise), so
+    the profile of a stripped program still has its main phase."""
+    from elflayout.profile import qemu
+    from elflayout.profile.valgrind import main_offset
+
+    exe, stripped = tmp_path / "prog", tmp_path / "prog.stripped"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O1", pie, "-o", exe, built / "m.c", "-L", built, "-ll",
+                    f"-Wl,-rpath,{built}"], check=True)
+    subprocess.run(["aarch64-linux-gnu-strip", "-o", stripped, exe], check=True)
+    assert main_offset(str(stripped)) is None and main_offset(str(exe)) is not None
+    assert qemu.aarch64_main(str(stripped)) == main_offset(str(exe))
+    assert qemu.aarch64_main(shutil.which("true")) is None
+    if shutil.which("qemu-aarch64") and not qemu.status():
+        out = tmp_path / "p.json"
+        run_cli("profile", "--backend", "qemu", "--target", built / "libl.so", "-o", out, "--", stripped, check=0,
+                env=ENV)
+        assert json.loads(out.read_text())["targets"][0]["phases"]["main_is"] == "main()"
+
+
+def bullseye_arm64_root() -> Path:
+    """Debian 11's arm64 root (glibc 2.31, llvm-11, python3.9; scripts/bullseye-arm64-root.sh,
+    cached); skips with the reason when it cannot be made."""
+    if os.geteuid() != 0:
+        pytest.skip("debootstrap needs root privileges")
+    r = subprocess.run([str(Path(__file__).resolve().parents[1] / "scripts" / "bullseye-arm64-root.sh")],
+                       capture_output=True, text=True, timeout=1800)
+    if r.returncode:
+        pytest.skip(f"scripts/bullseye-arm64-root.sh failed: {r.stderr.strip()[-300:]}")
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.download
+@pytest.mark.slow
+@pytest.mark.root
+def test_self_form_on_debian11_arm64_llvm(tmp_path):
+    """Debian 11's arm64 libLLVM-11 on its own glibc 2.31 (no DT_RELR): the default form
+    there is self; --check's real loads run the root's python3 under qemu; llc-11's
+    output is unchanged."""
+    need_tool("qemu-aarch64")
+    root = bullseye_arm64_root()
+    lib = (root / "usr/lib/aarch64-linux-gnu/libLLVM-11.so.1").resolve()
+    out = tmp_path / "libLLVM-11.so.1"
+    r = run_cli("pack-relocs", "--root", root, "--check", "--json", lib, "-o", out, check=0)
+    st = json.loads(r.stdout)
+    assert st["form"] == "self" and st["min_glibc"] == "2.31" and st["check"]["real_load"]["equal"]
+    run = ["qemu-aarch64", "-L", str(root)]
+    llc = [str(root / "usr/bin/llc-11"), "--version"]
+    want = subprocess.run(run + llc, capture_output=True, text=True)
+    got = subprocess.run(run + ["-E", f"LD_LIBRARY_PATH={tmp_path}"] + llc, capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout == want.stdout and "LLVM version 11" in want.stdout

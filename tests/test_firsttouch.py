@@ -1,25 +1,16 @@
 """The firsttouch valgrind tool (tools/firsttouch) when its log cannot be written."""
 
 import os
-import shutil
 import subprocess
 
 import pytest
-
-from conftest import ROOT
 
 pytestmark = pytest.mark.valgrind
 
 
 @pytest.fixture(scope="module")
-def tool():
-    """build/valgrind, rebuilt from this tree's ft_main.c when it is newer."""
-    if shutil.which("valgrind") is None or shutil.which("make") is None:
-        pytest.skip("valgrind/make missing (run: make bootstrap)")
-    r = subprocess.run(["make", "-s", "-C", str(ROOT / "tools" / "firsttouch")], capture_output=True, text=True)
-    if r.returncode:
-        pytest.skip(f"the firsttouch tool does not build here: {(r.stdout + r.stderr).strip()[-300:]}")
-    return ROOT / "build" / "valgrind"
+def tool(firsttouch_tool):
+    return firsttouch_tool
 
 
 def test_header_write_failure_is_reported(tool):

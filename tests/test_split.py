@@ -165,6 +165,29 @@ def test_debug_info_keeps_sections_whole(tmp_path):
     assert text.kept_whole and "DWARF" in text.kept_whole and text.sections == 1
 
 
+def test_debug_info_refusal_is_printed_and_fails(tmp_path):
+    """An object built with -g is not split: the reason is printed without -v, the run
+    exits 1 and writes nothing (copies of the inputs are no split)."""
+    need_tool("gcc")
+    o = _cc(tmp_path, "dbg", LIB_C, "-g")
+    out = tmp_path / "out"
+    r = run_cli("split", o, "-o", out, check=1)
+    assert ".text kept whole in " in r.stdout and ".debug_info describes it as one range" in r.stdout, r.stdout
+    assert "nothing split" in r.stderr and "nothing written" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_kept_whole_printed_without_verbose_when_others_split(tmp_path, lib):
+    """One object split, one kept whole by its debug info: exit 0, the refusal named."""
+    libo, _ = lib
+    dbg = _cc(tmp_path, "dbg", LIB_C, "-g")
+    a = tmp_path / "mixed.a"
+    subprocess.run(["ar", "rcs", a, libo, dbg], check=True)
+    r = run_cli("split", a, "-o", tmp_path / "o", check=0)
+    assert "2 objects, " in r.stdout
+    assert ".text kept whole in " in r.stdout and "dbg.o): .debug_info describes it" in r.stdout, r.stdout
+
+
 def test_already_split_object_unchanged(tmp_path):
     need_tool("gcc")
     o = _cc(tmp_path, "fs", LIB_C, "-ffunction-sections", "-fdata-sections")
@@ -223,3 +246,30 @@ def test_help_has_example():
     r = run_cli("split", "--help", check=0)
     assert "example:" in r.stdout and "--check" in r.stdout
     assert shutil.which("gcc")
+
+
+@pytest.mark.parametrize("kind", ["gcc-flto", "clang-flto", "clang-thinlto", "archive-of-gcc-flto"])
+def test_lto_objects_refused(tmp_path, kind):
+    """LTO objects hold no machine code (gcc -flto: only .gnu.lto_* sections, clang: LLVM
+    bitcode): one line naming the file, exit 2, nothing written (was: a silent copy)."""
+    cc = "gcc" if "gcc" in kind else "clang-22"
+    need_tool(cc)
+    o = _cc_with(cc, tmp_path, "lto", LIB_C, "-flto=thin" if kind == "clang-thinlto" else "-flto")
+    if kind.startswith("archive"):
+        a = tmp_path / "liblto.a"
+        subprocess.run(["gcc-ar", "rcs", a, o], check=True)
+        o = a
+    out = tmp_path / "out"
+    r = run_cli("split", o, "-o", out, check=2)
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("elflayout")]
+    assert len(err) == 1 and "lto.o" in err[0] and "generated at link time" in err[0], r.stderr
+    assert ("GCC LTO bytecode" if "gcc" in kind else "LLVM bitcode") in err[0]
+    assert not out.exists()
+
+
+def _cc_with(cc, tmp, name, src, *flags):
+    c = tmp / f"{name}.c"
+    c.write_text(src)
+    o = tmp / f"{name}.o"
+    subprocess.run([cc, "-O2", "-fPIC", "-c", *flags, "-o", o, c], check=True)
+    return o

@@ -111,3 +111,68 @@ def test_cli_check_run(tmp_path, objs):
     assert "check (lld, shuffled order): same output of --run" in r.stdout
     r = run_cli("split", asm, "-o", tmp_path / "o2", "--run", "true")
     assert r.returncode == 2 and "--run needs --check" in r.stderr
+
+
+# -- what differs only in address, not in meaning: no difference in any order -------------
+# Each case is also linked from a *wrong* variant (another symbol or offset), which the
+# comparison must still report: naming by meaning must not hide a real difference.
+CASES = Path(__file__).parent / "data" / "split_equivalence"
+ASFLAGS = {"end_at_got": ["-Wa,-mrelax-relocations=no"]}
+
+
+def _asm(tmp_path, name, **subst):
+    """The case's objects (NAME.s, and NAME_user.s when the reference is in another object)."""
+    tag = "_".join(subst.values())
+    out = []
+    for src in sorted(CASES.glob(f"{name}*.s")):
+        text = src.read_text()
+        for k, v in subst.items():
+            text = text.replace(k, v)
+        s = tmp_path / tag / src.name
+        s.parent.mkdir(exist_ok=True)
+        s.write_text(text)
+        out.append(s.with_suffix(".o"))
+        subprocess.run(["gcc", *ASFLAGS.get(name, []), "-c", "-o", out[-1], s], check=True)
+    return out
+
+
+def _verdicts(tmp_path, originals, candidates):
+    split = [_split(tmp_path, o, f"split_{o.parent.name}") for o in candidates]
+    return equivalent(originals, split, "lld", check(originals, split, "lld").style)
+
+
+@pytest.mark.parametrize("name, good, wrong, expect", [
+    # a non-PIC link relaxes the GOT load to `cmp $f1, %rdi`: named f1, not compared raw
+    ("got_cmp", {"TARGET": "f1"}, {"TARGET": "f2"}, "user, instruction 1"),
+    # `lea t4-0xc0(%rip)` lands in gb in one order, elsewhere in another: operand t4-0xc0
+    ("operand", {"OFFSET": "0xc0"}, {"OFFSET": "0xb0"}, "user, instruction 0"),
+    # `.long f1 - .` after a lea-loaded table designates f1, not an entry of that table
+    ("named_word", {"TARGET": "f1"}, {"TARGET": "f2"}, "data word rel+0x0"),
+    # `lea dirs+24(%rip)` is the end of dirs, also where the GOT starts in another order
+    ("end_at_got", {"SIZE": "24"}, {"SIZE": "16"}, "user, instruction 0"),
+])
+def test_same_meaning_other_address(tmp_path, name, good, wrong, expect):
+    need_tool("gcc")
+    need_tool("ld.lld")
+    original = _asm(tmp_path, name, **good)
+    res = _verdicts(tmp_path, original, original)
+    assert all(r.identical for r in res), [r.first_difference for r in res]
+    bad = _verdicts(tmp_path, original, _asm(tmp_path, name, **wrong))
+    assert not bad[0].identical and any(expect in d for d in bad[0].differences), bad[0].differences
+
+
+def test_tables_of_functions_sharing_a_name(tmp_path):
+    """Jump tables of two static functions named ``pick``: not compared as functions
+    (which is which cannot be told), their lea still marks where their tables start, so
+    no entry is read against another function's table in one order only."""
+    need_tool("gcc")
+    need_tool("ld.lld")
+    objs = []
+    for v in (0, 1, 2):
+        o = tmp_path / f"dup{v}.o"
+        subprocess.run(["gcc", "-O2", "-fPIC", "-c", f"-DVARIANT={v}", "-o", o, CASES / "dup_tables.c"], check=True)
+        objs.append(o)
+    split = [_split(tmp_path, o) for o in objs]
+    res = equivalent(objs, split, "lld", "shared")
+    assert all(r.identical for r in res), [r.first_difference for r in res]
+    assert all(r.not_compared == 0 for r in res), res

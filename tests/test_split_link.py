@@ -48,3 +48,22 @@ def test_link_split_refused_for_object_order(plain, tmp_path):
     r = run_cli("link", "--split", "--profile", plain["profile"], "--linker", "mold", "--",
                 "gcc", "-shared", "-fuse-ld=mold", "-o", tmp_path / "l.so", *plain["objects"], check=2)
     assert "changes nothing" in r.stderr
+
+
+def test_link_split_of_debug_objects_says_why_not(plain, tmp_path):
+    """Objects built with -g stay whole: link --split names the reason, and the failed
+    order check does not tell the user to run the command just run."""
+    need_tool("ld.lld")
+    objs = []
+    for o in plain["objects"]:
+        g = tmp_path / ("g-" + o.rsplit("/", 1)[1])
+        flags = [f for f in testlib.CFLAGS if f not in ("-ffunction-sections", "-fdata-sections")]
+        src = o.replace("/plain/", "/").rsplit(".", 1)[0] + ".c"
+        subprocess.run(["gcc", *flags, "-g", "-c", src, "-o", str(g)], check=True)
+        objs.append(str(g))
+    r = run_cli("link", "--split", "--profile", plain["profile"], "--linker", "lld", "--",
+                "gcc", "-shared", "-o", tmp_path / "l.so", *objs)
+    assert r.returncode == 1
+    assert "split kept .text whole in 7 objects" in r.stderr and ".debug_info describes it" in r.stderr, r.stderr
+    assert "Split it: elflayout link --split" not in r.stderr
+    assert "kept these sections whole" in r.stderr

@@ -70,7 +70,7 @@ AARCH64 = Arch("EM_AARCH64", 64, True, 1027, _t("R_AARCH64_", {
     1026: ("JUMP_SLOT", ABS_NOADD, 8), 1027: ("RELATIVE", RELATIVE, 8), 1028: ("TLS_DTPMOD64", DTPMOD, 8),
     1029: ("TLS_DTPREL64", DTPOFF, 8), 1030: ("TLS_TPREL64", TPOFF, 8), 1031: ("TLSDESC", DTPOFF, 16),
     1032: ("IRELATIVE", IRELATIVE, 8),
-}), pack_supported=True)
+}), pack_supported=True, self_supported=True)
 
 ARCHES = {(a.machine, a.elfclass): a for a in (X86_64, I386, AARCH64)}
 

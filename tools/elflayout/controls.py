@@ -152,10 +152,22 @@ class ReadAhead(Control):
 
 def run_dir() -> Path:
     """/run/elflayout (root) or a per-user directory: locks and state files."""
-    base = Path("/run/elflayout") if os.geteuid() == 0 else Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / \
+    base = ROOT_RUN_DIR if os.geteuid() == 0 else Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / \
         f"elflayout-{os.getuid()}"
     base.mkdir(parents=True, exist_ok=True)
     return base
+
+
+ROOT_RUN_DIR = Path("/run/elflayout")
+
+
+def lock_path() -> Path:
+    """The measurement lock: root's (``/run/elflayout/measure.lock``) for every user who can
+    open it, so sessions without root take turns with root's; else the per-user one."""
+    shared = ROOT_RUN_DIR / "measure.lock"
+    if os.geteuid() != 0 and os.access(shared, os.R_OK):
+        return shared
+    return run_dir() / "measure.lock"
 
 
 LOCK_DIR = Path("/run/lock")
@@ -184,7 +196,7 @@ class MeasurementLock(contextlib.AbstractContextManager):
     """
 
     def __init__(self, on_wait=None, path: Path | None = None):
-        self.path = path or run_dir() / "measure.lock"
+        self.path = path or lock_path()
         self.on_wait = on_wait
         self.waited_s = 0.0
         self.waited_for = None
@@ -193,12 +205,15 @@ class MeasurementLock(contextlib.AbstractContextManager):
     @staticmethod
     def holder(path: Path | None = None) -> str | None:
         try:
-            return (path or run_dir() / "measure.lock").read_text().strip() or None
+            return (path or lock_path()).read_text().strip() or None
         except OSError:
             return None
 
     def __enter__(self):
-        f = open(self.path, "a+")
+        try:
+            f = open(self.path, "a+")
+        except PermissionError:  # root's lock, seen by another user: flock needs no write access
+            f = open(self.path, "r")
         try:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -209,10 +224,11 @@ class MeasurementLock(contextlib.AbstractContextManager):
                 t = time.monotonic()
                 fcntl.flock(f, fcntl.LOCK_EX)
                 self.waited_s = round(time.monotonic() - t, 3)
-            f.seek(0)
-            f.truncate()
-            f.write(f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n")
-            f.flush()
+            if f.writable():
+                f.seek(0)
+                f.truncate()
+                f.write(f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n")
+                f.flush()
         except BaseException:
             f.close()
             raise
@@ -222,7 +238,8 @@ class MeasurementLock(contextlib.AbstractContextManager):
     def __exit__(self, *exc):
         if self._f is not None:
             with contextlib.suppress(OSError):
-                self._f.truncate(0)
+                if self._f.writable():
+                    self._f.truncate(0)
             self._f.close()
             self._f = None
         return False

@@ -548,6 +548,96 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
    return sbOut;
 }
 
+/* ---------------------------------------------------------------- debug info
+
+   The profile names functions from the targets' symbol tables (in Python), never from
+   valgrind's debug info.  valgrind's core still reads every mapped object's DWARF line
+   tables, and 3.19's reader does not know DWARF 5 forms clang emits (DW_FORM_strx1 ...,
+   also in -gsplit-dwarf skeletons): it runs off the section and exits ("I can't
+   recover").  The tool is linked with --wrap (Makefile) so those readers do nothing:
+   the mapped code is the real file's, symbols and call-frame info are still read.
+   --ft-read-dwarf=yes restores valgrind's own readers (to reproduce its failure).
+
+   When valgrind gives up while reading an object's symbols or debug info anyway, the
+   file and valgrind's last message go to OUT.giveup, so the profile names the file
+   instead of blaming the workload. */
+
+Bool clo_read_dwarf = False;   /* read by the assembly wrappers below */
+static const HChar* reading_di = NULL;   /* object whose debug info is being read */
+static HChar giveup_path[4200];
+static HChar last_msg[512];
+
+struct _DebugInfo;
+extern Bool __real_vgModuleLocal_read_elf_debug_info(struct _DebugInfo* di);
+extern void __real_vgPlain_exit(Int status);
+
+/* Both DWARF readers take a dozen DiSlice structs by value, passed on the stack: a
+   tail jump forwards them untouched when --ft-read-dwarf=yes, a return skips them. */
+#define SKIP_UNLESS_READ_DWARF(fn) \
+   __asm__(".text\n.globl __wrap_" fn "\n.type __wrap_" fn ", @function\n__wrap_" fn ":\n" \
+           "\tcmpb $0, clo_read_dwarf(%rip)\n\tjne __real_" fn "\n\tret\n" \
+           ".size __wrap_" fn ", .-__wrap_" fn "\n")
+SKIP_UNLESS_READ_DWARF("vgModuleLocal_read_debuginfo_dwarf3");
+SKIP_UNLESS_READ_DWARF("vgModuleLocal_new_dwarf3_reader");
+
+Bool __wrap_vgModuleLocal_read_elf_debug_info(struct _DebugInfo* di)
+{
+   reading_di = VG_(DebugInfo_get_filename)((const DebugInfo*)di);
+   last_msg[0] = 0;
+   Bool ok = __real_vgModuleLocal_read_elf_debug_info(di);
+   reading_di = NULL;
+   return ok;
+}
+
+static void keep_msg(const HChar* format, va_list vargs)
+{
+   if (!reading_di) return;
+   HChar m[sizeof last_msg];
+   VG_(vsnprintf)(m, sizeof m, format, vargs);
+   for (HChar* c = m; *c; c++) if (*c == '\n') *c = ' ';
+   /* the closing "I can't recover" says nothing about the cause: keep the one before */
+   if (!VG_(strstr)(m, "can't recover") && VG_(strlen)(m) > 1) VG_(strcpy)(last_msg, m);
+}
+
+UInt __wrap_vgPlain_umsg(const HChar* format, ...)
+{
+   va_list vargs;
+   va_start(vargs, format);
+   keep_msg(format, vargs);
+   va_end(vargs);
+   va_start(vargs, format);
+   UInt n = VG_(vmessage)(Vg_UserMsg, format, vargs);
+   va_end(vargs);
+   return n;
+}
+
+UInt __wrap_vgPlain_printf(const HChar* format, ...)
+{
+   va_list vargs;
+   va_start(vargs, format);
+   keep_msg(format, vargs);
+   va_end(vargs);
+   va_start(vargs, format);
+   UInt n = VG_(vprintf)(format, vargs);
+   va_end(vargs);
+   return n;
+}
+
+void __wrap_vgPlain_exit(Int status)
+{
+   if (reading_di && giveup_path[0]) {
+      Int fd = VG_(fd_open)(giveup_path, VKI_O_CREAT | VKI_O_TRUNC | VKI_O_WRONLY, 0644);
+      if (fd >= 0) {
+         HChar line[4800];
+         VG_(snprintf)(line, sizeof line, "%s\n%s\n", reading_di, last_msg);
+         write_all(fd, line, VG_(strlen)(line));
+         VG_(close)(fd);
+      }
+      flush();
+   }
+   __real_vgPlain_exit(status);
+}
+
 /* ---------------------------------------------------------------- options, init, fini */
 
 static Bool ft_process_cmd_line_option(const HChar* arg)
@@ -565,6 +655,7 @@ static Bool ft_process_cmd_line_option(const HChar* arg)
    else if VG_STR_CLO(arg, "--ft-out", clo_out) {}
    else if VG_BOOL_CLO(arg, "--ft-data", clo_data) {}
    else if VG_BINT_CLO(arg, "--ft-max-maps", clo_max_maps, 1, MAX_MAPS) {}
+   else if VG_BOOL_CLO(arg, "--ft-read-dwarf", clo_read_dwarf) {}
    else return False;
    return True;
 }
@@ -576,7 +667,9 @@ static void ft_print_usage(void)
 "    --ft-out=FILE             write the log here [firsttouch.out.<pid>]\n"
 "    --ft-mark=HEXOFF          log the first execution of this file offset of the executable\n"
 "    --ft-data=no|yes          also record first read/write of each data page [no]\n"
-"    --ft-max-maps=N           size of the target mapping table (1..1024) [1024]\n");
+"    --ft-max-maps=N           size of the target mapping table (1..1024) [1024]\n"
+"    --ft-read-dwarf=no|yes    let valgrind read DWARF line and variable info (3.19 gives up\n"
+"                              on clang's DWARF 5; the profile never needs it) [no]\n");
 }
 
 static void ft_print_debug_usage(void) {}
@@ -633,6 +726,7 @@ static void ft_post_clo_init(void)
       out = VG_(malloc)("ft.out", 64);
       VG_(sprintf)(out, "firsttouch.out.%d", VG_(getpid)());
    }
+   VG_(snprintf)(giveup_path, sizeof giveup_path, "%s.giveup", out);
    out_fd = VG_(fd_open)(out, VKI_O_CREAT | VKI_O_TRUNC | VKI_O_WRONLY, 0644);
    if (out_fd < 0) {
       VG_(fmsg)("firsttouch: cannot open %s for writing\n", out);

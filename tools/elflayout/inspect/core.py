@@ -266,8 +266,8 @@ def _body(img: ElfImage, map_path, functions: bool = False, page: int = PAGE) ->
     """Everything but the envelope; damaged files may raise pyelftools/numpy errors."""
     notes = []
     if img.machine == "EM_AARCH64" and img.elfclass == 64:
-        notes.append("AArch64: profile (qemu backend) and pack-relocs --format relr run under qemu-user; "
-                     "split, self-applying packing and order's relinks are x86-64-specific")
+        notes.append("AArch64: profile (qemu backend) and pack-relocs run under qemu-user; "
+                     "split and order's relinks (link) are x86-64-specific")
     elif not img.is_x86_64:
         notes.append(f"not x86-64 ({img.machine}, ELF{img.elfclass}): relocation names and the RELATIVE type come "
                      f"from the {img.machine} table; profile, order and pack-relocs are x86-64-specific")

@@ -72,7 +72,7 @@ def _render_relocations(r: dict, f: dict) -> str:
     return "".join(out)
 
 
-_FOREIGN = {"EM_AARCH64": "  [AArch64: profile and pack-relocs relr run under qemu-user; split and the self form are "
+_FOREIGN = {"EM_AARCH64": "  [AArch64: profile and pack-relocs run under qemu-user; split and link are "
                           "x86-64-specific]",
             None: "  [not x86-64: relocation packing and profiling are x86-64-specific]"}
 

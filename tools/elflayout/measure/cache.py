@@ -69,6 +69,14 @@ def mapped_by(path: str | os.PathLike) -> list[int]:
     return sorted(pids)
 
 
+def _named(pid: int) -> str:
+    """'1234 (chromium)': a process as messages name it."""
+    try:
+        return f"{pid} ({Path(f'/proc/{pid}/comm').read_text().strip()})"
+    except OSError:
+        return str(pid)
+
+
 def _ranges(pages: np.ndarray) -> str:
     """'3-7, 12' for a sorted page index array (messages only)."""
     if len(pages) == 0:
@@ -104,8 +112,8 @@ def evict(path: str | os.PathLike, verify: bool = True) -> dict:
         os.close(fd)
     left = np.flatnonzero(res)
     pids = [p for p in mapped_by(path) if p != os.getpid()]
-    why = (f"mapped by running process(es) {', '.join(map(str, pids[:5]))}; DONTNEED never drops mapped pages"
-           if pids else "pages locked or re-read by another process")
+    why = (f"mapped by running process(es) {', '.join(_named(p) for p in pids[:5])}; DONTNEED never drops mapped "
+           f"pages" if pids else "pages locked or re-read by another process")
     return {"path": str(path), "left": int(len(left)), "pages": _ranges(left), "why": why}
 
 

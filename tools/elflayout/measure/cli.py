@@ -38,6 +38,11 @@ examples:
   elflayout measure --name llc 'llc-16 --version' --files build/a/libLLVM-16.so.1 --storage hdd \
       --preload plan.json --runs 5 -o preload.json
 
+  # on a machine shared with other jobs: the files served from a private loop device at
+  # their own paths (its own read_ahead_kb; nobody else can change it or evict them)
+  elflayout measure --name llc 'llc-16 --version' \
+      --files /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 --isolate --runs 10 -o iso.json
+
   elflayout compare results.json --markdown
   elflayout measure --restore     # after a session was killed with SIGKILL
 
@@ -45,8 +50,9 @@ notes:
   cold = sync + drop_caches: it also flushes system libraries that a user's desktop would
   have cached, which biases results (Hommey 2011); prefer selective. read_ahead_kb of the
   device holding the files is set to 128 for the session and restored afterwards (also
-  on Ctrl-C / SIGTERM). Page counts need root and tracefs; otherwise pages are estimated
-  from mincore residency after each run and flagged as such. Sessions on one machine take
+  on Ctrl-C / SIGTERM). Page counts need root and tracefs; without root (or with
+  --rootless) pages read are the residency (cachestat, or mincore) after each run minus
+  before it, read_ahead_kb is recorded, not set, and --files is required. Sessions on one machine take
   turns (a lock in /run/elflayout; the wait is recorded); read_ahead_kb is checked before
   and after every run, and a value left changed by a killed session is restored by the
   next one (or --restore). Exit 1 when every run of a variant was disturbed.
@@ -63,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--files", nargs="+", action="extend", metavar="PATH", default=[],
                    help="files whose pages read are reported (and evicted in the selective state); "
                         "default: the files the census finds")
-    p.add_argument("--seed", type=int, default=0, help="seed of the shuffled run order and of the bootstrap (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the run order (which variant and state take which role in the balanced order) and of the bootstrap (default 0)")
     p.add_argument("--read-ahead-kb", type=int, default=128,
                    help="read_ahead_kb for the device holding the files during the session (default 128; -1 keeps it)")
     p.add_argument("--no-aslr", action="store_true", help="disable ASLR in the measured processes (personality)")
@@ -82,6 +88,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600, metavar="SECONDS",
                    help="kill a run (and fail) after this long (default 600; 0: no limit)")
     p.add_argument("--no-trace", action="store_true", help="do not use tracefs: estimate pages from mincore")
+    p.add_argument("--rootless", action="store_true",
+                   help="measure as without root even when root (chosen by itself when not root): pages read = "
+                        "page-cache residency (cachestat, or mincore) after each run minus before; read_ahead_kb "
+                        "recorded, not set; needs --files (docs/methodology.md)")
+    p.add_argument("--isolate", action="store_true",
+                   help="serve --files from a private loop device (an ext4 image on the same disk) with its own "
+                        "read_ahead_kb, bound over the same paths in a private mount namespace: other processes "
+                        "cannot change the read-ahead or evict the files (needs root; docs/methodology.md)")
     p.add_argument("--storage", metavar="PRESET",
                    help="serve the directories holding --files from an emulated slow disk (elflayout storage); "
                         "commands see the mounts as {mount0}, {mount1}... (one directory: {mount}, also put "
@@ -126,7 +140,8 @@ def plan_of(args):
         realtime=args.realtime, governor=args.governor, env=dict(e.split("=", 1) for e in args.env),
         census=args.census, census_under=list(args.census_under), retries=args.retries,
         timeout=args.timeout or None, trace=not args.no_trace, storage=args.storage,
-        emulator=args.emulator, argv=list(sys.argv))
+        emulator=args.emulator, rootless=True if args.rootless else None, isolate=args.isolate,
+        argv=list(sys.argv))
 
 
 class _OptionsParser(argparse.ArgumentParser):
@@ -223,8 +238,7 @@ def run(args) -> int:
             err.print(f"[yellow]hint:[/] {escape(h)}", soft_wrap=True, highlight=False)
         err.print(f"wrote {out} ({len(doc['runs'])} runs in {md['duration_s']:.1f} s)")
     if empty:
-        err.print(f"elflayout: every run of {', '.join(empty)} was disturbed (runs[].interference): no figure for "
-                  f"{'it' if len(empty) == 1 else 'them'}; measure on a quieter machine, or name the files with "
-                  f"--files / --census-under", soft_wrap=True, highlight=False)
+        err.print(f"elflayout: {escape(session.disturbed_message(doc, empty, bool(args.files)))}", soft_wrap=True,
+                  highlight=False)
         return 1
     return 0

@@ -1,7 +1,7 @@
 """The interleaved run loop.
 
-Every round runs each variant x state once, in an order shuffled with a recorded seed
-(never all of A then all of B), after preparing the state:
+Every round runs each variant x state once (never all of A then all of B), in a
+counterbalanced order (``Plan.schedule``), after preparing the state:
 
 - ``cold``: sync + drop_caches (the whole system's cache: biased, system libraries too);
 - ``selective``: evict only the files under test and verify with mincore;
@@ -36,10 +36,11 @@ import numpy as np
 
 from elflayout.controls import ControlSet, FixedEnv
 from elflayout.errors import ElflayoutError
-from elflayout.measure import cache
+from elflayout.measure import cache, rootless
 from elflayout import emulator as emulation
 from elflayout.pages import SEEK_PAGES  # noqa: F401 - re-exported
 from elflayout.pages import count_seeks as seeks_of
+from elflayout.procs import signal_words
 from elflayout.tracefs import TraceSession, file_key, tracefs_status
 
 STATES = ("selective", "cold", "hot")
@@ -96,15 +97,55 @@ class Plan:
     files: list[str] = field(default_factory=list)
 
     def schedule(self) -> list[tuple[int, str, str]]:
-        """[(round, variant, state)] in run order, shuffled per round with ``seed``."""
+        """[(round, variant, state)] in run order: counterbalanced, labelled with ``seed``.
+
+        A round runs the states one after the other, every variant within each state.
+        Variant orders follow the rows of a balanced Latin square (``williams``; two
+        variants: AB, BA, AB, ...), one row per round, so over every cycle of rows each
+        variant holds each position within a state equally often and follows each other
+        variant equally often: a position effect (the first run of a round slower, say)
+        cancels in a ratio instead of favouring the variant that happened to go first.
+        The state order comes from another such square and changes once per cycle of
+        variant rows. The seed picks which variant and state play which role.
+        """
+        rows = self.order_rows()
+        return [(r, v, s) for r, cells in enumerate(rows) for v, s in cells]
+
+    def order_rows(self) -> list[list[tuple[str, str]]]:
+        """Per round, its cells in run order (see ``schedule``)."""
         rng = random.Random(self.seed)
-        cells = [(v.name, s) for v in self.variants for s in self.states]
+        names = [v.name for v in self.variants]
+        states = list(self.states)
+        rng.shuffle(names)
+        rng.shuffle(states)
+        vrows, srows = williams(len(names)), williams(len(states))
         out = []
         for r in range(self.runs):
-            order = cells[:]
-            rng.shuffle(order)
-            out.extend((r, v, s) for v, s in order)
+            srow = srows[(r // len(vrows)) % len(srows)]
+            vrow = vrows[r % len(vrows)]
+            out.append([(names[i], states[j]) for j in srow for i in vrow])
         return out
+
+    def order_record(self) -> dict:
+        """How the run order was made (results ``metadata.order``)."""
+        cycle = len(williams(len(self.variants)))
+        return {"design": "balanced Latin square (Williams) of variants within each state, one row per round; "
+                          "state order from another, changing once per cycle of variant rows",
+                "variant_cycle": cycle, "balanced": self.runs % cycle == 0,
+                "rounds": [[f"{v}/{s}" for v, s in row] for row in self.order_rows()]}
+
+
+def williams(n: int) -> list[list[int]]:
+    """Rows of a balanced Latin square of ``n`` treatments (Williams 1949).
+
+    Every treatment takes every position once per cycle of rows and immediately follows
+    every other treatment equally often; a cycle is ``n`` rows for even ``n``, ``2n``
+    (the square and its mirror) for odd ``n``. First row 0, 1, n-1, 2, n-2, ...; row r
+    adds r to each entry (mod n).
+    """
+    first = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 and n > 1 else rows
 
 
 # Per-CPU trace buffer: one libLLVM startup is ~10k events (< 1 MB); start at 16 MB and
@@ -125,8 +166,7 @@ def open_session(stack: contextlib.ExitStack, kinds) -> TraceSession:
 def _enable_pid_filter(ts: TraceSession) -> bool:
     """Limit the session to this process and its descendants (True if done)."""
     try:
-        (ts.dir / "options" / "event-fork").write_text("1")
-        (ts.dir / "set_event_pid").write_text(str(os.getpid()))
+        ts.follow(os.getpid())
         return True
     except OSError:
         return False
@@ -148,8 +188,12 @@ class Runner:
     def __init__(self, plan: Plan, controls: ControlSet, env: FixedEnv, *, trace: bool = True,
                  on_event: Callable[[str, dict], None] | None = None, capture_dir: str | None = None,
                  variant_env: dict[str, dict] | None = None, retries: int = 2, timeout: float | None = 600,
-                 readahead=None):
+                 readahead=None, residency=None):
         self.plan = plan
+        # rootless.Residency: pages read without tracing; given: the rootless method
+        # (its runs are checked for lost pages), else mincore as for --no-trace
+        self.rootless = residency is not None
+        self.residency = residency or rootless.Residency("mincore")
         self.readahead = readahead  # controls.ReadAhead: verified before and after every run
         self.timeout = timeout
         self.retries = retries
@@ -169,6 +213,7 @@ class Runner:
         self._child: subprocess.Popen | None = None
         self._errfile = tempfile.TemporaryFile(prefix="elflayout-measure-")
         self._warned_evict: set[str] = set()
+        self._evict_why: dict[str, str] = {}  # file -> why pages stayed (names the mapping processes)
         self.page = cache.PAGE
 
     # -- one child ----------------------------------------------------------------
@@ -227,7 +272,7 @@ class Runner:
             self._errfile.seek(0)
             err = self._errfile.read(400).decode(errors="replace").strip().splitlines()
             raise ElflayoutError(
-                f"variant {variant.name}: command exited with status {p.returncode}"
+                f"variant {variant.name}: command {signal_words(p.returncode)}"
                 + (f": {err[-1]}" if err else "") + f" (command: {variant.command})")
         return {"t0": t0, "wall_s": t1 - t0, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
                 "major_faults": ru.ru_majflt, "minor_faults": ru.ru_minflt, "read_bytes": ru.ru_inblock * 512,
@@ -254,6 +299,7 @@ class Runner:
                 r = cache.evict(f)
                 if r["left"]:
                     left[f] = r["left"]
+                    self._evict_why[f] = r["why"]
                     if f not in self._warned_evict:
                         self._warned_evict.add(f)
                         msg = f"{f}: {r['left']} page(s) stayed resident after eviction (pages {r['pages']}): {r['why']}"
@@ -329,12 +375,14 @@ class Runner:
         """
         if rec.get("read_ahead_why"):
             return rec["read_ahead_why"]
-        if rec["state"] == "hot" or rec["source"] != "trace":
+        if rec["state"] == "hot":
             return None
+        if rec["source"] != "trace":
+            return rootless.interference(rec) if self.rootless else None
         left = rec.get("evict_left") or {}
         for f, x in rec["files"].items():
             if left.get(f):
-                return f"{f}: {left[f]} page(s) could not be evicted before the run"
+                return f"{f}: {left[f]} page(s) could not be evicted before the run ({self._evict_why.get(f)})"
             unique = x.get("unique_pages", x["pages_read"])
             if x["resident_after"] > unique:
                 return (f"{f}: {x['resident_after']} pages resident after the run but {unique} read by it "
@@ -353,7 +401,7 @@ class Runner:
             self.ts.clear()
             self.deletes.clear()
         else:
-            before = {f: cache.residency(f) for f in self.plan.files}
+            before = {f: self.residency.snapshot(f) for f in self.plan.files}
         m = self.spawn(v)
         res = self.ts.stop() if self.ts is not None else None
         ra1 = self.readahead.check() if self.readahead is not None else None
@@ -361,7 +409,7 @@ class Runner:
         rec = {"variant": v.name, "state": state, "round": rnd, "seq": seq,
                "wall_s": m["wall_s"], "user_s": m["user_s"], "sys_s": m["sys_s"],
                "major_faults": m["major_faults"], "minor_faults": m["minor_faults"],
-               "read_bytes": m["read_bytes"], "source": "trace" if res is not None else "mincore"}
+               "read_bytes": m["read_bytes"], "source": "trace" if res is not None else self.residency.method}
         rec.update(info)
         if self.readahead is not None and self.readahead.knob is not None:
             rec["read_ahead_kb"] = self.readahead.show()
@@ -378,6 +426,9 @@ class Runner:
             if res.lost:
                 self.warnings.append(f"run {seq}: the kernel dropped {res.lost} trace events; counts are low")
         for f in self.plan.files:
+            if res is None:  # no tracing: resident after the run and not before it (rootless.Residency)
+                files[f] = self.residency.pages_read(before[f], self.residency.snapshot(f))
+                continue
             after = cache.residency(f)
             resident = int(after.sum())
             if res is not None:
@@ -397,12 +448,6 @@ class Runner:
                     files[f]["unique_pages"] = unique
                 if resident < unique:
                     files[f]["evicted_after_read"] = unique - resident
-            else:
-                # Fallback: pages resident after the run that were not before it were
-                # read during it (by us, or by anyone else: hence "estimated").
-                new = int((after & ~before[f]).sum()) if len(before[f]) == len(after) else resident
-                files[f] = {"pages_read": new, "bytes_read": new * self.page, "seeks": None,
-                            "resident_after": resident, "resident_before": int(before[f].sum()), "estimated": True}
         if self.deletes is not None:  # stopped after the residency check: removals up to it count
             dels = self.deletes.stop().events
             for f, x in files.items():

@@ -36,12 +36,13 @@ from elflayout.controls import (Aslr, ControlSet, CpuPin, FixedEnv, Governor, Me
                                 StateFile, check_rt_priority)
 from elflayout.errors import ElflayoutError
 from elflayout.measure import census as census_mod
+from elflayout.measure import isolate, rootless
 from elflayout import results as model
 from elflayout.measure.cache import can_drop_caches
 from elflayout.measure.runner import SEEK_PAGES, STATES, Plan, Runner, Variant
 from elflayout.storage import SlowStorage
 from elflayout.storage.server import cleanup_stale
-from elflayout.tracefs import file_key, tracefs_status
+from elflayout.tracefs import file_key, remove_stale_instances, tracefs_status
 
 CENSUS_METHODS = ("evict", "drop", "none")
 
@@ -68,6 +69,8 @@ class MeasurePlan:
     timeout: float | None = 600
     trace: bool = True
     storage: str | None = None
+    rootless: bool | None = None  # None: when not root (measure.rootless)
+    isolate: bool = False  # serve --files from a private loop device (measure.isolate)
     emulator: str | None = None  # --emulator for every variant; None: detected per program
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -117,12 +120,15 @@ class MeasurePlan:
             check_rt_priority(self.realtime)
         if self.storage and not self.files:
             raise ElflayoutError("--storage needs --files: it serves the directories holding them")
+        rootless.check_plan(self)
+        isolate.check_plan(self)
 
 
 def restore_stale() -> list[str]:
-    """Repair what dead sessions left: system settings, then emulated-disk mounts; one
-    sentence per repair."""
+    """Repair what dead sessions left: system settings, trace instances, then emulated-disk
+    mounts; one sentence per repair."""
     out = StateFile.restore_stale()
+    out += [f"stale trace instance removed: {name}" for name in remove_stale_instances()]
     try:
         out += [f"stale emulated-disk mount or run directory removed: {c}" for c in cleanup_stale()]
     except OSError:
@@ -181,13 +187,25 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
                    f"or more")
     bad = [r for r in runs if r.get("interference")]
     if bad:
-        out.append(f"{len(bad)} run(s) were disturbed (see runs[].interference) and are left out of the statistics: "
-                   f"measure on a quieter machine, or name fewer shared files")
+        causes = {r["interference"] for r in bad}
+        out.append(f"{len(bad)} run(s) were disturbed (see runs[].interference; for example: {min(causes)}) and are "
+                   f"left out of the statistics: measure on a private device (--isolate) or on a quieter machine, "
+                   f"or name fewer shared files")
     for srow in summary:
         if srow["metric"] == "wall_s" and srow.get("cov") and srow["cov"] > 0.10:
             out.append(f"{srow['variant']}/{srow['state']}: wall time CoV {srow['cov'] * 100:.0f}% > 10%: the machine "
                        f"is noisy; try --realtime, --pin CPU, --no-aslr, more --runs, and check what else is running")
     return out
+
+
+def order_hints(plan: Plan) -> list[str]:
+    """A remedy when the rounds do not fill whole cycles of the balanced order."""
+    cycle = plan.order_record()["variant_cycle"]
+    if plan.runs % cycle == 0:
+        return []
+    more = -(-plan.runs // cycle) * cycle
+    return [f"--runs {plan.runs} is not a multiple of {cycle} (a cycle of the balanced order of "
+            f"{len(plan.variants)} variants): positions in a round are only partly balanced; use --runs {more}"]
 
 
 def _storage_mounts(plan: MeasurePlan, stack: contextlib.ExitStack) -> tuple[list, list[str]]:
@@ -333,8 +351,9 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
     emit = on_event or (lambda kind, info: None)
     states = list(dict.fromkeys(plan.states))
     variants = [Variant(n, c, plan.emulator) for n, c in plan.variants]
-    trace_why = "disabled by --no-trace" if not plan.trace else tracefs_status()
-    notes = _notes(plan, trace_why)
+    residency, rootless_why = rootless.for_plan(plan)
+    trace_why = rootless_why or ("disabled by --no-trace" if not plan.trace else tracefs_status())
+    notes = _notes(plan, None if residency else trace_why)
     census_method = plan.census or ("drop" if "cold" in states else "evict")
     if trace_why and census_method != "none":
         if not plan.files:
@@ -351,8 +370,11 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         restored = restore_stale()
         for r in restored:
             notes.append(f"restored after an interrupted session: {r}")
-        readahead = ReadAhead(anchor, plan.read_ahead_kb)
-        if plan.read_ahead_kb is not None and readahead.available():
+        iso = stack.enter_context(isolate.Isolation(plan.files, emit)) if plan.isolate else None
+        readahead = ReadAhead(anchor, None if residency else plan.read_ahead_kb)
+        if residency:
+            notes.insert(0, rootless.announce(residency.method, readahead.before, rootless_why))
+        elif plan.read_ahead_kb is not None and readahead.available():
             notes.append(f"read_ahead_kb not set: {readahead.available()}")
         for n in notes:
             emit("note", {"message": n})
@@ -364,7 +386,7 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         if mounts:
             variant_env, run_plan.files, source_of = apply_storage(variants, mounts, storage_dirs, plan.files, plan.env)
         runner = Runner(run_plan, cs, envctl, trace=not trace_why, on_event=emit, variant_env=variant_env,
-                        retries=plan.retries, timeout=plan.timeout or None, readahead=readahead)
+                        retries=plan.retries, timeout=plan.timeout or None, readahead=readahead, residency=residency)
         stack.callback(runner.close)
         census, left_out = _census(plan, runner, variants, census_method, emit)
         files_md = _identify(run_plan.files, source_of)
@@ -372,6 +394,7 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         runs = runner.run()
         storage_md = _storage_metadata(plan, mounts, storage_dirs)
         control_records = cs.records()
+        isolation_md = iso.record() if iso else None
         lock_record = lock.record()
     duration = time.monotonic() - t_start
     analysis = stats.analyse(runs, [v.name for v in variants], states, seed=plan.seed)
@@ -379,14 +402,18 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         "argv": plan.argv, "started": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
         **_machine(),
         "states": states, "runs": plan.runs, "warmup": plan.warmup,
-        "seed": plan.seed, "seek_pages": SEEK_PAGES,
+        "seed": plan.seed, "order": run_plan.order_record(), "seek_pages": SEEK_PAGES,
         "read_ahead_kb": control_records["read_ahead_kb"]["applied"],
         "aslr": control_records["aslr"]["applied"], "controls": control_records, "lock": lock_record,
-        "source": "mincore" if trace_why else "trace", "trace_pid_filter": runner.pid_filter,
+        "source": residency.method if residency else "mincore" if trace_why else "trace",
+        "trace_pid_filter": runner.pid_filter,
         "census_method": census_method, "census_under": [os.path.realpath(d) for d in plan.census_under],
         "census": census, "census_left_out": left_out, "files": files_md,
         "storage": storage_md, "spread": runner.spread(runs),
-        "notes": notes, "warnings": runner.warnings, "hints": hints(runs, analysis["summary"]),
+        **({"rootless": {**residency.record(), "why": rootless_why}} if residency else {}),
+        **({"isolation": isolation_md} if isolation_md else {}),
+        "notes": notes, "warnings": runner.warnings,
+        "hints": hints(runs, analysis["summary"]) + order_hints(run_plan),
     }
     if emulated:
         metadata["emulated"] = emulated
@@ -410,3 +437,28 @@ def all_disturbed(doc: dict) -> list[str]:
     for r in doc["runs"]:
         cells.setdefault((r["variant"], r["state"]), []).append(bool(r.get("interference")))
     return [f"{v}/{s}" for (v, s), bad in cells.items() if all(bad)]
+
+
+def disturbance_causes(doc: dict, cells: list[str] | None = None) -> list[tuple[str, int]]:
+    """[(cause, runs)] recorded in ``runs[].interference`` for ``cells`` (all when None),
+    the most frequent first."""
+    counts: dict[str, int] = {}
+    for r in doc["runs"]:
+        why = r.get("interference")
+        if why and (cells is None or f"{r['variant']}/{r['state']}" in cells):
+            counts[why] = counts.get(why, 0) + 1
+    return sorted(counts.items(), key=lambda kv: -kv[1])
+
+
+def disturbed_message(doc: dict, cells: list[str], files_named: bool) -> str:
+    """Why every run of ``cells`` was disturbed and what to do (one line): the cause the
+    results record, then isolation; naming the files only when they were not named."""
+    causes = disturbance_causes(doc, cells)
+    total = sum(n for _, n in causes)
+    cause, n = causes[0] if causes else ("no cause recorded", 0)
+    more = f"; {len(causes) - 1} other cause(s) in runs[].interference" if len(causes) > 1 else ""
+    fix = "measure on a private device (--isolate) or on a quieter machine"
+    if not files_named:
+        fix += ", or name the files with --files / --census-under"
+    return (f"every run of {', '.join(cells)} was disturbed: {cause} ({n} of {total} runs{more}): no figure for "
+            f"{'it' if len(cells) == 1 else 'them'}; {fix}")

@@ -60,12 +60,16 @@ def lis_members(seq) -> list[bool]:
     return keep
 
 
+# The shared-section remedy; after ``link --split`` it is replaced by SPLIT_DONE.
+SPLIT_HINT = "Split it: elflayout link --split"
+SPLIT_DONE = "elflayout link --split kept these sections whole (its reasons are printed above)"
+
 # Why a profiled function is out of profile order or not placed: key -> what it means.
 REASONS = {
     "shared-section": "in an input section holding other profiled functions too (plain .text of an object built "
                       "without -ffunction-sections, or functions elflayout split kept together): an ordering file "
                       "names sections, so the section moves whole, in its own order; gold cannot name a plain .text "
-                      "per object at all. Split it: elflayout link --split",
+                      "per object at all. " + SPLIT_HINT,
     "prefixed-section": "whole function in .text.unlikely/.hot/.startup/.exit: not named in the ordering, the "
                         "linker's default rules grouped it with the cold/hot/startup/exit code",
     "comdat-other-object": "COMDAT section kept from another object than the profiled one (section names are "

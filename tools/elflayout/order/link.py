@@ -104,15 +104,24 @@ def split_command(parsed: dict, dest: Path, progress=None) -> dict:
     """The command with its object and archive arguments replaced by split copies."""
     from elflayout.split.api import split_inputs
 
+    from elflayout.split.api import kept_whole
+
     cmd = list(parsed["cmd"])
     pos = [i for i, a in enumerate(cmd[1:], 1)
            if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",)) and os.path.isfile(a)]
+    reports = []
     for k, i in enumerate(pos):
         # One directory per input: two inputs may share a file name.
-        split_inputs([cmd[i]], dest / str(k))
+        reports += split_inputs([cmd[i]], dest / str(k))
         cmd[i] = str(dest / str(k) / Path(cmd[i]).name)
     if progress:
-        progress(f"split {len(pos)} objects and archives into {dest}")
+        objs = [o for r in reports for o in r.objects]
+        progress(f"split {len(pos)} objects and archives into {dest}: {sum(o.changed for o in objs)} of "
+                 f"{len(objs)} objects split")
+        # sections kept whole move as one piece whatever the order says: say why, here
+        for name, why, names in kept_whole(reports):
+            progress(f"split kept {name} whole in {len(names)} object{'s' if len(names) != 1 else ''} "
+                     f"({', '.join(Path(n).name for n in names[:3])}{' …' if len(names) > 3 else ''}): {why}")
     return dict(parsed, cmd=cmd)
 
 

@@ -129,15 +129,18 @@ def run(args) -> int:
     try:
         lines = check_output(parsed["output"], o.target, fmt, cmd_objs, linker, args.min_order, map_of(cmd), sections or None)
     except OrderNotHonoured as e:
-        _say_check(e.lines)
+        _say_check(e.lines, args.split)
         raise
-    _say_check(lines)
+    _say_check(lines, args.split)
     return 0
 
 
-def _say_check(lines: list[str]) -> None:
+def _say_check(lines: list[str], split: bool = False) -> None:
+    from elflayout.order.check import SPLIT_DONE, SPLIT_HINT
+
     for line in lines:
-        print("elflayout: check: " + line, file=sys.stderr)
+        # the remedy for shared sections is the command just run: say what split did instead
+        print("elflayout: check: " + (line.replace(SPLIT_HINT, SPLIT_DONE) if split else line), file=sys.stderr)
 
 
 def _run(cmd: list[str]) -> int:

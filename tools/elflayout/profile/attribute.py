@@ -92,8 +92,8 @@ def dwarf_units(img: ElfImage, warnings: list | None = None):
     """(start offsets, end offsets, names) of DWARF compile units, sorted; None without DWARF.
 
     Used as objects when no link map is given: a CU is one compiled source file (its
-    DW_AT_name). ``.debug_aranges`` is used when present (fast), else each CU's top DIE
-    (low_pc/high_pc or DW_AT_ranges).
+    DW_AT_name; a split-DWARF skeleton's DW_AT_dwo_name). ``.debug_aranges`` is used for the
+    CUs it lists (fast), each other CU's top DIE (low_pc/high_pc or DW_AT_ranges) for the rest.
     """
     try:
         if not img.elf.has_dwarf_info() or img.section(".debug_info") is None:
@@ -104,30 +104,24 @@ def dwarf_units(img: ElfImage, warnings: list | None = None):
 
         def cu_name(cu):
             if cu.cu_offset not in names:
-                a = cu.get_top_DIE().attributes.get("DW_AT_name")
+                at = cu.get_top_DIE().attributes
+                a = at.get("DW_AT_name") or at.get("DW_AT_dwo_name") or at.get("DW_AT_GNU_dwo_name")
                 names[cu.cu_offset] = a.value.decode(errors="replace") if a else f"cu@{cu.cu_offset:#x}"
             return names[cu.cu_offset]
 
         ar = dw.get_aranges() if img.section(".debug_aranges") is not None else None
+        covered = set()
         if ar is not None:
             for e in ar.entries:
                 if e.length:
                     ranges.append((e.begin_addr, e.begin_addr + e.length, cu_name(dw.get_CU_at(e.info_offset))))
-        else:
+                    covered.add(e.info_offset)
+        # CUs .debug_aranges leaves out (clang writes it for assembly sources only): their top DIE
+        if ar is None or _cus_left(dw, covered):
             rl = dw.range_lists()
             for cu in dw.iter_CUs():
-                top = cu.get_top_DIE()
-                at = top.attributes
-                if "DW_AT_low_pc" in at and "DW_AT_high_pc" in at:
-                    lo, hi = at["DW_AT_low_pc"].value, at["DW_AT_high_pc"]
-                    end = hi.value if hi.form == "DW_FORM_addr" else lo + hi.value
-                    if end > lo:
-                        ranges.append((lo, end, cu_name(cu)))
-                elif "DW_AT_ranges" in at and rl is not None:
-                    base = at["DW_AT_low_pc"].value if "DW_AT_low_pc" in at else 0
-                    for r in rl.get_range_list_at_offset(at["DW_AT_ranges"].value, cu=cu):
-                        if hasattr(r, "begin_offset") and r.end_offset > r.begin_offset:
-                            ranges.append((base + r.begin_offset, base + r.end_offset, cu_name(cu)))
+                if cu.cu_offset not in covered:
+                    ranges += [(lo, hi, cu_name(cu)) for lo, hi in _cu_extents(cu, rl)]
     except (ELFError, DWARFError, KeyError, ValueError, AssertionError, IndexError) as e:
         # damaged or unusual DWARF: objects are optional, but the profile says why it has none
         if warnings is not None:
@@ -141,6 +135,33 @@ def dwarf_units(img: ElfImage, warnings: list | None = None):
     ok = o >= 0
     order = np.flatnonzero(ok)[np.argsort(o[ok], kind="stable")]
     return o[order], o[order] + n[order], [ranges[i][2] for i in order.tolist()]
+
+
+def _cus_left(dw, covered: set) -> bool:
+    """Whether some compile unit has no .debug_aranges entry (header walk only)."""
+    return any(cu.cu_offset not in covered for cu in dw.iter_CUs())
+
+
+def _cu_extents(cu, rl) -> list[tuple[int, int]]:
+    """[begin, end) addresses of one CU from its top DIE: low_pc/high_pc, or DW_AT_ranges
+    (DWARF 4 .debug_ranges offsets from the CU's base; DWARF 5 entries pyelftools marks
+    absolute, e.g. clang's DW_RLE_startx_length, are addresses already)."""
+    at = cu.get_top_DIE().attributes
+    if "DW_AT_low_pc" in at and "DW_AT_high_pc" in at:
+        lo, hi = at["DW_AT_low_pc"].value, at["DW_AT_high_pc"]
+        end = hi.value if hi.form == "DW_FORM_addr" else lo + hi.value
+        return [(lo, end)] if end > lo else []
+    if "DW_AT_ranges" not in at or rl is None:
+        return []
+    base = at["DW_AT_low_pc"].value if "DW_AT_low_pc" in at else 0
+    out = []
+    for r in rl.get_range_list_at_offset(at["DW_AT_ranges"].value, cu=cu):
+        if not hasattr(r, "begin_offset"):     # a base-address entry
+            base = r.base_address
+        elif r.end_offset > r.begin_offset:
+            add = 0 if getattr(r, "is_absolute", False) else base
+            out.append((add + r.begin_offset, add + r.end_offset))
+    return out
 
 
 def _r6(x) -> float:

@@ -16,7 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import capstone
+import numpy as np
+from elftools.common.exceptions import ELFError
+
 from elflayout import emulator as emulation
+from elflayout.arch import AARCH64
+from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.profile.model import workload_path
 from elflayout.profile.valgrind import Run, combine, exe_initializer_marks, main_offset, read_log
@@ -48,6 +54,63 @@ def status(build: bool = True) -> str | None:
     return f"the qemu plugin {p} is not built (run: make bootstrap)"
 
 
+def _got_value(img: ElfImage, slot: int) -> int | None:
+    """The link-time value a GOT slot holds after relocation (RELATIVE: its addend)."""
+    for rel in img.reloc_tables().values():
+        if "r_addend" not in rel.dtype.names:
+            continue
+        hit = np.flatnonzero(rel["r_offset"] == slot)
+        if hit.size and int(img.reloc_types(rel[hit[:1]])[0]) == AARCH64.relative:
+            return int(rel["r_addend"][hit[0]])
+    return None
+
+
+def _offset(img: ElfImage, md, vaddr: int | None) -> int | None:
+    """File offset of the code at ``vaddr``, through glibc's ``__wrap_main`` (``nop; b main``,
+    what a non-PIE _start hands over since glibc 2.34)."""
+    if vaddr is None or img.vaddr_to_offset(vaddr) < 0:
+        return None
+    off = int(img.vaddr_to_offset(vaddr))
+    ins = list(md.disasm(bytes(img.mm[off:off + 8]), vaddr))
+    if len(ins) == 2 and ins[0].mnemonic == "nop" and ins[1].mnemonic == "b":
+        o = img.vaddr_to_offset(ins[1].operands[0].imm)
+        return int(o) if o >= 0 else None
+    return off
+
+
+def aarch64_main(exe: str) -> int | None:
+    """File offset of ``main`` in a stripped AArch64 executable, from its ``_start``
+    (glibc start.S hands main to __libc_start_main in x0: ``adrp x0, :got:main; ldr x0,
+    [x0, :got_lo12:main]`` in a PIE, ``adrp x0, main; add x0, x0, :lo12:main`` otherwise)."""
+    try:
+        with ElfImage(exe) as img:
+            if img.machine != "EM_AARCH64":
+                return None
+            entry = int(img.elf.header["e_entry"])
+            off = img.vaddr_to_offset(entry)
+            if off < 0:
+                return None
+            md = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
+            md.detail = True
+            page = None
+            for ins in md.disasm(bytes(img.mm[off:off + 96]), entry):
+                ops = ins.operands
+                if ins.mnemonic == "bl" or not ops or ops[0].type != capstone.arm64.ARM64_OP_REG \
+                        or ins.reg_name(ops[0].reg) != "x0":
+                    if ins.mnemonic == "bl":
+                        return None
+                    continue
+                if ins.mnemonic == "adrp":
+                    page = ops[1].imm
+                elif page is not None and ins.mnemonic == "ldr" and ops[1].type == capstone.arm64.ARM64_OP_MEM:
+                    return _offset(img, md, _got_value(img, page + ops[1].mem.disp))
+                elif page is not None and ins.mnemonic == "add" and ops[-1].type == capstone.arm64.ARM64_OP_IMM:
+                    return _offset(img, md, page + ops[-1].imm)
+    except (ElflayoutError, ELFError, capstone.CsError):  # damaged: main() stays unknown
+        return None
+    return None
+
+
 def _arg(v: str) -> str:
     return v.replace(",", ",,")  # qemu's option syntax: a comma inside a value is doubled
 
@@ -70,6 +133,8 @@ def run(targets: list[str], argv: list[str], *, emulator: emulation.Emulator, da
     with tempfile.TemporaryDirectory(prefix="elflayout-qt-") as td:
         out = os.path.join(td, "qemutouch.log")
         mo = main_offset(exe)
+        if mo is None:
+            mo = aarch64_main(exe)
         init_marks = exe_initializer_marks(exe, targets) if mo is not None else []
         marks = [mo, *init_marks] if mo is not None else []
         cmd = [*emulator.argv, "-plugin", plugin_option(out, targets, exe, data, marks), exe, *argv[1:]]

@@ -279,6 +279,21 @@ def main_offset(exe: str) -> int | None:
     return None
 
 
+def giveup_message(log_dir) -> str | None:
+    """The one-line error when valgrind gave up reading an object's symbols or debug info
+    (the tool leaves ``<log>.giveup``: the file, then valgrind's last message), else None.
+    valgrind then exits 1 whatever the workload does: the workload is not at fault."""
+    for f in sorted(Path(log_dir).glob("*.giveup")):
+        lines = f.read_text(errors="replace").splitlines()
+        if not lines:
+            continue
+        why = lines[1].strip().removeprefix("Valgrind: ").rstrip(".") if len(lines) > 1 else ""
+        return (f"{lines[0]}: valgrind could not read this file's symbols or debug info and stopped the run "
+                f"({why or 'no message'}); nothing was recorded and the workload was not at fault (is the file damaged? "
+                f"try a copy without debug info: objcopy --strip-debug)")
+    return None
+
+
 def valgrind_command(targets: list[str], out: str, data: bool, marks=(), children: bool = False) -> list[str]:
     cmd = ["valgrind", "-q", f"--tool={TOOL_NAME}", f"--ft-out={out}", f"--ft-data={'yes' if data else 'no'}"]
     if children:
@@ -315,6 +330,9 @@ def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | 
         except OSError as err:
             raise ElflayoutError(f"cannot run valgrind: {err.strerror}") from None
         dt = time.monotonic() - t0
+        gave_up = giveup_message(td)
+        if gave_up:
+            raise ElflayoutError(gave_up)
         files = sorted(Path(td).glob("*.log"))
         if not files:
             raise ElflayoutError(f"valgrind exited with status {r.returncode} without writing a log "

@@ -74,9 +74,9 @@ def self_table(img) -> tuple[np.ndarray, dict] | None:
     if init is None or init < selfapply.ENTRY:
         return None
     off = int(img.vaddr_to_offset(init - selfapply.ENTRY))
-    if off < 0 or off + selfapply.SIZE > img.size:
+    if off < 0 or off + min(a.size for a in selfapply.APPLIERS.values()) > img.size:
         return None
-    p = selfapply.decode(bytes(img.mm[off:off + selfapply.SIZE]))
+    p = selfapply.decode(bytes(img.mm[off:off + selfapply.MAX_SIZE]))
     if p is None:
         return None
     toff, n = int(img.vaddr_to_offset(p["relr_start"])), p["relr_end"] - p["relr_start"]

@@ -21,8 +21,8 @@ initializers, that applies it (any glibc); "auto" (default) picks relr when --mi
 The self form is made post-link when the code segment's last page has 260 free bytes and
 DT_INIT exists or a spare DT_NULL slot does; otherwise it is refused with the reason (lld
 outputs: make it at link time with 'elflayout link --pack self'). Libraries that define ifunc
-symbols or have IRELATIVE relocations are refused for the self form, and so are AArch64
-libraries (the applier is x86-64 code): they take the relr form.
+symbols or have IRELATIVE relocations are refused for the self form. AArch64 libraries get an
+AArch64 applier that re-protects RELRO at the run-time page size (4, 16 or 64 KiB).
 
 Only word-aligned R_X86_64_RELATIVE (R_AARCH64_RELATIVE) relocations into file-backed data are packed; every
 other relocation keeps its order. No code or data address moves; only dynamic-linking tables

@@ -106,7 +106,7 @@ def read_input(img, form: str = "relr") -> _Input:
         _fail(img, f"packing {img.machine} ELF{img.elfclass} is not implemented yet (x86-64 and AArch64 only; "
                    "the relocation tables in elflayout/arch.py are ready for it)")
     if form == "self" and not arch.self_supported:
-        _fail(img, f"the self-applying form is not implemented for {img.machine} (its applier is x86-64 code): "
+        _fail(img, f"the self-applying form is not implemented for {img.machine} (no applier routine for it): "
                    f"use --format relr (glibc >= 2.36)")
     if hdr["e_ident"]["EI_DATA"] != "ELFDATA2LSB":
         _fail(img, "big-endian ELF is not supported")

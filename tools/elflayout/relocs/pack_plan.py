@@ -188,14 +188,15 @@ def _applier(inp: _Input, sel: _Selection, lay: _Layout) -> _Applier:
     for s in inp.shdrs:
         if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and int(s["sh_offset"]) >= end:
             limit = min(limit, int(s["sh_offset"]))
-    if at + selfapply.SIZE > limit:
+    code = selfapply.for_machine(img.machine)  # x86-64 or AArch64 (pack_input refuses others)
+    if at + code.size > limit:
         _fail(img, f"no room post-link for the self-applying routine ({limit - end} bytes free after the code, "
-                   f"{selfapply.SIZE} needed): link it with 'elflayout link --pack self' instead")
-    relro = selfapply.relro_pages(ph, PAGE)
+                   f"{code.size} needed): link it with 'elflayout link --pack self' instead")
+    relro = code.relro(ph, PAGE)
     old_init = inp.tag(L.DT_INIT) or 0
     entry = at + vshift + selfapply.ENTRY
     relr_start = lay.relr_off + lay.vshift
-    data = selfapply.blob(relr_start, relr_start + sel.relr.nbytes, relro[0], relro[1], old_init, entry)
+    data = code.blob(relr_start, relr_start + sel.relr.nbytes, relro[0], relro[1], old_init, entry)
     return _Applier(at, entry, data, k, relro)
 
 

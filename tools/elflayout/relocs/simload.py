@@ -172,9 +172,9 @@ class Loaded:
         if init is None or init < selfapply.ENTRY:
             return None
         off = self.img.vaddr_to_offset(init - selfapply.ENTRY)
-        if off < 0 or off + selfapply.SIZE > self.img.size:
+        if off < 0 or off + min(a.size for a in selfapply.APPLIERS.values()) > self.img.size:
             return None
-        return selfapply.decode(bytes(self.img.mm[off:off + selfapply.SIZE]))
+        return selfapply.decode(bytes(self.img.mm[off:off + selfapply.MAX_SIZE]))
 
     def rela_ranges(self) -> list[tuple[np.ndarray, int]]:
         """The RELA ranges ld.so processes, in its order, with their DT_RELACOUNT.
@@ -306,7 +306,7 @@ class Loaded:
             out.append((v, v + hdr["e_phnum"] * hdr["e_phentsize"]))
         ap = self.applier()
         if ap is not None:  # the routine (in the code segment's padding) and its table
-            out += [(ap["entry"] - selfapply.ENTRY, ap["entry"] - selfapply.ENTRY + selfapply.SIZE),
+            out += [(ap["entry"] - selfapply.ENTRY, ap["entry"] - selfapply.ENTRY + ap["size"]),
                     (ap["relr_start"], ap["relr_end"])]
         for s in self.img.sections:
             t = L.sh_type_number(s.type)
@@ -446,6 +446,8 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
                  L.DT_INIT, L.DT_FINI, L.DT_INIT_ARRAY, L.DT_FINI_ARRAY, L.DT_INIT_ARRAYSZ, L.DT_FINI_ARRAYSZ,
                  L.DT_FLAGS, L.DT_FLAGS_1, L.DT_VERDEFNUM, L.DT_PLTREL}
     ap_b = b.applier()
+    if ap_b is not None and ap_b["machine"] != b.img.machine:
+        bad.append(f"the self-applying routine is {ap_b['machine']} code in an {b.img.machine} library")
     if ap_b is not None and a.applier() is None:
         if ap_b["old_init"] != (a.tag(L.DT_INIT) or 0):
             bad.append("the self-applying routine does not chain to the input's DT_INIT")

@@ -202,7 +202,10 @@ def access_figure(panels: list[Panel], title: str | None = None, x: str = "time"
 
 def _access_limits(panels: list[Panel], x: str) -> tuple[tuple, tuple, int]:
     """Shared axes of every panel: y (file offset, MB) and x limits, and the margin's slice in pages."""
-    ymax = max([b.end for p in panels for b in p.bands] + [p.size or 0 for p in panels]) / MB
+    # The mapped part of the file (and anything read beyond it), not its debug sections.
+    ymax = max([D.mapped_end(p.bands) for p in panels] + [0]) / MB
+    if not ymax and not any(p.acc.page.size or p.acc.fpage.size for p in panels):
+        ymax = max([p.size or 0 for p in panels]) / MB
     for p in panels:
         if p.acc.page.size:
             ymax = max(ymax, float((p.acc.page + p.acc.npages).max()) * D.PAGE / MB)
@@ -412,7 +415,9 @@ def profile_figure(target, x: str = "sequence", title: str | None = None):
     gs = fig.add_gridspec(1, 3, width_ratios=[5, 1.1, 1.9], wspace=0.0, left=0.09, right=0.99, top=0.84, bottom=0.2)
     ax = fig.add_subplot(gs[0, 0])
     mx = fig.add_subplot(gs[0, 1], sharey=ax)
-    ymax = max([b.end for b in bands] + [size, int((pg.max() + 1) * D.PAGE) if pg.size else 0]) / MB or 1.0
+    # The mapped part (and any page touched beyond it), not the debug sections after it.
+    last = max([int(pg.max()) + 1 if pg.size else 0] + [r.page + r.npages for r in reads])
+    ymax = max(D.mapped_end(bands), last * D.PAGE) / MB or size / MB or 1.0
     ylim = (0.0, ymax * 1.01)
     _draw_bands(ax, bands)
     _draw_bands(mx, bands)

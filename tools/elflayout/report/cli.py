@@ -6,8 +6,10 @@ SUMMARY = "self-contained HTML report of results, profiles and screening results
 EPILOG = """\
 examples:
   # results of `elflayout measure` (before/after) and the profile used for the order:
-  # summary table with verdicts, access-pattern plots per traced file, per-section
-  # pages read/touched, run-time violins, environment; images inline, no network
+  # headline, an interactive access view per traced file (zoom; hover a read for its
+  # section and the profile's functions there), pages per section, summary table with
+  # verdicts and the test behind each, run-time violins, environment; all inline, no
+  # network (Plotly from the report extra)
   elflayout report R.json P.json -o report.html
 
   # several measurement sessions in one page; replace an existing report

@@ -364,6 +364,12 @@ def section_table(sections: list[dict], acc: Access) -> list[dict]:
     return rows
 
 
+def mapped_end(bands: list[Band]) -> int:
+    """End (file offset) of the last band loaded at run time: plots stop there, not at
+    the debug sections and symbol tables an unstripped file carries after it."""
+    return max((b.end for b in bands if b.family != "not loaded"), default=0)
+
+
 def family_pages(bands: list[Band], pages: np.ndarray) -> dict[str, int]:
     """Distinct pages per section family (a page goes to the band holding its first byte,
     else to the band it overlaps; pages outside every band count as 'other')."""

@@ -24,6 +24,7 @@ from elflayout import initializers
 from elflayout.results import Results
 from elflayout.report import access
 from elflayout.report import data as D
+from elflayout.report import interactive
 from elflayout.report import screen
 from elflayout.report import timing
 from elflayout.report.access import save
@@ -43,7 +44,8 @@ tr:nth-child(even) td{background:#fbfbfb}
 figcaption{font-size:.88em;color:#555} .warn{color:#8a5a00} code{font-size:.92em}
 details{margin:.4em 0} summary{cursor:pointer;color:#225}
 nav a{margin-right:1em} ul.headline{font-size:1.05em;margin:.3em 0 .6em}
-"""
+details.static figure{overflow-x:auto} details.static figure img{max-width:none}
+""" + interactive.CSS
 
 # Click a header to sort by that column (numbers by data-v, else text); click again to reverse.
 JS = """
@@ -97,6 +99,45 @@ def _verdict_cls(v: str) -> str:
     return "v-no" if not v or v.startswith("no") else f"v-{v}"
 
 
+def exact(c: dict, res: Results | None = None) -> bool:
+    """Whether a comparison is of deterministic counts (``compare``'s "exact"): as the row
+    says, else (files written before rows said it) from the runs: a count, constant on
+    both sides over two runs or more."""
+    if "deterministic" in c or c.get("test"):
+        return bool(c.get("deterministic")) or str(c.get("test") or "").startswith("exact")
+    m = D.METRICS.get(c.get("metric"))
+    if res is None or m is None or m.time:
+        return False
+    sides = [D.values(res, c.get(k), c.get("state"), m.name) for k in ("a", "b")]
+    return all(x.size >= 2 and np.ptp(x) == 0 for x in sides)
+
+
+def decided_by(c: dict, res: Results | None = None) -> str:
+    """The test behind a comparison's verdict, as ``compare`` names it: "exact" for
+    deterministic counts, else the test with its p (and Holm's, when corrected); "" when
+    nothing was tested (too few runs)."""
+    test = str(c.get("test") or "")
+    if exact(c, res):
+        return "exact"
+    if not test:
+        return ""
+    p, pa = c.get("p_value"), c.get("p_adjusted")
+    out = f"{test}, p = {_pfmt(p)}" if isinstance(p, (int, float)) else test
+    if isinstance(pa, (int, float)) and isinstance(p, (int, float)) and f"{pa:.3g}" != f"{p:.3g}":
+        out += f" (Holm {_pfmt(pa)})"
+    return out
+
+
+def warnings_of(c: dict, res: Results | None = None) -> list[str]:
+    """A comparison's warnings; an exact (deterministic) count needs no run count to be
+    trusted, so the "fewer than N runs" caution is not repeated for it."""
+    warns = c.get("warnings") or []
+    warns = warns if isinstance(warns, list) else [warns]
+    if exact(c, res):
+        warns = [w for w in warns if not str(w).startswith("fewer than")]
+    return [str(w) for w in warns]
+
+
 # ----------------------------------------------------------------------------------
 # results
 
@@ -140,7 +181,10 @@ def summary_table(res: Results, files: list[str] | None) -> str:
                 ratio = c.get("ratio")
                 rt = f" ×{ratio:.3f}" if isinstance(ratio, (int, float)) else ""
                 label = D.METRICS[c["metric"]].label if c.get("metric") in D.METRICS else c.get("metric")
-                verdicts.append(f'<span class="{_verdict_cls(vd)}">{escape(str(label))}: {escape(vd)}{escape(rt)}</span>')
+                how = decided_by(c, res)
+                how = f' <span class="ci">({escape(how)})</span>' if how else ""
+                verdicts.append(f'<span class="{_verdict_cls(vd)}">{escape(str(label))}: {escape(vd)}{escape(rt)}</span>'
+                                + how)
             nd = sum(D.disturbed(r) for r in rs)
             ntext = f"{len(rs) - nd}" + (f' <span class="warn" title="runs the harness flagged as disturbed by other '
                                          f'processes are left out, as in its statistics">(+{nd} disturbed)</span>'
@@ -175,36 +219,50 @@ def headline(res: Results, files: list[str] | None) -> str:
             ma, mb = float(np.median(pa)), float(np.median(pb))
             wc = next((c for c in D.comparisons(res, v, s) if c.get("metric") == "wall_s"), {})
             wv = wc.get("verdict")
-            warn = "; ".join(map(str, wc.get("warnings") or []))
+            how = decided_by(wc, res) if wv else ""
+            warn = "; ".join(warnings_of(wc, res))
             lines.append(
                 f"<li><b>{escape(v)}</b> vs <b>{escape(base)}</b> ({escape(s)}): pages read {ma:,.0f} → {mb:,.0f} "
                 f"({(mb - ma) / ma:+.1%}), {ma * D.PAGE / 1e6:,.1f} → {mb * D.PAGE / 1e6:,.1f} MB; "
                 f"median wall {np.median(wa) * 1e3:,.1f} → {np.median(wb) * 1e3:,.1f} ms"
-                + (f' (<span class="{_verdict_cls(str(wv))}">{escape(str(wv))}</span>)' if wv else "")
+                + (f' (<span class="{_verdict_cls(str(wv))}">{escape(str(wv))}</span>'
+                   + (f'<span class="ci">: {escape(how)}</span>' if how else "") + ")" if wv else "")
                 + (f' <span class="warn" title="{escape(warn)}">⚠ {escape(warn)}</span>' if warn else "") + "</li>")
     return f'<ul class="headline">{"".join(lines)}</ul>' if lines else ""
+
+
+def pages_line(res: Results, files: list[str] | None) -> str:
+    """Median pages read per variant in the first state that reads (one variant: no
+    before/after headline to give)."""
+    for s in D.states(res):
+        got = [(v, D.values(res, v, s, "pages_read", files)) for v in D.variants(res)]
+        got = [(v, float(np.median(x))) for v, x in got if x.size]
+        if got and any(m for _, m in got):
+            return (f'<ul class="headline"><li>pages read ({escape(s)}, median): '
+                    + ", ".join(f"<b>{escape(v)}</b> {m:,.0f}" for v, m in got) + "</li></ul>")
+    return ""
 
 
 def comparisons_table(res: Results) -> str:
     comps = res.comparisons
     if not comps:
         return ""
-    headers = ["metric", "a → b", "state", "ratio b/a", "95% CI", "p Welch", "p Mann–Whitney", "p Brown–Forsythe",
-               "verdict", "warnings"]
+    headers = ["metric", "a → b", "state", "ratio b/a", "95% CI", "verdict", "decided by", "p Welch",
+               "p Mann–Whitney", "p Brown–Forsythe", "warnings"]
     rows = []
     for c in comps:
         ratio, lo, hi = c.get("ratio"), c.get("ci_low"), c.get("ci_high")
         ci = f"[{_num(lo, 3)}, {_num(hi, 3)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else "–"
         vd = str(c.get("verdict") or "")
-        warns = c.get("warnings") or []
+        warns = warnings_of(c, res)
         rows.append([
             td(escape(str(c.get("metric"))), cls="t"),
             td(escape(f"{c.get('a')} → {c.get('b')}"), cls="t"), td(escape(str(c.get("state"))), cls="t"),
-            td(_num(ratio, 3), ratio), td(ci),
+            td(_num(ratio, 3), ratio), td(ci), td(escape(vd), cls=_verdict_cls(vd)),
+            td(escape(decided_by(c, res) or "–"), cls="t"),
             td(_pfmt(c.get("p_welch")), c.get("p_welch")), td(_pfmt(c.get("p_mwu")), c.get("p_mwu")),
             td(_pfmt(c.get("p_brown_forsythe")), c.get("p_brown_forsythe")),
-            td(escape(vd), cls=_verdict_cls(vd)),
-            td("; ".join(escape(str(w)) for w in warns) if isinstance(warns, list) else escape(str(warns)), cls="t"),
+            td("; ".join(escape(w) for w in warns), cls="t"),
         ])
     return table(headers, rows)
 
@@ -354,30 +412,51 @@ def identity_table(res: Results) -> str:
     return table(["file", "bytes", "build-id", "sha256 (prefix)"], rows)
 
 
-def access_figures(src: str, res: Results, plans: list[dict[str, str]]) -> list[str]:
-    """The access-pattern figures of the first MAX_ACCESS_FIGURES plans (most pages read
-    first), and a note naming the rest with the command that draws them."""
+def interactive_view(res: Results, plan: dict[str, str], profiles, state: str, dom_id: str, title: str) -> str:
+    """The interactive access view of one plan, or a note saying why it is not drawn."""
+    if interactive.plotly_js() is None:
+        return interactive.unavailable_html("plotly is not installed (pip install 'elflayout[report]'); the static "
+                                            "images below show the same reads")
+    return interactive.view_html(interactive.view_data(res, plan, profiles, state), dom_id, title)
+
+
+def access_figures(src: str, res: Results, plans: list[dict[str, str]], profiles=(), idx: int = 0) -> list[str]:
+    """Per plan (the first MAX_ACCESS_FIGURES, most pages read first): the interactive
+    view, the static images for printing, the per-section table; then a note naming the
+    rest with the command that draws them."""
     out = []
-    for plan in plans[:MAX_ACCESS_FIGURES]:
-        panels, state = access.results_panels(res, plan, None, None)
-        fig = access.access_figure(panels, title=None)
+    for k, plan in enumerate(plans[:MAX_ACCESS_FIGURES]):
         names = sorted({Path(p).name for p in plan.values()})
+        try:
+            panels, state = access.results_panels(res, plan, None, None)
+        except ElflayoutError as e:
+            out.append(f'<p class="warn">{escape(" / ".join(names))}: no access pattern: {escape(str(e))}</p>')
+            continue
         out.append(f"<h3>Where the bytes of {escape(' / '.join(names))} go ({escape(str(state))})</h3>")
         if len(set(plan.values())) > 1:
             out.append('<p class="sub">' + "; ".join(f"<b>{escape(v)}</b>: <code>{escape(p)}</code>"
                                                     for v, p in plan.items()) + "</p>")
-        out.append(figure_png(access.sections_figure(panels),
-                              "Pages read per variant, split by ELF section family (same colours as the bands "
-                              "below); the dark inner bar is the part that was touched (faulted).",
-                              alt="pages read by section family"))
-        out.append(figure_png(fig, "x: time since exec; y: offset in the file; bands: ELF sections; dots: pages read "
-                                   "(bigger = larger folio); lines: order of reads (long strokes are seeks); crosses: "
-                                   "page faults. Margin: pages read and touched per slice of the file. Each variant's "
-                                   "run with the median pages read.", alt=f"access pattern of {', '.join(names)}"))
-        seq = access.access_figure(panels, title=None, x="sequence")
-        out.append("<details><summary>The same with x = order of the reads (a burst of reads spread out)</summary>"
-                   + figure_png(seq, "x: read number; otherwise as above.", alt="access pattern by read order")
-                   + "</details>")
+        out.append(interactive_view(res, plan, profiles, state, f"{idx}-{k}", " / ".join(names)))
+        out.append('<p class="sub">Access view: x = time since exec (or read number), y = offset in the file, '
+                   "one shared axis for every variant shown; bands: ELF sections; dots: reads, sized by the "
+                   f"read-ahead window; red lines: seeks (jumps of more than {D.SEEK_PAGES} pages between consecutive "
+                   "reads); crosses: page faults. "
+                   "Each variant's run with the median pages read. Bar: distinct pages read per section family; "
+                   "the black tick is the pages touched, the floor no layout can read below; click a family to "
+                   "zoom the view to it.</p>")
+        static = [figure_png(access.sections_figure(panels),
+                             "Pages read per variant, split by ELF section family (same colours as the bands "
+                             "below); the dark inner bar is the part that was touched (faulted).",
+                             alt="pages read by section family"),
+                  figure_png(access.access_figure(panels, title=None),
+                             "x: time since exec; y: offset in the file; bands: ELF sections; dots: pages read "
+                             "(bigger = larger folio); lines: order of reads (long strokes are seeks); crosses: "
+                             "page faults. Margin: pages read and touched per slice of the file.",
+                             alt=f"access pattern of {', '.join(names)}"),
+                  figure_png(access.access_figure(panels, title=None, x="sequence"),
+                             "x: read number; otherwise as above.", alt="access pattern by read order")]
+        out.append('<details class="static"><summary>Static images (as <code>elflayout plot</code> draws them; '
+                   "for printing)</summary>" + "".join(static) + "</details>")
         out.append(section_table_html(res, panels))
     left = plans[MAX_ACCESS_FIGURES:]
     if left:
@@ -392,34 +471,37 @@ def access_figures(src: str, res: Results, plans: list[dict[str, str]]) -> list[
     return out
 
 
-def results_section(src: str, res: Results, idx: int) -> str:
+def results_section(src: str, res: Results, idx: int, profiles=()) -> str:
+    """A results file: the headline (pages read per variant) and the access views first,
+    then the summary, the comparisons (collapsed), the files and the run-to-run spread."""
     out = [f'<h2 id="r{idx}">Results: {escape(Path(src).name)}</h2>']
     meta = res.metadata
     vs = ", ".join(f"<b>{escape(name)}</b>: <code>{escape(command)}</code>" for name, command in res.variants)
     out.append(f'<p class="sub">{len(res.runs)} runs. Variants: {vs or "–"}</p>')
     traced = D.traced_files(res)
-    out.append("<h3>Summary</h3>")
-    out.append(headline(res, traced or None))
-    out.append(summary_table(res, traced or None))
-    out.append('<p class="sub">Medians over the runs (runs flagged as disturbed by other processes left out); '
-               'pages/MB read and seeks are summed over the traced files. '
-               "Verdicts come from the results file's comparisons (each variant against the baseline).</p>")
-    for w in list(meta.get("warnings") or []) + list(meta.get("hints") or []):
-        out.append(f'<p class="warn">⚠ {escape(str(w if not isinstance(w, dict) else w.get("message", w)))}</p>')
-    ct = comparisons_table(res)
-    if ct:
-        out.append("<details open><summary>All comparisons</summary>" + ct + "</details>")
-    out.append(io_bound_table(res))
-    ft = files_table(res)
-    if ft:
-        out.append("<h3>Files read</h3>" + ft)
+    out.append(headline(res, traced or None) or pages_line(res, traced or None))
     try:
         plans = D.plans(res, None, src)
     except ElflayoutError:
         plans = []
         out.append('<p class="warn">No run has an ordered read sequence (measured without tracing, e.g. the '
                    "mincore fallback): no access-pattern plot.</p>")
-    out += access_figures(src, res, plans)
+    out += access_figures(src, res, plans, profiles, idx)
+    out.append("<h3>Summary</h3>")
+    out.append(summary_table(res, traced or None))
+    out.append('<p class="sub">Medians over the runs (runs flagged as disturbed by other processes left out); '
+               'pages/MB read and seeks are summed over the traced files. '
+               "Verdicts come from the results file's comparisons (each variant against the baseline), with the "
+               "test that decided each: exact for page counts the runs show deterministic.</p>")
+    for w in list(meta.get("warnings") or []) + list(meta.get("hints") or []):
+        out.append(f'<p class="warn">⚠ {escape(str(w if not isinstance(w, dict) else w.get("message", w)))}</p>')
+    ct = comparisons_table(res)
+    if ct:
+        out.append("<details><summary>All comparisons</summary>" + ct + "</details>")
+    out.append(io_bound_table(res))
+    ft = files_table(res)
+    if ft:
+        out.append("<h3>Files read</h3>" + ft)
     out.append("<h3>Run-to-run distribution</h3>")
     out.append(figure_png(timing.violin_figure(res, "wall_s"), "Wall time of every run, per variant and state.",
                           alt="wall time violin plot"))
@@ -577,13 +659,19 @@ def history_section(db: str, results: list[Results]) -> str:
     return "\n".join(out)
 
 
+def _script(text: str) -> str:
+    """An inline script; a "</script" inside it would end the element early."""
+    return "<script>" + text.replace("</script", "<\\/script") + "</script>"
+
+
 def build(inputs: list[tuple[str, str, dict]], history: str | None = None) -> str:
     """The report for [(source path, kind, document)] (``data.load``; and a history database), as HTML."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts, nav = [], []
+    profiles = [(src, doc) for src, kind, doc in inputs if kind == "profile"]
     for i, (src, kind, doc) in enumerate(inputs):
         if kind == "results":
-            parts.append(results_section(src, doc, i))
+            parts.append(results_section(src, doc, i, profiles))
             nav.append(f'<a href="#r{i}">results: {escape(Path(src).name)}</a>')
         elif kind == "screen":
             parts.append(screen_section(src, doc, i))
@@ -595,6 +683,10 @@ def build(inputs: list[tuple[str, str, dict]], history: str | None = None) -> st
         parts.append(history_section(history, [d for _, k, d in inputs if k == "results"]))
         nav.append('<a href="#history">history</a>')
     srcs = ", ".join(escape(s) for s, _, _ in inputs)
+    scripts = _script(JS)
+    if any('class="elv-data"' in p for p in parts):
+        # Plotly once for every view, then the script that draws them; nothing is fetched.
+        scripts += _script(interactive.plotly_js()) + _script(interactive.view_js())
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -602,5 +694,5 @@ def build(inputs: list[tuple[str, str, dict]], history: str | None = None) -> st
         f"<h1>elflayout report</h1><p class=\"sub\">{now} · elflayout {escape(__version__)} · inputs: {srcs}</p>"
         f"<nav>{''.join(nav)}</nav>"
         + "\n".join(parts)
-        + f"</main><script>{JS}</script></body></html>\n"
+        + f"</main>{scripts}</body></html>\n"
     )

@@ -183,8 +183,39 @@ def summary(reports: list[InputReport]) -> dict:
     }
 
 
+def kept_whole(reports: list[InputReport]) -> list[tuple[str, str, list[str]]]:
+    """Sections split had to keep whole, grouped: ``(section name, reason, objects)``,
+    in input order. These are refusals a user must see, not details."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in reports:
+        for o in r.objects:
+            for s in o.sections:
+                if s.kept_whole:
+                    groups.setdefault((s.name, s.kept_whole), []).append(o.name)
+    return [(name, why, objs) for (name, why), objs in groups.items()]
+
+
+def nothing_split(reports: list[InputReport]) -> str | None:
+    """Why no function got a section of its own although sections had to stay whole
+    (an ordering could then move nothing the inputs did not already allow), else None.
+    A lone data object renamed .rodata.<name> does not count as a split."""
+    for r in reports:
+        for o in r.objects:
+            if o.changed and any(s.name.startswith(".text") and s.kept_whole is None and (s.sections > 1 or s.units == 1)
+                                 for s in o.sections):
+                return None
+    whole = kept_whole(reports)
+    if not whole:
+        return None
+    name, why, objs = max(whole, key=lambda g: len(g[2]))
+    n = sum(len(g[2]) for g in whole)
+    return (f"nothing split: no function got a section of its own, {n} section{'s' if n != 1 else ''} had to "
+            f"stay whole (e.g. {name} of {len(objs)} object{'s' if len(objs) != 1 else ''}: {why}); nothing written")
+
+
 def to_json(reports: list[InputReport]) -> list[dict]:
     return [asdict(r) for r in reports]
 
 
-__all__ = ["split_object", "split_inputs", "plan_inputs", "write_outputs", "summary", "to_json", "SPLIT_PREFIX"]
+__all__ = ["split_object", "split_inputs", "plan_inputs", "write_outputs", "summary", "kept_whole", "nothing_split",
+           "to_json", "SPLIT_PREFIX"]

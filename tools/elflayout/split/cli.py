@@ -17,7 +17,8 @@ EPILOG = """example:
 
 Sections are named as -ffunction-sections -fdata-sections would (.text.<function>,
 .rodata.<object>, .data.rel.ro.local.<object> ...). Anything that cannot be proved safe
-to separate stays together, with the reason (--json, or -v). Objects already split are
+to separate stays together: sections kept whole are listed with the reason (-v also lists
+each object and the neighbours kept together, --json everything). Objects already split are
 copied unchanged. --check links originals and outputs in their original order (lld by
 default; --linker repeats) and compares every allocated byte and every symbol address;
 then links the outputs reversed and in a seeded shuffle and compares every function's
@@ -26,7 +27,8 @@ linked both ways ($ELFLAYOUT_OBJECTS, $ELFLAYOUT_LDFLAGS) and compares its outpu
 Each linker gives its own verdict: identical, differs, or "could not check" with the
 linker's first error line when it cannot link the original objects.
 Exit status: 0 split (identical with every linker that could link the originals), 1 --check
-found a difference or no linker could link the originals (nothing written), 2 bad input
+found a difference, no linker could link the originals, or nothing could be split because
+every section had to stay whole (e.g. objects built with -g) (nothing written), 2 bad input
 (nothing written). --json prints its document in every case that has a result.
 See docs/splitting.md.
 """
@@ -80,6 +82,14 @@ def run(args) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")   # symbol names need not be UTF-8
     planned = api.plan_inputs(args.inputs, args.output, force=args.force, progress=progress)
     reports = [rep for rep, _ in planned]
+    empty = api.nothing_split(reports)
+    if empty:
+        # copies of the inputs are no split: say why each section stayed whole, write nothing
+        if args.json:
+            _print_json(reports, None, [], written=False)
+        else:
+            _print_text(args, reports, [], [])
+        raise Finding(empty)
     try:
         api.write_outputs(planned, args.output, progress=progress, verify=verify if args.check else None)
     except Finding:
@@ -91,6 +101,14 @@ def run(args) -> int:
         return 0
     _print_text(args, reports, checks, orders)
     return 0
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    """``a.o``, ``a.o, b.o`` … or ``3 objects (a.o, b.o, c.o …)``."""
+    if len(names) == 1:
+        return names[0]
+    more = " …" if len(names) > shown else ""
+    return f"{len(names)} objects ({', '.join(names[:shown])}{more})"
 
 
 def _print_json(reports, checks, orders, *, written: bool) -> None:
@@ -124,9 +142,12 @@ def _print_text(args, reports, checks, orders) -> None:
                         print(f"  {o.name} {s.name}: kept whole: {s.kept_whole}")
                     for g in s.glued:
                         print(f"  {o.name} {s.name}: {g.first}..{g.last} together: {g.reason}")
+        else:
+            for name, why, names in api.kept_whole([r]):
+                print(f"  {name} kept whole in {_some(names)}: {why}")
     print(f"  {tot['new_relocations']:,} references the assembler had resolved are now relocations; "
           f"{tot['glued']:,} neighbours kept together, {tot['sections_kept_whole']} sections kept whole"
-          + ("" if args.verbose else " (-v lists why)"))
+          + ("" if args.verbose else " (-v lists each one and why)"))
     for c in checks:
         if c.could_not_check:
             print(f"  could not check with {c.linker}: {c.could_not_check}")

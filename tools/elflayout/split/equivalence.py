@@ -10,8 +10,9 @@ compared with the original link by meaning, not address:
 
 - every function (``STT_FUNC`` with a size): the same instructions, where each branch
   target and RIP-relative operand is named by the symbol holding it plus the offset
-  (or, outside every symbol, by its section and the 16 bytes there), and each
-  absolute relocation in an instruction by its target's name;
+  (or, outside every symbol, by its section and the 16 bytes there) and, when its
+  emitted relocation names a uniquely named symbol, by that symbol plus the constant;
+  each absolute relocation or relaxed GOT load in an instruction by its target's name;
 - every relocated data word (the emitted relocations in allocated sections outside
   code): the same type and target name, by the symbol holding the word plus offset
   (words outside every symbol: the same multiset per output section).
@@ -56,6 +57,9 @@ SHN_UNDEF, SHN_ABS = ENUM_ST_SHNDX["SHN_UNDEF"], ENUM_ST_SHNDX["SHN_ABS"]
 STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
 ABSOLUTE = {R["R_X86_64_64"], R["R_X86_64_32"], R["R_X86_64_32S"]}
 PCREL = {R["R_X86_64_PC32"], R["R_X86_64_PC64"], R["R_X86_64_PLT32"]}
+# GOT loads a linker relaxes, in a non-PIC output, to an immediate (``cmp reg, imm32``
+# from ``cmp reg, sym@GOTPCREL(%rip)``): the immediate is the symbol's address.
+GOT_LOADS = {R["R_X86_64_GOTPCREL"], R["R_X86_64_REX_GOTPCRELX"], 41}     # 41: R_X86_64_GOTPCRELX
 # Orders besides the original one; the shuffle's seed is fixed so a failure repeats.
 SHUFFLE_SEED = 24
 ORDERS = ("reversed", "shuffled")
@@ -198,6 +202,7 @@ class Image:
         self.syms: list[tuple[int, int, str]] = []       # (start, end, key)
         self._names: dict[tuple, frozenset | None] = {}
         self.lea_targets: list[int] = []
+        self.pc_operands: dict[int, tuple[str, int]] | None = None
         tab = self.elf.get_section_by_name(".symtab")
         cur = ""
         arr, names = _symbols(self.elf, tab)
@@ -282,7 +287,9 @@ class Image:
         string up to its NUL, and, read as a jump table, the table's targets."""
         s = self.section_at(addr)
         if not place and s is not None and (ind := self._indirect(addr, s)) is not None:
-            return ind          # before symbols: gold's _GLOBAL_OFFSET_TABLE_ spans .got.plt
+            # Before symbols (gold's _GLOBAL_OFFSET_TABLE_ spans .got.plt); a table
+            # ending where the GOT starts keeps its end-of name (``lea table+N(%rip)``).
+            return ind | {f"end of {key}" for key in self.ends.get(addr, ())}
         out = set()
         k = bisect_right(self.starts, addr) - 1
         first = self.starts[k] if k >= 0 else None
@@ -377,8 +384,28 @@ def _symbolic(names: frozenset[str]) -> bool:
     return any(_SYMBOLIC.search(n) for n in names)
 
 
+def _rip_target(end: int, mo: re.Match) -> int:
+    d = int(mo.group(2), 0) if mo.group(2) else 0
+    return end + (-d if mo.group(1) == "-" else d)
+
+
+def _pc_operands(img: Image) -> dict[int, tuple[str, int]]:
+    """Field place -> (symbol, its address) of the PC-relative relocations in code
+    against a symbol whose name is unique in the link. Such an operand is that symbol
+    plus a constant in every order, wherever the constant lands (``lea
+    _pcre2_utf8_table4-0xc0(%rip)``: whatever table precedes it by 0xc0 bytes)."""
+    if img.pc_operands is None:
+        bare = Counter(key.rsplit(":", 1)[-1] for _, _, key in img.syms)
+        img.pc_operands = {place: (sym, target - add)
+                           for place, typ, target, sym, add, sec in img.relocations()
+                           if typ in PCREL and sym and bare[sym] == 1
+                           and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR}
+    return img.pc_operands
+
+
 def _code_tokens(img: Image, addr: int, size: int, absrel: dict[int, int]):
     data = img.bytes_at(addr, size)
+    operands = _pc_operands(img)
     out = []
     for a, n, m, ops in disasm.MD.disasm_lite(data, addr):
         end = a + n
@@ -386,12 +413,15 @@ def _code_tokens(img: Image, addr: int, size: int, absrel: dict[int, int]):
         if disasm.is_branch(m) and _NUM.fullmatch(ops):
             out.append((m, img.name(int(ops, 0), branch=True)))
         elif mo is not None:
-            d = int(mo.group(2), 0) if mo.group(2) else 0
             w = _SIZE.search(ops)
-            target = end + (-d if mo.group(1) == "-" else d)
+            target = _rip_target(end, mo)
             if m == "lea":
                 img.lea_targets.append(target)
-            out.append((m, _RIP.sub("[rip]", ops), img.name(target, width=OPERAND_BYTES[w.group(1)] if w else None)))
+            names = img.name(target, width=OPERAND_BYTES[w.group(1)] if w else None)
+            rel = next((operands[f] for f in range(a + 1, end) if f in operands), None)
+            if rel is not None:
+                names = names | {f"operand {rel[0]}{target - rel[1]:+#x}"}
+            out.append((m, _RIP.sub("[rip]", ops), names))
         else:
             fields = [t for f, t in absrel.items() if a <= f < end] if absrel else []
             if fields:
@@ -401,10 +431,21 @@ def _code_tokens(img: Image, addr: int, size: int, absrel: dict[int, int]):
     return out
 
 
+def _lea_bases(img: Image, addr: int, size: int) -> None:
+    """Note the addresses a function's ``lea`` loads (jump-table bases, see
+    ``_data_words``) without comparing it: a function that shares its name with another
+    is not compared, but the tables it loads are still there."""
+    for a, n, m, ops in disasm.MD.disasm_lite(img.bytes_at(addr, size), addr):
+        if m == "lea" and (mo := _RIP.search(ops)) is not None:
+            img.lea_targets.append(_rip_target(a + n, mo))
+
+
 def _absolute_in_code(img: Image) -> tuple[list[int], list[int]]:
-    """Sorted places and targets of the absolute relocations in code (static links)."""
-    out = sorted((place, target) for place, typ, target, _, _, sec in img.relocations()
-                 if typ in ABSOLUTE and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR)
+    """Sorted places and targets of the absolute relocations in code (static links),
+    and of GOT loads, which a non-PIC link may relax to the symbol's address."""
+    out = sorted((place, target - add if typ in GOT_LOADS else target)
+                 for place, typ, target, _, add, sec in img.relocations()
+                 if typ in ABSOLUTE | GOT_LOADS and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR)
     return [p for p, _ in out], [t for _, t in out]
 
 
@@ -449,6 +490,11 @@ def compare_code(a: Image, b: Image, res: EquivalenceResult) -> None:
         else:
             if len(ta) != len(tb):
                 res.differences.append(f"function {key}: {len(ta)} instructions, then {len(tb)}")
+    for img in (a, b):
+        for key, spans in img.funcs.items():
+            if len(a.funcs.get(key, ())) != 1 or len(b.funcs.get(key, ())) != 1:
+                for addr, size in spans:
+                    _lea_bases(img, addr, size)
     for key in sorted(set(a.funcs) ^ set(b.funcs)):
         res.differences.append(f"function {key} only in the {'original' if key in a.funcs else 'other-order'} link")
 
@@ -471,6 +517,8 @@ def _data_words(img: Image, res: EquivalenceResult, count: bool):
             continue
         if typ in ABSOLUTE:
             what = img.name(target)
+        elif typ in PCREL and symname and (held := img.name(target, contained_only=True)):
+            what = held         # sym - . (a type-table entry): it designates sym + addend
         elif typ in PCREL:
             # A table entry .L5 - .L4: the place it designates is base + value, the base
             # being the nearest table start code loads with lea at or before the entry.

@@ -206,8 +206,9 @@ def _debug_users(obj: ObjectFile, cands: dict[int, SectionPlan]) -> None:
             continue
         for s in set(obj.symbols["st_shndx"][(r["r_info"] >> 32).astype(np.int64)].tolist()):
             if s in cands:
-                cands[s].keep_whole(f"{d.name} describes it as one range (DWARF debug information: strip -g first "
-                                    "to split it)")
+                cands[s].keep_whole(f"{d.name} describes it as one range (DWARF debug information, which split does "
+                                    "not rewrite: compile with -ffunction-sections -fdata-sections to keep -g, or "
+                                    "strip it, objcopy --strip-debug, to split)")
 
 
 def _disassemble(obj: ObjectFile, cands: dict[int, SectionPlan]) -> dict[int, disasm.Code]:

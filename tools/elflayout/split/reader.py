@@ -84,8 +84,17 @@ def _check_links(name: str, sections: list[Section], nsyms: int) -> None:
                 raise _err(name, f"{s.name}: group member index outside the {n} sections")
 
 
+# LLVM bitcode, raw and in its wrapper (llvm/Bitcode/BitcodeReader.cpp: 'BC' 0xC0DE, 0x0B17C0DE)
+BITCODE_MAGICS = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
+GCC_LTO_PREFIX = ".gnu.lto_"
+LTO_HINT = ("the code is generated at link time, so there is nothing to split: order the LTO link itself (its "
+            "code generation takes -ffunction-sections) or split the objects of a build without -flto")
+
+
 def read_object(raw: bytes, name: str) -> ObjectFile:
     """Parse ``raw`` as an x86-64 relocatable object, or raise ``ElflayoutError``."""
+    if raw[:4] in BITCODE_MAGICS:
+        raise _err(name, f"LLVM bitcode (clang -flto), not machine code: {LTO_HINT}")
     if raw[:4] != b"\x7fELF":
         raise _err(name, "not an ELF file")
     try:
@@ -128,6 +137,9 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
         if type(e).__module__.startswith("construct") or type(e).__module__.startswith("elftools"):
             raise _err(name, f"truncated or corrupt ELF ({type(e).__name__})") from None
         raise
+    if any(s.name.startswith(GCC_LTO_PREFIX) for s in sections) and \
+            not any(s.flags & SH_FLAGS.SHF_EXECINSTR and s.size for s in sections):
+        raise _err(name, f"GCC LTO bytecode only (gcc -flto without -ffat-lto-objects): {LTO_HINT}")
     if len(sections) >= SHN_LORESERVE:
         raise _err(name, "extended section numbering is not supported")
     symtab = [s for s in sections if s.sh_type == SHT["SHT_SYMTAB"]]
