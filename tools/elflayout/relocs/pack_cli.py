@@ -6,7 +6,8 @@ import json
 import shutil
 import sys
 
-SUMMARY = "pack the RELATIVE relocations of a linked x86-64 shared library (DT_RELR, or self-applying for old glibc)"
+SUMMARY = ("pack the RELATIVE relocations of a linked shared library or PIE executable (DT_RELR, or self-applying "
+           "for old glibc)")
 EPILOG = """example:
   elflayout pack-relocs /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 -o packed/libLLVM-16.so.1 --check
       .rela.dyn 9,780,864 -> 477,720 bytes, RELR 144,392 bytes (387,631 relocations packed)
@@ -34,6 +35,10 @@ PT_LOAD is split around them, addresses unchanged; its new program header takes 
 --keep-freed leaves them. On AArch64 the cut is a multiple of the segments' p_align (64 KiB in
 Debian), so the output loads on 4, 16 and 64 KiB kernels; --check's real loads run under
 qemu-aarch64 (--emulator, or the arm64 root of scripts/arm64-root.sh / --root).
+PIE executables (relr form only): PT_PHDR stays; when the program headers need room the table moves into
+the freed space; without spare slots (lld) the dynamic array, which ld.so writes (DT_DEBUG), moves to a
+new writable PT_LOAD after the last segment. --check starts IN and OUT up to their entry point (ptrace,
+ASLR off) and compares their writable memory; --run='ARGS' also runs both and compares their output.
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
 Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input. With --json,
 a check that fails or refuses the input still prints the document (status check-failed or check-refused).
