@@ -144,6 +144,10 @@ BENCHES = [
           "Run order: A/A sessions simulated under a position effect (first run of a round 5% slower), ordered "
           "by the balanced Latin square vs the per-round shuffle it replaced: bias of the paired ratio, false "
           "alarms (seconds)", "not relevant (simulation)"),
+    Bench("trace_filters", "bench_trace_filters.py", (),
+          "Many files under test: event filters split over several trace instances vs one device-only filter, "
+          "events recorded and lost while another process churns temporary files on the same disk (1 min)",
+          "not relevant (small files read whole)"),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),

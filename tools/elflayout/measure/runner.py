@@ -53,6 +53,15 @@ class Variant:
     name: str
     command: str
     emulator: str | None = None  # --emulator; None: detected from the program's ELF machine
+    # program path -> its emulator (None: native). Detected once: reading the ELF header
+    # before each spawn would cache the program's first pages in the harness, and a run
+    # after eviction would not count them.
+    _emulators: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def _emulator(self, program: str):
+        if program not in self._emulators:
+            self._emulators[program] = emulation.for_program(program, self.emulator)
+        return self._emulators[program]
 
     def argv(self, env: dict) -> tuple[list[str], dict, bool]:
         """(argv, extra env, via_shell): direct exec unless the command needs a shell.
@@ -63,14 +72,14 @@ class Variant:
         if _SHELL_CHARS.search(self.command):
             return ["/bin/sh", "-c", self.command], {}, True
         argv, extra = self._program(env)
-        em = emulation.for_program(argv[0], self.emulator)
+        em = self._emulator(argv[0])
         return (em.wrap(argv) if em else argv), extra, False
 
     def emulated(self, env: dict) -> dict | None:
         """What runs this variant's program when it is not native (results metadata)."""
         if _SHELL_CHARS.search(self.command):
             return None
-        em = emulation.for_program(self._program(env)[0][0], self.emulator)
+        em = self._emulator(self._program(env)[0][0])
         return None if em is None else em.describe()
 
     def _program(self, env: dict) -> tuple[list[str], dict]:
