@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Case study: Debian's Chromium, a browser-class application (prints figures).
+"""Case study: a browser-class application, Debian's Chromium or Firefox ESR (prints figures).
 
-    python3 bench/bench_chromium.py [--runs 10] [--out DIR]
+    python3 bench/bench_chromium.py [--target chromium|firefox] [--runs 10] [--out DIR] [--pack | --pack-only]
 
-Workload: ``chromium --headless --no-sandbox --screenshot`` of a one-line page with a
-fresh ``--user-data-dir`` per run (a wrapper script makes and removes it). Several
+Workload (chromium): ``chromium --headless --no-sandbox --screenshot`` of a one-line page
+with a fresh ``--user-data-dir`` per run (a wrapper script makes and removes it). Several
 processes (browser, zygotes, renderer, GPU, crashpad), ~150 files read, a 297 MB
-stripped main binary. Steps, all through the library (``measure.session``) or the CLI:
+stripped main binary. Workload (firefox): ``firefox-esr --headless --screenshot`` of the
+same page with a fresh ``--profile`` per run: browser and content processes, more than
+a trace event filter holds of files under test, libxul.so (184 MB) the biggest. Steps,
+all through the library (``measure.session``) or the CLI:
 
 1. census + selective + hot, interleaved (``measure.session``): files other programs map
    (libc, libstdc++, ...) stay warm and are listed; the selective row must exist for
    >= 90% of runs on a machine where other programs run;
 2. per-file pages: median and spread per file, grouped into the application's own files
    (under /usr/lib/chromium) and system files;
-3. an independent check: the files under test evicted, one more run of the workload
-   outside the harness, then util-linux ``fincore`` (not our code) per file against the
-   session's per-file medians;
+3. an independent check: under the same conditions (the measurement lock held,
+   read_ahead_kb 128 on the files' device), the files under test evicted, ``--check-runs``
+   more runs of the workload outside the harness, each followed by util-linux ``fincore``
+   (page-cache residency by mincore, not our code) per file, against the session's
+   per-file medians;
 4. what a layout change could save in the biggest file: pages read against pages its
    processes faulted on (the touched set; read-ahead and fault-around bring the rest);
 5. a trace profile with ``--children`` of the main binary, the access-pattern plot of
@@ -26,17 +31,27 @@ stripped main binary. Steps, all through the library (``measure.session``) or th
    initializers with their pages and time (``inspect --initializers --profile``). Costs
    ~2 minutes and ~1 GiB of RAM (about 90x the native start-up).
 
-Needs root (tracefs, eviction) and chromium.
+7. chromium, with ``--pack`` (or ``--pack-only``): the executable packed by
+   ``pack-relocs --check`` (wall time and peak memory) into a copy of its directory, the
+   screenshot compared with the original's byte for byte, then original (a copy in a
+   directory of its own) and packed measured selectively cold, interleaved: pages read
+   from the executable and in total.
+
+Needs root (tracefs, eviction) and chromium or firefox-esr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,32 +59,168 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 from _common import cache_dir, cli, measure  # noqa: E402
+from elflayout.controls import ControlSet, MeasurementLock, ReadAhead  # noqa: E402
 from elflayout.measure import cache, session  # noqa: E402
 from elflayout import results as model  # noqa: E402
 
-APP_DIR = "/usr/lib/chromium"
 PAGE_HTML = "data:text/html,<h1>x</h1>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    name: str  # the variant's name and the prefix of every output file
+    exe: str  # the program on PATH
+    app_dir: str  # the application's own files
+    start: str  # shell command line of one start-up; "$d": its fresh profile directory
+
+
+TARGETS = {
+    "chromium": Target("chromium", "chromium", "/usr/lib/chromium",
+                       f"chromium --headless --no-sandbox --user-data-dir=\"$d\" --screenshot=\"$d/x.png\" '{PAGE_HTML}'"),
+    "firefox": Target("firefox", "firefox-esr", "/usr/lib/firefox-esr",
+                      f"firefox-esr --headless --no-remote --profile \"$d\" --screenshot \"$d/x.png\" '{PAGE_HTML}'"),
+}
+APP = TARGETS["chromium"]  # the target of this run (main() sets it)
+APP_DIR = TARGETS["chromium"].app_dir  # step 7 packs Chromium's executable
 
 
 def work_dir(out: str | None) -> Path:
     if not out:
-        return cache_dir("bench-chromium")
+        return cache_dir(f"bench-{APP.name}")
     Path(out).mkdir(parents=True, exist_ok=True)
     return Path(out)
 
 
 def wrapper(w: Path) -> Path:
     """The workload: a fresh profile directory per run, removed afterwards."""
-    sh = w / "chromium-screenshot.sh"
+    sh = w / f"{APP.name}-screenshot.sh"
     sh.write_text("#!/bin/sh\n"
                   f"d=$(mktemp -d {w}/profile.XXXXXX)\n"
-                  f"chromium --headless --no-sandbox --user-data-dir=\"$d\" --screenshot=\"$d/x.png\" '{PAGE_HTML}'"
+                  f"{APP.start}"
                   f" >/dev/null 2>\"$d/stderr\"\nrc=$?\n"
                   # a crash (seen once in ~40 runs: SIGSEGV) keeps its stderr for a look
                   f"[ $rc -eq 0 ] || cp \"$d/stderr\" {w}/crash-stderr.txt\n"
                   "rm -rf \"$d\"\nexit $rc\n")
     sh.chmod(0o755)
     return sh
+
+
+def exe_wrapper(w: Path, exe: Path, name: str) -> Path:
+    """The workload run straight from ``exe`` (no /usr/bin/chromium launcher script), for
+    the original and the packed executable alike."""
+    sh = w / f"chromium-{name}.sh"
+    sh.write_text("#!/bin/sh\n"
+                  f"d=$(mktemp -d {w}/profile.XXXXXX)\n"
+                  f"{exe} --headless --no-sandbox --user-data-dir=\"$d\" --screenshot=\"$d/x.png\" '{PAGE_HTML}'"
+                  f" >/dev/null 2>\"$d/stderr\"\nrc=$?\nrm -rf \"$d\"\nexit $rc\n")
+    sh.chmod(0o755)
+    return sh
+
+
+def screenshot(w: Path, exe: Path, png: Path) -> bytes:
+    d = Path(tempfile.mkdtemp(prefix="profile.", dir=w))
+    try:
+        subprocess.run([str(exe), "--headless", "--no-sandbox", f"--user-data-dir={d}", f"--screenshot={png}",
+                        PAGE_HTML], capture_output=True, timeout=300, check=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return png.read_bytes()
+
+
+def app_copy(w: Path, name: str) -> Path:
+    """A directory like Chromium's: links to its files, but for the executable."""
+    app = w / name
+    shutil.rmtree(app, ignore_errors=True)
+    app.mkdir()
+    for f in Path(APP_DIR).iterdir():
+        if f.name != "chromium":
+            (app / f.name).symlink_to(f)
+    return app
+
+
+def pack_executable(w: Path) -> tuple[Path, Path]:
+    """Step 7a: pack-relocs --check of the executable (time, peak memory) into a copy of
+    its directory (links to the other files); the screenshot must be identical. Returns
+    (original, packed): the original copied into a directory of its own too, so that
+    both are measured cold even while other programs run /usr/lib/chromium/chromium
+    (the census leaves files other processes map warm)."""
+    exe = Path(APP_DIR) / "chromium"
+    orig = app_copy(w, "original-app") / exe.name
+    shutil.copyfile(exe, orig)
+    orig.chmod(0o755)
+    out = app_copy(w, "packed-app") / exe.name
+    print(f"7. pack-relocs --check of {exe} into {out.parent}")
+    t = time.monotonic()
+    r = subprocess.run(["/usr/bin/time", "-f", "%e %M", sys.executable, "-m", "elflayout", "pack-relocs", str(exe),
+                        "-o", str(out), "--check", "--json"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")))
+    if r.returncode:
+        raise SystemExit(f"bench_chromium: pack-relocs failed: {r.stderr.strip()[-500:]}")
+    wall, kb = r.stderr.strip().splitlines()[-1].split()
+    st = json.loads(r.stdout)
+    print(f"  $ elflayout pack-relocs {exe} -o {out} --check   ({time.monotonic() - t:.1f} s)")
+    print(f"  {float(wall):.1f} s wall, {int(kb) / 2**20:.2f} GiB peak RSS; .rela.dyn "
+          f"{st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes, RELR {st['relr_bytes']:,} bytes; "
+          f"{st['cut']['pages']:,} freed pages cut; real start: {st['check']['real_load']}")
+    same = screenshot(w, exe, w / "original.png") == screenshot(w, out, w / "packed.png")
+    print(f"  screenshot of {PAGE_HTML!r}: {'identical' if same else 'DIFFERENT'} "
+          f"({(w / 'original.png').stat().st_size:,} bytes)")
+    if not same:
+        raise SystemExit("bench_chromium: the packed executable's screenshot differs")
+    return orig, out
+
+
+def measure_packed(w: Path, original: Path, packed: Path, runs: int) -> None:
+    """Step 7b: original and packed executable, selectively cold, interleaved: pages read
+    from the executable and in total (median [min, max] over the undisturbed runs)."""
+    exe = str(original)
+    plan = session.MeasurePlan(variants=[("original", str(exe_wrapper(w, original, "original"))),
+                                         ("packed", str(exe_wrapper(w, packed, "packed")))],
+                               states=["selective"], runs=runs, seed=1)
+    res_path = w / "chromium-packed.results.json"
+    for attempt in range(3):
+        other_chromium_gone()
+        res = model.parse(measure(plan, res_path), str(res_path))
+        warm = [f["path"] for f in res.metadata["census_left_out"] if f["path"] in (exe, str(packed))]
+        if not warm:
+            break
+        print(f"  left warm by the census (another process maps it): {', '.join(warm)}; measuring again")
+    else:
+        raise SystemExit("bench_chromium: another process kept the executable mapped in 3 sessions")
+    report_packed(res, exe, str(packed))
+
+
+def report_packed(res, original: str, packed: str) -> None:
+    """Pages read from the executable and in total, per variant: median [min, max] over
+    the runs no other process disturbed in the executable (a run disturbed only in a
+    shared system library, which other programs on the machine read meanwhile, still
+    measures the executable; its total is shown apart)."""
+    med = {}
+    for name, path in (("original", original), ("packed", packed)):
+        rows = [r for r in res.cell(name, "selective", clean=False) if not r.disturbed_for(path)]
+        if not rows:
+            print(f"  {name}: no run undisturbed in the executable")
+            return
+        own = [r.files[path].pages_read if path in r.files else 0 for r in rows]
+        tot = [r.pages_read for r in rows]
+        med[name] = (statistics.median(own), statistics.median(tot))
+        other = sum(1 for r in rows if r.disturbed)
+        print(f"  {name:<8} executable {med[name][0]:>8,.0f} pages [{min(own):,}, {max(own):,}]   "
+              f"all files {med[name][1]:>8,.0f} [{min(tot):,}, {max(tot):,}]   ({len(rows)} runs"
+              + (f"; {other} disturbed in other files" if other else "") + ")")
+    d_exe, d_tot = (med["original"][i] - med["packed"][i] for i in (0, 1))
+    print(f"  packed reads {d_exe:,.0f} fewer pages from the executable ({100 * d_exe / med['original'][0]:.1f}%), "
+          f"{d_tot:,.0f} fewer in total")
+
+
+def other_chromium_gone(limit_s: float = 900) -> None:
+    """Wait while another Chromium runs: the census leaves files other processes map
+    warm, and the executable would not be measured cold."""
+    t = time.monotonic()
+    while subprocess.run(["pgrep", "-x", "chromium"], capture_output=True).returncode == 0:
+        if time.monotonic() - t > limit_s:
+            raise SystemExit("bench_chromium: another chromium kept running for 15 minutes")
+        time.sleep(5)
 
 
 def fincore_pages(path: str) -> int | None:
@@ -79,17 +230,17 @@ def fincore_pages(path: str) -> int | None:
     return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.strip() else None
 
 
-def census_and_runs(sh: Path, runs: int, res_path: Path):
+def census_and_runs(sh: Path, runs: int, res_path: Path, under: list[str]):
     """Step 1: the measurement session: its results, their metadata and the undisturbed
     selective runs."""
     print(f"1. census + selective + hot, {runs} rounds: {sh}")
     t = time.monotonic()
-    doc = measure(session.MeasurePlan(variants=[("chromium", str(sh))], states=["selective", "hot"], runs=runs,
-                                      seed=1), res_path)
+    doc = measure(session.MeasurePlan(variants=[(APP.name, str(sh))], states=["selective", "hot"], runs=runs,
+                                      seed=1, census_under=under), res_path)
     res = model.parse(doc, str(res_path))
     md = res.metadata
     sel = [r for r in res.runs if r.state == "selective"]
-    clean = res.cell("chromium", "selective")
+    clean = res.cell(APP.name, "selective")
     print(f"  ({time.monotonic() - t:.0f} s; waited {md['lock']['waited_s']:.0f} s for the measurement lock)")
     print(f"  selective runs with a figure: {len(clean)}/{len(sel)} ({100 * len(clean) / len(sel):.0f}%); "
           f"repeated attempts: {sum(r.attempts - 1 for r in res.runs)}")
@@ -111,9 +262,10 @@ def pages_per_file(res, md) -> tuple[dict, float]:
     """Step 2: pages read per file: {file: spread over the selective runs} and their total."""
     print("2. pages read per file (selective, undisturbed runs): median [min, max]")
     spread = {s["file"]: s for s in md["spread"] if s["state"] == "selective"}
-    groups = {"application (/usr/lib/chromium)": 0.0, "system and other": 0.0}
+    app = f"application ({APP.app_dir})"
+    groups = {app: 0.0, "system and other": 0.0}
     for f, s in sorted(spread.items(), key=lambda kv: -kv[1]["median"]):
-        g = "application (/usr/lib/chromium)" if f.startswith(APP_DIR + "/") else "system and other"
+        g = app if f.startswith(APP.app_dir + "/") else "system and other"
         groups[g] += s["median"]
     for f, s in sorted(spread.items(), key=lambda kv: -kv[1]["median"])[:12]:
         print(f"  {s['median']:>9,.0f} [{s['min']:,}, {s['max']:,}]{'' if s['identical'] else ' varies'}  {f}")
@@ -122,33 +274,53 @@ def pages_per_file(res, md) -> tuple[dict, float]:
         print(f"  {g}: {n:,.0f} pages ({100 * n / total:.1f}%)")
     ident = sum(s["identical"] for s in spread.values())
     print(f"  files read identically in every run: {ident}/{len(spread)}; the others vary (multi-process start-up)")
-    hot = [r.pages_read for r in res.cell("chromium", "hot")]
+    hot = [r.pages_read for r in res.cell(APP.name, "hot")]
     print(f"  hot runs still read {statistics.median(hot):,.0f} pages (median; range {min(hot):,}..{max(hot):,}): "
           f"parts of files no earlier run needed")
     return spread, total
 
 
-def fincore_check(sh: Path, md, spread: dict, total: float) -> None:
-    """Step 3: one run outside the harness, its pages counted by util-linux fincore."""
-    print("3. independent check: evict the files, run the workload once outside the harness, util-linux fincore")
+def fincore_check(sh: Path, md, spread: dict, total: float, runs: int = 3) -> dict[str, list[int]]:
+    """Step 3: runs outside the harness under its conditions (measurement lock, the
+    session's read_ahead_kb), their pages counted by util-linux fincore; returns the
+    counts per file."""
+    print(f"3. independent check: lock held, read_ahead_kb {md['read_ahead_kb']}, files evicted, {runs} run(s) of the "
+          f"workload outside the harness, util-linux fincore after each")
+    got: dict[str, list[int]] = {}
     if fincore_pages("/etc/hostname") is None:
         print("  skipped: fincore not available")
-    else:
-        for f in md["files"]:
-            cache.evict(f, verify=False)
-        subprocess.run([str(sh)], check=True)
-        rows = []
-        for f, s in spread.items():
-            got = fincore_pages(f)
-            if got is not None and s["median"]:
-                rows.append((f, s, got, abs(got - s["median"]) / s["median"]))
-        within = [x for x in rows if x[3] <= 0.03 or x[1]["min"] <= x[2] <= x[1]["max"]]
-        pages_in = sum(x[1]["median"] for x in within)
-        print(f"  files whose fincore count is within 3% of the session's median (or inside its range): "
-              f"{len(within)}/{len(rows)}, holding {100 * pages_in / total:.1f}% of the pages")
-        for f, s, got, d in sorted(rows, key=lambda x: -x[3])[:5]:
-            print(f"    {f}: fincore {got:,}, session median {s['median']:,.0f} [{s['min']:,}, {s['max']:,}] "
-                  f"({100 * d:+.1f}%)")
+        return got
+    files = list(md["files"])
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(MeasurementLock())
+        ra = ReadAhead(files[0], md["read_ahead_kb"])
+        stack.enter_context(ControlSet([ra]))
+        for _ in range(runs):
+            for f in files:
+                cache.evict(f, verify=False)
+            subprocess.run([str(sh)], check=True)
+            changed = ra.check()  # another process changed the read-ahead: this run does not count
+            for f in spread:
+                n = fincore_pages(f)
+                if n is not None and not changed:
+                    got.setdefault(f, []).append(n)
+            if changed:
+                print(f"    run left out: {changed}")
+    rows = []
+    for f, s in spread.items():
+        if got.get(f) and s["median"]:
+            m = statistics.median(got[f])
+            rows.append((f, s, m, abs(m - s["median"]) / s["median"]))
+    within = [x for x in rows if x[3] <= 0.03 or x[1]["min"] <= x[2] <= x[1]["max"]]
+    pages_in = sum(x[1]["median"] for x in within)
+    print(f"  files whose fincore count (median of the runs) is within 3% of the session's median (or inside its "
+          f"range): {len(within)}/{len(rows)}, holding {100 * pages_in / total:.1f}% of the pages")
+    big = max(spread, key=lambda f: spread[f]["median"])
+    for f, s, m, d in [x for x in rows if x[0] == big] + [x for x in sorted(rows, key=lambda x: -x[3])[:5]
+                                                          if x[0] != big]:
+        print(f"    {f}: fincore {m:,.0f} {got[f]}, session median {s['median']:,.0f} [{s['min']:,}, {s['max']:,}] "
+              f"({100 * (m - s['median']) / s['median']:+.1f}%)")
+    return got
 
 
 def biggest_file(md, spread: dict, clean) -> str:
@@ -164,7 +336,7 @@ def biggest_file(md, spread: dict, clean) -> str:
     print("  by section: " + ", ".join(f"{k} {v:,}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:6]))
     r = cli("inspect", "--json", big, check=False)
     rel = (json.loads(r.stdout).get("relocations") or {}).get("relative") if r.returncode == 0 else None
-    if rel:
+    if rel and rel["count"]:
         print(f"  packing its {rel['count']:,} relative relocations into an optimal RELR table would save "
               f"{rel['saved_bytes']:,} bytes of relocation tables ({rel['saved_bytes'] // 4096:,} pages; "
               f"{by.get('.rela.dyn', 0):,} pages of .rela.dyn were read)")
@@ -174,7 +346,7 @@ def biggest_file(md, spread: dict, clean) -> str:
 def profile_and_report(w: Path, sh: Path, big: str, res_path: Path) -> None:
     """Step 5: a trace profile with --children, the access plot and the report."""
     print("5. trace profile with --children, plot, report")
-    prof = w / "chromium.profile.json"
+    prof = w / f"{APP.name}.profile.json"
     r = cli("profile", "--backend", "trace", "--children", "--evict", "--read-ahead-kb", 128, "--target", big,
             "-o", prof, "--force", "--", str(sh), check=False)
     if r.returncode == 0:
@@ -182,9 +354,9 @@ def profile_and_report(w: Path, sh: Path, big: str, res_path: Path) -> None:
         t0 = p["targets"][0]
         print(f"  profile: {len(t0['pages']):,} pages faulted in first-fault order, {len(t0['functions']):,} functions "
               f"named (the binary is stripped: names need its debug file)")
-    cli("plot", res_path, "--file", big, "-o", w / "chromium-access.png", "--force", check=False)
+    cli("plot", res_path, "--file", big, "-o", w / f"{APP.name}-access.png", "--force", check=False)
     inputs = [res_path] + ([prof] if prof.exists() else [])
-    cli("report", *inputs, "-o", w / "chromium-report.html", "--force", check=False)
+    cli("report", *inputs, "-o", w / f"{APP.name}-report.html", "--force", check=False)
 
 
 def valgrind_profile(w: Path, big: str) -> None:
@@ -203,23 +375,40 @@ def valgrind_profile(w: Path, big: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", choices=sorted(TARGETS), default="chromium", help="the browser (default chromium)")
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--out", help="output directory (default: the elflayout cache's bench-chromium)")
-    ap.add_argument("--valgrind", action="store_true", help="also step 6: a valgrind profile (~2 min, ~1 GiB)")
+    ap.add_argument("--check-runs", type=int, default=3, help="runs of the independent fincore check (default 3)")
+    ap.add_argument("--census-under", action="append", default=[], metavar="DIR",
+                    help="measure only the files under DIR (e.g. the application's own directory: the system's "
+                         "libraries stay warm, as other programs on the machine use them too)")
+    ap.add_argument("--out", help="output directory (default: the elflayout cache's bench-TARGET)")
+    ap.add_argument("--valgrind", action="store_true",
+                    help="chromium: also step 6, a valgrind profile (~2 min, ~1 GiB)")
+    ap.add_argument("--pack", action="store_true",
+                    help="chromium: also step 7, the executable packed (pack-relocs --check), screenshot compared, "
+                         "original and packed measured selectively cold")
+    ap.add_argument("--pack-only", action="store_true", help="chromium: step 7 alone")
     a = ap.parse_args(argv)
-    if not shutil.which("chromium"):
-        print("skipped: chromium is not installed")
+    global APP
+    APP = TARGETS[a.target]
+    if not shutil.which(APP.exe):
+        print(f"skipped: {APP.exe} is not installed")
         return 0
     w = work_dir(a.out)
+    if (a.pack or a.pack_only) and APP.name == "chromium":
+        original, packed = pack_executable(w)
+        measure_packed(w, original, packed, a.runs)
+        if a.pack_only:
+            return 0
     sh = wrapper(w)
-    res_path = w / "chromium.results.json"
+    res_path = w / f"{APP.name}.results.json"
 
-    res, md, clean = census_and_runs(sh, a.runs, res_path)
+    res, md, clean = census_and_runs(sh, a.runs, res_path, a.census_under)
     spread, total = pages_per_file(res, md)
-    fincore_check(sh, md, spread, total)
+    fincore_check(sh, md, spread, total, a.check_runs)
     big = biggest_file(md, spread, clean)
     profile_and_report(w, sh, big, res_path)
-    if a.valgrind:
+    if a.valgrind and APP.name == "chromium":
         valgrind_profile(w, big)
     print(f"  outputs in {w}")
     return 0

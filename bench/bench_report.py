@@ -12,7 +12,12 @@ and chromium-driver, through Selenium) N times, and prints:
 - zoom: Plotly relayout of the shared offset axis to a new range, until the next frame
   is painted (median and worst of several zooms, WebGL via SwiftShader: no GPU).
 
-    python3 bench/bench_report.py [RESULTS.json [PROFILE.json ...]] [--runs 5]
+    python3 bench/bench_report.py [RESULTS.json [PROFILE.json ...]] [--runs 5] [--variants 5]
+
+``--variants 5`` stands in for ``elflayout demo --big``'s five libLLVM variants (debian,
+baseline, ordered, packed, ordered+packed) when no such results file is at hand: the
+recording's variants are repeated under new names up to that count (the same reads
+each time, so the size and the work of the page are those of five real variants).
 
 The machine's load average is printed with the figures: on a shared machine they vary.
 """
@@ -110,6 +115,27 @@ def open_once(d, url: str) -> tuple[float, float, list[float], list[float]]:
     return opened, load_busy, zooms, busy
 
 
+def widen(src: str, n: int, work: Path) -> str:
+    """A copy of results ``src`` with its variants repeated up to ``n`` (names v2, v3 ...)."""
+    import gzip
+    import json
+
+    raw = Path(src).read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    have = [v["name"] for v in doc["variants"]]
+    runs = list(doc["runs"])
+    for k in range(len(have), n):
+        base = have[k % len(have)]
+        name = f"{base}{k // len(have) + 1}"
+        doc["variants"].append({**next(v for v in doc["variants"] if v["name"] == base), "name": name})
+        doc["runs"] += [{**r, "variant": name} for r in runs if r["variant"] == base]
+    doc.pop("comparisons", None)
+    doc.pop("summary", None)
+    out = work / f"{Path(src).name.split('.')[0]}-{n}variants.json"
+    out.write_text(json.dumps(doc))
+    return str(out)
+
+
 def sizes(text: str) -> dict:
     from elflayout.report import interactive
 
@@ -124,9 +150,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="*", default=[str(DEFAULT)], help="results (and profile) files for the report")
     ap.add_argument("--runs", type=int, default=5, help="fresh loads of the report (default 5)")
+    ap.add_argument("--variants", type=int, default=0, help="repeat the first results file's variants up to N")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
     try:
+        if a.variants:
+            a.inputs[0] = widen(a.inputs[0], a.variants, work)
         out = work / "report.html"
         t = time.monotonic()
         cli("report", *a.inputs, "-o", out)

@@ -86,6 +86,11 @@ BENCHES = [
           "Case study, Debian's Chromium: census + selective on a shared machine, per-file pages and spread, an "
           "independent fincore check, pages read vs touched and the RELR estimate for the executable, trace "
           "profile, plot, report", RA_SET),
+    Bench("firefox", "bench_chromium.py",
+          ("--target", "firefox", "--runs", "10", "--census-under", "/usr/lib/firefox-esr"),
+          "Case study, Debian's Firefox ESR measured like Chromium, its own files cold (system libraries, which "
+          "other programs use, warm): census + selective, per-file pages and spread, libxul.so against "
+          "independent fincore runs under the same conditions, trace profile, plot, report", RA_SET),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
     Bench("report", "bench_report.py", ("--runs", "5"),
@@ -135,6 +140,14 @@ BENCHES = [
           "Time verdicts: coverage of the 95% interval by n, A/A false alarms, detection of a 5% slowdown with the "
           "MDE printed (pool of 200 rounds under --realtime with a CPU hog: about 40 min to collect once, cached "
           "in ~/.cache/elflayout/bench-verdicts; the studies about 10 min)", RA_SET),
+    Bench("order_balance", "bench_order_balance.py", ("--trials", "2000"),
+          "Run order: A/A sessions simulated under a position effect (first run of a round 5% slower), ordered "
+          "by the balanced Latin square vs the per-round shuffle it replaced: bias of the paired ratio, false "
+          "alarms (seconds)", "not relevant (simulation)"),
+    Bench("trace_filters", "bench_trace_filters.py", (),
+          "Many files under test: event filters split over several trace instances vs one device-only filter, "
+          "events recorded and lost while another process churns temporary files on the same disk (1 min)",
+          "not relevant (small files read whole)"),
     Bench("storage", "bench_storage.py", (),
           "Slow-storage emulation: configured vs measured latency and bandwidth",
           "the emulated device's own settings (see docs/storage.md)"),

@@ -22,6 +22,7 @@ APT_PACKAGES=(
   clang-22                                          # profiles of clang -g builds (DWARF 5, split DWARF); split refuses its LTO bitcode
   chromium-driver                                   # the report's interactive view driven in headless Chromium (selenium)
   e2fsprogs util-linux mount                        # measure --isolate (mkfs.ext4, loop mounts), rootless tests (setpriv)
+  firefox-esr util-linux                            # the Firefox ESR case study (bench_chromium.py --target firefox; fincore)
   clang-22 lld-19 lld-22 xz-utils                   # link with versioned toolchains (ld.lld-N, clang -fuse-ld=lld-N), ThinLTO tests; libzstd source (apt-get source)
 )
 
@@ -50,8 +51,9 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$sta
   touch "$stamp"
 fi
 
-# The C parts: the valgrind tool (out of tree), the FUSE slow-storage server, the preloader.
-for d in tools/firsttouch tools/slowfs tools/preload; do
+# The C parts: the valgrind tool (out of tree), the FUSE slow-storage server, the preloader,
+# the real-load check's probe for roots without a python3 with ctypes.
+for d in tools/firsttouch tools/slowfs tools/preload tools/loadprobe; do
   [ -f "$d/Makefile" ] && make -s -C "$d"
 done
 

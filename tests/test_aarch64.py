@@ -5,6 +5,7 @@ so nothing here downloads."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -297,6 +298,14 @@ def test_self_form_aarch64_runs_identically(tmp_path):
     got = subprocess.run(run + [f"LD_LIBRARY_PATH={tmp_path / 'out'}", tmp_path / "main"], capture_output=True,
                          text=True)
     assert got.returncode == 0 and got.stdout == want.stdout and want.stdout.strip()
+    # the routine found qemu's 4 KiB pages (qemu answers a zero-length mprotect with ENOMEM,
+    # the kernel with 0: only EINVAL means misaligned) and unprotected what glibc protected
+    tr = subprocess.run(run[:1] + ["-strace"] + run[1:] + [f"LD_LIBRARY_PATH={tmp_path / 'out'}", tmp_path / "main"],
+                        capture_output=True, text=True).stderr
+    base = int(re.search(r"libs\.so\",O_RDONLY\|O_CLOEXEC\) = (\d+)\n.*?mmap\((?:NULL|0x[0-9a-f]+),\d+,[^)]*,\1,0\) = (0x[0-9a-f]+)",
+                         tr, re.S).group(2), 16)
+    rw = re.findall(r"mprotect\((0x[0-9a-f]+),(\d+),PROT_READ\|PROT_WRITE\) = 0", tr)
+    assert (hex((base + ap["relro_page"]) & ~0xFFF), ) in {(hex(int(a, 16)),) for a, _ in rw}, (hex(base), rw)
     # an applier of another machine is caught by the check's table comparison
     from elflayout.relocs import selfapply
 
@@ -351,3 +360,36 @@ def test_main_of_a_stripped_aarch64_executable(built, tmp_path, pie):
         run_cli("profile", "--backend", "qemu", "--target", built / "libl.so", "-o", out, "--", stripped, check=0,
                 env=ENV)
         assert json.loads(out.read_text())["targets"][0]["phases"]["main_is"] == "main()"
+
+
+def bullseye_arm64_root() -> Path:
+    """Debian 11's arm64 root (glibc 2.31, llvm-11, python3.9; scripts/bullseye-arm64-root.sh,
+    cached); skips with the reason when it cannot be made."""
+    if os.geteuid() != 0:
+        pytest.skip("debootstrap needs root privileges")
+    r = subprocess.run([str(Path(__file__).resolve().parents[1] / "scripts" / "bullseye-arm64-root.sh")],
+                       capture_output=True, text=True, timeout=1800)
+    if r.returncode:
+        pytest.skip(f"scripts/bullseye-arm64-root.sh failed: {r.stderr.strip()[-300:]}")
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.download
+@pytest.mark.slow
+@pytest.mark.root
+def test_self_form_on_debian11_arm64_llvm(tmp_path):
+    """Debian 11's arm64 libLLVM-11 on its own glibc 2.31 (no DT_RELR): the default form
+    there is self; --check's real loads run the root's python3 under qemu; llc-11's
+    output is unchanged."""
+    need_tool("qemu-aarch64")
+    root = bullseye_arm64_root()
+    lib = (root / "usr/lib/aarch64-linux-gnu/libLLVM-11.so.1").resolve()
+    out = tmp_path / "libLLVM-11.so.1"
+    r = run_cli("pack-relocs", "--root", root, "--check", "--json", lib, "-o", out, check=0)
+    st = json.loads(r.stdout)
+    assert st["form"] == "self" and st["min_glibc"] == "2.31" and st["check"]["real_load"]["equal"]
+    run = ["qemu-aarch64", "-L", str(root)]
+    llc = [str(root / "usr/bin/llc-11"), "--version"]
+    want = subprocess.run(run + llc, capture_output=True, text=True)
+    got = subprocess.run(run + ["-E", f"LD_LIBRARY_PATH={tmp_path}"] + llc, capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout == want.stdout and "LLVM version 11" in want.stdout

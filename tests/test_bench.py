@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,3 +162,12 @@ def test_fuzz_benches_share_options_chunks_and_last_lines(capsys):
     assert out[0] == "variants by damage: header 3, rela 1,200"
     assert out[1].startswith("time: ") and out[1].endswith(" s with 2 workers")
     assert out[2:] == [f"  FAIL seed 1 variant {i} (rela, libz.so.1): boom" for i in range(20)]
+
+
+def test_order_balance_study_balanced_order_cancels_position_effects():
+    """A position effect biases a shuffled session's ratio; the balanced order cancels it."""
+    import bench_order_balance
+
+    res = bench_order_balance.study(np.array([np.log(1.05), 0.0, 0.0, 0.0]), rounds=10, trials=40, noise=0.01)
+    assert res["shuffled"]["bias_max"] > 0.005
+    assert res["balanced"]["bias_max"] < 1e-9 and res["balanced"]["a_first_min"] == 5 == res["balanced"]["a_first_max"]

@@ -139,3 +139,44 @@ def test_trace_session_counts_pages_read(tmp_path):
         pages.update(range(int(p), int(p) + int(n)))
     assert 10 in pages and pages <= set(range(64))
     assert not (TRACEFS / "instances" / name).exists()  # the instance is removed
+
+
+@pytest.mark.root
+def test_trace_session_of_many_files_splits_filters_and_follows_a_pid(tmp_path):
+    """More files than one event filter holds: several instances, every file's pages
+    counted, and ``follow`` limits all of them to a process tree."""
+    need_root_tracefs()
+    from elflayout.tracefs import TRACEFS, TraceSession, file_key
+
+    files = []
+    for i in range(300):
+        f = tmp_path / f"f{i:03d}"
+        f.write_bytes(os.urandom(4096 * (1 + i % 3)))
+        files.append(f)
+    os.sync()
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    with TraceSession(files, kinds=("add",)) as ts:
+        names = [d.name for d in ts.dirs]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the followed child reads the even files once told to
+            os.read(r, 1)
+            for f in files[::2]:
+                with open(f, "rb") as fh:
+                    fh.read()
+            os._exit(0)
+        ts.follow(pid)
+        os.write(w, b"g")
+        os.waitpid(pid, 0)
+        for f in files[1::2]:  # this process is not followed: not recorded
+            with open(f, "rb") as fh:
+                fh.read()
+    assert len(names) > 1
+    for i, f in enumerate(files):
+        got = int(ts.result.of(file_key(f), "add")["npages"].sum())
+        assert got == (1 + i % 3 if i % 2 == 0 else 0), (f, got)
+    assert ts.result.lost == 0
+    assert not any((TRACEFS / "instances" / n).exists() for n in names)

@@ -42,7 +42,7 @@ def _costs_of_call(call: ast.Call, defs) -> set[str]:
         if not words & {"trace", "qemu"} and check != 2:  # exit 2: refused before valgrind starts
             out.add("valgrind")
     target = owner in TARGETS or (owner in defs and _imports_a_target(defs[owner]))
-    if (target and name in FETCHING) or name in ("bullseye_root", "fetch_debs", "ensure_installed"):
+    if (target and name in FETCHING) or name in ("bullseye_root", "bullseye_arm64_root", "fetch_debs", "ensure_installed"):
         out.add("download")
     return out
 

@@ -63,7 +63,7 @@ def _cmd(pair, name):
 
 
 # -- unit parts -------------------------------------------------------------------------
-def test_schedule_is_interleaved_shuffled_and_seeded():
+def test_schedule_is_interleaved_counterbalanced_and_seeded():
     vs = [Variant("a", "true"), Variant("b", "true")]
     p = Plan(vs, ["selective", "hot"], runs=6, seed=5)
     s = p.schedule()
@@ -72,9 +72,27 @@ def test_schedule_is_interleaved_shuffled_and_seeded():
         cells = sorted((v, st) for rr, v, st in s if rr == r)
         assert cells == sorted((v, st) for v in "ab" for st in ("selective", "hot"))
     assert s == Plan(vs, ["selective", "hot"], runs=6, seed=5).schedule()
-    assert s != Plan(vs, ["selective", "hot"], runs=6, seed=6).schedule()
-    orders = {tuple((v, st) for rr, v, st in s if rr == r) for r in range(6)}
-    assert len(orders) > 1  # not the same order every round
+    assert len({tuple(Plan(vs, ["selective", "hot"], runs=6, seed=k).schedule()) for k in range(8)}) > 1
+    # two variants: which goes first alternates every round, in every state (ABBA)
+    for st in ("selective", "hot"):
+        firsts = [next(v for rr, v, s2 in s if rr == r and s2 == st) for r in range(6)]
+        assert all(firsts[r] != firsts[r + 1] for r in range(5)), firsts
+    # within a state's block each variant holds each position equally often
+    for k, seed in ((3, 1), (4, 2), (5, 3)):
+        vs = [Variant(f"v{i}", "true") for i in range(k)]
+        cycle = 2 * k if k % 2 else k
+        rows = Plan(vs, ["selective"], runs=2 * cycle, seed=seed).order_rows()
+        pos = {}
+        follows = {}
+        for row in rows:
+            for i, (v, _) in enumerate(row):
+                pos[(v, i)] = pos.get((v, i), 0) + 1
+                if i:
+                    follows[(row[i - 1][0], v)] = follows.get((row[i - 1][0], v), 0) + 1
+        assert set(pos.values()) == {2 * cycle // k} and len(pos) == k * k
+        assert len(set(follows.values())) == 1 and len(follows) == k * (k - 1)
+    rec = Plan(vs, ["selective"], runs=7, seed=3).order_record()
+    assert rec["variant_cycle"] == 10 and not rec["balanced"] and len(rec["rounds"]) == 7
 
 
 def test_seeks_counts_jumps_over_32_pages():
@@ -100,6 +118,14 @@ def test_variant_argv_and_environment():
         Variant("x", "no-such-command-xyz").argv(e)
     with pytest.raises(ElflayoutError, match="more than the fixed size"):
         FixedEnv({"BIG": "x" * 5000})
+
+
+def test_evict_a_file_deleted_since_the_census(tmp_path):
+    """Another process's temporary file, read during the census and gone before a
+    selective run: nothing to evict, not a traceback (seen measuring Chromium while a
+    root file system was being built)."""
+    r = cache.evict(tmp_path / "gone.bin")
+    assert r["left"] == 0 and r["why"] == "deleted"
 
 
 def test_evict_and_residency(tmp_path):
@@ -439,6 +465,12 @@ def test_failing_and_hanging_commands_are_errors(tmp_path):
     r = run_cli("measure", "--name", "bad", "sh -c 'echo boom >&2; exit 3'", "--files", f, "--census", "none",
                 "--runs", "1", "-o", tmp_path / "r.json", check=2)
     assert "exited with status 3" in r.stderr and "boom" in r.stderr
+    segv = tmp_path / "segv.sh"  # started directly (no shell around it): the signal reaches the harness
+    segv.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    segv.chmod(0o755)
+    r = run_cli("measure", "--name", "segv", str(segv), "--files", f, "--census", "none",
+                "--runs", "1", "-o", tmp_path / "r.json", check=2)
+    assert "command was killed by signal 11" in r.stderr  # worded as profile words it
     t = time.monotonic()
     r = run_cli("measure", "--name", "slow", "sleep 30", "--files", f, "--census", "none", "--runs", "1",
                 "--timeout", "1", "-o", tmp_path / "r.json", check=2)
@@ -607,10 +639,13 @@ def test_sigkill_leaves_read_ahead_restored_by_the_next_session(tmp_path, libpai
     if before == "128":
         p.kill()
         p.communicate(timeout=60)
+        run_cli("measure", "--restore", check=0)
+        assert not mine()  # the killed session's trace instances are removed, skipped or not
         pytest.skip("read_ahead_kb was 128 already: a change could not be seen")
     p.kill()
     p.communicate(timeout=60)
     r = run_cli("measure", "--restore", check=0)
+    assert not mine(), r.stdout  # its trace instances too
     with _device_lock(knob):
         assert knob.read_text().strip() == before, r.stdout
     # this --restore did it, unless another session started in between and did it first
@@ -640,3 +675,101 @@ def test_pages_removed_during_a_run_are_traced_whoever_removes_them(tmp_path):
             assert x["resident_after"] == 0 and x["deleted_during_run"] >= x["pages_read"], x
         else:
             assert x["resident_after"] == x["pages_read"] and "deleted_during_run" not in x, x
+
+
+def test_key_filters_split_under_the_kernel_limit():
+    """The kernel refuses an event filter of a page or more: long file lists are split,
+    every (device, inode) in exactly one filter."""
+    import re
+    from elflayout.tracefs import FILTER_MAX, key_filters
+    keys = {(dev, 10_000_000 + i) for i, dev in enumerate([8388609] * 700 + [66] * 300)}
+    filters = key_filters(keys)
+    assert len(filters) > 1 and all(len(f) < FILTER_MAX for f in filters)
+    got = []
+    for f in filters:
+        for g in re.finditer(r"\(s_dev==(\d+)&&\(([^()]*)\)\)", f):
+            got += [(int(g[1]), int(p.split("==")[1])) for p in g[2].split("||")]
+    assert sorted(got) == sorted(keys)
+    assert key_filters(set()) == []
+
+
+@pytest.mark.root
+def test_census_of_hundreds_of_files_counts_each_file(tmp_path):
+    """A startup reading 320 small files (more than one event filter holds): the census
+    finds them all and every run counts each file's pages exactly, with no lost events."""
+    need_root_tracefs()
+    d = tmp_path / "many"
+    d.mkdir()
+    expect = {}
+    for i in range(320):
+        f = d / f"f{i:03d}.dat"
+        f.write_bytes(os.urandom(4096 * (1 + i % 4)))
+        expect[str(f)] = 1 + i % 4
+    os.sync()
+    for f in expect:  # not cached: the census's first run sees them read (cat maps nothing)
+        cache.evict(f)
+    out = tmp_path / "many.json"
+    r = run_cli("measure", "--name", "cat", f"cat {d}/*.dat > /dev/null", "--census-under", d,
+                "--state", "selective", "--runs", "2", "--quiet", "-o", out)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert sorted(doc["metadata"]["files"]) == sorted(expect)
+    assert doc["metadata"]["census"][0]["lost_events"] == 0
+    for run in doc["runs"]:
+        assert not run.get("interference") and run["lost_events"] == 0, run.get("interference")
+        assert {f: x["pages_read"] for f, x in run["files"].items()} == expect
+
+
+def test_disturbed_message_names_the_recorded_cause_and_isolation():
+    from elflayout.measure.session import disturbed_message
+    ra = "read_ahead_kb of vda was 8192 (changed by another process), not 128"
+    runs = [{"variant": "a", "state": "selective", "interference": ra} for _ in range(5)]
+    runs.append({"variant": "a", "state": "selective", "interference": "/x.so: 3 page(s) could not be evicted"})
+    runs.append({"variant": "a", "state": "hot"})
+    msg = disturbed_message({"runs": runs}, ["a/selective"], files_named=True)
+    assert ra in msg and "5 of 6 runs" in msg and "1 other cause" in msg, msg
+    assert "--isolate" in msg and "--files" not in msg, msg
+    assert "--files" in disturbed_message({"runs": runs}, ["a/selective"], files_named=False)
+
+
+@pytest.mark.root
+def test_normal_exits_leave_no_trace_instance(tmp_path, libpair):
+    """A measure session (census, runs, the removals' instance) and a profile with the
+    trace backend remove every instance they made when they exit normally, failing or not."""
+    need_root_tracefs()
+    lib = str(libpair["scattered"] / "libdata.so")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
+    cmds = [["measure", "--name", "s", _cmd(libpair, "scattered"), "--state", "selective", "--runs", "1",
+             "--quiet", "-o", tmp_path / "r.json"],
+            ["measure", "--name", "s", "false", "--files", lib, "--runs", "1", "--census", "none", "--quiet",
+             "-o", tmp_path / "f.json"],
+            ["profile", "--backend", "trace", "--target", lib, "-o", tmp_path / "p.json", "--",
+             str(libpair["driver"])]]
+    for args in cmds:
+        p = subprocess.Popen([sys.executable, "-m", "elflayout", *map(str, args)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seen = set()
+        while p.poll() is None:
+            seen |= {i for i in _instances() if i.startswith(f"elflayout-{p.pid}-")}
+            time.sleep(0.01)
+        err = p.stderr.read()
+        assert p.returncode in (0, 2), err
+        assert seen or p.returncode, f"no instance seen for {args[0]}"
+        assert not {i for i in _instances() if i.startswith(f"elflayout-{p.pid}-")}, (args, err)
+
+
+def test_eviction_names_the_processes_mapping_the_file(tmp_path):
+    """Pages a running process maps stay resident: the reason names it (pid and command),
+    and a disturbed run's interference carries that reason."""
+    f = tmp_path / "mapped.bin"
+    f.write_bytes(os.urandom(8 * 4096))
+    code = ("import mmap, sys, time; fh = open(sys.argv[1], 'rb'); m = mmap.mmap(fh.fileno(), 0, "
+            "prot=mmap.PROT_READ); sum(m[i] for i in range(0, len(m), 4096)); print('ok', flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(f)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ok"
+        r = cache.evict(f)
+        assert r["left"] and f"{p.pid} (python" in r["why"], r
+    finally:
+        p.kill()
+        p.wait()

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -280,6 +281,23 @@ def test_workload_failure_still_writes_profile(tmp_path, cmd, status):
     assert doc["metadata"]["exit_status"] == status
     assert doc["targets"][0]["functions"]
     run_cli("profile", "--allow-failure", "--force", "--target", LIBC, "-o", out, "--", *cmd, check=0)
+
+
+@pytest.mark.valgrind
+def test_timeout_kills_the_workload_and_its_children(tmp_path):
+    """--timeout: a workload still running is killed with its children and reported in one
+    line (exit 2, no profile); its background child does not outlive it."""
+    need_firsttouch()
+    out, pidfile = tmp_path / "p.json", tmp_path / "child.pid"
+    t = time.monotonic()
+    r = run_cli("profile", "--timeout", "2", "--target", LIBC, "-o", out, "--", "sh", "-c",
+                f"sleep 300 & echo $! > {pidfile}; wait", check=2)
+    assert time.monotonic() - t < 60
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "still running after 2 s: killed with its children (--timeout" in err[0], r.stderr
+    assert not out.exists()
+    child = int(pidfile.read_text())
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split(")")[1][:3]
 
 
 @pytest.mark.valgrind

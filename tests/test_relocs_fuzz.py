@@ -36,3 +36,21 @@ def test_variants_are_reproducible(libs):
     b = fuzz.damage(data, "dynamic", np.random.default_rng([5, 17]))
     c = fuzz.damage(data, "dynamic", np.random.default_rng([5, 18]))
     assert a == b != data and a != c
+
+
+def test_short_fuzz_of_executables(tmp_path):
+    """Damaged PIE executables (GNU ld, lld): refused with one line or packed into an
+    output that starts with the same writable bytes at its entry point."""
+    need_tool("gcc")
+    src = tmp_path / "src"
+    src.mkdir()
+    obj = testlib.compile_lib(src, 24)
+    exes = []
+    for linker in ("bfd", "lld"):
+        exe = tmp_path / f"exe-{linker}"
+        testlib._run(["gcc", "-pie", "-fPIE", f"-fuse-ld={linker}", str(src / "main.c"), str(obj), "-o", str(exe)])
+        exes.append(exe)
+    t = fuzz.run(exes, seed=20261126, count=40, workdir=tmp_path / "w")
+    assert t.internal_errors == 0 and t.inputs_modified == 0 and t.multi_line_messages == 0, t.failures
+    assert t.accepted_differs == 0, t.failures
+    assert t.refused > 0 and t.accepted_equal > 0

@@ -7,6 +7,9 @@ refused for --min-glibc 2.31, and a DT_RELR file is shown not to work there.
 """
 
 import json
+import os
+import stat
+import subprocess
 
 import pytest
 
@@ -74,3 +77,53 @@ def test_a_relr_file_does_not_work_in_the_old_root(root):
     got = run_in(root, argv, libdir="/opt/elflayout/packed-relr")
     assert want.returncode == 0
     assert got.returncode != 0 or got.stdout != want.stdout
+
+
+@pytest.fixture
+def root_without_ctypes(root, tmp_path):
+    """The root seen through an overlay that hides its python's ctypes (as in a root with
+    python3-minimal only)."""
+    up, work, mnt = tmp_path / "up", tmp_path / "work", tmp_path / "mnt"
+    dyn = up / "usr/lib/python3.9/lib-dynload"
+    for d in (dyn, work, mnt):
+        d.mkdir(parents=True)
+    hide = [up / "usr/lib/python3.9/ctypes"] + [dyn / p.name for p in (root / "usr/lib/python3.9/lib-dynload")
+                                                .glob("_ctypes*")]
+    for h in hide:
+        os.mknod(h, 0o600 | stat.S_IFCHR, os.makedev(0, 0))  # an overlay whiteout
+    r = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={root},upperdir={up},workdir={work}",
+                        str(mnt)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount an overlay: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_check_in_a_root_whose_python_lacks_ctypes_uses_the_c_probe(root_without_ctypes, tmp_path):
+    """No python3 with ctypes in the root: the real loads run the C probe there; the
+    checker's failure is never read as the input not loading."""
+    lib = root_without_ctypes / LIBDIR / "libz.so.1"
+    r = run_cli("pack-relocs", lib, "-o", tmp_path / "z.so", "--root", root_without_ctypes, "--check", "--json",
+                check=0)
+    st = json.loads(r.stdout)
+    assert st["form"] == "self" and st["check"]["real_load"]["equal"], st
+    assert st["check"]["real_load"]["compared_bytes"] > 0
+
+
+def test_c_probe_agrees_with_the_python_probe(root, tmp_path, monkeypatch):
+    from elflayout.relocs import realload
+
+    lib = root / LIBDIR / "libz.so.1"
+    ranges = [[0, 64], [100, 164]]  # the ELF header and program headers: not relocated
+    got = {}
+    for probe in ("python", "c"):
+        monkeypatch.setenv(realload.ENV_PROBE, probe)
+        h = realload.Host(root)
+        assert (h.native_probe is not None) == (probe == "c")
+        doc, data = realload.load_state(h, lib, lib.name, ranges, (lib.parent,), 60)
+        assert doc["base"] % 4096 == 0 and doc["base"] > 0
+        got[probe] = data.tobytes()
+        assert realload.dlopen_check(root / "etc/hostname", root=root)  # not an ELF file: dlopen says why
+    assert got["python"] == got["c"] == lib.read_bytes()[:64] + lib.read_bytes()[100:164]

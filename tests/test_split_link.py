@@ -62,7 +62,7 @@ def test_link_split_of_debug_objects_says_why_not(plain, tmp_path):
         subprocess.run(["gcc", *flags, "-g", "-c", src, "-o", str(g)], check=True)
         objs.append(str(g))
     r = run_cli("link", "--split", "--profile", plain["profile"], "--linker", "lld", "--",
-                "gcc", "-shared", "-o", tmp_path / "l.so", *objs)
+                "gcc", "-shared", "-fuse-ld=lld", "-o", tmp_path / "l.so", *objs)
     assert r.returncode == 1
     assert "split kept .text whole in 7 objects" in r.stderr and ".debug_info describes it" in r.stderr, r.stderr
     assert "Split it: elflayout link --split" not in r.stderr

@@ -131,6 +131,8 @@ def _variant_cmd(lib: Path, argv: list[str], env: dict) -> str:
 def _measure(d: Demo, commands: dict[str, str], files, states, runs, out: Path, storage: str | None = None) -> Path:
     """A measurement session of named commands, interleaved, with a fixed seed (in-process,
     ``measure.session``; the equivalent ``elflayout measure`` command is shown)."""
+    from rich.markup import escape
+
     from elflayout import fileio
     from elflayout.measure import session
 
@@ -145,8 +147,7 @@ def _measure(d: Demo, commands: dict[str, str], files, states, runs, out: Path, 
     fileio.dump_json(doc, out)
     empty = session.all_disturbed(doc)
     if empty:
-        d.console.print(f"  [yellow]every run of {', '.join(empty)} was disturbed by other processes: no figure "
-                        f"for it[/]")
+        d.console.print(f"  [yellow]{escape(session.disturbed_message(doc, empty, True))}[/]")
     return out
 
 

@@ -12,10 +12,18 @@ Shared by the profiler's trace backend and the measurement harness. Events used:
 A private instance (``instances/elflayout-<pid>-<n>``) leaves the global trace buffer
 and other users alone; it is removed on exit, on exceptions and on Ctrl-C. The clock is
 ``mono`` so event times compare with ``time.monotonic()``.
+
+Files are selected in the kernel by an event filter of (device, inode) predicates. The
+kernel refuses a filter of a page (4 KiB) or more, about 250 inodes: a longer list is
+split over several instances, each with its own buffer and filter, and their events are
+merged. Splitting keeps the recorded volume to the files asked for; filtering by device
+alone would record every page-cache change of the whole disk (other programs' temporary
+files, reclaim) into the same buffers and lose events on a busy machine.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import os
@@ -38,6 +46,8 @@ EVENTS = {
     "delete": "filemap/mm_filemap_delete_from_page_cache",
 }
 _counter = itertools.count()
+# Longest filter written: the kernel refuses a write of a page or more (trace_events_filter.c).
+FILTER_MAX = 4000
 
 # Structured array of parsed events; kind: 0 add, 1 fault, 2 map, 3 delete.
 EVENT_DTYPE = np.dtype([
@@ -90,11 +100,13 @@ def ensure_mounted() -> None:
         )
 
 
-def remove_stale_instances() -> None:
-    """Remove instances left by elflayout processes that no longer exist (e.g. SIGKILL)."""
+def remove_stale_instances() -> list[str]:
+    """Remove instances left by elflayout processes that no longer exist (e.g. SIGKILL);
+    returns the names removed."""
     inst = TRACEFS / "instances"
-    if not inst.is_dir():
-        return
+    removed: list[str] = []
+    if os.geteuid() != 0 or not inst.is_dir():
+        return removed
     for d in inst.glob("elflayout-*"):
         try:
             pid = int(d.name.split("-")[1])
@@ -103,6 +115,22 @@ def remove_stale_instances() -> None:
         if not Path(f"/proc/{pid}").exists():
             with contextlib.suppress(OSError):
                 _teardown(d)
+                removed.append(d.name)
+    return removed
+
+
+# Instances of this process not yet removed: torn down at interpreter exit too, whatever
+# path the exit took (a session object never exited, sys.exit in a callback).
+_live: set[Path] = set()
+
+
+@atexit.register
+def _remove_live() -> None:
+    for d in list(_live):
+        if d.name.startswith(f"elflayout-{os.getpid()}-"):  # not a forked child's copy of the set
+            with contextlib.suppress(OSError):
+                _teardown(d)
+        _live.discard(d)
 
 
 def _teardown(d: Path) -> None:
@@ -112,6 +140,35 @@ def _teardown(d: Path) -> None:
         with contextlib.suppress(OSError):
             (d / "events" / ev / "enable").write_text("0")
     os.rmdir(d)
+
+
+def key_filters(keys, limit: int = FILTER_MAX) -> list[str]:
+    """Event filters selecting the (kernel dev, inode) ``keys``, each shorter than ``limit``.
+
+    One device's inodes share its test: ``(s_dev==D&&(i_ino==I||i_ino==J))``; a filter
+    is ``||`` of such groups.
+    """
+    out: list[str] = []
+    groups: list[str] = []  # complete groups of the filter being built
+    for dev in sorted({d for d, _ in keys}):
+        inos = [f"i_ino=={i}" for d, i in sorted(keys) if d == dev]
+        while inos:
+            take: list[str] = []
+            while inos:
+                group = f"(s_dev=={dev}&&({'||'.join(take + inos[:1])}))"
+                if len("||".join(groups + [group])) >= limit:
+                    break
+                take.append(inos.pop(0))
+            if take:
+                groups.append(f"(s_dev=={dev}&&({'||'.join(take)}))")
+            elif not groups:
+                raise ValueError(f"event filter limit {limit} too small for one predicate")
+            else:
+                out.append("||".join(groups))
+                groups = []
+    if groups:
+        out.append("||".join(groups))
+    return out
 
 
 @dataclass
@@ -163,7 +220,8 @@ class TraceSession:
         self.keys = None if files is None else sorted({file_key(f) for f in files})
         self.kinds = tuple(kinds)
         self.buffer_kb = buffer_kb
-        self.dir: Path | None = None
+        self.dir: Path | None = None  # the first instance (the only one without files)
+        self.dirs: list[Path] = []
         self.result: TraceResult | None = None
         self._old_term = None
 
@@ -172,54 +230,74 @@ class TraceSession:
         if why:
             raise ElflayoutError(why)
         remove_stale_instances()
-        self.dir = TRACEFS / "instances" / f"elflayout-{os.getpid()}-{next(_counter)}"
+        filters = [None] if self.keys is None else (key_filters(self.keys) or ["0"])
         try:
-            self.dir.mkdir()
-            (self.dir / "buffer_size_kb").write_text(str(self.buffer_kb))
-            (self.dir / "trace_clock").write_text("mono")
-            filt = "0"
-            if self.keys is not None:
-                filt = " || ".join(f"(s_dev == {d} && i_ino == {i})" for d, i in self.keys) or "0"
-            for k in self.kinds:
-                evdir = self.dir / "events" / EVENTS[k]
-                if self.keys is not None:
-                    (evdir / "filter").write_text(filt)
-                (evdir / "enable").write_text("1")
-            (self.dir / "tracing_on").write_text("1")
+            for filt in filters:
+                self.dirs.append(TRACEFS / "instances" / f"elflayout-{os.getpid()}-{next(_counter)}")
+                self.dir = self.dirs[0]
+                self._setup(self.dirs[-1], filt)
+            for d in self.dirs:
+                (d / "tracing_on").write_text("1")
         except OSError as e:
+            where = self.dirs[-1] if self.dirs else TRACEFS / "instances"
             self._cleanup()
-            raise ElflayoutError(f"cannot set up trace instance {self.dir}: {e}") from None
+            raise ElflayoutError(f"cannot set up trace instance {where}: {e}") from None
         # SIGTERM should clean up like Ctrl-C does.
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
         return self
 
+    def _setup(self, d: Path, filt: str | None) -> None:
+        d.mkdir()
+        _live.add(d)
+        (d / "buffer_size_kb").write_text(str(self.buffer_kb))
+        (d / "trace_clock").write_text("mono")
+        for k in self.kinds:
+            evdir = d / "events" / EVENTS[k]
+            if filt is not None:
+                (evdir / "filter").write_text(filt)
+            (evdir / "enable").write_text("1")
+
+    def follow(self, pid: int) -> None:
+        """Record only ``pid`` and the processes it forks from now on (every instance)."""
+        for d in self.dirs:
+            (d / "options" / "event-fork").write_text("1")
+            (d / "set_event_pid").write_text(str(pid))
+
     def stop(self) -> TraceResult:
         """Stop recording and parse what was recorded (idempotent)."""
-        if self.result is None and self.dir is not None:
-            (self.dir / "tracing_on").write_text("0")
-            data = (self.dir / "trace").read_bytes()
-            lost = 0
-            for stats in (self.dir / "per_cpu").glob("cpu*/stats"):
-                for line in stats.read_text().splitlines():
-                    if line.startswith("overrun:") or line.startswith("dropped events:"):
-                        lost += int(line.split(":")[1])
-            self.result = TraceResult(parse_trace(data), lost)
+        if self.result is None and self.dirs:
+            for d in self.dirs:
+                (d / "tracing_on").write_text("0")
+            parts, lost = [], 0
+            for d in self.dirs:
+                parts.append(parse_trace((d / "trace").read_bytes()))
+                for stats in (d / "per_cpu").glob("cpu*/stats"):
+                    for line in stats.read_text().splitlines():
+                        if line.startswith("overrun:") or line.startswith("dropped events:"):
+                            lost += int(line.split(":")[1])
+            ev = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            self.result = TraceResult(ev[np.argsort(ev["t"], kind="stable")], lost)
         return self.result
 
     def clear(self) -> None:
         """Discard recorded events and start afresh (between runs of one session)."""
         self.result = None
-        (self.dir / "tracing_on").write_text("0")
-        (self.dir / "trace").write_text("")
-        (self.dir / "tracing_on").write_text("1")
+        for d in self.dirs:
+            (d / "tracing_on").write_text("0")
+            (d / "trace").write_text("")
+        for d in self.dirs:
+            (d / "tracing_on").write_text("1")
 
     def _cleanup(self) -> None:
-        if self.dir is not None and self.dir.exists():
-            with contextlib.suppress(OSError):
-                _teardown(self.dir)
-            if self.dir.exists():  # rmdir fails while a reader holds trace_pipe
-                shutil.rmtree(self.dir, ignore_errors=True)
+        for d in self.dirs:
+            if d.exists():
+                with contextlib.suppress(OSError):
+                    _teardown(d)
+                if d.exists():  # rmdir fails while a reader holds trace_pipe
+                    shutil.rmtree(d, ignore_errors=True)
+            if not d.exists():
+                _live.discard(d)
         if self._old_term is not None:
             signal.signal(signal.SIGTERM, self._old_term)
             self._old_term = None

@@ -1,5 +1,6 @@
 /* loadprobe: relocs/loadprobe.py in C, for libraries of another machine (arm64), run
-   under its emulator (qemu-aarch64 -L ROOT loadprobe ...) by relocs/realload.py:
+   under its emulator (qemu-aarch64 -L ROOT loadprobe ...), and for a system root whose
+   python3 has no ctypes (chroot ROOT elflayout-loadprobe ...), by relocs/realload.py:
 
      loadprobe dlopen LIB
          dlopen LIB (RTLD_GLOBAL | RTLD_NOW); exit 0, or print ld.so's message, exit 1.
@@ -13,6 +14,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef OLD_SYMBOLS
+/* The build for this machine's roots runs under the root's own, older, ld.so and glibc:
+   linked against the oldest symbol versions only. dlopen/dlerror moved into libc.so.6 in
+   glibc 2.34 (GLIBC_2.34); the base versions are found in an older glibc's libdl.so.2,
+   a needed library of this build too. glibc >= 2.34's crt1.o calls
+   __libc_start_main@GLIBC_2.34: our own entry calls the base version (no init/fini
+   functions: this program has no constructors). */
+#if defined(__x86_64__)
+#define BASE_VERSION "GLIBC_2.2.5"
+__asm__(".symver __libc_start_main, __libc_start_main@" BASE_VERSION "\n"
+        ".text\n.globl _start\n.type _start, @function\n_start:\n"
+        "  xor %ebp, %ebp\n  mov %rdx, %r9\n  pop %rsi\n  mov %rsp, %rdx\n  and $-16, %rsp\n"
+        "  push %rax\n  push %rsp\n  xor %r8d, %r8d\n  xor %ecx, %ecx\n  lea main(%rip), %rdi\n"
+        "  call *__libc_start_main@GOTPCREL(%rip)\n  hlt\n");
+#elif defined(__aarch64__)
+#define BASE_VERSION "GLIBC_2.17"
+#endif
+#ifdef BASE_VERSION
+__asm__(".symver dlopen, dlopen@" BASE_VERSION);
+__asm__(".symver dlerror, dlerror@" BASE_VERSION);
+#endif
+#endif
 
 static void json_error(const char *msg)
 {

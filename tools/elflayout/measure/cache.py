@@ -69,6 +69,14 @@ def mapped_by(path: str | os.PathLike) -> list[int]:
     return sorted(pids)
 
 
+def _named(pid: int) -> str:
+    """'1234 (chromium)': a process as messages name it."""
+    try:
+        return f"{pid} ({Path(f'/proc/{pid}/comm').read_text().strip()})"
+    except OSError:
+        return str(pid)
+
+
 def _ranges(pages: np.ndarray) -> str:
     """'3-7, 12' for a sorted page index array (messages only)."""
     if len(pages) == 0:
@@ -83,9 +91,14 @@ def _ranges(pages: np.ndarray) -> str:
 def evict(path: str | os.PathLike, verify: bool = True) -> dict:
     """Evict one file from the page cache; return {"path", "left", "pages", "why"}.
 
-    ``left`` is the number of pages still resident after two attempts (0 = clean).
+    ``left`` is the number of pages still resident after two attempts (0 = clean); a file
+    deleted since it was listed (another process's temporary file the census saw) has
+    nothing left to evict.
     """
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return {"path": str(path), "left": 0, "pages": "", "why": "deleted"}
     try:
         for _ in range(2):
             os.fsync(fd)
@@ -99,8 +112,8 @@ def evict(path: str | os.PathLike, verify: bool = True) -> dict:
         os.close(fd)
     left = np.flatnonzero(res)
     pids = [p for p in mapped_by(path) if p != os.getpid()]
-    why = (f"mapped by running process(es) {', '.join(map(str, pids[:5]))}; DONTNEED never drops mapped pages"
-           if pids else "pages locked or re-read by another process")
+    why = (f"mapped by running process(es) {', '.join(_named(p) for p in pids[:5])}; DONTNEED never drops mapped "
+           f"pages" if pids else "pages locked or re-read by another process")
     return {"path": str(path), "left": int(len(left)), "pages": _ranges(left), "why": why}
 
 

@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--files", nargs="+", action="extend", metavar="PATH", default=[],
                    help="files whose pages read are reported (and evicted in the selective state); "
                         "default: the files the census finds")
-    p.add_argument("--seed", type=int, default=0, help="seed of the shuffled run order and of the bootstrap (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the run order (which variant and state take which role in the balanced order) and of the bootstrap (default 0)")
     p.add_argument("--read-ahead-kb", type=int, default=128,
                    help="read_ahead_kb for the device holding the files during the session (default 128; -1 keeps it)")
     p.add_argument("--no-aslr", action="store_true", help="disable ASLR in the measured processes (personality)")
@@ -238,8 +238,7 @@ def run(args) -> int:
             err.print(f"[yellow]hint:[/] {escape(h)}", soft_wrap=True, highlight=False)
         err.print(f"wrote {out} ({len(doc['runs'])} runs in {md['duration_s']:.1f} s)")
     if empty:
-        err.print(f"elflayout: every run of {', '.join(empty)} was disturbed (runs[].interference): no figure for "
-                  f"{'it' if len(empty) == 1 else 'them'}; measure on a quieter machine, or name the files with "
-                  f"--files / --census-under", soft_wrap=True, highlight=False)
+        err.print(f"elflayout: {escape(session.disturbed_message(doc, empty, bool(args.files)))}", soft_wrap=True,
+                  highlight=False)
         return 1
     return 0

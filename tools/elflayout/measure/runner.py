@@ -1,7 +1,7 @@
 """The interleaved run loop.
 
-Every round runs each variant x state once, in an order shuffled with a recorded seed
-(never all of A then all of B), after preparing the state:
+Every round runs each variant x state once (never all of A then all of B), in a
+counterbalanced order (``Plan.schedule``), after preparing the state:
 
 - ``cold``: sync + drop_caches (the whole system's cache: biased, system libraries too);
 - ``selective``: evict only the files under test and verify with mincore;
@@ -40,6 +40,7 @@ from elflayout.measure import cache, rootless
 from elflayout import emulator as emulation
 from elflayout.pages import SEEK_PAGES  # noqa: F401 - re-exported
 from elflayout.pages import count_seeks as seeks_of
+from elflayout.procs import signal_words
 from elflayout.tracefs import TraceSession, file_key, tracefs_status
 
 STATES = ("selective", "cold", "hot")
@@ -52,6 +53,15 @@ class Variant:
     name: str
     command: str
     emulator: str | None = None  # --emulator; None: detected from the program's ELF machine
+    # program path -> its emulator (None: native). Detected once: reading the ELF header
+    # before each spawn would cache the program's first pages in the harness, and a run
+    # after eviction would not count them.
+    _emulators: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def _emulator(self, program: str):
+        if program not in self._emulators:
+            self._emulators[program] = emulation.for_program(program, self.emulator)
+        return self._emulators[program]
 
     def argv(self, env: dict) -> tuple[list[str], dict, bool]:
         """(argv, extra env, via_shell): direct exec unless the command needs a shell.
@@ -62,14 +72,14 @@ class Variant:
         if _SHELL_CHARS.search(self.command):
             return ["/bin/sh", "-c", self.command], {}, True
         argv, extra = self._program(env)
-        em = emulation.for_program(argv[0], self.emulator)
+        em = self._emulator(argv[0])
         return (em.wrap(argv) if em else argv), extra, False
 
     def emulated(self, env: dict) -> dict | None:
         """What runs this variant's program when it is not native (results metadata)."""
         if _SHELL_CHARS.search(self.command):
             return None
-        em = emulation.for_program(self._program(env)[0][0], self.emulator)
+        em = self._emulator(self._program(env)[0][0])
         return None if em is None else em.describe()
 
     def _program(self, env: dict) -> tuple[list[str], dict]:
@@ -96,15 +106,55 @@ class Plan:
     files: list[str] = field(default_factory=list)
 
     def schedule(self) -> list[tuple[int, str, str]]:
-        """[(round, variant, state)] in run order, shuffled per round with ``seed``."""
+        """[(round, variant, state)] in run order: counterbalanced, labelled with ``seed``.
+
+        A round runs the states one after the other, every variant within each state.
+        Variant orders follow the rows of a balanced Latin square (``williams``; two
+        variants: AB, BA, AB, ...), one row per round, so over every cycle of rows each
+        variant holds each position within a state equally often and follows each other
+        variant equally often: a position effect (the first run of a round slower, say)
+        cancels in a ratio instead of favouring the variant that happened to go first.
+        The state order comes from another such square and changes once per cycle of
+        variant rows. The seed picks which variant and state play which role.
+        """
+        rows = self.order_rows()
+        return [(r, v, s) for r, cells in enumerate(rows) for v, s in cells]
+
+    def order_rows(self) -> list[list[tuple[str, str]]]:
+        """Per round, its cells in run order (see ``schedule``)."""
         rng = random.Random(self.seed)
-        cells = [(v.name, s) for v in self.variants for s in self.states]
+        names = [v.name for v in self.variants]
+        states = list(self.states)
+        rng.shuffle(names)
+        rng.shuffle(states)
+        vrows, srows = williams(len(names)), williams(len(states))
         out = []
         for r in range(self.runs):
-            order = cells[:]
-            rng.shuffle(order)
-            out.extend((r, v, s) for v, s in order)
+            srow = srows[(r // len(vrows)) % len(srows)]
+            vrow = vrows[r % len(vrows)]
+            out.append([(names[i], states[j]) for j in srow for i in vrow])
         return out
+
+    def order_record(self) -> dict:
+        """How the run order was made (results ``metadata.order``)."""
+        cycle = len(williams(len(self.variants)))
+        return {"design": "balanced Latin square (Williams) of variants within each state, one row per round; "
+                          "state order from another, changing once per cycle of variant rows",
+                "variant_cycle": cycle, "balanced": self.runs % cycle == 0,
+                "rounds": [[f"{v}/{s}" for v, s in row] for row in self.order_rows()]}
+
+
+def williams(n: int) -> list[list[int]]:
+    """Rows of a balanced Latin square of ``n`` treatments (Williams 1949).
+
+    Every treatment takes every position once per cycle of rows and immediately follows
+    every other treatment equally often; a cycle is ``n`` rows for even ``n``, ``2n``
+    (the square and its mirror) for odd ``n``. First row 0, 1, n-1, 2, n-2, ...; row r
+    adds r to each entry (mod n).
+    """
+    first = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 and n > 1 else rows
 
 
 # Per-CPU trace buffer: one libLLVM startup is ~10k events (< 1 MB); start at 16 MB and
@@ -125,8 +175,7 @@ def open_session(stack: contextlib.ExitStack, kinds) -> TraceSession:
 def _enable_pid_filter(ts: TraceSession) -> bool:
     """Limit the session to this process and its descendants (True if done)."""
     try:
-        (ts.dir / "options" / "event-fork").write_text("1")
-        (ts.dir / "set_event_pid").write_text(str(os.getpid()))
+        ts.follow(os.getpid())
         return True
     except OSError:
         return False
@@ -173,6 +222,7 @@ class Runner:
         self._child: subprocess.Popen | None = None
         self._errfile = tempfile.TemporaryFile(prefix="elflayout-measure-")
         self._warned_evict: set[str] = set()
+        self._evict_why: dict[str, str] = {}  # file -> why pages stayed (names the mapping processes)
         self.page = cache.PAGE
 
     # -- one child ----------------------------------------------------------------
@@ -231,7 +281,7 @@ class Runner:
             self._errfile.seek(0)
             err = self._errfile.read(400).decode(errors="replace").strip().splitlines()
             raise ElflayoutError(
-                f"variant {variant.name}: command exited with status {p.returncode}"
+                f"variant {variant.name}: command {signal_words(p.returncode)}"
                 + (f": {err[-1]}" if err else "") + f" (command: {variant.command})")
         return {"t0": t0, "wall_s": t1 - t0, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
                 "major_faults": ru.ru_majflt, "minor_faults": ru.ru_minflt, "read_bytes": ru.ru_inblock * 512,
@@ -258,6 +308,7 @@ class Runner:
                 r = cache.evict(f)
                 if r["left"]:
                     left[f] = r["left"]
+                    self._evict_why[f] = r["why"]
                     if f not in self._warned_evict:
                         self._warned_evict.add(f)
                         msg = f"{f}: {r['left']} page(s) stayed resident after eviction (pages {r['pages']}): {r['why']}"
@@ -340,7 +391,7 @@ class Runner:
         left = rec.get("evict_left") or {}
         for f, x in rec["files"].items():
             if left.get(f):
-                return f"{f}: {left[f]} page(s) could not be evicted before the run"
+                return f"{f}: {left[f]} page(s) could not be evicted before the run ({self._evict_why.get(f)})"
             unique = x.get("unique_pages", x["pages_read"])
             if x["resident_after"] > unique:
                 return (f"{f}: {x['resident_after']} pages resident after the run but {unique} read by it "

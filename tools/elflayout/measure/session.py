@@ -42,7 +42,7 @@ from elflayout.measure.cache import can_drop_caches
 from elflayout.measure.runner import SEEK_PAGES, STATES, Plan, Runner, Variant
 from elflayout.storage import SlowStorage
 from elflayout.storage.server import cleanup_stale
-from elflayout.tracefs import file_key, tracefs_status
+from elflayout.tracefs import file_key, remove_stale_instances, tracefs_status
 
 CENSUS_METHODS = ("evict", "drop", "none")
 
@@ -125,9 +125,10 @@ class MeasurePlan:
 
 
 def restore_stale() -> list[str]:
-    """Repair what dead sessions left: system settings, then emulated-disk mounts; one
-    sentence per repair."""
+    """Repair what dead sessions left: system settings, trace instances, then emulated-disk
+    mounts; one sentence per repair."""
     out = StateFile.restore_stale()
+    out += [f"stale trace instance removed: {name}" for name in remove_stale_instances()]
     try:
         out += [f"stale emulated-disk mount or run directory removed: {c}" for c in cleanup_stale()]
     except OSError:
@@ -186,13 +187,25 @@ def hints(runs: list[dict], summary: list[dict]) -> list[str]:
                    f"or more")
     bad = [r for r in runs if r.get("interference")]
     if bad:
-        out.append(f"{len(bad)} run(s) were disturbed (see runs[].interference) and are left out of the statistics: "
-                   f"measure on a quieter machine, or name fewer shared files")
+        causes = {r["interference"] for r in bad}
+        out.append(f"{len(bad)} run(s) were disturbed (see runs[].interference; for example: {min(causes)}) and are "
+                   f"left out of the statistics: measure on a private device (--isolate) or on a quieter machine, "
+                   f"or name fewer shared files")
     for srow in summary:
         if srow["metric"] == "wall_s" and srow.get("cov") and srow["cov"] > 0.10:
             out.append(f"{srow['variant']}/{srow['state']}: wall time CoV {srow['cov'] * 100:.0f}% > 10%: the machine "
                        f"is noisy; try --realtime, --pin CPU, --no-aslr, more --runs, and check what else is running")
     return out
+
+
+def order_hints(plan: Plan) -> list[str]:
+    """A remedy when the rounds do not fill whole cycles of the balanced order."""
+    cycle = plan.order_record()["variant_cycle"]
+    if plan.runs % cycle == 0:
+        return []
+    more = -(-plan.runs // cycle) * cycle
+    return [f"--runs {plan.runs} is not a multiple of {cycle} (a cycle of the balanced order of "
+            f"{len(plan.variants)} variants): positions in a round are only partly balanced; use --runs {more}"]
 
 
 def _storage_mounts(plan: MeasurePlan, stack: contextlib.ExitStack) -> tuple[list, list[str]]:
@@ -389,7 +402,7 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         "argv": plan.argv, "started": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
         **_machine(),
         "states": states, "runs": plan.runs, "warmup": plan.warmup,
-        "seed": plan.seed, "seek_pages": SEEK_PAGES,
+        "seed": plan.seed, "order": run_plan.order_record(), "seek_pages": SEEK_PAGES,
         "read_ahead_kb": control_records["read_ahead_kb"]["applied"],
         "aslr": control_records["aslr"]["applied"], "controls": control_records, "lock": lock_record,
         "source": residency.method if residency else "mincore" if trace_why else "trace",
@@ -399,7 +412,8 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         "storage": storage_md, "spread": runner.spread(runs),
         **({"rootless": {**residency.record(), "why": rootless_why}} if residency else {}),
         **({"isolation": isolation_md} if isolation_md else {}),
-        "notes": notes, "warnings": runner.warnings, "hints": hints(runs, analysis["summary"]),
+        "notes": notes, "warnings": runner.warnings,
+        "hints": hints(runs, analysis["summary"]) + order_hints(run_plan),
     }
     if emulated:
         metadata["emulated"] = emulated
@@ -423,3 +437,28 @@ def all_disturbed(doc: dict) -> list[str]:
     for r in doc["runs"]:
         cells.setdefault((r["variant"], r["state"]), []).append(bool(r.get("interference")))
     return [f"{v}/{s}" for (v, s), bad in cells.items() if all(bad)]
+
+
+def disturbance_causes(doc: dict, cells: list[str] | None = None) -> list[tuple[str, int]]:
+    """[(cause, runs)] recorded in ``runs[].interference`` for ``cells`` (all when None),
+    the most frequent first."""
+    counts: dict[str, int] = {}
+    for r in doc["runs"]:
+        why = r.get("interference")
+        if why and (cells is None or f"{r['variant']}/{r['state']}" in cells):
+            counts[why] = counts.get(why, 0) + 1
+    return sorted(counts.items(), key=lambda kv: -kv[1])
+
+
+def disturbed_message(doc: dict, cells: list[str], files_named: bool) -> str:
+    """Why every run of ``cells`` was disturbed and what to do (one line): the cause the
+    results record, then isolation; naming the files only when they were not named."""
+    causes = disturbance_causes(doc, cells)
+    total = sum(n for _, n in causes)
+    cause, n = causes[0] if causes else ("no cause recorded", 0)
+    more = f"; {len(causes) - 1} other cause(s) in runs[].interference" if len(causes) > 1 else ""
+    fix = "measure on a private device (--isolate) or on a quieter machine"
+    if not files_named:
+        fix += ", or name the files with --files / --census-under"
+    return (f"every run of {', '.join(cells)} was disturbed: {cause} ({n} of {total} runs{more}): no figure for "
+            f"{'it' if len(cells) == 1 else 'them'}; {fix}")

@@ -7,6 +7,7 @@ import shlex
 import sys
 
 from elflayout.errors import ElflayoutError
+from elflayout.procs import signal_words
 
 SUMMARY = "record the first-access order of a target library during a workload"
 EPILOG = """examples:
@@ -86,6 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug-file", action="append", default=[], metavar="FILE",
                    help="separate debug file of a stripped target (matched by build-id; repeatable); by default "
                         "/usr/lib/debug/.build-id/ab/cdef....debug is used when installed")
+    p.add_argument("--timeout", type=float, default=0, metavar="SECONDS",
+                   help="kill a workload still running after this long, with its children, and fail (default 0: "
+                        "no limit)")
     p.add_argument("--keep-log", metavar="FILE", help="valgrind: also keep the tool's raw log here (FILE.N per run)")
     p.add_argument("-o", "--output", required=True, help="profile to write (JSON; .gz compresses)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
@@ -193,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
                          evict=args.evict, children=args.children, env=dict(_kv(x, "--env") for x in args.env),
                          clean_env=args.clean_env,
                          keep_log=args.keep_log, read_ahead_kb=args.read_ahead_kb, debug_files=list(args.debug_file),
-                         emulator=args.emulator)
+                         timeout=args.timeout or None, emulator=args.emulator)
     record.prepare(setup)  # fails early on missing / non-ELF targets and bad maps
     out = fileio.check_output(args.output, force=args.force, inputs=setup.targets + setup.maps)
     try:
@@ -223,7 +227,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"elflayout: warning: {w} (recorded in the profile's metadata.warnings)", file=sys.stderr)
     failed = [(n, rc) for n, rc in statuses if rc]
     for n, rc in failed:
-        how = f"was killed by signal {-rc}" if rc < 0 else f"exited with status {rc}"
-        print(f"elflayout: warning: the workload {n} {how} (profile written"
+        print(f"elflayout: warning: the workload {n} {signal_words(rc)} (profile written"
               f"{'' if args.allow_failure else '; --allow-failure accepts this'})", file=sys.stderr)
     return 0 if not failed or args.allow_failure else 1

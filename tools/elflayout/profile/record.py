@@ -18,6 +18,7 @@ from elftools.elf.constants import SH_FLAGS
 
 from elflayout import emulator as emulation
 from elflayout import linkmap as lmmod
+from elflayout import procs
 from elflayout import symbols
 from elflayout.controls import KEEP_ENV, ControlSet, MeasurementLock, ReadAhead
 from elflayout.elfcore import ElfImage
@@ -52,6 +53,7 @@ class Setup:
     linkmaps: list = field(default_factory=list)
     emulator: str | None = None  # --emulator text; the detected or given Emulator after prepare
     machine: str = ""  # the targets' ELF machine
+    timeout: float | None = None  # kill a workload (and its children) still running after this long
 
 
 @dataclass
@@ -285,6 +287,26 @@ def base_env(clean: bool) -> dict:
     return {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
 
 
+def _run_backend(be, setup: Setup, wl: Workload, env: dict, out):
+    """One run of the workload under the backend: (run, read-ahead record or None)."""
+    if setup.backend == "valgrind":
+        return be.run(setup.targets, wl.argv, data=setup.data, log_path=setup.keep_log, env=env,
+                      children=setup.children, stdout=out), None
+    if setup.backend == "qemu":
+        return be.run(setup.targets, wl.argv, emulator=setup.emulator, data=setup.data, log_path=setup.keep_log,
+                      env=env, stdout=out), None
+    # a trace profile's pages depend on read-ahead, which is system-wide: take
+    # turns with measurement sessions, set it if asked, record what it was
+    with MeasurementLock() as lock, ControlSet([ReadAhead(setup.targets[0], setup.read_ahead_kb)]):
+        ra0 = read_ahead_kb(setup.targets[0])
+        argv = wl.argv if setup.emulator is None else \
+            setup.emulator.wrap([model.workload_path(wl.argv[0]), *wl.argv[1:]])
+        r = be.run(setup.targets, argv, evict_first=setup.evict, env=env, children=setup.children, stdout=out)
+        ra1 = read_ahead_kb(setup.targets[0])
+    return r, {"read_ahead_kb": ra0 if ra0 == ra1 else None, "read_ahead_kb_before": ra0,
+               "read_ahead_kb_after": ra1, "lock_waited_s": lock.record()["waited_s"]}
+
+
 def record(setup: Setup, wl: Workload, progress=None) -> dict:
     """Run one workload; its profile document (validated)."""
     be = backend(setup.backend)
@@ -292,29 +314,17 @@ def record(setup: Setup, wl: Workload, progress=None) -> dict:
     env = base_env(setup.clean_env)
     env.update(setup.env)
     env.update(wl.env)
-    with stdout_for(wl.stdout) as out:
+    with stdout_for(wl.stdout) as out, procs.Deadline(setup.timeout) as deadline:
         if progress:
             progress(f"running {wl.name} under {setup.backend} ...")
-        if setup.backend == "valgrind":
-            r = be.run(setup.targets, wl.argv, data=setup.data, log_path=setup.keep_log, env=env,
-                       children=setup.children, stdout=out)
-        elif setup.backend == "qemu":
-            r = be.run(setup.targets, wl.argv, emulator=setup.emulator, data=setup.data, log_path=setup.keep_log,
-                       env=env, stdout=out)
-        else:
-            # a trace profile's pages depend on read-ahead, which is system-wide: take
-            # turns with measurement sessions, set it if asked, record what it was
-            with MeasurementLock() as lock, ControlSet([ReadAhead(setup.targets[0], setup.read_ahead_kb)]):
-                ra0 = read_ahead_kb(setup.targets[0])
-                argv = wl.argv if setup.emulator is None else \
-                    setup.emulator.wrap([model.workload_path(wl.argv[0]), *wl.argv[1:]])
-                r = be.run(setup.targets, argv, evict_first=setup.evict, env=env, children=setup.children,
-                           stdout=out)
-                ra1 = read_ahead_kb(setup.targets[0])
-            ra = {"read_ahead_kb": ra0 if ra0 == ra1 else None, "read_ahead_kb_before": ra0,
-                  "read_ahead_kb_after": ra1, "lock_waited_s": lock.record()["waited_s"]}
-    if setup.backend != "trace":
-        ra = None
+        try:
+            r, ra = _run_backend(be, setup, wl, env, out)
+        except ElflayoutError:
+            if not deadline.expired.is_set():
+                raise
+    if deadline.expired.is_set():
+        raise ElflayoutError(f"the workload {wl.name} was still running after {setup.timeout:g} s: killed with its "
+                             f"children (--timeout; command: {shlex.join(wl.argv)})")
     meta = _metadata(setup, wl, r)
     if progress:
         progress(f"attributing {wl.name}'s addresses to functions, sections and objects ...")

@@ -60,8 +60,7 @@ class Run:
 
 def _follow_children(ts, pid: int) -> None:
     """Let the kernel record only ``pid`` and the processes it forks (set_event_pid + event-fork)."""
-    (ts.dir / "options" / "event-fork").write_text("1")
-    (ts.dir / "set_event_pid").write_text(str(pid))
+    ts.follow(pid)
 
 
 def _run_gated(exe, argv, env, stdout, stderr, before_exec) -> tuple[int, int]:

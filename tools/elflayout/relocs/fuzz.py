@@ -1,4 +1,4 @@
-"""Damaged real libraries through inspect, relocs and pack-relocs --check (seeded fuzzing).
+"""Damaged real libraries and executables through inspect, relocs and pack-relocs --check (seeded fuzzing).
 
 Goal: every damaged input is either refused with one line (``ElflayoutError``: exit 2;
 ``Finding``: exit 1) or packed into an output that, after a real load, holds the same
@@ -184,8 +184,9 @@ def run_variant(lib: Path, data: bytes, seed: int, index: int, workdir: Path, re
         what = "internal_errors"
         fail(f"{type(e).__name__}: {e}")
     setattr(t, what, 1)
-    if what == "accepted" and real_load:
-        r = simload.real_load_compare(src, d / "out.so")
+    if what == "accepted" and real_load:  # an executable is started up to its entry point instead
+        compare = simload.real_start_compare if simload.is_executable(src) else simload.real_load_compare
+        r = compare(src, d / "out.so")
         if "error" in r:
             t.accepted_input_does_not_load = 1
         elif r["equal"]:

@@ -78,7 +78,7 @@ def pack(src, out, verify=None, *, replace: bool = False, form: str = "relr", cu
     t1 = time.perf_counter()
     st = dict(plan.stats)
     with atomic_output(out, mode=os.stat(src).st_mode & 0o777, replace=replace) as tmp:
-        write_plan(plan, src, tmp)
+        write_plan(plan, src, tmp, sync=plan.free_range is None)
         if plan.free_range is not None:
             st["cut"] = cut_freed_pages(tmp, *plan.free_range)
         t2 = time.perf_counter()

@@ -6,7 +6,8 @@ import json
 import shutil
 import sys
 
-SUMMARY = "pack the RELATIVE relocations of a linked x86-64 shared library (DT_RELR, or self-applying for old glibc)"
+SUMMARY = ("pack the RELATIVE relocations of a linked shared library or PIE executable (DT_RELR, or self-applying "
+           "for old glibc)")
 EPILOG = """example:
   elflayout pack-relocs /usr/lib/x86_64-linux-gnu/libLLVM-16.so.1 -o packed/libLLVM-16.so.1 --check
       .rela.dyn 9,780,864 -> 477,720 bytes, RELR 144,392 bytes (387,631 relocations packed)
@@ -34,6 +35,10 @@ PT_LOAD is split around them, addresses unchanged; its new program header takes 
 --keep-freed leaves them. On AArch64 the cut is a multiple of the segments' p_align (64 KiB in
 Debian), so the output loads on 4, 16 and 64 KiB kernels; --check's real loads run under
 qemu-aarch64 (--emulator, or the arm64 root of scripts/arm64-root.sh / --root).
+PIE executables (relr form only): PT_PHDR stays; when the program headers need room the table moves into
+the freed space; without spare slots (lld) the dynamic array, which ld.so writes (DT_DEBUG), moves to a
+new writable PT_LOAD after the last segment. --check starts IN and OUT up to their entry point (ptrace,
+ASLR off) and compares their writable memory; --run='ARGS' also runs both and compares their output.
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
 Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input. With --json,
 a check that fails or refuses the input still prints the document (status check-failed or check-refused).
@@ -42,11 +47,17 @@ See docs/relocation-packing.md.
 
 
 def add_arguments(p):
-    p.add_argument("input", metavar="IN", help="linked ELF shared library (x86-64 or AArch64, RELA, no TEXTREL)")
-    p.add_argument("-o", "--output", metavar="OUT", required=True, help="packed library to write")
+    p.add_argument("input", metavar="IN",
+                   help="linked ELF shared library or PIE executable (x86-64 or AArch64, RELA, no TEXTREL)")
+    p.add_argument("-o", "--output", metavar="OUT", required=True, help="packed file to write")
     p.add_argument("--check", action="store_true",
                    help="prove equivalence before writing OUT: simulated loader at two load bases, then real loads "
-                        "of IN and OUT (ASLR off) with equal writable bytes")
+                        "of IN and OUT (ASLR off) with equal writable bytes (executables: started up to their entry "
+                        "point under ptrace)")
+    p.add_argument("--run", metavar="ARGS",
+                   help="for an executable (implies --check): also run IN and OUT with these arguments (shell "
+                        "words; --run='--flag ...' when they start with a dash) and require the same exit status and "
+                        "standard output")
     p.add_argument("--json", action="store_true", help="print an elflayout-pack-relocs JSON document")
     p.add_argument("--force", action="store_true", help="replace an existing OUT (and copy already-packed input)")
     p.add_argument("--format", choices=("relr", "self", "auto"), default="auto",
@@ -99,12 +110,13 @@ def choose_form(fmt: str, min_glibc, root=None, lib=None) -> tuple[str, tuple[in
     return fmt, min_glibc
 
 
-def _verify(src, tmp, root=None, emulator=None):
+def _verify(src, tmp, root=None, emulator=None, run=None):
     from rich.console import Console
 
     from elflayout.relocs import simload
 
-    return simload.check(src, tmp, status=lambda msg: Console(stderr=True).status(msg), root=root, emulator=emulator)
+    return simload.check(src, tmp, status=lambda msg: Console(stderr=True).status(msg), root=root, emulator=emulator,
+                         run=run)
 
 
 def run(args) -> int:
@@ -119,18 +131,18 @@ def run(args) -> int:
     form, min_glibc = choose_form(args.format, args.min_glibc, args.root, args.input)
     checking = []
     emulator = None
-    if args.check and args.emulator:
+    if (args.check or args.run is not None) and args.emulator:
         from elflayout import emulator as emulation
 
         emulator = emulation.parse(args.emulator)
 
     def verify(a, b):
         checking.append(True)
-        return _verify(a, b, args.root, emulator)
+        return _verify(a, b, args.root, emulator, args.run)
 
     try:
-        st = pack(args.input, args.output, verify=verify if args.check else None, replace=args.force, form=form,
-                  cut=not args.keep_freed)
+        st = pack(args.input, args.output, verify=verify if args.check or args.run is not None else None,
+                  replace=args.force, form=form, cut=not args.keep_freed)
     except (Finding, ElflayoutError) as e:
         # The check's verdict is a result too: --json prints it before the exit status.
         if args.json and checking:
@@ -178,5 +190,9 @@ def _print_text(src, out, p) -> None:
         real = c["real_load"]
         print(f"  check: relocated images equal at {len(c['bases'])} load bases ({c['compared_bytes']:,} bytes "
               f"compared, {c['excluded_bytes']:,} of dynamic-linking tables checked field by field); "
-              f"real load {'equal' if isinstance(real, dict) else real}"
+              f"real {'start' if 'started' in str(c.get('dlopen')) else 'load'} "
+              f"{'equal' if isinstance(real, dict) else real}"
               + (f" ({real['compared_bytes']:,} writable bytes)" if isinstance(real, dict) else ""))
+        if c.get("run"):
+            print(f"  --run {c['run']['args']}: same exit status ({c['run']['status']}) and output "
+                  f"({c['run']['stdout_bytes']:,} bytes)")

@@ -3,6 +3,7 @@ describes the whole algorithm)."""
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
@@ -32,8 +33,18 @@ def cut_freed_pages(path, lo: int, hi: int) -> dict:
     ``_layout`` slides the tables after the table (the build-id note with them) by one
     entry (``_phdr_reserve``). Returns
     ``{"pages": n, "bytes": n}`` (0 pages and the reason when nothing was cut)."""
-    with open(path, "r+b") as f:
-        data = bytearray(f.read())
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as mm:
+        out = _cut(mm, lo, hi)
+        if out.get("pages"):
+            mm.flush()
+            f.truncate(len(mm) - out["bytes"])
+        os.fsync(f.fileno())
+    return out
+
+
+def _cut(data: mmap.mmap, lo: int, hi: int) -> dict:
+    """``cut_freed_pages`` on the file's map: the headers rewritten, the bytes after the
+    hole moved down (the caller truncates)."""
     ehdr, ph, sh = L.read_headers(data)  # the written copy: valid headers (plan_pack made them)
     eh = ehdr[0]
     phoff, phnum, shoff, shnum = int(eh["e_phoff"]), int(eh["e_phnum"]), int(eh["e_shoff"]), int(eh["e_shnum"])
@@ -64,6 +75,8 @@ def cut_freed_pages(path, lo: int, hi: int) -> dict:
     phdr = np.flatnonzero(ph["p_type"] == L.PT_PHDR)
     if not grow and not phdr.size:
         return nothing("no room for one more program header and no PT_PHDR to give its place")
+    if not grow and np.any(ph["p_type"] == L.PT_INTERP):  # glibc: an executable's load base = AT_PHDR - PT_PHDR
+        return nothing("no room for one more program header, and an executable's PT_PHDR must stay")
     if any(sh["sh_type"][i] != L.SHT_NOBITS and sh["sh_size"][i] and sh["sh_offset"][i] < b
            and sh["sh_offset"][i] + sh["sh_size"][i] > a for i in range(shnum)):
         return nothing("a section lies in the freed range")
@@ -91,13 +104,8 @@ def cut_freed_pages(path, lo: int, hi: int) -> dict:
     if shoff >= b:
         eh["e_shoff"] = shoff - cut
     data[phoff:phoff + ph.nbytes] = ph.tobytes()
-    out = data[:a] + data[b:]
-    out[0:L.EHDR64.itemsize] = eh.tobytes()
+    data[0:L.EHDR64.itemsize] = eh.tobytes()
+    data.move(a, b, len(data) - b)
     new_shoff = int(eh["e_shoff"])
-    out[new_shoff:new_shoff + sh.nbytes] = sh.tobytes()
-    with open(path, "r+b") as f:
-        f.write(out)
-        f.truncate(len(out))
-        f.flush()
-        os.fsync(f.fileno())
+    data[new_shoff:new_shoff + sh.nbytes] = sh.tobytes()
     return {"pages": cut // PAGE, "bytes": cut, "program_header": "added" if grow else "in PT_PHDR's place"}

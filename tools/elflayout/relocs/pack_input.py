@@ -50,6 +50,13 @@ class _Input:
     def tag(self, t) -> int | None:
         return self.dyn.get(t)
 
+    @property
+    def interp(self):
+        """PT_INTERP's program header, or None: an executable has one (glibc finds its load
+        base through PT_PHDR, which must then stay)."""
+        x = np.flatnonzero(self.phdrs["p_type"] == L.PT_INTERP)
+        return self.phdrs[int(x[0])] if x.size else None
+
     def sh(self, i, f) -> int:
         return int(self.shdrs[i][f])
 
@@ -92,7 +99,8 @@ def read_input(img, form: str = "relr") -> _Input:
     ElflayoutError naming the problem otherwise."""
     hdr = img.elf.header
     if hdr["e_type"] != "ET_DYN":
-        _fail(img, f"not a shared object (e_type {hdr['e_type']}); pack-relocs rewrites ET_DYN libraries")
+        _fail(img, f"not position-independent (e_type {hdr['e_type']}); pack-relocs rewrites ET_DYN shared "
+                   "libraries and PIE executables")
     arch = arch_of(img)
     if not arch.pack_supported:
         _fail(img, f"packing {img.machine} ELF{img.elfclass} is not implemented yet (x86-64 and AArch64 only; "
@@ -130,6 +138,13 @@ def validate(img, form: str = "relr") -> _Input:
     tag = inp.tag
     if tag(L.DT_TEXTREL) is not None or (tag(L.DT_FLAGS) or 0) & L.DF_TEXTREL:
         _fail(img, "has text relocations (DT_TEXTREL): relocating read-only code cannot be packed safely")
+    if inp.interp is None and (tag(L.DT_FLAGS_1) or 0) & L.DF_1_PIE:
+        _fail(img, "a static PIE (DF_1_PIE without PT_INTERP): it relocates itself with its own copy of "
+                   "ld.so's code, which may predate DT_RELR; not packed")
+    if form == "self" and inp.interp is not None:
+        _fail(img, "the self-applying form is not made for executables: glibc < 2.34 runs an executable's "
+                   "initialization through its own _init (crti.o), never through DT_INIT, and later ones run "
+                   "DT_INIT after the libraries' initializers; use the relr form (glibc >= 2.36)")
     if tag(L.DT_RELR) is not None:
         raise AlreadyPacked(f"{img.path}: already packed (has DT_RELR)")
     rela = img.section(".rela.dyn")

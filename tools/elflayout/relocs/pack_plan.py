@@ -14,6 +14,7 @@ import numpy as np
 
 from elflayout import elfcore
 from elflayout import layouts as L
+from elflayout.arch import cut_granule
 from elflayout.relocs import selfapply
 from elflayout.relocs.pack_cut import MIN_CUT_PAGES
 from elflayout.relocs.pack_input import FORMS, _fail, _Input, _read, _Selection, _select, _version_need, _VersionNeed, validate
@@ -208,6 +209,9 @@ class _DynamicPatch:
     patch: tuple | None      # (offset, bytes) when rewritten in place
     note: str
     relr_addr: int
+    new_dyn_addr: int | None = None   # link-time address of a moved array
+    writable: bool = False   # moved into a new writable PT_LOAD at the end of the file (DT_DEBUG)
+    seg_size: int | None = None  # that PT_LOAD's size when the program header table went in it too
 
 
 def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "_Applier | None") -> _DynamicPatch:
@@ -252,14 +256,13 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "
         _fail(img, "no DT_INIT and no spare DT_NULL slot to add one: the self-applying form cannot be made "
                    "post-link (a read-only dynamic array needs glibc >= 2.35): link it with "
                    "'elflayout link --pack self' instead")
-    if np.any(dt == L.DT_DEBUG):
-        _fail(img, "no spare DT_NULL slot and DT_DEBUG present (an executable): ld.so writes DT_DEBUG, so the "
-                   "dynamic array cannot move to read-only memory; relink with -z pack-relative-relocs")
     if dyn_i is None:
         _fail(img, "no .dynamic section header for the dynamic array that must move")
     if sel.lead == 0 and np.any(dt == L.DT_RELACOUNT):
         new_live = new_live[dt != L.DT_RELACOUNT]
     new_dyn = np.concatenate([new_live, add, np.zeros(1 + EXTRA_DYN_SLOTS, L.DYN64)])
+    if np.any(new_live["d_tag"] == L.DT_DEBUG):
+        return _dynamic_writable(inp, new_dyn, shift, dyn_i, spare, relr_addr)
     new_dyn_off = L.align_up(lay.end, L.DYN64.itemsize)
     end = new_dyn_off + new_dyn.nbytes
     if end > lay.rela_end:
@@ -273,7 +276,124 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "
     ashift[dyn_i] = new_dyn_off + lay.vshift - inp.sh(dyn_i, "sh_addr")  # ... .dynamic changes segment
     note = (f"no spare DT_NULL slot ({spare}): dynamic array moved to {new_dyn_off + lay.vshift:#x} "
             "(read-only PT_DYNAMIC, needs glibc >= 2.35)")
-    return _DynamicPatch(shift, ashift, new_dyn, new_dyn_off, None, note, relr_addr)
+    return _DynamicPatch(shift, ashift, new_dyn, new_dyn_off, None, note, relr_addr, new_dyn_off + lay.vshift)
+
+
+def _dynamic_writable(inp: _Input, new_dyn, shift: dict, dyn_i: int, spare: int, relr_addr: int) -> _DynamicPatch:
+    """The rebuilt array where it stays writable: ld.so stores DT_DEBUG's value in it at
+    start (and relocates its pointers in place), so it cannot go to the read-only freed
+    space. A new RW PT_LOAD after the last segment holds it, in a new page at the end of
+    the file (before the section headers); its program header needs room (``_phdr_table``)."""
+    loads = inp.phdrs[inp.phdrs["p_type"] == L.PT_LOAD]
+    if not loads.size:
+        _fail(inp.img, "no PT_LOAD segment")
+    g = _granule(inp)
+    vaddr = L.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), g)
+    off = L.align_up(_tail_start(inp), g)
+    shift[dyn_i] = off - inp.sh(dyn_i, "sh_offset")
+    ashift = dict(shift)
+    ashift[dyn_i] = vaddr - inp.sh(dyn_i, "sh_addr")
+    note = (f"no spare DT_NULL slot ({spare}) and DT_DEBUG: dynamic array moved to {vaddr:#x}, a new writable "
+            "PT_LOAD after the last segment")
+    return _DynamicPatch(shift, ashift, new_dyn, off, None, note, relr_addr, vaddr, True)
+
+
+def _granule(inp: _Input) -> int:
+    """Alignment of a new segment: the page, or an arm64 file's p_align (arch.cut_granule)."""
+    machine = int(_read(inp.img, 0, L.EHDR64.itemsize, L.EHDR64)[0]["e_machine"])
+    return cut_granule(machine, inp.phdrs["p_type"], inp.phdrs["p_align"], PAGE)
+
+
+def _tail_start(inp: _Input) -> int:
+    """Where the section names and headers are rewritten: their old place when nothing
+    follows it, else the end of the file."""
+    img, phdrs, shdrs, hdr = inp.img, inp.phdrs, inp.shdrs, inp.img.elf.header
+    shstr_i = hdr["e_shstrndx"]
+    ends = [int(p["p_offset"] + p["p_filesz"]) for p in phdrs] + [int(hdr["e_phoff"] + phdrs.nbytes)]
+    ends += [int(s["sh_offset"] + s["sh_size"]) for i, s in enumerate(shdrs)
+             if i != shstr_i and s["sh_type"] != L.SHT_NOBITS]
+    old_tail = min(int(shdrs[shstr_i]["sh_offset"]), int(hdr["e_shoff"]))
+    return old_tail if old_tail >= max(ends) else img.size
+
+
+def _phdr_with_dynamic(inp: _Input, dy: _DynamicPatch, size: int) -> _PhdrTable:
+    """Too little freed space for the table (a few dozen relocations): it goes after the
+    dynamic array in the new writable segment, whose file offset then equals its address
+    less the first PT_LOAD's difference (for AT_PHDR, as above): the file gets a hole of
+    zeros (sparse where the file system allows) as long as the last segment's bss."""
+    first = inp.phdrs[inp.phdrs["p_type"] == L.PT_LOAD][0]
+    off = dy.new_dyn_addr - (int(first["p_vaddr"]) - int(first["p_offset"]))
+    if off < dy.new_dyn_off:
+        _fail(inp.img, "no room for the program header table: segments map addresses below their file offsets")
+    dyn_i = next(i for i, s in enumerate(inp.shdrs) if s["sh_type"] == L.SHT_DYNAMIC)
+    dy.shift[dyn_i] += off - dy.new_dyn_off
+    dy.new_dyn_off = off
+    at = off + L.align_up(dy.new_dyn.nbytes, 8)
+    dy.seg_size = at + size - off
+    return _PhdrTable(at, True, f"moved after it, into its segment ({off - _tail_start(inp):,} bytes of zeros "
+                                "before it: too little space freed for the table)")
+
+
+@dataclass
+class _PhdrTable:
+    """Where the program header table goes and the entries it holds."""
+    off: int                 # file offset (e_phoff)
+    moved: bool
+    note: str
+
+
+def _phdr_room(inp: _Input) -> int:
+    """Whole entries of room after the table in place: nothing starts there and its bytes are zero."""
+    end = _phdr_table_end(inp)
+    starts = [int(s["sh_offset"]) for s in inp.shdrs if s["sh_type"] != L.SHT_NOBITS and s["sh_size"]
+              and s["sh_offset"] >= end] + [int(p["p_offset"]) for p in inp.phdrs if p["p_filesz"]
+                                             and p["p_offset"] >= end]
+    n = (min(starts, default=inp.img.size) - end) // L.PHDR64.itemsize
+    while n > 0 and np.any(_read(inp.img, end, n * L.PHDR64.itemsize)):
+        n -= 1
+    return max(n, 0)
+
+
+def _phdr_table(inp: _Input, lay: _Layout, dy: _DynamicPatch, cut: bool) -> _PhdrTable:
+    """Step 7a: room for the program headers the rewrite adds (the writable dynamic
+    segment; the cut's split, ``cut_freed_pages``).
+
+    A library may give PT_PHDR's place to the cut; an executable may not (glibc computes
+    its load base from PT_PHDR). Without room after the table it moves into the freed
+    space, right after the tables, with one spare entry for the cut: the PT_LOAD there
+    maps it at an address that is its offset plus the first PT_LOAD's difference, so
+    the kernel's AT_PHDR is right whichever way it is computed (Linux < 5.18 adds
+    e_phoff to the first segment's address)."""
+    img, ph = inp.img, inp.phdrs
+    phoff = int(img.elf.header["e_phoff"])
+    here = _PhdrTable(phoff, False, "in place")
+    extra = 1 if dy.writable else 0
+    pages = lambda start: lay.rela_end // PAGE - L.align_up(start, PAGE) // PAGE  # noqa: E731
+    cut_entry = 1 if cut and pages(lay.end) >= MIN_CUT_PAGES else 0
+    give_phdr = inp.interp is None and np.any(ph["p_type"] == L.PT_PHDR)
+    room = _phdr_room(inp)
+    if extra + cut_entry <= room + (1 if give_phdr and cut_entry else 0):
+        return here
+    if not extra and (give_phdr or inp.interp is None):
+        return here  # a library: the cut takes PT_PHDR's place, or finds no room and keeps the pages
+    at = L.align_up(lay.end, 8)  # p_align of PT_PHDR
+    size = (ph.size + extra + 1) * L.PHDR64.itemsize
+    first = ph[ph["p_type"] == L.PT_LOAD][0]
+    why = None
+    if at + size > lay.rela_end:
+        why = (f"not enough space freed in .rela.dyn for the program header table "
+               f"({lay.rela_end - lay.end} bytes left, {size} needed)")
+    elif lay.vshift != int(first["p_vaddr"]) - int(first["p_offset"]):
+        why = "the freed space is not mapped like the first PT_LOAD: the program header table cannot move there"
+    if why is not None:
+        if extra:
+            return _phdr_with_dynamic(inp, dy, size)
+        return _PhdrTable(phoff, False, f"in place ({why}; freed pages kept)")
+    lay.blk[at - lay.run_start:at + size - lay.run_start] = 0
+    lay.freed -= at + size - lay.end
+    lay.end = at + size
+    return _PhdrTable(at, True, f"moved to {at + lay.vshift:#x} (no room after it for the new entries; "
+                                "PT_PHDR follows)")
 
 
 def _symbols(inp: _Input, lay: _Layout, dy: _DynamicPatch) -> list:
@@ -302,29 +422,51 @@ def _symbols(inp: _Input, lay: _Layout, dy: _DynamicPatch) -> list:
     return blocks
 
 
-def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _DynamicPatch, ap=None):
-    """Step 7: program/section headers and the ELF header; returns (blocks, tail offset, tail)."""
-    img, shdrs, phdrs = inp.img, inp.shdrs, inp.phdrs
-    hdr = img.elf.header
-    blocks = []
-    ph = phdrs.copy()
+def _program_headers(inp: _Input, lay: _Layout, dy: _DynamicPatch, ap, pt: _PhdrTable) -> np.ndarray:
+    """Step 7b: the new program header table (entries for the routine, a moved dynamic
+    array and its writable segment, the moved table and PT_PHDR)."""
+    ph = inp.phdrs.copy()
     if ap is not None:  # the executable PT_LOAD now ends after the routine
         g = ph[ap.seg]
         g["p_filesz"] = g["p_memsz"] = ap.off + len(ap.data) - int(g["p_offset"])
     if dy.new_dyn_off is not None:
         k = int(np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0][0])
         ph["p_offset"][k] = dy.new_dyn_off
-        ph["p_vaddr"][k] = ph["p_paddr"][k] = dy.new_dyn_off + lay.vshift
+        ph["p_vaddr"][k] = ph["p_paddr"][k] = dy.new_dyn_addr
         ph["p_filesz"][k] = ph["p_memsz"][k] = dy.new_dyn.nbytes
-        ph["p_flags"][k] = L.PF_R
+        ph["p_flags"][k] = L.PF_R | (L.PF_W if dy.writable else 0)
+        if dy.writable:  # after the last PT_LOAD: they stay sorted by address
+            last = int(np.flatnonzero(ph["p_type"] == L.PT_LOAD)[-1])
+            n = dy.seg_size or dy.new_dyn.nbytes
+            seg = np.array([(L.PT_LOAD, L.PF_R | L.PF_W, dy.new_dyn_off, dy.new_dyn_addr, dy.new_dyn_addr,
+                             n, n, _granule(inp))], L.PHDR64)
+            ph = np.concatenate([ph[:last + 1], seg, ph[last + 1:]]).astype(L.PHDR64)
+    if pt.moved:
+        x = ph["p_type"] == L.PT_PHDR
+        ph["p_offset"][x] = pt.off
+        ph["p_vaddr"][x] = ph["p_paddr"][x] = pt.off + lay.vshift
+        ph["p_filesz"][x] = ph["p_memsz"][x] = ph.nbytes
+    return ph
+
+
+def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _DynamicPatch, ap=None,
+             pt: _PhdrTable | None = None):
+    """Step 7: program/section headers and the ELF header; returns (blocks, tail offset, tail)."""
+    img, shdrs, phdrs = inp.img, inp.shdrs, inp.phdrs
+    hdr = img.elf.header
+    blocks = []
+    pt = pt or _PhdrTable(int(hdr["e_phoff"]), False, "in place")
+    ph = _program_headers(inp, lay, dy, ap, pt)
     for i, sft in dy.shift.items():  # a note slid with the run (_phdr_reserve): its PT_NOTE too
         x = (ph["p_type"] == L.PT_NOTE) & (ph["p_offset"] == inp.sh(i, "sh_offset"))
         if sft and shdrs[i]["sh_type"] == L.SHT_NOTE and x.any():
             ph["p_offset"][x] += np.uint64(sft)
             ph["p_vaddr"][x] += np.uint64(dy.ashift[i])
             ph["p_paddr"][x] += np.uint64(dy.ashift[i])
-    if ph.tobytes() != phdrs.tobytes():
-        blocks.append((hdr["e_phoff"], ph.tobytes()))
+    if pt.moved:  # the old table is not read any more
+        blocks.append((int(hdr["e_phoff"]), bytes(phdrs.nbytes)))
+    if ph.tobytes() != phdrs.tobytes() or pt.moved:
+        blocks.append((pt.off, ph.tobytes()))
     sh = shdrs.copy()
     for i, s in dy.shift.items():
         sh["sh_offset"][i] = int(sh["sh_offset"][i]) + s  # s < 0 for a .dynamic moved down
@@ -337,7 +479,8 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
     if dy.new_dyn_off is not None:
         dyn_i = next(i for i, s in enumerate(shdrs) if s["sh_type"] == L.SHT_DYNAMIC)
         sh["sh_size"][dyn_i] = dy.new_dyn.nbytes
-        sh["sh_flags"][dyn_i] &= ~np.uint64(L.SHF_WRITE)
+        if not dy.writable:
+            sh["sh_flags"][dyn_i] &= ~np.uint64(L.SHF_WRITE)
     shstr_i = hdr["e_shstrndx"]
     shstr = _read(img, int(sh["sh_offset"][shstr_i]), int(sh["sh_size"][shstr_i])).tobytes()
 
@@ -360,19 +503,21 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
         new[1] = (name(b".text.relr_apply"), L.SHT_PROGBITS, L.SHF_ALLOC | L.SHF_EXECINSTR,
                   ap.entry - selfapply.ENTRY, ap.off, len(ap.data), 0, 0, 16, 0)
     sh = np.concatenate([sh, new])
-    # The tail (names + headers) is rewritten after the last other byte of the file.
-    ends = [int(p["p_offset"] + p["p_filesz"]) for p in phdrs] + [int(hdr["e_phoff"] + phdrs.nbytes)]
-    ends += [int(s["sh_offset"] + s["sh_size"]) for i, s in enumerate(shdrs)
-             if i != shstr_i and s["sh_type"] != L.SHT_NOBITS]
-    content_end = max(ends)
-    old_tail = min(int(shdrs[shstr_i]["sh_offset"]), int(hdr["e_shoff"]))
-    tail_at = old_tail if old_tail >= content_end else img.size
-    sh["sh_offset"][shstr_i] = tail_at
+    # The tail (names + headers) is rewritten after the last other byte of the file;
+    # a writable dynamic segment goes first, in a page of its own.
+    tail_at = _tail_start(inp)
+    head = b""
+    if dy.writable:
+        head = bytes(dy.new_dyn_off - tail_at) + dy.new_dyn.tobytes() + \
+            bytes((dy.seg_size or dy.new_dyn.nbytes) - dy.new_dyn.nbytes)
+    names_at = tail_at + len(head)
+    sh["sh_offset"][shstr_i] = names_at
     sh["sh_size"][shstr_i] = len(shstr)
-    shoff = L.align_up(tail_at + len(shstr), L.SHDR64.alignment)
-    tail = shstr + bytes(shoff - tail_at - len(shstr)) + sh.tobytes()
+    shoff = L.align_up(names_at + len(shstr), L.SHDR64.alignment)
+    tail = head + shstr + bytes(shoff - names_at - len(shstr)) + sh.tobytes()
     ehdr = _read(img, 0, L.EHDR64.itemsize, L.EHDR64)
     ehdr["e_shoff"], ehdr["e_shnum"] = shoff, len(sh)
+    ehdr["e_phoff"], ehdr["e_phnum"] = pt.off, ph.size
     blocks.append((0, ehdr.tobytes()))
     return blocks, tail_at, tail
 
@@ -394,8 +539,11 @@ def plan_pack(img, form: str = "relr", cut: bool = True) -> Plan:
     lay = _layout(inp, sel, vn, cut)
     ap = _applier(inp, sel, lay) if form == "self" else None
     dy = _dynamic(inp, sel, vn, lay, ap)
+    pt = _phdr_table(inp, lay, dy, cut)
     sym_blocks = _symbols(inp, lay, dy)
-    hdr_blocks, tail_at, tail = _headers(inp, sel, vn, lay, dy, ap)
+    if pt.moved or dy.writable:
+        dy.note += f"; program header table {pt.note}"
+    hdr_blocks, tail_at, tail = _headers(inp, sel, vn, lay, dy, ap, pt)
     blocks = [(lay.run_start, lay.blk.tobytes())] + sym_blocks + ([dy.patch] if dy.patch else []) + hdr_blocks
     if ap is not None:
         blocks.append((ap.off, ap.data))

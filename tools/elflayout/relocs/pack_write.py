@@ -11,8 +11,9 @@ import numpy as np
 from elflayout.relocs.pack_plan import Plan
 
 
-def write_plan(plan: Plan, src, dst) -> None:
-    """Copy ``src`` once to ``dst`` (a fresh temporary file) and patch it in place."""
+def write_plan(plan: Plan, src, dst, sync: bool = True) -> None:
+    """Copy ``src`` once to ``dst`` (a fresh temporary file) and patch it in place;
+    ``sync``: fsync it (not when the cut rewrites it next and syncs)."""
     shutil.copyfile(src, dst)
     with open(dst, "r+b") as f:
         f.truncate(plan.truncate_at)
@@ -30,6 +31,7 @@ def write_plan(plan: Plan, src, dst) -> None:
             mm.flush()
         finally:
             mm.close()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
 
 

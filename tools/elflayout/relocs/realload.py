@@ -1,6 +1,11 @@
 """The real-load half of ``--check``: load libraries with the system's own ld.so, in a
-child process (loadprobe.py, run as a file by this or a system root's python3), and
+child process (loadprobe.py, run as a file by this or a system root's python3; in a root
+without a python3 that has ctypes, the same program in C, ``tools/loadprobe``), and
 compare what the loader left in memory.
+
+A child that fails without saying why dlopen failed (no interpreter, a missing module,
+a crash of the checker itself) is the checker's failure, reported as such, never taken
+for the library not loading.
 
 ``dlopen_check`` says whether a library loads at all; ``compare_loads`` loads two files
 (ASLR off, same name, same environment) and compares their bytes at given link-time
@@ -10,6 +15,7 @@ simulated loader's knowledge (simload.real_load_compare).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -26,19 +32,51 @@ from elflayout.errors import ElflayoutError
 ROOT = Path(__file__).resolve().parents[3]
 HEAP_PAD = 4096 + 48  # C-heap shift of the control load (not a multiple of any alignment)
 PROBE = Path(__file__).with_name("loadprobe.py")
+C_SRC = ROOT / "tools" / "loadprobe"
+NATIVE_PROBE = "elflayout-loadprobe"
+# "c": always the C probe in a root (also when its python3 has ctypes)
+ENV_PROBE = "ELFLAYOUT_LOADPROBE"
+
+
+class CheckerError(ElflayoutError):
+    """The loader check could not run (not a verdict on the library)."""
+
+
+def native_probe() -> Path:
+    """The C probe for this machine's roots, built with make when missing or older than
+    its source."""
+    out = ROOT / "build" / "loadprobe" / NATIVE_PROBE
+    srcs = [C_SRC / "loadprobe.c", C_SRC / "Makefile"]
+    if out.exists() and all(out.stat().st_mtime >= s.stat().st_mtime for s in srcs if s.exists()):
+        return out
+    if not (C_SRC / "Makefile").exists() or shutil.which("make") is None or shutil.which("gcc") is None:
+        raise CheckerError(f"{out}: not built; needs make and gcc (run: make bootstrap)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / ".build.lock", "w") as lock:  # concurrent first uses build once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = subprocess.run(["make", "-s", "-C", str(C_SRC), "native"], capture_output=True, text=True)
+    if r.returncode != 0 or not out.exists():
+        raise CheckerError(f"{out}: build failed ({(r.stderr.strip().splitlines() or ['make failed'])[-1]})")
+    return out
 
 
 class Host:
     """Where real loads run: this machine, or ``chroot ROOT`` (a root with its own glibc
     and the library's dependencies, e.g. scripts/bullseye-root.sh); the probe runs under
-    the root's own python3. A library of another machine (arm64) loads in the C probe
+    the root's own python3 (with no python3 that has ctypes, the C probe of tools/loadprobe
+    built for this machine). A library of another machine (arm64) loads in the C probe
     (tools/loadprobe) under its emulator, ``qemu-aarch64 -L ROOT`` (ROOT: ``root`` or
     the arm64 root of scripts/arm64-root.sh)."""
 
     def __init__(self, root=None, lib=None, emulator=None):
         self.emulator = emulator or (emulation.for_library(lib, root) if lib is not None else None)
+        self.native_probe: Path | None = None  # the C probe in a root without a usable python3
         if self.emulator is not None:
-            self.root, self.python = None, None
+            # the emulated root's own python3 runs loadprobe.py on any glibc; without one the
+            # C probe (built against this machine's cross glibc: 2.34 or later) runs
+            self.root = None
+            cands = _pythons(Path(self.emulator.root)) if self.emulator.root else []
+            self.python = str(cands[0]) if cands else None
             return
         self.root = Path(root).resolve() if root else None
         if self.root is None:
@@ -46,12 +84,25 @@ class Host:
             return
         if os.geteuid() != 0:
             raise ElflayoutError(f"--root {self.root}: real loads inside a root need chroot, i.e. root privileges")
-        cands = sorted(self.root.glob("usr/bin/python3*"))
-        cands = [c for c in cands if c.name.replace("python3", "").replace(".", "").isdigit() or c.name == "python3"]
-        if not cands:
-            raise ElflayoutError(f"--root {self.root}: no python3 inside it to run the loader check "
-                                 "(install python3-minimal there)")
-        self.python = "/" + str(cands[0].relative_to(self.root))
+        cands = _pythons(self.root)
+        self.python = "/" + str(cands[0].relative_to(self.root)) if cands else None
+        if os.environ.get(ENV_PROBE) == "c" or not self._has_ctypes():
+            try:
+                self.native_probe = native_probe()
+            except CheckerError as e:
+                raise CheckerError(f"--root {self.root}: {self._python_why()}, and the C loader check is not "
+                                   f"available either ({e})") from None
+
+    def _has_ctypes(self) -> bool:
+        if self.python is None:
+            return False
+        r = subprocess.run(["chroot", str(self.root), self.python, "-c", "import ctypes"], capture_output=True)
+        return r.returncode == 0
+
+    def _python_why(self) -> str:
+        if self.python is None:
+            return "no python3 inside it to run the loader check"
+        return f"its {self.python} has no ctypes (python3-minimal lacks it: install python3 there)"
 
     def tempdir(self):
         base = None
@@ -71,21 +122,36 @@ class Host:
             return None
 
     def probe(self, d: Path, args, env, timeout, setarch=False):
-        """Run loadprobe.py (copied into ``d``, a ``tempdir()``, so a root sees it) with ``args``."""
+        """Run the probe (copied into ``d``, a ``tempdir()``, so a root sees it) with ``args``."""
+        probe = d / PROBE.name
+        shutil.copyfile(PROBE, probe)
         if self.emulator is not None:
             # the guest's library path goes through -E: the host's would reach qemu itself
             lp = env.pop("LD_LIBRARY_PATH", None)
-            cmd = [*self.emulator.argv, *(["-E", f"LD_LIBRARY_PATH={lp}"] if lp else []), str(c_probe()), *args]
+            prog = [self.python, str(probe)] if self.python else [str(c_probe())]
+            cmd = [*self.emulator.argv, *(["-E", f"LD_LIBRARY_PATH={lp}"] if lp else []), *prog]
+        elif self.native_probe is not None:
+            native = d / NATIVE_PROBE
+            shutil.copy2(self.native_probe, native)
+            cmd = (["chroot", str(self.root)] if self.root else []) + [self.inside(native)]
         else:
-            probe = d / PROBE.name
-            shutil.copyfile(PROBE, probe)
-            cmd = (["chroot", str(self.root)] if self.root else []) + [self.python, self.inside(probe), *args]
+            cmd = (["chroot", str(self.root)] if self.root else []) + [self.python, self.inside(probe)]
         cmd = (["setarch", "-R"] if setarch else []) + cmd
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, errors="replace")
+        try:
+            return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=timeout,
+                                  errors="replace")
+        except OSError as e:
+            raise CheckerError(f"the loader check cannot run {cmd[0]}: {e.strerror}") from None
+
+    def failed(self, r: subprocess.CompletedProcess) -> CheckerError:
+        """The checker's own failure (no dlopen verdict in its output), in one line."""
+        last = (r.stderr.strip().splitlines() or r.stdout.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
+        where = f" in {self.root}" if self.root else ""
+        return CheckerError(f"the loader check itself failed{where} ({last}); the library was not judged")
 
     def env(self, *dirs) -> dict:
         env = dict(os.environ, PYTHONHASHSEED="0")  # a deterministic interpreter heap
-        if self.root is not None:
+        if self.root is not None or self.emulator is not None:  # another system's interpreter and libraries
             env.pop("PYTHONPATH", None)
             env.pop("PYTHONHOME", None)
             env.pop("LD_LIBRARY_PATH", None)
@@ -97,6 +163,12 @@ class Host:
         return env
 
 
+def _pythons(root: Path) -> list[Path]:
+    """The python3 interpreters of a system root (usr/bin/python3, python3.N)."""
+    cands = sorted(root.glob("usr/bin/python3*"))
+    return [c for c in cands if c.name.replace("python3", "").replace(".", "").isdigit() or c.name == "python3"]
+
+
 def c_probe() -> Path:
     """The arm64 load probe, built on first use with the cross compiler."""
     exe = ROOT / "build" / "aarch64" / "loadprobe"
@@ -106,7 +178,7 @@ def c_probe() -> Path:
     if shutil.which("aarch64-linux-gnu-gcc") is None:
         raise ElflayoutError("real loads of arm64 libraries need the cross compiler for their probe "
                              "(apt-get install gcc-aarch64-linux-gnu)")
-    r = subprocess.run(["make", "-s", "-C", str(src.parent)], capture_output=True, text=True)
+    r = subprocess.run(["make", "-s", "-C", str(src.parent), "aarch64"], capture_output=True, text=True)
     if r.returncode != 0 or not exe.is_file():
         raise ElflayoutError(f"cannot build {exe}: {(r.stderr.strip().splitlines() or ['make failed'])[-1]}")
     return exe
@@ -125,9 +197,11 @@ def dlopen_check(path, timeout: float = 120, root=None, emulator=None) -> str | 
             return f"dlopen did not return within {timeout:.0f} s"
     if r.returncode == 0:
         return None
-    msg = (r.stdout.strip() or r.stderr.strip().splitlines()[-1:] or [f"exit status {r.returncode}"])
-    msg = msg if isinstance(msg, str) else msg[0]
-    return msg.replace(h.inside(lib), str(p))  # name the user's file, not the temporary copy
+    if r.returncode < 0:  # the library's own code (a constructor) or the loader crashed on it
+        return f"the loading process was killed by signal {-r.returncode}"
+    if r.returncode != 1 or not r.stdout.strip():  # 1 and a message: dlopen said no
+        raise h.failed(r)
+    return r.stdout.strip().replace(h.inside(lib), str(p))  # name the user's file, not the temporary copy
 
 
 def load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 0) -> tuple[dict, np.ndarray | None]:
@@ -147,7 +221,9 @@ def load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 
         try:
             doc = json.loads(r.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            doc = dict(error=(r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1])
+            if r.returncode < 0:
+                return dict(error=f"{src}: the loading process was killed by signal {-r.returncode}"), None
+            raise h.failed(r) from None
         if "error" in doc:
             return dict(error=f"{src}: {doc['error']}"), None
         return doc, np.fromfile(out, np.uint8)

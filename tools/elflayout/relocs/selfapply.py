@@ -21,8 +21,9 @@ AArch64 (``SOURCE_A64``/``CODE_A64``, same block): arm64 kernels run 4, 16 or 64
 pages and glibc re-protects RELRO at the run-time page size, so the block holds the
 PT_GNU_RELRO's link-time start and size and the routine aligns them itself. It finds the
 page size without libc or the auxiliary vector: ``mprotect(addr, 0, ...)`` fails with
-EINVAL unless ``addr`` is page-aligned (mm/mprotect.c checks alignment before the length),
-so an address aligned to 4 KiB but not 16 KiB, then one aligned to 16 KiB but not 64 KiB,
+EINVAL when ``addr`` is not page-aligned (mm/mprotect.c checks alignment first, then
+returns 0 for a zero length; qemu-user returns ENOMEM there: only EINVAL counts), so an
+address aligned to 4 KiB but not 16 KiB, then one aligned to 16 KiB but not 64 KiB,
 tell the three apart. System calls by ``svc #0`` (x8 = 226, mprotect); DT_INIT's
 arguments (x0-x2) are kept for the original DT_INIT, reached by ``br``.
 """
@@ -140,14 +141,16 @@ entry:
 	mov x2, #1
 	mov x8, #226
 	svc #0
-	cbz x0, 1f
+	cmn x0, #22
+	b.ne 1f
 	mov x16, #0x4000
 	orr x0, x15, #0x4000
 	mov x1, #0
 	mov x2, #1
 	mov x8, #226
 	svc #0
-	cbz x0, 1f
+	cmn x0, #22
+	b.ne 1f
 	mov x16, #0x10000
 1:	ldr x10, relro_start
 	ldr x11, relro_size
@@ -210,12 +213,12 @@ entry:
 CODE_A64 = bytes.fromhex(
     "454c52454c52303100000000000000000000000000000000000000000000000000000000000000000000000000000000"
     "0000000000000000ec0300aaed0301aaee0302aaa9ffff104affff5829010acb2fbd7092100082d2e00174b2010080d2"
-    "220080d2481c80d2010000d4200100b4100088d2e00172b2010080d2220080d2481c80d2010000d4400000b43000a0d2"
-    "4afcff586bfcff584a01098b6b010a8b110600d14a01318a6b01318a6b010acb0b0100b4e0030aaae1030baa620080d2"
-    "481c80d2010000d4400000b4000020d4c3f9ff586300098bc4f9ff588400098b050080d27f0004eb82020054668440f8"
-    "c60000372501068ba70040f9e700098ba78400f8f8ffff17c6fc41d3ef0305aa060100b486000036e70140f9e700098b"
-    "e70100f9c6fc41d3ef210091f9ffff17a5e00791ecffff17cb0000b4e0030aaae1030baa220080d2481c80d2010000d4"
-    "d0f6ff58e0030caae1030daae2030eaa700000b41002098b00021fd6c0035fd6"
+    "220080d2481c80d2010000d41f5800b141010054100088d2e00172b2010080d2220080d2481c80d2010000d41f5800b1"
+    "410000543000a0d20afcff582bfcff584a01098b6b010a8b110600d14a01318a6b01318a6b010acb0b0100b4e0030aaa"
+    "e1030baa620080d2481c80d2010000d4400000b4000020d483f9ff586300098b84f9ff588400098b050080d27f0004eb"
+    "82020054668440f8c60000372501068ba70040f9e700098ba78400f8f8ffff17c6fc41d3ef0305aa060100b486000036"
+    "e70140f9e700098be70100f9c6fc41d3ef210091f9ffff17a5e00791ecffff17cb0000b4e0030aaae1030baa220080d2"
+    "481c80d2010000d490f6ff58e0030caae1030daae2030eaa700000b41002098b00021fd6c0035fd6"
 )
 MAGIC = b"ELRELR01"
 BLOCK = struct.Struct("<8s6Q")  # magic, relr_start, relr_end, relro_page, relro_len, old_init, self_addr

@@ -68,6 +68,7 @@ class Loaded:
             raise ElflayoutError(f"{img.path}: no PT_DYNAMIC")
         self.dyn = self.dynamic.live
         self.dyn_range = self.dynamic.range
+        self._raw = self._relr = None
 
     def tag(self, t, default=None):
         return self.dynamic.get(t, default)
@@ -91,10 +92,23 @@ class Loaded:
         return self.at(a, n, L.RELA64)
 
     def relr(self) -> np.ndarray:
-        a, n = self.tag(L.DT_RELR), self.tag(L.DT_RELRSZ, 0)
-        if a is None or n == 0:
-            return np.zeros(0, np.uint64)
-        return elfcore.relr_decode(self.at(a, n, np.uint64))
+        if self._relr is None:
+            a, n = self.tag(L.DT_RELR), self.tag(L.DT_RELRSZ, 0)
+            self._relr = np.zeros(0, np.uint64) if a is None or n == 0 else \
+                elfcore.relr_decode(self.at(a, n, np.uint64))
+        return self._relr
+
+    def origin_levels(self) -> int | None:
+        """How far above the file's directory DT_RPATH/DT_RUNPATH reach through ``$ORIGIN``
+        (``$ORIGIN/../lib``: 1); None without ``$ORIGIN``."""
+        strtab = self.at(self.tag(L.DT_STRTAB), self.tag(L.DT_STRSZ, 0)).tobytes()
+        tags = np.isin(self.dyn["d_tag"], (L.DT_RPATH, L.DT_RUNPATH))
+        up = None
+        for v in self.dyn["d_val"][tags].tolist():
+            for p in L.cstr(strtab, int(v)).replace(b"${ORIGIN}", b"$ORIGIN").split(b":"):
+                if p.startswith(b"$ORIGIN"):
+                    up = max(up or 0, p.split(b"/").count(b".."))
+        return up
 
     def needed(self) -> set[bytes]:
         """DT_NEEDED names."""
@@ -125,11 +139,13 @@ class Loaded:
                 or np.any(loads["p_filesz"] > loads["p_memsz"]):
             raise ElflayoutError(f"{self.img.path}: PT_LOAD segments span {size:,} bytes or lie outside the file: "
                                  f"too large or inconsistent for the simulated loader (limit {MAX_IMAGE >> 20} MiB)")
-        im = np.zeros(size, np.uint8)
-        buf = self.img.buf
-        for p in loads:
-            v, o, n = int(p["p_vaddr"]), int(p["p_offset"]), int(p["p_filesz"])
-            im[v:v + n] = buf[o:o + n]
+        if self._raw is None:  # the mapped, unrelocated image: built once, copied per base
+            self._raw = np.zeros(size, np.uint8)
+            buf = self.img.buf
+            for p in loads:
+                v, o, n = int(p["p_vaddr"]), int(p["p_offset"]), int(p["p_filesz"])
+                self._raw[v:v + n] = buf[o:o + n]
+        im = self._raw.copy()
         w = im.view("<u8")
         B = np.uint64(base)
         relr = self.relr()
@@ -361,6 +377,39 @@ def _offsets_aside(ph: np.ndarray) -> np.ndarray:
     return ph
 
 
+def added_dynamic_load(a: Loaded, b: Loaded) -> int | None:
+    """Index of the PT_LOAD of ``b`` that holds only its moved, writable dynamic array
+    after everything ``a`` maps (pack_plan._dynamic_writable), or None."""
+    la = a.phdrs[a.phdrs["p_type"] == L.PT_LOAD]
+    end = int((la["p_vaddr"] + la["p_memsz"]).max()) if la.size else 0
+    lo, hi = b.dyn_range
+    x = [i for i, p in enumerate(b.phdrs) if p["p_type"] == L.PT_LOAD and int(p["p_vaddr"]) >= end]
+    if len(x) != 1:
+        return None
+    p = b.phdrs[x[0]]
+    inside = int(p["p_vaddr"]) <= lo and hi <= int(p["p_vaddr"] + p["p_filesz"])
+    return x[0] if inside and p["p_flags"] == L.PF_R | L.PF_W else None
+
+
+def _phdr_problems(a: Loaded, b: Loaded) -> list[str]:
+    """An executable's PT_PHDR must stay and describe the table (glibc's load base is
+    AT_PHDR less its address), in a PT_LOAD mapping the table's offset at its address."""
+    def ok(l):  # None: no PT_PHDR
+        x = np.flatnonzero(l.phdrs["p_type"] == L.PT_PHDR)
+        if not x.size:
+            return None
+        p, h = l.phdrs[int(x[0])], l.ehdr[0]
+        return (int(p["p_offset"]) == int(h["e_phoff"]) and int(p["p_filesz"]) == int(h["e_phnum"]) * 56
+                and l.img.offset_to_vaddr(int(p["p_offset"])) == int(p["p_vaddr"]))
+
+    oa, ob = ok(a), ok(b)
+    if oa is not None and ob is None and np.any(a.phdrs["p_type"] == L.PT_INTERP):
+        return ["the output has no PT_PHDR (an executable needs it: glibc computes its load base from it)"]
+    if oa and ob is False:
+        return ["the output's PT_PHDR does not describe its program header table where a PT_LOAD maps it"]
+    return []
+
+
 def _notes(l: "Loaded") -> list[bytes]:
     return [l.img.buf[int(p["p_offset"]):int(p["p_offset"] + p["p_filesz"])].tobytes()
             for p in l.phdrs if p["p_type"] == L.PT_NOTE]
@@ -374,7 +423,10 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
         h["e_shoff"] = h["e_shnum"] = h["e_shstrndx"] = h["e_phoff"] = h["e_phnum"] = 0
     if ha.tobytes() != hb.tobytes():
         bad.append("ELF header differs in more than e_shoff/e_shnum/e_shstrndx/e_phoff/e_phnum")
-    pa, pb = _offsets_aside(_joined(a.phdrs)), _offsets_aside(_joined(b.phdrs))
+    extra = added_dynamic_load(a, b)
+    pb_raw = b.phdrs if extra is None else b.phdrs[np.arange(b.phdrs.size) != extra]
+    pa, pb = _offsets_aside(_joined(a.phdrs)), _offsets_aside(_joined(pb_raw))
+    bad += _phdr_problems(a, b)
     if _notes(a) != _notes(b):
         bad.append("PT_NOTE contents differ")
     # a damaged input may have such a segment already: the output only keeps it
@@ -472,21 +524,23 @@ def compare(path_a, path_b, bases=BASES) -> dict:
         res = dict(bases=[hex(x) for x in bases], equal=True, first_difference=None,
                    excluded_bytes=0, compared_bytes=0, table_problems=compare_tables(a, b),
                    relocations=dict(input=_counts(a), output=_counts(b)))
-        keep = None
+        extra = added_dynamic_load(a, b)
+        excl = _merged(excl)
         for base in bases:
             ia, ib = a.image(base), b.image(base)
+            if ib.size > ia.size and extra is not None and int(b.phdrs[extra]["p_vaddr"]) >= ia.size:
+                ib = ib[:ia.size]  # beyond: the moved dynamic array, compared tag by tag
             if ia.size != ib.size:
                 res.update(equal=False, first_difference=dict(base=hex(base), reason="image sizes differ"))
                 break
-            if keep is None:
-                keep = np.ones(ia.size, bool)
-                for lo, hi in excl:
-                    keep[lo:hi] = False
-                res["excluded_bytes"] = int(ia.size - np.count_nonzero(keep))
-                res["compared_bytes"] = int(np.count_nonzero(keep))
+            excluded = sum(min(hi, ia.size) - lo for lo, hi in excl if lo < ia.size)
+            res["excluded_bytes"], res["compared_bytes"] = int(excluded), int(ia.size - excluded)
             first, ndiff = None, 0
+            for lo, hi in excl:  # compared apart (compare_tables): blanked in both copies
+                ia[lo:hi] = 0
+                ib[lo:hi] = 0
             for lo in range(0, ia.size, CHUNK):  # chunks: no image-sized temporaries
-                d = np.flatnonzero((ia[lo:lo + CHUNK] != ib[lo:lo + CHUNK]) & keep[lo:lo + CHUNK])
+                d = np.flatnonzero(ia[lo:lo + CHUNK] != ib[lo:lo + CHUNK])
                 if d.size and first is None:
                     first = lo + int(d[0])
                 ndiff += d.size
@@ -501,6 +555,17 @@ def compare(path_a, path_b, bases=BASES) -> dict:
     finally:
         a.close()
         b.close()
+
+
+def _merged(ranges) -> list[tuple[int, int]]:
+    """Sorted, overlapping or touching ``[lo, hi)`` ranges merged."""
+    out = []
+    for lo, hi in sorted(r for r in ranges if r[1] > r[0]):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def _counts(l: Loaded) -> dict:
@@ -565,11 +630,68 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None, emulator=
         return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root, emulator)
 
 
-def check(src, tmp, *, real_load: bool = True, status=None, root=None, emulator=None) -> dict:
+def real_start_compare(path_a, path_b, timeout: float = 300) -> dict:
+    """Start both executables up to their entry point (realstart.compare_starts: ptrace,
+    ASLR off, one mirrored directory) and compare their file-backed writable bytes, with
+    the same allowances as ``real_load_compare``."""
+    from elflayout.relocs import realstart
+
+    with Loaded(path_a) as a, Loaded(path_b) as b:
+        def by_code(addrs):
+            return ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
+
+        if int(a.ehdr[0]["e_entry"]) != int(b.ehdr[0]["e_entry"]):
+            return dict(equal=False, compared_bytes=0, reason="entry points differ")
+        return realstart.compare_starts(path_a, path_b, int(a.ehdr[0]["e_entry"]), _writable_ranges(a, b),
+                                        by_code, timeout, up=a.origin_levels())
+
+
+def _check_executable(src, tmp, res: dict, status, root, run, emulator=None) -> dict:
+    """``check`` for an executable: real starts up to the entry point, then ``run``."""
+    from elflayout.relocs import realstart
+
+    from elflayout import emulator as emulation
+
+    res["dlopen"] = "skipped (a PIE executable cannot be dlopen'ed: started instead)"
+    if root is not None:
+        res["real_load"] = "skipped (--root: executables are started on this machine only)"
+        return res
+    hdr = emulation.header(src)
+    if emulator is not None or (hdr and hdr[0] != emulation.host_machine()):
+        res["real_load"] = "skipped (a foreign executable: the real start traces native programs only)"
+        return res
+    with status("check: starting the input and the packed executable up to their entry point"):
+        real = real_start_compare(src, tmp)
+    if "error" in real:
+        if str(src) in real["error"]:
+            raise ElflayoutError(f"{src}: the input itself does not start ({real['error']}); nothing to prove against")
+        raise Finding(f"check failed: the packed executable does not start: {real['error']} (output not written)")
+    res["real_load"] = real
+    if not real["equal"]:
+        raise Finding(f"check failed: at the entry point, {real.get('differing_bytes', '?')} writable bytes differ "
+                      f"from the input's ({real.get('reason', 'same load address, ASLR off')}; output not written)")
+    if run is not None:
+        with status(f"check: running both with {run}"):
+            with Loaded(src) as a:
+                up = a.origin_levels() or 0
+            r = realstart.compare_runs(src, tmp, run, up=up)
+        res["run"] = r
+        if not r["comparable"]:
+            raise ElflayoutError(f"{src}: --run {run!r}: two runs of the input itself give different output; "
+                                 "it cannot judge the packed file")
+        if not r["equal"]:
+            raise Finding(f"check failed: --run {run!r}: exit status or output differ (input {r['status']}, packed "
+                          f"{r['packed_status']}; output not written)")
+    return res
+
+
+def check(src, tmp, *, real_load: bool = True, status=None, root=None, emulator=None, run: str | None = None) -> dict:
     """``pack-relocs --check``: prove ``tmp`` (the packed file) equivalent to ``src``.
 
     1. Simulated loader at two load bases, every byte compared, tables field by field.
-    2. (``real_load``) Both dlopen'ed with ASLR off, file-backed writable bytes equal.
+    2. (``real_load``) Both dlopen'ed with ASLR off, file-backed writable bytes equal;
+       executables are started instead, up to their entry point (realstart.py), and
+       with ``run`` (shell words) both run with those arguments, same output required.
     Raises Finding (exit 1) on a difference, ElflayoutError (exit 2) when the input
     itself does not load (real loads happen inside ``chroot root`` when given; an arm64
     library's under ``emulator``, by default qemu-aarch64 with the arm64 root or ``root``);
@@ -589,8 +711,9 @@ def check(src, tmp, *, real_load: bool = True, status=None, root=None, emulator=
     if not real_load:
         return res
     if is_executable(tmp):
-        res["dlopen"] = res["real_load"] = "skipped (a PIE executable cannot be dlopen'ed: run it)"
-        return res
+        return _check_executable(src, tmp, res, status, root, run, emulator)
+    if run is not None:
+        raise ElflayoutError(f"{src}: --run applies to executables; a library is checked by loading it")
     with status("check: real loads of the input and the packed library"):
         real = real_load_compare(src, tmp, root=root, emulator=emulator)
     if "error" in real:

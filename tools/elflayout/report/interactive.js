@@ -194,10 +194,10 @@
       return;
     }
     var tm = { t0: performance.now() };
-    panels.forEach(function (p) { prepare(p, d.page); });
-    tm.prepared = performance.now();
     var state = { shown: panels.length <= 2 ? panels.map(function (_, j) { return j; }) : [0, panels.length - 1], xmode: 'time', pinned: false };
     function redraw() {
+      // tooltips of a variant are built when it is first shown: 10,000s of strings per run
+      state.shown.forEach(function (j) { if (!panels[j].text) prepare(panels[j], d.page); });
       var f = figure(d, state.shown.map(function (j) { return panels[j]; }), state.xmode);
       f.layout.uirevision = state.xmode + state.shown.join(',');
       return Plotly.react(plot, f.data, f.layout, { responsive: true, scrollZoom: true, displaylogo: false });

@@ -79,6 +79,15 @@ def save_record(out: Path, record: dict) -> None:
     atomic_write_text(out / "built.json", json.dumps(record, indent=1))
 
 
+def record_paths(d: dict, keys: Iterable[str]) -> dict:
+    """A build record (JSON: paths as strings) with ``keys`` and the ``objects`` list,
+    when present, as ``Path``."""
+    out = {**d, **{k: Path(d[k]) for k in keys}}
+    if "objects" in d:
+        out["objects"] = [Path(o) for o in d["objects"]]
+    return out
+
+
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
     """Exclusive lock on ``path`` (a lock file): concurrent test runs of several

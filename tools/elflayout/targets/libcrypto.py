@@ -18,7 +18,7 @@ from pathlib import Path
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
 from elflayout.targets import (archives, args_fingerprint, build_slot, cache_dir, ensure_installed, fetch_debs,
-                               locked, param_key, run, save_record)
+                               locked, param_key, record_paths, run, save_record)
 from elflayout.toolchain import driver_args, linker_flag
 
 SONAME = "libcrypto.so.3"
@@ -146,8 +146,4 @@ def system_copy() -> dict:
 
 
 def _as_paths(d: dict) -> dict:
-    d = dict(d)
-    for k in ("lib", "map", "outdir"):
-        d[k] = Path(d[k])
-    d["objects"] = [Path(o) for o in d["objects"]]
-    return d
+    return record_paths(d, ("lib", "map", "outdir"))

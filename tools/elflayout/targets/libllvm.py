@@ -30,8 +30,8 @@ from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
-from elflayout.targets import (args_fingerprint, build_slot, cache_dir, ensure_installed, fetch_debs, param_key, run,
-                               save_record)
+from elflayout.targets import (args_fingerprint, build_slot, cache_dir, ensure_installed, fetch_debs, param_key,
+                               record_paths, run, save_record)
 from elflayout.toolchain import driver_args, linker_flag
 
 SONAME = "libLLVM-16.so.1"
@@ -270,7 +270,4 @@ def relink(linker: str = "lld", extra_link_args=(), outdir=None, archive_order=N
 
 
 def _as_paths(d: dict) -> dict:
-    d = dict(d)
-    for k in ("lib", "map", "outdir"):
-        d[k] = Path(d[k])
-    return d
+    return record_paths(d, ("lib", "map", "outdir"))

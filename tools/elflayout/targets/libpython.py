@@ -22,8 +22,8 @@ import shutil
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
-from elflayout.targets import (archives, args_fingerprint, build_slot, ensure_installed, fetch_debs, param_key, run,
-                               save_record)
+from elflayout.targets import (archives, args_fingerprint, build_slot, ensure_installed, fetch_debs, param_key,
+                               record_paths, run, save_record)
 from elflayout.toolchain import driver_args, linker_flag
 
 SONAME = "libpython3.11.so.1.0"
@@ -89,11 +89,7 @@ def prepare(linker: str = "bfd", extra_link_args=(), object_order=None, outdir=N
 
 
 def _as_paths(d: dict) -> dict:
-    d = dict(d)
-    for k in ("lib", "map", "launcher", "outdir"):
-        d[k] = Path(d[k])
-    d["objects"] = [Path(o) for o in d["objects"]]
-    return d
+    return record_paths(d, ("lib", "map", "launcher", "outdir"))
 
 
 def system() -> dict:

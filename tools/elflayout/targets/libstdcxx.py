@@ -22,8 +22,8 @@ from pathlib import Path
 from elflayout import split as split_pkg
 from elflayout.errors import ElflayoutError
 from elflayout.split.api import split_inputs
-from elflayout.targets import (args_fingerprint, build_slot, cache_dir, fetch_debs, locked, param_key, run,
-                               save_record)
+from elflayout.targets import (args_fingerprint, build_slot, cache_dir, fetch_debs, locked, param_key, record_paths,
+                               run, save_record)
 from elflayout.toolchain import driver_args, linker_flag
 
 SONAME = "libstdc++.so.6"
@@ -173,5 +173,5 @@ def prepare(linker: str = "lld", extra_link_args=(), outdir=None, split: bool = 
 
 
 def _as_paths(d: dict) -> dict:
-    return {**d, **{k: Path(d[k]) for k in ("lib", "map", "launcher", "outdir")}}
+    return record_paths(d, ("lib", "map", "launcher", "outdir"))
 

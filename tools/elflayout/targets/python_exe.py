@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
-from elflayout.targets import (archives, args_fingerprint, build_slot, ensure_installed, fetch_debs, param_key, run,
-                               save_record)
+from elflayout.targets import (archives, args_fingerprint, build_slot, ensure_installed, fetch_debs, param_key,
+                               record_paths, run, save_record)
 from elflayout.targets.libpython import CHECK, DEV_PACKAGES, RUNTIME_PACKAGES, WORKLOADS
 from elflayout.toolchain import driver_args, linker_flag
 
@@ -81,8 +81,4 @@ def clean_env() -> dict:
 
 
 def _as_paths(d: dict) -> dict:
-    d = dict(d)
-    for k in ("exe", "map", "outdir"):
-        d[k] = Path(d[k])
-    d["objects"] = [Path(o) for o in d["objects"]]
-    return d
+    return record_paths(d, ("exe", "map", "outdir"))

@@ -46,7 +46,7 @@ from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text, dump_json, envelope
 from elflayout.fileio import load_json
-from elflayout.targets import args_fingerprint, cache_dir, locked, param_key, run
+from elflayout.targets import args_fingerprint, cache_dir, locked, param_key, record_paths, run
 from elflayout.toolchain import driver_args, linker_flag
 
 GENERATOR_VERSION = 1
@@ -380,11 +380,7 @@ def _link(plan: dict, workdir: Path, linker: str, extra_link_args, object_order)
 
 
 def _as_paths(d: dict) -> dict:
-    d = dict(d)
-    for k in ("lib", "driver", "map", "truth", "sources_dir", "outdir"):
-        d[k] = Path(d[k])
-    d["objects"] = [Path(o) for o in d["objects"]]
-    return d
+    return record_paths(d, ("lib", "driver", "map", "truth", "sources_dir", "outdir"))
 
 
 def _truth_doc(plan, observed, linker, link_order, lib, init_order) -> dict:
