@@ -20,11 +20,19 @@ import os
 import sys
 
 
+def _message(e):
+    """ld.so's refusal; its text may quote bytes of a damaged file that are not UTF-8
+    (ctypes then raises UnicodeDecodeError instead of OSError)."""
+    if isinstance(e, UnicodeDecodeError):
+        return e.object.decode("utf-8", "replace")
+    return str(e)
+
+
 def dlopen(path):
     try:
         ctypes.CDLL(path, mode=os.RTLD_GLOBAL | os.RTLD_NOW)
-    except OSError as e:
-        print(e)
+    except (OSError, UnicodeDecodeError) as e:
+        print(_message(e))
         return 1
     return 0
 
@@ -36,8 +44,8 @@ def state(path, ranges, out, pad):
         state.keep = libc.malloc(pad)
     try:
         h = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
-    except OSError as e:
-        print(json.dumps(dict(error=str(e))))
+    except (OSError, UnicodeDecodeError) as e:
+        print(json.dumps(dict(error=_message(e))))
         return 1
     # glibc's handle is the object's struct link_map, whose first field is l_addr (<link.h>):
     # the load base, without /proc (absent in a bare chroot).

@@ -199,9 +199,22 @@ def dlopen_check(path, timeout: float = 120, root=None, emulator=None) -> str | 
         return None
     if r.returncode < 0:  # the library's own code (a constructor) or the loader crashed on it
         return f"the loading process was killed by signal {-r.returncode}"
+    if (why := ld_so_stopped(r)) is not None:
+        return why
     if r.returncode != 1 or not r.stdout.strip():  # 1 and a message: dlopen said no
         raise h.failed(r)
     return r.stdout.strip().replace(h.inside(lib), str(p))  # name the user's file, not the temporary copy
+
+
+# glibc's ld.so stops the whole process on an internal assertion a damaged object can
+# trigger (dl-lookup.c's _dl_setup_hash on a bad hash table): a verdict on the library.
+LD_SO_ASSERT = "Inconsistency detected by ld.so:"
+
+
+def ld_so_stopped(r: subprocess.CompletedProcess) -> str | None:
+    """ld.so's own assertion message, if the loader stopped on the library."""
+    line = next((ln.strip() for ln in r.stderr.splitlines() if LD_SO_ASSERT in ln), None)
+    return None if line is None else f"ld.so stopped on it ({line[line.index(LD_SO_ASSERT):]})"
 
 
 def load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 0) -> tuple[dict, np.ndarray | None]:
@@ -223,6 +236,8 @@ def load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 
         except (ValueError, IndexError):
             if r.returncode < 0:
                 return dict(error=f"{src}: the loading process was killed by signal {-r.returncode}"), None
+            if (why := ld_so_stopped(r)) is not None:
+                return dict(error=f"{src}: {why}"), None
             raise h.failed(r) from None
         if "error" in doc:
             return dict(error=f"{src}: {doc['error']}"), None
