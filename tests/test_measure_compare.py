@@ -111,6 +111,7 @@ def test_disturbed_runs_are_left_out(tmp_path):
 
 def test_interference_rule():
     r = Runner.__new__(Runner)
+    r._evict_why, r.rootless = {}, False     # what __init__ sets and the rule reads
     base = {"state": "selective", "source": "trace", "files": {"/l": {"pages_read": 10, "resident_after": 10}}}
     assert r.interference(base) is None
     assert "resident after" in r.interference({**base, "files": {"/l": {"pages_read": 10, "resident_after": 14}}})

@@ -391,7 +391,8 @@ class Runner:
         left = rec.get("evict_left") or {}
         for f, x in rec["files"].items():
             if left.get(f):
-                return f"{f}: {left[f]} page(s) could not be evicted before the run ({self._evict_why.get(f)})"
+                why = self._evict_why.get(f)
+                return f"{f}: {left[f]} page(s) could not be evicted before the run" + (f" ({why})" if why else "")
             unique = x.get("unique_pages", x["pages_read"])
             if x["resident_after"] > unique:
                 return (f"{f}: {x['resident_after']} pages resident after the run but {unique} read by it "
