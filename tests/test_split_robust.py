@@ -283,7 +283,7 @@ def test_pack_relocs_json_when_the_check_fails(tmp_path, monkeypatch, capsys):
     pack_cli.add_arguments(p)
     for exc, status in ((Finding("check failed: relocated images differ"), "check-failed"),
                         (ElflayoutError(f"{lib}: the input itself does not load (x)"), "check-refused")):
-        def boom(src, tmp, root=None, exc=exc):
+        def boom(src, tmp, *rest, exc=exc):
             raise exc
 
         monkeypatch.setattr(pack_cli, "_verify", boom)

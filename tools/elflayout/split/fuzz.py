@@ -1,7 +1,7 @@
 """Damaged objects and archives through ``split`` and ``split --check`` (seeded fuzzing).
 
 Goal: every damaged input is split (exit 0), found different or uncheckable by
-``--check`` (exit 1), or refused with one line naming it (exit 2); never exit 3, a
+``--check`` or left whole (exit 1), or refused with one line naming it (exit 2); never exit 3, a
 traceback, a hang or unbounded memory, and nothing written unless the exit is 0.
 
 Definitions
@@ -27,8 +27,9 @@ Steps (``run_variant``)
   1. Write the variant; remember its SHA-256.
   2. ``split VARIANT -o DIR1``; then ``split VARIANT -o DIR2 --check --linker L`` (L
      drawn from lld, gold, GNU ld).
-  3. Judge each run: exit 0 wrote the output; exit 1 (``--check`` only) and exit 2
-     wrote nothing and printed one ``elflayout:`` line (exit 2: naming the input);
+  3. Judge each run: exit 0 wrote the output; exit 1 (``--check``, or "nothing
+     split": every section had to stay whole) and exit 2 wrote nothing and printed one
+     ``elflayout:`` line (exit 2: naming the input);
      anything else -- exit 3, a traceback, a signal, a timeout, "out of memory" -- is
      a failure.
   4. The input's SHA-256 must be unchanged.
@@ -155,7 +156,7 @@ class Tally:
     variants: int = 0
     runs: int = 0
     split: int = 0                 # exit 0
-    check_refused: int = 0         # exit 1 (--check: differs, or no linker could link the original)
+    check_refused: int = 0         # exit 1 (--check: differs, no linker could link the original; or nothing split)
     refused: int = 0               # exit 2 with one line
     internal_errors: int = 0       # exit 3
     tracebacks: int = 0            # an exception the CLI did not translate (ELFLAYOUT_DEBUG=1)
@@ -410,6 +411,10 @@ def run_cli_limited(argv: list[str], timeout: float = TIMEOUT, memory: int = MEM
     return Run(None if sig else os.WEXITSTATUS(status), *text, secs, cpu_s, timed_out, sig)
 
 
+# split's exit 1 without --check: every section it would split had to stay whole.
+NOTHING_SPLIT = "nothing split:"
+
+
 def _judge(t: Tally, r: Run, src: Path, outdir: Path, check: bool, fail) -> None:
     t.runs += 1
     t.slowest_s = max(t.slowest_s, r.cpu_s)
@@ -437,7 +442,7 @@ def _judge(t: Tally, r: Run, src: Path, outdir: Path, check: bool, fail) -> None
     if r.rc == 3:
         t.internal_errors += 1
         return fail(f"{what}: exit 3: {lines[-1] if lines else r.stderr.strip()[-200:]}")
-    if r.rc not in (1, 2) or (r.rc == 1 and not check):
+    if r.rc not in (1, 2) or (r.rc == 1 and not check and NOTHING_SPLIT not in r.stderr):
         t.internal_errors += 1
         return fail(f"{what}: exit {r.rc}")
     t.refused += r.rc == 2
