@@ -203,6 +203,8 @@ class Image:
         self._names: dict[tuple, frozenset | None] = {}
         self.lea_targets: list[int] = []
         self.pc_operands: dict[int, tuple[str, int]] | None = None
+        self._relocations: list | None = None
+        self.leas_noted: set[str] = set()           # functions whose lea bases are in lea_targets
         tab = self.elf.get_section_by_name(".symtab")
         cur = ""
         arr, names = _symbols(self.elf, tab)
@@ -345,9 +347,15 @@ class Image:
                 out += [f"{width}-byte table from {x}" for x in n if not x.startswith("end of ")]
         return out
 
-    def relocations(self):
+    def relocations(self) -> list:
         """(place, type, target address, symbol name, addend, section) of every emitted
-        relocation (read with numpy: a link keeps hundreds of thousands)."""
+        relocation, read once (the code and data comparisons each walk them)."""
+        if self._relocations is None:
+            self._relocations = list(self._read_relocations())
+        return self._relocations
+
+    def _read_relocations(self):
+        """Read with numpy: a link keeps hundreds of thousands."""
         for rs in self.elf.iter_sections():
             if rs["sh_type"] != "SHT_RELA" or not rs["sh_info"] or rs["sh_flags"] & SH_FLAGS.SHF_ALLOC:
                 continue        # dynamic relocations: see _indirect
@@ -492,7 +500,8 @@ def compare_code(a: Image, b: Image, res: EquivalenceResult) -> None:
                 res.differences.append(f"function {key}: {len(ta)} instructions, then {len(tb)}")
     for img in (a, b):
         for key, spans in img.funcs.items():
-            if len(a.funcs.get(key, ())) != 1 or len(b.funcs.get(key, ())) != 1:
+            if (len(a.funcs.get(key, ())) != 1 or len(b.funcs.get(key, ())) != 1) and key not in img.leas_noted:
+                img.leas_noted.add(key)     # the original image serves every other order
                 for addr, size in spans:
                     _lea_bases(img, addr, size)
     for key in sorted(set(a.funcs) ^ set(b.funcs)):
