@@ -85,3 +85,14 @@ def test_link_object_order_mismatch_is_an_internal_error(tmp_path):
     assert apply(parsed, "bfd", "objects", "b.o\na.o\n", tmp_path / "o.txt")[1:3] == ["b.o", "a.o"]
     with pytest.raises(RuntimeError, match="does not list the command's objects"):
         apply(parsed, "bfd", "objects", "b.o\nc.o\n", tmp_path / "o.txt")
+
+
+@pytest.mark.parametrize("verb", ["inspect", "relocs"])
+def test_message_quoting_control_bytes_stays_one_line(tmp_path, verb):
+    """A message quotes what the input holds (its name, a dlopen error naming a damaged symbol):
+    newlines and control bytes in it are escaped, so the error is still one line."""
+    bad = tmp_path / "a\nb\x1b[2J.so"
+    bad.write_bytes(b"junk")
+    rc, err = _main([verb, str(bad)])
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "\x1b" not in err and "a\\nb\\x1b[2J.so" in err, err

@@ -20,7 +20,7 @@ import os
 import sys
 
 from elflayout import __version__
-from elflayout.errors import ElflayoutError, Finding
+from elflayout.errors import ElflayoutError, Finding, one_line
 
 # verb -> (module, one-line summary). The summary is repeated here so the top-level
 # --help does not import every stage.
@@ -100,10 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         rc = mod.run(args)
         return 0 if rc is None else int(rc)
     except Finding as e:
-        print(f"elflayout: {e}", file=sys.stderr)
+        print(f"elflayout: {one_line(e)}", file=sys.stderr)
         return e.exit_status
     except ElflayoutError as e:
-        print(f"elflayout: error: {e}", file=sys.stderr)
+        print(f"elflayout: error: {one_line(e)}", file=sys.stderr)
         return e.exit_status
     except KeyboardInterrupt:
         print("elflayout: interrupted", file=sys.stderr)
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         # on an allocation we sized) is a bug of ours: still one line, with a way to see more.
         if os.environ.get("ELFLAYOUT_DEBUG"):
             raise
-        print(f"elflayout: internal error: {type(e).__name__}: {e} (set ELFLAYOUT_DEBUG=1 for a traceback)",
+        print(f"elflayout: internal error: {type(e).__name__}: {one_line(e)} (set ELFLAYOUT_DEBUG=1 for a traceback)",
               file=sys.stderr)
         return 3
 

@@ -1,8 +1,9 @@
-import importlib
 """Exceptions that the CLI turns into exit statuses.
 
 Library code raises these; only ``elflayout.cli`` prints them.
 """
+
+import importlib
 
 
 class ElflayoutError(Exception):
@@ -30,3 +31,10 @@ def require(module: str):
         extra = EXTRAS.get(top)
         how = f"pip install 'elflayout[{extra}]'" if extra else f"pip install {top}"
         raise ElflayoutError(f"{top} is not installed: this needs it ({how}; make bootstrap installs it)") from None
+
+
+def one_line(text: object) -> str:
+    """``text`` as one printable line: messages quote what a damaged input holds (a symbol
+    name from a dlopen error, a section name), and its newlines or control bytes must not
+    break the one-line contract or the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text).strip())
