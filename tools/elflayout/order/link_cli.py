@@ -13,7 +13,7 @@ from elflayout.order.relink import LinkOptions, relink
 SUMMARY = "run a real link command with a profile's ordering applied"
 EPILOG = """\
 examples:
-  # the default path: the best recipe measured (docs/ordering.md, "The default link")
+  # the default path: the best recipe measured (docs/tutorial.md, "3. Order and relink")
   elflayout link --profile py.json --linker lld -- gcc -shared -fuse-ld=lld -o libpy.so *.o -lm
   # the same, step by step turned off
   elflayout link --profile py.json --linker lld --algorithm first-access --no-data --no-dynstr \
