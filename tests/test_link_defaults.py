@@ -15,7 +15,7 @@ def _steps(stderr: str) -> dict[str, str]:
     out = {}
     for line in stderr.splitlines():
         body = line.removeprefix("elflayout: link: ")
-        for name in ("split", "algorithm", "data order", ".dynstr order", "pack", "check"):
+        for name in ("split", "algorithm", "data order", ".dynstr order", "pack", "profile", "check"):
             if body.startswith(name + ": ") and line.startswith("elflayout: link: "):
                 out[name] = body[len(name) + 2:]
     return out
@@ -54,6 +54,8 @@ def test_default_link_applies_every_step(plain, tmp_path):  # noqa: F811
     assert s["data order"].startswith("on (lld data-section script")
     assert s[".dynstr order"].startswith("on ")
     assert "pack" in s and s["check"].startswith("on ")
+    # the synthetic profile is one run with stdout inherited: the summary says how to record one as measured
+    assert s["profile"].startswith("other conditions (not stdout to /dev/null nor several runs merged")
     assert "--symbol-ordering-file=" in r.stderr and "dynstr.rsp" in r.stderr
     assert "100.0% in profile order" in r.stderr
 

@@ -169,3 +169,19 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int | 
         return Step("algorithm", "first-access", f"no prediction: {pred}")
     best = min(CANDIDATES, key=lambda a: (pred[a], CANDIDATES.index(a)))
     return Step("algorithm", best, "readahead model, profiled library, code layout only", shown)
+
+
+MEASURED_OPTIONS = "--clean-env --env LC_ALL=C --stdout null --repeat 3"
+
+
+def profile_step(metadata: dict) -> Step:
+    """Whether the profile was recorded as measured runs see the program (stdout to
+    /dev/null, several runs merged); ``profile`` does not do that by default, because a
+    workload that needs its output or the caller's environment would silently change."""
+    wl = metadata.get("workloads") or [metadata]
+    missing = [w for w, ok in (("stdout to /dev/null", all(w.get("stdout") == "null" for w in wl)),
+                               ("several runs merged", len(wl) > 1)) if not ok]
+    if not missing:
+        return Step("profile", "as measured", f"{len(wl)} runs merged, stdout to /dev/null")
+    return Step("profile", "other conditions", f"not {' nor '.join(missing)}: measured runs see stdout at /dev/null, "
+                                               f"LC_ALL=C and vary from run to run; record with profile {MEASURED_OPTIONS}")

@@ -122,7 +122,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         for w in o.warnings:
             print(f"elflayout: warning: {w}", file=sys.stderr)
         _say_matched(o, fmt, linker, say)
-        steps = [split, algo, *_companion_steps(opts, o, lld)]
+        steps = [split, algo, *_companion_steps(opts, o, lld), defaults.profile_step(o.profile.metadata)]
         order_file = Path(opts.keep_order_file) if opts.keep_order_file else Path(td) / f"order.{fmt}"
         fileio.atomic_write_text(order_file, o.text)
         full = apply(parsed, linker, fmt, o.text, order_file)
@@ -131,7 +131,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         shown = full if len(full) <= 24 else [*full[:12], f"... ({len(full) - 16} more arguments) ...", *full[-4:]]
         say(shlex.join(shown))
         rc = link_packed(parsed, full, pack.value, opts, say, status)
-        steps.append(pack)
+        steps.insert(4, pack)
         if rc:
             return LinkResult(rc, full, steps)
     _note_pack(pack, parsed["output"])
