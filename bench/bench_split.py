@@ -154,11 +154,11 @@ def ordered_links(w: Path, base: dict, prof: Path, prof1: Path, envs: list) -> d
     return linked
 
 
-def default_path(w: Path) -> tuple[Path, str]:
+def default_path(w: Path, prof: Path) -> tuple[Path, str]:
     """libpython relinked by `elflayout link`'s default path (``order.relink.relink``, what
-    `make demo` runs): the lld build of Debian's objects profiled under the measured
-    conditions, then its own link command with the profile and the linker, nothing else.
-    Returns (library, variant command)."""
+    `make demo` runs): the link command of Debian's objects as they are, with PROF (the
+    split build's profile under the measured conditions: its data sections are the split
+    objects') and the linker, nothing else. Returns (library, variant command)."""
     import shlex
 
     from elflayout.order.relink import LinkOptions, relink
@@ -166,11 +166,6 @@ def default_path(w: Path) -> tuple[Path, str]:
 
     plain = libpython.prepare("lld")
     argv = [str(plain["launcher"]), "-c", bp.IMPORTS]
-    envs = sum((["--env", f"{k}={v}"] for k, v in plain["env"].items()), [])
-    prof = bp.cached_profile(w / "python-plain-clean.profile.json", plain["lib"],
-                             ["profile", "--target", plain["lib"], "--map", plain["map"], "--data", *envs,
-                              *MEASURED_CONDITIONS, "--repeat", PROFILE_RUNS,
-                              "-o", w / "python-plain-clean.profile.json", "--force", "--", *argv])
     out = w / "libs" / "default-lld" / plain["lib"].name
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(plain["link_cmd"])
@@ -201,7 +196,7 @@ def default_vs_best(runs: int) -> None:
     packed = bp.pack(best["lib"], w / "libs" / "split-ordered-packed-lld+data")
     variants = {"split baseline lld": (base["lib"], bp.variant_cmd(base["lib"].parent, argv, base["env"])),
                 BEST: (packed, bp.variant_cmd(packed.parent, [best["launcher"], "-c", bp.IMPORTS], best["env"])),
-                DEFAULT: default_path(w)}
+                DEFAULT: default_path(w, prof)}
     summ, _lim, _rows = measured_table(w / "python-default.results.json", variants, runs, prof, base["lib"],
                                        "split baseline lld", "libpython3.11: the default path against the best recipe "
                                        "— selective, read_ahead_kb 128")
@@ -279,7 +274,7 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
     prof1, prof = split_profiles(w, base, argv, envs)
     linked = ordered_links(w, base, prof, prof1, envs)
     variants = split_variants(w, base, argv, linked)
-    variants[DEFAULT] = default_path(w)
+    variants[DEFAULT] = default_path(w, prof)
     if regrtest:
         run_regrtests(linked["lld"])
     if skip_measure:

@@ -170,11 +170,15 @@ def run_python(d: Demo, args) -> tuple[Path, Path]:
     d.console.print(f"  {info.get('size', 0):,} bytes; sections: {len(info.get('sections', []))}")
 
     d.head(f"profile the startup workload with valgrind: python3.11 -c {IMPORTS!r}")
+    # Debian's objects have no function sections: link splits them. Profile a build of
+    # the split objects (the same split), so data pages name the split data sections.
+    split = libpython.prepare("lld", split=True)
     prof = d.out / "python.profile.json"
     # as the measured runs see it: their environment (LC_ALL=C), stdout to /dev/null, and
     # three runs merged (hash randomisation moves the garbage collector's passes)
-    d.el("profile", "--target", lld["lib"], "--map", lld["map"], "--data", *sum((["--env", f"{k}={v}"] for k, v in env.items()), []),
-         *MEASURED_CONDITIONS, "-o", prof, "--force", "--", *argv)
+    d.el("profile", "--target", split["lib"], "--map", split["map"], "--data",
+         *sum((["--env", f"{k}={v}"] for k, v in env.items()), []), *MEASURED_CONDITIONS, "-o", prof, "--force",
+         "--", str(split["launcher"]), *argv[1:])
 
     d.head("relink with the default path: elflayout link --profile P --linker L -- <the link command>")
     default = {lk: _relink_python(d, base[lk], prof, lk) for lk in ("lld", "bfd")}

@@ -123,6 +123,9 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             print(f"elflayout: warning: {w}", file=sys.stderr)
         _say_matched(o, fmt, linker, say)
         steps = [split, algo, *_companion_steps(opts, o, lld), defaults.profile_step(o.profile.metadata)]
+        if split.value and steps[2].value:
+            steps[2].why += ("; data sections are named as split: profile a build of split objects "
+                             "(elflayout split, docs/splitting.md) for them to match")
         order_file = Path(opts.keep_order_file) if opts.keep_order_file else Path(td) / f"order.{fmt}"
         fileio.atomic_write_text(order_file, o.text)
         full = apply(parsed, linker, fmt, o.text, order_file)
