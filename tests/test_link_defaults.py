@@ -84,3 +84,20 @@ def test_lld_companions_refused_for_gnu_ld(plain, tmp_path, opt):  # noqa: F811
     r = run_cli("link", opt, "--profile", plain["profile"], "--linker", "bfd", "--",
                 "gcc", "-shared", "-o", tmp_path / "l.so", *plain["objects"], check=2)
     assert "an lld companion" in r.stderr
+
+
+def test_algorithm_auto_takes_the_fewer_predicted_pages(monkeypatch):
+    u = type("U", (), {"text_order": [("f", ".text.f", "a.o")]})()
+    pred = {"first-access": 120, "hot-last": 110}
+    seen = []
+    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra: seen.append(ra) or dict(pred))
+    s = defaults.algorithm_step("auto", "lld", None, u)
+    assert s.value == "hot-last" and "first-access 120 pages, hot-last 110 pages" in s.predicted
+    # the window of a typical machine, not the profile's (the profiling machine's device setting)
+    assert seen == [128]
+    pred["hot-last"] = 120  # a tie keeps first-access
+    assert defaults.algorithm_step("auto", "lld", None, u).value == "first-access"
+    pred["hot-last"] = 1
+    assert defaults.algorithm_step("auto", "gold", None, u).value == "first-access"  # .init/.plt first
+    assert defaults.algorithm_step("auto", "lld", None, None).value == "first-access"  # no cold list
+    assert defaults.algorithm_step("first-access", "lld", None, u).value == "first-access"
