@@ -176,7 +176,8 @@ def _print_text(src, out, p) -> None:
           f"RELR {p.relr_bytes:,} bytes ({p.packed:,} of {p.relative:,} RELATIVE relocations packed; "
           f"{p.kept:,} kept, DT_RELACOUNT {p.relacount})")
     print(f"  form: {p.form} (loads on {'glibc >= 2.36' if p.form == 'relr' else 'any glibc'}; --min-glibc "
-          f"{p.min_glibc})" + (f", applier {p.applier.bytes} bytes at {p.applier.entry:#x} (DT_INIT)"
+          f"{p.min_glibc})" + (f", applier {p.applier.bytes} bytes at {p.applier.entry:#x} "
+                               f"({'DT_PREINIT_ARRAY' if 'DT_PREINIT_ARRAY' in p.dynamic else 'DT_INIT'})"
                                if p.applier else ""))
     print(f"  dynamic array: {p.dynamic}; GLIBC_ABI_DT_RELR: {p.version_need}")
     if p.moved_sections:
