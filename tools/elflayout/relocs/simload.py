@@ -658,7 +658,8 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None, emulator=
         def by_code(addrs):
             return ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
 
-        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root, emulator)
+        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root, emulator,
+                                      loader_writes=lambda x: a.loader_writes(x) | b.loader_writes(x))
 
 
 def real_start_compare(path_a, path_b, timeout: float = 300) -> dict:
