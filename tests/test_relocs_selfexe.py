@@ -180,3 +180,27 @@ def test_debian11_bash_self_form_runs_in_its_root(tmp_path):
     _set_dyn(broken, L.DT_PREINIT_ARRAYSZ, 0)
     bad = run_in(root, ["/opt/elflayout/selfexe/bash-no-routine", "-c", script])
     assert bad.returncode != 0 or bad.stdout != want.stdout
+
+
+def test_self_form_library_without_dt_init_or_slot(tmp_path):
+    """No DT_INIT (no crti.o) and no spare DT_NULL slot (lld): the dynamic array moves to a
+    new writable PT_LOAD with DT_INIT added (glibc < 2.35 writes the array)."""
+    need_tool("gcc")
+    src = tmp_path / "src"
+    src.mkdir()
+    obj = testlib.compile_lib(src, 24, ifunc=False)
+    out_dir = tmp_path / "packed"
+    out_dir.mkdir()
+    lib, main = tmp_path / "libt.so", out_dir / "main"
+    testlib._run(["gcc", "-shared", "-nostartfiles", "-fuse-ld=lld", str(obj), "-o", str(lib)])
+    testlib._run(["gcc", "-fuse-ld=lld", str(src / "main.c"), "-o", str(main), f"-L{tmp_path}", "-lt",
+                  "-Wl,-rpath,$ORIGIN"])
+    with simload.Loaded(lib) as ld:
+        assert ld.tag(L.DT_INIT) is None
+    st = _pack(lib, out_dir / "libt.so", "--check")
+    assert st["check"]["equal"] and st["check"]["real_load"]["equal"]
+    assert "no DT_INIT and no spare DT_NULL slot" in st["dynamic"]
+    with simload.Loaded(out_dir / "libt.so") as ld:
+        assert ld.tag(L.DT_INIT) == ld.applier()["entry"]
+    got = subprocess.run([str(main)], capture_output=True, text=True)
+    assert got.returncode == 0 and "main: " in got.stdout
