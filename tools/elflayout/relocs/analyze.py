@@ -67,15 +67,6 @@ def relr_table(img) -> np.ndarray | None:
         raise ElflayoutError(f"{img.path}: damaged DT_RELR table ({e})") from None
 
 
-def _routine_at(img, entry) -> dict | None:
-    if entry is None or entry < selfapply.ENTRY:
-        return None
-    off = int(img.vaddr_to_offset(entry - selfapply.ENTRY))
-    if off < 0 or off + min(a.size for a in selfapply.APPLIERS.values()) > img.size:
-        return None
-    return selfapply.decode(bytes(img.mm[off:off + selfapply.MAX_SIZE]))
-
-
 def self_table(img) -> tuple[np.ndarray, dict] | None:
     """The table of the self-applying form (relocs/selfapply.py: the routine an executable's
     first DT_PREINIT_ARRAY entry or DT_INIT points at) as (addresses, summary), or None when
@@ -86,10 +77,10 @@ def self_table(img) -> tuple[np.ndarray, dict] | None:
         off = int(img.vaddr_to_offset(pre))
         if 0 <= off <= img.size - 8:
             init = int.from_bytes(img.mm[off:off + 8], "little")
-            p = _routine_at(img, init)
+            p = selfapply.decode_at(img, init)
     if p is None:
         init = img.dt(L.DT_INIT)
-        p = _routine_at(img, init)
+        p = selfapply.decode_at(img, init)
     if p is None:
         return None
     toff, n = int(img.vaddr_to_offset(p["relr_start"])), p["relr_end"] - p["relr_start"]

@@ -184,12 +184,7 @@ class Loaded:
         return None if ap is None else dict(ap, via="init")
 
     def _blob_at(self, entry) -> dict | None:
-        if entry is None or entry < selfapply.ENTRY:
-            return None
-        off = self.img.vaddr_to_offset(entry - selfapply.ENTRY)
-        if off < 0 or off + min(a.size for a in selfapply.APPLIERS.values()) > self.img.size:
-            return None
-        ap = selfapply.decode(bytes(self.img.mm[off:off + selfapply.MAX_SIZE]))
+        ap = selfapply.decode_at(self.img, entry)
         return ap if ap is not None and ap["entry"] == entry else None
 
     def rela_ranges(self) -> list[tuple[np.ndarray, int]]:
