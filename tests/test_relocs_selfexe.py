@@ -145,13 +145,13 @@ def test_self_form_library_without_room_gets_a_routine_segment(tmp_path):
 def test_llvm_strip_of_a_self_packed_executable(tmp_path):
     """llvm-strip keeps the segments as they are (BFD's strip rewrites an executable whose
     program header table moved, in either form: docs/relocation-packing.md)."""
-    need_tool("llvm-strip-22")
+    need_tool("llvm-strip-16")
     exe = _pie(tmp_path, "lld")
     want = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     out = tmp_path / "packed"
     _pack(exe, out)
     stripped = tmp_path / "stripped"
-    subprocess.run(["llvm-strip-22", "-o", str(stripped), str(out)], check=True)
+    subprocess.run(["llvm-strip-16", "-o", str(stripped), str(out)], check=True)
     got = subprocess.run([str(stripped)], capture_output=True, text=True)
     assert got.returncode == 0 and got.stdout == want
     assert simload.compare(exe, stripped)["equal"]
