@@ -237,3 +237,17 @@ def test_meson_build_of_fribidi(tmp_path):
     r = subprocess.run([build / "bin" / "fribidi", "--charset", "CapRTL"], input="abc ABC\n", capture_output=True,
                        text=True, env={**os.environ, "LD_LIBRARY_PATH": str(build / "lib")})
     assert r.stdout.strip() == "abc CBA"
+
+
+def test_which_commands_are_target_links():
+    from elflayout.order import launch
+
+    assert launch.link_output(["cc", "-c", "-o", "a.o", "a.c"]) is None
+    assert launch.link_output(["cc", "-Wl,--version"]) is None
+    assert launch.link_output(["cc", "-print-prog-name=ld"]) is None
+    assert launch.link_output(["cc", "-shared", "-olibz.so.1.3", "a.o"]) == "libz.so.1.3"
+    cmd = ["cc", "-shared", "-o", "lib/libz.so.1.3", "a.o"]
+    assert launch.is_target(cmd, "lib/libz.so.1.3", ["libz.so"]) and launch.is_target(cmd, "lib/libz.so.1.3", None)
+    assert not launch.is_target(cmd, "lib/libz.so.1.3", ["libzz.so", "libz.s"])
+    assert not launch.is_target(["cc", "-o", "prog", "a.o"], "prog", None)
+    assert launch.workload(["{output}", "--version"], "bin/tool") == [os.path.abspath("bin/tool"), "--version"]
