@@ -24,8 +24,8 @@ def _launch(*args, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([*LAUNCH, *map(str, args)], capture_output=True, text=True, env=ENV, cwd=cwd)
 
 
-def _in_order(lib, profile) -> float:
-    r = run_cli("check-order", "--json", "--profile", profile, "--target", Path(lib).name, lib, check=0)
+def _in_order(lib, profile, target=None) -> float:
+    r = run_cli("check-order", "--json", "--profile", profile, "--target", target or Path(lib).name, lib, check=0)
     return json.loads(r.stdout)["in_order_fraction"]
 
 
@@ -177,7 +177,7 @@ def _check_real_build(build: Path, out: str, cache: Path, launcher: list[str], e
     cmd = words[len(launcher):]
     plain = build / "plain.so"
     subprocess.run([str(plain) if w == out else w for w in cmd[cmd[:1] == ["--"]:]], cwd=build, check=True)
-    assert _in_order(build / out, profile) >= 0.95 > _in_order(plain, profile)
+    assert _in_order(build / out, profile) >= 0.95 > _in_order(plain, profile, Path(out).name)
     (build / out).unlink()
     log = _ninja(build, env)
     assert "reusing" in log and "profiling with" not in log, log[-3000:]
