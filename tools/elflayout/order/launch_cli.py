@@ -25,8 +25,9 @@ examples:
   # Meson has no linker launcher: put the launcher in front of the compiler (it passes
   # compiles through untouched, as ccache-style wrappers do)
   CC="elflayout launch --target libfribidi.so --profile-cmd 'fribidi-check' -- cc" meson setup build
-  # make: the same in front of the compiler or the linker
+  # make: the same in front of the compiler, or of ld for a Makefile that runs it
   make CC="elflayout launch --target libz.so --profile-cmd 'zcheck' -- gcc"
+  make LD="elflayout launch --target libz.so --profile-cmd 'zcheck' -- ld"
   # an executable: {output} is its own path
   elflayout launch --target tool --profile-cmd '{output} --version' -- cc -o tool main.o util.o
 
