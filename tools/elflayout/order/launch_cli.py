@@ -142,7 +142,7 @@ def _profile_of(args, out: str, cmd: list[str], ident: dict) -> Path | None:
     state, refusal = launch.profile_state(cached, ident)
     if state == "same" or (state == "other" and args.allow_stale_profile):
         _say(f"{out}: reusing {cached}" + (" (of another build: --allow-stale-profile)" if state == "other"
-                                           else f" (build-id {ident['build_id'] or ident['sha256'][:16]})"))
+                                           else f" ({_build_of(ident)})"))
         return cached
     if not args.profile_cmd:
         if state == "other":
@@ -222,6 +222,11 @@ def _relink(args, out: str, cmd: list[str], profile: Path) -> int:
             shutil.copy2(plain, out)
             return _kept(args, out, why)
     return 0
+
+
+def _build_of(ident: dict) -> str:
+    """The build the output is, as the profile identifies it (a link without --build-id: its sha256)."""
+    return f"build-id {ident['build_id']}" if ident["build_id"] else f"sha256 {ident['sha256'][:16]}"
 
 
 def _remove(out: str) -> None:
