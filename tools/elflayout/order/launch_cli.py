@@ -171,7 +171,8 @@ def _record(args, out: str, cmd: list[str], cached: Path) -> Path | None:
         env = []
         if launch.is_shared_link(cmd):
             libdir = launch.library_dir(out, Path(td) / "lib")
-            env = ["--env", "LD_LIBRARY_PATH=" + ":".join(filter(None, [str(libdir), os.environ.get("LD_LIBRARY_PATH")]))]
+            path = ":".join(filter(None, [str(libdir), os.environ.get("LD_LIBRARY_PATH")]))
+            env = ["--env", f"LD_LIBRARY_PATH={path}"]
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
         parser, mod = verb_parser("profile")
         pargs = parser.parse_args(["--target", os.path.abspath(out), *env, *opts, "-o", str(tmp), "--force",
