@@ -98,16 +98,18 @@ def build(flavour: str = "plain") -> dict:
     if flavour not in FLAVOURS:
         raise ElflayoutError(f"{flavour}: unknown build (choose from {', '.join(FLAVOURS)})")
     src = source()
-    plain = None if flavour == "plain" else build("plain")
-    d = cache_dir("cpython-src", f"build-{flavour}-{param_key(OPT, LDFLAGS, FLAVOURS[flavour])}")
+    d = _build_dir(flavour)
     rec = d / "built.json"
     with locked(d.parent / f".{d.name}.lock"):
         if rec.exists():
             return json.loads(rec.read_text())
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env["LLVM_PROFILE_FILE"] = str(d / "build-%p.profraw")  # the build's own tools' runs: not the profile
-        if plain:  # configured as the plain build (its cached answers); instrumented as CPython's PGO does it
-            shutil.copyfile(Path(plain["dir"]) / "config.cache", d / "config.cache")
+        plain = _build_dir("plain")
+        if flavour != "plain" and (plain / "Makefile").exists():
+            # configured as the plain build (its answers, once its configure is done); the
+            # instrumentation is added as CPython's own PGO build adds it (*_NODIST)
+            shutil.copyfile(plain / "config.cache", d / "config.cache")
         cfg = [src / "configure", "-C", f"CC={CC}", "--enable-shared", "--without-ensurepip", f"OPT={OPT}",
                f"LDFLAGS={LDFLAGS}"]
         cost = [timed(cfg, cwd=d, env=env, what=f"configure ({flavour})")]
@@ -127,6 +129,10 @@ def build(flavour: str = "plain") -> dict:
             run([d / "python", *WORKLOADS["imports"]], env={**run_env(d), "PYTHONDONTWRITEBYTECODE": ""})
         rec.write_text(json.dumps(out, indent=1))
     return out
+
+
+def _build_dir(flavour: str) -> Path:
+    return cache_dir("cpython-src", f"build-{flavour}-{param_key(OPT, LDFLAGS, FLAVOURS[flavour])}")
 
 
 def link_command(d: Path) -> list[str]:
