@@ -345,11 +345,16 @@ def main() -> int:
         rows[n] = {"lib": str(lib), "summary": s, "size": lib.stat().st_size, "produce": steps, "identical": ident}
     print("\n† includes BOLT steps cached by an earlier run of this bench: their time and peak memory are "
           "as recorded (GNU time -v) when they were made.")
-    for n in bolt_notes:
+    return finish(bolt_notes, rows, args.json)
+
+
+def finish(notes: list[str], rows: dict, json_out: str | None) -> int:
+    """The lines under a peers table (notes, the wall-time note); the rows as JSON to ``json_out``."""
+    for n in notes:
         print(f"- {n}")
     print(bp.NOTE_WALL)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    if json_out:
+        Path(json_out).write_text(json.dumps(rows, indent=1, default=str))
     return 0
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -181,6 +180,8 @@ def row(name: str, lib: Path, s: dict | None, c: dict, same: bool) -> str:
 
 
 def main(argv=None) -> int:
+    from bench_peers import finish
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", metavar="OUT")
@@ -211,12 +212,7 @@ def main(argv=None) -> int:
           f"{plain['cost']['seconds']:,.0f} s, peak {plain['cost']['peak_mib']:,} MiB), not counted in its row; "
           "the temporal and BP rows count their own instrumented compile. † includes steps cached by an "
           "earlier run: their cost as recorded when they were made.")
-    for n in notes:
-        print(f"- {n}")
-    print(bp.NOTE_WALL)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
-    return 0
+    return finish(notes, rows, args.json)
 
 
 if __name__ == "__main__":
