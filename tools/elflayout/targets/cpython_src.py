@@ -112,14 +112,16 @@ def build(flavour: str = "plain") -> dict:
             shutil.copyfile(plain / "config.cache", d / "config.cache")
         cfg = [src / "configure", "-C", f"CC={CC}", "--enable-shared", "--without-ensurepip", f"OPT={OPT}",
                f"LDFLAGS={LDFLAGS}"]
-        cost = [timed(cfg, cwd=d, env=env, what=f"configure ({flavour})")]
-        jobs = str(os.cpu_count() or 2)
+        # an interrupted build resumes: its configure is done, make keeps the objects it wrote
+        cost = [] if (d / "Makefile").exists() else [timed(cfg, cwd=d, env=env, what=f"configure ({flavour})")]
+        jobs = str(2 * (os.cpu_count() or 1))  # compiles also wait for the disk
         flags = FLAVOURS[flavour]
         targets = ["all"] if flavour == "plain" else [f"CFLAGS_NODIST={flags}", f"LDFLAGS_NODIST={flags}",
                                                        "libpython3.11.so"]
-        cost.append(timed(["make", f"-j{jobs}", *targets], cwd=d, env=env, what=f"make ({flavour})"))
+        cost.append(_make(d, [f"-j{jobs}", *targets], env, flavour))
         out = {"dir": str(d), "lib": str(d / SONAME), "python": str(d / "python"), "flavour": flavour,
-               "cost": {"seconds": sum(c["seconds"] for c in cost), "peak_mib": max(c["peak_mib"] for c in cost)}}
+               "cost": {"seconds": round(sum(c["seconds"] for c in cost), 1),
+                        "peak_mib": max(c["peak_mib"] for c in cost)}}
         if flavour == "plain":
             out["link_cmd"] = link_command(d)
             check = run([d / "python", "-c", CHECK], env=run_env(d), what="self-check of the built python").stdout
@@ -129,6 +131,19 @@ def build(flavour: str = "plain") -> dict:
             run([d / "python", *WORKLOADS["imports"]], env={**run_env(d), "PYTHONDONTWRITEBYTECODE": ""})
         rec.write_text(json.dumps(out, indent=1))
     return out
+
+
+def _make(d: Path, args: list, env: dict, flavour: str) -> dict:
+    """``make ARGS`` in ``d``; the time of interrupted earlier attempts (``interrupted.json``) is added."""
+    spent = d / "interrupted.json"
+    before = json.loads(spent.read_text()) if spent.exists() else {"seconds": 0, "peak_mib": 0}
+    t0 = time.monotonic()
+    try:
+        c = timed(["make", *args], cwd=d, env=env, what=f"make ({flavour})")
+    except BaseException:
+        spent.write_text(json.dumps(before | {"seconds": before["seconds"] + time.monotonic() - t0}))
+        raise
+    return {"seconds": c["seconds"] + before["seconds"], "peak_mib": max(c["peak_mib"], before["peak_mib"])}
 
 
 def _build_dir(flavour: str) -> Path:
