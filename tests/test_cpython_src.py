@@ -40,6 +40,7 @@ def test_unknown_build_refused():
 
 @pytest.mark.slow
 @pytest.mark.download
+@pytest.mark.root
 def test_build_and_relink_same_output():
     """The from-source build (cached after the first run: about 10 min on 2 cores), relinked
     with RELR: the workload and the self-check print the same through both."""
