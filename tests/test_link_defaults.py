@@ -107,7 +107,7 @@ def test_profiled_objects_are_matched_by_name_in_a_link_elsewhere():
     """link --split links copies in a temporary directory: the profiled build's objects
     (data sections named with their file) must name those copies, or the data script
     matches nothing of them."""
-    from elflayout.order.pipeline import same_objects
+    from elflayout.order.resolve import same_objects
 
     profiled = ["/cache/split/a.o", "/cache/split/b.o", "/usr/lib/crti.o", None, "/x/dup.o", "/y/dup.o"]
     link = ["/tmp/l/0/a.o", "/tmp/l/1/b.o", "/usr/lib/crti.o", "/tmp/l/2/dup.o", "/tmp/l/3/dup.o"]

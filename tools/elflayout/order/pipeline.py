@@ -19,6 +19,7 @@ from elflayout.errors import ElflayoutError, Finding
 from elflayout.order import algorithms, formats
 from elflayout.order.algorithms import Layout
 from elflayout.order.profile_input import check_identity, load_profile, pick_target, require_touches
+from elflayout.order.resolve import same_objects
 from elflayout.profile.model import Profile, Target
 
 COMBINE_RULES = ("shared", "phased", "earliest", "mean", "concat")
@@ -304,24 +305,6 @@ def load_universe(objects_from, profiled_map, profiled_lib=None):
     elif profiled_map:
         note = f"profiled build's map {profiled_map} not found: data pages cannot be mapped to sections"
     return u, note
-
-
-def same_objects(profiled: list, objects: list) -> list:
-    """The profiled link's object names as the link to order names them: the same objects
-    at another path (``link --split`` puts its split copies in a temporary directory) are
-    matched by file name when that name is unique on both sides; others are kept."""
-    def base(o):
-        return o.rsplit("/", 1)[-1] if o else o
-
-    have = set(objects)
-    mine: dict = {}
-    for o in objects:
-        mine.setdefault(base(o), []).append(o)
-    theirs: dict = {}
-    for o in dict.fromkeys(profiled):
-        theirs.setdefault(base(o), []).append(o)
-    return [o if not o or o in have or len(mine.get(base(o), ())) != 1 or len(theirs[base(o)]) != 1
-            else mine[base(o)][0] for o in profiled]
 
 
 def _load_map(path, required: bool, image=None):
