@@ -119,7 +119,8 @@ def elflayout_variants(w: Path, base: Path) -> tuple[dict, dict]:
         out.parent.mkdir(exist_ok=True)
         cmd = [PY, "-m", "elflayout", "link", "--profile", prof, "--lib", base, "--linker", "lld", *opts, "--",
                *cs.output_command(link_cmd, out)]
-        print(f"  $ {' '.join(map(str, cmd[1:6]))} ... {' '.join(opts)} -- <the Makefile's link command>", flush=True)
+        print(f"  $ elflayout link --profile {prof} --lib {base} --linker lld {' '.join(opts)} -- "
+              f"<the Makefile's link command, -o {out}>", flush=True)
         c = cs.timed(cmd, cwd=cs.build("plain")["dir"], env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")),
                      what=f"elflayout link ({name})")
         libs[name], cost[name] = out, cost_of(pcost, c)
