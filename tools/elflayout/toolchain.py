@@ -111,6 +111,54 @@ def chosen_linker(cmd: list[str]) -> tuple[str | None, str | None, bool]:
     return None, None, True
 
 
+# Target triplets' first component -> the ELF machine (pyelftools' name).
+_TRIPLET_MACHINE = {"x86_64": "EM_X86_64", "amd64": "EM_X86_64", "aarch64": "EM_AARCH64", "arm64": "EM_AARCH64"}
+# GNU ld emulations (-m) of the machines elflayout links for.
+_LD_EMULATION_MACHINE = {"elf_x86_64": "EM_X86_64", "aarch64linux": "EM_AARCH64", "aarch64elf": "EM_AARCH64"}
+
+
+def _triplet_machine(triplet: str) -> str | None:
+    return _TRIPLET_MACHINE.get(triplet.split("-", 1)[0])
+
+
+def target_machine(cmd: list[str]) -> str:
+    """The ELF machine a link command links for: its cross driver's or linker's target
+    prefix (``aarch64-linux-gnu-gcc``), clang's ``--target=``/``-target``, GNU ld's ``-m``
+    emulation, else its first object file's machine, else this machine's."""
+    from elflayout import emulator
+
+    prog = Path(cmd[0]).name
+    if "-" in prog and _triplet_machine(prog):
+        return _triplet_machine(prog)
+    for i, a in enumerate(cmd[1:], 1):
+        nxt = cmd[i + 1] if i + 1 < len(cmd) else ""
+        t = a[len("--target="):] if a.startswith("--target=") else nxt if a in ("-target", "--target") else None
+        if t and _triplet_machine(t):
+            return _triplet_machine(t)
+        m = a[2:] if a.startswith("-m") and len(a) > 2 and command_linker(cmd[0]) else nxt if a == "-m" else None
+        if m in _LD_EMULATION_MACHINE:
+            return _LD_EMULATION_MACHINE[m]
+    for a in cmd[1:]:
+        if not a.startswith("-") and a.endswith((".o", ".lo", ".obj")):
+            hdr = emulator.header(a)
+            if hdr is not None:
+                return hdr[0]
+    return emulator.host_machine()
+
+
+def assembler(machine: str) -> list[str]:
+    """The GNU assembler command for ``machine``: this machine's ``as``, or the cross
+    binutils' (``aarch64-linux-gnu-as``: package binutils-aarch64-linux-gnu)."""
+    from elflayout import emulator
+
+    if machine == emulator.host_machine():
+        return ["as", "--64"] if machine == "EM_X86_64" else ["as"]
+    triplet = emulator.TRIPLETS.get(machine)
+    if triplet is None:
+        raise ElflayoutError(f"{machine}: no assembler known for this machine")
+    return [f"{triplet}-as"]
+
+
 def first_error(output: str) -> str:
     """The first line of a failed link's output that gives a reason (the linker's own
     error, not the driver's "ld returned 1 exit status"); "" if there is none."""

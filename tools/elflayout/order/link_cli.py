@@ -166,7 +166,7 @@ def _link(parsed: dict, cmd: list[str], args) -> int:
     from elflayout.relocs import linkself
 
     if args.pack == "relr":
-        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], _run)
+        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], _run, say=_say)
     if args.pack != "self":
         return _run(cmd)
     from rich.console import Console
