@@ -539,3 +539,16 @@ def test_target_machine_from_the_objects(built, tmp_path):
 
     subprocess.run([CROSS_CC, "-c", "-fPIC", "-o", tmp_path / "l.o", built / "l.c"], check=True)
     assert target_machine(["ld.lld", "-shared", "-o", "x.so", str(tmp_path / "l.o")]) == "EM_AARCH64"
+
+
+def test_link_cross_gcc_lld_through_a_b_directory(synth_a64, tmp_path):
+    """gcc 12 has no --ld-path: a -B directory whose ld is ld.lld makes the cross driver
+    link with lld; link sees lld there (not the default GNU ld) and applies lld's ordering."""
+    bdir = tmp_path / "bin"
+    bdir.mkdir()
+    (bdir / "ld").symlink_to(Path(_lld_bin()) / "ld.lld")
+    r, out = _linked(synth_a64, tmp_path, "lld", "--linker", "lld", driver=[CROSS_CC, "-shared", f"-B{bdir}/"])
+    assert "applying lld ordering for lld" in r.stderr, r.stderr
+    assert "LLD" in subprocess.run(["readelf", "-p", ".comment", out / "libsynth.so"], capture_output=True,
+                                   text=True).stdout
+    assert _run_a64(synth_a64["dir"] / "driver", out).stdout == synth_a64["output"]

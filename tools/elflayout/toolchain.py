@@ -48,6 +48,26 @@ def linker_flag(linker: str) -> str:
     return f"-fuse-ld={linker}"
 
 
+def newest_lld_dir() -> Path:
+    """The bin directory of the newest ``/usr/lib/llvm-N`` with ld.lld (lld >= 15 packs
+    RELR), else that of ``ld.lld`` on PATH."""
+    found = sorted((int(p.parts[3].split("-")[1]), p.parent) for p in Path("/usr/lib").glob("llvm-*/bin/ld.lld")
+                   if p.parts[3].split("-")[1].isdigit())
+    if found:
+        return found[-1][1]
+    exe = shutil.which("ld.lld")
+    if exe is None:
+        raise ElflayoutError("ld.lld: not installed (run: make bootstrap)")
+    return Path(exe).parent
+
+
+def cross_linker_flags(linker: str) -> list[str]:
+    """The cross gcc driver's flags selecting ``linker``: gcc 12 has no --ld-path and
+    looks for ``<triplet>-ld.lld``, so lld is found through -B."""
+    flag = linker_flag(linker)
+    return [flag, f"-B{newest_lld_dir()}/"] if linker == "lld" else [flag]
+
+
 def driver_args(args) -> list[str]:
     """Extra link arguments for the gcc/g++ driver: bare linker options
     (``--symbol-ordering-file=F``, ``--section-ordering-file=F``) get ``-Wl,``."""
@@ -95,7 +115,8 @@ def chosen_linker(cmd: list[str]) -> tuple[str | None, str | None, bool]:
 
     A direct linker call chooses by its program name (argument None). A driver chooses
     by its last ``--ld-path=`` (clang: it wins over ``-fuse-ld``), else its last
-    ``-fuse-ld=``; (None, None, True) when it chooses nothing. A choice naming no linker
+    ``-fuse-ld=``, else the ``ld`` in a ``-B`` directory (a link to ld.lld: how a cross
+    gcc 12, which has no ``--ld-path``, runs lld); (None, None, True) when it chooses nothing. A choice naming no linker
     elflayout knows is refused."""
     direct = command_linker(cmd[0])
     if direct is not None:
@@ -108,7 +129,24 @@ def chosen_linker(cmd: list[str]) -> tuple[str | None, str | None, bool]:
                 raise ElflayoutError(f"{given[-1]}: unknown linker (elflayout knows {', '.join(LINKERS)}: "
                                      "ld.bfd, ld.gold, ld.lld[-N], mold)")
             return used, given[-1], True
+    for d in _b_dirs(cmd):  # gcc runs the ld of the first -B directory that has one
+        ld = Path(d) / "ld"
+        if ld.exists():
+            used = command_linker(ld.resolve().name)
+            if used is not None:
+                return used, f"-B{d}", True
     return None, None, True
+
+
+def _b_dirs(cmd: list[str]) -> list[str]:
+    """The driver's -B directories, in command order (gcc searches the first first)."""
+    out = []
+    for i, a in enumerate(cmd[1:], 1):
+        if a == "-B" and i + 1 < len(cmd):
+            out.append(cmd[i + 1])
+        elif a.startswith("-B") and len(a) > 2:
+            out.append(a[2:])
+    return out
 
 
 # Target triplets' first component -> the ELF machine (pyelftools' name).
