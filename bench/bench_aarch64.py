@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -119,7 +120,10 @@ def relink_step(work: Path, lib: Path, llc: Path, runs: int) -> None:
     dest = work / "ordered"
     dest.mkdir(exist_ok=True)
     ordered = dest / libllvm.SONAME
-    r = cli("link", "--profile", prof, "--force", "--", *libllvm.link_command("lld", ordered, platform=libllvm.ARM64))
+    cmd = libllvm.link_command("lld", ordered, platform=libllvm.ARM64)
+    print(f"  $ python3 -m elflayout link --profile {prof} --force -- "
+          + shlex.join([*cmd[:12], f"... ({len(cmd) - 19} archives)", *cmd[-7:]]), flush=True)
+    r = cli("link", "--profile", prof, "--force", "--", *cmd, echo=False)
     for ln in r.stderr.splitlines():
         if ln.startswith("elflayout: check: order") or ln.startswith("elflayout: check: packing"):
             print("   ", ln.removeprefix("elflayout: check: "))

@@ -489,9 +489,10 @@ def link(cmd: list[str], driver: bool, output: str, run, *, check_output: bool =
                 return rc
             left = not_packed(ref)
             if left:
-                raise ElflayoutError(f"{output}: the linker ignored -z pack-relative-relocs ({left:,} RELATIVE "
-                                     f"relocations left in RELA; GNU ld 2.40 does on AArch64): --pack self needs "
-                                     "a linker that packs (lld, mold), or pack-relocs --format self after the link")
+                raise ElflayoutError(f"{output}: no DT_RELR: the linker ignored -z pack-relative-relocs ({left:,} "
+                                     "RELATIVE relocations left in RELA; lld < 15 does, GNU ld 2.40 on AArch64): "
+                                     "--pack self needs a linker that packs (lld >= 15, mold), or pack-relocs "
+                                     "--format self after the link")
             try:
                 st = write(ref, output, verify)
             except ElflayoutError as e:  # name the user's output, not the temporary link
