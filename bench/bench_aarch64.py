@@ -12,8 +12,9 @@
    Target: >= 2,200 fewer pages. (Needs root and tracefs; skipped otherwise.)
 4. Relink: libLLVM-16 linked from ``llvm-16-dev:arm64``'s archives with the cross driver and
    lld (``targets.libllvm.relink(platform=ARM64)``: llc's output checked identical under
-   qemu), profiled by the qemu backend, relinked by ``elflayout link`` with its defaults;
-   pages read by ``llc-16 --version`` as in 3. Target: Debian's 14,691 -> <= 3,900.
+   qemu), profiled by the qemu backend, relinked by ``elflayout link`` with its defaults
+   and with the fullest lld recipe (``LINK_VARIANTS``); pages read by ``llc-16 --version``
+   as in 3. Target: Debian's 14,691 -> <= 3,900.
 
 The arm64 root is scripts/arm64-root.sh's (downloaded once into the cache).
 Run:  python3 bench/bench_aarch64.py [--runs 5] [--steps profile,pack,relink]
@@ -108,36 +109,53 @@ def _pages(res: dict) -> dict:
     return pages
 
 
+# elflayout link variants of step 4: (name, profile with --data, link options). "ordered":
+# link's defaults; "full": the fullest lld recipe of the x86-64 relink (docs/benchmarks.md).
+LINK_VARIANTS = (("ordered", False, ()),
+                 ("full", True, ("--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr")))
+
+
+def _link_variant(work: Path, base: dict, llc: Path, name: str, data: bool, opts) -> Path:
+    """Profile the unordered relink (qemu backend), relink it by ``elflayout link``;
+    the ordered library, its llc output checked identical under qemu."""
+    from elflayout.targets import libllvm
+
+    prof = work / f"relinked-version{'-data' if data else ''}.json"
+    if not prof.exists():
+        cli("profile", *(["--data"] if data else []), "--target", base["lib"], "--map", base["map"],
+            "--env", f"LD_LIBRARY_PATH={base['outdir']}", "-o", prof, "--force", "--", llc, "--version")
+    dest = work / name
+    dest.mkdir(exist_ok=True)
+    cmd = libllvm.link_command("lld", dest / libllvm.SONAME, platform=libllvm.ARM64)
+    print(f"  $ python3 -m elflayout link --profile {prof} --force {shlex.join(opts)} -- "
+          + shlex.join([*cmd[:12], f"... ({len(cmd) - 19} archives)", *cmd[-7:]]), flush=True)
+    r = cli("link", "--profile", prof, "--force", *opts, "--", *cmd, echo=False)
+    for ln in r.stderr.splitlines():
+        if ln.startswith(("elflayout: check: order", "elflayout: check: packing")):
+            print("   ", ln.removeprefix("elflayout: check: "))
+    print(f"  {name}: llc output under qemu identical ({libllvm.verify(dest, libllvm.ARM64)})", flush=True)
+    return dest / libllvm.SONAME
+
+
 def relink_step(work: Path, lib: Path, llc: Path, runs: int) -> None:
     from elflayout.targets import libllvm
 
-    print("4. libLLVM-16 relinked from llvm-16-dev:arm64, ordered by elflayout link (defaults)")
+    print("4. libLLVM-16 relinked from llvm-16-dev:arm64, ordered by elflayout link")
     print("  relink: targets.libllvm.relink('lld', platform=ARM64) (cached; llc output checked under qemu)", flush=True)
     base = libllvm.relink("lld", platform=libllvm.ARM64)
-    prof = work / "relinked-version.json"
-    cli("profile", "--target", base["lib"], "--map", base["map"], "--env", f"LD_LIBRARY_PATH={base['outdir']}",
-        "-o", prof, "--force", "--", llc, "--version")
-    dest = work / "ordered"
-    dest.mkdir(exist_ok=True)
-    ordered = dest / libllvm.SONAME
-    cmd = libllvm.link_command("lld", ordered, platform=libllvm.ARM64)
-    print(f"  $ python3 -m elflayout link --profile {prof} --force -- "
-          + shlex.join([*cmd[:12], f"... ({len(cmd) - 19} archives)", *cmd[-7:]]), flush=True)
-    r = cli("link", "--profile", prof, "--force", "--", *cmd, echo=False)
-    for ln in r.stderr.splitlines():
-        if ln.startswith("elflayout: check: order") or ln.startswith("elflayout: check: packing"):
-            print("   ", ln.removeprefix("elflayout: check: "))
-    print(f"  llc output with the ordered library, under qemu: identical ({libllvm.verify(dest, libllvm.ARM64)})")
+    libs = {name: _link_variant(work, base, llc, name, data, opts) for name, data, opts in LINK_VARIANTS}
     why = tracefs_status()
     if why:
         print(f"  pages read: skipped ({why})")
         return
-    plan = plan_from_args(["--name", "debian", f"{llc} --version",
-                           "--name", "relinked", f"LD_LIBRARY_PATH={base['outdir']} {llc} --version",
-                           "--name", "ordered", f"LD_LIBRARY_PATH={dest} {llc} --version",
-                           "--state", "selective", "--runs", runs, "--files", lib, base["lib"], ordered])
+    args = ["--name", "debian", f"{llc} --version", "--name", "relinked",
+            f"LD_LIBRARY_PATH={base['outdir']} {llc} --version"]
+    for name, p in libs.items():
+        args += ["--name", name, f"LD_LIBRARY_PATH={p.parent} {llc} --version"]
+    plan = plan_from_args([*args, "--state", "selective", "--runs", runs, "--files", lib, base["lib"], *libs.values()])
     pages = _pages(measure(plan, work / "measure-relink.json"))
-    print(f"  debian -> ordered: {min(pages['debian']):,} -> {max(pages['ordered']):,} pages (target <= 3,900)")
+    for name in libs:
+        print(f"  debian -> {name}: {min(pages['debian']):,} -> {max(pages[name]):,} pages (target <= 3,900)")
 
 
 if __name__ == "__main__":
