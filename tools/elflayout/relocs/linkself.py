@@ -448,17 +448,17 @@ def link_relr(cmd: list[str], driver: bool, output: str, run, say=None) -> int:
         left, st = not_packed(tmp), None
         if left:
             try:
-                st = pack(tmp, output, replace=True, form="relr")
+                st = pack(tmp, output, verify=lambda a, b: simload.check(a, b), replace=True, form="relr")
             except AlreadyPacked:  # none RELR can take: the output is the link's
                 pass
-            except ElflayoutError as e:
+            except (ElflayoutError, Finding) as e:
                 raise ElflayoutError(f"{output}: the linker ignored -z pack-relative-relocs and post-link packing "
                                      f"failed: {str(e).replace(str(tmp), 'the linked file')}") from None
         if st is not None:
             if say:
                 say(f"the linker ignored -z pack-relative-relocs ({left:,} RELATIVE relocations left in RELA): "
-                    f"packed post-link (pack-relocs --format relr): {st['packed']:,} relocations in "
-                    f"{st['relr_bytes']:,} bytes of DT_RELR")
+                    f"packed post-link (pack-relocs --check --format relr): {st['packed']:,} relocations in "
+                    f"{st['relr_bytes']:,} bytes of DT_RELR, equivalence proved")
             return 0
         with atomic_output(output, mode=os.stat(tmp).st_mode & 0o777) as out:
             shutil.copyfile(tmp, out)
