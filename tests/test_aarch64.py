@@ -552,3 +552,11 @@ def test_link_cross_gcc_lld_through_a_b_directory(synth_a64, tmp_path):
     assert "LLD" in subprocess.run(["readelf", "-p", ".comment", out / "libsynth.so"], capture_output=True,
                                    text=True).stdout
     assert _run_a64(synth_a64["dir"] / "driver", out).stdout == synth_a64["output"]
+
+
+def test_dynstr_response_file_leaves_out_empty_names():
+    # an arm64 program's .dynsym has unnamed section symbols: "-u " then swallowed the
+    # next line and lld opened the name after it as a file
+    from elflayout.order.dynstr import write_lld_undefined
+
+    assert write_lld_undefined(["a", "", "b"], weak=["b"]) == "-u a\n-y b\n"
