@@ -51,7 +51,7 @@
   function namesIn(p, a, b) {
     if (!p.attr) return '';
     var fs = functionsIn(p.attr, a, b);
-    return '<br>functions the profiled start-up touched here: ' + (fs.length ? fs.slice(0, SHOW_NAMES).map(function (f) {
+    return '<br>' + esc(p.attr.label || 'functions the profiled start-up touched here') + ': ' + (fs.length ? fs.slice(0, SHOW_NAMES).map(function (f) {
       return esc(f[2]);
     }).join(', ') + (fs.length > SHOW_NAMES ? ' (+' + (fs.length - SHOW_NAMES) + ' more: click)' : '') : 'none');
   }
