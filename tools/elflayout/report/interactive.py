@@ -35,8 +35,6 @@ MB = 1e6
 # this many the view keeps every k-th read (and says so) to bound the file and the zoom time.
 MAX_READS = 60_000
 MAX_FAULTS = 60_000
-# Above this many points a trace is drawn with WebGL (scattergl): SVG zoom gets slow.
-GL_POINTS = 4_000
 DOM_ID_PREFIX = "elv"
 
 
