@@ -120,6 +120,10 @@ BENCHES = [
     Bench("split", "bench_split.py", ("--runs", "3", "--regrtest"),
           "elflayout split on libpython3.11-pic.a: split time, --check with three linkers, function order on "
           "the split objects with lld/gold/GNU ld (pages read), CPython's regression tests through it", RA_SET),
+    Bench("default_path", "bench_split.py", ("--default-path", "--runs", "5"),
+          "The default path: libpython3.11 relinked by `elflayout link --profile P --linker lld -- CMD` (no other "
+          "flag; what `make demo` runs) against the best recipe (split + hot-last + data script + .dynstr + "
+          "packed) and the split baseline, one session (pages read)", RA_SET),
     Bench("cxx", "bench_cxx.py", ("--runs", "3"),
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",
