@@ -186,6 +186,9 @@ def _print_text(src, out, p) -> None:
     if p.cut:
         print(f"  {p.cut.pages:,} whole freed pages cut from the file (program header {p.cut.program_header})"
               if p.cut.pages else f"  freed pages kept in the file: {p.cut.why}")
+    if not p.strip_safe:
+        print("  warning: the program header table moved (too little space freed to make room after it): "
+              "GNU strip/objcopy rewrite this output into one that does not start; use llvm-strip")
     if p.check is not None:
         c = p.check
         real = c["real_load"]

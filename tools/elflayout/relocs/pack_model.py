@@ -68,6 +68,7 @@ class Packed:
     pack_s: float = 0.0
     total_s: float = 0.0
     min_glibc: str | None = None
+    strip_safe: bool = True          # False: the program header table moved (GNU strip breaks the output)
 
 
 @dataclass(frozen=True)
