@@ -187,7 +187,7 @@ def _print_text(src, out, p) -> None:
         print(f"  {p.cut.pages:,} whole freed pages cut from the file (program header {p.cut.program_header})"
               if p.cut.pages else f"  freed pages kept in the file: {p.cut.why}")
     if not p.strip_safe:
-        print("  warning: the program header table moved (too little space freed to make room after it): "
+        print("  warning: the program header table moved (no room could be made after it in place): "
               "GNU strip/objcopy rewrite this output into one that does not start; use llvm-strip")
     if p.check is not None:
         c = p.check

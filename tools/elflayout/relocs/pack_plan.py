@@ -16,11 +16,12 @@ from elflayout import elfcore
 from elflayout import layouts as L
 from elflayout.arch import cut_granule
 from elflayout.errors import ElflayoutError
-from elflayout.relocs import selfapply
+from elflayout.relocs import notes, selfapply
 from elflayout.relocs.pack_cut import MIN_CUT_PAGES
 from elflayout.relocs.pack_input import FORMS, _fail, _Input, _read, _Selection, _select, _version_need, _VersionNeed, validate
 
 EXTRA_DYN_SLOTS = 4  # spare DT_NULLs left in a rebuilt dynamic array for later tools
+ELF64_ALIGN = 8  # sh_addralign of RELA tables and section headers (the numpy records are packed: .alignment is 1)
 PAGE = elfcore.PAGE
 READAROUND_BEFORE = 64 * 1024  # a page fault reads half of Linux's default 128 KiB window before it
 
@@ -90,6 +91,9 @@ def _slide_blocked(inp: _Input, sel: _Selection, alloc, lo: int, hi: int) -> boo
         s = inp.shdrs[i]
         if lo <= o < hi and i not in interp and (s["sh_flags"] & L.SHF_WRITE or int(s["sh_type"])
                                                  not in L.MOVABLE_TYPES | {L.SHT_NOTE}):
+            return True
+        if lo <= o < hi and s["sh_type"] == L.SHT_NOTE and \
+                notes.slide_problem(inp.section_bytes(i), inp.sh(i, "sh_addralign")):
             return True
     load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
                  and p["p_offset"] <= lo and hi <= p["p_offset"] + p["p_filesz"]), None)
@@ -174,7 +178,7 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True, en
         moved[i] = (new, len(content))
         blk[new - run_start:new - run_start + len(content)] = np.frombuffer(content, np.uint8)
         cur = new + len(content)
-    new_rela_off = L.align_up(cur, L.RELA64.alignment)
+    new_rela_off = L.align_up(cur, ELF64_ALIGN)
     kept_bytes = sel.kept.tobytes()
     if inp.form == "self" and not cut and len(kept_bytes) + sel.relr.nbytes <= READAROUND_BEFORE:
         # Freed pages kept: at the end of the freed space, next to .rela.plt/.plt, whose
@@ -192,7 +196,7 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True, en
     blk[relr_off - run_start:end - run_start] = sel.relr.view(np.uint8)
     return _Layout(run_start, rela_end, blk, moved, int(load["p_vaddr"]) - int(load["p_offset"]),
                    new_rela_off, kept_bytes, relr_off, end,
-                   rela_end - end + new_rela_off - L.align_up(cur, L.RELA64.alignment), reserve)
+                   rela_end - end + new_rela_off - L.align_up(cur, ELF64_ALIGN), reserve)
 
 
 @dataclass
@@ -569,11 +573,11 @@ def _program_headers(inp: _Input, lay: _Layout, dy: _DynamicPatch, ap, pt: _Phdr
     if new:  # after the last PT_LOAD: they stay sorted by address
         last = int(np.flatnonzero(ph["p_type"] == L.PT_LOAD)[-1])
         ph = np.concatenate([ph[:last + 1], np.array(new, L.PHDR64), ph[last + 1:]]).astype(L.PHDR64)
+    x = ph["p_type"] == L.PT_PHDR  # it describes the table, grown in place or moved
     if pt.moved:
-        x = ph["p_type"] == L.PT_PHDR
         ph["p_offset"][x] = pt.off
         ph["p_vaddr"][x] = ph["p_paddr"][x] = pt.off + lay.vshift
-        ph["p_filesz"][x] = ph["p_memsz"][x] = ph.nbytes
+    ph["p_filesz"][x] = ph["p_memsz"][x] = ph.nbytes
     return ph
 
 
@@ -652,7 +656,7 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
     names_at = tail_at + len(head)
     sh["sh_offset"][shstr_i] = names_at
     sh["sh_size"][shstr_i] = len(shstr)
-    shoff = L.align_up(names_at + len(shstr), L.SHDR64.alignment)
+    shoff = L.align_up(names_at + len(shstr), ELF64_ALIGN)
     tail = head + shstr + bytes(shoff - names_at - len(shstr)) + sh.tobytes()
     ehdr = _read(img, 0, L.EHDR64.itemsize, L.EHDR64)
     ehdr["e_shoff"], ehdr["e_shnum"] = shoff, len(sh)
