@@ -82,6 +82,29 @@ def _interp_sections(inp: _Input) -> set:
             and not s["sh_flags"] & L.SHF_WRITE and (int(s["sh_offset"]), int(s["sh_size"])) in spans}
 
 
+def _alloc(inp: _Input) -> list:
+    """(file offset, index) of the allocated sections with bytes in the file."""
+    return [(int(s["sh_offset"]), i) for i, s in enumerate(inp.shdrs)
+            if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and s["sh_size"] > 0]
+
+
+def _slide_start(inp: _Input, sel: _Selection, alloc, run_start: int, rela_end: int, strict: bool) -> int | None:
+    """Where a run sliding right after the program header table starts, or None when it
+    may not slide: every section in it must sit at the address its offset maps to
+    (damaged headers do not); ``strict`` (room for the rewrite's own entries) also
+    ``_slide_blocked``."""
+    rela_off = inp.sh(inp.sec[".rela.dyn"], "sh_offset")
+    start = min([o for o, _ in alloc if o >= _phdr_table_end(inp)] + [run_start])
+    load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
+                 and p["p_offset"] <= start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
+    if load is None or any(inp.sh(i, "sh_addr") - o != int(load["p_vaddr"]) - int(load["p_offset"])
+                           for o, i in alloc if start <= o < rela_off):
+        return None
+    if strict and _slide_blocked(inp, sel, alloc, start, rela_off):
+        return None
+    return start
+
+
 def _slide_blocked(inp: _Input, sel: _Selection, alloc, lo: int, hi: int) -> bool:
     """True when the file range ``[lo, hi)`` cannot slide: a section there that may not
     move, or a relocation's addend pointing into it (a pointer to a note or to the
@@ -112,8 +135,7 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True, en
     rela_i = inp.sec[".rela.dyn"]
     rela_off = inp.sh(rela_i, "sh_offset")
     rela_end = rela_off + inp.sh(rela_i, "sh_size")
-    alloc = [(int(s["sh_offset"]), i) for i, s in enumerate(shdrs)
-             if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and s["sh_size"] > 0]
+    alloc = _alloc(inp)
     run_start = min([inp.sh(i, "sh_offset") for i in vn.grow] + [rela_off])
 
     def load_of(start):  # the PT_LOAD holding the run from ``start`` to the end of .rela.dyn
@@ -122,17 +144,12 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True, en
 
     reserve = _phdr_reserve(inp, alloc, int(sel.packable.sum()) * L.RELA64.itemsize) if cut else 0
     reserve = max(reserve, entries * L.PHDR64.itemsize)
-    if reserve:  # the run starts right after the program headers and leaves room for one more
-        start = min([o for o, _ in alloc if o >= _phdr_table_end(inp)] + [run_start])
-        load = load_of(start)
-        # every section that slides must sit at the address its offset maps to (damaged
-        # headers do not): else no room is made, and the cut finds none
-        if load is not None and all(inp.sh(i, "sh_addr") - o == int(load["p_vaddr"]) - int(load["p_offset"])
-                                    for o, i in alloc if start <= o < rela_off) \
-                and not (entries and _slide_blocked(inp, sel, alloc, start, rela_off)):
-            run_start = start
-        else:
+    if reserve:  # the run starts right after the program headers and leaves room
+        start = _slide_start(inp, sel, alloc, run_start, rela_end, bool(entries))
+        if start is None:
             reserve = 0
+        else:
+            run_start = start
     in_run = sorted((o, i) for o, i in alloc if run_start <= o < rela_off)
     load = load_of(run_start)
     if load is None:
@@ -686,7 +703,8 @@ def plan_pack(img, form: str = "relr", cut: bool = True) -> Plan:
     ap = _applier(inp, sel, lay, places) if form == "self" else None
     dy = _dynamic(inp, sel, vn, lay, ap, places)
     need = _phdr_need(inp, lay, dy, cut, ap)
-    if need:  # again, with room made after the table in place (GNU strip keeps it there)
+    if need and _slide_start(inp, sel, _alloc(inp), lay.run_start, lay.rela_end, True) is not None:
+        # again, with room made after the table in place (GNU strip keeps it there)
         try:
             lay2 = _layout(inp, sel, vn, cut, lay.reserve // L.PHDR64.itemsize + need)
             ap2 = _applier(inp, sel, lay2, places) if form == "self" else None
