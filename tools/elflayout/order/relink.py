@@ -277,7 +277,7 @@ def link_packed(parsed: dict, cmd: list[str], pack: str | None, opts: LinkOption
     from elflayout.relocs import linkself
 
     if pack == "relr":
-        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], run_command)
+        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], run_command, say=say)
     if pack != "self":
         return run_command(cmd)
     st = linkself.link(cmd, parsed["driver"], parsed["output"], run_command, check_output=opts.check, root=opts.root,
