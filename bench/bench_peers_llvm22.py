@@ -22,8 +22,9 @@ alone evicted) over:
 - BOLT-22 (an ``--emit-relocs`` relink instrumented, run once, optimised with cdsort
   function order, ext-TSP block order and hot/cold splitting; also ``-use-old-text``,
   then ``elflayout pack-relocs``);
-- elflayout: ``elflayout link`` with a profile of the default relink (its default path),
-  and its best recipe (``--algorithm hot-last --data-script --dynstr --pack relr``).
+- elflayout: ``elflayout link`` with a profile of the default relink (its default path,
+  alone and with ``--pack relr``, RELR as the peers have it), and its best recipe
+  (``--algorithm hot-last --data-script --dynstr --pack relr``).
 
 Per variant: pages read (median of --runs), seeks, file size, time and peak memory of
 the steps that produce it (a cached step shows its cost when it was made: †), and whether
@@ -109,7 +110,7 @@ def elflayout_variants(w: Path, base: Path) -> tuple[dict, dict]:
         pcost = cs.timed([PY, "-m", "elflayout", *args], env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")),
                          what="elflayout profile")
         rec.write_text(json.dumps(pcost | {"lib_sha": sha}))
-    recipes = {"elflayout link (default)": [],
+    recipes = {"elflayout link (default)": [], "elflayout link --pack relr": ["--pack", "relr"],
                "elflayout link, best (hot-last, data script, .dynstr, RELR)":
                    ["--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr"]}
     libs, cost = {}, {}
@@ -119,7 +120,8 @@ def elflayout_variants(w: Path, base: Path) -> tuple[dict, dict]:
         out.parent.mkdir(exist_ok=True)
         cmd = [PY, "-m", "elflayout", "link", "--profile", prof, "--lib", base, "--linker", "lld", *opts, "--",
                *cs.output_command(link_cmd, out)]
-        print(f"  $ {' '.join(map(str, cmd[1:6]))} ... {' '.join(opts)} -- <the Makefile's link command>", flush=True)
+        print(f"  $ elflayout link --profile {prof} --lib {base} --linker lld {' '.join(opts)} -- "
+              f"<the Makefile's link command, -o {out}>", flush=True)
         c = cs.timed(cmd, cwd=cs.build("plain")["dir"], env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")),
                      what=f"elflayout link ({name})")
         libs[name], cost[name] = out, cost_of(pcost, c)
