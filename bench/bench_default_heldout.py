@@ -116,18 +116,9 @@ def best_recipe(w: Path, build: Path, cmd: list[str], driver: Path) -> tuple[Pat
 
 
 def default_path(w: Path, build: Path, cmd: list[str], prof: Path) -> Path:
-    from elflayout.order.relink import LinkOptions, relink
-
     out = w / "libs" / "default-path-lld" / SONAME
     out.parent.mkdir(parents=True, exist_ok=True)
-    c = absolute(cmd, build, out)
-    print(f"  $ elflayout link --profile {prof} --linker lld -- {shlex.join(c[:6])} ... (in-process: "
-          f"order.relink.relink)", flush=True)
-    res = relink(c, LinkOptions(profile=str(prof), linker="lld"))
-    if res.status:
-        raise SystemExit(f"bench_default_heldout: the default link failed (exit {res.status})")
-    for st in res.steps:
-        print("    " + st.line(), flush=True)
+    bp.default_link(absolute(cmd, build, out), prof)
     return out
 
 

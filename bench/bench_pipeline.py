@@ -156,6 +156,20 @@ def pack(lib: Path, dest_dir: Path) -> Path:
     return out
 
 
+def default_link(cmd: list, prof: Path, what: str = "") -> None:
+    """``elflayout link --profile PROF --linker lld -- CMD``: the default path, in-process
+    (``order.relink.relink``); prints the command and each step's summary line."""
+    from elflayout.order.relink import LinkOptions, relink
+
+    print(f"  $ elflayout link --profile {prof} --linker lld -- {shlex.join(map(str, cmd[:8]))} ... (in-process: "
+          f"order.relink.relink){what}", flush=True)
+    res = relink([str(c) for c in cmd], LinkOptions(profile=str(prof), linker="lld"))
+    if res.status:
+        raise SystemExit(f"the default link failed (exit {res.status})")
+    for st in res.steps:
+        print("    " + st.line(), flush=True)
+
+
 def variant_cmd(libdir: Path | None, argv: list, env: dict) -> str:
     """Shell command of one variant; libdir None: the library the program finds itself."""
     from elflayout.measure.session import command
@@ -531,19 +545,11 @@ def llvm_default_path(w: Path, prof: Path) -> Path:
     """libLLVM relinked by `elflayout link`'s default path (``order.relink.relink``): the
     archives' link command with PROF and the linker, nothing else; llc/opt outputs checked
     against the shipped library's. Returns the library."""
-    from elflayout.order.relink import LinkOptions, relink
     from elflayout.targets import libllvm
 
     out = w / "libs" / "default-path-lld" / libllvm.SONAME
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = libllvm.link_command("lld", out)
-    print(f"  $ elflayout link --profile {prof} --linker lld -- {shlex.join(cmd[:8])} ... (in-process: "
-          f"order.relink.relink)", flush=True)
-    res = relink(cmd, LinkOptions(profile=str(prof), linker="lld"))
-    if res.status:
-        raise SystemExit(f"bench_pipeline: the default link failed (exit {res.status})")
-    for st in res.steps:
-        print("    " + st.line(), flush=True)
+    default_link(libllvm.link_command("lld", out), prof)
     libllvm.verify(out.parent)
     return out
 

@@ -66,23 +66,13 @@ def default_path(w: Path, base: dict, sprof: Path) -> Path:
     the link command of Debian's objects as they are, with SPROF (the split build's profile:
     its data sections are the split objects') and the linker, nothing else; then stripped as
     Debian ships it and verified. Returns the stripped library."""
-    import shlex
-
-    from elflayout.order.relink import LinkOptions, relink
     from elflayout.targets import libcrypto
 
     out = w / "libs" / "default-path-lld-unstripped" / libcrypto.SONAME
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(base["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(out)
-    cmd = [c.replace(str(base["map"]), f"{out}.map") for c in cmd]
-    print(f"  $ elflayout link --profile {sprof} --linker lld -- {shlex.join(cmd[:8])} ... (in-process: "
-          f"order.relink.relink)", flush=True)
-    res = relink(cmd, LinkOptions(profile=str(sprof), linker="lld"))
-    if res.status:
-        raise SystemExit(f"bench_split_crypto: the default link failed (exit {res.status})")
-    for st in res.steps:
-        print("    " + st.line(), flush=True)
+    bp.default_link([c.replace(str(base["map"]), f"{out}.map") for c in cmd], sprof)
     libcrypto.verify(out.parent)
     return stripped(out, w / "libs" / "default-path-lld")
 
