@@ -171,3 +171,45 @@ def test_order_balance_study_balanced_order_cancels_position_effects():
     res = bench_order_balance.study(np.array([np.log(1.05), 0.0, 0.0, 0.0]), rounds=10, trials=40, noise=0.01)
     assert res["shuffled"]["bias_max"] > 0.005
     assert res["balanced"]["bias_max"] < 1e-9 and res["balanced"]["a_first_min"] == 5 == res["balanced"]["a_first_max"]
+
+
+def _pre_session(sel_disturbed: bool) -> dict:
+    """A first session of bench_verdicts: a cold start takes 140 ms, a hot one 25 ms, the
+    wrapper with no spin 0.5 ms more; ``sel_disturbed``: every selective run's eviction
+    left the library resident (another process mapped it), so those runs took hot times."""
+    runs = []
+    for i in range(15):
+        for v, st, wall in (("a", "hot", 0.025), ("spin0", "hot", 0.0255), ("a", "selective", 0.140),
+                            ("spin0", "selective", 0.1405)):
+            r = {"variant": v, "state": st, "round": i, "seq": len(runs), "wall_s": wall, "pages_read": 0}
+            if st == "selective" and sel_disturbed:
+                r["wall_s"] = wall - 0.115
+                r["interference"] = "libLLVM-16.so.1: 27000 page(s) could not be evicted before the run"
+            runs.append(r)
+    return {"variants": [{"name": "a"}, {"name": "spin0"}], "runs": runs, "metadata": {}}
+
+
+def test_verdicts_spin_is_sized_from_undisturbed_runs_only():
+    import bench_verdicts
+
+    us, cost = bench_verdicts.spin_us(_pre_session(False))
+    assert cost == pytest.approx(0.0005)
+    assert us == {"hot": round((0.05 * 0.025 - 0.0005) * 1e6), "selective": round((0.05 * 0.140 - 0.0005) * 1e6)}
+    # every selective run disturbed: their hot-like times would size a spin of 5% of a
+    # hot start for the selective case (0.5% of a cold one); refused instead
+    with pytest.raises(SystemExit, match="a/selective: 0 of 15 runs undisturbed.*could not be evicted.*--isolate"):
+        bench_verdicts.spin_us(_pre_session(True))
+
+
+def test_verdicts_aa_rates_leave_out_files_without_the_row():
+    import bench_verdicts
+
+    sel, hot = ("wall_s", "selective"), ("wall_s", "hot")
+    # 4 files: one alarms on selective wall time; two have no selective row (every run
+    # of the cell disturbed): the rate is 1 of the 2 files with the row, not 1 of 4
+    rows = [({sel: True, hot: False}, 14, 2), ({sel: False, hot: False}, 14, 2), ({hot: True}, 14, 2),
+            ({hot: False}, 14, 2)]
+    assert bench_verdicts.alarm_rates(rows, (sel, hot)) == {sel: (1, 2), hot: (1, 4)}
+    line = bench_verdicts.alarm_line(rows, (sel, hot))
+    assert "wall_s:selective 1/2 (50.0%)" in line and "wall_s:hot 1/4 (25.0%)" in line
+    assert "2 of these rows absent" in line and "any alarm after Holm 2/4" in line
