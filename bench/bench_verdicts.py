@@ -10,8 +10,8 @@ loaded machine): `elflayout measure` of four variants of `llc-16 --version` (lib
 under test), interleaved, selective and hot, ``--rounds`` rounds:
   a, a2        the same command under two names (A/A),
   slow_hot     a wrapper (bench/spin_exec.c, static) that spins, then execs the command:
-               5% of a's hot median wall time less the wrapper's own cost (measured
-               hot, with no spin, in a first session),
+               5% of a's hot median wall time (a first session) less the wrapper's
+               own cost (paired alternations of the wrapper with no spin and without),
   slow_sel     the same for a's selective median.
 The studies then resample *rounds* of the pool (keeping each round's runs together, as
 a real session pairs them) instead of hours of fresh runs on a shared machine:
@@ -27,6 +27,7 @@ Needs root (tracefs, eviction), cc and llc-16.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,14 +90,27 @@ def median_wall(doc, variant, state):
 MIN_CLEAN = 5  # undisturbed runs per cell of the first session (the spin is sized from them)
 
 
-def spin_us(pre) -> tuple[dict, float]:
-    """({state: spin in us}, the wrapper's own cost in s) from the first session: 5% of
-    a's median less the wrapper's cost with no spin, so the slowdown realised is 5%."""
-    # The wrapper's cost is taken from the hot state for both: the wrapper itself is
-    # cached in both states, and the selective medians are too noisy to resolve it.
-    cost = median_wall(pre, "spin0", "hot") - median_wall(pre, "a", "hot")
-    us = {st: max(0, round((0.05 * median_wall(pre, "a", st) - cost) * 1e6)) for st in ("hot", "selective")}
-    return us, cost
+def spin_us(pre, cost: float) -> dict:
+    """{state: spin in us}: 5% of a's median in the first session less the wrapper's own
+    cost (``wrapper_cost``), so the slowdown realised is 5%."""
+    return {st: max(0, round((0.05 * median_wall(pre, "a", st) - cost) * 1e6)) for st in ("hot", "selective")}
+
+
+def wrapper_cost(spin: Path, pairs: int = 300) -> float:
+    """What the wrapper adds with no spin (its own exec, then the PATH search), in s: the
+    median of paired differences over ``pairs`` alternations of ``spin 0 true`` and
+    ``true``. Not from the first session's hot medians: under load their difference
+    is noise several times the ~0.5 ms sought (-3.9 ms seen), which sized a hot spin
+    of 16% instead of 5%."""
+    true = shutil.which("true")
+
+    def once(argv):
+        t = time.perf_counter()
+        os.waitpid(os.posix_spawn(argv[0], argv, os.environ), 0)
+        return time.perf_counter() - t
+
+    diffs = [once([str(spin), "0", true]) - once([true]) for _ in range(pairs)]
+    return max(0.0, statistics.median(diffs))
 
 
 CHUNK = 20  # rounds per measure session: the read-ahead lock is held per session, so others get turns
@@ -124,12 +138,13 @@ def collect(rounds: int, out: Path, seed: int, controls: tuple = ()) -> dict:
         print(f"CPU hog beside the measurements: pid {hog.pid}", flush=True)
         pre_f = d / "pre.json"
         pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
-            pre_f, "--name", "a", CMD, "--name", "spin0", f"{spin} 0 {CMD}", "--files", LLVM, "--state", "selective",
+            pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective",
             "--state", "hot", "--runs", 15, "--seed", seed, *controls)
-        us, cost = spin_us(pre)
+        cost = wrapper_cost(spin)
+        us = spin_us(pre, cost)
         for st in ("hot", "selective"):
             print(f"  {st}: a's median {median_wall(pre, 'a', st) * 1e3:.2f} ms, the wrapper with no spin "
-                  f"{cost * 1e3:+.2f} ms (hot); spin {us[st]} us", flush=True)
+                  f"{cost * 1e3:+.3f} ms (median of paired differences); spin {us[st]} us", flush=True)
         us_hot, us_sel = us["hot"], us["selective"]
         parts = []
         for k in range((rounds + CHUNK - 1) // CHUNK):
