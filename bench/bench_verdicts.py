@@ -96,12 +96,14 @@ def spin_us(pre, cost: float) -> dict:
     return {st: max(0, round((0.05 * median_wall(pre, "a", st) - cost) * 1e6)) for st in ("hot", "selective")}
 
 
-def wrapper_cost(spin: Path, pairs: int = 300) -> float:
+def wrapper_cost(spin: Path, realtime: bool, pairs: int = 300) -> float:
     """What the wrapper adds with no spin (its own exec, then the PATH search), in s: the
     median of paired differences over ``pairs`` alternations of ``spin 0 true`` and
-    ``true``. Not from the first session's hot medians: under load their difference
-    is noise several times the ~0.5 ms sought (-3.9 ms seen), which sized a hot spin
-    of 16% instead of 5%."""
+    ``true``, under the pool's scheduling (``realtime``: SCHED_FIFO 1, as ``measure
+    --realtime`` runs the harness and its children). Not from the first session's hot
+    medians: under load their difference is noise several times the cost (-3.9 ms seen,
+    a hot spin of 16% instead of 5%); nor under SCHED_OTHER beside a CPU hog, where each
+    exec waits for a CPU (1.4 ms seen, against 0.3 ms for a real-time child)."""
     true = shutil.which("true")
 
     def once(argv):
@@ -109,7 +111,13 @@ def wrapper_cost(spin: Path, pairs: int = 300) -> float:
         os.waitpid(os.posix_spawn(argv[0], argv, os.environ), 0)
         return time.perf_counter() - t
 
-    diffs = [once([str(spin), "0", true]) - once([true]) for _ in range(pairs)]
+    old = os.sched_getscheduler(0), os.sched_getparam(0)
+    if realtime:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    try:
+        diffs = [once([str(spin), "0", true]) - once([true]) for _ in range(pairs)]
+    finally:
+        os.sched_setscheduler(0, *old)
     return max(0.0, statistics.median(diffs))
 
 
@@ -140,7 +148,7 @@ def collect(rounds: int, out: Path, seed: int, controls: tuple = ()) -> dict:
         pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
             pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective",
             "--state", "hot", "--runs", 15, "--seed", seed, *controls)
-        cost = wrapper_cost(spin)
+        cost = wrapper_cost(spin, "--realtime" in controls)
         us = spin_us(pre, cost)
         for st in ("hot", "selective"):
             print(f"  {st}: a's median {median_wall(pre, 'a', st) * 1e3:.2f} ms, the wrapper with no spin "

@@ -1,5 +1,6 @@
 """bench/run_all.py (listing, the generated page), bench/_common.py and bench_pipeline's section tables."""
 
+import os
 import shlex
 import subprocess
 import sys
@@ -204,8 +205,10 @@ def test_verdicts_spin_is_5_percent_of_undisturbed_runs_less_the_measured_cost()
 def test_verdicts_wrapper_cost_is_small_and_not_negative(tmp_path):
     import bench_verdicts
 
-    cost = bench_verdicts.wrapper_cost(bench_verdicts.spinner(tmp_path), pairs=60)
-    assert 0 <= cost < 0.005, cost  # one exec of a small program, never a speed-up
+    for realtime in (False, True):
+        cost = bench_verdicts.wrapper_cost(bench_verdicts.spinner(tmp_path), realtime, pairs=60)
+        assert 0 <= cost < 0.005, cost  # one exec of a small program, never a speed-up
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the policy is given back
 
 
 def test_verdicts_aa_rates_leave_out_files_without_the_row():
