@@ -2,8 +2,10 @@
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -223,3 +225,30 @@ def test_verdicts_aa_rates_leave_out_files_without_the_row():
     line = bench_verdicts.alarm_line(rows, (sel, hot))
     assert "wall_s:selective 1/2 (50.0%)" in line and "wall_s:hot 1/4 (25.0%)" in line
     assert "2 of these rows absent" in line and "any alarm after Holm 2/4" in line
+
+
+@pytest.mark.root
+def test_chromium_rootless_copy_is_nobodys_and_starts_the_copy(tmp_path, monkeypatch, request):
+    """The rootless comparison measures a copy user nobody owns (else the kernel hides its
+    residency), started from the copy with a fresh HOME and profile nobody can write."""
+    import pwd
+
+    import bench_chromium
+
+    app = tmp_path / "app-src"
+    (app / "sub").mkdir(parents=True)
+    (app / "prog").write_text("#!/bin/sh\nprintf '%s\\n' \"$HOME\" \"$1\" > \"$1/ran\"; cp \"$1/ran\" \"$0.log\"\n")
+    (app / "prog").chmod(0o755)
+    (app / "sub" / "data.pak").write_bytes(b"x" * 5000)
+    (app / "link").symlink_to("prog")
+    monkeypatch.setattr(bench_chromium, "APP", bench_chromium.Target("fake", "prog", str(app), 'prog "$d"'))
+    base = Path(tempfile.mkdtemp(dir="/var/tmp"))  # nobody cannot enter pytest's tmp_path
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    sh, files = bench_chromium.rootless_copy(base)
+    nobody = pwd.getpwnam("nobody")
+    assert files == [str(base / "app" / "prog"), str(base / "app" / "sub" / "data.pak")]
+    assert all(os.lstat(p).st_uid == nobody.pw_uid for p in [base, sh, *files, base / "profiles"])
+    subprocess.run([*_common.AS_NOBODY, str(sh)], check=True, cwd="/")
+    home, prof = (base / "app" / "prog.log").read_text().split()
+    assert home == prof and prof.startswith(str(base / "profiles"))
+    assert not list((base / "profiles").iterdir())  # the profile is removed after the run
