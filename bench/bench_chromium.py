@@ -410,11 +410,11 @@ def method_counts(path: Path, files: list[str]) -> dict:
 
 
 def rootless_compare(w: Path, runs: int, blocks: int = 2) -> None:
-    """Step 8 (--rootless): the page-cache tracepoint (root) and the rootless method
-    (``measure`` as user nobody: residency by cachestat or mincore) on the same copy of
-    the application, at the disk's own read_ahead_kb (nobody cannot set it), in
-    alternating sessions of runs/blocks runs each; per file, the rootless median
-    against the range of the traced runs."""
+    """Step 8 (--rootless): the page-cache tracepoint (``measure`` as root) and the
+    rootless method (``measure`` as user nobody: residency by cachestat or mincore) on
+    the same copy of the application, started by user nobody in both, at the disk's own
+    read_ahead_kb (nobody cannot set it), in alternating sessions of runs/blocks runs
+    each; per file, the rootless median against the range of the traced runs."""
     py = unprivileged_python()
     if py is None:
         print("8. rootless vs tracefs: skipped (no Python with numpy/scipy/rich runnable by user nobody)")
@@ -422,16 +422,20 @@ def rootless_compare(w: Path, runs: int, blocks: int = 2) -> None:
     base = Path(tempfile.mkdtemp(prefix=f"elflayout-{APP.name}-rootless-", dir="/var/tmp"))
     try:
         sh, files = rootless_copy(base)
-        print(f"8. rootless (user nobody) vs tracefs (root), {APP.name} from a copy owned by nobody ({len(files)} "
-              f"files), selective, the disk's read_ahead_kb, {blocks} x ({runs // blocks} traced + "
+        print(f"8. rootless (user nobody) vs tracefs (root), {APP.name} started by nobody from a copy nobody owns "
+              f"({len(files)} files), selective, the disk's read_ahead_kb, {blocks} x ({runs // blocks} traced + "
               f"{runs // blocks} rootless runs), alternating")
-        common = ["--name", APP.name, str(sh), "--files", *files, "--state", "selective", "--census", "none",
-                  "--runs", str(runs // blocks), "--quiet", "--force"]
+        # the traced runs start the application as nobody too: as root Chromium skips its
+        # Vulkan fallback (libvk_swiftshader, libvulkan: 1,430 pages), a different start-up
+        as_nobody = " ".join(AS_NOBODY)
+        common = ["--files", *files, "--state", "selective", "--census", "none", "--runs", str(runs // blocks),
+                  "--quiet", "--force"]
         got = {"trace": {}, "rootless": {}}
         for b in range(blocks):
             for how in ("trace", "rootless"):
                 out = base / f"{how}{b}.json"
-                args = [*common, "--seed", str(b), "-o", str(out)]
+                args = ["--name", APP.name, f"{as_nobody} {sh}" if how == "trace" else str(sh), *common,
+                        "--seed", str(b), "-o", str(out)]
                 if how == "trace":
                     cli("measure", *args, "--read-ahead-kb", "-1", check=False)
                 else:

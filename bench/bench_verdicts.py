@@ -418,7 +418,9 @@ def main():
         pool = cache_dir() / f"{stem}-partial.json"
         from elflayout import fileio
 
-        fileio.dump_json(assemble(docs, len(docs) * CHUNK, None), pool)
+        # the spins, from the wrapper's commands (the first word after it)
+        spin = {v["name"]: int(v["command"].split()[1]) for v in docs[0]["variants"] if v["name"].startswith("slow_")}
+        fileio.dump_json(assemble(docs, len(docs) * CHUNK, spin), pool)
     elif not pool.exists():
         print(f"collecting the pool: {a.rounds} rounds -> {pool}", flush=True)
         collect(a.rounds, pool, a.seed, controls)
