@@ -25,6 +25,8 @@ APT_PACKAGES=(
   firefox-esr util-linux                            # the Firefox ESR case study (bench_chromium.py --target firefox; fincore)
   clang-22 lld-19 lld-22 xz-utils                   # link with versioned toolchains (ld.lld-N, clang -fuse-ld=lld-N), ThinLTO tests; libzstd source (apt-get source)
   clang-14 clang-16 clang-19                        # profiles of -g builds by the clang versions Debian ships (their DWARF differs)
+  cmake meson ninja-build                           # launch: the linker launcher in real CMake and Meson builds (tests/test_launch.py)
+  bolt-22 libclang-rt-22-dev llvm-22                # bench_peers --llvm22: BOLT-22, clang-22 -fprofile-generate's runtime, llvm-profdata-22
 )
 
 need=()
