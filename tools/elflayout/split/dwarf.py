@@ -151,6 +151,10 @@ def facts(obj: ObjectFile, split: set[int]) -> Facts:
         if s.name.startswith((".debug_", ".zdebug_")):
             f.secs[s.name] = s.index
             f.relocs[s.name] = relocations(obj, s.index)
+    info = obj.sections[f.secs[".debug_info"]].data if ".debug_info" in f.secs else b""
+    version = int.from_bytes(info[4:6], "little") if len(info) >= 6 else 0
+    if version != 5:
+        raise Refused(f"DWARF version {version} (split rewrites DWARF 5)")
     for name, rel in f.relocs.items():
         if name not in HANDLED and any(r.sec in split for r in rel.values()):
             raise Refused(f"{name} refers to it (not rewritten by split)")

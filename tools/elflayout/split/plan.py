@@ -197,9 +197,9 @@ def _link_order_users(obj: ObjectFile, cands: dict[int, SectionPlan]) -> None:
             cands[s.link].keep_whole(f"{s.name} is link-ordered to it")
 
 
+DEBUG_HINT = "compile with -ffunction-sections -fdata-sections to keep -g, or strip it, objcopy --strip-debug, to split"
 ONE_RANGE = (".debug_info describes it as one range (the compile unit's DW_AT_low_pc/DW_AT_high_pc; its DWARF "
-             "line table and lists are offsets from that base, which split does not rewrite: compile with "
-             "-ffunction-sections -fdata-sections to keep -g, or strip it, objcopy --strip-debug, to split)")
+             f"line table and lists are offsets from that base, which split does not rewrite: {DEBUG_HINT})")
 
 
 def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
@@ -226,7 +226,7 @@ def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
         _line_references(f, lines)
     except dwarf.Refused as e:
         for i in users:
-            cands[i].keep_whole(f"DWARF debug information: {e}")
+            cands[i].keep_whole(f"DWARF debug information: {e}; {DEBUG_HINT}")
         return None
     for iv in [*f.locs, *(iv for iv, _ in f.high_pcs)]:
         sp = cands.get(iv.sec)
