@@ -41,7 +41,8 @@ class Sequence:
     sec: int                    # section of its DW_LNE_set_address (-1: none)
     rows: list[Row] = field(default_factory=list)
     end_addr: int = 0
-    set_address_at: int = -1    # offset of the relocated address field
+    set_address_at: int = -1    # offset of the first relocated address field
+    address_fields: list[int] = field(default_factory=list)    # every DW_LNE_set_address's field
 
 
 @dataclass
@@ -114,12 +115,19 @@ def _program(data: bytes, u: Unit, rel: dict[int, Reloc], split: set[int]) -> No
                 st, seq = _fresh(u), Sequence(p, p, -1)
             elif sub == SET_ADDRESS and n == 9:
                 r = rel.get(q + 1)
-                if seq.set_address_at >= 0 or seq.rows:
-                    if seq.sec in split or (r is not None and r.sec in split):
-                        raise Refused(f".debug_line+{at:#x}: address set again inside a sequence")
                 if r is None or int.from_bytes(data[q + 1:q + 9], "little"):
                     raise Refused(f".debug_line+{at:#x}: DW_LNE_set_address without a relocation")
-                seq.sec, seq.set_address_at, st.addr = r.sec, q + 1, r.addend
+                if seq.set_address_at >= 0 and (seq.sec in split or r.sec in split):
+                    # The assembler sets the address again after alignment padding: forward only,
+                    # in the same section, or the rows cannot be read as one section's.
+                    if r.sec != seq.sec or r.addend < st.addr:
+                        raise Refused(f".debug_line+{at:#x}: address set again inside a sequence, "
+                                      "to another section or backwards")
+                    seq.address_fields.append(q + 1)
+                    st.addr = r.addend
+                else:
+                    seq.sec, seq.set_address_at, st.addr = r.sec, q + 1, r.addend
+                    seq.address_fields.append(q + 1)
             elif sub == SET_DISCRIMINATOR:
                 st.discriminator, _ = uleb(data, q + 1)
             else:
@@ -177,7 +185,7 @@ def _closed(seq: Sequence, rel: dict[int, Reloc], split: set[int]) -> None:
         return
     if seq.rows and seq.end_addr < seq.rows[-1].addr:
         raise Refused(f".debug_line+{seq.begin:#x}: sequence ends before its last row")
-    if any(seq.begin <= o < seq.end and o != seq.set_address_at for o in rel):
+    if any(seq.begin <= o < seq.end and o not in seq.address_fields for o in rel):
         raise Refused(f".debug_line+{seq.begin:#x}: relocation inside a line program")
 
 
