@@ -144,3 +144,20 @@ def test_shapes_not_rewritten_stay_whole(tmp_path, flags, why):
 
 def test_tools_present_for_check():
     assert shutil.which("addr2line"), "binutils' addr2line is needed by split --check on -g objects"
+
+
+@pytest.mark.slow
+@pytest.mark.download
+def test_libzstd_built_with_g_splits_and_checks(tmp_path):
+    """Debian's libzstd compiled -g -O2 by its own Makefile: the objects whose units span
+    .text and .text.unlikely split (their line programs set the address again after
+    alignment padding), and --check's line tables agree in all three orders."""
+    need_tool("ld.lld")
+    need_tool("addr2line")
+    import zstd_testlib
+    objs = zstd_testlib.build("gcc", ["-g", "-O2"])
+    r = run_cli("split", *objs, "-o", tmp_path / "out", "--check", "--linker", "lld", check=0)
+    split = [ln for ln in r.stdout.splitlines() if "zstd_compress.o -> " in ln or "zstd_v07.o -> " in ln]
+    assert len(split) == 2 and all(": split: " in ln for ln in split), r.stdout
+    counts = re.findall(r"([\d,]+) addresses' file:line", r.stdout)
+    assert len(counts) == 3 and int(counts[0].replace(",", "")) > 100_000, r.stdout
