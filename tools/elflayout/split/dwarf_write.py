@@ -158,6 +158,8 @@ def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
     out = bytearray()
     if iv.sec in c.splits:
         for g, s, e in c.pieces(iv.sec, iv.start, iv.end):
+            if e == s and iv.end > iv.start:
+                continue
             rel.append(_reloc(c, at + len(out) + 1, iv.sec, g, s))
             out += bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(e - s)
         return bytes(out)
@@ -192,6 +194,8 @@ def _aranges(c: _Ctx, out: dict) -> None:
                 new += data[q:q + 16]
                 continue
             for g, s, e in c.pieces(r.sec, r.addend, r.addend + n):
+                if e == s and n:
+                    continue    # (a zero tuple would end the set)
                 rel.append(_reloc(c, len(new), r.sec, g, s))
                 new += bytes(8) + (e - s).to_bytes(8, "little")
         new[base:base + 4] = (len(new) - base - 4).to_bytes(4, "little")
