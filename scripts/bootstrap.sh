@@ -24,6 +24,7 @@ APT_PACKAGES=(
   e2fsprogs util-linux mount                        # measure --isolate (mkfs.ext4, loop mounts), rootless tests (setpriv)
   firefox-esr util-linux                            # the Firefox ESR case study (bench_chromium.py --target firefox; fincore)
   clang-22 lld-19 lld-22 xz-utils                   # link with versioned toolchains (ld.lld-N, clang -fuse-ld=lld-N), ThinLTO tests; libzstd source (apt-get source)
+  clang-16                                          # real-compile training set for libLLVM-16 orders (LLVM IR of zlib, Lua, bzip2, PCRE2 sources)
 )
 
 need=()

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Held-out figures on real compiles: libLLVM-16 ordered by compiles of some projects,
+measured on compiles of others.
+
+    python3 bench/bench_heldout_real.py [--train zlib --train lua] [--held-out bzip2 --held-out pcre2]
+                                        [--combine phased] [--profile-only] [--runs 3] [--json OUT]
+
+Workloads: ``llc-16 -O2 FILE.ll -o /dev/null`` of IR that clang-16 makes (``-O2 -S
+-emit-llvm``) from C files of real projects (``elflayout.targets.llvm_realir``: upstream
+sources of Debian's source packages). Training and held-out projects are disjoint. Each
+workload is profiled once (valgrind, on the unordered lld relink of libLLVM; cached by
+build-id and command). Then:
+
+* the training order: the training workloads merged by ``--combine`` (``phased`` by
+  default, as ``profile``), written with ``elflayout order --format lld``;
+* for each held-out workload, the order trained on itself;
+* pages read (selective, read_ahead_kb 128, median of ``--runs``), measured on the lld
+  relinks: unordered, the training order, and the workload's own order; and the pages
+  the readahead model predicts for the same code layouts (``order.heldout.evaluate``).
+
+Goals: the training order within 10% of the workload's own order on every held-out
+compile, and never above unordered. ``--profile-only`` stops after profiling;
+``--model-only`` after the model's table of training subsets (each training project
+alone, then all) and combination rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_heldout as bh  # noqa: E402
+from elflayout.elfcore import ElfImage  # noqa: E402
+from elflayout.order import heldout  # noqa: E402
+from elflayout.profile import model, record  # noqa: E402
+from elflayout.targets import libllvm, llvm_realir  # noqa: E402
+
+TOLERANCE = 0.10  # goal: within 10% of the order trained on the held-out compile itself
+WORK = bh.WORK
+
+
+def profiles(base: dict, wls: list[tuple[str, list[str]]]) -> dict[str, model.Profile]:
+    """{name: profile} of each workload on the unordered relink (cached one by one)."""
+    lib = Path(base["lib"])
+    out = {}
+    for i, (name, argv) in enumerate(wls):
+        t0 = time.monotonic()
+        wl = record.Workload(name, argv)
+        path = bh.profile_set(lib, [wl], "phased", maps=[str(base["map"])], env={"LD_LIBRARY_PATH": str(lib.parent)})
+        out[name] = model.load(path)
+        print(f"  profile {i + 1}/{len(wls)} {name}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def train(profs: dict[str, model.Profile], names: list[str], rule: str) -> model.Profile:
+    """The training profile: the workloads ``names`` merged by ``rule``."""
+    from elflayout.profile.merge import merge
+
+    if len(names) == 1:
+        return profs[names[0]]
+    descs = [p.workloads[0] if p.workloads else {"name": n} for n, p in ((n, profs[n]) for n in names)]
+    return model.parse(merge([profs[n] for n in names], names, rule=rule, workloads=descs))
+
+
+def relink_ordered(prof: model.Profile, tag: str, blib: Path) -> Path:
+    """libLLVM relinked with lld ordered by ``prof`` (``elflayout order --format lld``)."""
+    import bench_pipeline as bp
+
+    pf, of = WORK / f"real-{tag}.profile.json", WORK / f"real-{tag}.lld"
+    model.save(prof, pf)
+    bp.write_order(of, pf, "lld", lib=blib)
+    d = libllvm.relink("lld", extra_link_args=[f"--symbol-ordering-file={bp.hashed_copy(of)}",
+                                               "--no-warn-symbol-ordering"])
+    return Path(d["lib"])
+
+
+def predicted(blib: Path, held: model.Profile, trained: model.Profile, read_ahead_kb: int) -> dict:
+    """The readahead model's pages for the held-out workload: unordered, trained, itself."""
+    with ElfImage(blib) as img:
+        tp = held.targets[0].path
+        base = heldout.functions_of(img)
+        h = held.target(tp)
+        ev = heldout.evaluate(img, h, trained.target(tp), read_ahead_kb, base)
+        own = heldout.predict(img, h, heldout.ordered_layout(img, base, h), read_ahead_kb)["pages"]
+        plain = heldout.predict(img, h, base, read_ahead_kb)["pages"]
+    return {"unordered": plain, "trained": ev["predicted_pages"], "itself": own,
+            "in_hot_fraction": ev["in_hot_fraction"], "cold_functions": ev["cold_functions"],
+            "cold_examples": ev["cold_examples"]}
+
+
+def measure_rows(args, base: dict, profs: dict, train_names: list[str], held_names: list[str],
+                 wls: dict) -> list[dict]:
+    import bench_pipeline as bp
+
+    blib = Path(base["lib"])
+    trained = train(profs, train_names, args.combine)
+    tlib = relink_ordered(trained, f"train-{'+'.join(args.train)}-{args.combine}", blib)
+    rows = []
+    for k, name in enumerate(held_names):
+        pred = predicted(blib, profs[name], trained, args.read_ahead_kb)
+        libs = {"unordered": blib, "trained": tlib,
+                "itself": relink_ordered(profs[name], f"self-{Path(wls[name][2]).stem}", blib)}
+        variants = {f"{name} [{n}]": (lib, bp.variant_cmd(lib.parent, wls[name], {})) for n, lib in libs.items()}
+        summ = bp.summarise(bp.measure(WORK / f"real-{k}.results.json", variants, args.runs),
+                            {n: v[0] for n, v in variants.items()})
+        pages = {n: (summ.get(f"{name} [{n}]") or {}).get("pages") for n in libs}
+        rows.append({"workload": name, "measured": pages, "predicted": pred})
+        print(f"  {name}: measured {pages}, predicted {pred['unordered']}/{pred['trained']}/{pred['itself']}",
+              file=sys.stderr, flush=True)
+    return rows
+
+
+def alternatives(blib: Path, profs: dict, training: dict[str, list[str]], held_names: list[str],
+                 read_ahead_kb: int) -> list[dict]:
+    """Model only: predicted pages of each held-out compile, ordered by each training
+    subset (``training``: label -> workload names) under each combination rule, against
+    its own order: which rule, and how much training, closes the gap."""
+    from elflayout.profile.merge import RULES
+
+    out = []
+    for label, names in training.items():
+        for rule in [r for r in RULES if r != "rank"]:
+            trained = train(profs, names, rule)
+            cells = {h: predicted(blib, profs[h], trained, read_ahead_kb) for h in held_names}
+            out.append({"training": label, "compiles": len(names), "combine": rule,
+                        "rows": {h: {k: c[k] for k in ("unordered", "trained", "itself", "cold_functions")}
+                                 for h, c in cells.items()}})
+    return out
+
+
+def alternatives_lines(alt: list[dict], held_names: list[str]) -> list[str]:
+    out = ["\n### Model: training subsets and rules (predicted pages, trained vs itself)", "",
+           "| training | compiles | combine | " + " | ".join(held_names) + " | within 10% |",
+           "|---|---:|---|" + "---:|" * len(held_names) + "---:|"]
+    for a in alt:
+        rs = [a["rows"][h] for h in held_names]
+        cells = [f"{r['trained']:,} ({100 * (r['trained'] / r['itself'] - 1):+.1f}%)" for r in rs]
+        ok = sum(r["trained"] / r["itself"] - 1 <= TOLERANCE for r in rs)
+        out.append(f"| {a['training']} | {a['compiles']} | {a['combine']} | " + " | ".join(cells) + f" | {ok}/{len(rs)} |")
+    return out
+
+
+def table(rows: list[dict], args, n_train: int) -> list[str]:
+    f = lambda x: "—" if x is None else f"{x:,.0f}"  # noqa: E731
+    out = [f"## libLLVM-16 (lld relink) on held-out real compiles: trained on {', '.join(args.train)} "
+           f"({n_train} compiles), held out {', '.join(args.held_out)}; combine {args.combine}, selective, "
+           f"read_ahead_kb {args.read_ahead_kb}, median of {args.runs}", "",
+           "| held-out compile | unordered | trained | itself | trained vs itself | ≤ unordered | "
+           "model: unordered / trained / itself | its functions in the trained region |",
+           "|---|---:|---:|---:|---:|---|---:|---:|"]
+    ok = worse = 0
+    for r in rows:
+        m, p = r["measured"], r["predicted"]
+        u, t, i = m["unordered"], m["trained"], m["itself"]
+        vs = f"{100 * (t / i - 1):+.1f}%" if t and i else "—"
+        ok += bool(t and i and t / i - 1 <= TOLERANCE)
+        worse += bool(t and u and t > u)
+        out.append(f"| {r['workload']} | {f(u)} | {f(t)} | {f(i)} | {vs} | "
+                   f"{'—' if not (t and u) else ('yes' if t <= u else 'NO')} | "
+                   f"{f(p['unordered'])} / {f(p['trained'])} / {f(p['itself'])} | "
+                   f"{100 * (p['in_hot_fraction'] or 0):.1f}% |")
+    out.append(f"\nwithin {TOLERANCE:.0%} of the self-trained order: {ok}/{len(rows)}; above unordered: {worse}/{len(rows)}")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--train", action="append", help="training project (default: zlib, lua)")
+    ap.add_argument("--held-out", action="append", help="held-out project (default: bzip2, pcre2)")
+    ap.add_argument("--combine", default="phased", choices=("earliest", "shared", "phased", "mean", "concat"))
+    ap.add_argument("--read-ahead-kb", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--profile-only", action="store_true", help="stop after profiling every workload")
+    ap.add_argument("--model-only", action="store_true", help="predicted pages only: no relinks, no measurement")
+    ap.add_argument("--json", metavar="OUT")
+    args = ap.parse_args()
+    args.train, args.held_out = llvm_realir.split(args.train or ["zlib", "lua"], args.held_out or ["bzip2", "pcre2"])
+    base = libllvm.relink("lld")
+    held = llvm_realir.workloads(args.held_out)
+    training = llvm_realir.workloads(args.train)
+    profs = profiles(base, held + training)
+    if args.profile_only:
+        return 0
+    wls = dict(held + training)
+    held_names = [n for n, _ in held]
+    subsets = {p: [n for n, _ in llvm_realir.workloads([p])] for p in args.train}
+    subsets["+".join(args.train)] = [n for n, _ in training]
+    alt = alternatives(Path(base["lib"]), profs, subsets, held_names, args.read_ahead_kb)
+    print("\n".join(alternatives_lines(alt, held_names)), flush=True)
+    if args.model_only:
+        return 0
+    rows = measure_rows(args, base, profs, [n for n, _ in training], held_names, wls)
+    print("\n".join(table(rows, args, len(training))))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"train": args.train, "held_out": args.held_out,
+                                               "combine": args.combine, "rows": rows, "alternatives": alt}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
