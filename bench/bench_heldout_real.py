@@ -73,26 +73,42 @@ def relink_ordered(prof: model.Profile, tag: str, blib: Path) -> Path:
     """libLLVM relinked with lld ordered by ``prof`` (``elflayout order --format lld``)."""
     import bench_pipeline as bp
 
-    pf, of = WORK / f"real-{tag}.profile.json", WORK / f"real-{tag}.lld"
+    import hashlib
+
+    pf = WORK / f"real-{tag}.profile.json"
     model.save(prof, pf)
-    bp.write_order(of, pf, "lld", lib=blib)
+    # the order file is named by the profile's content: written once per profile
+    of = WORK / f"real-{tag}-{hashlib.sha256(pf.read_bytes()).hexdigest()[:12]}.lld"
+    if not of.exists():
+        tmp = of.with_name(of.name + ".tmp")
+        bp.write_order(tmp, pf, "lld", lib=blib)
+        tmp.replace(of)
     d = libllvm.relink("lld", extra_link_args=[f"--symbol-ordering-file={bp.hashed_copy(of)}",
                                                "--no-warn-symbol-ordering"])
     return Path(d["lib"])
 
 
-def predicted(blib: Path, held: model.Profile, trained: model.Profile, read_ahead_kb: int) -> dict:
-    """The readahead model's pages for the held-out workload: unordered, trained, itself."""
-    with ElfImage(blib) as img:
+class Model:
+    """The readahead model's pages for held-out workloads on the unordered relink (its
+    image and function extents read once): unordered, trained, itself."""
+
+    def __init__(self, blib: Path, read_ahead_kb: int):
+        self.img = ElfImage(blib)
+        self.base = heldout.functions_of(self.img)
+        self.ra = read_ahead_kb
+        self.own: dict[int, tuple[int, int]] = {}
+
+    def predict(self, held: model.Profile, trained: model.Profile) -> dict:
         tp = held.targets[0].path
-        base = heldout.functions_of(img)
         h = held.target(tp)
-        ev = heldout.evaluate(img, h, trained.target(tp), read_ahead_kb, base)
-        own = heldout.predict(img, h, heldout.ordered_layout(img, base, h), read_ahead_kb)["pages"]
-        plain = heldout.predict(img, h, base, read_ahead_kb)["pages"]
-    return {"unordered": plain, "trained": ev["predicted_pages"], "itself": own,
-            "in_hot_fraction": ev["in_hot_fraction"], "cold_functions": ev["cold_functions"],
-            "cold_examples": ev["cold_examples"]}
+        ev = heldout.evaluate(self.img, h, trained.target(tp), self.ra, self.base)
+        if id(held) not in self.own:
+            self.own[id(held)] = (heldout.predict(self.img, h, self.base, self.ra)["pages"], heldout.predict(
+                self.img, h, heldout.ordered_layout(self.img, self.base, h), self.ra)["pages"])
+        plain, own = self.own[id(held)]
+        return {"unordered": plain, "trained": ev["predicted_pages"], "itself": own,
+                "in_hot_fraction": ev["in_hot_fraction"], "cold_functions": ev["cold_functions"],
+                "cold_examples": ev["cold_examples"], "foreign_pages": ev["foreign_pages"]}
 
 
 def measure_rows(args, base: dict, profs: dict, train_names: list[str], held_names: list[str],
@@ -103,8 +119,9 @@ def measure_rows(args, base: dict, profs: dict, train_names: list[str], held_nam
     trained = train(profs, train_names, args.combine)
     tlib = relink_ordered(trained, f"train-{'+'.join(args.train)}-{args.combine}", blib)
     rows = []
+    m = Model(blib, args.read_ahead_kb)
     for k, name in enumerate(held_names):
-        pred = predicted(blib, profs[name], trained, args.read_ahead_kb)
+        pred = m.predict(profs[name], trained)
         libs = {"unordered": blib, "trained": tlib,
                 "itself": relink_ordered(profs[name], f"self-{Path(wls[name][2]).stem}", blib)}
         variants = {f"{name} [{n}]": (lib, bp.variant_cmd(lib.parent, wls[name], {})) for n, lib in libs.items()}
@@ -124,14 +141,16 @@ def alternatives(blib: Path, profs: dict, training: dict[str, list[str]], held_n
     its own order: which rule, and how much training, closes the gap."""
     from elflayout.profile.merge import RULES
 
+    rules = [r for r in RULES if r not in ("rank", "phased")]
     out = []
-    for label, names in training.items():
-        for rule in [r for r in RULES if r != "rank"]:
-            trained = train(profs, names, rule)
-            cells = {h: predicted(blib, profs[h], trained, read_ahead_kb) for h in held_names}
-            out.append({"training": label, "compiles": len(names), "combine": rule,
-                        "rows": {h: {k: c[k] for k in ("unordered", "trained", "itself", "cold_functions")}
-                                 for h, c in cells.items()}})
+    m = Model(blib, read_ahead_kb)
+    for label, names, rule in ([(lb, ns, "phased") for lb, ns in training.items()]
+                               + [(lb, ns, r) for lb, ns in list(training.items())[-1:] for r in rules]):
+        trained = train(profs, names, rule)
+        cells = {h: m.predict(profs[h], trained) for h in held_names}
+        out.append({"training": label, "compiles": len(names), "combine": rule,
+                    "rows": {h: {k: c[k] for k in ("unordered", "trained", "itself", "cold_functions", "foreign_pages")}
+                             for h, c in cells.items()}})
     return out
 
 
@@ -141,7 +160,8 @@ def alternatives_lines(alt: list[dict], held_names: list[str]) -> list[str]:
            "|---|---:|---|" + "---:|" * len(held_names) + "---:|"]
     for a in alt:
         rs = [a["rows"][h] for h in held_names]
-        cells = [f"{r['trained']:,} ({100 * (r['trained'] / r['itself'] - 1):+.1f}%)" for r in rs]
+        cells = [f"{r['trained']:,} ({100 * (r['trained'] / r['itself'] - 1):+.1f}%; {r['cold_functions']:,} cold)"
+                 for r in rs]
         ok = sum(r["trained"] / r["itself"] - 1 <= TOLERANCE for r in rs)
         out.append(f"| {a['training']} | {a['compiles']} | {a['combine']} | " + " | ".join(cells) + f" | {ok}/{len(rs)} |")
     return out
