@@ -98,6 +98,9 @@ class Model:
         self.ra = read_ahead_kb
         self.own: dict[int, tuple[int, int]] = {}
 
+    def close(self) -> None:
+        self.img.close()
+
     def predict(self, held: model.Profile, trained: model.Profile) -> dict:
         tp = held.targets[0].path
         h = held.target(tp)
@@ -117,11 +120,13 @@ def measure_rows(args, base: dict, profs: dict, train_names: list[str], held_nam
 
     blib = Path(base["lib"])
     trained = train(profs, train_names, args.combine)
-    tlib = relink_ordered(trained, f"train-{'+'.join(args.train)}-{args.combine}", blib)
-    rows = []
+    tlib = relink_ordered(trained, f"train-{'+'.join(args.train)}{'+corpus' if args.with_corpus else ''}-{args.combine}", blib)
     m = Model(blib, args.read_ahead_kb)
+    preds = {name: m.predict(profs[name], trained) for name in held_names}
+    m.close()  # the image is mapped: a mapping keeps its pages from being evicted before a run
+    rows = []
     for k, name in enumerate(held_names):
-        pred = m.predict(profs[name], trained)
+        pred = preds[name]
         libs = {"unordered": blib, "trained": tlib,
                 "itself": relink_ordered(profs[name], f"self-{Path(wls[name][2]).stem}", blib)}
         variants = {f"{name} [{n}]": (lib, bp.variant_cmd(lib.parent, wls[name], {})) for n, lib in libs.items()}
@@ -151,6 +156,30 @@ def alternatives(blib: Path, profs: dict, training: dict[str, list[str]], held_n
         out.append({"training": label, "compiles": len(names), "combine": rule,
                     "rows": {h: {k: c[k] for k in ("unordered", "trained", "itself", "cold_functions", "foreign_pages")}
                              for h, c in cells.items()}})
+    m.close()
+    return out
+
+
+def corpus_workloads() -> list[tuple[str, list[str]]]:
+    """``llc-16 -O2`` of each module of the hand-written feature corpus
+    (``libllvm.training_corpus``: floating point, vectors, atomics, exceptions …)."""
+    llc = str(libllvm.tool("llc"))
+    return [(f"llc -O2 corpus/{n}.ll", [llc, "-O2", str(m), "-o", "/dev/null"])
+            for n, m in libllvm.training_corpus().items()]
+
+
+def subsets(train_projects: list[str], extra: list[str] = ()) -> dict[str, list[str]]:
+    """Training subsets for the learning curve: each project alone, then the first
+    2, 4, 6 … compiles taken in turn from each project, then all of them (and with
+    ``extra``, e.g. the feature corpus, all of them and those)."""
+    per = [[n for n, _ in llvm_realir.workloads([p])] for p in train_projects]
+    out = {p: names for p, names in zip(train_projects, per)}
+    turns = [n for group in zip(*per) for n in group] + [n for names in per for n in names[min(map(len, per)):]]
+    for k in range(2, len(turns), 2):
+        out[f"first {k} in turn"] = turns[:k]
+    out["+".join(train_projects)] = turns
+    if extra:
+        out["+".join(train_projects) + "+corpus"] = turns + list(extra)
     return out
 
 
@@ -169,7 +198,8 @@ def alternatives_lines(alt: list[dict], held_names: list[str]) -> list[str]:
 
 def table(rows: list[dict], args, n_train: int) -> list[str]:
     f = lambda x: "—" if x is None else f"{x:,.0f}"  # noqa: E731
-    out = [f"## libLLVM-16 (lld relink) on held-out real compiles: trained on {', '.join(args.train)} "
+    out = [f"## libLLVM-16 (lld relink) on held-out real compiles: trained on {', '.join(args.train)}"
+           f"{' and the feature corpus' if args.with_corpus else ''} "
            f"({n_train} compiles), held out {', '.join(args.held_out)}; combine {args.combine}, selective, "
            f"read_ahead_kb {args.read_ahead_kb}, median of {args.runs}", "",
            "| held-out compile | unordered | trained | itself | trained vs itself | ≤ unordered | "
@@ -197,6 +227,8 @@ def main() -> int:
     ap.add_argument("--combine", default="phased", choices=("earliest", "shared", "phased", "mean", "concat"))
     ap.add_argument("--read-ahead-kb", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--with-corpus", action="store_true",
+                    help="also train on llc -O2 of the hand-written feature corpus (targets/llvm_corpus)")
     ap.add_argument("--profile-only", action="store_true", help="stop after profiling every workload")
     ap.add_argument("--model-only", action="store_true", help="predicted pages only: no relinks, no measurement")
     ap.add_argument("--json", metavar="OUT")
@@ -204,15 +236,13 @@ def main() -> int:
     args.train, args.held_out = llvm_realir.split(args.train or ["zlib", "lua"], args.held_out or ["bzip2", "pcre2"])
     base = libllvm.relink("lld")
     held = llvm_realir.workloads(args.held_out)
-    training = llvm_realir.workloads(args.train)
+    training = llvm_realir.workloads(args.train) + (corpus_workloads() if args.with_corpus else [])
     profs = profiles(base, held + training)
     if args.profile_only:
         return 0
     wls = dict(held + training)
     held_names = [n for n, _ in held]
-    subsets = {p: [n for n, _ in llvm_realir.workloads([p])] for p in args.train}
-    subsets["+".join(args.train)] = [n for n, _ in training]
-    alt = alternatives(Path(base["lib"]), profs, subsets, held_names, args.read_ahead_kb)
+    alt = alternatives(Path(base["lib"]), profs, subsets(args.train, [n for n, _ in corpus_workloads()] if args.with_corpus else []), held_names, args.read_ahead_kb)
     print("\n".join(alternatives_lines(alt, held_names)), flush=True)
     if args.model_only:
         return 0
