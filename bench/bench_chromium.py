@@ -2,6 +2,7 @@
 """Case study: a browser-class application, Debian's Chromium or Firefox ESR (prints figures).
 
     python3 bench/bench_chromium.py [--target chromium|firefox] [--runs 10] [--out DIR] [--pack | --pack-only]
+                                    [--pack-format relr|self]
 
 Workload (chromium): ``chromium --headless --no-sandbox --screenshot`` of a one-line page
 with a fresh ``--user-data-dir`` per run (a wrapper script makes and removes it). Several
@@ -138,27 +139,27 @@ def app_copy(w: Path, name: str) -> Path:
     return app
 
 
-def pack_executable(w: Path) -> tuple[Path, Path]:
+def pack_executable(w: Path, form: str = "relr") -> tuple[Path, Path]:
     """Step 7a: pack-relocs --check of the executable (time, peak memory) into a copy of
     its directory (links to the other files); the screenshot must be identical. Returns
     (original, packed): the original copied into a directory of its own too, so that
     both are measured cold even while other programs run /usr/lib/chromium/chromium
-    (the census leaves files other processes map warm)."""
+    (the census leaves files other processes map warm). ``form``: pack-relocs --format."""
     exe = Path(APP_DIR) / "chromium"
     orig = app_copy(w, "original-app") / exe.name
     shutil.copyfile(exe, orig)
     orig.chmod(0o755)
-    out = app_copy(w, "packed-app") / exe.name
-    print(f"7. pack-relocs --check of {exe} into {out.parent}")
+    out = app_copy(w, "packed-app" if form == "relr" else f"packed-app-{form}") / exe.name
+    print(f"7. pack-relocs --format {form} --check of {exe} into {out.parent}")
     t = time.monotonic()
     r = subprocess.run(["/usr/bin/time", "-f", "%e %M", sys.executable, "-m", "elflayout", "pack-relocs", str(exe),
-                        "-o", str(out), "--check", "--json"], capture_output=True, text=True,
+                        "-o", str(out), "--format", form, "--check", "--json"], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")))
     if r.returncode:
         raise SystemExit(f"bench_chromium: pack-relocs failed: {r.stderr.strip()[-500:]}")
     wall, kb = r.stderr.strip().splitlines()[-1].split()
     st = json.loads(r.stdout)
-    print(f"  $ elflayout pack-relocs {exe} -o {out} --check   ({time.monotonic() - t:.1f} s)")
+    print(f"  $ elflayout pack-relocs {exe} -o {out} --format {form} --check   ({time.monotonic() - t:.1f} s)")
     print(f"  {float(wall):.1f} s wall, {int(kb) / 2**20:.2f} GiB peak RSS; .rela.dyn "
           f"{st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes, RELR {st['relr_bytes']:,} bytes; "
           f"{st['cut']['pages']:,} freed pages cut; real start: {st['check']['real_load']}")
@@ -388,6 +389,8 @@ def main(argv=None) -> int:
                     help="chromium: also step 7, the executable packed (pack-relocs --check), screenshot compared, "
                          "original and packed measured selectively cold")
     ap.add_argument("--pack-only", action="store_true", help="chromium: step 7 alone")
+    ap.add_argument("--pack-format", choices=("relr", "self"), default="relr",
+                    help="chromium, step 7: the packed form (self: the routine runs as DT_PREINIT_ARRAY; any glibc)")
     a = ap.parse_args(argv)
     global APP
     APP = TARGETS[a.target]
@@ -396,7 +399,7 @@ def main(argv=None) -> int:
         return 0
     w = work_dir(a.out)
     if (a.pack or a.pack_only) and APP.name == "chromium":
-        original, packed = pack_executable(w)
+        original, packed = pack_executable(w, a.pack_format)
         measure_packed(w, original, packed, a.runs)
         if a.pack_only:
             return 0

@@ -115,9 +115,19 @@ BENCHES = [
           "Peers side by side on libLLVM-16 (llc-16 --version): Debian's library, lld default, lld RELR, "
           "lld C3 from callgrind (with and without RELR), BOLT from an instrumented profile (with and without "
           "RELR), elflayout's best", RA_SET, markdown=True),
+    Bench("peers_llvm22", "bench_peers_llvm22.py", ("--runs", "3"),
+          "LLVM 22 peers on CPython 3.11.2 built from source (clang-22 -O2 -ffunction-sections -fdata-sections, "
+          "lld-22; libpython3.11.so.1.0, `import json, decimal, asyncio, re`): lld default, RELR, temporal-profile "
+          "order files (with and without -disable-preinline), balanced partitioning (startup, with and without "
+          "compression), BOLT-22, elflayout link's default path and best recipe (three compiles on first run, "
+          "cached)", RA_SET, markdown=True),
     Bench("split", "bench_split.py", ("--runs", "3", "--regrtest"),
           "elflayout split on libpython3.11-pic.a: split time, --check with three linkers, function order on "
           "the split objects with lld/gold/GNU ld (pages read), CPython's regression tests through it", RA_SET),
+    Bench("default_path", "bench_split.py", ("--default-path", "--runs", "5"),
+          "The default path: libpython3.11 relinked by `elflayout link --profile P --linker lld -- CMD` (no other "
+          "flag; what `make demo` runs) against the best recipe (split + hot-last + data script + .dynstr + "
+          "packed) and the split baseline, one session (pages read)", RA_SET),
     Bench("cxx", "bench_cxx.py", ("--runs", "3"),
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",

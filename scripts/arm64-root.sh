@@ -12,6 +12,7 @@
 #   scripts/arm64-root.sh            # -> ~/.cache/elflayout/arm64-root
 #   scripts/arm64-root.sh --header   # -> ~/.cache/elflayout/qemu-plugin (the header only)
 set -euo pipefail
+. "$(dirname "$0")/lib/debian.sh"
 CACHE=${ELFLAYOUT_CACHE:-$HOME/.cache/elflayout}
 ROOT=$CACHE/arm64-root
 HDR=$CACHE/qemu-plugin
@@ -28,11 +29,7 @@ apt_setup() {  # arm64 packages and deb-src for the mirror apt already uses
   local src=/etc/apt/sources.list.d/elflayout-src.sources
   if [ ! -f "$src" ]; then
     local mirror
-    mirror=$(sed -n 's/^URIs:[[:space:]]*\(http[^[:space:]]*\/debian\)\/\{0,1\}[[:space:]]*$/\1/p' \
-               /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
-    [ -n "$mirror" ] || mirror=$(awk '$1=="deb" && $2 ~ /\/debian\/?$/ {print $2; exit}' \
-                                   /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)
-    mirror=${mirror:-http://deb.debian.org/debian}
+    mirror=$(debian_mirror)
     printf 'Types: deb-src\nURIs: %s\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
       "$mirror" | $SUDO tee "$src" >/dev/null
     changed=1

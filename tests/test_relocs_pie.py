@@ -153,14 +153,6 @@ def test_bad_executables_refused(tmp_path, kind):
     assert ("ET_EXEC" if kind == "exec" else "static PIE") in r.stderr
 
 
-def test_self_form_refused_for_executables(tmp_path):
-    """An executable's DT_INIT is not where the routine would run first (glibc < 2.34:
-    never, the program calls its own _init): refused, nothing written."""
-    exe = _pie(tmp_path, "bfd")
-    r = _pack(exe, tmp_path / "out", "--format", "self", check=2)
-    assert "not made for executables" in r.stderr and not (tmp_path / "out").exists()
-
-
 def test_origin_run_path_above_the_program(tmp_path):
     """RUNPATH $ORIGIN/../lib: the real start and --run see the program's own libraries."""
     b = testlib.build(tmp_path / "lib", "lld")

@@ -1,9 +1,8 @@
 """A real small C library for the LTO tests: Debian's libzstd source, built with its own
 Makefile (``make -C lib libzstd``) by gcc or clang, with or without LTO.
 
-The source comes from Debian's source archive through ``apt-get source --download-only``
-with a private apt configuration (a ``deb-src`` line for the machine's mirror, lists kept
-in the cache): nothing is changed in the system's apt set-up, nothing is committed.
+The source comes from Debian's source archive (``debsrc_testlib``): nothing is changed in
+the system's apt set-up, nothing is committed.
 Objects are cached per compiler and flags in ``~/.cache/elflayout/zstd``.
 """
 
@@ -14,11 +13,10 @@ import os
 import shutil
 from pathlib import Path
 
+import debsrc_testlib
 from elflayout.targets import cache_dir, locked, param_key, run
 
 PACKAGE = "libzstd"
-SOURCES = ("deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
-           "http://deb.debian.org/debian bookworm main\n")
 DRIVER_C = r"""#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,24 +37,7 @@ int main(void) {
 
 def source() -> Path:
     """The unpacked upstream source tree (downloaded once)."""
-    root = cache_dir("zstd")
-    with locked(root / ".source.lock"):
-        done = sorted(p for p in root.glob("zstd-*") if (p / "lib" / "Makefile").exists())
-        if done:
-            return done[-1]
-        apt = cache_dir("zstd", "apt")
-        for d in ("lists/partial", "cache/archives/partial", "src"):
-            (apt / d).mkdir(parents=True, exist_ok=True)
-        (apt / "sources.list").write_text(SOURCES)
-        opts = [f"-oDir::Etc::SourceList={apt / 'sources.list'}", "-oDir::Etc::SourceParts=/dev/null",
-                f"-oDir::State::Lists={apt / 'lists'}", f"-oDir::Cache={apt / 'cache'}",
-                "-oAPT::Sandbox::User=root"]
-        run(["apt-get", *opts, "update", "-qq"], what="apt-get update (deb-src)")
-        run(["apt-get", *opts, "source", "--download-only", PACKAGE], cwd=apt / "src",
-            what=f"apt-get source --download-only {PACKAGE}")
-        tarball = [t for t in sorted((apt / "src").glob(f"{PACKAGE}_*.orig.tar.*")) if not t.name.endswith(".asc")][-1]
-        run(["tar", "-xf", tarball, "-C", root], what=f"tar -xf {tarball.name}")
-        return sorted(p for p in root.glob("zstd-*") if (p / "lib" / "Makefile").exists())[-1]
+    return debsrc_testlib.source(PACKAGE, "zstd-*", "lib/Makefile", cache="zstd")
 
 
 def build(cc: str, cflags: list[str]) -> list[str]:

@@ -30,6 +30,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "merge": ("elflayout.profile.merge_cli", "merge several profiles of the same build into one"),
     "order": ("elflayout.order.cli", "turn a profile into an object order, lld/gold ordering file or ld script"),
     "link": ("elflayout.order.link_cli", "run a real link command with a profile's ordering applied"),
+    "launch": ("elflayout.order.launch_cli",
+               "linker launcher for CMake, Meson and make: profile a build's library once, relink it ordered"),
     "check-order": ("elflayout.order.check_cli", "how well a linked library honours a profile"),
     "simulate": ("elflayout.order.simulate_cli", "predict pages read at cold start for a layout (readahead model)"),
     "split": ("elflayout.split.cli", "give each function and data object its own section (objects without -ffunction-sections)"),

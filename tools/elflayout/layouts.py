@@ -137,6 +137,7 @@ SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = SH_FLAGS.SHF_WRITE, SH_FLAGS.SHF_ALLOC, SH
     "SHT_DYNAMIC", "SHT_NOTE", "SHT_NOBITS", "SHT_REL", "SHT_DYNSYM", "SHT_INIT_ARRAY", "SHT_RELR",
     "SHT_GNU_HASH", "SHT_GNU_verdef", "SHT_GNU_verneed", "SHT_GNU_versym")
 SHT_BY_NAME = {k: v for k, v in ENUM_SH_TYPE_BASE.items() if k.startswith("SHT_")}  # pyelftools' names
+SHT_PREINIT_ARRAY = ENUM_SH_TYPE_BASE["SHT_PREINIT_ARRAY"]
 STT_SECTION, STT_OBJECT = ENUM_ST_INFO_TYPE["STT_SECTION"], ENUM_ST_INFO_TYPE["STT_OBJECT"]
 STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
 # Dynamic-linking tables that hold no absolute address of themselves and are only found

@@ -68,15 +68,19 @@ def relr_table(img) -> np.ndarray | None:
 
 
 def self_table(img) -> tuple[np.ndarray, dict] | None:
-    """The table of the self-applying form (relocs/selfapply.py: the routine DT_INIT points
-    at) as (addresses, summary), or None when the library has none."""
-    init = img.dt(L.DT_INIT)
-    if init is None or init < selfapply.ENTRY:
-        return None
-    off = int(img.vaddr_to_offset(init - selfapply.ENTRY))
-    if off < 0 or off + min(a.size for a in selfapply.APPLIERS.values()) > img.size:
-        return None
-    p = selfapply.decode(bytes(img.mm[off:off + selfapply.MAX_SIZE]))
+    """The table of the self-applying form (relocs/selfapply.py: the routine an executable's
+    first DT_PREINIT_ARRAY entry or DT_INIT points at) as (addresses, summary), or None when
+    the file has none."""
+    init, p = None, None
+    pre = img.dt(L.DT_PREINIT_ARRAY)
+    if pre is not None:  # the file holds the routine's link-time address there (ld.so relocates it)
+        off = int(img.vaddr_to_offset(pre))
+        if 0 <= off <= img.size - 8:
+            init = int.from_bytes(img.mm[off:off + 8], "little")
+            p = selfapply.decode_at(img, init)
+    if p is None:
+        init = img.dt(L.DT_INIT)
+        p = selfapply.decode_at(img, init)
     if p is None:
         return None
     toff, n = int(img.vaddr_to_offset(p["relr_start"])), p["relr_end"] - p["relr_start"]

@@ -19,11 +19,10 @@ EPILOG = """example:
 Forms: "relr" writes DT_RELR (glibc >= 2.36 applies it); "self" keeps the packed table where
 glibc does not look and adds a 260-byte routine, run as DT_INIT before the library's
 initializers, that applies it (any glibc); "auto" (default) picks relr when --min-glibc >= 2.36.
-The self form is made post-link when the code segment's last page has 260 free bytes and
-DT_INIT exists or a spare DT_NULL slot does; otherwise it is refused with the reason (lld
-outputs: make it at link time with 'elflayout link --pack self'). Libraries that define ifunc
-symbols or have IRELATIVE relocations are refused for the self form. AArch64 libraries get an
-AArch64 applier that re-protects RELRO at the run-time page size (4, 16 or 64 KiB).
+The routine goes in the code segment's last page when it has 260 free bytes, else (lld) in a
+new R+X segment after the last one. Files that define ifunc symbols or have IRELATIVE
+relocations are refused for the self form. AArch64 libraries get an AArch64 applier that
+re-protects RELRO at the run-time page size (4, 16 or 64 KiB).
 
 Only word-aligned R_X86_64_RELATIVE (R_AARCH64_RELATIVE) relocations into file-backed data are packed; every
 other relocation keeps its order. No code or data address moves; only dynamic-linking tables
@@ -35,9 +34,10 @@ PT_LOAD is split around them, addresses unchanged; its new program header takes 
 --keep-freed leaves them. On AArch64 the cut is a multiple of the segments' p_align (64 KiB in
 Debian), so the output loads on 4, 16 and 64 KiB kernels; --check's real loads run under
 qemu-aarch64 (--emulator, or the arm64 root of scripts/arm64-root.sh / --root).
-PIE executables (relr form only): PT_PHDR stays; when the program headers need room the table moves into
+PIE executables: PT_PHDR stays; when the program headers need room the table moves into
 the freed space; without spare slots (lld) the dynamic array, which ld.so writes (DT_DEBUG), moves to a
-new writable PT_LOAD after the last segment. --check starts IN and OUT up to their entry point (ptrace,
+new writable PT_LOAD after the last segment. Their self form (x86-64) runs the routine as the only
+DT_PREINIT_ARRAY entry (before any library's initializer, on every glibc). --check starts IN and OUT up to their entry point (ptrace,
 ASLR off) and compares their writable memory; --run='ARGS' also runs both and compares their output.
 Already packed input: "nothing to do", exit 0 (with --force, OUT becomes a copy of IN).
 Exit status: 0 packed, 1 --check found a difference (OUT not written), 2 bad input. With --json,
@@ -176,7 +176,8 @@ def _print_text(src, out, p) -> None:
           f"RELR {p.relr_bytes:,} bytes ({p.packed:,} of {p.relative:,} RELATIVE relocations packed; "
           f"{p.kept:,} kept, DT_RELACOUNT {p.relacount})")
     print(f"  form: {p.form} (loads on {'glibc >= 2.36' if p.form == 'relr' else 'any glibc'}; --min-glibc "
-          f"{p.min_glibc})" + (f", applier {p.applier.bytes} bytes at {p.applier.entry:#x} (DT_INIT)"
+          f"{p.min_glibc})" + (f", applier {p.applier.bytes} bytes at {p.applier.entry:#x} "
+                               f"({'DT_PREINIT_ARRAY' if 'DT_PREINIT_ARRAY' in p.dynamic else 'DT_INIT'})"
                                if p.applier else ""))
     print(f"  dynamic array: {p.dynamic}; GLIBC_ABI_DT_RELR: {p.version_need}")
     if p.moved_sections:

@@ -142,9 +142,7 @@ def validate(img, form: str = "relr") -> _Input:
         _fail(img, "a static PIE (DF_1_PIE without PT_INTERP): it relocates itself with its own copy of "
                    "ld.so's code, which may predate DT_RELR; not packed")
     if form == "self" and inp.interp is not None:
-        _fail(img, "the self-applying form is not made for executables: glibc < 2.34 runs an executable's "
-                   "initialization through its own _init (crti.o), never through DT_INIT, and later ones run "
-                   "DT_INIT after the libraries' initializers; use the relr form (glibc >= 2.36)")
+        _self_executable(inp)
     if tag(L.DT_RELR) is not None:
         raise AlreadyPacked(f"{img.path}: already packed (has DT_RELR)")
     rela = img.section(".rela.dyn")
@@ -159,6 +157,21 @@ def validate(img, form: str = "relr") -> _Input:
     if img.vaddr_to_offset(rela.addr) != rela.offset:
         _fail(img, "inconsistent: .rela.dyn is not where its PT_LOAD maps it")
     return inp
+
+
+def _self_executable(inp: _Input) -> None:
+    """An executable's self form runs the routine as the first DT_PREINIT_ARRAY entry (ld.so
+    calls the executable's preinit array after relocating everything and before the
+    libraries' initializers, on every glibc; an executable's DT_INIT runs through its own
+    _init before glibc 2.34, and after the libraries' initializers from 2.34 on)."""
+    img = inp.img
+    if img.machine != "EM_X86_64":
+        _fail(img, f"the self-applying form of an executable is made for x86-64 only ({img.machine}: its "
+                   "code segments may be guarded by BTI, and the real start that proves it runs natively only); "
+                   "use the relr form (glibc >= 2.36)")
+    if inp.tag(L.DT_PREINIT_ARRAY) is not None:
+        _fail(img, "already has a DT_PREINIT_ARRAY: the self-applying routine would have to run before its "
+                   "entries, whose pointers it may relocate; use the relr form (glibc >= 2.36)")
 
 
 def overlapped(starts: np.ndarray, widths: np.ndarray, mine: np.ndarray) -> np.ndarray:

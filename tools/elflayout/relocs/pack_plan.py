@@ -158,23 +158,38 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) ->
 @dataclass
 class _Applier:
     off: int                 # file offset of the blob (block + routine)
-    entry: int               # link-time address of the routine (the new DT_INIT)
+    entry: int               # link-time address of the routine (DT_INIT or the DT_PREINIT_ARRAY entry)
     data: bytes
-    seg: int                 # program header extended to cover it
+    seg: int | None          # program header extended to cover it; None: a new R+X PT_LOAD holds it
     relro: tuple             # (page, length) mprotect'ed around the application
 
 
-def _applier(inp: _Input, sel: _Selection, lay: _Layout) -> _Applier:
-    """Self form: room for the routine after the end of the executable PT_LOAD, inside its
-    last page (the mapping covers that page already; filesz/memsz grow to say so)."""
-    img, ph = inp.img, inp.phdrs
+@dataclass
+class _SelfPlaces:
+    """Self form: where the routine goes, and for an executable its preinit entry.
+
+    The routine goes after the executable PT_LOAD, inside its last page, when the file
+    has room there (``room``: (program header index, file offset)); else (lld ends the
+    code on a page boundary) in a new R+X PT_LOAD after the last segment (``x``: (address,
+    offset)). An executable's routine runs as the first DT_PREINIT_ARRAY entry; ld.so
+    relocates that word (a RELATIVE relocation kept for it), so it lies in writable memory:
+    after the dynamic array in the new RW PT_LOAD (``rw``), which follows."""
+    room: tuple | None
+    x: tuple | None
+    rw: tuple | None
+    entry: int
+    preinit: int | None      # link-time address of the DT_PREINIT_ARRAY entry
+
+
+def _applier_room(inp: _Input, size: int) -> tuple | None:
+    """(program header index, file offset) of ``size`` free bytes after the executable
+    PT_LOAD, inside its last page (the mapping covers that page already), or None."""
+    ph = inp.phdrs
     xs = np.flatnonzero((ph["p_type"] == L.PT_LOAD) & (ph["p_flags"] & L.PF_X != 0))
-    if xs.size != 1:
-        _fail(img, f"{xs.size} executable PT_LOADs: the self-applying routine has no single place to go")
+    if xs.size != 1 or ph[int(xs[0])]["p_filesz"] != ph[int(xs[0])]["p_memsz"]:
+        return None
     k = int(xs[0])
     g = ph[k]
-    if g["p_filesz"] != g["p_memsz"]:
-        _fail(img, "the executable PT_LOAD has bss: no room after it for the self-applying routine")
     end = int(g["p_offset"] + g["p_filesz"])
     at = L.align_up(end, 16)
     limit = (end + PAGE - 1) // PAGE * PAGE
@@ -188,16 +203,61 @@ def _applier(inp: _Input, sel: _Selection, lay: _Layout) -> _Applier:
     for s in inp.shdrs:
         if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and int(s["sh_offset"]) >= end:
             limit = min(limit, int(s["sh_offset"]))
-    code = selfapply.for_machine(img.machine)  # x86-64 or AArch64 (pack_input refuses others)
-    if at + code.size > limit:
-        _fail(img, f"no room post-link for the self-applying routine ({limit - end} bytes free after the code, "
-                   f"{code.size} needed): link it with 'elflayout link --pack self' instead")
+    return (k, at) if at + size <= limit else None
+
+
+def _end_slot(inp: _Input) -> tuple[int, int]:
+    """(address, file offset) of a new segment after the last one: the next granule
+    after everything mapped, and after the last other byte of the file."""
+    loads = inp.phdrs[inp.phdrs["p_type"] == L.PT_LOAD]
+    if not loads.size:
+        _fail(inp.img, "no PT_LOAD segment")
+    g = _granule(inp)
+    return L.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), g), L.align_up(_tail_start(inp), g)
+
+
+def _self_places(inp: _Input) -> _SelfPlaces:
+    code = selfapply.for_machine(inp.img.machine)  # x86-64 or AArch64 (pack_input refuses others)
+    room = _applier_room(inp, code.size)
+    va, off = _end_slot(inp)
+    x = None
+    if room is not None:
+        g = inp.phdrs[room[0]]
+        entry = room[1] + int(g["p_vaddr"]) - int(g["p_offset"]) + selfapply.ENTRY
+    else:
+        x, entry = (va, off), va + selfapply.ENTRY
+        n = L.align_up(code.size, _granule(inp))
+        va, off = va + n, off + n
+    if inp.interp is None:  # a library: the array moves only to take a DT_INIT it has no slot for
+        rw = (va, off) if inp.tag(L.DT_INIT) is None and inp.dyn.spare < 1 else None
+        return _SelfPlaces(room, x, rw, entry, None)
+    # the moved array: the live entries, the two new tags, DT_NULL and the spare slots
+    n_dyn = inp.live.size + 2 + 1 + EXTRA_DYN_SLOTS
+    return _SelfPlaces(room, x, (va, off), entry, va + n_dyn * L.DYN64.itemsize)
+
+
+def _preinit_relocation(inp: _Input, sel: _Selection, places: _SelfPlaces) -> None:
+    """The DT_PREINIT_ARRAY entry's RELATIVE relocation, first in the kept table (ld.so
+    applies it with the others, before it calls the preinit array)."""
+    r = np.zeros(1, L.RELA64)
+    r["r_offset"], r["r_info"], r["r_addend"] = places.preinit, inp.arch.relative, places.entry
+    sel.kept = np.concatenate([r, sel.kept]).astype(L.RELA64)
+    sel.lead += 1
+
+
+def _applier(inp: _Input, sel: _Selection, lay: _Layout, places: _SelfPlaces) -> _Applier:
+    """Self form: the routine's blob, where ``places`` put it."""
+    img, ph = inp.img, inp.phdrs
+    code = selfapply.for_machine(img.machine)
+    if places.room is None and places.x is None:
+        _fail(img, "no room post-link for the self-applying routine")  # not reached: x is always set
     relro = code.relro(ph, PAGE)
-    old_init = inp.tag(L.DT_INIT) or 0
-    entry = at + vshift + selfapply.ENTRY
+    old_init = (inp.tag(L.DT_INIT) or 0) if places.preinit is None else 0
     relr_start = lay.relr_off + lay.vshift
-    data = code.blob(relr_start, relr_start + sel.relr.nbytes, relro[0], relro[1], old_init, entry)
-    return _Applier(at, entry, data, k, relro)
+    data = code.blob(relr_start, relr_start + sel.relr.nbytes, relro[0], relro[1], old_init, places.entry)
+    if places.room is not None:
+        return _Applier(places.room[1], places.entry, data, places.room[0], relro)
+    return _Applier(places.x[1], places.entry, data, None, relro)
 
 
 @dataclass
@@ -212,11 +272,14 @@ class _DynamicPatch:
     new_dyn_addr: int | None = None   # link-time address of a moved array
     writable: bool = False   # moved into a new writable PT_LOAD at the end of the file (DT_DEBUG)
     seg_size: int | None = None  # that PT_LOAD's size when the program header table went in it too
+    trailer: bytes = b""     # after the array in that PT_LOAD: an executable's DT_PREINIT_ARRAY entry
 
 
-def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "_Applier | None") -> _DynamicPatch:
+def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "_Applier | None",
+             places: "_SelfPlaces | None" = None) -> _DynamicPatch:
     """Step 5: the dynamic array, in place when it has 3 spare DT_NULL slots (self form:
-    DT_INIT replaced, or one slot for it), else moved (relr form only)."""
+    DT_INIT replaced, or one slot for it), else moved. An executable's self form always
+    moves it to the new RW PT_LOAD, with DT_PREINIT_ARRAY and its entry after it."""
     img, shdrs, dyn = inp.img, inp.shdrs, inp.dyn.array
     rela_i = inp.sec[".rela.dyn"]
     shift = {i: (no - inp.sh(i, "sh_offset")) for i, (no, _) in lay.moved.items()}
@@ -237,7 +300,9 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "
         new_live["d_val"][dt == L.DT_VERNEEDNUM] = vn.verneednum
     relr_addr = lay.relr_off + lay.vshift
     word = inp.arch.word
-    if ap is not None:  # self form: DT_INIT is the applier (which chains to the old one)
+    if places is not None and places.preinit is not None:  # an executable: the routine runs first in _dl_init
+        add = np.array([(L.DT_PREINIT_ARRAY, places.preinit), (L.DT_PREINIT_ARRAYSZ, word)], L.DYN64)
+    elif ap is not None:  # self form: DT_INIT is the applier (which chains to the old one)
         if np.any(dt == L.DT_INIT):
             new_live["d_val"][dt == L.DT_INIT] = ap.entry
             add = np.zeros(0, L.DYN64)
@@ -247,20 +312,23 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "
         add = np.array([(L.DT_RELR, relr_addr), (L.DT_RELRSZ, sel.relr.nbytes), (L.DT_RELRENT, word)], L.DYN64)
     spare = inp.dyn.spare
     dyn_i = next((i for i, s in enumerate(shdrs) if s["sh_type"] == L.SHT_DYNAMIC), None)
-    if spare >= add.size:
+    if spare >= add.size and (places is None or places.rw is None):
         new_dyn = np.concatenate([new_live, add, np.zeros(dyn.size - inp.dyn.count - add.size, L.DYN64)])
         return _DynamicPatch(shift, dict(shift), new_dyn, None, (inp.dyn.offset, new_dyn.tobytes()),
                         "spare DT_NULL slots", relr_addr)
     # lld: no spare slots. Rebuild the array in the freed space, read-only.
-    if ap is not None:
-        _fail(img, "no DT_INIT and no spare DT_NULL slot to add one: the self-applying form cannot be made "
-                   "post-link (a read-only dynamic array needs glibc >= 2.35): link it with "
-                   "'elflayout link --pack self' instead")
     if dyn_i is None:
         _fail(img, "no .dynamic section header for the dynamic array that must move")
     if sel.lead == 0 and np.any(dt == L.DT_RELACOUNT):
         new_live = new_live[dt != L.DT_RELACOUNT]
     new_dyn = np.concatenate([new_live, add, np.zeros(1 + EXTRA_DYN_SLOTS, L.DYN64)])
+    if ap is not None:  # glibc < 2.35 writes the array (a read-only one needs glibc >= 2.35)
+        trailer = b""
+        if places.preinit is not None:
+            if places.rw[0] + new_dyn.nbytes != places.preinit:
+                raise AssertionError("the moved dynamic array does not end where its DT_PREINIT_ARRAY entry goes")
+            trailer = int(places.entry).to_bytes(word, "little")  # ld.so writes base + entry (RELA)
+        return _dynamic_writable(inp, new_dyn, shift, dyn_i, spare, relr_addr, places.rw, trailer)
     if np.any(new_live["d_tag"] == L.DT_DEBUG):
         return _dynamic_writable(inp, new_dyn, shift, dyn_i, spare, relr_addr)
     new_dyn_off = L.align_up(lay.end, L.DYN64.itemsize)
@@ -279,23 +347,23 @@ def _dynamic(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, ap: "
     return _DynamicPatch(shift, ashift, new_dyn, new_dyn_off, None, note, relr_addr, new_dyn_off + lay.vshift)
 
 
-def _dynamic_writable(inp: _Input, new_dyn, shift: dict, dyn_i: int, spare: int, relr_addr: int) -> _DynamicPatch:
+def _dynamic_writable(inp: _Input, new_dyn, shift: dict, dyn_i: int, spare: int, relr_addr: int, at=None,
+                      trailer: bytes = b"") -> _DynamicPatch:
     """The rebuilt array where it stays writable: ld.so stores DT_DEBUG's value in it at
     start (and relocates its pointers in place), so it cannot go to the read-only freed
     space. A new RW PT_LOAD after the last segment holds it, in a new page at the end of
-    the file (before the section headers); its program header needs room (``_phdr_table``)."""
-    loads = inp.phdrs[inp.phdrs["p_type"] == L.PT_LOAD]
-    if not loads.size:
-        _fail(inp.img, "no PT_LOAD segment")
-    g = _granule(inp)
-    vaddr = L.align_up(int((loads["p_vaddr"] + loads["p_memsz"]).max()), g)
-    off = L.align_up(_tail_start(inp), g)
+    the file (before the section headers); its program header needs room (``_phdr_table``).
+    ``at``: its (address, offset) when the self form's routine segment comes first;
+    ``trailer``: bytes after the array in the segment."""
+    vaddr, off = at if at is not None else _end_slot(inp)
     shift[dyn_i] = off - inp.sh(dyn_i, "sh_offset")
     ashift = dict(shift)
     ashift[dyn_i] = vaddr - inp.sh(dyn_i, "sh_addr")
-    note = (f"no spare DT_NULL slot ({spare}) and DT_DEBUG: dynamic array moved to {vaddr:#x}, a new writable "
-            "PT_LOAD after the last segment")
-    return _DynamicPatch(shift, ashift, new_dyn, off, None, note, relr_addr, vaddr, True)
+    why = (f"no spare DT_NULL slot ({spare}) and DT_DEBUG" if not trailer and at is None else
+           "self form of an executable (DT_PREINIT_ARRAY -> the routine, its entry after the array)" if trailer
+           else f"self form, no DT_INIT and no spare DT_NULL slot ({spare}) to add one")
+    note = f"{why}: dynamic array moved to {vaddr:#x}, a new writable PT_LOAD after the last segment"
+    return _DynamicPatch(shift, ashift, new_dyn, off, None, note, relr_addr, vaddr, True, trailer=trailer)
 
 
 def _granule(inp: _Input) -> int:
@@ -328,7 +396,7 @@ def _phdr_with_dynamic(inp: _Input, dy: _DynamicPatch, size: int) -> _PhdrTable:
     dyn_i = next(i for i, s in enumerate(inp.shdrs) if s["sh_type"] == L.SHT_DYNAMIC)
     dy.shift[dyn_i] += off - dy.new_dyn_off
     dy.new_dyn_off = off
-    at = off + L.align_up(dy.new_dyn.nbytes, 8)
+    at = off + L.align_up(dy.new_dyn.nbytes + len(dy.trailer), 8)
     dy.seg_size = at + size - off
     return _PhdrTable(at, True, f"moved after it, into its segment ({off - _tail_start(inp):,} bytes of zeros "
                                 "before it: too little space freed for the table)")
@@ -354,7 +422,7 @@ def _phdr_room(inp: _Input) -> int:
     return max(n, 0)
 
 
-def _phdr_table(inp: _Input, lay: _Layout, dy: _DynamicPatch, cut: bool) -> _PhdrTable:
+def _phdr_table(inp: _Input, lay: _Layout, dy: _DynamicPatch, cut: bool, ap: "_Applier | None" = None) -> _PhdrTable:
     """Step 7a: room for the program headers the rewrite adds (the writable dynamic
     segment; the cut's split, ``cut_freed_pages``).
 
@@ -367,7 +435,7 @@ def _phdr_table(inp: _Input, lay: _Layout, dy: _DynamicPatch, cut: bool) -> _Phd
     img, ph = inp.img, inp.phdrs
     phoff = int(img.elf.header["e_phoff"])
     here = _PhdrTable(phoff, False, "in place")
-    extra = 1 if dy.writable else 0
+    extra = (1 if dy.writable else 0) + (1 if ap is not None and ap.seg is None else 0)
     pages = lambda start: lay.rela_end // PAGE - L.align_up(start, PAGE) // PAGE  # noqa: E731
     cut_entry = 1 if cut and pages(lay.end) >= MIN_CUT_PAGES else 0
     give_phdr = inp.interp is None and np.any(ph["p_type"] == L.PT_PHDR)
@@ -386,8 +454,10 @@ def _phdr_table(inp: _Input, lay: _Layout, dy: _DynamicPatch, cut: bool) -> _Phd
     elif lay.vshift != int(first["p_vaddr"]) - int(first["p_offset"]):
         why = "the freed space is not mapped like the first PT_LOAD: the program header table cannot move there"
     if why is not None:
-        if extra:
+        if dy.writable:
             return _phdr_with_dynamic(inp, dy, size)
+        if extra:
+            _fail(img, f"no room for the program header of the self-applying routine's segment ({why})")
         return _PhdrTable(phoff, False, f"in place ({why}; freed pages kept)")
     lay.blk[at - lay.run_start:at + size - lay.run_start] = 0
     lay.freed -= at + size - lay.end
@@ -426,21 +496,26 @@ def _program_headers(inp: _Input, lay: _Layout, dy: _DynamicPatch, ap, pt: _Phdr
     """Step 7b: the new program header table (entries for the routine, a moved dynamic
     array and its writable segment, the moved table and PT_PHDR)."""
     ph = inp.phdrs.copy()
-    if ap is not None:  # the executable PT_LOAD now ends after the routine
+    if ap is not None and ap.seg is not None:  # the executable PT_LOAD now ends after the routine
         g = ph[ap.seg]
         g["p_filesz"] = g["p_memsz"] = ap.off + len(ap.data) - int(g["p_offset"])
+    new = []  # PT_LOADs after the last one, sorted by address: the routine's, the dynamic array's
+    if ap is not None and ap.seg is None:
+        va, n = ap.entry - selfapply.ENTRY, len(ap.data)
+        new.append((L.PT_LOAD, L.PF_R | L.PF_X, ap.off, va, va, n, n, _granule(inp)))
     if dy.new_dyn_off is not None:
         k = int(np.nonzero(ph["p_type"] == L.PT_DYNAMIC)[0][0])
         ph["p_offset"][k] = dy.new_dyn_off
         ph["p_vaddr"][k] = ph["p_paddr"][k] = dy.new_dyn_addr
         ph["p_filesz"][k] = ph["p_memsz"][k] = dy.new_dyn.nbytes
         ph["p_flags"][k] = L.PF_R | (L.PF_W if dy.writable else 0)
-        if dy.writable:  # after the last PT_LOAD: they stay sorted by address
-            last = int(np.flatnonzero(ph["p_type"] == L.PT_LOAD)[-1])
-            n = dy.seg_size or dy.new_dyn.nbytes
-            seg = np.array([(L.PT_LOAD, L.PF_R | L.PF_W, dy.new_dyn_off, dy.new_dyn_addr, dy.new_dyn_addr,
-                             n, n, _granule(inp))], L.PHDR64)
-            ph = np.concatenate([ph[:last + 1], seg, ph[last + 1:]]).astype(L.PHDR64)
+        if dy.writable:
+            n = dy.seg_size or dy.new_dyn.nbytes + len(dy.trailer)
+            new.append((L.PT_LOAD, L.PF_R | L.PF_W, dy.new_dyn_off, dy.new_dyn_addr, dy.new_dyn_addr, n, n,
+                        _granule(inp)))
+    if new:  # after the last PT_LOAD: they stay sorted by address
+        last = int(np.flatnonzero(ph["p_type"] == L.PT_LOAD)[-1])
+        ph = np.concatenate([ph[:last + 1], np.array(new, L.PHDR64), ph[last + 1:]]).astype(L.PHDR64)
     if pt.moved:
         x = ph["p_type"] == L.PT_PHDR
         ph["p_offset"][x] = pt.off
@@ -493,7 +568,7 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
         return at
 
     word = inp.arch.word
-    new = np.zeros(1 if ap is None else 2, L.SHDR64)
+    new = np.zeros(1 if ap is None else 3 if dy.trailer else 2, L.SHDR64)
     if ap is None:
         new[0] = (name(b".relr.dyn"), L.SHT_RELR, L.SHF_ALLOC, dy.relr_addr, lay.relr_off, sel.relr.nbytes,
                   0, 0, word, word)
@@ -502,14 +577,24 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
                   0, 0, word, word)
         new[1] = (name(b".text.relr_apply"), L.SHT_PROGBITS, L.SHF_ALLOC | L.SHF_EXECINSTR,
                   ap.entry - selfapply.ENTRY, ap.off, len(ap.data), 0, 0, 16, 0)
+    if dy.trailer:  # the executable's new DT_PREINIT_ARRAY (one entry: the routine)
+        new[2] = (name(b".preinit_array"), L.SHT_PREINIT_ARRAY, L.SHF_ALLOC | L.SHF_WRITE,
+                  dy.new_dyn_addr + dy.new_dyn.nbytes, dy.new_dyn_off + dy.new_dyn.nbytes, len(dy.trailer),
+                  0, 0, word, word)
     sh = np.concatenate([sh, new])
     # The tail (names + headers) is rewritten after the last other byte of the file;
     # a writable dynamic segment goes first, in a page of its own.
     tail_at = _tail_start(inp)
-    head = b""
+    pieces = []  # the new segments' bytes, in file order
+    if ap is not None and ap.seg is None:
+        pieces.append((ap.off, ap.data))
     if dy.writable:
-        head = bytes(dy.new_dyn_off - tail_at) + dy.new_dyn.tobytes() + \
-            bytes((dy.seg_size or dy.new_dyn.nbytes) - dy.new_dyn.nbytes)
+        n = dy.seg_size or dy.new_dyn.nbytes + len(dy.trailer)
+        pieces.append((dy.new_dyn_off, dy.new_dyn.tobytes() + dy.trailer + bytes(n - dy.new_dyn.nbytes
+                                                                                  - len(dy.trailer))))
+    head = b""
+    for off, data in pieces:
+        head += bytes(off - tail_at - len(head)) + data
     names_at = tail_at + len(head)
     sh["sh_offset"][shstr_i] = names_at
     sh["sh_size"][shstr_i] = len(shstr)
@@ -536,16 +621,19 @@ def plan_pack(img, form: str = "relr", cut: bool = True) -> Plan:
     sel = _select(inp)
     t_enc = time.perf_counter()
     vn = _version_need(inp)
+    places = _self_places(inp) if form == "self" else None
+    if places is not None and places.preinit is not None:
+        _preinit_relocation(inp, sel, places)
     lay = _layout(inp, sel, vn, cut)
-    ap = _applier(inp, sel, lay) if form == "self" else None
-    dy = _dynamic(inp, sel, vn, lay, ap)
-    pt = _phdr_table(inp, lay, dy, cut)
+    ap = _applier(inp, sel, lay, places) if form == "self" else None
+    dy = _dynamic(inp, sel, vn, lay, ap, places)
+    pt = _phdr_table(inp, lay, dy, cut, ap)
     sym_blocks = _symbols(inp, lay, dy)
     if pt.moved or dy.writable:
         dy.note += f"; program header table {pt.note}"
     hdr_blocks, tail_at, tail = _headers(inp, sel, vn, lay, dy, ap, pt)
     blocks = [(lay.run_start, lay.blk.tobytes())] + sym_blocks + ([dy.patch] if dy.patch else []) + hdr_blocks
-    if ap is not None:
+    if ap is not None and ap.seg is not None:
         blocks.append((ap.off, ap.data))
     rela_i = inp.sec[".rela.dyn"]
     is_rel = sel.types == inp.arch.relative

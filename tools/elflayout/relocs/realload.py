@@ -244,7 +244,30 @@ def load_state(h: Host, src: Path, name: str, ranges, dirs, timeout, pad: int = 
         return doc, np.fromfile(out, np.uint8)
 
 
-def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=None, emulator=None) -> dict:
+def rebased(sa: np.ndarray, sb: np.ndarray, ranges, delta: int, loader_writes) -> np.ndarray:
+    """``sb`` with each aligned word that a relocation writes (``loader_writes(addrs)``)
+    and that holds ``sa``'s value plus ``delta`` replaced by ``sa``'s: a file whose
+    segments span more address space (the self form's routine segment) is mapped
+    ``delta`` lower with ASLR off, and so are the dependencies loaded after it."""
+    sb = sb.copy()
+    at = 0
+    for lo, hi in ranges:
+        a, b = -(-lo // 8) * 8, hi // 8 * 8
+        if b > a:
+            i = at + a - lo
+            wa, wb = sa[i:i + b - a].view("<u8"), sb[i:i + b - a].view("<u8")
+            with np.errstate(over="ignore"):
+                hit = (wb == wa + np.uint64(delta % 2**64)) & (wa != wb)
+            k = np.flatnonzero(hit)
+            if k.size:
+                k = k[loader_writes(a + 8 * k.astype(np.int64))]
+                wb[k] = wa[k]
+        at += hi - lo
+    return sb
+
+
+def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=None, emulator=None,
+                  loader_writes=None) -> dict:
     """dlopen both files (ASLR off, RTLD_NOW, each in a fresh process under ``path_a``'s
     name and the same environment; inside ``chroot root`` when given) and compare their
     bytes at the link-time ``ranges``.
@@ -253,7 +276,9 @@ def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=No
     ``path_a`` itself, the second with the C heap shifted by ``HEAP_PAD`` bytes, and the
     differing bytes at addresses ``by_code(addrs)`` says code stored, not the loader.
     Returns dict(equal, compared_bytes, unstable_bytes, differing_bytes) or
-    dict(error=...) when a file does not load.
+    dict(error=...) when a file does not load. ``loader_writes(addrs)`` (which word
+    addresses a relocation writes), when given, lets a file mapped elsewhere (a larger
+    span) compare through ``rebased``.
     """
     h = Host(root, path_a, emulator)
     pa, pb = Path(path_a).resolve(), Path(path_b).resolve()
@@ -267,7 +292,10 @@ def compare_loads(path_a, path_b, ranges, by_code, timeout: float = 300, root=No
     n = int(sa.size)
     res = dict(equal=True, compared_bytes=n, unstable_bytes=0, differing_bytes=0)
     if da["base"] != db["base"]:
-        return dict(res, equal=False, reason="different load addresses with ASLR off")
+        if loader_writes is None:
+            return dict(res, equal=False, reason="different load addresses with ASLR off")
+        res["rebased_by"] = db["base"] - da["base"]
+        sb = rebased(sa, sb, ranges, res["rebased_by"], loader_writes)
     diff = sa != sb
     if diff.any():
         _, sa2 = load_state(h, pa, pa.name, ranges, dirs, timeout, pad=HEAP_PAD)

@@ -288,3 +288,14 @@ def decode(data: bytes) -> dict | None:
             return dict(relr_start=rs, relr_end=re_, relro_page=rp, relro_len=rl, old_init=oi, entry=sa,
                         size=ap.size, machine=ap.machine)
     return None
+
+
+def decode_at(img, entry) -> dict | None:
+    """``decode`` of the blob whose routine starts at link-time address ``entry`` in the
+    ``elfcore.ElfImage`` ``img``, or None (no such address in the file, not a blob)."""
+    if entry is None or entry < ENTRY:
+        return None
+    off = int(img.vaddr_to_offset(entry - ENTRY))
+    if off < 0 or off + min(a.size for a in APPLIERS.values()) > img.size:
+        return None
+    return decode(bytes(img.mm[off:off + MAX_SIZE]))

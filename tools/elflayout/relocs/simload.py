@@ -156,7 +156,9 @@ class Loaded:
         for t, nrelative in self.rela_ranges():
             self._apply(im, w, t, nrelative, B)
         ap = self.applier()
-        if ap is not None:  # DT_INIT runs it after relocation, before any other initializer
+        if ap is not None and ap["via"] == "preinit" and int(w[ap["preinit"] // 8]) != (base + ap["entry"]) % 2**64:
+            ap = None  # ld.so would not call the routine: its table stays unapplied (the images differ)
+        if ap is not None:  # DT_INIT/DT_PREINIT_ARRAY runs it after relocation, before any other initializer
             words = im[ap["relr_start"]:ap["relr_end"]].view("<u8") if ap["relr_end"] <= size else None
             if words is None or ap["relr_start"] % 8 or (ap["relr_end"] - ap["relr_start"]) % 8:
                 raise ElflayoutError(f"{self.img.path}: self-applying table outside the image or misaligned")
@@ -167,14 +169,23 @@ class Loaded:
         return im
 
     def applier(self) -> dict | None:
-        """The self-applying routine DT_INIT points at (relocs/selfapply.py), if it is one."""
-        init = self.tag(L.DT_INIT)
-        if init is None or init < selfapply.ENTRY:
-            return None
-        off = self.img.vaddr_to_offset(init - selfapply.ENTRY)
-        if off < 0 or off + min(a.size for a in selfapply.APPLIERS.values()) > self.img.size:
-            return None
-        return selfapply.decode(bytes(self.img.mm[off:off + selfapply.MAX_SIZE]))
+        """The self-applying routine (relocs/selfapply.py) DT_INIT points at (``via``
+        "init"), or an executable's first DT_PREINIT_ARRAY entry (``via`` "preinit", at
+        link-time address ``preinit``: the file holds the routine's address there and ld.so
+        must relocate it to that, which ``image`` verifies), if it is one."""
+        pre, presz = self.tag(L.DT_PREINIT_ARRAY), self.tag(L.DT_PREINIT_ARRAYSZ, 0)
+        if pre is not None and presz >= 8 and pre % 8 == 0:
+            off = self.img.vaddr_to_offset(pre)
+            if 0 <= off <= self.img.size - 8:
+                ap = self._blob_at(int.from_bytes(self.img.mm[off:off + 8], "little"))
+                if ap is not None:
+                    return dict(ap, via="preinit", preinit=pre)
+        ap = self._blob_at(self.tag(L.DT_INIT))
+        return None if ap is None else dict(ap, via="init")
+
+    def _blob_at(self, entry) -> dict | None:
+        ap = selfapply.decode_at(self.img, entry)
+        return ap if ap is not None and ap["entry"] == entry else None
 
     def rela_ranges(self) -> list[tuple[np.ndarray, int]]:
         """The RELA ranges ld.so processes, in its order, with their DT_RELACOUNT.
@@ -305,9 +316,11 @@ class Loaded:
         if v >= 0:
             out.append((v, v + hdr["e_phnum"] * hdr["e_phentsize"]))
         ap = self.applier()
-        if ap is not None:  # the routine (in the code segment's padding) and its table
+        if ap is not None:  # the routine (in the code segment's padding or a segment) and its table
             out += [(ap["entry"] - selfapply.ENTRY, ap["entry"] - selfapply.ENTRY + ap["size"]),
                     (ap["relr_start"], ap["relr_end"])]
+            if ap["via"] == "preinit":
+                out.append((ap["preinit"], ap["preinit"] + 8))
         for s in self.img.sections:
             t = L.sh_type_number(s.type)
             alloc_strtab = t == L.SHT_STRTAB and s.flags & L.SHF_ALLOC
@@ -377,18 +390,28 @@ def _offsets_aside(ph: np.ndarray) -> np.ndarray:
     return ph
 
 
-def added_dynamic_load(a: Loaded, b: Loaded) -> int | None:
-    """Index of the PT_LOAD of ``b`` that holds only its moved, writable dynamic array
-    after everything ``a`` maps (pack_plan._dynamic_writable), or None."""
+def added_loads(a: Loaded, b: Loaded) -> list[int] | None:
+    """Indices of the PT_LOADs of ``b`` after everything ``a`` maps: a writable one holding
+    its moved dynamic array (pack_plan._dynamic_writable), and a read-execute one holding
+    exactly its self-applying routine (pack_plan._self_places); None if there are others.
+    Their contents are checked tag by tag and by ``applier``."""
     la = a.phdrs[a.phdrs["p_type"] == L.PT_LOAD]
     end = int((la["p_vaddr"] + la["p_memsz"]).max()) if la.size else 0
     lo, hi = b.dyn_range
+    ap = b.applier()
     x = [i for i, p in enumerate(b.phdrs) if p["p_type"] == L.PT_LOAD and int(p["p_vaddr"]) >= end]
-    if len(x) != 1:
-        return None
-    p = b.phdrs[x[0]]
-    inside = int(p["p_vaddr"]) <= lo and hi <= int(p["p_vaddr"] + p["p_filesz"])
-    return x[0] if inside and p["p_flags"] == L.PF_R | L.PF_W else None
+    kinds = []
+    for i in x:
+        p = b.phdrs[i]
+        v, n = int(p["p_vaddr"]), int(p["p_filesz"])
+        if p["p_flags"] == L.PF_R | L.PF_W and v <= lo and hi <= v + n:
+            kinds.append("dynamic")
+        elif p["p_flags"] == L.PF_R | L.PF_X and ap is not None and v == ap["entry"] - selfapply.ENTRY \
+                and n == ap["size"] == int(p["p_memsz"]):
+            kinds.append("routine")
+        else:
+            return None
+    return x if len(set(kinds)) == len(kinds) else None
 
 
 def _phdr_problems(a: Loaded, b: Loaded) -> list[str]:
@@ -423,8 +446,8 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
         h["e_shoff"] = h["e_shnum"] = h["e_shstrndx"] = h["e_phoff"] = h["e_phnum"] = 0
     if ha.tobytes() != hb.tobytes():
         bad.append("ELF header differs in more than e_shoff/e_shnum/e_shstrndx/e_phoff/e_phnum")
-    extra = added_dynamic_load(a, b)
-    pb_raw = b.phdrs if extra is None else b.phdrs[np.arange(b.phdrs.size) != extra]
+    extra = added_loads(a, b) or []
+    pb_raw = b.phdrs[~np.isin(np.arange(b.phdrs.size), extra)]
     pa, pb = _offsets_aside(_joined(a.phdrs)), _offsets_aside(_joined(pb_raw))
     bad += _phdr_problems(a, b)
     if _notes(a) != _notes(b):
@@ -448,10 +471,13 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     ap_b = b.applier()
     if ap_b is not None and ap_b["machine"] != b.img.machine:
         bad.append(f"the self-applying routine is {ap_b['machine']} code in an {b.img.machine} library")
-    if ap_b is not None and a.applier() is None:
+    if ap_b is not None and a.applier() is None and ap_b["via"] == "init":
         if ap_b["old_init"] != (a.tag(L.DT_INIT) or 0):
             bad.append("the self-applying routine does not chain to the input's DT_INIT")
         same_tags = same_tags - {L.DT_INIT}
+    if ap_b is not None and ap_b["via"] == "preinit":  # the routine is the only preinit entry, chains to none
+        if a.tag(L.DT_PREINIT_ARRAY) is not None or b.tag(L.DT_PREINIT_ARRAYSZ) != 8 or ap_b["old_init"]:
+            bad.append("the self-applying routine is not the executable's only DT_PREINIT_ARRAY entry")
     for t in sorted(same_tags):
         va = a.dyn["d_val"][a.dyn["d_tag"] == t].tolist()
         vb = b.dyn["d_val"][b.dyn["d_tag"] == t].tolist()
@@ -524,12 +550,12 @@ def compare(path_a, path_b, bases=BASES) -> dict:
         res = dict(bases=[hex(x) for x in bases], equal=True, first_difference=None,
                    excluded_bytes=0, compared_bytes=0, table_problems=compare_tables(a, b),
                    relocations=dict(input=_counts(a), output=_counts(b)))
-        extra = added_dynamic_load(a, b)
+        extra = added_loads(a, b)
         excl = _merged(excl)
         for base in bases:
             ia, ib = a.image(base), b.image(base)
-            if ib.size > ia.size and extra is not None and int(b.phdrs[extra]["p_vaddr"]) >= ia.size:
-                ib = ib[:ia.size]  # beyond: the moved dynamic array, compared tag by tag
+            if ib.size > ia.size and extra and min(int(b.phdrs[i]["p_vaddr"]) for i in extra) >= ia.size:
+                ib = ib[:ia.size]  # beyond: the moved dynamic array, the routine: checked apart
             if ia.size != ib.size:
                 res.update(equal=False, first_difference=dict(base=hex(base), reason="image sizes differ"))
                 break
@@ -627,7 +653,8 @@ def real_load_compare(path_a, path_b, timeout: float = 300, root=None, emulator=
         def by_code(addrs):
             return ~(a.loader_writes(addrs) | b.loader_writes(addrs)) & (a.file_bytes(addrs) == b.file_bytes(addrs))
 
-        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root, emulator)
+        return realload.compare_loads(path_a, path_b, _writable_ranges(a, b), by_code, timeout, root, emulator,
+                                      loader_writes=lambda x: a.loader_writes(x) | b.loader_writes(x))
 
 
 def real_start_compare(path_a, path_b, timeout: float = 300) -> dict:
