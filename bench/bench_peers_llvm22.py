@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,6 +58,8 @@ RELR = ["-Wl,-z,pack-relative-relocs"]
 BOLT = Path("/usr/lib/llvm-22/bin/llvm-bolt")  # the versioned symlink's argv[0] picks the tool's mode
 BOLT_OPTS = ["-reorder-functions=cdsort", "-reorder-blocks=ext-tsp", "-split-functions", "-split-all-cold",
              "-dyno-stats"]
+BEST = "elflayout link, best (hot-last, data script, .dynstr, RELR)"
+STRIP = "llvm-strip-22"
 PROFILES = {"temporal": "", "temporal-nopreinline": ", -disable-preinline"}
 
 
@@ -92,9 +95,9 @@ def peer_variants() -> tuple[dict, dict]:
     return libs, cost
 
 
-def elflayout_variants(w: Path, base: Path) -> tuple[dict, dict]:
+def elflayout_variants(w: Path, base: Path, only: str | None = None) -> tuple[dict, dict]:
     """``elflayout link`` rows: the default path and the best recipe, from one valgrind
-    profile of the default relink under the measured conditions."""
+    profile of the default relink under the measured conditions (``only``: that row alone)."""
     prof = w / "python.profile.json"
     rec = w / "python.profile.cost.json"
     envs = sum((["--env", f"{k}={v}"] for k, v in cs.ENV.items()), [])
@@ -111,11 +114,13 @@ def elflayout_variants(w: Path, base: Path) -> tuple[dict, dict]:
                          what="elflayout profile")
         rec.write_text(json.dumps(pcost | {"lib_sha": sha}))
     recipes = {"elflayout link (default)": [], "elflayout link --pack relr": ["--pack", "relr"],
-               "elflayout link, best (hot-last, data script, .dynstr, RELR)":
+               BEST:
                    ["--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr"]}
     libs, cost = {}, {}
     link_cmd = cs.build("plain")["link_cmd"]
     for i, (name, opts) in enumerate(recipes.items()):
+        if only and name != only:
+            continue
         out = w / f"elflayout-{i}" / cs.SONAME
         out.parent.mkdir(exist_ok=True)
         cmd = [PY, "-m", "elflayout", "link", "--profile", prof, "--lib", base, "--linker", "lld", *opts, "--",
@@ -173,6 +178,48 @@ def bolt_variants(w: Path) -> tuple[dict, dict, list[str]]:
     return libs, cost, notes
 
 
+def floor_variants(w: Path, best: Path) -> dict:
+    """The best recipe's output, then each read-ahead lever past its last segment on its own:
+    the unloaded sections moved into the hole after the first PT_LOAD (``order.tuck``; the
+    start of ``.text`` is cold with hot-last), and ``--strip-all`` (no symbol table left)."""
+    from elflayout.order.tuck import tuck
+
+    libs = {BEST: best}
+    out = w / "floor-tucked" / best.name
+    out.parent.mkdir(exist_ok=True)
+    p = tuck(best, out)
+    print(f"  tuck({best}, {out}): moved {', '.join(p['moved_names'])} to {p['hole']:#x}", flush=True)
+    libs["best, unloaded sections moved after the first PT_LOAD"] = out
+    out = w / "floor-stripped" / best.name
+    out.parent.mkdir(exist_ok=True)
+    subprocess.run([STRIP, "--strip-all", "-o", str(out), str(best)], check=True)
+    print(f"  $ {STRIP} --strip-all -o {out} {best}", flush=True)
+    libs["best, --strip-all"] = out
+    return libs
+
+
+def floor_main(w: Path, runs: int, json_out) -> int:
+    """Only the best recipe and the floor levers, one short session."""
+    from bench_peers import finish
+
+    el, _ = elflayout_variants(w, Path(cs.relink([], tag="default")["lib"]), only=BEST)
+    libs = floor_variants(w, el[BEST])
+    want = cs.same_output(el[BEST].parent)
+    variants = {n: (lib, bp.variant_cmd(lib.parent, cs.workload(), cs.ENV)) for n, lib in libs.items()}
+    summ = bp.summarise(bp.measure(w / "floor.results.json", variants, runs), dict(libs))
+    print("| variant | pages read | .symtab/.strtab pages | seeks | file size (MB) | output identical |")
+    print("|---|---:|---:|---:|---:|---|")
+    rows = {}
+    for n, lib in libs.items():
+        s, same = summ.get(n), cs.same_output(lib.parent) == want
+        tail = "—" if not s else sum(c for k, c in s["by_section"].items() if k in (".symtab", ".strtab"))
+        pages = "disturbed" if not s else f"{s['pages']:,.0f}"
+        print(f"| {n} | {pages} | {tail} | {s['seeks'] if s else '—'} | {lib.stat().st_size / 1e6:,.2f} | "
+              f"{'yes' if same else 'NO'} |")
+        rows[n] = {"lib": str(lib), "summary": s, "size": lib.stat().st_size, "identical": same}
+    return finish([], rows, json_out)
+
+
 def row(name: str, lib: Path, s: dict | None, c: dict, same: bool) -> str:
     pages = "disturbed" if not s else f"{s['pages']:,.0f}"
     seeks = "—" if not s else f"{s['seeks']:,.0f}"
@@ -187,9 +234,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--floor", action="store_true", help="only the best recipe and the read-ahead levers past "
+                    "its last segment (moved unloaded sections, --strip-all)")
     args = ap.parse_args(argv)
     w = bp.work_dir() / "peers-llvm22"
     w.mkdir(parents=True, exist_ok=True)
+    if args.floor:
+        return floor_main(w, args.runs, args.json)
     plain = cs.build("plain")
     print(f"## Peers: LLVM 22 on CPython {cs.VERSION} from source, `python -c \"{bp.IMPORTS}\"`, selective, "
           f"read_ahead_kb {bp.RA_KB}\n", flush=True)
