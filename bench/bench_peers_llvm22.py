@@ -3,6 +3,8 @@
 
     python3 bench/bench_peers.py --llvm22 [--runs 3] [--json OUT]
     (the same as: python3 bench/bench_peers_llvm22.py [--runs 3] [--json OUT])
+    python3 bench/bench_peers.py --llvm22 --floor [--runs 3]   (the best recipe against itself
+    with --move-symtab and with --strip-all: the read-ahead past the last segment)
 
 The target: ``libpython3.11.so.1.0`` of CPython 3.11.2 (the upstream tarball of Debian's
 ``python3.11`` source package) compiled once with ``clang-22 -O2 -ffunction-sections
@@ -59,6 +61,8 @@ BOLT = Path("/usr/lib/llvm-22/bin/llvm-bolt")  # the versioned symlink's argv[0]
 BOLT_OPTS = ["-reorder-functions=cdsort", "-reorder-blocks=ext-tsp", "-split-functions", "-split-all-cold",
              "-dyno-stats"]
 BEST = "elflayout link, best (hot-last, data script, .dynstr, RELR)"
+BEST_OPTS = ["--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr"]
+MOVED = "best, --move-symtab"
 STRIP = "llvm-strip-22"
 PROFILES = {"temporal": "", "temporal-nopreinline": ", -disable-preinline"}
 
@@ -95,9 +99,10 @@ def peer_variants() -> tuple[dict, dict]:
     return libs, cost
 
 
-def elflayout_variants(w: Path, base: Path, only: str | None = None) -> tuple[dict, dict]:
+def elflayout_variants(w: Path, base: Path, only: tuple = ()) -> tuple[dict, dict]:
     """``elflayout link`` rows: the default path and the best recipe, from one valgrind
-    profile of the default relink under the measured conditions (``only``: that row alone)."""
+    profile of the default relink under the measured conditions (``only``: those rows;
+    default: all but ``MOVED``, measured by ``--floor``)."""
     prof = w / "python.profile.json"
     rec = w / "python.profile.cost.json"
     envs = sum((["--env", f"{k}={v}"] for k, v in cs.ENV.items()), [])
@@ -114,12 +119,11 @@ def elflayout_variants(w: Path, base: Path, only: str | None = None) -> tuple[di
                          what="elflayout profile")
         rec.write_text(json.dumps(pcost | {"lib_sha": sha}))
     recipes = {"elflayout link (default)": [], "elflayout link --pack relr": ["--pack", "relr"],
-               BEST:
-                   ["--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr"]}
+               BEST: BEST_OPTS, MOVED: [*BEST_OPTS, "--move-symtab"]}
     libs, cost = {}, {}
     link_cmd = cs.build("plain")["link_cmd"]
     for i, (name, opts) in enumerate(recipes.items()):
-        if only and name != only:
+        if name not in (only or set(recipes) - {MOVED}):
             continue
         out = w / f"elflayout-{i}" / cs.SONAME
         out.parent.mkdir(exist_ok=True)
@@ -178,32 +182,25 @@ def bolt_variants(w: Path) -> tuple[dict, dict, list[str]]:
     return libs, cost, notes
 
 
-def floor_variants(w: Path, best: Path) -> dict:
+def floor_variants(w: Path, el: dict) -> dict:
     """The best recipe's output, then each read-ahead lever past its last segment on its own:
-    the unloaded sections moved into the hole after the first PT_LOAD (``order.tuck``; the
-    start of ``.text`` is cold with hot-last), and ``--strip-all`` (no symbol table left)."""
-    from elflayout.order.tuck import tuck
-
-    libs = {BEST: best}
-    out = w / "floor-tucked" / best.name
-    out.parent.mkdir(exist_ok=True)
-    p = tuck(best, out)
-    print(f"  tuck({best}, {out}): moved {', '.join(p['moved_names'])} to {p['hole']:#x}", flush=True)
-    libs["best, unloaded sections moved after the first PT_LOAD"] = out
+    ``--move-symtab`` (``order.tuck``: the unloaded sections into the hole after the first
+    PT_LOAD; the start of ``.text`` is cold with hot-last) and ``--strip-all`` (no symbol
+    table left)."""
+    best = el[BEST]
     out = w / "floor-stripped" / best.name
     out.parent.mkdir(exist_ok=True)
     subprocess.run([STRIP, "--strip-all", "-o", str(out), str(best)], check=True)
     print(f"  $ {STRIP} --strip-all -o {out} {best}", flush=True)
-    libs["best, --strip-all"] = out
-    return libs
+    return {BEST: best, MOVED: el[MOVED], "best, --strip-all": out}
 
 
 def floor_main(w: Path, runs: int, json_out) -> int:
     """Only the best recipe and the floor levers, one short session."""
     from bench_peers import finish
 
-    el, _ = elflayout_variants(w, Path(cs.relink([], tag="default")["lib"]), only=BEST)
-    libs = floor_variants(w, el[BEST])
+    el, _ = elflayout_variants(w, Path(cs.relink([], tag="default")["lib"]), only=(BEST, MOVED))
+    libs = floor_variants(w, el)
     want = cs.same_output(el[BEST].parent)
     variants = {n: (lib, bp.variant_cmd(lib.parent, cs.workload(), cs.ENV)) for n, lib in libs.items()}
     summ = bp.summarise(bp.measure(w / "floor.results.json", variants, runs), dict(libs))
