@@ -109,9 +109,11 @@ def _pages(res: dict) -> dict:
     return pages
 
 
-# elflayout link variants of step 4: (name, profile with --data, link options). "ordered":
-# link's defaults; "full": the fullest lld recipe of the x86-64 relink (docs/benchmarks.md).
-LINK_VARIANTS = (("ordered", False, ()),
+# elflayout link variants of step 4: (name, profile with --data, link options). "default":
+# link with no option; "ordered": function order only; "full": the fullest lld recipe of the
+# x86-64 relink (docs/benchmarks.md).
+LINK_VARIANTS = (("default", False, ()),
+                 ("ordered", False, ("--algorithm", "first-access", "--no-data", "--no-dynstr", "--pack", "none")),
                  ("full", True, ("--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr")))
 
 
@@ -120,7 +122,7 @@ def _link_variant(work: Path, base: dict, llc: Path, name: str, data: bool, opts
     the ordered library, its llc output checked identical under qemu."""
     from elflayout.targets import libllvm
 
-    prof = work / f"relinked-version{'-data' if data else ''}.json"
+    prof = work / f"relinked-version{'-data' if data else ''}.json"  # profile's defaults, or --data
     if not prof.exists():
         cli("profile", *(["--data"] if data else []), "--target", base["lib"], "--map", base["map"],
             "--env", f"LD_LIBRARY_PATH={base['outdir']}", "-o", prof, "--force", "--", llc, "--version")
