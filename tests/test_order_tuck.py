@@ -83,3 +83,22 @@ def test_link_move_symtab(tmp_path):
             outs[name] = (img.size - max(g.offset + g.filesz for g in img.loads), img.section(".symtab").size)
     assert outs["plain"][0] > 0 and outs["moved"][0] == 0
     assert outs["moved"][1] == outs["plain"][1] > 0
+
+
+def test_tuck_extended_section_count(tmp_path):
+    """e_shnum 0, the count in section header 0's sh_size (ELF's form past 0xff00 sections):
+    every section header moves, not none."""
+    import struct
+
+    b = build(tmp_path)
+    lib = tmp_path / "ext.so"
+    data = bytearray(b["lib"].read_bytes())
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shnum, = struct.unpack_from("<H", data, 0x3C)
+    struct.pack_into("<H", data, 0x3C, 0)
+    struct.pack_into("<Q", data, shoff + 32, shnum)  # section 0's sh_size
+    lib.write_bytes(bytes(data))
+    tuck(lib, tmp_path / "out.so")
+    names = [subprocess.run(["readelf", "-SW", str(f)], capture_output=True, text=True, check=True).stdout.count("] .")
+             for f in (b["lib"], tmp_path / "out.so")]
+    assert names[0] == names[1] > 20

@@ -61,7 +61,7 @@ def plan(img: ElfImage, after: int = 0) -> dict:
         moved[s.index] = cur
         cur += s.size
     shoff = _round_up(cur, 8)
-    cur = shoff + hdr["e_shnum"] * hdr["e_shentsize"]
+    cur = shoff + img.elf.num_sections() * hdr["e_shentsize"]  # e_shnum is 0 past 0xff00 sections
     grain = max([PAGE] + [g.align for g in loads])
     delta = _round_up(cur - hole, grain)
     return {"hole": hole, "delta": delta, "moved": moved, "shoff": shoff, "tail": tail, "end": tail + delta}
@@ -81,7 +81,7 @@ def tuck(src: str | Path, dst: str | Path, after: int = 0) -> dict:
         for s in img.sections:
             if s.index in p["moved"]:
                 out[p["moved"][s.index]:p["moved"][s.index] + s.size] = data[s.offset:s.offset + s.size]
-        shdrs = bytearray(data[hdr["e_shoff"]:hdr["e_shoff"] + hdr["e_shnum"] * hdr["e_shentsize"]])
+        shdrs = bytearray(data[hdr["e_shoff"]:hdr["e_shoff"] + img.elf.num_sections() * hdr["e_shentsize"]])
         for s in img.sections:
             at = s.index * hdr["e_shentsize"] + sh_off
             old = struct.unpack_from(fmt + sf, shdrs, at)[0]
