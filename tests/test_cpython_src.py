@@ -52,3 +52,13 @@ def test_build_and_relink_same_output():
     r = cs.relink(["-Wl,-z,pack-relative-relocs"], tag="relr")
     assert cs.same_output(os.path.dirname(r["lib"])) == want
     assert os.path.exists(r["map"])
+
+
+def test_timed_gives_the_environment_to_the_command_alone():
+    """A run's environment (LD_LIBRARY_PATH at an instrumented libpython, PYTHONHOME) must not
+    reach the interpreter that times it: that one would load the wrong library or none."""
+    c = cs.timed(["sh", "-c", 'test "$PYTHONHOME" = /nonexistent'], env={"PYTHONHOME": "/nonexistent",
+                                                                        "PATH": "/usr/bin:/bin"}, what="t")
+    assert c["seconds"] >= 0 and c["peak_mib"] >= 0
+    with pytest.raises(ElflayoutError, match="t: exit 1"):
+        cs.timed(["sh", "-c", "exit 1"], env={"PATH": "/usr/bin:/bin"}, what="t")

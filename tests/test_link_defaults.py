@@ -101,3 +101,15 @@ def test_algorithm_auto_takes_the_fewer_predicted_pages(monkeypatch):
     assert defaults.algorithm_step("auto", "gold", None, u).value == "first-access"  # .init/.plt first
     assert defaults.algorithm_step("auto", "lld", None, None).value == "first-access"  # no cold list
     assert defaults.algorithm_step("first-access", "lld", None, u).value == "first-access"
+
+
+def test_profiled_objects_are_matched_by_name_in_a_link_elsewhere():
+    """link --split links copies in a temporary directory: the profiled build's objects
+    (data sections named with their file) must name those copies, or the data script
+    matches nothing of them."""
+    from elflayout.order.resolve import same_objects
+
+    profiled = ["/cache/split/a.o", "/cache/split/b.o", "/usr/lib/crti.o", None, "/x/dup.o", "/y/dup.o"]
+    link = ["/tmp/l/0/a.o", "/tmp/l/1/b.o", "/usr/lib/crti.o", "/tmp/l/2/dup.o", "/tmp/l/3/dup.o"]
+    assert same_objects(profiled, link) == ["/tmp/l/0/a.o", "/tmp/l/1/b.o", "/usr/lib/crti.o", None,
+                                            "/x/dup.o", "/y/dup.o"]

@@ -166,7 +166,9 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
     if asked != "auto":
         return Step("algorithm", asked, "asked", shown)
     if fmt != "lld":
-        return Step("algorithm", "first-access", f"hot-last needs lld ({fmt} puts .init/.plt before .text)", shown)
+        who = {"ld-script": "GNU ld", "gold": "gold"}.get(fmt)
+        why = f"{who} puts .init/.plt before .text" if who else "an object order moves whole objects"
+        return Step("algorithm", "first-access", f"hot-last needs lld ({why})", shown)
     if not getattr(universe, "text_order", None):
         return Step("algorithm", "first-access", "hot-last needs the link map's cold sections (--objects-from)", shown)
     if not isinstance(pred, dict):

@@ -54,6 +54,7 @@ class LinkOptions:
     check: bool = False
     root: str | None = None
     check_order: bool = True
+    move_symtab: bool = False
 
 
 @dataclass
@@ -92,7 +93,8 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         rc = link_packed(parsed, parsed["cmd"], pack.value, opts, say, status)
         if not rc:
             _note_pack(pack, parsed["output"])
-        return LinkResult(rc, parsed["cmd"], [pack])
+        return LinkResult(rc, parsed["cmd"], [pack] + ([move_symtab(parsed["output"])] if opts.move_symtab and not rc
+                                                       else []))
     if opts.data_script and not opts.data:
         raise ElflayoutError("--data-script: data order is off (--no-data)")
     inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
@@ -140,6 +142,8 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
     _note_pack(pack, parsed["output"])
     if pack.value == "pack-relocs":
         post_pack(pack, parsed["output"])
+    if opts.move_symtab:
+        steps.append(move_symtab(parsed["output"]))
     res = LinkResult(0, full, steps)
     if not opts.check_order:
         steps.append(Step("check", False, "--no-check-order"))
@@ -245,6 +249,18 @@ def post_pack(pack: Step, output: str) -> None:
                       f"{st['relr_bytes']:,} bytes of .relr.dyn; equivalence proved")
 
 
+def move_symtab(output: str) -> Step:
+    """``order.tuck`` of the linked output in place: the file ends with its last segment."""
+    from elflayout.order.tuck import tuck_in_place
+
+    try:
+        p = tuck_in_place(output)
+    except ElflayoutError as e:  # the output stays as linked
+        return Step("move symtab", False, f"not moved: {e}")
+    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}; "
+                "nothing past the last segment for read-ahead")
+
+
 def _say_matched(o, fmt: str, linker: str, say) -> None:
     f, stats = o.layout.report["functions"], o.stats
     say(f"{f['matched']}/{f['profiled']} profiled functions matched; applying {fmt} ordering for {linker}")
@@ -277,7 +293,7 @@ def link_packed(parsed: dict, cmd: list[str], pack: str | None, opts: LinkOption
     from elflayout.relocs import linkself
 
     if pack == "relr":
-        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], run_command)
+        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], run_command, say=say)
     if pack != "self":
         return run_command(cmd)
     st = linkself.link(cmd, parsed["driver"], parsed["output"], run_command, check_output=opts.check, root=opts.root,

@@ -30,6 +30,7 @@ import resource
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -80,12 +81,16 @@ def source() -> Path:
 
 
 def timed(cmd: list, *, cwd=None, env=None, what: str) -> dict:
-    """Run ``cmd`` in a fresh process that reports its children's peak RSS: {seconds, peak_mib}."""
-    code = ("import resource, subprocess, sys, json; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
-            "stderr=subprocess.PIPE, text=True); sys.stderr.write(r.stderr[-3000:]); "
+    """Run ``cmd`` in a fresh process that reports its children's peak RSS: {seconds, peak_mib}.
+    ``env`` is the command's alone: the reporting interpreter may itself load a libpython."""
+    code = ("import resource, subprocess, sys, json; r = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, "
+            "stderr=subprocess.PIPE, text=True, env=json.loads(sys.argv[1])); sys.stderr.write(r.stderr[-3000:]); "
             "print(json.dumps([r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
     t0 = time.monotonic()
-    r = subprocess.run(["python3", "-c", code, *map(str, cmd)], cwd=cwd, env=env, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(dict(os.environ if env is None else env)),
+                        *map(str, cmd)], cwd=cwd, capture_output=True, text=True)
+    if not r.stdout.strip():
+        raise ElflayoutError(f"{what}: no report from the timing process: {r.stderr.strip()[-300:]}")
     rc, rss = json.loads(r.stdout.strip().splitlines()[-1])
     if rc != 0:
         tail = " | ".join(r.stderr.strip().splitlines()[-6:])
