@@ -31,13 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
-from elflayout.targets import cache_dir, locked, param_key, run
+from elflayout.targets import cache_dir, debsrc, locked, param_key, run
 
 CLANG = "clang-16"
 LLC = "llc-16"
-APT_LOCK = Path("/tmp/elflayout-apt.lock")
-SOURCES = ("deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
-           "http://deb.debian.org/debian bookworm main\n")
 
 
 @dataclass(frozen=True)
@@ -62,35 +59,6 @@ PROJECTS = {
 }
 
 
-def _apt_opts(apt: Path) -> list[str]:
-    return [f"-oDir::Etc::SourceList={apt / 'sources.list'}", "-oDir::Etc::SourceParts=/dev/null",
-            f"-oDir::State::Lists={apt / 'lists'}", f"-oDir::Cache={apt / 'cache'}", "-oAPT::Sandbox::User=root"]
-
-
-def download(package: str) -> Path:
-    """The upstream tarball (``*.orig.tar.*``) of a Debian source package, downloaded
-    once into the cache (apt runs under the machine's apt lock)."""
-    apt = cache_dir("sources", "apt")
-    src = apt / "src" / package
-    got = [t for t in sorted(src.glob(f"{package}_*.orig.tar.*")) if not t.name.endswith(".asc")] \
-        if src.exists() else []
-    if got:
-        return got[-1]
-    for d in ("lists/partial", "cache/archives/partial"):
-        (apt / d).mkdir(parents=True, exist_ok=True)
-    src.mkdir(parents=True, exist_ok=True)
-    (apt / "sources.list").write_text(SOURCES)
-    lock = ["flock", str(APT_LOCK)]
-    if not any((apt / "lists").glob("*Sources*")):
-        run([*lock, "apt-get", *_apt_opts(apt), "update", "-qq"], what="apt-get update (deb-src)")
-    run([*lock, "apt-get", *_apt_opts(apt), "source", "--download-only", "-qq", package], cwd=src,
-        what=f"apt-get source --download-only {package}")
-    got = [t for t in sorted(src.glob(f"{package}_*.orig.tar.*")) if not t.name.endswith(".asc")]
-    if not got:
-        raise ElflayoutError(f"{src}: apt-get source {package} left no upstream tarball (*.orig.tar.*)")
-    return got[-1]
-
-
 def source(name: str) -> Path:
     """The unpacked upstream tree of project ``name`` (``PROJECTS``), set up for compiling."""
     proj = _project(name)
@@ -99,7 +67,7 @@ def source(name: str) -> Path:
         tree = root / "tree"
         if (tree / ".unpacked").exists():
             return tree
-        tarball = download(proj.package)
+        tarball = debsrc.tarball(proj.package)
         shutil.rmtree(tree, ignore_errors=True)
         tree.mkdir(parents=True)
         run(["tar", "-xf", tarball, "-C", tree, "--strip-components=1"], what=f"tar -xf {tarball.name}")
