@@ -10,15 +10,21 @@
 3. Pages: ``llc-16 --version`` under qemu with the original library vs the packed one
    (LD_LIBRARY_PATH), selective eviction of the two libraries, read_ahead_kb 128.
    Target: >= 2,200 fewer pages. (Needs root and tracefs; skipped otherwise.)
+4. Relink: libLLVM-16 linked from ``llvm-16-dev:arm64``'s archives with the cross driver and
+   lld (``targets.libllvm.relink(platform=ARM64)``: llc's output checked identical under
+   qemu), profiled by the qemu backend, relinked by ``elflayout link`` with its defaults
+   and with the fullest lld recipe (``LINK_VARIANTS``); pages read by ``llc-16 --version``
+   as in 3. Target: Debian's 14,691 -> <= 3,900.
 
 The arm64 root is scripts/arm64-root.sh's (downloaded once into the cache).
-Run:  python3 bench/bench_aarch64.py [--runs 5]
+Run:  python3 bench/bench_aarch64.py [--runs 5] [--steps profile,pack,relink]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +49,9 @@ def _profile(out: Path, target: Path, argv: list) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="measurement rounds (default 5)")
+    ap.add_argument("--steps", default="profile,pack,relink", help="which parts to run (default: all)")
     args = ap.parse_args()
+    steps = set(args.steps.split(","))
     r = subprocess.run([str(ROOT / "scripts" / "arm64-root.sh")], capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"bench_aarch64: scripts/arm64-root.sh failed: {r.stderr.strip()[-300:]}")
@@ -51,12 +59,25 @@ def main() -> int:
     lib, llc = root / "usr/lib/aarch64-linux-gnu/libLLVM-16.so.1", root / "usr/lib/llvm-16/bin/llc"
     work = cache_dir("bench-aarch64")
 
+    if "profile" in steps:
+        profile_step(work, lib, llc)
+    if "pack" in steps:
+        pack_step(work, lib, llc, args.runs)
+    if "relink" in steps:
+        relink_step(work, lib, llc, args.runs)
+    return 0
+
+
+def profile_step(work: Path, lib: Path, llc: Path) -> None:
     print("1. profile of llc-16 --version")
     a = _profile(work / "arm64.json", lib, [llc, "--version"])
     x = _profile(work / "x86.json", X86_LIB, ["llc-16", "--version"])
     for name, p in (("arm64 (qemu)", a), ("x86-64 (valgrind)", x)):
         print(f"  {name:18} {p['functions']:,} functions, {p['x_pages']:,} code pages, workload {p['workload_s']:.1f} s")
     print(f"  functions: arm64/x86 {a['functions'] / x['functions'] - 1:+.1%}")
+
+
+def pack_step(work: Path, lib: Path, llc: Path, runs: int) -> None:
 
     print("2. pack-relocs --check --format relr (post-link, gold-linked input)")
     packed = work / "packed" / "libLLVM-16.so.1"
@@ -69,20 +90,74 @@ def main() -> int:
     why = tracefs_status()
     if why:
         print(f"3. pages read: skipped ({why})")
-        return 0
+        return
     print("3. pages read at a selectively cold start under qemu (read_ahead_kb 128)")
     plan = plan_from_args(["--name", "debian", f"{llc} --version", "--name", "packed",
                            f"LD_LIBRARY_PATH={packed.parent} {llc} --version", "--state", "selective",
-                           "--runs", args.runs, "--files", lib, packed])
-    res = measure(plan, work / "measure.json")
+                           "--runs", runs, "--files", lib, packed])
+    pages = _pages(measure(plan, work / "measure.json"))
+    print(f"  fewer pages: {min(pages['debian']) - max(pages['packed']):,}")
+
+
+def _pages(res: dict) -> dict:
     pages: dict = {}
     for run in res["runs"]:
         if not run.get("interference"):
             pages.setdefault(run["variant"], []).append(run["pages_read"])
     for v, ps in pages.items():
-        print(f"  {v:7} {min(ps):,}-{max(ps):,} pages ({len(ps)} runs)")
-    print(f"  fewer pages: {min(pages['debian']) - max(pages['packed']):,}")
-    return 0
+        print(f"  {v:9} {min(ps):,}-{max(ps):,} pages ({len(ps)} runs)")
+    return pages
+
+
+# elflayout link variants of step 4: (name, profile with --data, link options). "default":
+# link with no option; "ordered": function order only; "full": the fullest lld recipe of the
+# x86-64 relink (docs/benchmarks.md).
+LINK_VARIANTS = (("default", False, ()),
+                 ("ordered", False, ("--algorithm", "first-access", "--no-data", "--no-dynstr", "--pack", "none")),
+                 ("full", True, ("--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr")))
+
+
+def _link_variant(work: Path, base: dict, llc: Path, name: str, data: bool, opts) -> Path:
+    """Profile the unordered relink (qemu backend), relink it by ``elflayout link``;
+    the ordered library, its llc output checked identical under qemu."""
+    from elflayout.targets import libllvm
+
+    prof = work / f"relinked-version{'-data' if data else ''}.json"  # profile's defaults, or --data
+    if not prof.exists():
+        cli("profile", *(["--data"] if data else []), "--target", base["lib"], "--map", base["map"],
+            "--env", f"LD_LIBRARY_PATH={base['outdir']}", "-o", prof, "--force", "--", llc, "--version")
+    dest = work / name
+    dest.mkdir(exist_ok=True)
+    cmd = libllvm.link_command("lld", dest / libllvm.SONAME, platform=libllvm.ARM64)
+    print(f"  $ python3 -m elflayout link --profile {prof} --force {shlex.join(opts)} -- "
+          + shlex.join([*cmd[:12], f"... ({len(cmd) - 19} archives)", *cmd[-7:]]), flush=True)
+    r = cli("link", "--profile", prof, "--force", *opts, "--", *cmd, echo=False)
+    for ln in r.stderr.splitlines():
+        if ln.startswith(("elflayout: check: order", "elflayout: check: packing")):
+            print("   ", ln.removeprefix("elflayout: check: "))
+    print(f"  {name}: llc output under qemu identical ({libllvm.verify(dest, libllvm.ARM64)})", flush=True)
+    return dest / libllvm.SONAME
+
+
+def relink_step(work: Path, lib: Path, llc: Path, runs: int) -> None:
+    from elflayout.targets import libllvm
+
+    print("4. libLLVM-16 relinked from llvm-16-dev:arm64, ordered by elflayout link")
+    print("  relink: targets.libllvm.relink('lld', platform=ARM64) (cached; llc output checked under qemu)", flush=True)
+    base = libllvm.relink("lld", platform=libllvm.ARM64)
+    libs = {name: _link_variant(work, base, llc, name, data, opts) for name, data, opts in LINK_VARIANTS}
+    why = tracefs_status()
+    if why:
+        print(f"  pages read: skipped ({why})")
+        return
+    args = ["--name", "debian", f"{llc} --version", "--name", "relinked",
+            f"LD_LIBRARY_PATH={base['outdir']} {llc} --version"]
+    for name, p in libs.items():
+        args += ["--name", name, f"LD_LIBRARY_PATH={p.parent} {llc} --version"]
+    plan = plan_from_args([*args, "--state", "selective", "--runs", runs, "--files", lib, base["lib"], *libs.values()])
+    pages = _pages(measure(plan, work / "measure-relink.json"))
+    for name in libs:
+        print(f"  debian -> {name}: {min(pages['debian']):,} -> {max(pages[name]):,} pages (target <= 3,900)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ after real loads (dlopen, ASLR off, writable bytes). Targets: 0 internal errors,
 modified inputs, 0 accepted outputs that differ from their input after a real load.
 Variant i of seed s is reproducible alone: ``--seed s --start i --count 1``.
 
-Run:  python3 bench/bench_fuzz.py [--count 10000] [--seed 1] [--jobs 2]
+With ``--pie`` the targets are PIE executables (GNU ld and lld) instead, started up
+to their entry point; ``--form self`` packs in the self-applying form.
+
+Run:  python3 bench/bench_fuzz.py [--count 10000] [--seed 1] [--jobs 2] [--pie] [--form relr|self]
 """
 
 from __future__ import annotations
@@ -34,21 +37,32 @@ LIBS = ["libz.so.1", "libexpat.so.1", "libffi.so.8", "libabsl_city.so.20220623",
         "libstdc++.so.6", "libzstd.so.1", "liblzma.so.5", "libpcre2-8.so.0", "libxml2.so.2"]
 
 
+# PIEs of Debian 12 without IRELATIVE relocations (the self form refuses those): GNU
+# ld's bash and make, lld's clang-22 driver.
+PIES = ["/usr/bin/bash", "/usr/bin/make", "/usr/lib/llvm-22/bin/clang"]
+
+
 def _chunk(job):
-    libs, seed, start, count, work = job
-    return fuzz.run([Path(x) for x in libs], seed, count, Path(work), start=start)
+    libs, seed, start, count, work, form = job
+    return fuzz.run([Path(x) for x in libs], seed, count, Path(work), start=start, form=form)
 
 
 def main() -> int:
-    a = fuzz_parser(__doc__).parse_args()
-    libs = [str(LIBDIR / n) for n in LIBS if (LIBDIR / n).exists()]
-    print(f"# bench_fuzz: seed {a.seed}, variants {a.start}..{a.start + a.count - 1}, {len(libs)} libraries: "
+    ap = fuzz_parser(__doc__)
+    ap.add_argument("--pie", action="store_true", help="fuzz PIE executables instead of libraries")
+    ap.add_argument("--form", choices=("relr", "self"), default="relr", help="packed form (default relr)")
+    a = ap.parse_args()
+    libs = [x for x in PIES if Path(x).exists()] if a.pie else [str(LIBDIR / n) for n in LIBS
+                                                                  if (LIBDIR / n).exists()]
+    print(f"# bench_fuzz: seed {a.seed}, form {a.form}, variants {a.start}..{a.start + a.count - 1}, "
+          f"{len(libs)} {'executables' if a.pie else 'libraries'}: "
           + ", ".join(Path(x).name for x in libs))
     t0 = time.time()
     step = 100
     total = fuzz.Tally()
     with tempfile.TemporaryDirectory(prefix="elflayout-fuzz-") as work, multiprocessing.Pool(a.jobs) as pool:
-        jobs = [(libs, a.seed, s, n, os.path.join(work, str(s))) for s, n in fuzz_chunks(a.start, a.count, step)]
+        jobs = [(libs, a.seed, s, n, os.path.join(work, str(s)), a.form)
+                for s, n in fuzz_chunks(a.start, a.count, step)]
         for t in pool.imap_unordered(_chunk, jobs):
             total.add(t)
             print(f"  {total.variants:,} variants, {total.internal_errors} internal errors, "

@@ -2,6 +2,8 @@
 """Peers side by side: libLLVM-16, ``llc-16 --version``, selective cold start.
 
     python3 bench/bench_peers.py [--runs 3] [--json OUT]
+    python3 bench/bench_peers.py --llvm22 [--runs 3] [--json OUT]   (bench_peers_llvm22.py:
+        LLVM 22's peers on CPython 3.11.2 built from source with clang-22 and lld-22)
 
 One interleaved ``elflayout measure`` session (same counter for all: page-cache
 insertions of the library, read_ahead_kb 128, the library alone evicted) over:
@@ -283,6 +285,10 @@ def same_output(lib_dir: Path | None, argv: list, want: str) -> bool:
 
 
 def main() -> int:
+    if "--llvm22" in sys.argv[1:]:
+        import bench_peers_llvm22
+
+        return bench_peers_llvm22.main([a for a in sys.argv[1:] if a != "--llvm22"])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", metavar="OUT")
@@ -339,11 +345,16 @@ def main() -> int:
         rows[n] = {"lib": str(lib), "summary": s, "size": lib.stat().st_size, "produce": steps, "identical": ident}
     print("\n† includes BOLT steps cached by an earlier run of this bench: their time and peak memory are "
           "as recorded (GNU time -v) when they were made.")
-    for n in bolt_notes:
+    return finish(bolt_notes, rows, args.json)
+
+
+def finish(notes: list[str], rows: dict, json_out: str | None) -> int:
+    """The lines under a peers table (notes, the wall-time note); the rows as JSON to ``json_out``."""
+    for n in notes:
         print(f"- {n}")
     print(bp.NOTE_WALL)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    if json_out:
+        Path(json_out).write_text(json.dumps(rows, indent=1, default=str))
     return 0
 
 

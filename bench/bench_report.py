@@ -13,6 +13,10 @@ and chromium-driver, through Selenium) N times, and prints:
   is painted (median and worst of several zooms, WebGL via SwiftShader: no GPU).
 
     python3 bench/bench_report.py [RESULTS.json [PROFILE.json ...]] [--runs 5] [--variants 5]
+    python3 bench/bench_report.py --html before.html --html after.html [--runs 5]
+
+``--html`` measures reports already built (e.g. by two versions of elflayout), their
+loads alternating so that both see the same machine.
 
 ``--variants 5`` stands in for ``elflayout demo --big``'s five libLLVM variants (debian,
 baseline, ordered, packed, ordered+packed) when no such results file is at hand: the
@@ -146,41 +150,62 @@ def sizes(text: str) -> dict:
             "PNG images": png}
 
 
+def measure(d, url: str) -> dict:
+    """One fresh load of ``url``: its open time, zoom latencies and browser CPU."""
+    o, ob, z, zb = open_once(d, url)
+    return {"open": [o], "open_busy": [ob], "zoom": z, "zoom_busy": zb}
+
+
+def summary(m: dict, loads: int) -> list[str]:
+    med = statistics.median
+    return [f"open (navigation start → views drawn), {loads} loads: median {med(m['open']):,.0f} ms, "
+            f"range {min(m['open']):,.0f}–{max(m['open']):,.0f} ms; browser CPU {med(m['open_busy']):,.0f} ms",
+            f"zoom (relayout → next frame painted), {len(m['zoom'])} zooms: median {med(m['zoom']):,.0f} ms, "
+            f"worst {max(m['zoom']):,.0f} ms; browser CPU per zoom: median {med(m['zoom_busy']):,.0f} ms, "
+            f"worst {max(m['zoom_busy']):,.0f} ms"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="*", default=[str(DEFAULT)], help="results (and profile) files for the report")
-    ap.add_argument("--runs", type=int, default=5, help="fresh loads of the report (default 5)")
+    ap.add_argument("--runs", type=int, default=5, help="fresh loads of each report (default 5)")
     ap.add_argument("--variants", type=int, default=0, help="repeat the first results file's variants up to N")
+    ap.add_argument("--html", action="append", default=[], metavar="REPORT.html",
+                    help="measure this report as built (repeat to compare: loads alternate between them, so the "
+                         "machine's load falls on each alike); the inputs are then not used")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
     try:
-        if a.variants:
-            a.inputs[0] = widen(a.inputs[0], a.variants, work)
-        out = work / "report.html"
-        t = time.monotonic()
-        cli("report", *a.inputs, "-o", out)
-        build_s = time.monotonic() - t
-        sz = sizes(out.read_text())
-        print(f"report: {out.name} from {', '.join(Path(p).name for p in a.inputs)}; built in {build_s:.1f} s")
-        print("size: " + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in sz.items()))
+        pages = [Path(h) for h in a.html]
+        if not pages:
+            if a.variants:
+                a.inputs[0] = widen(a.inputs[0], a.variants, work)
+            out = work / "report.html"
+            t = time.monotonic()
+            cli("report", *a.inputs, "-o", out)
+            print(f"report: {out.name} from {', '.join(Path(p).name for p in a.inputs)}; "
+                  f"built in {time.monotonic() - t:.1f} s")
+            pages = [out]
+        for p in pages:
+            sz = sizes(p.read_text())
+            print(f"{p.name} size: " + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in sz.items()))
+        got = {p: {"open": [], "open_busy": [], "zoom": [], "zoom_busy": []} for p in pages}
+        load = []
         d = driver()
         try:
-            opens, open_busy, zooms, zoom_busy = [], [], [], []
             for _ in range(a.runs):
-                o, ob, z, zb = open_once(d, out.as_uri())
-                opens.append(o)
-                open_busy.append(ob)
-                zooms += z
-                zoom_busy += zb
+                for p in pages:
+                    for k, v in measure(d, p.resolve().as_uri()).items():
+                        got[p][k] += v
+                    load.append(os.getloadavg()[0])
         finally:
             d.quit()
-        print(f"open (navigation start → views drawn), {a.runs} loads: median {statistics.median(opens):,.0f} ms, "
-              f"range {min(opens):,.0f}–{max(opens):,.0f} ms; browser CPU {statistics.median(open_busy):,.0f} ms")
-        print(f"zoom (relayout → next frame painted), {len(zooms)} zooms: median {statistics.median(zooms):,.0f} ms, "
-              f"worst {max(zooms):,.0f} ms; browser CPU per zoom: median {statistics.median(zoom_busy):,.0f} ms, "
-              f"worst {max(zoom_busy):,.0f} ms")
-        print(f"load average during the bench: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
-              f"on {os.cpu_count()} CPUs")
+        for p in pages:
+            print(f"{p.name}:")
+            for line in summary(got[p], a.runs):
+                print("  " + line)
+        print(f"load average (1 min) during the bench: {min(load):.2f}–{max(load):.2f}; at the end "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -16,7 +16,11 @@
 5. A second archive, OpenSSL's libcrypto.a: split --check with three linkers and
    libcrypto.so.3 relinked in reversed function order, compared with Debian's library.
 
-Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure]
+6. The default path (``elflayout link --profile P --linker lld -- CMD``, in-process
+   ``order.relink.relink``, as ``make demo`` runs it) measured beside the best recipe
+   (``--default-path``: those two and the baseline alone, one session).
+
+Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure] [--default-path]
 """
 
 from __future__ import annotations
@@ -150,6 +154,66 @@ def ordered_links(w: Path, base: dict, prof: Path, prof1: Path, envs: list) -> d
     return linked
 
 
+def default_path(w: Path, prof: Path) -> tuple[Path, str]:
+    """libpython relinked by `elflayout link`'s default path (``order.relink.relink``, what
+    `make demo` runs): the link command of Debian's objects as they are, with PROF (the
+    split build's profile under the measured conditions: its data sections are the split
+    objects') and the linker, nothing else. Returns (library, variant command)."""
+    import shlex
+
+    from elflayout.order.relink import LinkOptions, relink
+    from elflayout.targets import libpython
+
+    plain = libpython.prepare("lld")
+    argv = [str(plain["launcher"]), "-c", bp.IMPORTS]
+    out = w / "libs" / "default-lld" / plain["lib"].name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = list(plain["link_cmd"])
+    cmd[cmd.index("-o") + 1] = str(out)
+    cmd = [c.replace(str(plain["map"]), f"{out}.map") for c in cmd]
+    print(f"  $ elflayout link --profile {prof} --linker lld -- {shlex.join(cmd[:8])} ... (in-process: "
+          f"order.relink.relink)", flush=True)
+    res = relink(cmd, LinkOptions(profile=str(prof), linker="lld"))
+    if res.status:
+        raise SystemExit(f"bench_split: the default link failed (exit {res.status})")
+    for st in res.steps:
+        print("    " + st.line(), flush=True)
+    return out, bp.variant_cmd(out.parent, argv, plain["env"])
+
+
+def default_vs_best(runs: int) -> None:
+    """The default path against the best recipe (lld+data, packed) and the split baseline,
+    measured in one session."""
+    from elflayout.targets import libpython
+
+    w = bp.work_dir() / "split"
+    w.mkdir(parents=True, exist_ok=True)
+    base = libpython.prepare("lld", split=True)
+    argv = [str(base["launcher"]), "-c", bp.IMPORTS]
+    envs = sum((["--env", f"{k}={v}"] for k, v in base["env"].items()), [])
+    _prof1, prof = split_profiles(w, base, argv, envs)
+    best = link("lld+data", full_recipe(w, base, "lld+data", prof))
+    packed = bp.pack(best["lib"], w / "libs" / "split-ordered-packed-lld+data")
+    variants = {"split baseline lld": (base["lib"], bp.variant_cmd(base["lib"].parent, argv, base["env"])),
+                BEST: (packed, bp.variant_cmd(packed.parent, [best["launcher"], "-c", bp.IMPORTS], best["env"])),
+                DEFAULT: default_path(w, prof)}
+    summ, _lim, _rows = measured_table(w / "python-default.results.json", variants, runs, prof, base["lib"],
+                                       "split baseline lld", "libpython3.11: the default path against the best recipe "
+                                       "— selective, read_ahead_kb 128")
+    print_default_goal(summ)
+
+
+def print_default_goal(summ: dict) -> None:
+    b, d = (summ.get(n, {}).get("pages") for n in (BEST, DEFAULT))
+    if b and d:
+        print(f"\nGoal: the default path ≤ 960 pages and within 2% of the best recipe: {d:,.0f} pages, best recipe "
+              f"{b:,.0f} ({(d / b - 1) * 100:+.1f}%)", flush=True)
+
+
+BEST = "split+function order+packed lld+data"
+DEFAULT = "default path (elflayout link, no flag)"
+
+
 def split_variants(w: Path, base: dict, argv: list, linked: dict) -> dict:
     """{variant name: (library, command)}: the split baseline, each ordered link with and
     without packing, and the last stripped and packed (checked to use its C accelerators)."""
@@ -210,6 +274,7 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
     prof1, prof = split_profiles(w, base, argv, envs)
     linked = ordered_links(w, base, prof, prof1, envs)
     variants = split_variants(w, base, argv, linked)
+    variants[DEFAULT] = default_path(w, prof)
     if regrtest:
         run_regrtests(linked["lld"])
     if skip_measure:
@@ -218,6 +283,7 @@ def pipeline(runs: int, regrtest: bool, skip_measure: bool) -> None:
                                      "split baseline lld",
                                      "libpython3.11 from split objects — selective, read_ahead_kb 128")
     print_goals(summ, lim, rows, prof, prof1, base["lib"])
+    print_default_goal(summ)
 
 
 def measured_table(out: Path, variants: dict, runs: int, prof: Path, lib: Path, base_name: str, title: str):
@@ -314,7 +380,12 @@ def main(argv=None) -> int:
     ap.add_argument("--regrtest", action="store_true", help="run CPython's regression tests through the split build")
     ap.add_argument("--skip-measure", action="store_true")
     ap.add_argument("--no-crypto", action="store_true", help="skip the second archive (libcrypto.a)")
+    ap.add_argument("--default-path", action="store_true",
+                    help="only the default path (elflayout link, no flag) against the best recipe, one session")
     a = ap.parse_args(argv)
+    if a.default_path:
+        default_vs_best(a.runs)
+        return 0
     print("## elflayout split on libpython3.11-pic.a\n", flush=True)
     split_time()
     check_all()

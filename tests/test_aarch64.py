@@ -393,3 +393,170 @@ def test_self_form_on_debian11_arm64_llvm(tmp_path):
     want = subprocess.run(run + llc, capture_output=True, text=True)
     got = subprocess.run(run + ["-E", f"LD_LIBRARY_PATH={tmp_path}"] + llc, capture_output=True, text=True)
     assert got.returncode == 0 and got.stdout == want.stdout and "LLVM version 11" in want.stdout
+
+
+# ---- link / order with the cross toolchain ------------------------------------------
+
+CROSS_CC = "aarch64-linux-gnu-gcc"
+
+
+def _lld_bin() -> str:
+    """The directory of the newest ld.lld (lld >= 15 packs RELR): the cross gcc finds
+    ld.lld only through -B (it looks for aarch64-linux-gnu-ld.lld on PATH)."""
+    dirs = sorted(Path("/usr/lib").glob("llvm-*/bin/ld.lld"), key=lambda p: int(p.parts[3].split("-")[1]))
+    if not dirs or int(dirs[-1].parts[3].split("-")[1]) < 15:
+        pytest.skip("no lld >= 15 (apt-get install lld-19)")
+    return str(dirs[-1].parent) + "/"
+
+
+def _fuse(linker: str) -> list[str]:
+    return ["-fuse-ld=lld", "-B" + _lld_bin()] if linker == "lld" else [f"-fuse-ld={linker}"]
+
+
+@pytest.fixture(scope="module")
+def synth_a64(tmp_path_factory):
+    """The synthetic ground-truth library cross-compiled for arm64, its driver, and a qemu
+    profile of the driver (constructors and main)."""
+    need_tool(CROSS_CC)
+    need_tool("qemu-aarch64")
+    from elflayout.profile import qemu
+    from elflayout.targets import synthetic as sy
+
+    why = qemu.status()
+    if why:
+        pytest.skip(why)
+    d = tmp_path_factory.mktemp("sy64")
+    plan = sy.make_plan(8, 6, 3)
+    srcs = []
+    for i in range(len(plan["objects"])):
+        srcs.append(d / (plan["objects"][i][:-2] + ".c"))
+        srcs[-1].write_text(sy._object_source(plan, i))
+    srcs.append(d / "sy_truth.c")
+    srcs[-1].write_text(sy._truth_source(plan))
+    (d / "driver.c").write_text(sy._driver_source(plan))
+    subprocess.run([CROSS_CC, "-c", *sy.CFLAGS, *map(str, srcs)], cwd=d, check=True)
+    subprocess.run([CROSS_CC, "-c", "-O1", "-fPIE", "driver.c"], cwd=d, check=True)
+    objs = [str(d / (s.stem + ".o")) for s in srcs]
+    lib = d / sy.LIBNAME
+    subprocess.run([CROSS_CC, "-shared", f"-Wl,-soname,{sy.LIBNAME}", "-o", lib, *objs], check=True)
+    subprocess.run([CROSS_CC, "-o", d / "driver", d / "driver.o", f"-L{d}", "-lsynth", "-Wl,-rpath,$ORIGIN"],
+                   check=True)
+    prof = d / "p.json"
+    run_cli("profile", "--backend", "qemu", "--target", lib, "-o", prof, "--", d / "driver", check=0, env=ENV)
+    want = _run_a64(d / "driver", d)
+    assert want.returncode == 0 and want.stdout.strip()
+    return dict(dir=d, objs=objs, lib=lib, profile=prof, output=want.stdout)
+
+
+def _run_a64(driver: Path, libdir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["qemu-aarch64", "-L", str(CROSS_ROOT), "-E", f"LD_LIBRARY_PATH={libdir}", str(driver)],
+                          capture_output=True, text=True)
+
+
+def _linked(synth, tmp_path, linker, *opts, driver=None, check=0):
+    """``elflayout link`` of the arm64 synthetic library; the result and its directory."""
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    cmd = driver or [CROSS_CC, "-shared", *_fuse(linker)]
+    r = run_cli("link", "--profile", synth["profile"], *opts, "--", *cmd, f"-Wl,-soname,libsynth.so",
+                f"-Wl,-Map={out / 'libsynth.so.map'}", "-o", out / "libsynth.so", *synth["objs"], check=check, env=ENV)
+    return r, out
+
+
+def _machine(path) -> str:
+    return emulator.header(path)[0]
+
+
+@pytest.mark.parametrize("linker", ["lld", "bfd", "gold"])
+def test_link_orders_an_aarch64_library(synth_a64, tmp_path, linker):
+    """The cross driver with each linker: the ordering is applied, the arm64 output
+    checked (check-order), and the library runs under qemu with the same output."""
+    r, out = _linked(synth_a64, tmp_path, linker)
+    m = re.search(r"order: +([\d.]+)% in profile order", r.stderr)
+    assert m and float(m.group(1)) >= 90, r.stderr
+    assert _machine(out / "libsynth.so") == "EM_AARCH64"
+    assert _run_a64(synth_a64["dir"] / "driver", out).stdout == synth_a64["output"]
+
+
+def test_link_clang_target_aarch64(synth_a64, tmp_path):
+    need_tool("clang-22")
+    r, out = _linked(synth_a64, tmp_path, "lld", driver=["clang-22", "--target=aarch64-linux-gnu", "-shared",
+                                                         "-fuse-ld=lld"])
+    assert "applying lld ordering for lld" in r.stderr and _machine(out / "libsynth.so") == "EM_AARCH64"
+    assert _run_a64(synth_a64["dir"] / "driver", out).stdout == synth_a64["output"]
+
+
+def test_link_pack_self_injects_the_aarch64_applier(synth_a64, tmp_path):
+    """--pack self on an arm64 link: the injected object is arm64's (an x86-64 one made
+    lld fail with 'incompatible'), the routine is the AArch64 applier, --check's real load
+    runs under qemu, and the library runs identically."""
+    from elflayout.relocs import simload
+
+    r, out = _linked(synth_a64, tmp_path, "lld", "--pack", "self", "--check")
+    assert "self-applying form" in r.stderr and "real load equal" in r.stderr, r.stderr
+    with simload.Loaded(out / "libsynth.so") as ld:
+        assert ld.applier()["machine"] == "EM_AARCH64" and ld.tag(simload.L.DT_RELR) is None
+    assert _run_a64(synth_a64["dir"] / "driver", out).stdout == synth_a64["output"]
+
+
+def test_link_pack_relr_gnu_ld_aarch64_packs_post_link(synth_a64, tmp_path):
+    """GNU ld 2.40 ignores -z pack-relative-relocs on aarch64 (a warning, exit 0): the
+    output is packed post-link instead of written unpacked."""
+    from elflayout import layouts as L
+    from elflayout.relocs import simload
+
+    r, out = _linked(synth_a64, tmp_path, "bfd", "--pack", "relr")
+    assert "packed post-link" in r.stderr, r.stderr
+    with simload.Loaded(out / "libsynth.so") as ld:
+        assert ld.tag(L.DT_RELR) is not None and ld.tag(L.DT_RELRSZ)
+    assert _run_a64(synth_a64["dir"] / "driver", out).stdout == synth_a64["output"]
+
+
+def test_link_pack_self_gnu_ld_aarch64_refused(synth_a64, tmp_path):
+    r, out = _linked(synth_a64, tmp_path, "bfd", "--pack", "self", check=2)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("elflayout: error: ") and "ignored -z pack-relative-relocs" in last
+    assert not (out / "libsynth.so").exists()
+
+
+@pytest.mark.parametrize("cmd,machine", [
+    (["aarch64-linux-gnu-g++", "-shared", "-o", "x.so"], "EM_AARCH64"),
+    (["clang-22", "--target=aarch64-linux-gnu", "-shared"], "EM_AARCH64"),
+    (["clang", "-target", "aarch64-linux-gnu"], "EM_AARCH64"),
+    (["ld.lld", "-m", "aarch64linux", "-shared"], "EM_AARCH64"),
+    (["ld.bfd", "-maarch64linux"], "EM_AARCH64"),
+    (["x86_64-linux-gnu-gcc-12", "-shared"], "EM_X86_64"),
+    (["gcc", "-shared", "-mcpu=native"], emulator.host_machine()),
+])
+def test_target_machine_of_a_link_command(cmd, machine):
+    from elflayout.toolchain import target_machine
+
+    assert target_machine(cmd) == machine
+
+
+def test_target_machine_from_the_objects(built, tmp_path):
+    from elflayout.toolchain import target_machine
+
+    subprocess.run([CROSS_CC, "-c", "-fPIC", "-o", tmp_path / "l.o", built / "l.c"], check=True)
+    assert target_machine(["ld.lld", "-shared", "-o", "x.so", str(tmp_path / "l.o")]) == "EM_AARCH64"
+
+
+def test_link_cross_gcc_lld_through_a_b_directory(synth_a64, tmp_path):
+    """gcc 12 has no --ld-path: a -B directory whose ld is ld.lld makes the cross driver
+    link with lld; link sees lld there (not the default GNU ld) and applies lld's ordering."""
+    bdir = tmp_path / "bin"
+    bdir.mkdir()
+    (bdir / "ld").symlink_to(Path(_lld_bin()) / "ld.lld")
+    r, out = _linked(synth_a64, tmp_path, "lld", "--linker", "lld", driver=[CROSS_CC, "-shared", f"-B{bdir}/"])
+    assert "applying lld ordering for lld" in r.stderr, r.stderr
+    assert "LLD" in subprocess.run(["readelf", "-p", ".comment", out / "libsynth.so"], capture_output=True,
+                                   text=True).stdout
+    assert _run_a64(synth_a64["dir"] / "driver", out).stdout == synth_a64["output"]
+
+
+def test_dynstr_response_file_leaves_out_empty_names():
+    # an arm64 program's .dynsym has unnamed section symbols: "-u " then swallowed the
+    # next line and lld opened the name after it as a file
+    from elflayout.order.dynstr import write_lld_undefined
+
+    assert write_lld_undefined(["a", "", "b"], weak=["b"]) == "-u a\n-y b\n"

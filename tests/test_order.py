@@ -196,7 +196,8 @@ def test_failing_link_command_passes_output_and_status(synth, tmp_path):
 
 
 def test_linker_ignoring_the_order_is_reported(synth, tmp_path):
-    """Objects without -ffunction-sections: lld cannot move functions; link must say so (exit 1)."""
+    """Objects without -ffunction-sections, not split (--no-split): lld cannot move
+    functions; link must say so (exit 1)."""
     need_tool("ld.lld")
     objs = []
     for o in synth["objects"]:
@@ -204,7 +205,7 @@ def test_linker_ignoring_the_order_is_reported(synth, tmp_path):
         n = tmp_path / o.name
         subprocess.run(["gcc", "-O1", "-fPIC", "-fno-inline", "-c", str(c), "-o", str(n)], check=True)
         objs.append(str(n))
-    r = run_cli("link", "--profile", synth["profile"], "--linker", "lld", "--",
+    r = run_cli("link", "--no-split", "--profile", synth["profile"], "--linker", "lld", "--",
                 "gcc", "-shared", "-fuse-ld=lld", "-o", tmp_path / "l.so", *objs)
     assert r.returncode == 1, r.stderr
     assert "did not honour the ordering" in r.stderr
@@ -759,7 +760,9 @@ def test_link_writes_what_order_writes(synth, tmp_path, extra):
         out = tmp_path / f"order.{fmt}"
         run_cli("order", prof, "--format", fmt, "--objects-from", synth["map"], *extra, "-o", out, "--force",
                 check=0)
-        keep = _link_order_file(prof, synth, tmp_path, linker, "--objects-from", synth["map"], *extra)
+        # link picks its algorithm by the readahead model unless told: tell it order's
+        algo = () if "--algorithm" in extra else ("--algorithm", "first-access")
+        keep = _link_order_file(prof, synth, tmp_path, linker, "--objects-from", synth["map"], *algo, *extra)
         assert keep.read_text() == out.read_text(), (linker, extra)
     if extra == ("--no-data",):  # gold's file names data sections unless told not to
         assert ".rodata" not in out.read_text()

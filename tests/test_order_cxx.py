@@ -92,6 +92,8 @@ def cx(tmp_path_factory):
 def _link(cx, tmp_path, linker, *extra, check=0):
     need_tool(LINKER_TOOL[linker])
     lib, lmap = tmp_path / "libcx.so", tmp_path / "libcx.map"
+    # these tests are of one step: without --split, the plain .text stays as built
+    extra = extra if "--split" in extra else ("--no-split", *extra)
     r = run_cli("link", *extra, "--profile", cx["profile"], "--linker", linker, "--keep-order-file",
                 tmp_path / "order", "--", "g++", "-shared", f"-fuse-ld={linker}", "-o", lib, *cx["objects"], f"-Wl,-Map={lmap}", check=check)
     return lib, lmap, r

@@ -38,19 +38,21 @@ def test_variants_are_reproducible(libs):
     assert a == b != data and a != c
 
 
-def test_short_fuzz_of_executables(tmp_path):
-    """Damaged PIE executables (GNU ld, lld): refused with one line or packed into an
-    output that starts with the same writable bytes at its entry point."""
+@pytest.mark.parametrize("form", ["relr", "self"])
+def test_short_fuzz_of_executables(tmp_path, form):
+    """Damaged PIE executables (GNU ld, lld) in both forms: refused with one line or
+    packed into an output that starts with the same writable bytes at its entry point
+    (self form: the routine as the preinit entry, the lld one in a segment of its own)."""
     need_tool("gcc")
     src = tmp_path / "src"
     src.mkdir()
-    obj = testlib.compile_lib(src, 24)
+    obj = testlib.compile_lib(src, 24, ifunc=form == "relr")  # the self form refuses IRELATIVE
     exes = []
     for linker in ("bfd", "lld"):
         exe = tmp_path / f"exe-{linker}"
         testlib._run(["gcc", "-pie", "-fPIE", f"-fuse-ld={linker}", str(src / "main.c"), str(obj), "-o", str(exe)])
         exes.append(exe)
-    t = fuzz.run(exes, seed=20261126, count=40, workdir=tmp_path / "w")
+    t = fuzz.run(exes, seed=20261126, count=40, workdir=tmp_path / "w", form=form)
     assert t.internal_errors == 0 and t.inputs_modified == 0 and t.multi_line_messages == 0, t.failures
     assert t.accepted_differs == 0, t.failures
     assert t.refused > 0 and t.accepted_equal > 0

@@ -39,7 +39,7 @@ def test_link_split_honours_function_order(plain, tmp_path, linker):
 
 def test_link_without_split_is_not_honoured(plain, tmp_path):
     need_tool("ld.lld")
-    r = run_cli("link", "--profile", plain["profile"], "--linker", "lld", "--",
+    r = run_cli("link", "--no-split", "--profile", plain["profile"], "--linker", "lld", "--",
                 "gcc", "-shared", "-fuse-ld=lld", "-o", tmp_path / "l.so", *plain["objects"])
     assert r.returncode == 1 and "did not honour the ordering" in r.stderr
 

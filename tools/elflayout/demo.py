@@ -1,9 +1,12 @@
 """``elflayout demo``: the whole pipeline on the bundled real example.
 
 libpython3.11 relinked from Debian's PIC archive (and, with ``--big``, libLLVM-16
-relinked from LLVM 16's static archives): profile the startup workload, order, relink
-with lld and GNU ld, pack relocations, measure baseline / ordered / packed / both
-(selective, cold and hot), then write ``report.html`` and print a before/after table.
+relinked from LLVM 16's static archives): profile the startup workload, relink with
+``elflayout link``'s default path (objects split, function order by the algorithm the
+readahead model picks, data and ``.dynstr`` order, relocations packed, order checked)
+with lld and GNU ld, measure baseline / packed / default path (selective, cold and hot),
+then write ``report.html`` and print a before/after table. The step-by-step variants
+are in the benchmarks (bench/bench_split.py).
 
 Every stage runs through the public CLI (measurements in-process through
 ``measure.session``, the library the CLI calls), and each command is printed as it
@@ -38,6 +41,9 @@ the cached downloads and builds.
 """
 
 IMPORTS = "import json, decimal, asyncio, re"
+# What every measured run sees (measure: controls.FixedEnv, stdout to /dev/null), three
+# runs merged: the profile the default path is measured with (docs/benchmarks.md).
+MEASURED_CONDITIONS = ["--clean-env", "--env", "LC_ALL=C", "--stdout", "null", "--repeat", "3"]
 # Rounds per variant and state: at least stats.MIN_TIME_RUNS, so its time rows get a
 # verdict (fewer, or runs lost to interference, print "too few runs" instead).
 DEFAULT_RUNS = 5
@@ -50,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "time rows say \"too few runs\")")
     p.add_argument("--big", action="store_true", help="also run libLLVM-16 (llc-16 --version)")
     p.add_argument("--storage", default="hdd",
-                   help="also measure baseline vs ordered+packed through an emulated slow disk: hdd (default), "
+                   help="also measure baseline vs the default path through an emulated slow disk: hdd (default), "
                         "emmc, sata-ssd, cloud, or off")
     p.add_argument("--states", default="selective,cold,hot", help="comma-separated states (default selective,cold,hot)")
 
@@ -97,21 +103,16 @@ def _lib_variant(d: Demo, name: str, lib: Path) -> Path:
     return target
 
 
-def _relink_python(d: Demo, base: dict, profile: Path, linker: str, fmt: str, split: bool = False) -> Path:
-    """Relink libpython with the profile's ordering through `elflayout link` (``split``:
-    `link --split`, the objects get one section per function first)."""
-    outdir = d.out / "libs" / f"{'split-' if split else ''}ordered-{linker}"
+def _relink_python(d: Demo, base: dict, profile: Path, linker: str) -> Path:
+    """Relink libpython with `elflayout link`'s default path: the command as the build
+    runs it, the profile and the linker, nothing else (order/defaults.py)."""
+    outdir = d.out / "libs" / f"default-{linker}"
     outdir.mkdir(parents=True, exist_ok=True)
     lib = outdir / base["lib"].name
     cmd = list(base["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(lib)
     cmd = [c.replace(str(base["map"]), str(outdir / (lib.name + ".map"))) for c in cmd]
-    keep = d.out / f"order-{'split-' if split else ''}{linker}.{ 'txt' if fmt == 'objects' else fmt}"
-    # Debian's objects are built without -ffunction-sections: without --split the object
-    # order is the lever, so do not demand function-level order from check-order.
-    d.el("link", *(["--split"] if split else []), "--profile", profile, "--linker", linker, "--format", fmt,
-         "--objects-from", base["map"], "--keep-order-file", keep, "--force",
-         *([] if split else ["--min-order", "0"]), "--", *cmd)
+    d.el("link", "--profile", profile, "--linker", linker, "--", *cmd)
     return lib
 
 
@@ -169,27 +170,24 @@ def run_python(d: Demo, args) -> tuple[Path, Path]:
     d.console.print(f"  {info.get('size', 0):,} bytes; sections: {len(info.get('sections', []))}")
 
     d.head(f"profile the startup workload with valgrind: python3.11 -c {IMPORTS!r}")
+    # Debian's objects have no function sections: link splits them. Profile a build of
+    # the split objects (the same split), so data pages name the split data sections.
+    split = libpython.prepare("lld", split=True)
     prof = d.out / "python.profile.json"
-    d.el("profile", "--target", lld["lib"], "--map", lld["map"], "--data", *sum((["--env", f"{k}={v}"] for k, v in env.items()), []),
-         "-o", prof, "--force", "--", *argv)
+    # as the measured runs see it: their environment (LC_ALL=C), stdout to /dev/null, and
+    # three runs merged (hash randomisation moves the garbage collector's passes)
+    d.el("profile", "--target", split["lib"], "--map", split["map"], "--data",
+         *sum((["--env", f"{k}={v}"] for k, v in env.items()), []), *MEASURED_CONDITIONS, "-o", prof, "--force",
+         "--", str(split["launcher"]), *argv[1:])
 
-    d.head("order and relink: object order (the lever for objects without -ffunction-sections)")
-    d.order(pipeline.Request(prof, "objects", objects_from=lld["map"]), d.out / "python.objects.txt")
-    ordered = {"lld": _relink_python(d, lld, prof, "lld", "objects"),
-               "bfd": _relink_python(d, base["bfd"], prof, "bfd", "objects")}
-    d.el("check-order", ordered["lld"], "--profile", prof, check=False)
-
-    d.head("split the objects (one section per function and data object) and relink in function order")
-    split_lld = _relink_python(d, lld, prof, "lld", "lld", split=True)
-
-    d.head("pack relocations (RELATIVE -> DT_RELR), proved equivalent")
+    d.head("relink with the default path: elflayout link --profile P --linker L -- <the link command>")
+    default = {lk: _relink_python(d, base[lk], prof, lk) for lk in ("lld", "bfd")}
+    d.el("check-order", default["lld"], "--profile", prof, check=False)
     variants = {
         "baseline": _lib_variant(d, "baseline", lld["lib"]),
-        "ordered": ordered["lld"],
         "packed": _pack(d, lld["lib"], "packed"),
-        "ordered+packed": _pack(d, ordered["lld"], "ordered-packed"),
-        "ordered-bfd+packed": _pack(d, ordered["bfd"], "ordered-bfd-packed"),
-        "split+function order+packed": _pack(d, split_lld, "split-ordered-packed"),
+        "default path": default["lld"],
+        "default path bfd": default["bfd"],
     }
 
     d.head("measure: interleaved rounds, pages read per library (tracefs), read_ahead_kb 128")
@@ -274,10 +272,10 @@ def run(args) -> int:
         lprof, lres = run_llvm(d, args)
         inputs += [lres, lprof]
     if args.storage and args.storage != "off":
-        d.head(f"measure libpython baseline vs ordered+packed through an emulated {args.storage} disk")
+        d.head(f"measure libpython baseline vs the default path through an emulated {args.storage} disk")
         # Reuses the variant libraries written above.
         sres = out / f"python.{args.storage}.results.json"
-        base, both = out / "libs" / "baseline", out / "libs" / "ordered-packed"
+        base, both = out / "libs" / "baseline", out / "libs" / "default-lld"
         from elflayout.targets import libpython
 
         lld = libpython.prepare("lld")
@@ -286,7 +284,7 @@ def run(args) -> int:
         # One slow mount per directory: {mount0} serves the baseline, {mount1} the other.
         cmd_base = _variant_cmd(base / lib, argv, lld["env"]).replace(f"LD_LIBRARY_PATH={base}", "LD_LIBRARY_PATH={mount0}")
         cmd_both = _variant_cmd(both / lib, argv, lld["env"]).replace(f"LD_LIBRARY_PATH={both}", "LD_LIBRARY_PATH={mount1}")
-        _measure(d, {"baseline": cmd_base, "ordered+packed": cmd_both}, [base / lib, both / lib],
+        _measure(d, {"baseline": cmd_base, "default path": cmd_both}, [base / lib, both / lib],
                  ["selective", "hot"], args.runs, sres, storage=args.storage)
         inputs.insert(1, sres)
 

@@ -142,6 +142,7 @@ STT_SECTION, STT_OBJECT = ENUM_ST_INFO_TYPE["STT_SECTION"], ENUM_ST_INFO_TYPE["S
 STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
 # Dynamic-linking tables that hold no absolute address of themselves and are only found
 # through DT_* tags and section headers: safe to slide by a few bytes.
+PT_GNU_PROPERTY = 0x6474E553  # the .note.gnu.property note again (x86 ISA level, CET)
 MOVABLE_TYPES = {SHT_STRTAB, SHT_HASH, SHT_DYNSYM, SHT_GNU_HASH, SHT_GNU_VERDEF, SHT_GNU_VERNEED, SHT_GNU_VERSYM}
 
 

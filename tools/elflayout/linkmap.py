@@ -228,6 +228,9 @@ def detect(lines: list[str]) -> tuple[str, int] | None:
     return None
 
 
+_UNKNOWN_ADDR = (1 << 64) - 1
+
+
 class _Builder:
     def __init__(self):
         self.outs: list[dict] = []
@@ -250,8 +253,23 @@ class _Builder:
         self.sym_vaddr.append(vaddr)
         self.sym_section.append(len(self.name) - 1)
 
+    def _unknown_addresses(self) -> None:
+        """gold on AArch64 prints 0xffffffffffffffff as the address of some input sections
+        (those of an output section it relaxed to place stubs). The symbols listed under
+        one have their addresses: the section starts at its first (a function section's
+        function starts it); one without symbols keeps no bytes (an address nothing maps to)."""
+        first: dict[int, int] = {}
+        for k, v in zip(self.sym_section, self.sym_vaddr):
+            if k >= 0 and self.vaddr[k] == _UNKNOWN_ADDR:
+                first[k] = min(first.get(k, v), v)
+        for k, v in enumerate(self.vaddr):
+            if v == _UNKNOWN_ADDR:
+                prev = self.vaddr[k - 1] + self.size[k - 1] if k else 0
+                self.vaddr[k], self.size[k] = (first[k], self.size[k]) if k in first else (prev, 0)
+
     def build(self, path, flavour, discarded=0) -> LinkMap:
         n = len(self.name)
+        self._unknown_addresses()
         return LinkMap(
             path=path, flavour=flavour, output_sections=self.outs, output=self.output, name=self.name,
             object=self.object, vaddr=np.array(self.vaddr, dtype=np.int64), size=np.array(self.size, dtype=np.int64),

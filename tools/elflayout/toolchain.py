@@ -48,6 +48,26 @@ def linker_flag(linker: str) -> str:
     return f"-fuse-ld={linker}"
 
 
+def newest_lld_dir() -> Path:
+    """The bin directory of the newest ``/usr/lib/llvm-N`` with ld.lld (lld >= 15 packs
+    RELR), else that of ``ld.lld`` on PATH."""
+    found = sorted((int(p.parts[3].split("-")[1]), p.parent) for p in Path("/usr/lib").glob("llvm-*/bin/ld.lld")
+                   if p.parts[3].split("-")[1].isdigit())
+    if found:
+        return found[-1][1]
+    exe = shutil.which("ld.lld")
+    if exe is None:
+        raise ElflayoutError("ld.lld: not installed (run: make bootstrap)")
+    return Path(exe).parent
+
+
+def cross_linker_flags(linker: str) -> list[str]:
+    """The cross gcc driver's flags selecting ``linker``: gcc 12 has no --ld-path and
+    looks for ``<triplet>-ld.lld``, so lld is found through -B."""
+    flag = linker_flag(linker)
+    return [flag, f"-B{newest_lld_dir()}/"] if linker == "lld" else [flag]
+
+
 def driver_args(args) -> list[str]:
     """Extra link arguments for the gcc/g++ driver: bare linker options
     (``--symbol-ordering-file=F``, ``--section-ordering-file=F``) get ``-Wl,``."""
@@ -95,7 +115,8 @@ def chosen_linker(cmd: list[str]) -> tuple[str | None, str | None, bool]:
 
     A direct linker call chooses by its program name (argument None). A driver chooses
     by its last ``--ld-path=`` (clang: it wins over ``-fuse-ld``), else its last
-    ``-fuse-ld=``; (None, None, True) when it chooses nothing. A choice naming no linker
+    ``-fuse-ld=``, else the ``ld`` in a ``-B`` directory (a link to ld.lld: how a cross
+    gcc 12, which has no ``--ld-path``, runs lld); (None, None, True) when it chooses nothing. A choice naming no linker
     elflayout knows is refused."""
     direct = command_linker(cmd[0])
     if direct is not None:
@@ -108,7 +129,72 @@ def chosen_linker(cmd: list[str]) -> tuple[str | None, str | None, bool]:
                 raise ElflayoutError(f"{given[-1]}: unknown linker (elflayout knows {', '.join(LINKERS)}: "
                                      "ld.bfd, ld.gold, ld.lld[-N], mold)")
             return used, given[-1], True
+    for d in _b_dirs(cmd):  # gcc runs the ld of the first -B directory that has one
+        ld = Path(d) / "ld"
+        if ld.exists():
+            used = command_linker(ld.resolve().name)
+            if used is not None:
+                return used, f"-B{d}", True
     return None, None, True
+
+
+def _b_dirs(cmd: list[str]) -> list[str]:
+    """The driver's -B directories, in command order (gcc searches the first first)."""
+    out = []
+    for i, a in enumerate(cmd[1:], 1):
+        if a == "-B" and i + 1 < len(cmd):
+            out.append(cmd[i + 1])
+        elif a.startswith("-B") and len(a) > 2:
+            out.append(a[2:])
+    return out
+
+
+# Target triplets' first component -> the ELF machine (pyelftools' name).
+_TRIPLET_MACHINE = {"x86_64": "EM_X86_64", "amd64": "EM_X86_64", "aarch64": "EM_AARCH64", "arm64": "EM_AARCH64"}
+# GNU ld emulations (-m) of the machines elflayout links for.
+_LD_EMULATION_MACHINE = {"elf_x86_64": "EM_X86_64", "aarch64linux": "EM_AARCH64", "aarch64elf": "EM_AARCH64"}
+
+
+def _triplet_machine(triplet: str) -> str | None:
+    return _TRIPLET_MACHINE.get(triplet.split("-", 1)[0])
+
+
+def target_machine(cmd: list[str]) -> str:
+    """The ELF machine a link command links for: its cross driver's or linker's target
+    prefix (``aarch64-linux-gnu-gcc``), clang's ``--target=``/``-target``, GNU ld's ``-m``
+    emulation, else its first object file's machine, else this machine's."""
+    from elflayout import emulator
+
+    prog = Path(cmd[0]).name
+    if "-" in prog and _triplet_machine(prog):
+        return _triplet_machine(prog)
+    for i, a in enumerate(cmd[1:], 1):
+        nxt = cmd[i + 1] if i + 1 < len(cmd) else ""
+        t = a[len("--target="):] if a.startswith("--target=") else nxt if a in ("-target", "--target") else None
+        if t and _triplet_machine(t):
+            return _triplet_machine(t)
+        m = a[2:] if a.startswith("-m") and len(a) > 2 and command_linker(cmd[0]) else nxt if a == "-m" else None
+        if m in _LD_EMULATION_MACHINE:
+            return _LD_EMULATION_MACHINE[m]
+    for a in cmd[1:]:
+        if not a.startswith("-") and a.endswith((".o", ".lo", ".obj")):
+            hdr = emulator.header(a)
+            if hdr is not None:
+                return hdr[0]
+    return emulator.host_machine()
+
+
+def assembler(machine: str) -> list[str]:
+    """The GNU assembler command for ``machine``: this machine's ``as``, or the cross
+    binutils' (``aarch64-linux-gnu-as``: package binutils-aarch64-linux-gnu)."""
+    from elflayout import emulator
+
+    if machine == emulator.host_machine():
+        return ["as", "--64"] if machine == "EM_X86_64" else ["as"]
+    triplet = emulator.TRIPLETS.get(machine)
+    if triplet is None:
+        raise ElflayoutError(f"{machine}: no assembler known for this machine")
+    return [f"{triplet}-as"]
 
 
 def first_error(output: str) -> str:

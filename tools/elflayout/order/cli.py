@@ -55,9 +55,16 @@ def add_arguments(p) -> None:
     p.add_argument("--report", action="store_true", help="print the resolution report (JSON) on stdout")
 
 
-def add_ordering_arguments(p) -> None:
-    """The options of ``pipeline.Request``, the same for ``order`` and ``link``."""
-    p.add_argument("--algorithm", default="first-access", help="layout algorithm: first-access (default), hot-last (lld: touched code at the end of .text, next to .init/.plt)")
+def add_ordering_arguments(p, auto: bool = False) -> None:
+    """The options of ``pipeline.Request``, the same for ``order`` and ``link`` (``auto``:
+    ``link``'s default algorithm, the one the readahead model predicts best)."""
+    if auto:
+        p.add_argument("--algorithm", default="auto",
+                       help="layout algorithm: auto (default: whichever of first-access and hot-last the readahead "
+                            "model predicts reads fewer pages of the profiled library; hot-last with lld only), "
+                            "first-access, hot-last (lld: touched code at the end of .text, next to .init/.plt)")
+    else:
+        p.add_argument("--algorithm", default="first-access", help="layout algorithm: first-access (default), hot-last (lld: touched code at the end of .text, next to .init/.plt)")
     p.add_argument("--target", help="which target of the profile (path, file name or build-id)")
     p.add_argument("--lib", help="the library the profile must belong to (build-id checked)")
     p.add_argument("--objects-from", metavar="MAP",

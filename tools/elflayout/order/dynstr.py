@@ -147,9 +147,11 @@ def needed_closure(exe, lib: Path) -> list[Path]:
 
 def write_lld_undefined(names, weak=()) -> str:
     """Step 4: a linker response file, one ``-u NAME`` (``-y NAME`` for the ``weak``
-    undefined ones) per line; names a response file cannot quote are left out."""
+    undefined ones) per line; names a response file cannot quote are left out, and empty
+    ones (an arm64 program's .dynsym has unnamed section symbols): ``-u`` would take the
+    next line's name as its own and that line's ``-u`` would be read as a file."""
     weak = set(weak)
-    ok = [n for n in names if not (any(c.isspace() for c in n) or '"' in n or "'" in n or "\\" in n)]
+    ok = [n for n in names if n and not (any(c.isspace() for c in n) or '"' in n or "'" in n or "\\" in n)]
     return "".join(f"{'-y' if n in weak else '-u'} {n}\n" for n in ok)
 
 

@@ -300,7 +300,12 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     placed = n_str = 0
     str_pats = []
     if hot_strings:
-        pats = [lld_file_pattern(o) for o in layout.objects if o and not o.startswith("<")]
+        objs = [o for o in layout.objects if o and not o.startswith("<")]
+        if universe is not None and universe.objects:  # the profiled objects as this link names them
+            from elflayout.order.resolve import same_objects
+
+            objs = same_objects(objs, universe.objects)
+        pats = [lld_file_pattern(o) for o in objs]
         str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
         n_str = len(str_pats)
     left_out = []

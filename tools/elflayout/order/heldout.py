@@ -118,8 +118,9 @@ def _exec_ranges(img: ElfImage) -> list[tuple[int, int]]:
             if s.occupies_file and s.flags & SH_FLAGS.SHF_EXECINSTR and s.size]
 
 
-def ordered_layout(img: ElfImage, base: Layout, train: Target) -> Layout:
-    """The virtual layout of an order trained on ``train`` (see Definitions)."""
+def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = False) -> Layout:
+    """The virtual layout of an order trained on ``train`` (see Definitions); ``hot_last``:
+    the hot set at the end of its section instead (``algorithms.hot_last``)."""
     offs = np.array([f.offset for f in train.functions if f.offset is not None], dtype=np.int64)
     idx = base.index(offs)
     hot = list(dict.fromkeys(i for i in idx.tolist() if i >= 0))  # training order, once each
@@ -130,7 +131,8 @@ def ordered_layout(img: ElfImage, base: Layout, train: Target) -> Layout:
         inside = np.flatnonzero((base.start >= lo) & (base.start < hi))
         if not inside.size:
             continue
-        order = [i for i in hot if lo <= base.start[i] < hi] + [i for i in inside.tolist() if not is_hot[i]]
+        here, cold = [i for i in hot if lo <= base.start[i] < hi], [i for i in inside.tolist() if not is_hot[i]]
+        order = cold + here if hot_last else here + cold
         pos = lo
         for i in order:
             pos = -(-pos // FUNCTION_ALIGN) * FUNCTION_ALIGN

@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import shlex
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-from elflayout import fileio
-from elflayout.errors import ElflayoutError
-from elflayout.order import formats, pipeline
-from elflayout.order.cli import add_ordering_arguments, request
-from elflayout.toolchain import linker_name
-from elflayout.order.link import (DEFAULT_FORMAT, apply, check_output, check_request, command_binds_now, companion_args,
-                                  parse_command, split_command)
+from elflayout.order import formats
+from elflayout.order.cli import add_ordering_arguments
+from elflayout.order.link import OrderNotHonoured
+from elflayout.order.relink import LinkOptions, relink
 
 SUMMARY = "run a real link command with a profile's ordering applied"
 EPILOG = """\
 examples:
+  # the default path: the best recipe measured (docs/tutorial.md, "3. Order and relink")
+  elflayout link --profile py.json --linker lld -- gcc -shared -fuse-ld=lld -o libpy.so *.o -lm
+  # the same, step by step turned off
+  elflayout link --profile py.json --linker lld --algorithm first-access --no-data --no-dynstr \
+      --no-split --pack none --no-check-order -- gcc -shared -fuse-ld=lld -o libpy.so *.o -lm
   # compiler driver: the ordering file is added with -Wl,
   elflayout link --profile llc.json --linker lld -- g++ -shared -fuse-ld=lld -o libLLVM-16.so.1 ...
   # GNU ld 2.40: a generated INSERT script is added with -Wl,-T,
@@ -37,14 +35,23 @@ examples:
   # versioned toolchains, run as given: ld.lld-19, clang-22 -fuse-ld=lld-22, --ld-path=
   elflayout link --profile p.json -- ld.lld-19 -shared -o libx.so a.o b.o
   elflayout link --profile p.json -- clang-22 -flto=thin -fuse-ld=lld-22 -shared -o libx.so a.o b.o
-  # objects built without -ffunction-sections: split them first (docs/splitting.md)
+  # objects built without -ffunction-sections are split first (docs/splitting.md); forced:
   elflayout link --split --profile py.json --linker lld -- gcc -shared -fuse-ld=lld -o libpy.so \\
       -Wl,--whole-archive libpython3.11-pic.a -Wl,--no-whole-archive -lm
   # packed at link time, loading on glibc < 2.36 too (relrhack's way; docs/relocation-packing.md)
   elflayout link --pack self --check --linker lld -- gcc -shared -fuse-ld=lld -o libx.so *.o
 
+Default steps (each printed at the end with why and what it predicts; each can be
+turned off): split when an object holds several functions in one code section (--no-split);
+the algorithm the readahead model predicts reads fewer pages of the profiled library,
+first-access or hot-last (--algorithm NAME); data order (--no-data; lld: a -T script,
+--no-data-script); lld: .dynstr order (--no-dynstr); --pack auto (relr on glibc >= 2.36,
+else self; none with gold and mold; --pack none); check-order of the output
+(--no-check-order).
+
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
-with INSERT, mold: object order. Nothing else: the command keeps its own linker (a
+with INSERT, mold: object order; with lld the data script and .dynstr response file;
+-z pack-relative-relocs. Nothing else: the command keeps its own linker (a
 driver command choosing none runs ld, i.e. GNU ld; --linker naming another is refused
 with the fix), and a direct linker call gets no driver flags. The link's own output and exit status pass through
 when it fails. The output is then checked (as check-order does): exit 1 when the
@@ -58,89 +65,65 @@ def add_arguments(p) -> None:
                    "--ld-path=; a driver choosing none runs ld)")
     p.add_argument("--format", choices=("auto",) + formats.FORMATS, default="auto",
                    help="ordering to apply (auto: lld→lld, gold→gold, bfd→ld-script, mold→objects)")
-    add_ordering_arguments(p)
+    add_ordering_arguments(p, auto=True)
     p.add_argument("--keep-order-file", metavar="PATH", help="write the ordering file here (default: a temporary file)")
     p.add_argument("--min-order", type=float, default=0.9,
                    help="fraction of profiled functions that must be in order for the ordering to count as honoured (0.9)")
-    p.add_argument("--data-script", action="store_true",
-                   help="lld: also place the data sections by an INSERT script (-T; jump tables have no symbol)")
-    p.add_argument("--dynstr", action="store_true",
-                   help="lld: also put the names ld.so reads first in .dynstr (-u/-y response file; needs the "
-                        "profiled library: --lib, else the profile's target path)")
-    p.add_argument("--split", action="store_true",
+    p.add_argument("--data-script", action=argparse.BooleanOptionalAction, default=None,
+                   help="lld: place the data sections by an INSERT script (-T; jump tables have no symbol); "
+                        "default: on with lld unless --no-data (gold and GNU ld order data in their own file)")
+    p.add_argument("--dynstr", action=argparse.BooleanOptionalAction, default=None,
+                   help="lld: put the names ld.so reads first in .dynstr (-u/-y response file; needs the "
+                        "profiled library: --lib, else the profile's target path); default: on with lld when "
+                        "that library is there")
+    p.add_argument("--split", action=argparse.BooleanOptionalAction, default=None,
                    help="first give the command's objects and .a archives one section per function and data "
-                        "object (elflayout split, into a temporary directory) and link those")
-    p.add_argument("--pack", choices=("relr", "self"),
-                   help="also pack RELATIVE relocations at link time: relr (-z pack-relative-relocs, glibc >= 2.36) "
-                        "or self (relr + an injected self-applying routine and hidden tags, relrhack's way: any "
-                        "glibc; for libraries pack-relocs cannot make self-applying post-link)")
+                        "object (elflayout split, into a temporary directory) and link those; default: when an "
+                        "object holds several functions in one code section (built without -ffunction-sections)")
+    p.add_argument("--pack", choices=("auto", "relr", "self", "none"), default=None,
+                   help="pack RELATIVE relocations at link time: relr (-z pack-relative-relocs, glibc >= 2.36), "
+                        "self (relr + an injected self-applying routine and hidden tags, relrhack's way: any "
+                        "glibc) or none; default with --profile: auto (relr when this machine's glibc is 2.36 or "
+                        "newer, else self; none with gold and mold)")
+    p.add_argument("--move-symtab", action="store_true",
+                   help="after the link, move the sections no segment loads (.symtab, .strtab, .comment) from "
+                        "after the last segment into the file-offset hole after the first PT_LOAD: read-ahead "
+                        "of the last segment's pages then stops at end of file (mapped bytes unchanged)")
     p.add_argument("--check", action="store_true",
                    help="with --pack self: prove the output equivalent to the linker's DT_RELR output (simulated "
                         "loader at two bases, real loads) before writing it")
     p.add_argument("--root", metavar="DIR", help="with --pack self --check: the output must also load in 'chroot DIR'")
+    p.add_argument("--no-check-order", action="store_true",
+                   help="do not check the output's function order against the profile (check-order)")
     p.add_argument("--force", action="store_true", help="replace --keep-order-file")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- LINK COMMAND ...")
 
 
 def run(args) -> int:
-    parsed = parse_command(args.command, None if args.linker is None else linker_name(args.linker))
-    linker = args.linker = parsed["linker"]
-    fmt = DEFAULT_FORMAT[linker] if args.format == "auto" else args.format
-    if args.pack and linker == "gold":
-        raise ElflayoutError("--pack: gold has no -z pack-relative-relocs (use lld, bfd or mold)")
-    if (args.check or args.root) and args.pack != "self":
-        raise ElflayoutError(f"{'--check' if args.check else '--root'}: only with --pack self")
-    if args.root and not args.check:
-        raise ElflayoutError("--root: only with --check (it is where the check loads the output)")
-    if args.profile is None:
-        if not args.pack:
-            raise ElflayoutError("link: give --profile (ordering) and/or --pack FORM")
-        extra = [o for o, on in (("--split", args.split), ("--data-script", args.data_script),
-                                 ("--dynstr", args.dynstr), ("--keep-order-file", args.keep_order_file),
-                                 ("--lib", args.lib), ("--no-data", args.no_data), ("--combine", args.combine),
-                                 ("--allow-stale-profile", args.allow_stale_profile)) if on]
-        if extra:
-            raise ElflayoutError(f"{extra[0]}: an ordering option, which needs --profile")
-        return _link(parsed, parsed["cmd"], args)
-    check_request(parsed, linker, fmt, args.split, args.data_script, args.dynstr)
-    if args.keep_order_file:
-        fileio.check_output(args.keep_order_file, force=args.force, inputs=(args.profile,))
-    cmd_objs = [parsed["cmd"][p] for p in parsed["object_positions"]]
-    o = pipeline.order(request(args, fmt, default_target=Path(parsed["output"]).name, objects=tuple(cmd_objs),
-                               bind_now=command_binds_now(parsed["cmd"]), split=args.split,
-                               header=f"generated by elflayout link --linker {linker} from {Path(args.profile).name}"))
-    for w in o.warnings:
-        print(f"elflayout: warning: {w}", file=sys.stderr)
-    f, stats = o.layout.report["functions"], o.stats
-    _say(f"{f['matched']}/{f['profiled']} profiled functions matched; applying {fmt} ordering for {linker}")
-    if stats.get("shared_section_objects"):
-        n = stats["shared_section_objects"]
-        _say(f"profiled code in the plain .text of {n} object{'s' if n != 1 else ''} "
-             f"({', '.join(stats['shared_section_examples'][:3])}): gold names sections, not files, so '.text' moves "
-             f"every object's plain .text; --split gives each function its own section")
-    with tempfile.TemporaryDirectory(prefix="elflayout-link-") as td:
-        order_file = Path(args.keep_order_file) if args.keep_order_file else Path(td) / f"order.{fmt}"
-        fileio.atomic_write_text(order_file, o.text)
-        if args.split:
-            parsed = split_command(parsed, Path(td) / "split", _say)
-        cmd = apply(parsed, linker, fmt, o.text, order_file)
-        cmd += companion_args(parsed, o, Path(td), args.data_script, args.dynstr, _say)
-        shown = cmd if len(cmd) <= 24 else [*cmd[:12], f"... ({len(cmd) - 16} more arguments) ...", *cmd[-4:]]
-        _say(shlex.join(shown))
-        rc = _link(parsed, cmd, args)
-        if rc:
-            return rc
-    from elflayout.order.check import ordered_sections_of
-    from elflayout.order.link import OrderNotHonoured, map_of
+    from rich.console import Console
 
-    sections = ordered_sections_of(o.text) if fmt in ("gold", "ld-script") else None
     try:
-        lines = check_output(parsed["output"], o.target, fmt, cmd_objs, linker, args.min_order, map_of(cmd), sections or None)
+        res = relink(args.command, options(args), _say, status=lambda msg: Console(stderr=True).status(msg))
     except OrderNotHonoured as e:
-        _say_check(e.lines, args.split)
+        _say_check(e.lines, getattr(e, "split", False))
         raise
-    _say_check(lines, args.split)
+    if res.status:
+        return res.status
+    _say_check(res.check, any(s.name == "split" and s.value for s in res.steps))
+    for s in res.steps:
+        _say(s.line())
     return 0
+
+
+def options(args) -> LinkOptions:
+    """The ``LinkOptions`` of the parsed arguments."""
+    return LinkOptions(profile=args.profile, linker=args.linker, format=args.format, algorithm=args.algorithm,
+                       target=args.target, lib=args.lib, objects_from=args.objects_from, data=not args.no_data,
+                       combine=args.combine, allow_stale_profile=args.allow_stale_profile,
+                       keep_order_file=args.keep_order_file, force=args.force, min_order=args.min_order,
+                       data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
+                       check=args.check, root=args.root, check_order=not args.no_check_order,
+                       move_symtab=args.move_symtab)
 
 
 def _say_check(lines: list[str], split: bool = False) -> None:
@@ -149,42 +132,6 @@ def _say_check(lines: list[str], split: bool = False) -> None:
     for line in lines:
         # the remedy for shared sections is the command just run: say what split did instead
         print("elflayout: check: " + (line.replace(SPLIT_HINT, SPLIT_DONE) if split else line), file=sys.stderr)
-
-
-def _run(cmd: list[str]) -> int:
-    try:
-        r = subprocess.run(cmd)
-    except FileNotFoundError:
-        raise ElflayoutError(f"{cmd[0]}: command not found") from None
-    if r.returncode != 0:
-        print(f"elflayout: link command failed (exit {r.returncode})", file=sys.stderr)
-    return r.returncode
-
-
-def _link(parsed: dict, cmd: list[str], args) -> int:
-    """Run the link, packed as --pack asks (relocs/linkself.py)."""
-    from elflayout.relocs import linkself
-
-    if args.pack == "relr":
-        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], _run)
-    if args.pack != "self":
-        return _run(cmd)
-    from rich.console import Console
-
-    st = linkself.link(cmd, parsed["driver"], parsed["output"], _run, check_output=args.check, root=args.root,
-                       say=_say, status=lambda msg: Console(stderr=True).status(msg))
-    if isinstance(st, int):
-        return st
-    _say(f"self-applying form ({st['links']} link{'s' if st['links'] > 1 else ''}): {st['self_applied']:,} of "
-         f"{st['relr_relocations']:,} DT_RELR relocations applied by the routine at {st['applier']['entry']:#x} "
-         f"(DT_INIT), {st['kept_for_ld_so']:,} back to RELA for ld.so; DT_RELR* tags hidden, "
-         f"{st['version_need']}")
-    if "check" in st:
-        c, real = st["check"], st["check"].get("real_load")
-        _say(f"check: relocated images equal at {len(c['bases'])} load bases; real load "
-             + ("equal" if isinstance(real, dict) else str(real))
-             + ("; loads in " + str(args.root) if c.get("root_dlopen") else ""))
-    return 0
 
 
 def _say(msg: str) -> None:

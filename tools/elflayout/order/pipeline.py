@@ -19,6 +19,7 @@ from elflayout.errors import ElflayoutError, Finding
 from elflayout.order import algorithms, formats
 from elflayout.order.algorithms import Layout
 from elflayout.order.profile_input import check_identity, load_profile, pick_target, require_touches
+from elflayout.order.resolve import same_objects
 from elflayout.profile.model import Profile, Target
 
 COMBINE_RULES = ("shared", "phased", "earliest", "mean", "concat")
@@ -299,7 +300,8 @@ def load_universe(objects_from, profiled_map, profiled_lib=None):
         elif os.path.realpath(profiled_map) != os.path.realpath(objects_from):
             pu = _load_map(profiled_map, required=False, image=profiled_lib)
             if pu is not None:  # data pages are offsets in the profiled build
-                u.extents, u.extent_names, u.extent_objects = pu.extents, pu.extent_names, pu.extent_objects
+                u.extents, u.extent_names = pu.extents, pu.extent_names
+                u.extent_objects = same_objects(pu.extent_objects, u.objects)
     elif profiled_map:
         note = f"profiled build's map {profiled_map} not found: data pages cannot be mapped to sections"
     return u, note

@@ -391,3 +391,21 @@ def universe_from_elf(img) -> Universe:
     for i in np.flatnonzero(arr["type"] == 2).tolist():  # STT_FUNC
         u.symbols.setdefault(names[i], []).append((secnames.get(int(arr["shndx"][i])), None))
     return u
+
+
+def same_objects(profiled: list, objects: list) -> list:
+    """The profiled link's object names as the link to order names them: the same objects
+    at another path (``link --split`` puts its split copies in a temporary directory) are
+    matched by file name when that name is unique on both sides; others are kept."""
+    def base(o):
+        return o.rsplit("/", 1)[-1] if o else o
+
+    have = set(objects)
+    mine: dict = {}
+    for o in objects:
+        mine.setdefault(base(o), []).append(o)
+    theirs: dict = {}
+    for o in dict.fromkeys(profiled):
+        theirs.setdefault(base(o), []).append(o)
+    return [o if not o or o in have or len(mine.get(base(o), ())) != 1 or len(theirs[base(o)]) != 1
+            else mine[base(o)][0] for o in profiled]

@@ -149,8 +149,10 @@ def _one_line(e: BaseException) -> bool:
     return "\n" not in str(e).strip()
 
 
-def run_variant(lib: Path, data: bytes, seed: int, index: int, workdir: Path, real_load: bool = True) -> Tally:
-    """Steps 1-5 for variant ``index`` of ``seed`` made from ``data`` (library ``lib``)."""
+def run_variant(lib: Path, data: bytes, seed: int, index: int, workdir: Path, real_load: bool = True,
+                form: str = "relr") -> Tally:
+    """Steps 1-5 for variant ``index`` of ``seed`` made from ``data`` (library ``lib``),
+    packed in ``form`` ("relr" or "self")."""
     rng = np.random.default_rng([seed, index])
     kind = KINDS[int(rng.integers(len(KINDS)))]
     t = Tally(variants=1, by_kind={kind: 1})
@@ -168,7 +170,7 @@ def run_variant(lib: Path, data: bytes, seed: int, index: int, workdir: Path, re
         render_text(inspect(src))
         with elfcore.ElfImage(src) as img:
             render(analyze(img))
-        pack(src, d / "out.so", verify=lambda a, b: simload.check(a, b, real_load=False))
+        pack(src, d / "out.so", verify=lambda a, b: simload.check(a, b, real_load=False), form=form)
         what = "accepted"
     except AlreadyPacked:
         what = "nothing_to_do"
@@ -203,14 +205,14 @@ def run_variant(lib: Path, data: bytes, seed: int, index: int, workdir: Path, re
 
 
 def run(libs: list[Path], seed: int, count: int, workdir: Path, *, start: int = 0, real_load: bool = True,
-        progress=None) -> Tally:
-    """Variants ``start .. start+count-1`` of ``seed``, round-robin over ``libs``."""
+        progress=None, form: str = "relr") -> Tally:
+    """Variants ``start .. start+count-1`` of ``seed``, round-robin over ``libs``, packed in ``form``."""
     datas = [Path(x).read_bytes() for x in libs]
     total = Tally()
     os.makedirs(workdir, exist_ok=True)
     for i in range(start, start + count):
         k = i % len(libs)
-        total.add(run_variant(Path(libs[k]), datas[k], seed, i, Path(workdir), real_load))
+        total.add(run_variant(Path(libs[k]), datas[k], seed, i, Path(workdir), real_load, form))
         if progress:
             progress(i - start + 1, total)
     return total

@@ -44,13 +44,14 @@ from elflayout.relocs.glibc import GLIBC_ABI_DT_RELR, GLIBC_ABI_DT_RELR_HASH, gl
 from elflayout.relocs.pack_input import _read, overlapped, read_before_init, read_input, write_widths
 from elflayout.relocs.realload import dlopen_check
 from elflayout.relocs.simload import Loaded, verneed_names
+from elflayout.toolchain import assembler, target_machine
 
 DT_RELRHACK_BIT = 0x8000000  # relrhack.h: the hidden tags are DT_RELR* | this bit
 TEXT_SECTION = ".elflayout.self"
 RELA_SECTION = ".elflayout.rela"
 INJECT = """\t.section {text},"axR",@progbits
 \t.balign 16
-\t.fill {size},1,0xcc
+\t.fill {size},1,{fill}
 \t.weak _init
 \t.hidden _init
 \t.type _init,@function
@@ -61,6 +62,9 @@ _init:
 \t.fill {rela_bytes},1,0
 \t.section .note.GNU-stack,"",@progbits
 """
+# What fills the routine's room until convert writes it: a trap (x86-64 int3; AArch64
+# zero words are udf #0).
+FILL = {"EM_X86_64": 0xCC, "EM_AARCH64": 0}
 PACK_FLAG = ("-z", "pack-relative-relocs")
 
 
@@ -72,17 +76,23 @@ class NeedRoom(Exception):
         self.rela_bytes = rela_bytes
 
 
-def inject_object(dest: Path, rela_bytes: int) -> Path:
-    """Assemble the injected object into ``dest`` (GNU as; the linker's toolchain has it)."""
+def inject_object(dest: Path, rela_bytes: int, machine: str = "EM_X86_64") -> Path:
+    """Assemble the injected object of ``machine`` (the link's target) into ``dest`` (GNU
+    as of that machine: the linker's toolchain has it)."""
+    if machine not in FILL:
+        raise ElflayoutError(f"--pack self: no self-applying routine for {machine} (x86-64 and AArch64 only)")
     src, obj = dest / "elflayout-self.s", dest / "elflayout-self.o"
-    src.write_text(INJECT.format(text=TEXT_SECTION, rela=RELA_SECTION, size=selfapply.SIZE,
-                                 rela_bytes=max(8, L.align_up(rela_bytes, 8))))
+    src.write_text(INJECT.format(text=TEXT_SECTION, rela=RELA_SECTION, size=selfapply.for_machine(machine).size,
+                                 fill=FILL[machine], rela_bytes=max(8, L.align_up(rela_bytes, 8))))
+    asm = assembler(machine)
     try:
-        r = subprocess.run(["as", "--64", "-o", str(obj), str(src)], capture_output=True, text=True)
+        r = subprocess.run([*asm, "-o", str(obj), str(src)], capture_output=True, text=True)
     except FileNotFoundError:
-        raise ElflayoutError("as: command not found (GNU binutils assembles the injected applier)") from None
+        raise ElflayoutError(f"{asm[0]}: command not found (GNU binutils for {machine} assembles the injected "
+                             "applier: apt-get install " + ("binutils" if asm[0] == "as" else
+                                                            f"binutils-{asm[0][:-3]}") + ")") from None
     if r.returncode:
-        raise ElflayoutError(f"as: cannot assemble the injected applier: {r.stderr.strip()[-200:]}")
+        raise ElflayoutError(f"{asm[0]}: cannot assemble the injected applier: {r.stderr.strip()[-200:]}")
     return obj
 
 
@@ -274,15 +284,16 @@ def _routine(inp, ed: _Edit, text_i: int, relr_new: int, enc: np.ndarray) -> tup
     """Step 3: the routine, as DT_INIT, chaining to the old one; returns (entry, old
     DT_INIT, RELRO pages)."""
     img = inp.img
-    if inp.sh(text_i, "sh_size") < selfapply.SIZE or not inp.sh(text_i, "sh_flags") & L.SHF_EXECINSTR:
-        raise ElflayoutError(f"{img.path}: {TEXT_SECTION} is not {selfapply.SIZE} executable bytes")
+    ap = selfapply.for_machine(img.machine)  # pack_input refuses machines without one
+    if inp.sh(text_i, "sh_size") < ap.size or not inp.sh(text_i, "sh_flags") & L.SHF_EXECINSTR:
+        raise ElflayoutError(f"{img.path}: {TEXT_SECTION} is not {ap.size} executable bytes")
     old_init = inp.tag(L.DT_INIT)
     if old_init is None:
         raise ElflayoutError(f"{img.path}: no DT_INIT (the injected weak _init was not linked in)")
-    relro = selfapply.relro_pages(inp.phdrs, elfcore.PAGE)
+    relro = ap.relro(inp.phdrs, elfcore.PAGE)
     entry = inp.sh(text_i, "sh_addr") + selfapply.ENTRY
     ed.blocks.append((inp.sh(text_i, "sh_offset"),
-                      selfapply.blob(relr_new, relr_new + enc.nbytes, relro[0], relro[1], old_init, entry)))
+                      ap.blob(relr_new, relr_new + enc.nbytes, relro[0], relro[1], old_init, entry)))
     ed.live["d_val"][ed.dt == L.DT_INIT] = entry
     return entry, old_init, relro
 
@@ -336,7 +347,7 @@ def _plan(inp) -> tuple[list, dict]:
                  tables=("rewritten in place, .rela.dyn to .elflayout.rela" if relr_new != relr_addr else
                          "RELA moved to .elflayout.rela" if kept.size else "unchanged"),
                  version_need="GLIBC_ABI_DT_RELR dropped" if vn is not None else "none",
-                 applier=dict(entry=int(entry), bytes=selfapply.SIZE, relro=[int(x) for x in relro],
+                 applier=dict(entry=int(entry), bytes=selfapply.for_machine(img.machine).size, relro=[int(x) for x in relro],
                               old_init=int(old_init)))
     return ed.blocks, stats
 
@@ -355,7 +366,10 @@ def check(ref, out, root=None, status=None) -> dict:
     simulated loader at two bases and a real load on this machine (glibc >= 2.36 applies
     ``ref``'s DT_RELR), as ``pack-relocs --check`` does; with ``root``, the output must
     also load inside ``chroot root`` (where ``ref`` cannot: it needs GLIBC_ABI_DT_RELR)."""
-    have = glibc_version()
+    from elflayout import emulator
+
+    em = emulator.for_library(ref)  # an arm64 library loads under qemu, on its root's glibc
+    have = glibc_version() if em is None else glibc_version(em.root, emulator.TRIPLETS[em.machine])
     why_ref = dlopen_check(ref) if have and have >= (2, 36) else \
         f"glibc {'.'.join(map(str, have)) if have else '?'} ignores DT_RELR"
     res = simload.check(ref, out, real_load=why_ref is None, status=status)
@@ -403,10 +417,24 @@ def relr_need_missing(path) -> bool:
             GLIBC_ABI_DT_RELR_HASH not in hashes
 
 
-def link_relr(cmd: list[str], driver: bool, output: str, run) -> int:
+def not_packed(path) -> int:
+    """The RELATIVE relocations a link left in RELA although it was asked to pack them
+    (GNU ld 2.40 ignores ``-z pack-relative-relocs`` on AArch64, with a warning); 0 when it
+    packed them (DT_RELR) or had none."""
+    with Loaded(path) as lo:
+        if lo.tag(L.DT_RELR) is not None:
+            return 0
+        return int(lo.tag(L.DT_RELACOUNT) or 0) or sum(
+            int(np.count_nonzero(lo.img.reloc_types(t) == lo.arch.relative)) for t in lo.img.reloc_tables().values())
+
+
+def link_relr(cmd: list[str], driver: bool, output: str, run, say=None) -> int:
     """Link with ``-z pack-relative-relocs`` into a temporary file; refuse a result glibc
-    would refuse (ElflayoutError), else rename it to ``output``."""
+    would refuse (ElflayoutError), else rename it to ``output``. A linker that ignored the
+    option gets the output packed post-link, as ``pack-relocs --format relr`` does."""
     import tempfile
+
+    from elflayout.relocs.pack import AlreadyPacked, pack
 
     with tempfile.TemporaryDirectory(prefix="elflayout-relr-") as td:
         tmp = Path(td) / Path(output).name
@@ -417,6 +445,21 @@ def link_relr(cmd: list[str], driver: bool, output: str, run) -> int:
             raise ElflayoutError(f"{output}: the linker wrote DT_RELR without a GLIBC_ABI_DT_RELR version need, "
                                  "which glibc >= 2.36 refuses (mold 1.10 does): use --pack self, or "
                                  "pack-relocs on an unpacked link")
+        left, st = not_packed(tmp), None
+        if left:
+            try:
+                st = pack(tmp, output, verify=lambda a, b: simload.check(a, b), replace=True, form="relr")
+            except AlreadyPacked:  # none RELR can take: the output is the link's
+                pass
+            except (ElflayoutError, Finding) as e:
+                raise ElflayoutError(f"{output}: the linker ignored -z pack-relative-relocs and post-link packing "
+                                     f"failed: {str(e).replace(str(tmp), 'the linked file')}") from None
+        if st is not None:
+            if say:
+                say(f"the linker ignored -z pack-relative-relocs ({left:,} RELATIVE relocations left in RELA): "
+                    f"packed post-link (pack-relocs --check --format relr): {st['packed']:,} relocations in "
+                    f"{st['relr_bytes']:,} bytes of DT_RELR, equivalence proved")
+            return 0
         with atomic_output(output, mode=os.stat(tmp).st_mode & 0o777) as out:
             shutil.copyfile(tmp, out)
     return 0
@@ -430,12 +473,13 @@ def link(cmd: list[str], driver: bool, output: str, run, *, check_output: bool =
     exit status, or the conversion's statistics."""
     import tempfile
 
+    machine = target_machine(cmd)
     with tempfile.TemporaryDirectory(prefix="elflayout-self-") as td:
         ref = Path(td) / Path(output).name  # the reference loads under the output's name
         verify = (lambda a, b: check(a, b, root, status)) if check_output else None
         room, links = 0, 0
         while True:
-            obj = inject_object(Path(td), room)
+            obj = inject_object(Path(td), room, machine)
             # First on the command line: lld then creates .elflayout.rela before .rodata, so it
             # lands right after .rela.plt, next to the other tables ld.so reads.
             c = with_output(cmd, str(ref))
@@ -443,6 +487,12 @@ def link(cmd: list[str], driver: bool, output: str, run, *, check_output: bool =
             links += 1
             if rc:
                 return rc
+            left = not_packed(ref)
+            if left:
+                raise ElflayoutError(f"{output}: no DT_RELR: the linker ignored -z pack-relative-relocs ({left:,} "
+                                     "RELATIVE relocations left in RELA; lld < 15 does, GNU ld 2.40 on AArch64): "
+                                     "--pack self needs a linker that packs (lld >= 15, mold), or pack-relocs "
+                                     "--format self after the link")
             try:
                 st = write(ref, output, verify)
             except ElflayoutError as e:  # name the user's output, not the temporary link

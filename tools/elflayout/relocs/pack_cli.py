@@ -34,8 +34,9 @@ PT_LOAD is split around them, addresses unchanged; its new program header takes 
 --keep-freed leaves them. On AArch64 the cut is a multiple of the segments' p_align (64 KiB in
 Debian), so the output loads on 4, 16 and 64 KiB kernels; --check's real loads run under
 qemu-aarch64 (--emulator, or the arm64 root of scripts/arm64-root.sh / --root).
-PIE executables: PT_PHDR stays; when the program headers need room the table moves into
-the freed space; without spare slots (lld) the dynamic array, which ld.so writes (DT_DEBUG), moves to a
+PIE executables: PT_PHDR stays; when the program headers need room the interpreter path, notes
+and tables after them slide to make it (GNU strip/objcopy keep the table there), else the table
+moves into the freed space and a warning says GNU strip breaks that output; without spare slots (lld) the dynamic array, which ld.so writes (DT_DEBUG), moves to a
 new writable PT_LOAD after the last segment. Their self form (x86-64) runs the routine as the only
 DT_PREINIT_ARRAY entry (before any library's initializer, on every glibc). --check starts IN and OUT up to their entry point (ptrace,
 ASLR off) and compares their writable memory; --run='ARGS' also runs both and compares their output.
@@ -186,6 +187,9 @@ def _print_text(src, out, p) -> None:
     if p.cut:
         print(f"  {p.cut.pages:,} whole freed pages cut from the file (program header {p.cut.program_header})"
               if p.cut.pages else f"  freed pages kept in the file: {p.cut.why}")
+    if not p.strip_safe:
+        print("  warning: the program header table moved (no room could be made after it in place): "
+              "GNU strip/objcopy rewrite this output into one that does not start; use llvm-strip")
     if p.check is not None:
         c = p.check
         real = c["real_load"]

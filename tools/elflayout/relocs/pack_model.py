@@ -61,6 +61,7 @@ class Packed:
     moved_sections: dict
     freed_bytes: int
     encode_s: float
+    strip_safe: bool = True          # False: the program header table moved (GNU strip breaks the output)
     cut: Cut | None = None           # absent with --keep-freed
     check: dict | None = None        # absent without --check (simload.check's document)
     plan_s: float = 0.0

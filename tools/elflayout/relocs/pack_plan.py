@@ -15,11 +15,13 @@ import numpy as np
 from elflayout import elfcore
 from elflayout import layouts as L
 from elflayout.arch import cut_granule
-from elflayout.relocs import selfapply
+from elflayout.errors import ElflayoutError
+from elflayout.relocs import notes, selfapply
 from elflayout.relocs.pack_cut import MIN_CUT_PAGES
 from elflayout.relocs.pack_input import FORMS, _fail, _Input, _read, _Selection, _select, _version_need, _VersionNeed, validate
 
 EXTRA_DYN_SLOTS = 4  # spare DT_NULLs left in a rebuilt dynamic array for later tools
+ELF64_ALIGN = 8  # sh_addralign of RELA tables and section headers (the numpy records are packed: .alignment is 1)
 PAGE = elfcore.PAGE
 READAROUND_BEFORE = 64 * 1024  # a page fault reads half of Linux's default 128 KiB window before it
 
@@ -50,6 +52,7 @@ class _Layout:
     relr_off: int
     end: int                 # first free byte after the kept relocations and RELR
     freed: int               # bytes of the rewritten range nothing uses (zeroed)
+    reserve: int = 0         # zero bytes left after the program header table for new entries
 
 
 def _phdr_table_end(inp: _Input) -> int:
@@ -68,14 +71,71 @@ def _phdr_reserve(inp: _Input, alloc, freed: int) -> int:
     return L.PHDR64.itemsize if nxt - end < L.PHDR64.itemsize else 0
 
 
-def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) -> _Layout:
-    """Step 4: the run slid forward, then the kept relocations and the RELR table."""
+# Segments describing one section (or a run of notes) that slide with it: _headers moves them.
+SLIDING_SEGMENTS = (L.PT_NOTE, L.PT_INTERP, L.PT_GNU_PROPERTY)
+
+
+def _interp_sections(inp: _Input) -> set:
+    """Sections exactly covered by PT_INTERP: the path string, read by its segment only."""
+    spans = {(int(p["p_offset"]), int(p["p_filesz"])) for p in inp.phdrs if p["p_type"] == L.PT_INTERP}
+    return {i for i, s in enumerate(inp.shdrs) if s["sh_type"] == L.SHT_PROGBITS
+            and not s["sh_flags"] & L.SHF_WRITE and (int(s["sh_offset"]), int(s["sh_size"])) in spans}
+
+
+def _alloc(inp: _Input) -> list:
+    """(file offset, index) of the allocated sections with bytes in the file."""
+    return [(int(s["sh_offset"]), i) for i, s in enumerate(inp.shdrs)
+            if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and s["sh_size"] > 0]
+
+
+def _slide_start(inp: _Input, sel: _Selection, alloc, run_start: int, rela_end: int, strict: bool) -> int | None:
+    """Where a run sliding right after the program header table starts, or None when it
+    may not slide: every section in it must sit at the address its offset maps to
+    (damaged headers do not); ``strict`` (room for the rewrite's own entries) also
+    ``_slide_blocked``."""
+    rela_off = inp.sh(inp.sec[".rela.dyn"], "sh_offset")
+    start = min([o for o, _ in alloc if o >= _phdr_table_end(inp)] + [run_start])
+    load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
+                 and p["p_offset"] <= start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
+    if load is None or any(inp.sh(i, "sh_addr") - o != int(load["p_vaddr"]) - int(load["p_offset"])
+                           for o, i in alloc if start <= o < rela_off):
+        return None
+    if strict and _slide_blocked(inp, sel, alloc, start, rela_off):
+        return None
+    return start
+
+
+def _slide_blocked(inp: _Input, sel: _Selection, alloc, lo: int, hi: int) -> bool:
+    """True when the file range ``[lo, hi)`` cannot slide: a section there that may not
+    move, or a relocation's addend pointing into it (a pointer to a note or to the
+    interpreter path would go stale)."""
+    interp = _interp_sections(inp)
+    for o, i in alloc:
+        s = inp.shdrs[i]
+        if lo <= o < hi and i not in interp and (s["sh_flags"] & L.SHF_WRITE or int(s["sh_type"])
+                                                 not in L.MOVABLE_TYPES | {L.SHT_NOTE}):
+            return True
+        if lo <= o < hi and s["sh_type"] == L.SHT_NOTE and \
+                notes.slide_problem(inp.section_bytes(i), inp.sh(i, "sh_addralign")):
+            return True
+    load = next((p for p in inp.phdrs if p["p_type"] == L.PT_LOAD
+                 and p["p_offset"] <= lo and hi <= p["p_offset"] + p["p_filesz"]), None)
+    if load is None:
+        return True
+    v = int(load["p_vaddr"]) - int(load["p_offset"])
+    a = sel.rel["r_addend"].astype(np.int64)
+    return bool(np.any((a >= lo + v) & (a < hi + v)))
+
+
+def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True, entries: int = 0) -> _Layout:
+    """Step 4: the run slid forward, then the kept relocations and the RELR table.
+    ``entries``: program headers to make room for after the table (``_phdr_need``), by
+    sliding everything between it and .rela.dyn (the interpreter path and notes too)."""
     img, shdrs, names = inp.img, inp.shdrs, inp.names
     rela_i = inp.sec[".rela.dyn"]
     rela_off = inp.sh(rela_i, "sh_offset")
     rela_end = rela_off + inp.sh(rela_i, "sh_size")
-    alloc = [(int(s["sh_offset"]), i) for i, s in enumerate(shdrs)
-             if s["sh_flags"] & L.SHF_ALLOC and s["sh_type"] != L.SHT_NOBITS and s["sh_size"] > 0]
+    alloc = _alloc(inp)
     run_start = min([inp.sh(i, "sh_offset") for i in vn.grow] + [rela_off])
 
     def load_of(start):  # the PT_LOAD holding the run from ``start`` to the end of .rela.dyn
@@ -83,22 +143,22 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) ->
                      and p["p_offset"] <= start and rela_end <= p["p_offset"] + p["p_filesz"]), None)
 
     reserve = _phdr_reserve(inp, alloc, int(sel.packable.sum()) * L.RELA64.itemsize) if cut else 0
-    if reserve:  # the run starts right after the program headers and leaves room for one more
-        start = min([o for o, _ in alloc if o >= _phdr_table_end(inp)] + [run_start])
-        load = load_of(start)
-        # every section that slides must sit at the address its offset maps to (damaged
-        # headers do not): else no room is made, and the cut finds none
-        if load is not None and all(inp.sh(i, "sh_addr") - o == int(load["p_vaddr"]) - int(load["p_offset"])
-                                    for o, i in alloc if start <= o < rela_off):
-            run_start = start
-        else:
+    reserve = max(reserve, entries * L.PHDR64.itemsize)
+    if reserve:  # the run starts right after the program headers and leaves room
+        start = _slide_start(inp, sel, alloc, run_start, rela_end, bool(entries))
+        if start is None:
             reserve = 0
+        else:
+            run_start = start
     in_run = sorted((o, i) for o, i in alloc if run_start <= o < rela_off)
     load = load_of(run_start)
     if load is None:
         _fail(img, "cannot grow the version tables in place: they and .rela.dyn are not in one PT_LOAD")
     movable = L.MOVABLE_TYPES | ({L.SHT_NOTE} if reserve else set())  # PT_NOTE follows its note (_headers)
+    interp = _interp_sections(inp) if reserve else set()  # so does PT_INTERP
     for o, i in in_run:
+        if i in interp:
+            continue
         if int(shdrs[i]["sh_type"]) not in movable or (shdrs[i]["sh_flags"] & L.SHF_WRITE):
             _fail(img, f"cannot grow .dynstr/.gnu.version_r in place: section {names[i]} lies between them "
                        "and .rela.dyn and is not a dynamic-linking table that may move")
@@ -110,11 +170,12 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) ->
                 spans[-1][1] = max(spans[-1][1], end)
             else:
                 spans.append([o, end])
+    spans += [[inp.sh(i, "sh_offset"), inp.sh(i, "sh_offset") + inp.sh(i, "sh_size")] for i in interp]
     for p in inp.phdrs:  # a note/eh_frame segment inside the run would lose its bytes
         if p["p_type"] not in (L.PT_LOAD, L.PT_PHDR) and p["p_filesz"] and \
                 p["p_offset"] < rela_end and p["p_offset"] + p["p_filesz"] > run_start and \
-                not (p["p_type"] == L.PT_NOTE and any(a <= p["p_offset"] and p["p_offset"] + p["p_filesz"] <= b
-                                                      for a, b in spans)):
+                not (p["p_type"] in SLIDING_SEGMENTS and any(a <= p["p_offset"] and p["p_offset"] + p["p_filesz"] <= b
+                                                             for a, b in spans)):
             _fail(img, f"cannot rewrite the tables: segment type {int(p['p_type']):#x} overlaps them")
     # Addends go into target words; none may sit in the bytes rewritten here.
     tf = sel.tgt_file[sel.packable]
@@ -134,7 +195,7 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) ->
         moved[i] = (new, len(content))
         blk[new - run_start:new - run_start + len(content)] = np.frombuffer(content, np.uint8)
         cur = new + len(content)
-    new_rela_off = L.align_up(cur, L.RELA64.alignment)
+    new_rela_off = L.align_up(cur, ELF64_ALIGN)
     kept_bytes = sel.kept.tobytes()
     if inp.form == "self" and not cut and len(kept_bytes) + sel.relr.nbytes <= READAROUND_BEFORE:
         # Freed pages kept: at the end of the freed space, next to .rela.plt/.plt, whose
@@ -152,7 +213,7 @@ def _layout(inp: _Input, sel: _Selection, vn: _VersionNeed, cut: bool = True) ->
     blk[relr_off - run_start:end - run_start] = sel.relr.view(np.uint8)
     return _Layout(run_start, rela_end, blk, moved, int(load["p_vaddr"]) - int(load["p_offset"]),
                    new_rela_off, kept_bytes, relr_off, end,
-                   rela_end - end + new_rela_off - L.align_up(cur, L.RELA64.alignment))
+                   rela_end - end + new_rela_off - L.align_up(cur, ELF64_ALIGN), reserve)
 
 
 @dataclass
@@ -422,11 +483,30 @@ def _phdr_room(inp: _Input) -> int:
     return max(n, 0)
 
 
-def _phdr_table(inp: _Input, lay: _Layout, dy: _DynamicPatch, cut: bool, ap: "_Applier | None" = None) -> _PhdrTable:
-    """Step 7a: room for the program headers the rewrite adds (the writable dynamic
-    segment; the cut's split, ``cut_freed_pages``).
+def _phdr_need(inp: _Input, lay: _Layout, dy: _DynamicPatch, cut: bool, ap: "_Applier | None") -> int:
+    """Program headers the rewrite adds (the writable dynamic segment, the routine's
+    segment, the cut's split) beyond the room after the table in place; 0 when they fit
+    or when a library's cut takes PT_PHDR's place (or keeps its pages)."""
+    ph = inp.phdrs
+    extra = (1 if dy.writable else 0) + (1 if ap is not None and ap.seg is None else 0)
+    pages = lay.rela_end // PAGE - L.align_up(lay.end, PAGE) // PAGE
+    cut_entry = 1 if cut and pages >= MIN_CUT_PAGES else 0
+    give_phdr = inp.interp is None and np.any(ph["p_type"] == L.PT_PHDR)
+    room = _phdr_room(inp) + lay.reserve // L.PHDR64.itemsize
+    if extra + cut_entry <= room + (1 if give_phdr and cut_entry else 0):
+        return 0
+    if not extra and (give_phdr or inp.interp is None):
+        return 0
+    return extra + cut_entry - room
 
-    A library may give PT_PHDR's place to the cut; an executable may not (glibc computes
+
+def _phdr_table(inp: _Input, lay: _Layout, dy: _DynamicPatch, cut: bool, ap: "_Applier | None" = None) -> _PhdrTable:
+    """Step 7a: room for the program headers the rewrite adds (``_phdr_need``).
+
+    The table stays at e_phoff when ``_layout`` made room after it: GNU strip and objcopy
+    write it right after the ELF header whatever e_phoff says, and shift every section
+    that overlaps it (the output does not start). Else (a section that may not move
+    follows it): a library may give PT_PHDR's place to the cut; an executable may not (glibc computes
     its load base from PT_PHDR). Without room after the table it moves into the freed
     space, right after the tables, with one spare entry for the cut: the PT_LOAD there
     maps it at an address that is its offset plus the first PT_LOAD's difference, so
@@ -435,15 +515,9 @@ def _phdr_table(inp: _Input, lay: _Layout, dy: _DynamicPatch, cut: bool, ap: "_A
     img, ph = inp.img, inp.phdrs
     phoff = int(img.elf.header["e_phoff"])
     here = _PhdrTable(phoff, False, "in place")
-    extra = (1 if dy.writable else 0) + (1 if ap is not None and ap.seg is None else 0)
-    pages = lambda start: lay.rela_end // PAGE - L.align_up(start, PAGE) // PAGE  # noqa: E731
-    cut_entry = 1 if cut and pages(lay.end) >= MIN_CUT_PAGES else 0
-    give_phdr = inp.interp is None and np.any(ph["p_type"] == L.PT_PHDR)
-    room = _phdr_room(inp)
-    if extra + cut_entry <= room + (1 if give_phdr and cut_entry else 0):
+    if not _phdr_need(inp, lay, dy, cut, ap):
         return here
-    if not extra and (give_phdr or inp.interp is None):
-        return here  # a library: the cut takes PT_PHDR's place, or finds no room and keeps the pages
+    extra = (1 if dy.writable else 0) + (1 if ap is not None and ap.seg is None else 0)
     at = L.align_up(lay.end, 8)  # p_align of PT_PHDR
     size = (ph.size + extra + 1) * L.PHDR64.itemsize
     first = ph[ph["p_type"] == L.PT_LOAD][0]
@@ -516,11 +590,11 @@ def _program_headers(inp: _Input, lay: _Layout, dy: _DynamicPatch, ap, pt: _Phdr
     if new:  # after the last PT_LOAD: they stay sorted by address
         last = int(np.flatnonzero(ph["p_type"] == L.PT_LOAD)[-1])
         ph = np.concatenate([ph[:last + 1], np.array(new, L.PHDR64), ph[last + 1:]]).astype(L.PHDR64)
+    x = ph["p_type"] == L.PT_PHDR  # it describes the table, grown in place or moved
     if pt.moved:
-        x = ph["p_type"] == L.PT_PHDR
         ph["p_offset"][x] = pt.off
         ph["p_vaddr"][x] = ph["p_paddr"][x] = pt.off + lay.vshift
-        ph["p_filesz"][x] = ph["p_memsz"][x] = ph.nbytes
+    ph["p_filesz"][x] = ph["p_memsz"][x] = ph.nbytes
     return ph
 
 
@@ -532,9 +606,10 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
     blocks = []
     pt = pt or _PhdrTable(int(hdr["e_phoff"]), False, "in place")
     ph = _program_headers(inp, lay, dy, ap, pt)
-    for i, sft in dy.shift.items():  # a note slid with the run (_phdr_reserve): its PT_NOTE too
-        x = (ph["p_type"] == L.PT_NOTE) & (ph["p_offset"] == inp.sh(i, "sh_offset"))
-        if sft and shdrs[i]["sh_type"] == L.SHT_NOTE and x.any():
+    slid = {i for i in dy.shift if shdrs[i]["sh_type"] == L.SHT_NOTE} | _interp_sections(inp)
+    for i, sft in dy.shift.items():  # a note or the interpreter path slid with the run: its segments too
+        x = np.isin(ph["p_type"], SLIDING_SEGMENTS) & (ph["p_offset"] == inp.sh(i, "sh_offset"))
+        if sft and i in slid and x.any():
             ph["p_offset"][x] += np.uint64(sft)
             ph["p_vaddr"][x] += np.uint64(dy.ashift[i])
             ph["p_paddr"][x] += np.uint64(dy.ashift[i])
@@ -598,7 +673,7 @@ def _headers(inp: _Input, sel: _Selection, vn: _VersionNeed, lay: _Layout, dy: _
     names_at = tail_at + len(head)
     sh["sh_offset"][shstr_i] = names_at
     sh["sh_size"][shstr_i] = len(shstr)
-    shoff = L.align_up(names_at + len(shstr), L.SHDR64.alignment)
+    shoff = L.align_up(names_at + len(shstr), ELF64_ALIGN)
     tail = head + shstr + bytes(shoff - names_at - len(shstr)) + sh.tobytes()
     ehdr = _read(img, 0, L.EHDR64.itemsize, L.EHDR64)
     ehdr["e_shoff"], ehdr["e_shnum"] = shoff, len(sh)
@@ -627,6 +702,15 @@ def plan_pack(img, form: str = "relr", cut: bool = True) -> Plan:
     lay = _layout(inp, sel, vn, cut)
     ap = _applier(inp, sel, lay, places) if form == "self" else None
     dy = _dynamic(inp, sel, vn, lay, ap, places)
+    need = _phdr_need(inp, lay, dy, cut, ap)
+    if need and _slide_start(inp, sel, _alloc(inp), lay.run_start, lay.rela_end, True) is not None:
+        # again, with room made after the table in place (GNU strip keeps it there)
+        try:
+            lay2 = _layout(inp, sel, vn, cut, lay.reserve // L.PHDR64.itemsize + need)
+            ap2 = _applier(inp, sel, lay2, places) if form == "self" else None
+            lay, ap, dy = lay2, ap2, _dynamic(inp, sel, vn, lay2, ap2, places)
+        except ElflayoutError:  # too little freed space to slide the tables: the table moves
+            pass
     pt = _phdr_table(inp, lay, dy, cut, ap)
     sym_blocks = _symbols(inp, lay, dy)
     if pt.moved or dy.writable:
@@ -648,6 +732,7 @@ def plan_pack(img, form: str = "relr", cut: bool = True) -> Plan:
                  if ap is not None else None),
         moved_sections={inp.names[i]: int(s) for i, s in dy.shift.items() if s and i != rela_i},
         freed_bytes=int(lay.freed), encode_s=round(t_enc - t0, 3),
+        strip_safe=not pt.moved,
     )
     return Plan(str(img.path), img.size, sel.tgt_file[sel.packable],
                 sel.rel["r_addend"][sel.packable].view(np.uint64), blocks, tail_at, tail, stats,

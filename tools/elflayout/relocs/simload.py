@@ -129,8 +129,10 @@ class Loaded:
                         np.uint64)
         return vals[inv]
 
-    def image(self, base: int) -> np.ndarray:
-        """The relocated image at load base ``base`` (uint8, index = link-time vaddr)."""
+    def image(self, base: int, last: bool = False) -> np.ndarray:
+        """The relocated image at load base ``base`` (uint8, index = link-time vaddr).
+        ``last``: no image follows, relocate the unrelocated one in place (no copy:
+        Chromium's executable maps 297 MB)."""
         loads = self.phdrs[self.phdrs["p_type"] == L.PT_LOAD]
         if not loads.size:
             raise ElflayoutError(f"{self.img.path}: no PT_LOAD segment")
@@ -145,7 +147,9 @@ class Loaded:
             for p in loads:
                 v, o, n = int(p["p_vaddr"]), int(p["p_offset"]), int(p["p_filesz"])
                 self._raw[v:v + n] = buf[o:o + n]
-        im = self._raw.copy()
+        im = self._raw if last else self._raw.copy()
+        if last:
+            self._raw = None
         w = im.view("<u8")
         B = np.uint64(base)
         relr = self.relr()
@@ -327,6 +331,9 @@ class Loaded:
             # notes may slide with the tables (pack_plan._phdr_reserve): compared by content (_notes)
             if (t in META_TYPES or alloc_strtab or t == L.SHT_NOTE) and s.flags & L.SHF_ALLOC:
                 out.append((s.addr, s.addr + s.size))
+        for p in self.phdrs:  # so may the interpreter path
+            if p["p_type"] == L.PT_INTERP:
+                out.append((int(p["p_vaddr"]), int(p["p_vaddr"] + p["p_memsz"])))
         return out
 
     def close(self):
@@ -379,13 +386,17 @@ def _misplaced(ph: np.ndarray) -> list:
     return out
 
 
+# Segments that slide with the tables after the program headers (pack_plan.SLIDING_SEGMENTS)
+SLIDING = (L.PT_NOTE, L.PT_INTERP, L.PT_GNU_PROPERTY)
+
+
 def _offsets_aside(ph: np.ndarray) -> np.ndarray:
     """File offsets zeroed (the image compare proves each address holds the same bytes)
     and PT_PHDR left out (optional in a shared library; the cut may give its place to
     the split PT_LOAD)."""
     ph = ph[ph["p_type"] != L.PT_PHDR].copy()
     ph["p_offset"] = 0
-    x = ph["p_type"] == L.PT_NOTE  # a note slides with the tables after the headers (_notes compares them)
+    x = np.isin(ph["p_type"], SLIDING)  # they slide with the tables after the headers (_notes compares them)
     ph["p_vaddr"][x] = ph["p_paddr"][x] = 0
     return ph
 
@@ -435,7 +446,7 @@ def _phdr_problems(a: Loaded, b: Loaded) -> list[str]:
 
 def _notes(l: "Loaded") -> list[bytes]:
     return [l.img.buf[int(p["p_offset"]):int(p["p_offset"] + p["p_filesz"])].tobytes()
-            for p in l.phdrs if p["p_type"] == L.PT_NOTE]
+            for p in l.phdrs if p["p_type"] in SLIDING]
 
 
 def compare_tables(a: Loaded, b: Loaded) -> list[str]:
@@ -451,7 +462,7 @@ def compare_tables(a: Loaded, b: Loaded) -> list[str]:
     pa, pb = _offsets_aside(_joined(a.phdrs)), _offsets_aside(_joined(pb_raw))
     bad += _phdr_problems(a, b)
     if _notes(a) != _notes(b):
-        bad.append("PT_NOTE contents differ")
+        bad.append("PT_NOTE/PT_INTERP/PT_GNU_PROPERTY contents differ")
     # a damaged input may have such a segment already: the output only keeps it
     before = {(int(p["p_type"]), int(p["p_vaddr"])) for p in _misplaced(a.phdrs)}
     bad += [f"segment {int(p['p_type']):#x} at vaddr {int(p['p_vaddr']):#x}: its file offset is not where its PT_LOAD "
@@ -552,8 +563,9 @@ def compare(path_a, path_b, bases=BASES) -> dict:
                    relocations=dict(input=_counts(a), output=_counts(b)))
         extra = added_loads(a, b)
         excl = _merged(excl)
-        for base in bases:
-            ia, ib = a.image(base), b.image(base)
+        for n, base in enumerate(bases):
+            last = n == len(bases) - 1
+            ia, ib = a.image(base, last), b.image(base, last)
             if ib.size > ia.size and extra and min(int(b.phdrs[i]["p_vaddr"]) for i in extra) >= ia.size:
                 ib = ib[:ia.size]  # beyond: the moved dynamic array, the routine: checked apart
             if ia.size != ib.size:

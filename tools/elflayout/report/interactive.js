@@ -2,7 +2,7 @@
    each <script class="elv-data"> (built by elflayout/report/interactive.py). */
 (function () {
   'use strict';
-  var MB = 1e6, GL_POINTS = 4000, SHOW_NAMES = 6;
+  var MB = 1e6, SHOW_NAMES = 6;
   window.elflayoutViews = {};
   if (typeof Plotly === 'undefined') return;
   var hasGL = (function () {
@@ -51,7 +51,7 @@
   function namesIn(p, a, b) {
     if (!p.attr) return '';
     var fs = functionsIn(p.attr, a, b);
-    return '<br>functions the profiled start-up touched here: ' + (fs.length ? fs.slice(0, SHOW_NAMES).map(function (f) {
+    return '<br>' + esc(p.attr.label || 'functions the profiled start-up touched here') + ': ' + (fs.length ? fs.slice(0, SHOW_NAMES).map(function (f) {
       return esc(f[2]);
     }).join(', ') + (fs.length > SHOW_NAMES ? ' (+' + (fs.length - SHOW_NAMES) + ' more: click)' : '') : 'none');
   }
@@ -66,9 +66,10 @@
     return s + namesIn(p, a, b);
   }
 
-  function detail(p, i, page) {
-    var r = p.reads, a = r.p[i] * page, b = (r.p[i] + r.n[i]) * page;
-    var s = p.text[i];
+  // The click panel for read i (or, for a page fault, fault i): its tooltip and every function.
+  function detail(p, kind, i, page) {
+    var r = p.reads, fault = kind === 'faults', a = (fault ? r.fp[i] : r.p[i]) * page;
+    var b = fault ? a + page : (r.p[i] + r.n[i]) * page, s = fault ? p.ftext[i] : p.text[i];
     if (p.attr) {
       var fs = functionsIn(p.attr, a, b);
       if (fs.length) {
@@ -91,6 +92,12 @@
     return { x: x, y: y };
   }
 
+  // Plotly's WebGL canvases default to twice the screen's pixels: 4x the raster work of
+  // each zoom where WebGL runs on the CPU (SwiftShader), for no sharper image on a 1x screen.
+  var GL_RATIO = Math.max(1, Math.min(4, window.devicePixelRatio || 1));
+  // Hiding tick labels past the plot measures each one at every zoom; ours never overflow.
+  var TICKS = { ticklabeloverflow: 'allow' };
+
   function axisName(k) { return k ? 'x' + (k + 1) : 'x'; }
   function axisKey(k) { return k ? 'xaxis' + (k + 1) : 'xaxis'; }
 
@@ -101,11 +108,11 @@
       hoverlabel: { align: 'left', font: { size: 11 } }, uirevision: 'keep' };
     var ymax = 0;
     shown.forEach(function (p, j) {
-      var xa = axisName(j), r = p.reads, gl = hasGL && r.t.length > GL_POINTS, type = gl ? 'scattergl' : 'scatter';
+      var xa = axisName(j), r = p.reads, type = hasGL ? 'scattergl' : 'scatter';  // SVG points: a zoom moves each one
       var xs = xmode === 'time' ? r.t : r.i, fx = xmode === 'time' ? r.ft : r.fi;
       ymax = Math.max(ymax, p.mapped_end / MB, Math.max.apply(null, p.mid.concat([0])));
       var sk = seekLines(r.seeks, xmode, d.page);
-      traces.push({ type: sk.x.length > GL_POINTS && hasGL ? 'scattergl' : 'scatter', mode: 'lines', x: sk.x, y: sk.y,
+      traces.push({ type: 'scatter', mode: 'lines', x: sk.x, y: sk.y,
         xaxis: xa, yaxis: 'y', hoverinfo: 'skip', line: { color: 'rgba(214,39,40,0.5)', width: 0.8 },
         name: 'seeks (jumps of more than ' + d.seek_pages + ' pages between consecutive reads)', legendgroup: 'seek', showlegend: j === 0 });
       traces.push({ type: type, mode: 'markers', x: fx, y: r.fp.map(function (q) { return (q + 0.5) * d.page / MB; }),
@@ -116,7 +123,7 @@
         hovertemplate: '%{text}<extra></extra>', marker: { size: p.size, color: 'rgba(26,26,26,0.8)' },
         name: 'reads (size: read-ahead window)', legendgroup: 'read', showlegend: j === 0,
         meta: { kind: 'reads', panel: p.variant } });
-      layout[axisKey(j)] = { domain: [j * (w + gap), j * (w + gap) + w], anchor: 'y', zeroline: false,
+      layout[axisKey(j)] = { ticklabeloverflow: TICKS.ticklabeloverflow, domain: [j * (w + gap), j * (w + gap) + w], anchor: 'y', zeroline: false,
         title: { text: xmode === 'time' ? 'time since exec (ms)' : 'read number (first-access rank)', font: { size: 12 } } };
       p.bands.forEach(function (b) {
         shapes.push({ type: 'rect', xref: xa + ' domain', x0: 0, x1: 1, yref: 'y', y0: b.a / MB, y1: b.b / MB,
@@ -133,7 +140,7 @@
           text: esc(b.l), showarrow: false, font: { size: 10, color: b.c } });
       });
     });
-    layout.yaxis = { range: [0, ymax * 1.01], title: { text: 'file offset (MB)', font: { size: 12 } }, zeroline: false };
+    layout.yaxis = { ticklabeloverflow: TICKS.ticklabeloverflow, range: [0, ymax * 1.01], title: { text: 'file offset (MB)', font: { size: 12 } }, zeroline: false };
     layout.shapes = shapes; layout.annotations = notes;
     return { data: traces, layout: layout };
   }
@@ -200,16 +207,17 @@
       state.shown.forEach(function (j) { if (!panels[j].text) prepare(panels[j], d.page); });
       var f = figure(d, state.shown.map(function (j) { return panels[j]; }), state.xmode);
       f.layout.uirevision = state.xmode + state.shown.join(',');
-      return Plotly.react(plot, f.data, f.layout, { responsive: true, scrollZoom: true, displaylogo: false });
+      return Plotly.react(plot, f.data, f.layout, { responsive: true, scrollZoom: true, displaylogo: false,
+        plotGlPixelRatio: GL_RATIO });
     }
     if (panels.length > 1) controls(ctl, panels, state, redraw);
     redraw();
     tm.drawn = performance.now();
     plot.on('plotly_click', function (ev) {
       var pt = ev.points && ev.points[0];
-      if (!pt || !pt.data.meta || pt.data.meta.kind !== 'reads') return;
+      if (!pt || !pt.data.meta || !pt.data.meta.kind) return;
       var p = panels.filter(function (q) { return q.variant === pt.data.meta.panel; })[0];
-      info.innerHTML = detail(p, pt.pointNumber, d.page);
+      info.innerHTML = detail(p, pt.data.meta.kind, pt.pointNumber, d.page);
     });
     var bf = barFigure(d, panels);
     Plotly.newPlot(bar, bf.data, bf.layout, { displaylogo: false, responsive: true });

@@ -28,14 +28,13 @@ import numpy as np
 
 from elflayout.errors import ElflayoutError
 from elflayout.report import data as D
+from elflayout.symbols import STT_FUNC
 
 MB = 1e6
 # Reads per variant drawn as points: a libLLVM-16 start-up reads ~13,000 windows; beyond
 # this many the view keeps every k-th read (and says so) to bound the file and the zoom time.
 MAX_READS = 60_000
 MAX_FAULTS = 60_000
-# Above this many points a trace is drawn with WebGL (scattergl): SVG zoom gets slow.
-GL_POINTS = 4_000
 DOM_ID_PREFIX = "elv"
 
 
@@ -124,9 +123,7 @@ def attribution(res, path: str, profiles: list[tuple[str, object]]) -> tuple[dic
                 continue
             attr = _functions(t)
             if not attr["f"]:  # the trace backend records pages, not functions
-                return None, (f"{Path(src).name} is of this build but names no functions with an offset (a trace "
-                              f"profile records pages only; profile with valgrind for functions): reads are not "
-                              f"attributed to functions")
+                return _own_symbols(path, want, t, Path(src).name)
             return attr, None
     if other:
         return None, (f"the profile is of another build of {Path(path).name} ({'; '.join(other)}; this file: "
@@ -134,6 +131,41 @@ def attribution(res, path: str, profiles: list[tuple[str, object]]) -> tuple[dic
     if profiles:
         return None, f"no profile of this build of {Path(path).name} (build-id {want or '?'}) among the inputs"
     return None, None
+
+
+def _own_symbols(path: str, want: str | None, t, src: str) -> tuple[dict | None, str]:
+    """For a profile of pages only: the functions of ``path``'s own symbol table (.symtab,
+    else .dynsym, as check-order reads them) on the pages the profile touched, when the
+    file at ``path`` is still that build; else (None, why not)."""
+    from elflayout.elfcore import ElfImage
+    from elflayout.order.resolve import elf_symbols
+
+    pages_only = f"{src} is of this build but names no functions with an offset (a trace profile records pages only"
+    try:
+        with ElfImage(path) as img:
+            same = want and img.identity()["build_id"] == want
+            table = ".symtab" if img.section(".symtab") else ".dynsym"
+            arr, names = elf_symbols(img) if same else (None, [])
+    except (OSError, ElflayoutError, ValueError) as e:
+        return None, f"{pages_only}; {path} cannot be read for its symbols: {e}): reads are not attributed to functions"
+    if not same:
+        return None, (f"{pages_only}; {path} is no longer build-id {want or '?'}, so its symbols cannot stand in): "
+                      f"reads are not attributed to functions")
+    rank = {}
+    for pg in t.pages:
+        rank.setdefault(int(pg.page), int(pg.first))
+    sel = np.flatnonzero((arr["type"] == STT_FUNC) & (arr["offset"] >= 0))
+    rows = {}
+    for i, off, size in zip(sel.tolist(), arr["offset"][sel].tolist(), arr["size"][sel].tolist()):
+        first = min((rank[q] for q in range(off // D.PAGE, (off + max(size, 1) - 1) // D.PAGE + 1) if q in rank),
+                    default=None)
+        if first is not None:  # on a page the start-up touched: the only ones a tooltip may name as touched
+            rows.setdefault((off, size, names[i]), first)
+    f = sorted([o, max(s, 1), n, -1, r] for (o, s, n), r in rows.items())
+    label = (f"functions on pages the profiled start-up touched (from the library's own {table}: the profile "
+             f"records pages only)")
+    return {"f": f, "o": [], "profile_pages": len(t.pages), "data_objects": 0, "label": label}, (
+        f"{pages_only}): functions are named from the library's own {table}, on the pages the profile touched")
 
 
 def _functions(t) -> dict:

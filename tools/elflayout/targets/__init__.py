@@ -113,10 +113,11 @@ def run(cmd: list, *, cwd=None, env=None, what: str | None = None) -> subprocess
     return r
 
 
-def fetch_debs(packages: Iterable[str], name: str) -> Path:
+def fetch_debs(packages: Iterable[str], name: str, arch: str | None = None) -> Path:
     """Download Debian ``packages`` with ``apt-get download`` and unpack them all into
     ``cache_dir("debs", name)``; return that root. Done once: a stamp records the
-    package list, so later calls cost nothing."""
+    package list, so later calls cost nothing. ``arch``: a foreign Debian architecture
+    (``arm64``: ``apt-get download PKG:arm64``, kept apart from this machine's .debs)."""
     packages = list(packages)
     root = cache_dir("debs", name)
     stamp = root / ".unpacked.json"
@@ -125,16 +126,17 @@ def fetch_debs(packages: Iterable[str], name: str) -> Path:
     with locked(cache_dir("debs") / f".{name}.lock"):
         if stamp.exists() and json.loads(stamp.read_text()) == packages:
             return root
-        dl = cache_dir("debs", "download")
+        dl = cache_dir("debs", "download" if arch is None else f"download-{arch}")
         debs = []
         for pkg in packages:
             have = sorted(dl.glob(f"{pkg}_*.deb"))
+            spec = pkg if arch is None else f"{pkg}:{arch}"
             if not have:
-                r = subprocess.run(["apt-get", "download", pkg], cwd=dl, capture_output=True, text=True)
+                r = subprocess.run(["apt-get", "download", spec], cwd=dl, capture_output=True, text=True)
                 if r.returncode != 0:
                     # A stale package list is the usual cause on a fresh machine.
                     subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
-                    run(["apt-get", "download", pkg], cwd=dl, what=f"apt-get download {pkg}")
+                    run(["apt-get", "download", spec], cwd=dl, what=f"apt-get download {spec}")
                 have = sorted(dl.glob(f"{pkg}_*.deb"))
             if not have:
                 raise ElflayoutError(f"{pkg}: apt-get download produced no .deb in {dl}")

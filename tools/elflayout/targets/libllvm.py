@@ -20,22 +20,76 @@ direct), NEEDED libffi, libedit, libz3, libz, libzstd, libtinfo, libxml2.
 ``relink`` checks that ``llc-16`` and ``opt-16 -O2`` give byte-identical output with
 the relinked library (``LD_LIBRARY_PATH=<outdir>``, which overrides the tools'
 RUNPATH) and with the shipped one.
+
+The same recipe builds Debian's arm64 library (``platform=ARM64``): the archives of
+``llvm-16-dev:arm64``, the cross driver ``aarch64-linux-gnu-g++``, the exported names and
+run-time libraries of the arm64 root (scripts/arm64-root.sh), and the tools run under
+qemu-user for the check.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import atomic_write_text
 from elflayout.targets import (args_fingerprint, build_slot, cache_dir, ensure_installed, fetch_debs, param_key,
                                record_paths, run, save_record)
-from elflayout.toolchain import driver_args, linker_flag
+from elflayout.toolchain import cross_linker_flags, driver_args, linker_flag
 
 SONAME = "libLLVM-16.so.1"
 SYSTEM_LIB = Path("/usr/lib/x86_64-linux-gnu") / SONAME
+
+
+@dataclass(frozen=True)
+class Platform:
+    """The machine a build is for: this one (x86-64), or arm64 built with the cross
+    driver from arm64 .debs and run under qemu-user in the arm64 root."""
+    name: str
+    machine: str             # ELF machine
+    deb_arch: str | None     # a foreign Debian architecture (None: this machine's packages)
+    driver: str              # the C++ compiler driver that links
+    triplet: str             # Debian multiarch directory
+
+    @property
+    def native(self) -> bool:
+        return self.deb_arch is None
+
+    def root(self) -> Path:
+        """The system root the shipped library and tools are in ("/" natively)."""
+        if self.native:
+            return Path("/")
+        from elflayout import emulator
+
+        r = emulator.sysroot(self.machine)
+        if not (r / "usr/lib" / self.triplet / SONAME).exists():
+            raise ElflayoutError(f"{r}: no {self.name} {SONAME} (make the root with scripts/arm64-root.sh)")
+        return r
+
+    def system_lib(self) -> Path:
+        return SYSTEM_LIB if self.native else self.root() / "usr/lib" / self.triplet / SONAME
+
+    def run_prefix(self, libdir: Path | None) -> list[str]:
+        """How a tool of this platform runs, loading libraries from ``libdir`` first."""
+        if self.native:
+            return []
+        from elflayout import emulator
+
+        em = emulator.detect(self.machine)
+        return [*em.argv, *(["-E", f"LD_LIBRARY_PATH={libdir}"] if libdir else [])]
+
+    def library_dirs(self) -> list[str]:
+        """-L options for the run-time libraries (the root's, for a foreign machine)."""
+        if self.native:
+            return []
+        return [f"-L{self.root() / d / self.triplet}" for d in ("usr/lib", "lib")]
+
+
+X86_64 = Platform("x86-64", "EM_X86_64", None, "g++", "x86_64-linux-gnu")
+ARM64 = Platform("arm64", "EM_AARCH64", "arm64", "aarch64-linux-gnu-g++", "aarch64-linux-gnu")
 DEV_PACKAGES = ["llvm-16-dev", "libpolly-16-dev"]
 TOOLS_PACKAGES = ["llvm-16", "libllvm16"]
 RUNTIME_PACKAGES = ["libffi8", "libedit2", "zlib1g", "libzstd1", "libtinfo6", "libxml2", "libz3-4"]
@@ -125,28 +179,33 @@ def training_corpus() -> dict[str, Path]:
     return out
 
 
-def tool(name: str) -> Path:
-    """An LLVM 16 tool of package llvm-16 (``/usr/bin/NAME-16``)."""
-    p = Path(f"/usr/bin/{name}-16")
+def tool(name: str, platform: Platform = X86_64) -> Path:
+    """An LLVM 16 tool of package llvm-16 (``/usr/bin/NAME-16``; the arm64 root's
+    ``usr/lib/llvm-16/bin/NAME``: the root has no /usr/bin links)."""
+    p = Path(f"/usr/bin/{name}-16") if platform.native else platform.root() / "usr/lib/llvm-16/bin" / name
     if not p.exists():
         raise ElflayoutError(f"{p}: not installed (apt-get install llvm-16)")
     return p
 
 
-def system() -> dict:
+def system(platform: Platform = X86_64) -> dict:
     """The shipped library and its workloads: ``dict(lib, llc, opt, workloads)``."""
-    if not SYSTEM_LIB.exists():
-        raise ElflayoutError(f"{SYSTEM_LIB}: not installed (apt-get install libllvm16)")
-    llc, opt = tool("llc"), tool("opt")
+    lib = platform.system_lib()
+    if not lib.exists():
+        raise ElflayoutError(f"{lib}: not installed (apt-get install libllvm16)")
+    llc = tool("llc", platform)
+    opt = tool("opt", platform) if platform.native else None  # opt is not in the arm64 root (package llvm-16)
     ll = example_ll()
-    return dict(lib=SYSTEM_LIB, llc=llc, opt=opt, example_ll=ll,
-                workloads={"version": [str(llc), "--version"],
-                           "opt": [str(opt), "-O2", str(ll), "-S", "-o", "-"]})
+    workloads = {"version": [str(llc), "--version"]}
+    if opt is not None:
+        workloads["opt"] = [str(opt), "-O2", str(ll), "-S", "-o", "-"]
+    return dict(lib=lib, llc=llc, opt=opt, example_ll=ll, workloads=workloads)
 
 
-def archives() -> list[Path]:
+def archives(platform: Platform = X86_64) -> list[Path]:
     """The static archives linked into the dylib, in the default (sorted) order."""
-    root = fetch_debs(DEV_PACKAGES, "llvm-16") / ARCHIVE_DIR
+    root = (fetch_debs(DEV_PACKAGES, "llvm-16") if platform.native else
+            fetch_debs(DEV_PACKAGES, f"llvm-16-{platform.deb_arch}", arch=platform.deb_arch)) / ARCHIVE_DIR
     names = sorted(p.name for p in root.glob("libLLVM*.a"))
     keep = [n for n in names if n not in EXCLUDE and not n.startswith(EXCLUDE_PREFIXES)]
     for n in EXTRA_ARCHIVES:
@@ -155,14 +214,16 @@ def archives() -> list[Path]:
     return [root / n for n in keep + EXTRA_ARCHIVES]
 
 
-def version_script() -> Path:
+def version_script(platform: Platform = X86_64) -> Path:
     """``LLVM_16 { global: ...; local: *; };`` from the shipped library's dynsym."""
-    out = cache_dir("libllvm") / "libLLVM-16.map"
+    out = cache_dir("libllvm") / ("libLLVM-16.map" if platform.native else f"libLLVM-16-{platform.deb_arch}.map")
     if out.exists():
         return out
-    names = _dynsym_defined(SYSTEM_LIB)
+    # Linker-defined markers (gold and GNU ld export them): no linker takes them from a
+    # version script when it does not define them (lld >= 16 refuses the script).
+    names = _dynsym_defined(platform.system_lib()) - LINKER_MARKERS
     if not names:
-        raise ElflayoutError(f"{SYSTEM_LIB}: no defined dynamic symbols")
+        raise ElflayoutError(f"{platform.system_lib()}: no defined dynamic symbols")
     body = "".join(f'    "{n}";\n' for n in sorted(names))
     atomic_write_text(out, f"LLVM_16 {{\n  global:\n{body}  local: *;\n}};\n")
     return out
@@ -179,11 +240,13 @@ def _dynsym_defined(path) -> set[str]:
     return names
 
 
-def _missing_exports(lib) -> list[str]:
+# Linker-defined markers: GNU ld and gold export them, lld does not; nothing uses them.
+LINKER_MARKERS = {"__bss_start", "_edata", "_end"}
+
+
+def _missing_exports(lib, platform: Platform = X86_64) -> list[str]:
     """Names the shipped library exports and ``lib`` does not (sorted)."""
-    # Linker-defined markers: GNU ld exports them, lld does not; nothing uses them.
-    markers = {"__bss_start", "_edata", "_end"}
-    return sorted(_dynsym_defined(SYSTEM_LIB) - _dynsym_defined(lib) - markers)
+    return sorted(_dynsym_defined(platform.system_lib()) - _dynsym_defined(lib) - LINKER_MARKERS)
 
 
 def _verify_env(libdir: Path | None) -> dict:
@@ -193,78 +256,85 @@ def _verify_env(libdir: Path | None) -> dict:
     return env
 
 
-def verify(outdir) -> dict:
+def verify(outdir, platform: Platform = X86_64) -> dict:
     """Run llc-16/opt-16 with the library in ``outdir`` and with the shipped one;
     raise unless every output is byte-identical. Returns {check: bytes of output}."""
-    s = system()
+    s = system(platform)
     ll = s["example_ll"]
-    checks = {
-        "llc --version": [s["llc"], "--version"],
-        "opt -O2": [s["opt"], "-O2", ll, "-S", "-o", "-"],
-        "llc -O2": [s["llc"], "-O2", ll, "-o", "-"],
-        "opt -O2 | llc": None,
-    }
+    checks = {"llc --version": [s["llc"], "--version"], "llc -O2": [s["llc"], "-O2", ll, "-o", "-"]}
+    if s["opt"] is not None:
+        checks |= {"opt -O2": [s["opt"], "-O2", ll, "-S", "-o", "-"], "opt -O2 | llc": None}
     sizes = {}
     outdir = Path(outdir)
     for name, argv in checks.items():
         got = []
         for libdir in (outdir, None):
-            env = _verify_env(libdir)
+            env, pre = _verify_env(libdir if platform.native else None), platform.run_prefix(libdir)
             if argv is None:
                 ir = subprocess.run([str(s["opt"]), "-O2", str(ll), "-o", "-"], env=env, capture_output=True)
                 r = subprocess.run([str(s["llc"]), "-O2", "-o", "-"], input=ir.stdout, env=env, capture_output=True)
             else:
-                r = subprocess.run([str(a) for a in argv], env=env, capture_output=True)
+                r = subprocess.run([*pre, *map(str, argv)], env=env, capture_output=True)
             if r.returncode != 0:
-                where = outdir if libdir else SYSTEM_LIB
+                where = outdir if libdir else platform.system_lib()
                 raise ElflayoutError(f"{where}: {name} failed (exit {r.returncode}): "
                                      f"{r.stderr.decode(errors='replace').strip()[-300:]}")
             got.append(r.stdout)
         if got[0] != got[1]:
             raise ElflayoutError(f"{outdir / SONAME}: {name} output differs from the shipped library's")
         sizes[name] = len(got[0])
-    # The relinked library must really be the one loaded.
-    r = subprocess.run(["ldd", str(s["llc"])], env=_verify_env(outdir), capture_output=True, text=True)
+    # The relinked library must really be the one loaded (ld.so's list: ldd's, also under qemu).
+    pre = platform.run_prefix(outdir)
+    r = subprocess.run(["ldd", str(s["llc"])] if not pre else [*pre, "-E", "LD_TRACE_LOADED_OBJECTS=1", str(s["llc"])],
+                       env=_verify_env(outdir if not pre else None), capture_output=True, text=True)
     if str(outdir / SONAME) not in r.stdout:
         raise ElflayoutError(f"{outdir}: llc-16 does not load {SONAME} from there (ldd: {r.stdout.strip()[:200]})")
     return sizes
 
 
+def link_command(linker: str, lib: Path, extra=(), archive_order=None, platform: Platform = X86_64) -> list[str]:
+    """The command linking ``lib`` (with its map beside it) from the archives."""
+    flags = [linker_flag(linker)] if platform.native else cross_linker_flags(linker)
+    arch = archives(platform) if archive_order is None else [Path(a) for a in archive_order]
+    return [platform.driver, "-shared", *flags, *LINK_FLAGS, f"-Wl,--version-script={version_script(platform)}",
+            f"-Wl,-Map={lib}.map", "-o", str(lib), "-Wl,--whole-archive", *map(str, arch),
+            "-Wl,--no-whole-archive", *extra, *platform.library_dirs(), *LIBS]
+
+
 def relink(linker: str = "lld", extra_link_args=(), outdir=None, archive_order=None, check: bool = True,
-           order_args=()) -> dict:
+           order_args=(), platform: Platform = X86_64) -> dict:
     """Link libLLVM-16.so.1 from the static archives with ``linker`` (lld or gold;
     bfd works but takes minutes), ``extra_link_args`` (e.g.
     ``-Wl,--symbol-ordering-file=F`` or ``-Wl,--section-ordering-file=F``) into
     ``outdir`` (default: a cache directory keyed by linker and arguments), with a
     link map (``order_args`` is a synonym appended to ``extra_link_args``; an
-    ``archive_order`` list replaces the default sorted archive order). Cached and
-    verified (``check``) once per parameters. Returns ``dict(lib, map, link_cmd, outdir, linker, workloads,
-    env)``: run a workload with ``os.environ | env`` to load the relinked library.
+    ``archive_order`` list replaces the default sorted archive order), for ``platform``
+    (X86_64 or ARM64). Cached and verified (``check``) once per parameters. Returns
+    ``dict(lib, map, link_cmd, outdir, linker, workloads, env)``: run a workload with
+    ``os.environ | env`` to load the relinked library.
     """
-    flag = linker_flag(linker)
-    ensure_installed(RUNTIME_PACKAGES + TOOLS_PACKAGES)
-    arch = archives() if archive_order is None else [Path(a) for a in archive_order]
+    if platform.native:
+        linker_flag(linker)
+        ensure_installed(RUNTIME_PACKAGES + TOOLS_PACKAGES)
+    arch = archives(platform) if archive_order is None else [Path(a) for a in archive_order]
     extra = driver_args((*extra_link_args, *order_args))
-    vs = version_script()
     key = param_key(linker, args_fingerprint(extra), [a.name for a in arch])
-    with build_slot("libllvm", linker, key, outdir, outputs=(SONAME, f"{SONAME}.map")) as (out, done):
+    kind = "libllvm" if platform.native else f"libllvm-{platform.deb_arch}"
+    with build_slot(kind, linker, key, outdir, outputs=(SONAME, f"{SONAME}.map")) as (out, done):
         if done:
             return _as_paths(done)
-        lib, lmap = out / SONAME, out / f"{SONAME}.map"
-        link_cmd = ["g++", "-shared", flag, *LINK_FLAGS, f"-Wl,--version-script={vs}", f"-Wl,-Map={lmap}",
-                    "-o", str(lib), "-Wl,--whole-archive", *map(str, arch), "-Wl,--no-whole-archive",
-                    *extra, *LIBS]
+        lib = out / SONAME
+        link_cmd = link_command(linker, lib, extra, arch, platform)
         run(link_cmd, what=f"link {SONAME} with {linker}")
-        missing = _missing_exports(lib)
+        missing = _missing_exports(lib, platform)
         if missing:
             raise ElflayoutError(f"{lib}: {len(missing)} symbols of the shipped library are not exported "
                                  f"(e.g. {missing[0]})")
-        sizes = verify(out) if check else {}
-        s = system()
-        d = dict(lib=str(lib), map=str(lmap), link_cmd=link_cmd, outdir=str(out), linker=linker, key=key,
+        sizes = verify(out, platform) if check else {}
+        d = dict(lib=str(lib), map=f"{lib}.map", link_cmd=link_cmd, outdir=str(out), linker=linker, key=key,
                  archives=[str(a) for a in arch], env={"LD_LIBRARY_PATH": str(out)},
-                 workloads=s["workloads"] | {}, verified=sizes)
-        d["workloads"] = {k: [str(x) for x in v] for k, v in d["workloads"].items()}
+                 workloads={k: [str(x) for x in v] for k, v in system(platform)["workloads"].items()},
+                 verified=sizes, platform=platform.name)
         save_record(out, d)
     return _as_paths(d)
 

@@ -1,0 +1,115 @@
+"""``elflayout link`` with no other flag applies the default steps (``order.defaults``):
+split, the algorithm the readahead model predicts best, data and .dynstr order, packing
+and the order check; each can be turned off and the summary says so."""
+
+import pytest
+
+from conftest import need_tool, run_cli
+from test_split_link import plain  # noqa: F401  (the fixture: objects without function sections)
+
+from elflayout.order import defaults
+
+
+def _steps(stderr: str) -> dict[str, str]:
+    """The summary lines ``name: value (why)...`` by step name."""
+    out = {}
+    for line in stderr.splitlines():
+        body = line.removeprefix("elflayout: link: ")
+        for name in ("split", "algorithm", "data order", ".dynstr order", "pack", "profile", "check"):
+            if body.startswith(name + ": ") and line.startswith("elflayout: link: "):
+                out[name] = body[len(name) + 2:]
+    return out
+
+
+def test_pack_auto_follows_glibc_and_linker():
+    assert defaults.pack_form(None, "lld", glibc=(2, 36)).value == "pack-relocs"
+    assert defaults.pack_form("auto", "gold", glibc=(2, 40)).value == "pack-relocs"
+    assert defaults.pack_form(None, "lld", glibc=(2, 35)).value == "self"
+    assert defaults.pack_form(None, "gold", glibc=(2, 31)).value is None
+    assert defaults.pack_form("none", "lld", glibc=(2, 40)).value is None
+    assert defaults.pack_form("relr", "lld", glibc=(2, 31)).value == "relr"
+
+
+def test_split_auto_only_without_function_sections(plain, tmp_path):  # noqa: F811
+    import order_testlib as testlib
+
+    assert defaults.split_step(None, plain["objects"], "lld").value is True
+    assert "functions)" in defaults.split_step(None, plain["objects"], "lld").why
+    d = testlib.build_profiled(tmp_path, n_objects=2, funcs_per_object=4, seed=5)
+    assert defaults.split_step(None, [str(o) for o in d["objects"]], "lld").value is False
+    assert defaults.split_step(None, plain["objects"], "objects").value is False
+    assert defaults.split_step(False, plain["objects"], "lld").value is False
+
+
+def test_default_link_applies_every_step(plain, tmp_path):  # noqa: F811
+    need_tool("ld.lld")
+    lib = tmp_path / "l.so"
+    r = run_cli("link", "--profile", plain["profile"], "--linker", "lld", "--",
+                "gcc", "-shared", "-fuse-ld=lld", "-o", lib, *plain["objects"])
+    assert r.returncode == 0, r.stderr
+    s = _steps(r.stderr)
+    assert s["split"].startswith("on (no function sections: ")
+    assert s["algorithm"].split()[0] in ("first-access", "hot-last") and "readahead model" in s["algorithm"]
+    assert "predicted: first-access " in s["algorithm"] and " pages, hot-last " in s["algorithm"]
+    assert s["data order"].startswith("on (lld data-section script")
+    assert s[".dynstr order"].startswith("on ")
+    assert "pack" in s and s["check"].startswith("on ")
+    # the synthetic profile is one run with stdout inherited: the summary says how to record one as measured
+    assert s["profile"].startswith("other conditions (not stdout to /dev/null nor several runs merged")
+    assert "--symbol-ordering-file=" in r.stderr and "dynstr.rsp" in r.stderr
+    assert "100.0% in profile order" in r.stderr
+
+
+def test_each_default_step_can_be_turned_off(plain, tmp_path):  # noqa: F811
+    need_tool("ld.lld")
+    lib = tmp_path / "l.so"
+    r = run_cli("link", "--profile", plain["profile"], "--linker", "lld", "--algorithm", "first-access",
+                "--no-data", "--no-dynstr", "--no-split", "--pack", "none", "--no-check-order", "--",
+                "gcc", "-shared", "-fuse-ld=lld", "-o", lib, *plain["objects"])
+    # not split, so not in order: without the check that is not an error
+    assert r.returncode == 0, r.stderr
+    s = _steps(r.stderr)
+    assert s["split"] == "off (--no-split)"
+    assert s["algorithm"].startswith("first-access (asked)")
+    assert s["data order"] == "off (--no-data)"
+    assert s[".dynstr order"] == "off (--no-dynstr)"
+    assert s["pack"] == "off (--pack none)"
+    assert s["check"] == "off (--no-check-order)"
+    assert "dynstr.rsp" not in r.stderr and "data.ld" not in r.stderr and "split" not in r.stderr.split("split:")[0]
+    assert lib.exists()
+
+
+@pytest.mark.parametrize("opt", ["--data-script", "--dynstr"])
+def test_lld_companions_refused_for_gnu_ld(plain, tmp_path, opt):  # noqa: F811
+    r = run_cli("link", opt, "--profile", plain["profile"], "--linker", "bfd", "--",
+                "gcc", "-shared", "-o", tmp_path / "l.so", *plain["objects"], check=2)
+    assert "an lld companion" in r.stderr
+
+
+def test_algorithm_auto_takes_the_fewer_predicted_pages(monkeypatch):
+    u = type("U", (), {"text_order": [("f", ".text.f", "a.o")]})()
+    pred = {"first-access": 120, "hot-last": 110}
+    seen = []
+    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra: seen.append(ra) or dict(pred))
+    s = defaults.algorithm_step("auto", "lld", None, u)
+    assert s.value == "hot-last" and "first-access 120 pages, hot-last 110 pages" in s.predicted
+    # the window of a typical machine, not the profile's (the profiling machine's device setting)
+    assert seen == [128]
+    pred["hot-last"] = 120  # a tie keeps first-access
+    assert defaults.algorithm_step("auto", "lld", None, u).value == "first-access"
+    pred["hot-last"] = 1
+    assert defaults.algorithm_step("auto", "gold", None, u).value == "first-access"  # .init/.plt first
+    assert defaults.algorithm_step("auto", "lld", None, None).value == "first-access"  # no cold list
+    assert defaults.algorithm_step("first-access", "lld", None, u).value == "first-access"
+
+
+def test_profiled_objects_are_matched_by_name_in_a_link_elsewhere():
+    """link --split links copies in a temporary directory: the profiled build's objects
+    (data sections named with their file) must name those copies, or the data script
+    matches nothing of them."""
+    from elflayout.order.resolve import same_objects
+
+    profiled = ["/cache/split/a.o", "/cache/split/b.o", "/usr/lib/crti.o", None, "/x/dup.o", "/y/dup.o"]
+    link = ["/tmp/l/0/a.o", "/tmp/l/1/b.o", "/usr/lib/crti.o", "/tmp/l/2/dup.o", "/tmp/l/3/dup.o"]
+    assert same_objects(profiled, link) == ["/tmp/l/0/a.o", "/tmp/l/1/b.o", "/usr/lib/crti.o", None,
+                                            "/x/dup.o", "/y/dup.o"]

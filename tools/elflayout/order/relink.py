@@ -1,0 +1,312 @@
+"""The library function behind ``elflayout link``: run a real link command with a
+profile's ordering and the default steps (``order.defaults``) applied, then check it.
+
+``relink(cmd, LinkOptions(...), say)`` returns a ``LinkResult`` (exit status, the
+command run, the steps decided and the check's lines); the CLI (``link_cli``) only
+parses options and prints. Bad input raises ``ElflayoutError``; an ordering the linker
+did not honour raises ``link.OrderNotHonoured``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from elflayout import fileio
+from elflayout.errors import ElflayoutError, Finding
+from elflayout.order import defaults, pipeline
+from elflayout.order.defaults import Step
+from elflayout.order.link import (_OBJ_EXT, DEFAULT_FORMAT, apply, check_output, check_request, command_binds_now,
+                                  companion_args, map_of, parse_command, split_command, OrderNotHonoured)
+from elflayout.toolchain import linker_name
+
+
+@dataclass
+class LinkOptions:
+    """``elflayout link``'s options. None for ``data_script``, ``dynstr``, ``split`` and
+    ``pack`` (and ``algorithm="auto"``): decided by ``order.defaults``; False/"none": off."""
+
+    profile: str | None = None
+    linker: str | None = None
+    format: str = "auto"
+    algorithm: str = "auto"
+    target: str | None = None
+    lib: str | None = None
+    objects_from: str | None = None
+    data: bool = True
+    combine: str | None = None
+    allow_stale_profile: bool = False
+    keep_order_file: str | None = None
+    force: bool = False
+    min_order: float = 0.9
+    data_script: bool | None = None
+    dynstr: bool | None = None
+    split: bool | None = None
+    pack: str | None = None
+    check: bool = False
+    root: str | None = None
+    check_order: bool = True
+    move_symtab: bool = False
+
+
+@dataclass
+class LinkResult:
+    status: int
+    command: list[str]
+    steps: list[Step] = field(default_factory=list)
+    check: list[str] = field(default_factory=list)
+
+
+def run_command(cmd: list[str]) -> int:
+    """Run a link command, its output passing through; its exit status."""
+    try:
+        r = subprocess.run(cmd)
+    except FileNotFoundError:
+        raise ElflayoutError(f"{cmd[0]}: command not found") from None
+    if r.returncode != 0:
+        print(f"elflayout: link command failed (exit {r.returncode})", file=sys.stderr)
+    return r.returncode
+
+
+def _no_status(_msg):
+    return contextlib.nullcontext()
+
+
+def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambda m: None,
+           status=_no_status) -> LinkResult:
+    """Link ``cmd`` as ``opts`` asks (see the module docstring); ``say`` gets progress
+    lines, ``status(msg)`` a context manager around the long self-packing step."""
+    parsed = parse_command(cmd, None if opts.linker is None else linker_name(opts.linker))
+    linker = parsed["linker"]
+    fmt = DEFAULT_FORMAT[linker] if opts.format == "auto" else opts.format
+    _check_options(opts, linker)
+    pack = defaults.pack_form(opts.pack if opts.profile else (opts.pack or "none"), linker)
+    if opts.profile is None:
+        rc = link_packed(parsed, parsed["cmd"], pack.value, opts, say, status)
+        if not rc:
+            _note_pack(pack, parsed["output"])
+        return LinkResult(rc, parsed["cmd"], [pack] + ([move_symtab(parsed["output"])] if opts.move_symtab and not rc
+                                                       else []))
+    if opts.data_script and not opts.data:
+        raise ElflayoutError("--data-script: data order is off (--no-data)")
+    inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
+              and os.path.isfile(a)]
+    split = defaults.split_step(opts.split, inputs, fmt)
+    check_request(parsed, linker, fmt, bool(split.value), bool(opts.data_script), bool(opts.dynstr))
+    if opts.keep_order_file:
+        fileio.check_output(opts.keep_order_file, force=opts.force, inputs=(opts.profile,))
+    cmd_objs = [parsed["cmd"][p] for p in parsed["object_positions"]]
+    lld = fmt == "lld" and linker == "lld"
+    with tempfile.TemporaryDirectory(prefix="elflayout-link-") as td:
+        objects_from = opts.objects_from
+        if split.value:
+            parsed = split_command(parsed, Path(td) / "split", say)
+            if lld and objects_from is None:
+                objects_from = _prelink_map(parsed, Path(td) / "prelink", say)
+        req = pipeline.Request(opts.profile, fmt, algorithm="first-access" if opts.algorithm == "auto" else opts.algorithm,
+                               target=opts.target, lib=opts.lib, objects_from=objects_from, data=opts.data,
+                               combine=opts.combine, allow_stale_profile=opts.allow_stale_profile,
+                               default_target=Path(parsed["output"]).name, objects=tuple(cmd_objs),
+                               bind_now=command_binds_now(parsed["cmd"]), split=bool(split.value),
+                               header=f"generated by elflayout link --linker {linker} from {Path(opts.profile).name}")
+        o = pipeline.order(req)
+        algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe)
+        if algo.value != req.algorithm:
+            o = pipeline.order(dataclasses.replace(req, algorithm=algo.value))
+        for w in o.warnings:
+            print(f"elflayout: warning: {w}", file=sys.stderr)
+        _say_matched(o, fmt, linker, say)
+        steps = [split, algo, *_companion_steps(opts, o, lld), defaults.profile_step(o.profile.metadata)]
+        if split.value and steps[2].value and not _data_sections_split(o.universe):
+            steps[2].why += ("; data sections are named as split: profile a build of split objects "
+                             "(elflayout split, docs/splitting.md) for them to match")
+        order_file = Path(opts.keep_order_file) if opts.keep_order_file else Path(td) / f"order.{fmt}"
+        fileio.atomic_write_text(order_file, o.text)
+        full = apply(parsed, linker, fmt, o.text, order_file)
+        full += companion_args(parsed, o, Path(td), steps[2].value is True, steps[3].value is True, say)
+        _note_companions(steps, o)
+        shown = full if len(full) <= 24 else [*full[:12], f"... ({len(full) - 16} more arguments) ...", *full[-4:]]
+        say(shlex.join(shown))
+        rc = link_packed(parsed, full, pack.value, opts, say, status)
+        steps.insert(4, pack)
+        if rc:
+            return LinkResult(rc, full, steps)
+    _note_pack(pack, parsed["output"])
+    if pack.value == "pack-relocs":
+        post_pack(pack, parsed["output"])
+    if opts.move_symtab:
+        steps.append(move_symtab(parsed["output"]))
+    res = LinkResult(0, full, steps)
+    if not opts.check_order:
+        steps.append(Step("check", False, "--no-check-order"))
+        return res
+    from elflayout.order.check import ordered_sections_of
+
+    sections = ordered_sections_of(o.text) if fmt in ("gold", "ld-script") else None
+    steps.append(Step("check", True, f"at least {100 * opts.min_order:.0f}% of the placed functions in profile order"))
+    try:
+        res.check = check_output(parsed["output"], o.target, fmt, cmd_objs, linker, opts.min_order, map_of(full),
+                                 sections or None)
+    except OrderNotHonoured as e:
+        e.split = bool(split.value)  # the CLI words the split hint by it
+        raise
+    return res
+
+
+def _check_options(opts: LinkOptions, linker: str) -> None:
+    """Refuse what cannot work, before anything is linked."""
+    if opts.pack in ("relr", "self") and linker == "gold":
+        raise ElflayoutError("--pack: gold has no -z pack-relative-relocs (use lld, bfd or mold)")
+    if (opts.check or opts.root) and opts.pack != "self":
+        raise ElflayoutError(f"{'--check' if opts.check else '--root'}: only with --pack self")
+    if opts.root and not opts.check:
+        raise ElflayoutError("--root: only with --check (it is where the check loads the output)")
+    if opts.profile is None:
+        if opts.pack not in ("relr", "self"):
+            raise ElflayoutError("link: give --profile (ordering) and/or --pack FORM")
+        extra = [o for o, on in (("--split", opts.split), ("--data-script", opts.data_script),
+                                 ("--dynstr", opts.dynstr), ("--keep-order-file", opts.keep_order_file),
+                                 ("--lib", opts.lib), ("--no-data", not opts.data), ("--combine", opts.combine),
+                                 ("--allow-stale-profile", opts.allow_stale_profile)) if on]
+        if extra:
+            raise ElflayoutError(f"{extra[0]}: an ordering option, which needs --profile")
+
+
+def _companion_steps(opts: LinkOptions, o, lld: bool) -> list[Step]:
+    """The data-order and .dynstr steps (before the files are written)."""
+    if not opts.data:
+        data = Step("data order", False, "--no-data")
+    elif lld:
+        data = Step("data order", opts.data_script is not False,
+                    "lld data-section script (-T)" if opts.data_script is not False else "--no-data-script")
+    else:
+        data = Step("data order", "in the ordering file", f"{o.request.format} places data sections itself")
+    lib = o.request.lib or o.target.path
+    if opts.dynstr is not None:
+        dyn = Step(".dynstr order", opts.dynstr, "asked" if opts.dynstr else "--no-dynstr")
+    elif not lld:
+        dyn = Step(".dynstr order", False, "only lld orders .dynstr (-u options)")
+    elif not lib or not os.path.exists(lib):
+        dyn = Step(".dynstr order", False, f"the profiled library {lib} is not there (give --lib)")
+    else:
+        dyn = Step(".dynstr order", True, "names ld.so reads first")
+    return [data, dyn]
+
+
+def _data_sections_split(universe) -> bool:
+    """Whether the profiled build's map has data sections of their own (``.data.NAME``:
+    -fdata-sections or split objects); True when there is no map to say."""
+    from elflayout.split.extents import SPLIT_PREFIX
+
+    names = getattr(universe, "extent_names", None)
+    if not names:
+        return True
+    data = tuple(p for s, p in SPLIT_PREFIX.items() if not s.startswith(".text"))
+    # a generic name (.data.rel.ro, .rodata.str1.1) is no section of its own
+    return any(str(n).startswith(data) and str(n) not in SPLIT_PREFIX
+               and not str(n).startswith((".rodata.str", ".rodata.cst")) for n in names)
+
+
+def _note_companions(steps: list[Step], o) -> None:
+    """What the ordering and its companions place, as the steps' predictions."""
+    n = o.report.get("data", {}).get("sections")
+    if steps[2].value is not False and n is not None:
+        steps[2].predicted = f"{n:,} data sections placed"
+    r = o.report.get("functions", {})
+    steps[1].predicted += ("; " if steps[1].predicted else "") + f"{r.get('matched', 0):,} functions ordered"
+
+
+def _note_pack(pack: Step, output: str) -> None:
+    """A relr link whose linker ignored ``-z pack-relative-relocs``: say so, not "relr"."""
+    if pack.value == "relr" and not defaults.relr_written(output):
+        pack.value, pack.why = False, f"the linker ignored -z pack-relative-relocs (lld < 15, GNU ld < 2.38): {pack.why}"
+
+
+def post_pack(pack: Step, output: str) -> None:
+    """``pack-relocs --check`` of the linked ``output`` in place (relr form); a file it
+    cannot pack (or prove) is left as linked, and the step says why."""
+    from elflayout.relocs import simload
+    from elflayout.relocs.pack import AlreadyPacked, pack as pack_relocs
+
+    try:
+        st = pack_relocs(output, output, verify=lambda a, b: simload.check(a, b), replace=True, form="relr")
+    except AlreadyPacked as e:
+        pack.value, pack.why = False, f"{e}: nothing to pack"
+        return
+    except (ElflayoutError, Finding) as e:  # left as linked: packing is a default, not what was asked
+        pack.value, pack.why = False, f"not packed, the output is as linked: {e}"
+        return
+    pack.predicted = (f"{st['packed']:,} of {st['relocations']:,} relocations packed, .rela.dyn "
+                      f"{st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes + "
+                      f"{st['relr_bytes']:,} bytes of .relr.dyn; equivalence proved")
+
+
+def move_symtab(output: str) -> Step:
+    """``order.tuck`` of the linked output in place: the file ends with its last segment."""
+    from elflayout.order.tuck import tuck_in_place
+
+    try:
+        p = tuck_in_place(output)
+    except ElflayoutError as e:  # the output stays as linked
+        return Step("move symtab", False, f"not moved: {e}")
+    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}; "
+                "nothing past the last segment for read-ahead")
+
+
+def _say_matched(o, fmt: str, linker: str, say) -> None:
+    f, stats = o.layout.report["functions"], o.stats
+    say(f"{f['matched']}/{f['profiled']} profiled functions matched; applying {fmt} ordering for {linker}")
+    if stats.get("shared_section_objects"):
+        n = stats["shared_section_objects"]
+        say(f"profiled code in the plain .text of {n} object{'s' if n != 1 else ''} "
+            f"({', '.join(stats['shared_section_examples'][:3])}): gold names sections, not files, so '.text' moves "
+            f"every object's plain .text; --split gives each function its own section")
+
+
+def _prelink_map(parsed: dict, dest: Path, say) -> str:
+    """The link map of the split objects linked in their own order: the names of their
+    sections (cold code for hot-last, data sections for the data script)."""
+    from elflayout.relocs.linkself import with_output
+
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / Path(parsed["output"]).name
+    lmap = dest / (out.name + ".map")
+    cmd = with_output(parsed["cmd"], str(out)) + [("-Wl,-Map=" if parsed["driver"] else "-Map=") + str(lmap)]
+    say(f"link the split objects once in their own order for their map ({lmap.name})")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode or not lmap.exists():
+        raise ElflayoutError(f"{cmd[0]}: linking the split objects failed (exit {r.returncode}): "
+                             f"{(r.stderr.strip().splitlines() or [''])[-1]}")
+    return str(lmap)
+
+
+def link_packed(parsed: dict, cmd: list[str], pack: str | None, opts: LinkOptions, say, status) -> int:
+    """Run the link, packed as ``pack`` says (None, ``relr``, ``self``; relocs/linkself.py)."""
+    from elflayout.relocs import linkself
+
+    if pack == "relr":
+        return linkself.link_relr(cmd, parsed["driver"], parsed["output"], run_command, say=say)
+    if pack != "self":
+        return run_command(cmd)
+    st = linkself.link(cmd, parsed["driver"], parsed["output"], run_command, check_output=opts.check, root=opts.root,
+                       say=say, status=status)
+    if isinstance(st, int):
+        return st
+    say(f"self-applying form ({st['links']} link{'s' if st['links'] > 1 else ''}): {st['self_applied']:,} of "
+        f"{st['relr_relocations']:,} DT_RELR relocations applied by the routine at {st['applier']['entry']:#x} "
+        f"(DT_INIT), {st['kept_for_ld_so']:,} back to RELA for ld.so; DT_RELR* tags hidden, "
+        f"{st['version_need']}")
+    if "check" in st:
+        c, real = st["check"], st["check"].get("real_load")
+        say(f"check: relocated images equal at {len(c['bases'])} load bases; real load "
+            + ("equal" if isinstance(real, dict) else str(real))
+            + ("; loads in " + str(opts.root) if c.get("root_dlopen") else ""))
+    return 0
