@@ -48,6 +48,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import pwd
 import shutil
 import statistics
 import subprocess
@@ -59,12 +60,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from _common import cache_dir, cli, measure  # noqa: E402
+from _common import AS_NOBODY, cache_dir, cli, measure, show_cmd, unprivileged_python  # noqa: E402
 from elflayout.controls import ControlSet, MeasurementLock, ReadAhead  # noqa: E402
-from elflayout.measure import cache, session  # noqa: E402
+from elflayout.measure import cache, isolate, session  # noqa: E402
 from elflayout import results as model  # noqa: E402
 
 PAGE_HTML = "data:text/html,<h1>x</h1>"
+NOBODY = pwd.getpwnam("nobody")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,13 +233,13 @@ def fincore_pages(path: str) -> int | None:
     return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.strip() else None
 
 
-def census_and_runs(sh: Path, runs: int, res_path: Path, under: list[str]):
+def census_and_runs(sh: Path, runs: int, res_path: Path, under: list[str], isolate: bool = False):
     """Step 1: the measurement session: its results, their metadata and the undisturbed
     selective runs."""
-    print(f"1. census + selective + hot, {runs} rounds: {sh}")
+    print(f"1. census + selective + hot, {runs} rounds" + (", isolated" if isolate else "") + f": {sh}")
     t = time.monotonic()
     doc = measure(session.MeasurePlan(variants=[(APP.name, str(sh))], states=["selective", "hot"], runs=runs,
-                                      seed=1, census_under=under), res_path)
+                                      seed=1, census_under=under, isolate=isolate), res_path)
     res = model.parse(doc, str(res_path))
     md = res.metadata
     sel = [r for r in res.runs if r.state == "selective"]
@@ -283,10 +285,12 @@ def pages_per_file(res, md) -> tuple[dict, float]:
 
 def fincore_check(sh: Path, md, spread: dict, total: float, runs: int = 3) -> dict[str, list[int]]:
     """Step 3: runs outside the harness under its conditions (measurement lock, the
-    session's read_ahead_kb), their pages counted by util-linux fincore; returns the
-    counts per file."""
-    print(f"3. independent check: lock held, read_ahead_kb {md['read_ahead_kb']}, files evicted, {runs} run(s) of the "
-          f"workload outside the harness, util-linux fincore after each")
+    session's read_ahead_kb; an isolated session's files served from a private device
+    again), their pages counted by util-linux fincore; returns the counts per file."""
+    iso = md.get("isolation")
+    print(f"3. independent check: lock held, read_ahead_kb {md['read_ahead_kb']}, files evicted"
+          + (", served from a private loop device as in the session" if iso else "")
+          + f", {runs} run(s) of the workload outside the harness, util-linux fincore after each")
     got: dict[str, list[int]] = {}
     if fincore_pages("/etc/hostname") is None:
         print("  skipped: fincore not available")
@@ -294,6 +298,8 @@ def fincore_check(sh: Path, md, spread: dict, total: float, runs: int = 3) -> di
     files = list(md["files"])
     with contextlib.ExitStack() as stack:
         stack.enter_context(MeasurementLock())
+        if iso:  # this thread's private mount namespace: the workload and fincore see the copies
+            stack.enter_context(isolate.Isolation(files))
         ra = ReadAhead(files[0], md["read_ahead_kb"])
         stack.enter_context(ControlSet([ra]))
         for _ in range(runs):
@@ -374,6 +380,104 @@ def valgrind_profile(w: Path, big: str) -> None:
     shutil.rmtree(ud, ignore_errors=True)
 
 
+def rootless_copy(base: Path) -> tuple[Path, list[str]]:
+    """A copy of the application's directory owned by user nobody (the kernel shows
+    page-cache residency only to a user who could write the file), its start-up script
+    (HOME and the profile in a fresh directory nobody owns) and its regular files."""
+    app = base / "app"
+    shutil.copytree(APP.app_dir, app, symlinks=True)
+    (base / "profiles").mkdir()
+    sh = base / "start.sh"
+    sh.write_text("#!/bin/sh\n"
+                  f"d=$(mktemp -d {base}/profiles/p.XXXXXX)\nexport HOME=\"$d\"\n"
+                  f"{app}/{APP.exe}{APP.start[len(APP.exe):]} >/dev/null 2>\"$d/stderr\"\nrc=$?\n"
+                  "rm -rf \"$d\"\nexit $rc\n")
+    sh.chmod(0o755)
+    for q in [base, *base.rglob("*")]:
+        os.lchown(q, NOBODY.pw_uid, NOBODY.pw_gid)
+    return sh, sorted(str(q) for q in app.rglob("*") if q.is_file() and not q.is_symlink())
+
+
+def method_counts(path: Path, files: list[str]) -> dict:
+    """{file or 'total': [pages read per undisturbed selective run]} of one session."""
+    res = model.read(path)
+    out: dict[str, list[int]] = {}
+    for r in res.cell(APP.name, "selective"):
+        for f in files:
+            out.setdefault(f, []).append(r.files[f].pages_read if f in r.files else 0)
+        out.setdefault("total", []).append(r.pages_read)
+    return out
+
+
+def rootless_compare(w: Path, runs: int, blocks: int = 2) -> None:
+    """Step 8 (--rootless): the page-cache tracepoint (``measure`` as root) and the
+    rootless method (``measure`` as user nobody: residency by cachestat or mincore) on
+    the same copy of the application, started by user nobody in both, at the disk's own
+    read_ahead_kb (nobody cannot set it), in alternating sessions of runs/blocks runs
+    each; per file, the rootless median against the range of the traced runs."""
+    py = unprivileged_python()
+    if py is None:
+        print("8. rootless vs tracefs: skipped (no Python with numpy/scipy/rich runnable by user nobody)")
+        return
+    base = Path(tempfile.mkdtemp(prefix=f"elflayout-{APP.name}-rootless-", dir="/var/tmp"))
+    try:
+        sh, files = rootless_copy(base)
+        print(f"8. rootless (user nobody) vs tracefs (root), {APP.name} started by nobody from a copy nobody owns "
+              f"({len(files)} files), selective, the disk's read_ahead_kb, {blocks} x ({runs // blocks} traced + "
+              f"{runs // blocks} rootless runs), alternating")
+        # the traced runs start the application as nobody too: as root Chromium skips its
+        # Vulkan fallback (libvk_swiftshader, libvulkan: 1,430 pages), a different start-up
+        as_nobody = " ".join(AS_NOBODY)
+        common = ["--files", *files, "--state", "selective", "--census", "none", "--runs", str(runs // blocks),
+                  "--quiet", "--force"]
+        got = {"trace": {}, "rootless": {}}
+        for b in range(blocks):
+            for how in ("trace", "rootless"):
+                out = base / f"{how}{b}.json"
+                args = ["--name", APP.name, f"{as_nobody} {sh}" if how == "trace" else str(sh), *common,
+                        "--seed", str(b), "-o", str(out)]
+                if how == "trace":
+                    cli("measure", *args, "--read-ahead-kb", "-1", check=False)
+                else:
+                    print(f"  $ {' '.join(AS_NOBODY)} {show_cmd(['measure', *args])}", flush=True)
+                    r = subprocess.run([*py, "-m", "elflayout", "measure", *args], capture_output=True, text=True,
+                                       cwd="/")
+                    note = next((ln for ln in r.stderr.splitlines() if "without root" in ln), None)
+                    if note and b == 0:
+                        print(f"    {note.strip()}")
+                    if r.returncode not in (0, 1):
+                        raise SystemExit(f"bench_chromium: rootless measure failed: {r.stderr.strip()[-400:]}")
+                if out.exists():
+                    shutil.copyfile(out, w / f"{APP.name}-{how}{b}.results.json")
+                    for f, xs in method_counts(out, files).items():
+                        got[how].setdefault(f, []).extend(xs)
+        report_rootless(got, files, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def report_rootless(got: dict, files: list[str], base: Path) -> None:
+    """Per file read by the start-up: traced median [min, max], rootless median [min, max],
+    and whether the rootless median lies in the traced range."""
+    tr, rl = got["trace"], got["rootless"]
+    if not tr.get("total") or not rl.get("total"):
+        print(f"  no usable runs: trace {len(tr.get('total', []))}, rootless {len(rl.get('total', []))}")
+        return
+    print(f"  usable runs: trace {len(tr['total'])}, rootless {len(rl['total'])}")
+    inside = 0
+    rows = [f for f in files if statistics.median(tr[f]) or statistics.median(rl[f])] + ["total"]
+    for f in sorted(rows, key=lambda f: -statistics.median(tr[f])):
+        t, r = tr[f], rl[f]
+        mt, mr = statistics.median(t), statistics.median(r)
+        ok = min(t) <= mr <= max(t)
+        inside += ok and f != "total"
+        name = os.path.relpath(f, base / "app") if f != "total" else "all files"
+        print(f"  {name:<40} trace {mt:>9,.0f} [{min(t):,}, {max(t):,}]   rootless {mr:>9,.0f} [{min(r):,}, "
+              f"{max(r):,}]   {100 * (mr - mt) / mt if mt else 0:+.2f}%   {'within' if ok else 'OUTSIDE'} the "
+              f"traced range")
+    print(f"  files whose rootless median lies within the traced runs' range: {inside}/{len(rows) - 1}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", choices=sorted(TARGETS), default="chromium", help="the browser (default chromium)")
@@ -389,6 +493,12 @@ def main(argv=None) -> int:
                     help="chromium: also step 7, the executable packed (pack-relocs --check), screenshot compared, "
                          "original and packed measured selectively cold")
     ap.add_argument("--pack-only", action="store_true", help="chromium: step 7 alone")
+    ap.add_argument("--rootless", action="store_true",
+                    help="step 8 alone: the rootless method (user nobody, cachestat/mincore) and the page-cache "
+                         "tracepoint on a copy owned by nobody, alternating sessions of --runs runs in all each")
+    ap.add_argument("--isolate", action="store_true",
+                    help="step 1 with measure --isolate: the files the census finds served from a private loop "
+                         "device (other processes cannot read, evict or change the read-ahead of them)")
     ap.add_argument("--pack-format", choices=("relr", "self"), default="relr",
                     help="chromium, step 7: the packed form (self: the routine runs as DT_PREINIT_ARRAY; any glibc)")
     a = ap.parse_args(argv)
@@ -403,10 +513,13 @@ def main(argv=None) -> int:
         measure_packed(w, original, packed, a.runs)
         if a.pack_only:
             return 0
+    if a.rootless:
+        rootless_compare(w, a.runs)
+        return 0
     sh = wrapper(w)
-    res_path = w / f"{APP.name}.results.json"
+    res_path = w / f"{APP.name}{'-isolated' if a.isolate else ''}.results.json"
 
-    res, md, clean = census_and_runs(sh, a.runs, res_path, a.census_under)
+    res, md, clean = census_and_runs(sh, a.runs, res_path, a.census_under, a.isolate)
     spread, total = pages_per_file(res, md)
     fincore_check(sh, md, spread, total, a.check_runs)
     big = biggest_file(md, spread, clean)

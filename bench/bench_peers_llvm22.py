@@ -3,6 +3,8 @@
 
     python3 bench/bench_peers.py --llvm22 [--runs 3] [--json OUT]
     (the same as: python3 bench/bench_peers_llvm22.py [--runs 3] [--json OUT])
+    python3 bench/bench_peers.py --llvm22 --floor [--runs 3]   (the best recipe against itself
+    with --move-symtab and with --strip-all: the read-ahead past the last segment)
 
 The target: ``libpython3.11.so.1.0`` of CPython 3.11.2 (the upstream tarball of Debian's
 ``python3.11`` source package) compiled once with ``clang-22 -O2 -ffunction-sections
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,6 +60,10 @@ RELR = ["-Wl,-z,pack-relative-relocs"]
 BOLT = Path("/usr/lib/llvm-22/bin/llvm-bolt")  # the versioned symlink's argv[0] picks the tool's mode
 BOLT_OPTS = ["-reorder-functions=cdsort", "-reorder-blocks=ext-tsp", "-split-functions", "-split-all-cold",
              "-dyno-stats"]
+BEST = "elflayout link, best (hot-last, data script, .dynstr, RELR)"
+BEST_OPTS = ["--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr"]
+MOVED = "best, --move-symtab"
+STRIP = "llvm-strip-22"
 PROFILES = {"temporal": "", "temporal-nopreinline": ", -disable-preinline"}
 
 
@@ -92,9 +99,10 @@ def peer_variants() -> tuple[dict, dict]:
     return libs, cost
 
 
-def elflayout_variants(w: Path, base: Path) -> tuple[dict, dict]:
+def elflayout_variants(w: Path, base: Path, only: tuple = ()) -> tuple[dict, dict]:
     """``elflayout link`` rows: the default path and the best recipe, from one valgrind
-    profile of the default relink under the measured conditions."""
+    profile of the default relink under the measured conditions (``only``: those rows;
+    default: all but ``MOVED``, measured by ``--floor``)."""
     prof = w / "python.profile.json"
     rec = w / "python.profile.cost.json"
     envs = sum((["--env", f"{k}={v}"] for k, v in cs.ENV.items()), [])
@@ -111,11 +119,12 @@ def elflayout_variants(w: Path, base: Path) -> tuple[dict, dict]:
                          what="elflayout profile")
         rec.write_text(json.dumps(pcost | {"lib_sha": sha}))
     recipes = {"elflayout link (default)": [], "elflayout link --pack relr": ["--pack", "relr"],
-               "elflayout link, best (hot-last, data script, .dynstr, RELR)":
-                   ["--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr"]}
+               BEST: BEST_OPTS, MOVED: [*BEST_OPTS, "--move-symtab"]}
     libs, cost = {}, {}
     link_cmd = cs.build("plain")["link_cmd"]
     for i, (name, opts) in enumerate(recipes.items()):
+        if name not in (only or set(recipes) - {MOVED}):
+            continue
         out = w / f"elflayout-{i}" / cs.SONAME
         out.parent.mkdir(exist_ok=True)
         cmd = [PY, "-m", "elflayout", "link", "--profile", prof, "--lib", base, "--linker", "lld", *opts, "--",
@@ -173,6 +182,41 @@ def bolt_variants(w: Path) -> tuple[dict, dict, list[str]]:
     return libs, cost, notes
 
 
+def floor_variants(w: Path, el: dict) -> dict:
+    """The best recipe's output, then each read-ahead lever past its last segment on its own:
+    ``--move-symtab`` (``order.tuck``: the unloaded sections into the hole after the first
+    PT_LOAD; the start of ``.text`` is cold with hot-last) and ``--strip-all`` (no symbol
+    table left)."""
+    best = el[BEST]
+    out = w / "floor-stripped" / best.name
+    out.parent.mkdir(exist_ok=True)
+    subprocess.run([STRIP, "--strip-all", "-o", str(out), str(best)], check=True)
+    print(f"  $ {STRIP} --strip-all -o {out} {best}", flush=True)
+    return {BEST: best, MOVED: el[MOVED], "best, --strip-all": out}
+
+
+def floor_main(w: Path, runs: int, json_out) -> int:
+    """Only the best recipe and the floor levers, one short session."""
+    from bench_peers import finish
+
+    el, _ = elflayout_variants(w, Path(cs.relink([], tag="default")["lib"]), only=(BEST, MOVED))
+    libs = floor_variants(w, el)
+    want = cs.same_output(el[BEST].parent)
+    variants = {n: (lib, bp.variant_cmd(lib.parent, cs.workload(), cs.ENV)) for n, lib in libs.items()}
+    summ = bp.summarise(bp.measure(w / "floor.results.json", variants, runs), dict(libs))
+    print("| variant | pages read | .symtab/.strtab pages | seeks | file size (MB) | output identical |")
+    print("|---|---:|---:|---:|---:|---|")
+    rows = {}
+    for n, lib in libs.items():
+        s, same = summ.get(n), cs.same_output(lib.parent) == want
+        tail = "—" if not s else sum(c for k, c in s["by_section"].items() if k in (".symtab", ".strtab"))
+        pages = "disturbed" if not s else f"{s['pages']:,.0f}"
+        print(f"| {n} | {pages} | {tail} | {s['seeks'] if s else '—'} | {lib.stat().st_size / 1e6:,.2f} | "
+              f"{'yes' if same else 'NO'} |")
+        rows[n] = {"lib": str(lib), "summary": s, "size": lib.stat().st_size, "identical": same}
+    return finish([], rows, json_out)
+
+
 def row(name: str, lib: Path, s: dict | None, c: dict, same: bool) -> str:
     pages = "disturbed" if not s else f"{s['pages']:,.0f}"
     seeks = "—" if not s else f"{s['seeks']:,.0f}"
@@ -187,9 +231,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--floor", action="store_true", help="only the best recipe and the read-ahead levers past "
+                    "its last segment (moved unloaded sections, --strip-all)")
     args = ap.parse_args(argv)
     w = bp.work_dir() / "peers-llvm22"
     w.mkdir(parents=True, exist_ok=True)
+    if args.floor:
+        return floor_main(w, args.runs, args.json)
     plain = cs.build("plain")
     print(f"## Peers: LLVM 22 on CPython {cs.VERSION} from source, `python -c \"{bp.IMPORTS}\"`, selective, "
           f"read_ahead_kb {bp.RA_KB}\n", flush=True)

@@ -10,8 +10,8 @@ loaded machine): `elflayout measure` of four variants of `llc-16 --version` (lib
 under test), interleaved, selective and hot, ``--rounds`` rounds:
   a, a2        the same command under two names (A/A),
   slow_hot     a wrapper (bench/spin_exec.c, static) that spins, then execs the command:
-               5% of a's hot median wall time less the wrapper's own cost (measured
-               hot, with no spin, in a first session),
+               5% of a's hot median wall time (a first session) less the wrapper's
+               own cost (paired alternations of the wrapper with no spin and without),
   slow_sel     the same for a's selective median.
 The studies then resample *rounds* of the pool (keeping each round's runs together, as
 a real session pairs them) instead of hours of fresh runs on a shared machine:
@@ -27,6 +27,7 @@ Needs root (tracefs, eviction), cc and llc-16.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -71,12 +72,53 @@ def spinner(d: Path) -> Path:
 
 
 def median_wall(doc, variant, state):
+    """Median wall time of the undisturbed runs of a cell. Disturbed runs are not used: a
+    selective run whose eviction left the library resident (another process mapped it)
+    times a hot start, and a spin sized from it is a tenth of 5% of a cold start."""
     from elflayout import results as model
 
-    res = model.as_results(doc)
-    x = [r.wall_s for r in res.runs_of(variant, state)]
-    clean = [r.wall_s for r in res.runs_of(variant, state) if not r.disturbed]
-    return statistics.median(clean or x)  # disturbed runs still time the command
+    runs = model.as_results(doc).runs_of(variant, state)
+    clean = [r.wall_s for r in runs if not r.disturbed]
+    if len(clean) < MIN_CLEAN:
+        causes = sorted({r.interference for r in runs if r.disturbed})
+        raise SystemExit(f"bench_verdicts: {variant}/{state}: {len(clean)} of {len(runs)} runs undisturbed, "
+                         f"{MIN_CLEAN} needed to size the spin" + (f" ({causes[0]})" if causes else "")
+                         + ": collect with --isolate or on a quieter machine")
+    return statistics.median(clean)
+
+
+MIN_CLEAN = 5  # undisturbed runs per cell of the first session (the spin is sized from them)
+
+
+def spin_us(pre, cost: float) -> dict:
+    """{state: spin in us}: 5% of a's median in the first session less the wrapper's own
+    cost (``wrapper_cost``), so the slowdown realised is 5%."""
+    return {st: max(0, round((0.05 * median_wall(pre, "a", st) - cost) * 1e6)) for st in ("hot", "selective")}
+
+
+def wrapper_cost(spin: Path, realtime: bool, pairs: int = 300) -> float:
+    """What the wrapper adds with no spin (its own exec, then the PATH search), in s: the
+    median of paired differences over ``pairs`` alternations of ``spin 0 true`` and
+    ``true``, under the pool's scheduling (``realtime``: SCHED_FIFO 1, as ``measure
+    --realtime`` runs the harness and its children). Not from the first session's hot
+    medians: under load their difference is noise several times the cost (-3.9 ms seen,
+    a hot spin of 16% instead of 5%); nor under SCHED_OTHER beside a CPU hog, where each
+    exec waits for a CPU (1.4 ms seen, against 0.3 ms for a real-time child)."""
+    true = shutil.which("true")
+
+    def once(argv):
+        t = time.perf_counter()
+        os.waitpid(os.posix_spawn(argv[0], argv, os.environ), 0)
+        return time.perf_counter() - t
+
+    old = os.sched_getscheduler(0), os.sched_getparam(0)
+    if realtime:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    try:
+        diffs = [once([str(spin), "0", true]) - once([true]) for _ in range(pairs)]
+    finally:
+        os.sched_setscheduler(0, *old)
+    return max(0.0, statistics.median(diffs))
 
 
 CHUNK = 20  # rounds per measure session: the read-ahead lock is held per session, so others get turns
@@ -102,21 +144,15 @@ def collect(rounds: int, out: Path, seed: int, controls: tuple = ()) -> dict:
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         print(f"CPU hog beside the measurements: pid {hog.pid}", flush=True)
-        # The spin is 5% of a's median minus what the wrapper costs with no spin, so
-        # the slowdown realised is 5% (the study prints the pool's own ratio).
         pre_f = d / "pre.json"
         pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
-            pre_f, "--name", "a", CMD, "--name", "spin0", f"{spin} 0 {CMD}", "--files", LLVM, "--state", "selective",
+            pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective",
             "--state", "hot", "--runs", 15, "--seed", seed, *controls)
-        # The wrapper's cost is taken from the hot state for both: the wrapper itself is
-        # cached in both states, and the selective medians are too noisy to resolve it.
-        cost = median_wall(pre, "spin0", "hot") - median_wall(pre, "a", "hot")
-        us = {}
+        cost = wrapper_cost(spin, "--realtime" in controls)
+        us = spin_us(pre, cost)
         for st in ("hot", "selective"):
-            a = median_wall(pre, "a", st)
-            us[st] = max(0, round((0.05 * a - cost) * 1e6))
-            print(f"  {st}: a's median {a * 1e3:.2f} ms, the wrapper with no spin {cost * 1e3:+.2f} ms (hot); "
-                  f"spin {us[st]} us", flush=True)
+            print(f"  {st}: a's median {median_wall(pre, 'a', st) * 1e3:.2f} ms, the wrapper with no spin "
+                  f"{cost * 1e3:+.3f} ms (median of paired differences); spin {us[st]} us", flush=True)
         us_hot, us_sel = us["hot"], us["selective"]
         parts = []
         for k in range((rounds + CHUNK - 1) // CHUNK):
@@ -228,6 +264,32 @@ def false_alarms(pool, n, rng, stats, resampled):
     return res
 
 
+def alarm_rates(rows, tested) -> dict:
+    """{(metric, state): (files alarming, files with the row)} over A/A files ``rows``
+    [(alarms, comparisons, tested)]. A file whose every run of a cell was disturbed has
+    no row there: it is left out of that row's count, not counted as a file without an
+    alarm (that would lower the rate by the share of such files)."""
+    return {p: (sum(a.get(p, False) for a, _, _ in rows), sum(p in a for a, _, _ in rows)) for p in tested}
+
+
+def alarm_line(rows, tested) -> str:
+    """One line of the A/A study: per row alarms/files with the row, any alarm after Holm."""
+    k = len(rows)
+    rates = alarm_rates(rows, tested)
+    anyf = sum(any(a.values()) for a, _, _ in rows)
+    missing = k * len(tested) - sum(n for _, n in rates.values())
+    rows_hit = {}  # which rows alarmed (the user/sys split has no test: never here)
+    for a, _, _ in rows:
+        for (m, s), hit in a.items():
+            rows_hit[f"{m}:{s}"] = rows_hit.get(f"{m}:{s}", 0) + hit
+    return (f"{k:4d} files ({rows[0][1]} comparisons each, {rows[0][2]} tested): "
+            + ", ".join(f"{m}:{s} {x}/{n} ({x / n * 100 if n else 0:.1f}%)" for (m, s), (x, n) in rates.items())
+            + f"; any alarm after Holm {anyf}/{k} ({anyf / k * 100:.1f}%)"
+            + (f"; {missing} of these rows absent (every run of the cell disturbed), left out of their counts"
+               if missing else "")
+            + "; alarms by row: " + (", ".join(f"{r} {v}" for r, v in sorted(rows_hit.items()) if v) or "none"))
+
+
 def power(pool, n, rng, stats, trials, slow, state):
     """a vs the spinning wrapper: detection of the slowdown on wall_s in ``state``, with
     the MDE the row prints."""
@@ -291,22 +353,7 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
         for kind, rows in res.items():
             if not rows:
                 continue
-            k = len(rows)
-            # a file whose every run of a cell was disturbed has no row there: no alarm
-            per = {p: sum(a.get(p, False) for a, _, _ in rows) for p in stats.DEFAULT_PRIMARY}
-            anyf = sum(any(a.values()) for a, _, _ in rows)
-            hot = sum(a.get(("wall_s", "hot"), False) for a, _, _ in rows)
-            missing = sum(p not in a for a, _, _ in rows for p in (*stats.DEFAULT_PRIMARY, ("wall_s", "hot")))
-            rows_hit = {}  # which rows alarmed (the user/sys split has no test: never here)
-            for a, _, _ in rows:
-                for (m, s), hit in a.items():
-                    rows_hit[f"{m}:{s}"] = rows_hit.get(f"{m}:{s}", 0) + hit
-            print(f"   {kind:9s} {k:4d} files ({rows[0][1]} comparisons each, {rows[0][2]} tested): "
-                  + ", ".join(f"{m}:{s} {per[(m, s)]}/{k} ({per[(m, s)] / k * 100:.1f}%)" for m, s in per)
-                  + f", wall_s:hot {hot}/{k} ({hot / k * 100:.1f}%); any alarm after Holm {anyf}/{k} "
-                  f"({anyf / k * 100:.1f}%)" + (f"; {missing} of these rows absent (every run of the cell disturbed)"
-                                                if missing else "")
-                  + "; alarms by row: " + (", ".join(f"{k} {v}" for k, v in sorted(rows_hit.items()) if v) or "none"))
+            print(f"   {kind:9s} " + alarm_line(rows, (*stats.DEFAULT_PRIMARY, ("wall_s", "hot"))))
     print(f"   ({time.monotonic() - t0:.0f} s)")
 
     t0 = time.monotonic()
@@ -358,8 +405,12 @@ def main():
                     help="A/A files also at these n (e.g. the power study's)")
     ap.add_argument("--realtime", action="store_true",
                     help="collect with `measure --realtime` (SCHED_FIFO): its own pool, pool-ROUNDS-rt.json")
+    ap.add_argument("--isolate", action="store_true",
+                    help="collect with `measure --isolate` (libLLVM served from a private loop device: another "
+                         "process mapping or reading the library cannot disturb a run): its own pool, *-iso.json")
     a = ap.parse_args()
-    stem = f"pool-{a.rounds}" + ("-rt" if a.realtime else "")
+    controls = ("--realtime",) * a.realtime + ("--isolate",) * a.isolate
+    stem = f"pool-{a.rounds}" + ("-rt" if a.realtime else "") + ("-iso" if a.isolate else "")
     pool = a.pool or cache_dir() / f"{stem}.json"
     if a.partial:  # study the sessions collected so far (another process may still be collecting)
         parts = sorted((cache_dir() / f"{stem}.parts").glob("part*.json"))
@@ -367,10 +418,12 @@ def main():
         pool = cache_dir() / f"{stem}-partial.json"
         from elflayout import fileio
 
-        fileio.dump_json(assemble(docs, len(docs) * CHUNK, None), pool)
+        # the spins, from the wrapper's commands (the first word after it)
+        spin = {v["name"]: int(v["command"].split()[1]) for v in docs[0]["variants"] if v["name"].startswith("slow_")}
+        fileio.dump_json(assemble(docs, len(docs) * CHUNK, spin), pool)
     elif not pool.exists():
         print(f"collecting the pool: {a.rounds} rounds -> {pool}", flush=True)
-        collect(a.rounds, pool, a.seed, ("--realtime",) if a.realtime else ())
+        collect(a.rounds, pool, a.seed, controls)
     if a.collect_only:
         return 0
     demo_n = a.demo_n

@@ -91,6 +91,14 @@ BENCHES = [
           "Case study, Debian's Firefox ESR measured like Chromium, its own files cold (system libraries, which "
           "other programs use, warm): census + selective, per-file pages and spread, libxul.so against "
           "independent fincore runs under the same conditions, trace profile, plot, report", RA_SET),
+    Bench("firefox_isolated", "bench_chromium.py", ("--target", "firefox", "--runs", "10", "--isolate"),
+          "Case study, Firefox ESR's whole start-up (every file the census finds, system libraries too) served "
+          "from a private loop device (--isolate): runs usable on a shared machine, libxul.so against independent "
+          "fincore runs under the same isolation", "128 on the private loop device (set by the session)"),
+    Bench("chromium_rootless", "bench_chromium.py", ("--rootless", "--runs", "10"),
+          "Chromium measured without root (user nobody: cachestat/mincore residency) next to the page-cache "
+          "trace (root), alternating sessions on a copy nobody owns: per-file pages, rootless median against "
+          "the traced runs' range", "the disk's own value for both (a user cannot set it; recorded)"),
     Bench("measure", "bench_measure.py", ("--quick",),
           "Measurement harness: determinism of page counts, A/A and A/B verdicts, tracing overhead", RA_SET),
     Bench("report", "bench_report.py", ("--runs", "5"),
@@ -107,6 +115,10 @@ BENCHES = [
     Bench("heldout_measured", "bench_heldout.py", ("--measure", "--runs", "3"),
           "Held-out startups measured: libLLVM-16 relinked with lld, ordered by the other workloads vs by the "
           "workload itself vs unordered (pages read; relinks cached, about 5 min)", RA_SET, markdown=True),
+    Bench("heldout_real", "bench_heldout_real.py", ("--runs", "3"),
+          "Held-out real compiles: libLLVM-16 ordered by llc-16 -O2 compiles of zlib and Lua files vs by the "
+          "held-out compile itself (bzip2, PCRE2) vs unordered (pages read; 14 valgrind profiles, about 40 min "
+          "the first time)", RA_SET, markdown=True),
     Bench("peers", "bench_peers.py", ("--runs", "3"),
           "Peers side by side on libLLVM-16 (llc-16 --version): Debian's library, lld default, lld RELR, "
           "lld C3 from callgrind (with and without RELR), BOLT from an instrumented profile (with and without "
@@ -158,10 +170,10 @@ BENCHES = [
           "assembly, glibc): identical, could not check (the linker's own error line), differs (about 10 min)",
           "not relevant (warm page cache)"),
     Bench("verdicts", "bench_verdicts.py",
-          ("--rounds", "200", "--realtime", "--power-n", "5", "30", "50", "--aa-n", "30"),
+          ("--rounds", "200", "--realtime", "--isolate", "--power-n", "5", "30", "50", "--aa-n", "30"),
           "Time verdicts: coverage of the 95% interval by n, A/A false alarms, detection of a 5% slowdown with the "
-          "MDE printed (pool of 200 rounds under --realtime with a CPU hog: about 40 min to collect once, cached "
-          "in ~/.cache/elflayout/bench-verdicts; the studies about 10 min)", RA_SET),
+          "MDE printed (pool of 200 rounds under --realtime and --isolate with a CPU hog: about 45 min to collect "
+          "once, cached in ~/.cache/elflayout/bench-verdicts; the studies about 10 min)", RA_SET),
     Bench("order_balance", "bench_order_balance.py", ("--trials", "2000"),
           "Run order: A/A sessions simulated under a position effect (first run of a round 5% slower), ordered "
           "by the balanced Latin square vs the per-round shuffle it replaced: bias of the paired ratio, false "

@@ -1,8 +1,11 @@
 """bench/run_all.py (listing, the generated page), bench/_common.py and bench_pipeline's section tables."""
 
+import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +174,81 @@ def test_order_balance_study_balanced_order_cancels_position_effects():
     res = bench_order_balance.study(np.array([np.log(1.05), 0.0, 0.0, 0.0]), rounds=10, trials=40, noise=0.01)
     assert res["shuffled"]["bias_max"] > 0.005
     assert res["balanced"]["bias_max"] < 1e-9 and res["balanced"]["a_first_min"] == 5 == res["balanced"]["a_first_max"]
+
+
+def _pre_session(sel_disturbed: bool) -> dict:
+    """A first session of bench_verdicts: a cold start takes 140 ms, a hot one 25 ms; the
+    wrapper with no spin was 4 ms faster hot (load noise: it costs ~0.5 ms);
+    ``sel_disturbed``: every selective run's eviction left the library resident (another
+    process mapped it), so those runs took hot times."""
+    runs = []
+    for i in range(15):
+        for v, st, wall in (("a", "hot", 0.025), ("spin0", "hot", 0.021), ("a", "selective", 0.140)):
+            r = {"variant": v, "state": st, "round": i, "seq": len(runs), "wall_s": wall, "pages_read": 0}
+            if st == "selective" and sel_disturbed:
+                r["wall_s"] = 0.027
+                r["interference"] = "libLLVM-16.so.1: 27000 page(s) could not be evicted before the run"
+            runs.append(r)
+    return {"variants": [{"name": "a"}, {"name": "spin0"}], "runs": runs, "metadata": {}}
+
+
+def test_verdicts_spin_is_5_percent_of_undisturbed_runs_less_the_measured_cost():
+    import bench_verdicts
+
+    # the wrapper's cost is measured apart, not from the noisy hot medians (-4 ms here)
+    assert bench_verdicts.spin_us(_pre_session(False), 0.0005) == {"hot": 750, "selective": 6500}
+    # every selective run disturbed: their hot-like times would size a spin of 5% of a
+    # hot start for the selective case (0.5% of a cold one); refused instead
+    with pytest.raises(SystemExit, match="a/selective: 0 of 15 runs undisturbed.*could not be evicted.*--isolate"):
+        bench_verdicts.spin_us(_pre_session(True), 0.0005)
+
+
+@pytest.mark.skipif(not Path("/usr/bin/cc").exists(), reason="needs cc")
+def test_verdicts_wrapper_cost_is_small_and_not_negative(tmp_path):
+    import bench_verdicts
+
+    for realtime in (False, True):
+        cost = bench_verdicts.wrapper_cost(bench_verdicts.spinner(tmp_path), realtime, pairs=60)
+        assert 0 <= cost < 0.005, cost  # one exec of a small program, never a speed-up
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the policy is given back
+
+
+def test_verdicts_aa_rates_leave_out_files_without_the_row():
+    import bench_verdicts
+
+    sel, hot = ("wall_s", "selective"), ("wall_s", "hot")
+    # 4 files: one alarms on selective wall time; two have no selective row (every run
+    # of the cell disturbed): the rate is 1 of the 2 files with the row, not 1 of 4
+    rows = [({sel: True, hot: False}, 14, 2), ({sel: False, hot: False}, 14, 2), ({hot: True}, 14, 2),
+            ({hot: False}, 14, 2)]
+    assert bench_verdicts.alarm_rates(rows, (sel, hot)) == {sel: (1, 2), hot: (1, 4)}
+    line = bench_verdicts.alarm_line(rows, (sel, hot))
+    assert "wall_s:selective 1/2 (50.0%)" in line and "wall_s:hot 1/4 (25.0%)" in line
+    assert "2 of these rows absent" in line and "any alarm after Holm 2/4" in line
+
+
+@pytest.mark.root
+def test_chromium_rootless_copy_is_nobodys_and_starts_the_copy(tmp_path, monkeypatch, request):
+    """The rootless comparison measures a copy user nobody owns (else the kernel hides its
+    residency), started from the copy with a fresh HOME and profile nobody can write."""
+    import pwd
+
+    import bench_chromium
+
+    app = tmp_path / "app-src"
+    (app / "sub").mkdir(parents=True)
+    (app / "prog").write_text("#!/bin/sh\nprintf '%s\\n' \"$HOME\" \"$1\" > \"$1/ran\"; cp \"$1/ran\" \"$0.log\"\n")
+    (app / "prog").chmod(0o755)
+    (app / "sub" / "data.pak").write_bytes(b"x" * 5000)
+    (app / "link").symlink_to("prog")
+    monkeypatch.setattr(bench_chromium, "APP", bench_chromium.Target("fake", "prog", str(app), 'prog "$d"'))
+    base = Path(tempfile.mkdtemp(dir="/var/tmp"))  # nobody cannot enter pytest's tmp_path
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    sh, files = bench_chromium.rootless_copy(base)
+    nobody = pwd.getpwnam("nobody")
+    assert files == [str(base / "app" / "prog"), str(base / "app" / "sub" / "data.pak")]
+    assert all(os.lstat(p).st_uid == nobody.pw_uid for p in [base, sh, *files, base / "profiles"])
+    subprocess.run([*_common.AS_NOBODY, str(sh)], check=True, cwd="/")
+    home, prof = (base / "app" / "prog.log").read_text().split()
+    assert home == prof and prof.startswith(str(base / "profiles"))
+    assert not list((base / "profiles").iterdir())  # the profile is removed after the run

@@ -23,8 +23,8 @@ FLIP_VALUES = (0, 16, 128, 512, 4096, 8192)
 
 
 def test_isolate_plan_refusals(tmp_path):
-    with pytest.raises(ElflayoutError, match="--isolate needs --files"):
-        MeasurePlan(variants=[("a", "true")], isolate=True, rootless=False).check()
+    with pytest.raises(ElflayoutError, match="--census none needs --files"):
+        MeasurePlan(variants=[("a", "true")], isolate=True, rootless=False, census="none").check()
     f = tmp_path / "x"
     f.write_bytes(b"x")
     with pytest.raises(ElflayoutError, match="choose one"):
@@ -149,3 +149,34 @@ def test_isolation_torn_down_on_sigterm(tmp_path, libpair):  # noqa: F811
     p.communicate(timeout=60)
     assert not _loops_of(p.pid, settle_s=5) and os.stat(lib).st_ino == ino and not out.exists()
     assert not list(Path("/run/elflayout").glob(f"isolate-{p.pid}*"))
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_census_then_isolation_while_read_ahead_flips(tmp_path, libpair):  # noqa: F811
+    """No --files: the census on the shared disk finds the files, then they are served
+    from the private device; under a read_ahead_kb flipper every run is usable and reads
+    what a quiet run with the files named reads."""
+    need_root_tracefs()
+    lib = str(libpair["scattered"] / "libdata.so")
+    dev = block_device_dir(lib)
+    if dev is None:
+        pytest.skip(f"{lib} is not on a block device")
+    quiet, _ = _finish(*_session(tmp_path, "quiet.json", "--name", "s", _cmd(libpair, "scattered"), "--files", lib))
+    out = tmp_path / "census-iso.json"
+    p = subprocess.Popen([sys.executable, "-m", "elflayout", "measure", "--name", "s", _cmd(libpair, "scattered"),
+                          "--census-under", str(libpair["scattered"]), "--isolate", "--state", "selective",
+                          "--runs", "8", "--retries", "0", "--quiet", "-o", str(out)],
+                         env=dict(os.environ, PYTHONPATH=str(ROOT / "tools")), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    with flipping_read_ahead(dev / "queue" / "read_ahead_kb", p) as flips:
+        doc, _ = _finish(p, out)
+    assert len(flips) >= 3, flips
+    md = doc["metadata"]
+    assert md["census"] and list(md["files"]) == [lib] and md["census_method"] == "evict"
+    assert md["isolation"]["served"][lib].startswith(md["isolation"]["device"])
+    assert md["controls"]["read_ahead_kb"]["device"] == md["isolation"]["device"]
+    assert not any(r.get("interference") for r in doc["runs"]), [r.get("interference") for r in doc["runs"]]
+    q = [n for n, r in zip(_pages(quiet, lib), quiet["runs"]) if not r.get("interference")]
+    assert q and set(_pages(doc, lib)) == set(q), (q, _pages(doc, lib))
+    assert lib not in Path("/proc/self/mountinfo").read_text()

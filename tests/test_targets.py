@@ -313,3 +313,21 @@ def test_libllvm_profile_ordered_relink_example(tmp_path):
     assert r.stdout.count("verified byte-identical") == 2 or "(cached)" in r.stdout
     assert (tmp_path / "llc-version.profile.json").exists() and (tmp_path / "llc-version.lld.order").exists()
     assert "in profile order" in r.stdout
+
+
+def test_debsrc_uses_the_mirror_apt_already_uses(tmp_path):
+    """deb-src lines point where this machine's packages come from: a deb822 .sources file
+    first, then a classic list (with or without options), else Debian's own mirror."""
+    from elflayout.targets import debsrc
+
+    etc = tmp_path / "apt"
+    (etc / "sources.list.d").mkdir(parents=True)
+    assert debsrc.machine_mirror(etc) == debsrc.DEFAULT_MIRROR
+    (etc / "sources.list").write_text("# comment\ndeb [arch=amd64] http://mirror.example/debian/ bookworm main\n")
+    assert debsrc.machine_mirror(etc) == "http://mirror.example/debian"
+    (etc / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://other.example/debian\nSuites: bookworm\nComponents: main\n")
+    assert debsrc.machine_mirror(etc) == "http://other.example/debian"
+    osr = tmp_path / "os-release"
+    osr.write_text('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nVERSION_CODENAME=bookworm\n')
+    assert debsrc.release(osr) == "bookworm"

@@ -93,9 +93,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "page-cache residency (cachestat, or mincore) after each run minus before; read_ahead_kb "
                         "recorded, not set; needs --files (docs/methodology.md)")
     p.add_argument("--isolate", action="store_true",
-                   help="serve --files from a private loop device (an ext4 image on the same disk) with its own "
-                        "read_ahead_kb, bound over the same paths in a private mount namespace: other processes "
-                        "cannot change the read-ahead or evict the files (needs root; docs/methodology.md)")
+                   help="serve --files (without them: the files the census finds, on the shared disk) from a "
+                        "private loop device (an ext4 image on the same disk) with its own read_ahead_kb, bound "
+                        "over the same paths in a private mount namespace: other processes cannot change the "
+                        "read-ahead or evict the files (needs root; docs/methodology.md)")
     p.add_argument("--storage", metavar="PRESET",
                    help="serve the directories holding --files from an emulated slow disk (elflayout storage); "
                         "commands see the mounts as {mount0}, {mount1}... (one directory: {mount}, also put "

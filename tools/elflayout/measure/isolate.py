@@ -73,8 +73,6 @@ def check_plan(plan) -> None:
         return
     if os.geteuid() != 0:
         raise ElflayoutError("--isolate needs root (a loop device and mounts)")
-    if not plan.files:
-        raise ElflayoutError("--isolate needs --files: it serves those files from the private device")
     if plan.storage:
         raise ElflayoutError("--isolate and --storage both serve the files: choose one")
     if shutil.which("mkfs.ext4") is None:

@@ -317,6 +317,21 @@ def _census(plan: MeasurePlan, runner: Runner, variants: list[Variant], method: 
     return census, left_out
 
 
+def _census_before_isolation(plan: MeasurePlan, variants: list[Variant], envctl: FixedEnv,
+                             emit: Callable[[str, dict], None], method: str, anchor: str):
+    """``--isolate`` without ``--files``: the census on the shared disk (its read_ahead_kb
+    set as for a session), before the files it finds are served from the private device.
+    Returns (files, census, files left out)."""
+    with contextlib.ExitStack() as stack:
+        readahead = ReadAhead(anchor, plan.read_ahead_kb)
+        cs = stack.enter_context(ControlSet([readahead, Aslr(plan.no_aslr), envctl]))
+        runner = Runner(Plan(variants, [], 0, files=[]), cs, envctl, on_event=emit, retries=plan.retries,
+                        timeout=plan.timeout or None, readahead=readahead)
+        stack.callback(runner.close)
+        census, left_out = _census(plan, runner, variants, method, emit)
+    return runner.plan.files, census, left_out
+
+
 def _identify(files: list[str], source_of: dict[str, str]) -> dict[str, dict]:
     """Step 3: identity of every file under test. Before the runs (sha256 reads whole
     files), so the page cache after the session shows only what the last run read;
@@ -370,7 +385,13 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         restored = restore_stale()
         for r in restored:
             notes.append(f"restored after an interrupted session: {r}")
-        iso = stack.enter_context(isolate.Isolation(plan.files, emit)) if plan.isolate else None
+        found = None
+        if plan.isolate and not plan.files:  # the census finds the files to isolate, on the shared disk
+            found = _census_before_isolation(plan, variants, envctl, emit, census_method, anchor)
+            files, anchor = found[0], found[0][0]
+        else:
+            files = list(plan.files)
+        iso = stack.enter_context(isolate.Isolation(files, emit)) if plan.isolate else None
         readahead = ReadAhead(anchor, None if residency else plan.read_ahead_kb)
         if residency:
             notes.insert(0, rootless.announce(residency.method, readahead.before, rootless_why))
@@ -381,14 +402,14 @@ def measure(plan: MeasurePlan, on_event: Callable[[str, dict], None] | None = No
         cs = stack.enter_context(ControlSet([readahead, Aslr(plan.no_aslr), CpuPin(plan.pin),
                                              Realtime(plan.realtime), envctl, Governor(plan.governor)]))
         mounts, storage_dirs = _storage_mounts(plan, stack)
-        run_plan = Plan(variants, states, plan.runs, plan.warmup, plan.seed, list(plan.files))
+        run_plan = Plan(variants, states, plan.runs, plan.warmup, plan.seed, files)
         variant_env, source_of = {}, {}
         if mounts:
             variant_env, run_plan.files, source_of = apply_storage(variants, mounts, storage_dirs, plan.files, plan.env)
         runner = Runner(run_plan, cs, envctl, trace=not trace_why, on_event=emit, variant_env=variant_env,
                         retries=plan.retries, timeout=plan.timeout or None, readahead=readahead, residency=residency)
         stack.callback(runner.close)
-        census, left_out = _census(plan, runner, variants, census_method, emit)
+        census, left_out = found[1:] if found else _census(plan, runner, variants, census_method, emit)
         files_md = _identify(run_plan.files, source_of)
         emit("start", {"total": len(run_plan.schedule())})
         runs = runner.run()

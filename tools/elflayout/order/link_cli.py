@@ -85,6 +85,10 @@ def add_arguments(p) -> None:
                         "self (relr + an injected self-applying routine and hidden tags, relrhack's way: any "
                         "glibc) or none; default with --profile: auto (relr when this machine's glibc is 2.36 or "
                         "newer, else self; none with gold and mold)")
+    p.add_argument("--move-symtab", action="store_true",
+                   help="after the link, move the sections no segment loads (.symtab, .strtab, .comment) from "
+                        "after the last segment into the file-offset hole after the first PT_LOAD: read-ahead "
+                        "of the last segment's pages then stops at end of file (mapped bytes unchanged)")
     p.add_argument("--check", action="store_true",
                    help="with --pack self: prove the output equivalent to the linker's DT_RELR output (simulated "
                         "loader at two bases, real loads) before writing it")
@@ -118,7 +122,8 @@ def options(args) -> LinkOptions:
                        combine=args.combine, allow_stale_profile=args.allow_stale_profile,
                        keep_order_file=args.keep_order_file, force=args.force, min_order=args.min_order,
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
-                       check=args.check, root=args.root, check_order=not args.no_check_order)
+                       check=args.check, root=args.root, check_order=not args.no_check_order,
+                       move_symtab=args.move_symtab)
 
 
 def _say_check(lines: list[str], split: bool = False) -> None:

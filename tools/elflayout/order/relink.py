@@ -54,6 +54,7 @@ class LinkOptions:
     check: bool = False
     root: str | None = None
     check_order: bool = True
+    move_symtab: bool = False
 
 
 @dataclass
@@ -92,7 +93,8 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         rc = link_packed(parsed, parsed["cmd"], pack.value, opts, say, status)
         if not rc:
             _note_pack(pack, parsed["output"])
-        return LinkResult(rc, parsed["cmd"], [pack])
+        return LinkResult(rc, parsed["cmd"], [pack] + ([move_symtab(parsed["output"])] if opts.move_symtab and not rc
+                                                       else []))
     if opts.data_script and not opts.data:
         raise ElflayoutError("--data-script: data order is off (--no-data)")
     inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
@@ -140,6 +142,8 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
     _note_pack(pack, parsed["output"])
     if pack.value == "pack-relocs":
         post_pack(pack, parsed["output"])
+    if opts.move_symtab:
+        steps.append(move_symtab(parsed["output"]))
     res = LinkResult(0, full, steps)
     if not opts.check_order:
         steps.append(Step("check", False, "--no-check-order"))
@@ -243,6 +247,18 @@ def post_pack(pack: Step, output: str) -> None:
     pack.predicted = (f"{st['packed']:,} of {st['relocations']:,} relocations packed, .rela.dyn "
                       f"{st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes + "
                       f"{st['relr_bytes']:,} bytes of .relr.dyn; equivalence proved")
+
+
+def move_symtab(output: str) -> Step:
+    """``order.tuck`` of the linked output in place: the file ends with its last segment."""
+    from elflayout.order.tuck import tuck_in_place
+
+    try:
+        p = tuck_in_place(output)
+    except ElflayoutError as e:  # the output stays as linked
+        return Step("move symtab", False, f"not moved: {e}")
+    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}; "
+                "nothing past the last segment for read-ahead")
 
 
 def _say_matched(o, fmt: str, linker: str, say) -> None:

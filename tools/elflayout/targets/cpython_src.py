@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
-from elflayout.targets import cache_dir, locked, param_key, run
+from elflayout.targets import cache_dir, debsrc, locked, param_key, run
 from elflayout.targets.libpython import CHECK, WORKLOADS
 
 VERSION = "3.11.2"
@@ -65,13 +65,11 @@ def source() -> Path:
             return tree
         tar = root / ORIG
         if not tar.exists():
-            # any Debian revision of 3.11.2 ships the same upstream tarball (checked below);
-            # the deb-src line is the bootstrap's (scripts/arm64-root.sh)
-            with locked(Path("/tmp/elflayout-apt.lock")):
-                run(["apt-get", "source", "-qq", "-o", "APT::Sandbox::User=root", "--download-only", "python3.11"],
-                    cwd=root, what="apt-get source --download-only python3.11 (deb-src lines: make bootstrap)")
-        if not tar.exists():
-            raise ElflayoutError(f"{tar}: apt-get source gave no {ORIG} (Debian's python3.11 is not {VERSION})")
+            # any Debian revision of 3.11.2 ships the same upstream tarball (checked below)
+            got = debsrc.tarball("python3.11")
+            if got.name != ORIG:
+                raise ElflayoutError(f"{got}: apt-get source gave no {ORIG} (Debian's python3.11 is not {VERSION})")
+            shutil.copyfile(got, tar)
         if hashlib.sha256(tar.read_bytes()).hexdigest() != ORIG_SHA256:
             raise ElflayoutError(f"{tar}: SHA-256 differs from the upstream {VERSION} tarball's")
         shutil.rmtree(tree, ignore_errors=True)

@@ -1,0 +1,104 @@
+"""order.tuck: the sections no segment loads move from the file's tail into the hole after
+a PT_LOAD; what the loader maps stays byte-for-byte the same and the library still runs."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from elflayout.elfcore import ElfImage
+from elflayout.errors import ElflayoutError
+from elflayout.order.tuck import tuck
+from relocs_testlib import build
+
+
+def _loaded(path) -> list[tuple]:
+    """Every segment but its file offset, and the bytes of every PT_LOAD after the ELF and
+    program headers (the headers' file offsets are what changes)."""
+    with ElfImage(path) as img:
+        h = img.elf.header
+        skip = h["e_phoff"] + h["e_phnum"] * h["e_phentsize"]
+        segs = [(g.type, g.flags, g.vaddr, g.filesz, g.memsz, g.align) for g in img.segments]
+        return segs + [bytes(img.mm[max(g.offset, skip):g.offset + g.filesz]) for g in img.loads]
+
+
+@pytest.mark.parametrize("linker", ["bfd", "lld"])
+def test_tuck_moves_tail_and_keeps_loads(tmp_path, linker):
+    if linker == "lld" and not shutil.which("ld.lld"):
+        pytest.skip("lld not installed")
+    b = build(tmp_path, linker=linker)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copy(b["driver"], moved / "main")
+    p = tuck(b["lib"], moved / "libt.so")
+    assert {".symtab", ".strtab", ".shstrtab"} <= set(p["moved_names"])
+    with ElfImage(moved / "libt.so") as img:
+        tail = max(g.offset + g.filesz for g in img.loads)
+        assert img.size == tail  # nothing after the last segment for the read-ahead to read
+        for s in img.sections:
+            if s.name in p["moved_names"]:
+                assert p["hole"] <= s.offset < p["hole"] + p["delta"]
+        assert all(g.offset % g.align == g.vaddr % g.align for g in img.loads)
+    assert _loaded(moved / "libt.so") == _loaded(b["lib"])
+    syms = [subprocess.run(["readelf", "-sW", str(f)], capture_output=True, text=True, check=True).stdout
+            for f in (b["lib"], moved / "libt.so")]
+    assert syms[0].replace(str(b["lib"]), "") == syms[1].replace(str(moved / "libt.so"), "")
+    assert subprocess.run([str(moved / "main")], capture_output=True, text=True, check=True).stdout == b["output"]
+    strip = subprocess.run(["strip", "-o", str(tmp_path / "s.so"), str(moved / "libt.so")], capture_output=True)
+    assert strip.returncode == 0, strip.stderr
+
+
+def test_tuck_refuses_when_nothing_follows_the_last_segment(tmp_path):
+    b = build(tmp_path)
+    once = tmp_path / "once.so"
+    tuck(b["lib"], once)
+    with pytest.raises(ElflayoutError, match="nothing after the last segment"):
+        tuck(once, tmp_path / "twice.so")
+    assert not (tmp_path / "twice.so").exists()
+
+
+def test_tuck_refuses_missing_hole(tmp_path):
+    b = build(tmp_path)
+    with ElfImage(b["lib"]) as img:
+        n = len(img.loads)
+    with pytest.raises(ElflayoutError, match="no hole after PT_LOAD"):
+        tuck(b["lib"], tmp_path / "out.so", after=n - 1)
+
+
+def test_link_move_symtab(tmp_path):
+    """``elflayout link --move-symtab``: the linked library ends with its last segment, its
+    symbols kept; without the option the tail stays."""
+    from conftest import run_cli
+    from relocs_testlib import compile_lib
+
+    obj = compile_lib(tmp_path, n_tables=6, ifunc=False)
+    outs = {}
+    for name, opts in (("plain", []), ("moved", ["--move-symtab"])):
+        out = tmp_path / name / "libt.so"
+        out.parent.mkdir()
+        r = run_cli("link", "--pack", "relr", *opts, "--linker", "bfd", "--", "gcc", "-fuse-ld=bfd", "-shared",
+                    "-Wl,-soname,libt.so", "-o", out, obj, check=0)
+        assert r.returncode == 0, r.stderr
+        with ElfImage(out) as img:
+            outs[name] = (img.size - max(g.offset + g.filesz for g in img.loads), img.section(".symtab").size)
+    assert outs["plain"][0] > 0 and outs["moved"][0] == 0
+    assert outs["moved"][1] == outs["plain"][1] > 0
+
+
+def test_tuck_extended_section_count(tmp_path):
+    """e_shnum 0, the count in section header 0's sh_size (ELF's form past 0xff00 sections):
+    every section header moves, not none."""
+    import struct
+
+    b = build(tmp_path)
+    lib = tmp_path / "ext.so"
+    data = bytearray(b["lib"].read_bytes())
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shnum, = struct.unpack_from("<H", data, 0x3C)
+    struct.pack_into("<H", data, 0x3C, 0)
+    struct.pack_into("<Q", data, shoff + 32, shnum)  # section 0's sh_size
+    lib.write_bytes(bytes(data))
+    tuck(lib, tmp_path / "out.so")
+    names = [subprocess.run(["readelf", "-SW", str(f)], capture_output=True, text=True, check=True).stdout.count("] .")
+             for f in (b["lib"], tmp_path / "out.so")]
+    assert names[0] == names[1] > 20

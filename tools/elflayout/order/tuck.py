@@ -1,0 +1,111 @@
+"""Move the sections no segment loads (.symtab, .strtab, .comment, .debug_*) from the file's
+tail into a hole between two loadable segments.
+
+Why: a page fault near the end of the last PT_LOAD makes the kernel's mmap read-around (and
+its asynchronous read-ahead) read up to half a window past it, and right after the last
+PT_LOAD lie ``.symtab`` and ``.strtab`` — pages no one uses at start-up. Once the file ends
+where its last segment ends, the read-around stops at end of file. In the hole they are read
+only if the pages around the hole are (put it where the profile says pages are cold: with
+``order --algorithm hot-last`` the start of ``.text`` is cold).
+
+What moves: every section that occupies the file, is not SHF_ALLOC and lies after the end of
+the last PT_LOAD's file bytes, and the section header table. The segments from the hole on
+shift in the file by a multiple of the largest PT_LOAD alignment (their addresses and bytes
+stay as they are), so what the loader maps is byte-for-byte the same.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from elflayout.elfcore import PAGE, ElfImage
+from elflayout.errors import ElflayoutError
+from elflayout.layouts import SHF_ALLOC
+
+# Offsets of the fields rewritten, per ELF class: (e_shoff, its format), (p_offset in a
+# program header, format), (sh_offset in a section header, format).
+_FIELDS = {32: ((0x20, "I"), (4, "I"), (16, "I")), 64: ((0x28, "Q"), (8, "Q"), (24, "Q"))}
+
+
+def _round_up(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def plan(img: ElfImage, after: int = 0) -> dict:
+    """Where everything goes: {"hole": file offset of the hole, "delta": bytes inserted,
+    "moved": {section index: new offset}, "shoff": new e_shoff, "end": new file size}.
+    ``after``: the hole follows the file bytes of PT_LOAD number ``after`` (0: the first)."""
+    loads = img.loads
+    if len(loads) < 2 or not 0 <= after < len(loads) - 1:
+        raise ElflayoutError(f"{img.path}: no hole after PT_LOAD {after} (the file has {len(loads)} PT_LOAD)")
+    hole = loads[after + 1].offset
+    tail = max(g.offset + g.filesz for g in loads)
+    moving = [s for s in img.sections if s.occupies_file and not s.flags & SHF_ALLOC and s.offset >= tail]
+    hdr = img.elf.header
+    if not moving and hdr["e_shoff"] < tail:
+        raise ElflayoutError(f"{img.path}: nothing after the last segment to move")
+    for s in img.sections:
+        if s.occupies_file and s.offset >= tail and s not in moving:
+            raise ElflayoutError(f"{img.path}: section {s.name} lies after the last segment but is loaded")
+        if s.occupies_file and s.offset < hole < s.offset + s.size:
+            raise ElflayoutError(f"{img.path}: section {s.name} spans the hole at {hole:#x}")
+    for g in img.segments:
+        if g.offset < hole < g.offset + g.filesz:
+            raise ElflayoutError(f"{img.path}: segment {g.type} spans the hole at {hole:#x}")
+    if hdr["e_phoff"] + hdr["e_phnum"] * hdr["e_phentsize"] > hole:
+        raise ElflayoutError(f"{img.path}: the program headers lie after the hole at {hole:#x}")
+    cur, moved = hole, {}
+    for s in sorted(moving, key=lambda s: s.offset):
+        cur = _round_up(cur, max(s.align, 1))
+        moved[s.index] = cur
+        cur += s.size
+    shoff = _round_up(cur, 8)
+    cur = shoff + img.elf.num_sections() * hdr["e_shentsize"]  # e_shnum is 0 past 0xff00 sections
+    grain = max([PAGE] + [g.align for g in loads])
+    delta = _round_up(cur - hole, grain)
+    return {"hole": hole, "delta": delta, "moved": moved, "shoff": shoff, "tail": tail, "end": tail + delta}
+
+
+def tuck(src: str | Path, dst: str | Path, after: int = 0) -> dict:
+    """Write SRC to DST with its unloaded tail moved into the hole after PT_LOAD ``after``;
+    returns the plan (``plan``) plus "moved_names"."""
+    with ElfImage(src) as img:
+        p = plan(img, after)
+        data = bytes(img.mm)
+        hdr = img.elf.header
+        fmt = "<" if img.elf.little_endian else ">"
+        (e_shoff, fo), (p_off, pf), (sh_off, sf) = _FIELDS[img.elfclass]
+        hole, delta = p["hole"], p["delta"]
+        out = bytearray(data[:hole]) + bytearray(delta) + bytearray(data[hole:p["tail"]])
+        for s in img.sections:
+            if s.index in p["moved"]:
+                out[p["moved"][s.index]:p["moved"][s.index] + s.size] = data[s.offset:s.offset + s.size]
+        shdrs = bytearray(data[hdr["e_shoff"]:hdr["e_shoff"] + img.elf.num_sections() * hdr["e_shentsize"]])
+        for s in img.sections:
+            at = s.index * hdr["e_shentsize"] + sh_off
+            old = struct.unpack_from(fmt + sf, shdrs, at)[0]
+            new = p["moved"].get(s.index, old + delta if old >= hole and s.index else old)
+            struct.pack_into(fmt + sf, shdrs, at, new)
+        out[p["shoff"]:p["shoff"] + len(shdrs)] = shdrs
+        struct.pack_into(fmt + fo, out, e_shoff, p["shoff"])
+        for g in img.segments:
+            if g.offset >= hole:
+                at = hdr["e_phoff"] + g.index * hdr["e_phentsize"] + p_off
+                struct.pack_into(fmt + pf, out, at, g.offset + delta)
+        names = [s.name for s in img.sections if s.index in p["moved"]]
+    Path(dst).write_bytes(bytes(out))
+    Path(dst).chmod(Path(src).stat().st_mode & 0o7777)
+    return p | {"moved_names": names}
+
+
+def tuck_in_place(path: str | Path, after: int = 0) -> dict:
+    """``tuck`` PATH onto itself (a temporary file beside it, then renamed)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tuck")
+    try:
+        p = tuck(path, tmp, after)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return p
