@@ -124,7 +124,7 @@ def test_check_compares_line_tables(tmp_path):
     need_tool("ld.lld")
     o = _cc(tmp_path, VERIFIED)
     r = run_cli("split", o, "-o", tmp_path / "out", "--check", check=0)
-    assert r.stdout.count("addresses' file:line") == 3, r.stdout
+    assert r.stdout.count("addresses' file:line, DWARF verified") == 3, r.stdout
 
 
 @pytest.mark.parametrize("flags,why", [
@@ -161,3 +161,4 @@ def test_libzstd_built_with_g_splits_and_checks(tmp_path):
     assert len(split) == 2 and all(": split: " in ln for ln in split), r.stdout
     counts = re.findall(r"([\d,]+) addresses' file:line", r.stdout)
     assert len(counts) == 3 and int(counts[0].replace(",", "")) > 100_000, r.stdout
+    assert r.stdout.count(", DWARF ") == 3 and "DWARF fails" not in r.stdout, r.stdout
