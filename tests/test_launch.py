@@ -251,3 +251,72 @@ def test_which_commands_are_target_links():
     assert not launch.is_target(cmd, "lib/libz.so.1.3", ["libzz.so", "libz.s"])
     assert not launch.is_target(["cc", "-o", "prog", "a.o"], "prog", None)
     assert launch.workload(["{output}", "--version"], "bin/tool") == [os.path.abspath("bin/tool"), "--version"]
+
+
+# -- the link map ------------------------------------------------------------------------
+
+ASM_LOOP = """\t.text
+\t.globl asm_sum
+asm_sum:\t\t/* NOTYPE, no .size: as huf_decompress_amd64.S's loops */
+\txorl %eax, %eax
+1:\taddl %edi, %eax
+\tdecl %edi
+\tjg 1b
+\tret
+\t.section .note.GNU-stack,"",@progbits
+"""
+
+
+def _asm_lib(tmp_path) -> tuple[list[str], Path, Path]:
+    """A library whose hot code is an assembler loop without .size (the link command
+    writing it, the library, a workload loading it)."""
+    (tmp_path / "loop.S").write_text(ASM_LOOP)
+    (tmp_path / "lib.c").write_text("int asm_sum(int);\nint cold(int n) { return n * 3; }\n"
+                                    "int entry(int n) { return asm_sum(n) + 1; }\n")
+    (tmp_path / "main.c").write_text('#include <stdio.h>\nint entry(int);\n'
+                                     'int main(void) { printf("%d\\n", entry(10)); return 0; }\n')
+    for src in ("loop.S", "lib.c"):
+        subprocess.run(["gcc", "-O1", "-fPIC", "-c", tmp_path / src, "-o", tmp_path / (src[:-2] + ".o")], check=True)
+    lib = tmp_path / "libasm.so"
+    cmd = ["gcc", "-shared", "-Wl,--build-id", "-Wl,-soname,libasm.so", "-o", str(lib),
+           str(tmp_path / "lib.o"), str(tmp_path / "loop.o")]
+    subprocess.run(cmd, check=True)
+    exe = tmp_path / "main"
+    subprocess.run(["gcc", "-o", exe, tmp_path / "main.c", lib], check=True)
+    return cmd, lib, exe
+
+
+@pytest.mark.parametrize("linker", ["bfd", "lld"])
+def test_map_option_changes_no_byte(tmp_path, linker):
+    from elflayout.order import launch
+
+    cmd, lib, _ = _asm_lib(tmp_path)
+    driver = [*cmd[:1], f"-fuse-ld={linker}", *cmd[1:]]
+    ld = {"bfd": "ld.bfd", "lld": "ld.lld"}[linker]
+    direct = [ld, "-shared", "--build-id", "-soname", "libasm.so", "-o", str(lib), *cmd[-2:]]
+    for c in (driver, direct):
+        subprocess.run(c, check=True)
+        plain = lib.read_bytes()
+        mapped = launch.with_map(c, tmp_path / "x.map")
+        assert mapped is not None and mapped[:-1] == c
+        subprocess.run(mapped, check=True)
+        assert (tmp_path / "x.map").stat().st_size > 0 and lib.read_bytes() == plain
+        (tmp_path / "x.map").unlink()
+    assert launch.with_map(["mylinker", "-shared", "-o", "x.so", "a.o"], tmp_path / "x.map") is None
+    assert launch.with_map(["gcc", "-fuse-ld=mold", "-shared", "-o", "x.so", "a.o"], tmp_path / "x.map") is None
+
+
+@pytest.mark.valgrind
+def test_profile_has_the_link_map_and_code_without_size(tmp_path):
+    cmd, lib, exe = _asm_lib(tmp_path)
+    cache = tmp_path / "cache"
+    r = _launch("--cache-dir", cache, "--target", "libasm.so", "--profile-cmd", exe, "--", *cmd)
+    assert r.returncode == 0, r.stderr
+    t = json.loads((cache / "libasm.so.profile.json").read_text())["targets"][0]
+    assert t["map"] == str(cache / "libasm.so.map") and Path(t["map"]).exists()
+    assert not list(cache.glob(".*"))  # no temporary map left behind
+    # the loop (no sized symbol) and crtbeginS.o's code are in the profile as input sections
+    hot = {(Path(s["object"]).name, s["name"]) for s in t["sections"]}
+    assert ("loop.o", ".text") in hot and ("crtbeginS.o", ".text") in hot
+    env = {**os.environ, "LD_LIBRARY_PATH": str(tmp_path)}
+    assert subprocess.run([exe], capture_output=True, text=True, env=env).stdout == "56\n"  # the ordered build

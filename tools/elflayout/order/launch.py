@@ -5,6 +5,7 @@ the build just linked (the CLI in ``launch_cli`` runs the links and the other ve
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError
@@ -15,6 +16,11 @@ _NOT_LINK = {"-c", "-S", "-E", "-M", "-MM", "--version", "-v", "-V", "-dumpversi
              "-dumpmachine", "-dumpspecs", "--help", "-###"}
 # a link whose output is no loadable file: nothing to order
 _NOT_LOADABLE = {"-r", "--relocatable", "-Wl,-r", "-Wl,--relocatable", "-Ur"}
+# compiler drivers that pass -Wl,-Map=F to the linker (gcc-12, x86_64-linux-gnu-gcc, clang-22, cc)
+_DRIVER = re.compile(r"^(?:[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+)"
+                     r"(?:-\d+(?:\.\d+)*)?$")
+# linkers whose -Map=F writes a map elflayout profile --map reads
+_MAP_LINKERS = ("bfd", "gold", "lld")
 
 
 def default_cache_dir() -> Path:
@@ -64,6 +70,35 @@ def unloadable(cmd: list[str]) -> str | None:
 def cache_file(cache: Path, output: str) -> Path:
     """The cached profile of the link writing ``output`` (keyed by its file name)."""
     return cache / f"{os.path.basename(output)}.profile.json"
+
+
+def map_file(cache: Path, output: str) -> Path:
+    """The link map of the link writing ``output``, kept next to its profile."""
+    return cache / f"{os.path.basename(output)}.map"
+
+
+def written_map(cmd: list[str]) -> str | None:
+    """The link map the build's own command already writes, if any."""
+    from elflayout.order.link import map_of
+
+    return map_of(cmd)
+
+
+def with_map(cmd: list[str], path: Path) -> list[str] | None:
+    """``cmd`` also writing the link map ``path`` (a map changes no byte of the output):
+    ``-Wl,-Map=`` for a gcc or clang driver, ``-Map=`` for ld.bfd, ld.gold or ld.lld; None
+    for a program or linker whose map option is not known."""
+    from elflayout.toolchain import chosen_linker, default_linker
+
+    try:
+        linker, _, driver = chosen_linker(cmd)
+    except ElflayoutError:
+        return None
+    if driver:
+        if not _DRIVER.match(os.path.basename(cmd[0])) or (linker or default_linker()) not in _MAP_LINKERS:
+            return None
+        return [*cmd, f"-Wl,-Map={path}"]
+    return [*cmd, f"-Map={path}"] if linker in _MAP_LINKERS else None
 
 
 def identity(path: str) -> dict:

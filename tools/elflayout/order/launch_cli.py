@@ -86,17 +86,38 @@ def run(args) -> int:
         raise ElflayoutError("--profile: a fixed profile, so --profile-cmd would never run; give one of them")
     out = launch.link_output(cmd)
     target = out is not None and launch.is_target(cmd, out, args.target)
-    rc = _run(cmd)
-    if rc or not target:
-        return rc
-    why = launch.unloadable(cmd) or _unreadable(cmd)
-    if why:
-        return _kept(args, out, why)
-    ident = launch.identity(out)
-    profile = _profile_of(args, out, cmd, ident)
+    new_map = _map_for(args, out, cmd) if target else None
+    try:
+        rc = _run(launch.with_map(cmd, new_map) if new_map else cmd)
+        if rc or not target:
+            return rc
+        why = launch.unloadable(cmd) or _unreadable(cmd)
+        if why:
+            return _kept(args, out, why)
+        ident = launch.identity(out)
+        profile = _profile_of(args, out, cmd, ident, new_map)
+    finally:
+        if new_map:
+            new_map.unlink(missing_ok=True)
     if profile is None:
         return 1 if args.strict else 0
     return _relink(args, out, cmd, profile)
+
+
+def _map_for(args, out: str, cmd: list[str]) -> Path | None:
+    """Where the target link also writes its link map, for a profile that sees code outside
+    sized function symbols (crtbeginS.o's, assembler loops without .size): a temporary name
+    in the cache, kept when a profile is recorded; None when no profile may be recorded, the
+    command writes its own map, or its map option is unknown."""
+    if args.profile or not args.profile_cmd or launch.unloadable(cmd) or launch.written_map(cmd):
+        return None
+    cache = Path(args.cache_dir) if args.cache_dir else launch.default_cache_dir()
+    tmp = launch.map_file(cache, out)
+    tmp = tmp.with_name(f".{tmp.name}.{os.getpid()}")
+    if launch.with_map(cmd, tmp) is None:
+        return None
+    cache.mkdir(parents=True, exist_ok=True)
+    return tmp
 
 
 def _run(cmd: list[str]) -> int:
@@ -126,7 +147,7 @@ def _kept(args, out: str, why: str) -> int:
     return 1 if args.strict else 0
 
 
-def _profile_of(args, out: str, cmd: list[str], ident: dict) -> Path | None:
+def _profile_of(args, out: str, cmd: list[str], ident: dict, new_map: Path | None) -> Path | None:
     """The profile to order ``out`` by: given, cached for this build, or recorded now;
     None (said in one line) when there is none."""
     if args.profile:
@@ -152,10 +173,22 @@ def _profile_of(args, out: str, cmd: list[str], ident: dict) -> Path | None:
         return None
     if state == "other":
         _say(f"{out}: profiling again: {refusal.split(' (use ')[0]}")
-    return _record(args, out, cmd, cached)
+    return _record(args, out, cmd, cached, _link_map(cmd, cached, out, new_map))
 
 
-def _record(args, out: str, cmd: list[str], cached: Path) -> Path | None:
+def _link_map(cmd: list[str], cached: Path, out: str, new_map: Path | None) -> str | None:
+    """The link map to profile with: the build's own, else the one the launcher added,
+    moved next to the profile (which names it)."""
+    if new_map is None:
+        return launch.written_map(cmd)
+    if not new_map.exists():
+        return None
+    kept = launch.map_file(cached.parent, out)
+    os.replace(new_map, kept)
+    return str(kept)
+
+
+def _record(args, out: str, cmd: list[str], cached: Path, lmap: str | None) -> Path | None:
     """Profile ``out`` under the workload into the cache (replaced atomically)."""
     from elflayout.cli import verb_parser
 
@@ -175,6 +208,8 @@ def _record(args, out: str, cmd: list[str], cached: Path) -> Path | None:
             env = ["--env", f"LD_LIBRARY_PATH={path}"]
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
         parser, mod = verb_parser("profile")
+        if lmap and "--map" not in opts and not any(o.startswith("--map=") for o in opts):
+            env += ["--map", os.path.abspath(lmap)]
         pargs = parser.parse_args(["--target", os.path.abspath(out), *env, *opts, "-o", str(tmp), "--force",
                                    "--", *launch.workload(words, out)])
         _say(f"{out}: profiling with {shlex.join(words)} (once per build; the cache is {cached.parent})")
