@@ -36,7 +36,11 @@ How it works. The link runs unchanged first. A link of a target (--target, else 
 profile' with the new library first on LD_LIBRARY_PATH (under its SONAME, so a
 program of the system or an earlier build loads it). The profile is kept in the cache
 (--cache-dir, $ELFLAYOUT_LAUNCH_CACHE, default ~/.cache/elflayout/launch) as
-NAME.profile.json, NAME the output's file name. The link is then run again through
+NAME.profile.json, NAME the output's file name. When a profile may be recorded, the
+first link also writes its link map there (NAME.map: -Wl,-Map= for a gcc or clang
+driver, -Map= for ld.bfd, ld.gold, ld.lld; no byte of the output changes) and the
+profile reads it (--map), so code outside sized symbols (crtbeginS.o, assembler
+without .size) is ordered too. The link is then run again through
 'elflayout link' with that profile, which orders it and checks the result.
 
 A later build whose first link has the same build-id (a rebuild of the same sources
