@@ -99,20 +99,35 @@ def _remap_by_input_section(pg, target, img, lib_map, notes):
             return None
         a = linkmap.parse(src_map, src)
     b = linkmap.parse(lib_map, img)
-    where = {}
-    for k, (n, o, off) in enumerate(zip(b.name, b.object, b.offset.tolist())):
-        if off >= 0 and b.size[k] > 0:
-            where.setdefault((n, o), k)
+    # A name and object can repeat (lld's merged-constant and string pools are each
+    # "<internal>:(.rodata)"): the n-th occurrence in one map is the n-th in the other.
+    where = _occurrences(b)
+    rank_a = _occurrence_rank(a)
     j = a.lookup_offsets(pg * PAGE)
     out = np.full(pg.shape, -1, dtype=np.int64)
     for i in np.flatnonzero(j >= 0).tolist():
         ja = int(j[i])
-        k = where.get((a.name[ja], a.object[ja]))
+        ks = where.get((a.name[ja], a.object[ja]))
+        k = None if not ks else ks[min(rank_a.get(ja, 0), len(ks) - 1)]
         if k is None or a.name[ja].startswith(".text"):
             continue
         rel = min(int(pg[i] * PAGE - a.offset[ja]), int(b.size[k]) - 1)
         out[i] = (int(b.offset[k]) + max(0, rel)) // PAGE
     return out
+
+
+def _occurrences(m) -> dict[tuple[str, str], list[int]]:
+    """Placed, non-empty input sections of link map ``m`` by (name, object), in file order."""
+    where: dict[tuple[str, str], list[int]] = {}
+    for k in np.argsort(m.offset, kind="stable").tolist():
+        if m.offset[k] >= 0 and m.size[k] > 0:
+            where.setdefault((m.name[k], m.object[k]), []).append(k)
+    return where
+
+
+def _occurrence_rank(m) -> dict[int, int]:
+    """For each placed input section of ``m``: how many of the same (name, object) precede it."""
+    return {k: r for ks in _occurrences(m).values() for r, k in enumerate(ks)}
 
 
 def _dynstr_lookups(pg, fs, target, img, notes):
