@@ -236,3 +236,30 @@ def test_simulation_file_has_one_model(synth, tmp_path):
     fileio.dump_json({**doc, "version": 2}, p)
     with pytest.raises(ElflayoutError):
         simulation.read(p)
+
+
+def _map(rows):
+    """A link map of (name, object, file offset, size) rows, as ``linkmap.parse`` makes them."""
+    from elflayout.linkmap import LinkMap
+
+    n = len(rows)
+    return LinkMap(path="x.map", flavour="lld", output_sections=[], output=[".rodata"] * n,
+                   name=[r[0] for r in rows], object=[r[1] for r in rows],
+                   vaddr=np.array([r[2] for r in rows], dtype=np.int64),
+                   size=np.array([r[3] for r in rows], dtype=np.int64),
+                   offset=np.array([r[2] for r in rows], dtype=np.int64), sym_name=[],
+                   sym_vaddr=np.zeros(0, np.int64), sym_section=np.zeros(0, np.int64))
+
+
+def test_relink_data_pages_follow_the_nth_of_repeated_input_sections():
+    # lld prints each merged pool as "<internal>:(.rodata)": a page in the second, large
+    # pool must land in the second pool of the relink, not be clamped into the first
+    from elflayout.order.placement import follow_input_sections
+
+    P = 4096
+    a = _map([(".rodata", "<internal>", 10 * P, 2 * P), (".rodata.x", "a.o", 12 * P, P),
+              (".rodata", "<internal>", 13 * P, 100 * P)])
+    b = _map([(".rodata.x", "a.o", 10 * P, P), (".rodata", "<internal>", 11 * P, 2 * P),
+              (".rodata", "<internal>", 20 * P, 100 * P)])
+    out = follow_input_sections(a, b, np.array([10, 12, 13, 60, 112]))
+    assert out.tolist() == [11, 10, 20, 67, 119]

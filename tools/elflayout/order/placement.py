@@ -98,7 +98,13 @@ def _remap_by_input_section(pg, target, img, lib_map, notes):
             notes["remap_by_section"] = f"{src_path} is no longer the profiled build"
             return None
         a = linkmap.parse(src_map, src)
-    b = linkmap.parse(lib_map, img)
+    return follow_input_sections(a, linkmap.parse(lib_map, img), pg)
+
+
+def follow_input_sections(a, b, pg: np.ndarray) -> np.ndarray:
+    """Pages in link map ``b``'s library of the file pages ``pg`` of ``a``'s (both maps
+    with file offsets), each following the input section holding its first byte, at the
+    same offset in it; -1: not found, or code (functions place code)."""
     # A name and object can repeat (lld's merged-constant and string pools are each
     # "<internal>:(.rodata)"): the n-th occurrence in one map is the n-th in the other.
     where = _occurrences(b)
