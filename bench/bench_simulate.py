@@ -7,7 +7,7 @@ For each benchmark library with a cached build (``elflayout.order.accuracy``: li
 relinked from LLVM 16's archives, ``llc-16 --version``; libpython3.11 from Debian's objects
 split, ``import json, decimal, asyncio, re``; libcrypto.so.3 split, ``openssl dgst``; and,
 held out (no model change was tuned on it), libpython3.11 built from CPython's sources with
-clang-22), the build its valgrind profile was recorded on (unordered) and the newest
+clang-22, and libzstd built by CMake, unordered only), the build its valgrind profile was recorded on (unordered) and the newest
 cached ordered relink: ``simulate PROFILE --lib LIB [--map LIB.map] --read-ahead-kb 128``
 against the pages measured (``measure.session``, selective state: the library alone
 evicted, read_ahead_kb 128 set and restored, page-cache insertions counted with tracefs;

@@ -36,6 +36,8 @@ BENCH_LIBRARIES = (
     ("libcrypto.so.3 (split)", "libcrypto", "bench-pipeline/split-crypto/crypto-split-clean.profile.json"),
     ("libpython3.11 (CPython from source, clang-22), held out", "cpython-src/links",
      "bench-pipeline/peers-llvm22/python.profile.json"),
+    ("libzstd.so.1 (CMake, lld), held out", "bench-pipeline/default-heldout/libs",
+     "bench-pipeline/default-heldout/zstd.profile.json"),
 )
 
 
