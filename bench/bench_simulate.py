@@ -6,14 +6,14 @@
 For each benchmark library with a cached build (``elflayout.order.accuracy``: libLLVM-16
 relinked from LLVM 16's archives, ``llc-16 --version``; libpython3.11 from Debian's objects
 split, ``import json, decimal, asyncio, re``; libcrypto.so.3 split, ``openssl dgst``; and,
-held out (no model change was tuned on it), libpython3.11 built from CPython's sources with
-clang-22, and libzstd built by CMake, unordered only), the build its valgrind profile was recorded on (unordered) and the newest
-cached ordered relink: ``simulate PROFILE --lib LIB [--map LIB.map] --read-ahead-kb 128``
+held out (no model change was tuned on them), libpython3.11 built from CPython's sources with
+clang-22 and libzstd built by CMake (unordered only)), the build its valgrind profile was
+recorded on (unordered) and the newest cached ordered relink: ``simulate PROFILE --lib LIB [--map LIB.map] --read-ahead-kb 128``
 against the pages measured (``measure.session``, selective state: the library alone
 evicted, read_ahead_kb 128 set and restored, page-cache insertions counted with tracefs;
 page counts are exact, so --runs 1 suffices). ``--sections``: predicted and measured
 pages by section for each layout, largest differences first.
-Builds are not made here: bench_pipeline.py (libLLVM, libpython, libcrypto) and
+Builds are not made here: bench_pipeline.py (libLLVM, libpython, libcrypto, libzstd) and
 bench_peers_llvm22.py (CPython from source) make and cache them.
 """
 
@@ -65,7 +65,7 @@ def main() -> int:
         return 0
     cases = accuracy.cached_cases(cache_root())
     print(f"simulate vs measured, selective cold, read_ahead_kb {RA_KB}, {a.runs} run(s) each")
-    print(f"| Library | Layout | Predicted | Measured | Error |\n|---|---|---|---|---|")
+    print("| Library | Layout | Predicted | Measured | Error |\n|---|---|---|---|---|")
     out = []
     for c in cases:
         sim = accuracy.predict(c, RA_KB)
@@ -77,11 +77,12 @@ def main() -> int:
                     "sections": accuracy.section_rows(sim["by_section"], m["by_section"])})
     if a.sections:
         for r in out:
-            print(f"\n{r['library']}, {r['layout']} ({r['lib']}): section predicted measured difference")
-            for name, p, m, d in r["sections"][:8]:
-                print(f"  {name:<24} {p:>7,} {m:>7,} {d:>+7,}")
-    print("\nCommand per row: elflayout simulate PROFILE --lib LIB [--map LIB.map] --read-ahead-kb 128 "
-          "(the map for the ordered build)")
+            print(f"\n{r['library']}, {r['layout']} (`{r['lib']}`), largest differences:\n")
+            print("| Section | Predicted | Measured | Difference |\n|---|---|---|---|")
+            for name, p, m, d in r["sections"][:6]:
+                print(f"| {name} | {p:,} | {m:,} | {d:+,} |")
+    print("\nCommand per row: `elflayout simulate PROFILE --lib LIB [--map LIB.map] --read-ahead-kb 128 "
+          "(the map for the ordered build)`")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
     return 0
