@@ -28,6 +28,7 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
 from elflayout import toolchain
+from elflayout.split import debugcheck
 from elflayout.split.archive import is_archive
 
 STYLES = {
@@ -50,6 +51,7 @@ class CheckResult:
     explained: list[str] = field(default_factory=list)   # differences that change no meaning, and why
     could_not_check: str | None = None   # the linker refused the original objects: its first error line
     stand_in: str | None = None          # a symbol the start files define, linked in on both sides
+    line_addresses_compared: int = 0     # code addresses whose file:line both links' DWARF agree on
 
 
 def _inputs(paths: list[Path]) -> list[str]:
@@ -211,7 +213,9 @@ def check(originals: list[Path], split: list[Path], linker: str = "lld") -> Chec
                                stand_in=stand_in)
         sa, ya, pa = _image(a)
         sb, yb, pb = _image(b)
-    res = CheckResult(linker, style, True, 0, 0, 0, stand_in=stand_in)
+        lines, line_diffs = debugcheck.compare(a, b)
+    res = CheckResult(linker, style, True, 0, 0, 0, stand_in=stand_in, line_addresses_compared=lines)
+    res.differences += line_diffs
     for name in sorted(set(sa) | set(sb), key=lambda n: (sa.get(n) or sb.get(n))[0]):
         if name not in sa or name not in sb:
             res.differences.append(f"section {name} only in the {'split' if name in sb else 'original'} link")

@@ -155,9 +155,12 @@ def _print_text(args, reports, checks, orders) -> None:
         how = f"{c.style} link" + (f", {c.stand_in} of the start files stood in" if c.stand_in else "")
         print(f"  check ({c.linker}, {how}): original-order links identical: {c.sections_compared} "
               f"sections, {c.bytes_compared:,} bytes, {c.symbols_compared:,} symbols"
+              + (f", {c.line_addresses_compared:,} addresses' file:line" if c.line_addresses_compared else "")
               + "".join(f"\n    explained difference: {e}" for e in c.explained))
     for o in orders:
         print(f"  check ({o.linker}, {o.order} order): " + (
             "same output of --run" if o.kind == "run" else
             f"same meaning: {o.functions_compared:,} functions ({o.instructions_compared:,} instructions), "
-            f"{o.data_words_compared:,} relocated data words ({o.not_compared:,} table entries not compared)"))
+            f"{o.data_words_compared:,} relocated data words ({o.not_compared:,} table entries not compared)"
+            + (f", {o.line_addresses_compared:,} addresses' file:line" if getattr(o, "line_addresses_compared", 0)
+               else "")))

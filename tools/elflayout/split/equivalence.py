@@ -48,7 +48,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_ST_SHNDX, ENUM_ST_INFO_BIND
 
 from elflayout import toolchain
-from elflayout.split import disasm
+from elflayout.split import debugcheck, disasm
 from elflayout.split.check import STYLES, _inputs
 from elflayout.split.extents import SPLIT_PREFIX, STT
 
@@ -94,6 +94,7 @@ class EquivalenceResult:
     instructions_compared: int = 0
     data_words_compared: int = 0
     not_compared: int = 0           # PC-relative data words whose target is outside every symbol
+    line_addresses_compared: int = 0    # code addresses whose file:line both links' DWARF agree on
     first_difference: str | None = None
     differences: list[str] = field(default_factory=list)
 
@@ -597,6 +598,8 @@ def equivalent(originals: list[Path], split: list[Path], linker: str, style: str
                     img_b = Image(b)
                     compare_code(img_a, img_b, res)
                     compare_data(img_a, img_b, res)
+                    res.line_addresses_compared, line_diffs = debugcheck.compare(a, b)
+                    res.differences += line_diffs
                 except UNREADABLE as e:
                     res.differences = [_unreadable(order, e)]
                 res.identical = not res.differences

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_SH_TYPE_BASE
 
-from elflayout.split import disasm, reach
+from elflayout.split import disasm, dwarf, dwarf_line, dwarf_write, reach
 from elflayout.split.extents import SPLIT_PREFIX, STT, Unit, is_code, name_conflict, splittable, units
 from elflayout.split.reader import ObjectFile, Section
 
@@ -152,6 +152,7 @@ class Plan:
     sections: dict[int, SectionPlan]        # split candidates by section index
     fixes: list[RelocFix]
     unchanged: str | None = None            # why the object is copied as it is
+    debug: object = None                    # dwarf_write.Debug: debug sections to rewrite
 
     @property
     def splits(self) -> dict[int, SectionPlan]:
@@ -173,7 +174,7 @@ def make_plan(obj: ObjectFile) -> Plan:
     if not cands or obj.symtab_index == 0:
         return Plan(obj, {}, [], unchanged="nothing to split (already one section per function and object)")
     _link_order_users(obj, cands)
-    _debug_users(obj, cands)
+    debug = _debug_rules(obj, cands)
     code = _disassemble(obj, cands)
     for i, sp in cands.items():
         if i in code:
@@ -186,7 +187,7 @@ def make_plan(obj: ObjectFile) -> Plan:
         sp.rename = sp.rename and sp.whole is None
     if all(len(sp.groups) <= 1 and not sp.rename for sp in cands.values()):
         return Plan(obj, cands, [], unchanged="every split section had to stay whole")
-    return Plan(obj, cands, fixes)
+    return Plan(obj, cands, fixes, debug=debug)
 
 
 def _link_order_users(obj: ObjectFile, cands: dict[int, SectionPlan]) -> None:
@@ -196,19 +197,57 @@ def _link_order_users(obj: ObjectFile, cands: dict[int, SectionPlan]) -> None:
             cands[s.link].keep_whole(f"{s.name} is link-ordered to it")
 
 
-def _debug_users(obj: ObjectFile, cands: dict[int, SectionPlan]) -> None:
-    """DWARF describes a section without function sections as one range: the CU's
-    low_pc is its start and location lists, line tables and ranges hold offsets from
-    it, which no relocation would follow. Such sections are kept whole."""
+DEBUG_HINT = "compile with -ffunction-sections -fdata-sections to keep -g, or strip it, objcopy --strip-debug, to split"
+ONE_RANGE = (".debug_info describes it as one range (the compile unit's DW_AT_low_pc/DW_AT_high_pc; its DWARF "
+             f"line table and lists are offsets from that base, which split does not rewrite: {DEBUG_HINT})")
+
+
+def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
+    """Sections the debug information refers to: kept whole where ``dwarf`` cannot
+    describe them split (with the reason), units glued where an entry must stay in one
+    section. Returns what the writer needs to rewrite the debug sections, or None."""
+    users = set()
     for ri, r in obj.relas.items():
         d = obj.sections[obj.sections[ri].info]
-        if not d.name.startswith((".debug_", ".zdebug_")) or not len(r):
-            continue
-        for s in set(obj.symbols["st_shndx"][(r["r_info"] >> 32).astype(np.int64)].tolist()):
-            if s in cands:
-                cands[s].keep_whole(f"{d.name} describes it as one range (DWARF debug information, which split does "
-                                    "not rewrite: compile with -ffunction-sections -fdata-sections to keep -g, or "
-                                    "strip it, objcopy --strip-debug, to split)")
+        if d.name.startswith((".debug_", ".zdebug_")) and len(r):
+            users |= set(obj.symbols["st_shndx"][(r["r_info"] >> 32).astype(np.int64)].tolist()) & set(cands)
+    if not users:
+        return None
+    try:
+        f = dwarf.facts(obj, set(cands))
+        for iv in f.cu_ranges:
+            sp = cands[iv.sec]
+            if sp.unit_at(iv.start) != sp.unit_at(max(iv.start, iv.end - 1)):
+                sp.keep_whole(ONE_RANGE)
+        split = {i for i in cands if cands[i].whole is None}
+        f = dwarf.facts(obj, split)
+        dwarf.lists(obj, f, split)
+        lines = dwarf_line.parse(obj.sections[f.secs[".debug_line"]].data, f.relocs[".debug_line"], split)
+        _line_references(f, lines)
+    except dwarf.Refused as e:
+        for i in users:
+            cands[i].keep_whole(f"DWARF debug information: {e}; {DEBUG_HINT}")
+        return None
+    for iv in [*f.locs, *(iv for iv, _ in f.high_pcs)]:
+        sp = cands.get(iv.sec)
+        if sp is not None and sp.whole is None:
+            a = min(sp.unit_at(iv.anchor_at), sp.unit_at(iv.start))
+            b = sp.unit_at(max(iv.start, iv.end - 1))
+            if a != b:
+                sp.glue_range(a, b, f"DWARF describes {sp.sec.name}+{iv.start:#x}..{iv.end:#x} from "
+                                    f"{sp.units[a].name} as one range")
+    return dwarf_write.Debug(f, lines)
+
+
+def _line_references(f, lines) -> None:
+    """Relocations naming .debug_line must name a table's start (DW_AT_stmt_list), the
+    only offsets the rewrite keeps."""
+    starts = {u.offset for u in lines}
+    line = f.secs[".debug_line"]
+    for name, rel in f.relocs.items():
+        for off, r in rel.items():
+            if r.sec == line and r.addend not in starts:
+                raise dwarf.Refused(f"{name}+{off:#x} points into .debug_line+{r.addend:#x}, not a table's start")
 
 
 def _disassemble(obj: ObjectFile, cands: dict[int, SectionPlan]) -> dict[int, disasm.Code]:

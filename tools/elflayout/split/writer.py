@@ -18,6 +18,7 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.enums import ENUM_E_TYPE, ENUM_ST_INFO_BIND, ENUM_SH_TYPE_BASE
 
 from elflayout.layouts import EHDR64, SHDR64, SYM64, align_up
+from elflayout.split import dwarf_write
 from elflayout.split.extents import SPLIT_PREFIX, STT
 from elflayout.split.plan import R, Plan, SectionPlan
 from elflayout.split.reader import RELA64, SHN_LORESERVE
@@ -61,12 +62,13 @@ def write(plan: Plan) -> bytes:
     rows, mp, grp_sym, nlocal = _symbol_rows(plan, splits)
     # 2. Relocations of every output RELA section.
     relas = _relocations(plan, splits, starts, mp, grp_sym)
+    replaced = dwarf_write.rewrite(plan, plan.debug, splits, starts, relas, grp_sym, mp) if plan.debug else {}
     # 3. Section numbering (empty group RELA sections are dropped).
     order, new_index, group_index = _section_order(obj, splits, relas)
     # 4. Symbols: section indexes and values relative to their group.
     symbols = _renumbered_symbols(obj, splits, starts, rows, new_index, group_index)
     # 5. Section contents and headers.
-    outs = _section_outputs(obj, splits, order, new_index, group_index, symbols, nlocal, relas, mp)
+    outs = _section_outputs(obj, splits, order, new_index, group_index, symbols, nlocal, relas, mp, replaced)
     return _layout(obj, outs)
 
 
@@ -123,7 +125,7 @@ def _renumbered_symbols(obj, splits: dict, starts: dict, rows: list, new_index: 
 
 
 def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, group_index: dict,
-                     symbols: np.ndarray, nlocal: int, relas: dict, mp) -> list:
+                     symbols: np.ndarray, nlocal: int, relas: dict, mp, replaced: dict) -> list:
     """Contents and headers of the output sections, in ``order``."""
     secs = obj.sections
     symtab_new = new_index[obj.symtab_index]
@@ -131,7 +133,7 @@ def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, gro
     for item in order:
         s = secs[item[1]]
         if item[0] == "copy":
-            data, link, info = s.data, s.link, s.info
+            data, link, info = replaced.get(s.index, s.data), s.link, s.info
             if s.sh_type == SHT["SHT_SYMTAB"]:
                 data, link, info = symbols.tobytes(), new_index[s.link], nlocal
             elif s.sh_type == SHT["SHT_RELA"]:

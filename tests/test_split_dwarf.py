@@ -1,0 +1,163 @@
+"""split of objects compiled with -g (gcc 12, DWARF 5): the debug information of a
+link of the split object, in the original order and reordered, maps every address of
+every function to the same file:line, verifies, and gdb stops at a breakpoint by line
+in the right function. Shapes split cannot rewrite stay refused with the reason."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import need_tool, run_cli
+
+from elflayout.split import debugcheck
+from elflayout.split.api import split_object
+from elflayout.split.reader import read_object
+
+DATA = Path(__file__).parent / "data" / "split_dwarf"
+CALLS = DATA / "calls.c"          # static functions, inlining, lexical blocks, a jump table
+VERIFIED = DATA / "verified.c"    # one llvm-dwarfdump-16 --verify finishes on (it loops on calls.c's)
+REORDER = ["main", "f2", "f4", "f1", "f3"]
+
+
+def _cc(tmp: Path, src: Path, *flags: str) -> Path:
+    need_tool("gcc")
+    o = tmp / (src.stem + ".o")
+    subprocess.run(["gcc", "-g", "-O2", *flags, "-c", src, "-o", o], check=True)
+    return o
+
+
+def _split(tmp: Path, o: Path) -> Path:
+    out, rep = split_object(o.read_bytes(), o.name)
+    assert rep.changed, rep
+    p = tmp / ("split_" + o.name)
+    p.write_bytes(out)
+    return p
+
+
+def _link(tmp: Path, o: Path, name: str, order: list[str] | None = None) -> Path:
+    exe = tmp / name
+    flags = []
+    if order:
+        need_tool("ld.lld")
+        f = tmp / f"{name}.order"
+        f.write_text("\n".join(order) + "\n")
+        flags = ["-fuse-ld=lld", f"-Wl,--symbol-ordering-file={f}"]
+    subprocess.run(["gcc", *flags, "-o", exe, o], check=True)
+    return exe
+
+
+def _starts(exe: Path) -> list[str]:
+    out = subprocess.run(["nm", "-n", exe], capture_output=True, text=True, check=True).stdout
+    return [ln.split()[2] for ln in out.splitlines() if ln.split()[1:2] in (["T"], ["t"])]
+
+
+def test_gcc_dwarf5_object_is_split(tmp_path):
+    """Was: "nothing split" (.debug_info describes .text as one range)."""
+    o = _cc(tmp_path, CALLS)
+    obj = read_object(_split(tmp_path, o).read_bytes(), "x")
+    names = {s.name for s in obj.sections}
+    assert {".text.f1", ".text.f2", ".text.f3", ".text.f4"} <= names, names
+
+
+def test_line_table_same_in_original_and_reordered_links(tmp_path):
+    need_tool("addr2line")
+    o = _cc(tmp_path, CALLS)
+    s = _split(tmp_path, o)
+    orig = _link(tmp_path, o, "orig")
+    for exe in (_link(tmp_path, s, "same"), _link(tmp_path, s, "moved", REORDER)):
+        n, diffs = debugcheck.compare_lines(orig, exe)
+        assert n > 300 and diffs == [], (exe.name, diffs)
+    moved = _starts(tmp_path / "moved")
+    assert moved.index("f2") < moved.index("f1") and _starts(orig).index("f1") < _starts(orig).index("f2")
+
+
+def test_line_comparison_sees_a_shifted_line(tmp_path):
+    """The comparison itself: one line more at the top moves every row."""
+    need_tool("addr2line")
+    shifted = tmp_path / "shifted"
+    shifted.mkdir()
+    src = shifted / CALLS.name
+    src.write_text("\n" + CALLS.read_text())
+    a = _link(tmp_path, _cc(tmp_path, CALLS), "a")
+    b = _link(shifted, _cc(shifted, src), "b")
+    n, diffs = debugcheck.compare_lines(a, b)
+    assert diffs and "line table" in diffs[0], diffs
+
+
+def test_dwarf_verifies_after_split(tmp_path):
+    need_tool("llvm-dwarfdump-16")
+    o = _cc(tmp_path, VERIFIED)
+    s = _split(tmp_path, o)
+    orig = _link(tmp_path, o, "orig")
+    assert debugcheck.verify(orig) is None
+    for exe in (_link(tmp_path, s, "same"), _link(tmp_path, s, "moved", ["main", "f2", "f1"])):
+        assert debugcheck.verify(exe) is None, exe.name
+        assert debugcheck.compare_lines(orig, exe)[1] == []
+
+
+def test_aranges_one_entry_per_new_section(tmp_path):
+    o = _cc(tmp_path, CALLS)
+    s = _split(tmp_path, o)
+    out = subprocess.run(["readelf", "-r", s], capture_output=True, text=True, check=True).stdout
+    block = out.split(".rela.debug_aranges")[1].split("Relocation section")[0]
+    for f in ("f1", "f2", "f3", "f4"):
+        assert f".text.{f} + 0" in block, block
+
+
+def test_gdb_breakpoint_by_line_in_reordered_link(tmp_path):
+    need_tool("gdb")
+    s = _split(tmp_path, _cc(tmp_path, CALLS))
+    exe = _link(tmp_path, s, "moved", REORDER)
+    line = next(k for k, t in enumerate(CALLS.read_text().splitlines(), 1) if t.lstrip().startswith("switch"))
+    r = subprocess.run(["gdb", "-nx", "-batch", "-ex", f"break {CALLS.name}:{line}", "-ex", "run", "-ex", "bt",
+                        "--args", exe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert re.search(rf"Breakpoint 1, f2 \(k=k@entry=\d+\) at \S*{CALLS.name}:{line}\n", r.stdout), r.stdout + r.stderr
+    assert " in f4 (" in r.stdout and " in main (" in r.stdout, r.stdout
+
+
+def test_check_compares_line_tables(tmp_path):
+    need_tool("ld.lld")
+    o = _cc(tmp_path, VERIFIED)
+    r = run_cli("split", o, "-o", tmp_path / "out", "--check", check=0)
+    assert r.stdout.count("addresses' file:line") == 3, r.stdout
+
+
+@pytest.mark.parametrize("flags,why", [
+    (("-gdwarf-4",), "DWARF version 4"),
+    ((), "describes it as one range"),
+])
+def test_shapes_not_rewritten_stay_whole(tmp_path, flags, why):
+    """DWARF 4, and a unit whose only code section is .text (its lists and line table
+    are offsets from the unit's base): refused per section, with the reason."""
+    src = tmp_path / "one.c"
+    src.write_text("int a(int x) { return x + 1; }\nint b(int x) { return a(x) * 2; }\n")
+    o = _cc(tmp_path, src, *flags)
+    _, rep = split_object(o.read_bytes(), o.name)
+    text = [x for x in rep.sections if x.name == ".text"][0]
+    assert text.kept_whole and why in text.kept_whole and text.sections == 1, text
+
+
+def test_tools_present_for_check():
+    assert shutil.which("addr2line"), "binutils' addr2line is needed by split --check on -g objects"
+
+
+@pytest.mark.slow
+@pytest.mark.download
+def test_libzstd_built_with_g_splits_and_checks(tmp_path):
+    """Debian's libzstd compiled -g -O2 by its own Makefile: the objects whose units span
+    .text and .text.unlikely split (their line programs set the address again after
+    alignment padding), and --check's line tables agree in all three orders."""
+    need_tool("ld.lld")
+    need_tool("addr2line")
+    import zstd_testlib
+    objs = zstd_testlib.build("gcc", ["-g", "-O2"])
+    r = run_cli("split", *objs, "-o", tmp_path / "out", "--check", "--linker", "lld", check=0)
+    split = [ln for ln in r.stdout.splitlines() if "zstd_compress.o -> " in ln or "zstd_v07.o -> " in ln]
+    assert len(split) == 2 and all(": split: " in ln for ln in split), r.stdout
+    counts = re.findall(r"([\d,]+) addresses' file:line", r.stdout)
+    assert len(counts) == 3 and int(counts[0].replace(",", "")) > 100_000, r.stdout

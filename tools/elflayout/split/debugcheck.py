@@ -1,0 +1,92 @@
+"""Debug information of a split link against the original link: every address of
+every function maps to the same file:line (relative to the function's start, so any
+order compares), and ``llvm-dwarfdump --verify`` finds no error the original link
+does not have.
+
+Line mapping is read with ``addr2line`` (binutils, what gdb's users see), every byte
+of every uniquely named function; the verifier runs with a time limit because some
+versions loop on gcc's output of some units (the original link is then unverifiable
+and nothing is claimed).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+
+VERIFIERS = ("llvm-dwarfdump-16", "llvm-dwarfdump-22", "llvm-dwarfdump")
+VERIFY_SECONDS = 20
+SHOWN = 5
+
+
+def has_lines(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return ELFFile(fh).get_section_by_name(".debug_line") is not None
+
+
+def _functions(path: Path) -> dict[str, tuple[int, int]]:
+    """Uniquely named functions with code: name -> (address, size)."""
+    with open(path, "rb") as fh:
+        tab = ELFFile(fh).get_section_by_name(".symtab")
+        found = [(s.name, s["st_value"], s["st_size"]) for s in (tab.iter_symbols() if tab else ())
+                 if s["st_info"]["type"] == "STT_FUNC" and s["st_size"] and s.name and s["st_shndx"] != "SHN_UNDEF"]
+    n = Counter(name for name, _, _ in found)
+    return {name: (a, z) for name, a, z in found if n[name] == 1}
+
+
+def _lines(path: Path, funcs: dict[str, tuple[int, int]], names: list[str]) -> dict[str, list[str]]:
+    addrs = [f"{funcs[n][0] + k:#x}" for n in names for k in range(funcs[n][1])]
+    r = subprocess.run(["addr2line", "-e", str(path)], input="\n".join(addrs) + "\n", capture_output=True, text=True,
+                       check=True)
+    rows = r.stdout.splitlines()
+    out, k = {}, 0
+    for n in names:
+        out[n] = rows[k:k + funcs[n][1]]
+        k += funcs[n][1]
+    return out
+
+
+def compare_lines(original: Path, other: Path) -> tuple[int, list[str]]:
+    """(addresses compared, differences) of the line tables of two links."""
+    fa, fb = _functions(original), _functions(other)
+    names = sorted(n for n in fa if n in fb and fa[n][1] == fb[n][1])
+    diffs = [f"function {n}: {fa[n][1]} bytes in the original link, {fb[n][1]} in the split one"
+             for n in sorted(set(fa) & set(fb)) if fa[n][1] != fb[n][1]]
+    la, lb = _lines(original, fa, names), _lines(other, fb, names)
+    count = 0
+    for n in names:
+        count += len(la[n])
+        for k, (x, y) in enumerate(zip(la[n], lb[n])):
+            if x != y:
+                diffs.append(f"line table: {n}+{k:#x} is {y} in the split link, {x} in the original")
+                break
+    return count, diffs
+
+
+def verify(path: Path) -> str | None:
+    """None when the verifier finds no error; else its first error line, or why it could not run."""
+    tool = next((t for t in VERIFIERS if shutil.which(t)), None)
+    if tool is None:
+        return "llvm-dwarfdump not found"
+    try:
+        r = subprocess.run([tool, "--verify", str(path)], capture_output=True, text=True, timeout=VERIFY_SECONDS)
+    except subprocess.TimeoutExpired:
+        return f"{tool} --verify did not finish in {VERIFY_SECONDS} s"
+    if r.returncode == 0:
+        return None
+    err = [x for x in r.stdout.splitlines() + r.stderr.splitlines() if "error" in x.lower()]
+    return (err or [f"{tool} --verify exited with status {r.returncode}"])[0].strip()
+
+
+def compare(original: Path, other: Path) -> tuple[int, list[str]]:
+    """Both checks, when the original link has a line table: (addresses compared, differences)."""
+    if not has_lines(original):
+        return 0, []
+    count, diffs = compare_lines(original, other)
+    if verify(original) is None and (why := verify(other)) is not None:
+        diffs.append(f"debug information of the split link fails verification: {why}")
+    return count, diffs[:SHOWN]

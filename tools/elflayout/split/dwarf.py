@@ -1,0 +1,359 @@
+"""DWARF of an object to split: what in ``.debug_*`` designates a place in a split
+section, and whether each such place still can be described once the section is split.
+
+Split rewrites what gcc 12 writes with ``-g`` (DWARF 5) when a compile unit already
+spans several code sections (``.text`` and ``.text.startup``/``.text.unlikely``): every
+code address is then a relocation (section symbol + addend), which ``plan`` retargets
+like any other. What no relocation follows, and how it is handled:
+
+- ``.debug_line``: one sequence per section with addresses advanced by constants. The
+  sequences of a split section are re-encoded, one per new section (``dwarf_write``).
+- a range list entry (``DW_RLE_start_length``, or ``DW_RLE_offset_pair`` after a
+  relocated ``DW_RLE_base_address``) covering several new sections: the list is
+  written again as one ``DW_RLE_start_length`` per new section (``dwarf_write``).
+- ``.debug_aranges``: one entry per new section (``dwarf_write``).
+- ``DW_AT_high_pc`` as a constant and location list entries: their range must stay in
+  the new section of their start, else the units they cover are glued.
+
+Everything else is refused per section with the reason: a unit whose only range is
+``DW_AT_low_pc``/``DW_AT_high_pc`` over the split section (gcc's output for a unit
+with all code in ``.text``; its lists and line table are offsets from that base),
+DWARF versions other than 5, 64-bit DWARF, indexed forms (``DW_FORM_addrx``,
+``DW_FORM_rnglistx``), and relocations from any other debug section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from elftools.dwarf.dwarfinfo import DWARFInfo, DebugSectionDescriptor, DwarfConfig
+from elftools.elf.enums import ENUM_RELOC_TYPE_x64
+
+from elflayout.split.reader import ObjectFile
+
+R_64 = ENUM_RELOC_TYPE_x64["R_X86_64_64"]
+R_32 = ENUM_RELOC_TYPE_x64["R_X86_64_32"]
+HANDLED = (".debug_info", ".debug_line", ".debug_aranges", ".debug_rnglists", ".debug_loclists")
+# DWARF 5 §7.25 (range list entries), §7.29 (location list entries)
+RLE = {"end_of_list": 0, "base_addressx": 1, "startx_endx": 2, "startx_length": 3, "offset_pair": 4,
+       "base_address": 5, "start_end": 6, "start_length": 7}
+LLE = {"end_of_list": 0, "base_addressx": 1, "startx_endx": 2, "startx_length": 3, "offset_pair": 4,
+       "default_location": 5, "base_address": 6, "start_end": 7, "start_length": 8, "GNU_view_pair": 9}
+INDEXED_FORMS = {"DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2", "DW_FORM_addrx3", "DW_FORM_addrx4",
+                 "DW_FORM_rnglistx", "DW_FORM_loclistx"}
+
+
+class Refused(Exception):
+    """The debug information cannot be kept correct: the message says why."""
+
+
+def uleb(b: bytes, p: int) -> tuple[int, int]:
+    v = shift = 0
+    while True:
+        if p >= len(b):
+            raise Refused("a LEB128 number runs past the end of its section")
+        x = b[p]
+        p += 1
+        v |= (x & 0x7F) << shift
+        shift += 7
+        if not x & 0x80:
+            return v, p
+
+
+def sleb(b: bytes, p: int) -> tuple[int, int]:
+    start = p
+    v, p = uleb(b, p)
+    bits = 7 * (p - start)
+    return (v - (1 << bits) if v >> (bits - 1) & 1 else v), p
+
+
+def enc_uleb(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        x = v & 0x7F
+        v >>= 7
+        out.append(x | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def enc_sleb(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        x = v & 0x7F
+        v >>= 7
+        done = (v == 0 and not x & 0x40) or (v == -1 and x & 0x40)
+        out.append(x | (0 if done else 0x80))
+        if done:
+            return bytes(out)
+
+
+@dataclass
+class Reloc:
+    j: int          # row in the section's RELA table
+    sym: int        # original symbol index
+    typ: int
+    sec: int        # section the symbol is in
+    addend: int     # symbol value + addend: the offset designated in ``sec``
+
+
+@dataclass
+class Interval:
+    """Code ``[start, end]`` of section ``sec`` one debug entry describes, and the
+    relocation (offset in its debug section) the entry's address hangs on."""
+
+    sec: int
+    start: int
+    end: int
+    anchor: int     # offset of the relocated field the interval is relative to
+    anchor_at: int  # offset in ``sec`` of that relocated address
+
+
+@dataclass
+class RangeList:
+    offset: int
+    intervals: list[Interval]
+    users: list[int]        # rows of .rela.debug_info pointing at the list
+
+
+@dataclass
+class Facts:
+    """What the writer needs (all offsets are in the original sections)."""
+
+    secs: dict[str, int] = field(default_factory=dict)          # debug section name -> index
+    relocs: dict[str, dict[int, Reloc]] = field(default_factory=dict)   # by field offset
+    rnglists: dict[int, RangeList] = field(default_factory=dict)
+    loc_starts: set[int] = field(default_factory=set)             # location lists the DIEs use
+    locs: list[Interval] = field(default_factory=list)            # their bounded entries
+    high_pcs: list[tuple[Interval, str]] = field(default_factory=list)
+    cu_ranges: list[Interval] = field(default_factory=list)       # low_pc/high_pc of a unit
+    rnglists_last_table: int = -1                                 # offset of the last table's header
+    cu_bases: list[int] = field(default_factory=list)              # section of each unit's base address
+
+
+def relocations(obj: ObjectFile, index: int) -> dict[int, Reloc]:
+    ri = obj.rela_of.get(index)
+    if ri is None:
+        return {}
+    r = obj.relas[ri]
+    syms = obj.symbols
+    out = {}
+    for j, (off, info, a) in enumerate(zip(r["r_offset"].tolist(), r["r_info"].tolist(), r["r_addend"].tolist())):
+        s = info >> 32
+        out[off] = Reloc(j, s, info & 0xFFFFFFFF, int(syms["st_shndx"][s]), int(syms["st_value"][s]) + a)
+    return out
+
+
+def facts(obj: ObjectFile, split: set[int]) -> Facts:
+    """Parse the debug sections referring to sections in ``split``; raise ``Refused``."""
+    f = Facts()
+    for s in obj.sections:
+        if s.name.startswith((".debug_", ".zdebug_")):
+            f.secs[s.name] = s.index
+            f.relocs[s.name] = relocations(obj, s.index)
+    info = obj.sections[f.secs[".debug_info"]].data if ".debug_info" in f.secs else b""
+    version = int.from_bytes(info[4:6], "little") if len(info) >= 6 else 0
+    if version != 5:
+        raise Refused(f"DWARF version {version} (split rewrites DWARF 5)")
+    for name, rel in f.relocs.items():
+        if name not in HANDLED and any(r.sec in split for r in rel.values()):
+            raise Refused(f"{name} refers to it (not rewritten by split)")
+    if ".zdebug_info" in f.secs or any(obj.sections[i].flags & 0x800 for i in f.secs.values()):
+        raise Refused("compressed debug sections (not rewritten by split)")
+    for name in (".debug_info", ".debug_line"):
+        if name not in f.secs:
+            raise Refused(f"no {name} beside the other debug sections")
+    for name, rel in f.relocs.items():
+        for off, r in rel.items():
+            if r.sec in split and r.typ != R_64:
+                raise Refused(f"relocation type {r.typ} at {name}+{off:#x}")
+    _info(obj, f, split)
+    return f
+
+
+def _dwarfinfo(obj: ObjectFile, f: Facts) -> DWARFInfo:
+    import io
+
+    def desc(name):
+        i = f.secs.get(name)
+        if i is None:
+            return None
+        data = obj.sections[i].data
+        return DebugSectionDescriptor(io.BytesIO(data), name, None, len(data), 0)
+
+    cfg = DwarfConfig(little_endian=True, machine_arch="x64", default_address_size=8)
+    keys = ["info", "aranges", "abbrev", "frame", "str", "loc", "ranges", "line", "pubtypes", "pubnames", "addr",
+            "str_offsets", "line_str", "loclists", "rnglists", "types"]
+    # Only the DIE tree is read: the sections the DIEs' own forms need.
+    wanted = {"info", "abbrev", "str", "line_str", "line"}
+    kw = {f"debug_{k}_sec": desc(f".debug_{k}") if k in wanted else None for k in keys}
+    return DWARFInfo(cfg, eh_frame_sec=None, debug_sup_sec=None, gnu_debugaltlink_sec=None, **kw)
+
+
+def _info(obj: ObjectFile, f: Facts, split: set[int]) -> None:
+    """Every DIE: indexed forms refused; low_pc/high_pc intervals; list references."""
+    rel = f.relocs[".debug_info"]
+    try:
+        dw = _dwarfinfo(obj, f)
+        for cu in dw.iter_CUs():
+            if cu["version"] != 5:
+                raise Refused(f"DWARF version {cu['version']} (split rewrites DWARF 5)")
+            if cu.dwarf_format() != 32 or cu["address_size"] != 8:
+                raise Refused("64-bit DWARF or an address size other than 8")
+            if cu["unit_type"] != "DW_UT_compile":
+                raise Refused(f"unit type {cu['unit_type']}")
+            top = cu.get_top_DIE()
+            low = top.attributes.get("DW_AT_low_pc")
+            r = rel.get(low.offset) if low is not None else None
+            f.cu_bases.append(r.sec if r is not None else -1)
+            for die in cu.iter_DIEs():
+                _die(f, rel, die, die.offset == top.offset, split)
+    except Refused:
+        raise
+    except Exception as e:  # pyelftools' parse errors: damaged or unknown DWARF
+        raise Refused(f"debug information not understood ({type(e).__name__}: {e})") from None
+
+
+def _die(f: Facts, rel: dict[int, Reloc], die, top: bool, split: set[int]) -> None:
+    at = die.attributes
+    for a in at.values():
+        if a.form in INDEXED_FORMS or a.name in ("DW_AT_rnglists_base", "DW_AT_loclists_base", "DW_AT_addr_base"):
+            raise Refused(f"{a.name} in {a.form} (indexed DWARF 5 forms are not rewritten)")
+        r = rel.get(a.offset)
+        if a.form == "DW_FORM_sec_offset" and r is not None:
+            target = _section_name(f, r.sec)
+            if target == ".debug_rnglists":
+                lst = f.rnglists.get(r.addend)
+                if lst is None:
+                    lst = f.rnglists[r.addend] = RangeList(r.addend, [], [])
+                lst.users.append(r.j)
+            elif target == ".debug_loclists" and a.name != "DW_AT_GNU_locviews":
+                # (location views are pairs of numbers before the list, no addresses)
+                f.loc_starts.add(r.addend)
+        if a.form == "DW_FORM_addr" and r is not None and r.sec in split and a.name == "DW_AT_high_pc":
+            raise Refused("DW_AT_high_pc as an address (not rewritten by split)")
+    low, high = at.get("DW_AT_low_pc"), at.get("DW_AT_high_pc")
+    if low is None or high is None or low.form != "DW_FORM_addr":
+        return
+    r = rel.get(low.offset)
+    if r is None or r.sec not in split:
+        return
+    if high.form == "DW_FORM_addr":
+        raise Refused("DW_AT_high_pc as an address (not rewritten by split)")
+    iv = Interval(r.sec, r.addend, r.addend + int(high.value), low.offset, r.addend)
+    if top:
+        f.cu_ranges.append(iv)
+    else:
+        f.high_pcs.append((iv, die.tag))
+
+
+def _section_name(f: Facts, index: int) -> str:
+    for n, i in f.secs.items():
+        if i == index:
+            return n
+    return ""
+
+
+def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
+    """Parse the range lists and location lists the DIEs refer to. Offset pairs from the
+    unit's base address are refused when that base is in a split section."""
+    unit_base = len(f.cu_bases) == 1 and f.cu_bases[0] not in split
+    for name, kinds, starts in ((".debug_rnglists", RLE, sorted(f.rnglists)),
+                                (".debug_loclists", LLE, sorted(f.loc_starts))):
+        if not starts:
+            continue
+        if name not in f.secs:
+            raise Refused(f"{name} is referred to but missing")
+        data = obj.sections[f.secs[name]].data
+        last = _tables(data, name)
+        rel = f.relocs[name]
+        for s in starts:
+            ivs = _walk(data, s, rel, kinds, name, unit_base)
+            if kinds is RLE:
+                f.rnglists[s].intervals = ivs
+                f.rnglists_last_table = last
+            else:
+                f.locs += ivs
+
+
+def _tables(data: bytes, name: str) -> int:
+    """Check every table header of a DWARF 5 list section; offset of the last one."""
+    p, last = 0, -1
+    while p < len(data):
+        if p + 12 > len(data):
+            raise Refused(f"{name}: truncated table header at {p:#x}")
+        length = int.from_bytes(data[p:p + 4], "little")
+        version = int.from_bytes(data[p + 4:p + 6], "little")
+        if length >= 0xFFFFFFF0 or version != 5 or data[p + 6] != 8 or data[p + 7] != 0:
+            raise Refused(f"{name}: table at {p:#x} is not 32-bit DWARF 5 with 8-byte addresses")
+        if int.from_bytes(data[p + 8:p + 12], "little"):
+            raise Refused(f"{name}: table at {p:#x} has an offset array (indexed lists are not rewritten)")
+        last, p = p, p + 4 + length
+    if p != len(data):
+        raise Refused(f"{name}: last table runs past the end of the section")
+    return last
+
+
+def _addr(data: bytes, p: int, rel: dict[int, Reloc], name: str) -> tuple[Reloc | None, int]:
+    r = rel.get(p)
+    if r is not None and int.from_bytes(data[p:p + 8], "little"):
+        raise Refused(f"{name}+{p:#x}: relocated address with a nonzero field")
+    return r, p + 8
+
+
+def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, unit_base: bool) -> list[Interval]:
+    """Intervals of the list at ``p``: bounded entries relative to their relocated anchor."""
+    out: list[Interval] = []
+    base: tuple[Reloc, int] | None = None
+    loc = kinds is LLE
+    while True:
+        if p >= len(data):
+            raise Refused(f"{name}: list runs past the end of the section")
+        k, at = data[p], p
+        p += 1
+        if k == kinds["end_of_list"]:
+            return out
+        if k == kinds["offset_pair"]:
+            a, p = uleb(data, p)
+            b, p = uleb(data, p)
+            if base is not None:
+                r, field_at = base
+                out.append(Interval(r.sec, r.addend + a, r.addend + b, field_at, r.addend))
+            elif not unit_base:
+                raise Refused(f"{name}+{at:#x}: offset pair relative to the unit's base address")
+        elif k == kinds["base_address"]:
+            r, p = _addr(data, p, rel, name)
+            if r is None:
+                raise Refused(f"{name}+{at:#x}: base address without a relocation")
+            base = (r, at + 1)
+        elif k == kinds["start_length"]:
+            r, p = _addr(data, p, rel, name)
+            n, p = uleb(data, p)
+            if r is None:
+                raise Refused(f"{name}+{at:#x}: start address without a relocation")
+            out.append(Interval(r.sec, r.addend, r.addend + n, at + 1, r.addend))
+        elif loc and k == kinds["GNU_view_pair"]:
+            _, p = uleb(data, p)
+            _, p = uleb(data, p)
+            continue
+        elif loc and k == kinds["default_location"]:
+            pass
+        else:
+            raise Refused(f"{name}+{at:#x}: list entry kind {k} (not rewritten by split)")
+        if loc and k != kinds["base_address"]:
+            n, p = uleb(data, p)
+            p += n      # the expression: its relocations (DW_OP_addr) are retargeted in place
+
+
+def crosses(iv: Interval, group_span) -> bool:
+    """Whether ``iv`` leaves the new section of its anchor; ``group_span(sec, off)`` is
+    the [start, end] of the group holding ``off`` (None for a section not split)."""
+    span = group_span(iv.sec, iv.anchor_at)
+    if span is None:
+        return False
+    lo, hi = span
+    return not (lo <= iv.start <= iv.end <= hi)
+
+
+__all__ = ["Facts", "Interval", "Refused", "facts", "lists", "crosses", "uleb", "sleb", "enc_uleb", "enc_sleb",
+           "relocations"]

@@ -1,0 +1,221 @@
+"""Rewrite the debug sections of a split object (see ``dwarf``): ``.debug_line``
+sequences per new section, ``.debug_aranges`` entries per new section, and range
+lists that now span several new sections appended as ``DW_RLE_start_length`` per
+piece. Everything else in ``.debug_*`` keeps its bytes; its relocations were retargeted
+with the code's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from elflayout.split import dwarf_line
+from elflayout.split.dwarf import R_64, RLE, Facts, Interval, crosses, enc_uleb
+from elflayout.split.extents import STT
+from elflayout.split.reader import RELA64
+
+STT_SECTION = STT["STT_SECTION"]
+
+
+@dataclass
+class Debug:
+    """What ``plan`` learnt: the facts and the parsed line tables."""
+
+    facts: Facts
+    lines: list[dwarf_line.Unit]
+
+
+class _Ctx:
+    def __init__(self, plan, splits, starts, relas, grp_sym, mp):
+        self.obj, self.splits, self.starts = plan.obj, splits, starts
+        self.relas, self.grp_sym, self.mp = relas, grp_sym, mp
+
+    def span(self, sec: int, off: int):
+        """(group, start, end) of the new section holding ``off`` of split section ``sec``."""
+        sp = self.splits.get(sec)
+        if sp is None:
+            return None
+        u = sp.unit_at(off)
+        g = next(k for k, (a, b) in enumerate(sp.groups) if a <= u <= b)
+        a, b = sp.groups[g]
+        return g, sp.units[a].start, sp.units[b].end
+
+    def bounds(self, sec: int, off: int):
+        """[start, end] of the new section holding ``off``; None for a section not split."""
+        span = self.span(sec, off)
+        return None if span is None else span[1:]
+
+    def pieces(self, sec: int, start: int, end: int):
+        """(group, start, end) of each new section ``[start, end)`` overlaps."""
+        g, lo, hi = self.span(sec, start)
+        out = [(g, start, min(end, hi))]
+        sp = self.splits[sec]
+        while end > hi:
+            g += 1
+            a, b = sp.groups[g]
+            lo, hi = sp.units[a].start, sp.units[b].end
+            out.append((g, lo, min(end, hi)))
+        return out
+
+    def rela_index(self, name: str) -> int | None:
+        return self.obj.rela_of.get(self.facts.secs[name])
+
+
+def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int, bytes]:
+    """New contents of rewritten debug sections by index; ``relas`` is updated in place."""
+    c = _Ctx(plan, splits, starts, relas, grp_sym, mp)
+    c.facts = f = debug.facts
+    out = {}
+    line_moves = _line(c, debug.lines, out)
+    list_moves = _rnglists(c, out)
+    if ".debug_aranges" in f.secs:
+        _aranges(c, out)
+    for name, moves in ((".debug_line", line_moves), (".debug_rnglists", list_moves)):
+        if moves:
+            _patch_addends(c, f.secs[name], moves, out)
+    return out
+
+
+def _rows(c: _Ctx, name: str) -> np.ndarray:
+    ri = c.rela_index(name)
+    return c.relas[("copy", ri)] if ri is not None else np.zeros(0, RELA64)
+
+
+def _shifted(rows: np.ndarray, lo: int, hi: int, delta: int) -> list[tuple]:
+    sel = rows[(rows["r_offset"] >= lo) & (rows["r_offset"] < hi)]
+    return [(int(o) + delta, int(i), int(a)) for o, i, a in zip(sel["r_offset"], sel["r_info"], sel["r_addend"])]
+
+
+def _store(c: _Ctx, name: str, data: bytes, rel: list[tuple], out: dict) -> None:
+    out[c.facts.secs[name]] = bytes(data)
+    ri = c.rela_index(name)
+    arr = np.array(sorted(rel), RELA64) if rel else np.zeros(0, RELA64)
+    if ri is None:
+        if rel:
+            raise AssertionError(f"{name} gained relocations but has no RELA section")
+        return
+    c.relas[("copy", ri)] = arr
+
+
+def _reloc(c: _Ctx, at: int, sec: int, g: int, off: int) -> tuple:
+    """A relocation of the 8-byte field at ``at`` to ``off`` of split section ``sec``, group ``g``."""
+    lo = c.splits[sec].units[c.splits[sec].groups[g][0]].start
+    return (at, (c.grp_sym[(sec, g)] << 32) | R_64, off - lo)
+
+
+def _line(c: _Ctx, units: list[dwarf_line.Unit], out: dict) -> dict[int, int]:
+    if not any(s.sec in c.splits for u in units for s in u.sequences):
+        return {}
+    data = c.obj.sections[c.facts.secs[".debug_line"]].data
+    rows = _rows(c, ".debug_line")
+    new, rel, moves = bytearray(), [], {}
+    for u in units:
+        base = len(new)
+        moves[u.offset] = base
+        new += data[u.offset:u.program]
+        rel += _shifted(rows, u.offset, u.program, base - u.offset)
+        for s in u.sequences:
+            if s.sec not in c.splits:
+                rel += _shifted(rows, s.begin, s.end, len(new) - s.begin)
+                new += data[s.begin:s.end]
+                continue
+            sp = c.splits[s.sec]
+            for g, (a, b) in enumerate(sp.groups):
+                enc = dwarf_line.encode(u, s, sp.units[a].start, sp.units[b].end)
+                if enc is not None:
+                    body, field_at, addr = enc
+                    rel.append(_reloc(c, len(new) + field_at, s.sec, g, addr))
+                    new += body
+        new[base:base + 4] = (len(new) - base - 4).to_bytes(4, "little")
+    _store(c, ".debug_line", new, rel, out)
+    return moves
+
+
+def _rnglists(c: _Ctx, out: dict) -> dict[int, int]:
+    f = c.facts
+    todo = [lst for lst in f.rnglists.values()
+            if any(crosses(iv, c.bounds) for iv in lst.intervals)]
+    if not todo:
+        return {}
+    data = c.obj.sections[f.secs[".debug_rnglists"]].data
+    rel = _shifted(_rows(c, ".debug_rnglists"), 0, len(data), 0)
+    new, moves = bytearray(data), {}
+    for lst in sorted(todo, key=lambda x: x.offset):
+        moves[lst.offset] = len(new)
+        for iv in lst.intervals:
+            new += _entry(c, iv, len(new), rel)
+        new.append(RLE["end_of_list"])
+    t = f.rnglists_last_table
+    new[t:t + 4] = (len(new) - t - 4).to_bytes(4, "little")
+    _store(c, ".debug_rnglists", new, rel, out)
+    return moves
+
+
+def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
+    """DW_RLE_start_length entries for ``iv`` at section offset ``at``."""
+    out = bytearray()
+    if iv.sec in c.splits:
+        for g, s, e in c.pieces(iv.sec, iv.start, iv.end):
+            if e == s and iv.end > iv.start:
+                continue
+            rel.append(_reloc(c, at + len(out) + 1, iv.sec, g, s))
+            out += bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(e - s)
+        return bytes(out)
+    r = c.facts.relocs[".debug_rnglists"][iv.anchor]
+    value = int(c.obj.symbols["st_value"][r.sym])
+    rel.append((at + 1, (int(c.mp[r.sym]) << 32) | R_64, iv.start - value))
+    return bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(iv.end - iv.start)
+
+
+ARANGES_HEADER = 16     # unit_length, version, debug_info offset, sizes, padding to 2 * 8
+
+
+def _aranges(c: _Ctx, out: dict) -> None:
+    name = ".debug_aranges"
+    data = c.obj.sections[c.facts.secs[name]].data
+    orig = c.facts.relocs[name]
+    if not any(r.sec in c.splits for r in orig.values()):
+        return
+    rows = _rows(c, name)
+    new, rel, p = bytearray(), [], 0
+    while p < len(data):
+        length = int.from_bytes(data[p:p + 4], "little")
+        end = p + 4 + length
+        base = len(new)
+        new += data[p:p + ARANGES_HEADER]
+        rel += _shifted(rows, p, p + ARANGES_HEADER, base - p)
+        for q in range(p + ARANGES_HEADER, end, 16):
+            r = orig.get(q)
+            n = int.from_bytes(data[q + 8:q + 16], "little")
+            if r is None or r.sec not in c.splits:
+                rel += _shifted(rows, q, q + 16, len(new) - q)
+                new += data[q:q + 16]
+                continue
+            for g, s, e in c.pieces(r.sec, r.addend, r.addend + n):
+                if e == s and n:
+                    continue    # (a zero tuple would end the set)
+                rel.append(_reloc(c, len(new), r.sec, g, s))
+                new += bytes(8) + (e - s).to_bytes(8, "little")
+        new[base:base + 4] = (len(new) - base - 4).to_bytes(4, "little")
+        p = end
+    _store(c, name, new, rel, out)
+
+
+def _patch_addends(c: _Ctx, sec: int, moves: dict[int, int], rewritten: dict) -> None:
+    """Relocations against section ``sec``'s symbol whose addend names a moved table or
+    list (``DW_AT_stmt_list``, ``DW_AT_ranges``), in debug sections kept as they are."""
+    syms = c.obj.symbols
+    for ri, r in c.obj.relas.items():
+        target = c.obj.sections[ri].info
+        if target in c.facts.secs.values() and target not in rewritten:
+            key = ("copy", ri)
+            if key not in c.relas:
+                continue
+            s = (r["r_info"] >> 32).astype(np.int64)
+            hit = (syms["st_shndx"][s] == sec) & ((syms["st_info"][s] & 0xF) == STT_SECTION)
+            for j in np.flatnonzero(hit).tolist():
+                a = int(r["r_addend"][j])
+                if a in moves:
+                    c.relas[key]["r_addend"][j] = moves[a]
