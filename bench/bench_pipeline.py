@@ -2,7 +2,7 @@
 """Headline figures: pages/bytes read and seeks at startup for libpython3.11 and
 libLLVM-16 in each variant, next to the physical-limit estimate.
 
-    python3 bench/bench_pipeline.py [python] [llvm] [--runs 3] [--json OUT]
+    python3 bench/bench_pipeline.py [python] [llvm] [--runs 3] [--json OUT] [--default-path]
 
 Every figure comes from the product's CLI (``python -m elflayout profile / pack-relocs /
 measure``) or, for ordering, from the function ``elflayout order`` runs
@@ -26,7 +26,10 @@ device is set to 128 for the session and restored. Variants are interleaved (see
   from ``elflayout order --format gold`` (input sections, so ``.rodata.<fn>`` data too),
   +packed (``--no-gold`` skips these); lld with ``order --algorithm hot-last --data-script
   --dynstr-out`` (data sections and .dynstr names placed too), +packed
-  (``--no-data-script`` skips these). Pages by section.
+  (``--no-data-script`` skips these). Pages by section. ``--default-path``: the default
+  path alone (``elflayout link --profile P --linker lld -- CMD``, in-process
+  ``order.relink.relink``) beside the best recipe (lld hot-last + data script + .dynstr,
+  packed) and the default lld relink, one session.
 
 Physical-limit estimate ("touched bytes packed densely"), from a valgrind ``--data``
 profile of the same library (``elflayout.order.limit.physical_limit``):
@@ -151,6 +154,20 @@ def pack(lib: Path, dest_dir: Path) -> Path:
     if how != "pack-relocs --check":
         print(f"  note: {out}: {how}", flush=True)
     return out
+
+
+def default_link(cmd: list, prof: Path, what: str = "") -> None:
+    """``elflayout link --profile PROF --linker lld -- CMD``: the default path, in-process
+    (``order.relink.relink``); prints the command and each step's summary line."""
+    from elflayout.order.relink import LinkOptions, relink
+
+    print(f"  $ elflayout link --profile {prof} --linker lld -- {shlex.join(map(str, cmd[:8]))} ... (in-process: "
+          f"order.relink.relink){what}", flush=True)
+    res = relink([str(c) for c in cmd], LinkOptions(profile=str(prof), linker="lld"))
+    if res.status:
+        raise SystemExit(f"the default link failed (exit {res.status})")
+    for st in res.steps:
+        print("    " + st.line(), flush=True)
 
 
 def variant_cmd(libdir: Path | None, argv: list, env: dict) -> str:
@@ -520,6 +537,53 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
             "results": [str(w / "llvm-system.results.json"), str(w / "llvm.results.json")]}
 
 
+LLVM_BEST = "lld full ordered+packed"
+LLVM_DEFAULT = "default path (elflayout link, no flag)"
+
+
+def llvm_default_path(w: Path, prof: Path) -> Path:
+    """libLLVM relinked by `elflayout link`'s default path (``order.relink.relink``): the
+    archives' link command with PROF and the linker, nothing else; llc/opt outputs checked
+    against the shipped library's. Returns the library."""
+    from elflayout.targets import libllvm
+
+    out = w / "libs" / "default-path-lld" / libllvm.SONAME
+    out.parent.mkdir(parents=True, exist_ok=True)
+    default_link(libllvm.link_command("lld", out), prof)
+    libllvm.verify(out.parent)
+    return out
+
+
+def llvm_default_vs_best(runs: int) -> None:
+    """libLLVM: the default path against the best recipe and the default relink, one session."""
+    from elflayout.targets import libllvm
+
+    w = work_dir() / "llvm"
+    w.mkdir(parents=True, exist_ok=True)
+    argv = [str(libllvm.system()["llc"]), "--version"]
+    base = libllvm.relink("lld")
+    prof = cached_profile(w / "llvm.profile.json", base["lib"],
+                          ["profile", "--target", base["lib"], "--map", base["map"], "--data",
+                           "--env", f"LD_LIBRARY_PATH={base['lib'].parent}", "-o", w / "llvm.profile.json",
+                           "--force", "--", *argv])
+    _ordd, full, _gold = llvm_relinks(w, prof, base, None, True, False)
+    fp = pack(full["lib"], w / "libs" / "full-packed")
+    libllvm.verify(fp.parent)
+    dp = llvm_default_path(w, prof)
+    variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in (
+        ("relink default", base["lib"]), (LLVM_BEST, fp), (LLVM_DEFAULT, dp))}
+    summ = summarise(measure(w / "llvm-default.results.json", variants, runs),
+                     {n: lib for n, (lib, _) in variants.items()})
+    lim = physical_limit(profile_target(prof), base["lib"])
+    print()
+    print(table([(n, summ.get(n)) for n in variants], lim, "relink default", True,
+                f"libLLVM-16: the default path against the best recipe — selective, read_ahead_kb {RA_KB}"))
+    b, d = (summ.get(n, {}).get("pages") for n in (LLVM_BEST, LLVM_DEFAULT))
+    if b and d:
+        print(f"\nGoal: the default path within 2% of the best recipe: {d:,.0f} pages, best recipe {b:,.0f} "
+              f"({(d / b - 1) * 100:+.1f}%)", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("parts", nargs="*", help="python, llvm (default: both)")
@@ -530,6 +594,8 @@ def main(argv=None) -> int:
                     help="llvm: skip the lld hot-last + --data-script + --dynstr-out variants")
     ap.add_argument("--no-gold", action="store_true",
                     help="llvm: skip the gold --section-ordering-file variants (a gold relink takes minutes)")
+    ap.add_argument("--default-path", action="store_true",
+                    help="llvm: only the default path (elflayout link, no flag) against the best recipe, one session")
     a = ap.parse_args(argv)
     parts = a.parts or ["python", "llvm"]
     bad = [p for p in parts if p not in ("python", "llvm")]
@@ -540,6 +606,9 @@ def main(argv=None) -> int:
     why = tracefs_status()
     if why or os.geteuid() != 0:
         print(f"bench_pipeline: skipped: needs root and tracefs ({why or 'not root'})")
+        return 0
+    if a.default_path:
+        llvm_default_vs_best(a.runs)
         return 0
     t0 = time.monotonic()
     shown = argv if argv is not None else sys.argv[1:]

@@ -159,9 +159,6 @@ def default_path(w: Path, prof: Path) -> tuple[Path, str]:
     `make demo` runs): the link command of Debian's objects as they are, with PROF (the
     split build's profile under the measured conditions: its data sections are the split
     objects') and the linker, nothing else. Returns (library, variant command)."""
-    import shlex
-
-    from elflayout.order.relink import LinkOptions, relink
     from elflayout.targets import libpython
 
     plain = libpython.prepare("lld")
@@ -170,14 +167,7 @@ def default_path(w: Path, prof: Path) -> tuple[Path, str]:
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(plain["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(out)
-    cmd = [c.replace(str(plain["map"]), f"{out}.map") for c in cmd]
-    print(f"  $ elflayout link --profile {prof} --linker lld -- {shlex.join(cmd[:8])} ... (in-process: "
-          f"order.relink.relink)", flush=True)
-    res = relink(cmd, LinkOptions(profile=str(prof), linker="lld"))
-    if res.status:
-        raise SystemExit(f"bench_split: the default link failed (exit {res.status})")
-    for st in res.steps:
-        print("    " + st.line(), flush=True)
+    bp.default_link([c.replace(str(plain["map"]), f"{out}.map") for c in cmd], prof)
     return out, bp.variant_cmd(out.parent, argv, plain["env"])
 
 

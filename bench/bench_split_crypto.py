@@ -20,7 +20,12 @@ Debian's library is stripped, so the relinks are measured stripped too (``strip
 --strip-all``, before packing); the packed lld relink also unstripped, to show what the
 symbol table costs (read-around past the last loaded page reads it).
 
-Usage: python3 bench/bench_split_crypto.py [--runs N] [--linkers lld,gold,bfd] [--skip-measure]
+``--default-path``: the default path alone (``elflayout link --profile P --linker lld --
+CMD`` on Debian's objects as they are, in-process ``order.relink.relink``, stripped as
+Debian ships it) beside the best recipe (split + lld hot-last + data script + .dynstr,
+packed, stripped) and the default relink, in one session.
+
+Usage: python3 bench/bench_split_crypto.py [--runs N] [--linkers lld,gold,bfd] [--skip-measure] [--default-path]
 """
 
 from __future__ import annotations
@@ -56,6 +61,66 @@ def stripped(lib: Path, dest: Path) -> Path:
     return out
 
 
+def default_path(w: Path, base: dict, sprof: Path) -> Path:
+    """libcrypto.so.3 relinked by `elflayout link`'s default path (``order.relink.relink``):
+    the link command of Debian's objects as they are, with SPROF (the split build's profile:
+    its data sections are the split objects') and the linker, nothing else; then stripped as
+    Debian ships it and verified. Returns the stripped library."""
+    from elflayout.targets import libcrypto
+
+    out = w / "libs" / "default-path-lld-unstripped" / libcrypto.SONAME
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = list(base["link_cmd"])
+    cmd[cmd.index("-o") + 1] = str(out)
+    bp.default_link([c.replace(str(base["map"]), f"{out}.map") for c in cmd], sprof)
+    libcrypto.verify(out.parent)
+    return stripped(out, w / "libs" / "default-path-lld")
+
+
+def best_recipe(w: Path, sbase: dict, sprof: Path) -> Path:
+    """The best recipe: split + lld hot-last code, data script and .dynstr order, stripped
+    then packed."""
+    from elflayout.targets import libcrypto
+
+    full = {k: w / f"crypto-split-full.{k}" for k in ("lld", "ld", "rsp")}
+    bp.write_order(full["lld"], sprof, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=sbase["lib"],
+                   objects_from=sbase["map"], algorithm="hot-last")
+    h = {k: bp.hashed_copy(v) for k, v in full.items()}
+    extra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
+             f"-Wl,@{h['rsp']}"]
+    print(f"  relink: libcrypto.prepare('lld', split=True, extra_link_args={extra})", flush=True)
+    d = libcrypto.prepare("lld", split=True, extra_link_args=extra)
+    p = bp.pack(stripped(d["lib"], w / "libs" / "split-ordered-stripped-lld-hot-last-data-dynstr"),
+                w / "libs" / "split-ordered-packed-lld-hot-last-data-dynstr")
+    libcrypto.verify(p.parent)
+    return p
+
+
+BEST = "split+function order+packed lld+hot-last+data+dynstr"
+DEFAULT = "default path (elflayout link, no flag), stripped"
+
+
+def default_vs_best(w: Path, runs: int) -> None:
+    """The default path against the best recipe and the default relink, one session."""
+    from elflayout.targets import libcrypto
+
+    base = libcrypto.prepare("lld")
+    sbase = libcrypto.prepare("lld", split=True)
+    sprof = profile(w / "crypto-split-clean.profile.json", sbase)
+    argv_ = libcrypto.system_copy()["workloads"]["dgst"]
+    variants = {n: (lib, bp.variant_cmd(lib.parent, argv_, {})) for n, lib in (
+        ("default relink lld", stripped(base["lib"], w / "libs" / "default-lld")),
+        (BEST, best_recipe(w, sbase, sprof)),
+        (DEFAULT, default_path(w, base, sprof)))}
+    summ, _lim, _rows = bench_split.measured_table(
+        w / "crypto-default.results.json", variants, runs, sprof, sbase["lib"], "default relink lld",
+        f"libcrypto.so.3: the default path against the best recipe — selective, read_ahead_kb {bp.RA_KB}")
+    b, d = (summ.get(n, {}).get("pages") for n in (BEST, DEFAULT))
+    if b and d:
+        print(f"\nGoal: the default path within 2% of the best recipe: {d:,.0f} pages, best recipe {b:,.0f} "
+              f"({(d / b - 1) * 100:+.1f}%)", flush=True)
+
+
 def main(argv=None) -> int:
     from elflayout.targets import libcrypto
 
@@ -63,10 +128,15 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--linkers", default="lld,gold,bfd", help="linkers of the split + function order + packed rows")
     ap.add_argument("--skip-measure", action="store_true")
+    ap.add_argument("--default-path", action="store_true",
+                    help="only the default path (elflayout link, no flag) against the best recipe, one session")
     a = ap.parse_args(argv)
     linkers = [x for x in a.linkers.split(",") if x]
     w = bp.work_dir() / "split-crypto"
     w.mkdir(parents=True, exist_ok=True)
+    if a.default_path:
+        default_vs_best(w, a.runs)
+        return 0
     workload = " ".join(libcrypto.WORKLOADS["dgst"])
     print(f"## libcrypto.so.3 from libcrypto.a (OpenSSL 3, libssl-dev), `openssl {workload}`, selective, "
           f"read_ahead_kb {bp.RA_KB}\n", flush=True)

@@ -140,6 +140,18 @@ BENCHES = [
           "The default path: libpython3.11 relinked by `elflayout link --profile P --linker lld -- CMD` (no other "
           "flag; what `make demo` runs) against the best recipe (split + hot-last + data script + .dynstr + "
           "packed) and the split baseline, one session (pages read)", RA_SET),
+    Bench("default_path_crypto", "bench_split_crypto.py", ("--default-path", "--runs", "3"),
+          "The default path on libcrypto.so.3: `elflayout link --profile P --linker lld -- CMD` on libcrypto.a's "
+          "objects as they are (stripped as Debian ships it) against the best recipe (split + hot-last + data "
+          "script + .dynstr + packed) and the default relink, one session (pages read)", RA_SET, markdown=True),
+    Bench("default_path_llvm", "bench_pipeline.py", ("llvm", "--default-path", "--runs", "3"),
+          "The default path on libLLVM-16: `elflayout link --profile P --linker lld -- CMD` on LLVM 16's archives "
+          "against the best recipe (hot-last + data script + .dynstr + packed) and the default relink, one "
+          "session (pages read)", RA_SET, markdown=True),
+    Bench("default_heldout", "bench_default_heldout.py", ("--runs", "3"),
+          "The default path on a library it was not tuned on: libzstd from Debian's source, built by its own "
+          "CMake with lld; unordered vs `elflayout link` (no flag) vs the best recipe, one session (pages read)",
+          RA_SET, markdown=True),
     Bench("cxx", "bench_cxx.py", ("--runs", "3"),
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",

@@ -103,6 +103,28 @@ def test_algorithm_auto_takes_the_fewer_predicted_pages(monkeypatch):
     assert defaults.algorithm_step("first-access", "lld", None, u).value == "first-access"
 
 
+def test_hot_last_layout_ends_its_section_past_bytes_outside_functions():
+    """The hot-last what-if puts the touched code at the end of its section, as lld links
+    it, even where the section holds bytes no function symbol covers (assembly tables,
+    padding: OpenSSL's perlasm code); packing those bytes away left the touched code
+    pages short of ``.init``/``.plt`` and the model saw no gain from hot-last."""
+    import numpy as np
+
+    from elflayout.order import heldout
+    from elflayout.profile.model import Target
+
+    sec = type("S", (), {"offset": 0x1000, "size": 0x9000, "occupies_file": True, "flags": 0x4, "name": ".text"})
+    img = type("I", (), {"sections": [sec], "path": "lib.so"})()
+    start = np.array([0x1000, 0x2000, 0x3000], dtype=np.int64)  # 0x4000..0xa000: a table, no symbol
+    base = heldout.Layout(start, np.full(3, 0x100, dtype=np.int64), ["c0", "c1", "hot"], start.copy())
+    train = Target.__new__(Target)
+    train.functions = [type("F", (), {"offset": 0x3000})()]
+    lay = heldout.ordered_layout(img, base, train, hot_last=True)
+    assert lay.new[2] + 0x100 == 0xa000  # ends .text
+    assert list(lay.new[:2]) == [0x1000, 0x1100]  # cold code packed from the start
+    assert heldout.ordered_layout(img, base, train).new[2] == 0x1000  # first-access: at the start
+
+
 def test_profiled_objects_are_matched_by_name_in_a_link_elsewhere():
     """link --split links copies in a temporary directory: the profiled build's objects
     (data sections named with their file) must name those copies, or the data script

@@ -409,6 +409,23 @@ def test_merge_concat_and_rank(tmp_path):
     assert [f["name"] for f in r["functions"]].index("f2") < [f["name"] for f in r["functions"]].index("f4")
 
 
+def test_merge_keeps_the_data_flag_its_inputs_agree_on():
+    """A merge of ``--data`` runs (``profile --repeat``) says it recorded data, so a cache
+    keyed on the flag (bench_pipeline.cached_profile) reuses it; inputs that differ say nothing."""
+    from elflayout.profile import merge, model
+
+    def doc(data):
+        d = _doc("/l.so", "aa", [("f1", 0, "a.o", 0)])
+        if data is not None:
+            d["metadata"]["data"] = data
+        return model.parse(d)
+
+    assert merge.merge([doc(True), doc(True)])["metadata"]["data"] is True
+    assert merge.merge([doc(False), doc(False)])["metadata"]["data"] is False
+    assert "data" not in merge.merge([doc(True), doc(False)])["metadata"]
+    assert "data" not in merge.merge([doc(True), doc(None)])["metadata"]
+
+
 def test_merge_phased_keeps_a_short_workloads_code_together(tmp_path):
     """Two short workloads (s1, s2: a startup, and b printed by the startups only) and
     three long ones (the startup, then c*, and l* run by fewer): ``shared`` puts b after

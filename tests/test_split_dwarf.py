@@ -124,7 +124,7 @@ def test_check_compares_line_tables(tmp_path):
     need_tool("ld.lld")
     o = _cc(tmp_path, VERIFIED)
     r = run_cli("split", o, "-o", tmp_path / "out", "--check", check=0)
-    assert r.stdout.count("addresses' file:line") == 3, r.stdout
+    assert r.stdout.count("addresses' file:line, DWARF verified") == 3, r.stdout
 
 
 @pytest.mark.parametrize("flags,why", [
@@ -161,3 +161,18 @@ def test_libzstd_built_with_g_splits_and_checks(tmp_path):
     assert len(split) == 2 and all(": split: " in ln for ln in split), r.stdout
     counts = re.findall(r"([\d,]+) addresses' file:line", r.stdout)
     assert len(counts) == 3 and int(counts[0].replace(",", "")) > 100_000, r.stdout
+    assert r.stdout.count(", DWARF ") == 3 and "DWARF fails" not in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("name", [".debug_line", ".debug_rnglists", ".debug_loclists", ".debug_aranges"])
+def test_damaged_debug_section_keeps_code_whole(tmp_path, name):
+    """A debug section overwritten with 0xff bytes: the code stays whole with the reason, no crash."""
+    o = _cc(tmp_path, CALLS)
+    obj = read_object(o.read_bytes(), o.name)
+    sec = next(s for s in obj.sections if s.name == name)
+    off = obj.raw.index(sec.data)
+    raw = bytearray(obj.raw)
+    raw[off:off + sec.size] = b"\xff" * sec.size
+    _, rep = split_object(bytes(raw), o.name)
+    text = [x for x in rep.sections if x.name == ".text"][0]
+    assert text.kept_whole and "DWARF debug information" in text.kept_whole and text.sections == 1, text

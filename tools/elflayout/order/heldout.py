@@ -120,7 +120,8 @@ def _exec_ranges(img: ElfImage) -> list[tuple[int, int]]:
 
 def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = False) -> Layout:
     """The virtual layout of an order trained on ``train`` (see Definitions); ``hot_last``:
-    the hot set at the end of its section instead (``algorithms.hot_last``)."""
+    the hot set ending its section instead (``algorithms.hot_last``), the cold functions
+    packed from its start."""
     offs = np.array([f.offset for f in train.functions if f.offset is not None], dtype=np.int64)
     idx = base.index(offs)
     hot = list(dict.fromkeys(i for i in idx.tolist() if i >= 0))  # training order, once each
@@ -132,15 +133,30 @@ def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = 
         if not inside.size:
             continue
         here, cold = [i for i in hot if lo <= base.start[i] < hi], [i for i in inside.tolist() if not is_hot[i]]
-        order = cold + here if hot_last else here + cold
-        pos = lo
-        for i in order:
-            pos = -(-pos // FUNCTION_ALIGN) * FUNCTION_ALIGN
-            new[i] = pos
-            pos += max(int(base.size[i]), 1)
-        if pos > hi + FUNCTION_ALIGN * len(order):
-            raise ElflayoutError(f"{img.path}: packed functions overflow their section ({pos - hi} bytes)")
+        if hot_last:
+            # the section's bytes outside function symbols (assembly tables, padding) stay
+            # before the touched code, which ends the section as lld links it
+            pos = _pack(new, base, cold, lo)
+            end = _pack(new, base, here, max(pos, hi - _span(base, here)))
+        else:
+            end = _pack(new, base, here + cold, lo)
+        if end > hi + FUNCTION_ALIGN * len(inside):
+            raise ElflayoutError(f"{img.path}: packed functions overflow their section ({end - hi} bytes)")
     return Layout(base.start, base.size, base.names, new, is_hot)
+
+
+def _pack(new: np.ndarray, base: Layout, order: list[int], pos: int) -> int:
+    """Place ``order``'s functions from ``pos`` (FUNCTION_ALIGN apart) in ``new``; the end."""
+    for i in order:
+        pos = -(-pos // FUNCTION_ALIGN) * FUNCTION_ALIGN
+        new[i] = pos
+        pos += max(int(base.size[i]), 1)
+    return pos
+
+
+def _span(base: Layout, order: list[int]) -> int:
+    """Bytes ``order``'s functions take packed from an aligned start (alignment included)."""
+    return _pack(np.zeros(base.start.size, dtype=np.int64), base, order, 0) if order else 0
 
 
 def touches(target: Target, layout: Layout) -> tuple[np.ndarray, np.ndarray]:

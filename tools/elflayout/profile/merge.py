@@ -202,7 +202,7 @@ def _merged_metadata(profiles: list[Profile], names: list[str], rule: str, workl
     backends = sorted({m.get("backend") for m in metas})
     wl = workloads or [{"name": nm, "argv": m.get("argv"), "backend": m.get("backend"), "env": m.get("env", []),
                         "started": m.get("started")} for nm, m in zip(names, metas)]
-    return {
+    meta = {
         "argv": metas[0].get("argv"),
         "backend": backends[0] if len(backends) == 1 else "mixed",
         "granularity": metas[0].get("granularity") if len(backends) == 1 else "mixed",
@@ -217,6 +217,12 @@ def _merged_metadata(profiles: list[Profile], names: list[str], rule: str, workl
                                             "started": m.get("started")} for nm, m in zip(names, metas)]},
         "workloads": wl,
     }
+    # Whether data accesses were recorded: kept when every input says the same, so a merge
+    # of --data runs is known as one (bench_pipeline.cached_profile compares it).
+    data = {m.get("data") for m in metas}
+    if len(data) == 1 and None not in data:
+        meta["data"] = data.pop()
+    return meta
 
 
 def recombine(profile: Profile, rule: str) -> Profile:

@@ -52,6 +52,7 @@ class CheckResult:
     could_not_check: str | None = None   # the linker refused the original objects: its first error line
     stand_in: str | None = None          # a symbol the start files define, linked in on both sides
     line_addresses_compared: int = 0     # code addresses whose file:line both links' DWARF agree on
+    debug_verify: str | None = None      # llvm-dwarfdump --verify: verified, fails, or why not verified
 
 
 def _inputs(paths: list[Path]) -> list[str]:
@@ -213,8 +214,9 @@ def check(originals: list[Path], split: list[Path], linker: str = "lld") -> Chec
                                stand_in=stand_in)
         sa, ya, pa = _image(a)
         sb, yb, pb = _image(b)
-        lines, line_diffs = debugcheck.compare(a, b)
-    res = CheckResult(linker, style, True, 0, 0, 0, stand_in=stand_in, line_addresses_compared=lines)
+        lines, line_diffs, verified = debugcheck.compare(a, b)
+    res = CheckResult(linker, style, True, 0, 0, 0, stand_in=stand_in, line_addresses_compared=lines,
+                      debug_verify=verified)
     res.differences += line_diffs
     for name in sorted(set(sa) | set(sb), key=lambda n: (sa.get(n) or sb.get(n))[0]):
         if name not in sa or name not in sb:

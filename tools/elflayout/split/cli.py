@@ -156,6 +156,7 @@ def _print_text(args, reports, checks, orders) -> None:
         print(f"  check ({c.linker}, {how}): original-order links identical: {c.sections_compared} "
               f"sections, {c.bytes_compared:,} bytes, {c.symbols_compared:,} symbols"
               + (f", {c.line_addresses_compared:,} addresses' file:line" if c.line_addresses_compared else "")
+              + (f", DWARF {c.debug_verify}" if c.debug_verify else "")
               + "".join(f"\n    explained difference: {e}" for e in c.explained))
     for o in orders:
         print(f"  check ({o.linker}, {o.order} order): " + (
@@ -163,4 +164,4 @@ def _print_text(args, reports, checks, orders) -> None:
             f"same meaning: {o.functions_compared:,} functions ({o.instructions_compared:,} instructions), "
             f"{o.data_words_compared:,} relocated data words ({o.not_compared:,} table entries not compared)"
             + (f", {o.line_addresses_compared:,} addresses' file:line" if getattr(o, "line_addresses_compared", 0)
-               else "")))
+               else "") + (f", DWARF {o.debug_verify}" if getattr(o, "debug_verify", None) else "")))

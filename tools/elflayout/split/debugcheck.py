@@ -82,11 +82,15 @@ def verify(path: Path) -> str | None:
     return (err or [f"{tool} --verify exited with status {r.returncode}"])[0].strip()
 
 
-def compare(original: Path, other: Path) -> tuple[int, list[str]]:
-    """Both checks, when the original link has a line table: (addresses compared, differences)."""
+def compare(original: Path, other: Path) -> tuple[int, list[str], str | None]:
+    """Both checks, when the original link has a line table: (addresses compared,
+    differences, what the verifier said: None without debug information)."""
     if not has_lines(original):
-        return 0, []
+        return 0, [], None
     count, diffs = compare_lines(original, other)
-    if verify(original) is None and (why := verify(other)) is not None:
+    if (why := verify(original)) is not None:
+        return count, diffs[:SHOWN], f"not verified: the original link does not verify ({why})"
+    if (why := verify(other)) is not None:
         diffs.append(f"debug information of the split link fails verification: {why}")
-    return count, diffs[:SHOWN]
+        return count, diffs[:SHOWN], "fails"
+    return count, diffs[:SHOWN], "verified"

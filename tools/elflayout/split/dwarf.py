@@ -345,6 +345,34 @@ def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, un
             p += n      # the expression: its relocations (DW_OP_addr) are retargeted in place
 
 
+def aranges(obj: ObjectFile, f: Facts, split: set[int]) -> list[Interval]:
+    """Tuples of ``.debug_aranges`` in split sections (32-bit sets of 8-byte addresses)."""
+    if ".debug_aranges" not in f.secs:
+        return []
+    data, rel, out, p = obj.sections[f.secs[".debug_aranges"]].data, f.relocs[".debug_aranges"], [], 0
+    while p < len(data):
+        length = int.from_bytes(data[p:p + 4], "little")
+        end = p + 4 + length
+        if length >= 0xFFFFFFF0 or end > len(data) or data[p + 10:p + 12] != bytes([8, 0]) or (length - 12) % 16:
+            raise Refused(f".debug_aranges: set at {p:#x} is not 32-bit with 8-byte addresses")
+        for q in range(p + 16, end, 16):
+            r = rel.get(q)
+            if r is not None and r.sec in split:
+                n = int.from_bytes(data[q + 8:q + 16], "little")
+                out.append(Interval(r.sec, r.addend, r.addend + n, q, r.addend))
+        p = end
+    return out
+
+
+def check_bounds(obj: ObjectFile, f: Facts, split: set[int], more: list[Interval]) -> None:
+    """Every interval in a split section lies inside it."""
+    ivs = [*f.locs, *f.cu_ranges, *(iv for iv, _ in f.high_pcs), *more,
+           *(iv for lst in f.rnglists.values() for iv in lst.intervals)]
+    for iv in ivs:
+        if iv.sec in split and not 0 <= iv.start <= iv.end <= obj.sections[iv.sec].size:
+            raise Refused(f"a range {iv.start:#x}..{iv.end:#x} outside {obj.sections[iv.sec].name}")
+
+
 def crosses(iv: Interval, group_span) -> bool:
     """Whether ``iv`` leaves the new section of its anchor; ``group_span(sec, off)`` is
     the [start, end] of the group holding ``off`` (None for a section not split)."""

@@ -95,6 +95,7 @@ class EquivalenceResult:
     data_words_compared: int = 0
     not_compared: int = 0           # PC-relative data words whose target is outside every symbol
     line_addresses_compared: int = 0    # code addresses whose file:line both links' DWARF agree on
+    debug_verify: str | None = None     # llvm-dwarfdump --verify: verified, fails, or why not verified
     first_difference: str | None = None
     differences: list[str] = field(default_factory=list)
 
@@ -598,7 +599,7 @@ def equivalent(originals: list[Path], split: list[Path], linker: str, style: str
                     img_b = Image(b)
                     compare_code(img_a, img_b, res)
                     compare_data(img_a, img_b, res)
-                    res.line_addresses_compared, line_diffs = debugcheck.compare(a, b)
+                    res.line_addresses_compared, line_diffs, res.debug_verify = debugcheck.compare(a, b)
                     res.differences += line_diffs
                 except UNREADABLE as e:
                     res.differences = [_unreadable(order, e)]

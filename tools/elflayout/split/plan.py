@@ -224,9 +224,11 @@ def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
         dwarf.lists(obj, f, split)
         lines = dwarf_line.parse(obj.sections[f.secs[".debug_line"]].data, f.relocs[".debug_line"], split)
         _line_references(f, lines)
-    except dwarf.Refused as e:
+        dwarf.check_bounds(obj, f, split, dwarf.aranges(obj, f, split))
+    except (dwarf.Refused, IndexError, ValueError) as e:
+        why = e if isinstance(e, dwarf.Refused) else f"damaged ({type(e).__name__})"
         for i in users:
-            cands[i].keep_whole(f"DWARF debug information: {e}; {DEBUG_HINT}")
+            cands[i].keep_whole(f"DWARF debug information: {why}; {DEBUG_HINT}")
         return None
     for iv in [*f.locs, *(iv for iv, _ in f.high_pcs)]:
         sp = cands.get(iv.sec)
