@@ -10,7 +10,7 @@ one session:
   P the profile a user records of the build's library (``profile --data --clean-env --env
   LC_ALL=C --stdout null --repeat 3``); and the same with the best recipe's profile (the
   split objects' build, recorded with its link map), as the libpython and libcrypto benches
-  give it;
+  give it; and with the profile of the build's own link given ``-Wl,-Map`` (``profile --map``);
 * the best recipe: the objects split (``elflayout split``), linked in their own order with
   a map and profiled the same way, ordered (``order --format lld --algorithm hot-last
   --data-script --dynstr-out``), relinked with lld and packed (``pack-relocs --check``;
@@ -48,6 +48,7 @@ CMAKE_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_SHARED_LINKER_FLAGS=-fus
 UNORDERED, DEFAULT, BEST = ("unordered (the build's own link, lld)", "default path (elflayout link, no flag)",
                             "best recipe: split+hot-last+data+dynstr (+packed) lld")
 MAPPED = "default path, profile of the split build with its map"
+LINK_MAP = "default path, profile of the build's link with -Wl,-Map (profile --map)"
 
 
 def cmake_build() -> tuple[Path, Path, list[str]]:
@@ -126,6 +127,15 @@ def best_recipe(w: Path, build: Path, cmd: list[str], driver: Path) -> tuple[Pat
         return sprof, base, out
 
 
+def mapped_profile(w: Path, build: Path, cmd: list[str], driver: Path) -> Path:
+    """The profile of the build's own link with ``-Wl,-Map`` added, recorded with ``--map``:
+    the map attributes code outside sized function symbols to its input section."""
+    lib = w / "libs" / "unordered-mapped-lld" / SONAME
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    link(absolute(cmd, build, lib) + [f"-Wl,-Map={lib}.map"], "the build's link with a map")
+    return profile(w / "zstd-mapped.profile.json", lib, driver, Path(f"{lib}.map"))
+
+
 def default_path(w: Path, build: Path, cmd: list[str], prof: Path, name: str = "default-path-lld") -> Path:
     out = w / "libs" / name / SONAME
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -152,18 +162,19 @@ def main(argv=None) -> int:
     sprof, sbase, best = best_recipe(w, build, cmd, driver)
     dflt = default_path(w, build, cmd, prof)
     dmap = default_path(w, build, cmd, sprof, "default-path-mapped-lld")
-    for lib in (plain, best, dflt, dmap):
+    dlm = default_path(w, build, cmd, mapped_profile(w, build, cmd, driver), "default-path-unsplit-map-lld")
+    for lib in (plain, best, dflt, dmap, dlm):
         r = subprocess.run([driver], env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)}, capture_output=True,
                            text=True)
         if r.returncode or not r.stdout.startswith("1."):
             raise SystemExit(f"bench_default_heldout: {lib}: the workload fails (exit {r.returncode})")
     variants = {n: (lib, bp.variant_cmd(lib.parent, [str(driver)], {}))
-                for n, lib in ((UNORDERED, plain), (BEST, best), (DEFAULT, dflt), (MAPPED, dmap))}
+                for n, lib in ((UNORDERED, plain), (BEST, best), (DEFAULT, dflt), (MAPPED, dmap), (LINK_MAP, dlm))}
     summ, _lim, _rows = bench_split.measured_table(
         w / "zstd-default.results.json", variants, a.runs, sprof, sbase, UNORDERED,
         f"libzstd (CMake build): the default path against the best recipe — selective, read_ahead_kb {bp.RA_KB}")
     b = summ.get(BEST, {}).get("pages")
-    for n in (DEFAULT, MAPPED):
+    for n in (DEFAULT, LINK_MAP, MAPPED):
         d = summ.get(n, {}).get("pages")
         if b and d:
             print(f"Goal: the default path within 5% of the best recipe on a library not tuned for: {n}: {d:,.0f} "

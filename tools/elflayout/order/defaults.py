@@ -174,8 +174,18 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
     if not isinstance(pred, dict):
         return Step("algorithm", "first-access", f"no prediction: {pred}")
     best = min(CANDIDATES, key=lambda a: (pred[a], CANDIDATES.index(a)))
-    return Step("algorithm", best, f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout "
-                                   "only", shown)
+    why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout only"
+    if best == "hot-last" and not getattr(target, "objects", None):
+        why += f"; {NO_MAP}"
+    return Step("algorithm", best, why, shown)
+
+
+# A profile without the link map knows code by its sized function symbols only: code run
+# outside them (crt files' frame_dummy, assembly without .size) stays among the cold code,
+# where hot-last leaves it: a read-around window each (libzstd's CMake build: 173 pages
+# against 110 with a map, docs/ordering.md).
+NO_MAP = ("the profile has no link map, so code run outside sized function symbols (crt files, assembly) stays "
+          "among the cold code: profile a link with -Wl,-Map=FILE and profile --map FILE")
 
 
 MEASURED_OPTIONS = "--clean-env --env LC_ALL=C --stdout null --repeat 3"
