@@ -109,6 +109,10 @@ BENCHES = [
     Bench("profile", "bench_profile.py", ("-n", "5"),
           "Profiler overhead: valgrind backend vs valgrind --tool=none, trace backend vs native",
           "not relevant (warm page cache)"),
+    Bench("simulate", "bench_simulate.py", ("--runs", "1", "--sections"),
+          "Accuracy of `elflayout simulate`: predicted against measured pages for libLLVM-16, libpython3.11, "
+          "libcrypto.so.3 and two held-out libraries (CPython built from source with clang-22, libzstd), "
+          "unordered and ordered relinks (cached builds only), with pages by section", RA_SET, markdown=True),
     Bench("heldout", "bench_heldout.py", (),
           "Held-out startups: libLLVM-16 ordered by the other workloads vs by the workload itself "
           "(cross-validation, readahead-model predictions)", "128 (modelled)"),

@@ -236,3 +236,57 @@ def test_simulation_file_has_one_model(synth, tmp_path):
     fileio.dump_json({**doc, "version": 2}, p)
     with pytest.raises(ElflayoutError):
         simulation.read(p)
+
+
+def _map(rows):
+    """A link map of (name, object, file offset, size) rows, as ``linkmap.parse`` makes them."""
+    from elflayout.linkmap import LinkMap
+
+    n = len(rows)
+    return LinkMap(path="x.map", flavour="lld", output_sections=[], output=[".rodata"] * n,
+                   name=[r[0] for r in rows], object=[r[1] for r in rows],
+                   vaddr=np.array([r[2] for r in rows], dtype=np.int64),
+                   size=np.array([r[3] for r in rows], dtype=np.int64),
+                   offset=np.array([r[2] for r in rows], dtype=np.int64), sym_name=[],
+                   sym_vaddr=np.zeros(0, np.int64), sym_section=np.zeros(0, np.int64))
+
+
+def test_relink_data_pages_follow_the_nth_of_repeated_input_sections():
+    # lld prints each merged pool as "<internal>:(.rodata)": a page in the second, large
+    # pool must land in the second pool of the relink, not be clamped into the first
+    from elflayout.order.placement import follow_input_sections
+
+    P = 4096
+    a = _map([(".rodata", "<internal>", 10 * P, 2 * P), (".rodata.x", "a.o", 12 * P, P),
+              (".rodata", "<internal>", 13 * P, 100 * P), (".text", "sha256-x86_64.o", 200 * P, 2 * P)])
+    b = _map([(".rodata.x", "a.o", 10 * P, P), (".rodata", "<internal>", 11 * P, 2 * P),
+              (".rodata", "<internal>", 20 * P, 100 * P), (".text", "sha256-x86_64.o", 300 * P, 2 * P)])
+    # the last: a constant table read from an assembler file's .text follows its section too
+    out = follow_input_sections(a, b, np.array([10, 12, 13, 60, 112, 201]))
+    assert out.tolist() == [11, 10, 20, 67, 119, 301]
+
+
+def test_relink_loader_structure_pages_follow_the_structure(synth, tmp_path):
+    """ld.so's write of the partial .bss page (and its .dynamic read) is an event on the
+    relink's own structure: it lands on the relink's partial page, not where the input
+    section at the profiled page's start went (its first read-around is centred there)."""
+    from elflayout.elfcore import ElfImage
+    from elflayout.order.placement import loader_pages, profile_touches
+    from elflayout.profile import model
+
+    with ElfImage(synth["lib"]) as img:
+        old = loader_pages(img)
+    doc = json.loads(synth["profile"].read_text())
+    t = doc["targets"][0]
+    t["pages"] = [{"page": v, "kind": "w" if k.startswith("bss") else "r", "first": -1, "t": 0.0,
+                   "phase": "loader"} for k, v in old.items()]
+    assert any(k.startswith("bss") for k in old) and "dynamic" in old
+    pad = tmp_path / "pad.c"
+    pad.write_text("char elflayout_pad[3 * 4096 + 100] = {1};\n")
+    lib = tmp_path / "libsynth.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), *map(str, synth["objects"]), str(pad)], check=True)
+    with ElfImage(lib) as img:
+        pg, kinds, _notes = profile_touches(model.parse(doc).targets[0], img)
+        new = loader_pages(img)
+    data = sorted(p for p, k in zip(pg.tolist(), kinds.tolist()) if k != b"x")
+    assert data == sorted(new.values()) and new != old

@@ -63,6 +63,7 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
             fallback = _remap_pages(pg, target, img, notes)
             dpg, dfirst = _dynstr_lookups(pg, fs, target, img, notes)
             pg = fallback if moved is None else np.where(moved >= 0, moved, fallback)
+            _loader_structures(pg, kd, plist, target, img)
             if moved is not None:
                 notes["pages_by_input_section"] = int((moved >= 0).sum())
             if dpg is not None:  # .dynstr reads: by name, not by relative position
@@ -98,21 +99,78 @@ def _remap_by_input_section(pg, target, img, lib_map, notes):
             notes["remap_by_section"] = f"{src_path} is no longer the profiled build"
             return None
         a = linkmap.parse(src_map, src)
-    b = linkmap.parse(lib_map, img)
-    where = {}
-    for k, (n, o, off) in enumerate(zip(b.name, b.object, b.offset.tolist())):
-        if off >= 0 and b.size[k] > 0:
-            where.setdefault((n, o), k)
+    return follow_input_sections(a, linkmap.parse(lib_map, img), pg)
+
+
+def follow_input_sections(a, b, pg: np.ndarray) -> np.ndarray:
+    """Pages in link map ``b``'s library of the file pages ``pg`` of ``a``'s (both maps
+    with file offsets), each following the input section holding its first byte, at the
+    same offset in it; -1: not found. Data read from code too (assembler files keep
+    constant tables in ``.text``: sha256's K256 is read, not run); the caller drops
+    code pages, which functions place."""
+    # A name and object can repeat (lld's merged-constant and string pools are each
+    # "<internal>:(.rodata)"): the n-th occurrence in one map is the n-th in the other.
+    where = _occurrences(b)
+    rank_a = _occurrence_rank(a)
     j = a.lookup_offsets(pg * PAGE)
     out = np.full(pg.shape, -1, dtype=np.int64)
     for i in np.flatnonzero(j >= 0).tolist():
         ja = int(j[i])
-        k = where.get((a.name[ja], a.object[ja]))
-        if k is None or a.name[ja].startswith(".text"):
+        ks = where.get((a.name[ja], a.object[ja]))
+        k = None if not ks else ks[min(rank_a.get(ja, 0), len(ks) - 1)]
+        if k is None:
             continue
         rel = min(int(pg[i] * PAGE - a.offset[ja]), int(b.size[k]) - 1)
         out[i] = (int(b.offset[k]) + max(0, rel)) // PAGE
     return out
+
+
+def loader_pages(img: ElfImage) -> dict[str, int]:
+    """Pages ld.so touches for the file's structure, not for a symbol: the partial page
+    of each PT_LOAD whose ``.bss`` starts mid-page (zeroed by a write), and ``.dynamic``."""
+    out = {}
+    for s in img.loads:
+        if s.memsz > s.filesz and s.filesz and (s.offset + s.filesz) % PAGE:
+            out[f"bss@{s.vaddr:#x}"] = (s.offset + s.filesz - 1) // PAGE
+    if img.dynamic.present:
+        out["dynamic"] = img.dynamic.offset // PAGE
+    return out
+
+
+def _loader_structures(pg, kd, plist, target, img) -> None:
+    """In place: the profiled loader touches of a structure page (``loader_pages``) go to
+    the same structure here. Followed by the input section at the page's start, the
+    partial ``.bss`` page lands mid-``.data`` and ld.so's first read-around there is
+    centred wrongly. The n-th ``.bss`` page of one file is the n-th of the other."""
+    import os
+
+    if not os.path.exists(target.path):
+        return
+    with ElfImage(target.path) as src:
+        if src.build_id != target.build_id:
+            return
+        old = loader_pages(src)
+    new = loader_pages(img)
+    pairs = [(old["dynamic"], new["dynamic"])] if "dynamic" in old and "dynamic" in new else []
+    pairs += list(zip([v for k, v in old.items() if k.startswith("bss")], [v for k, v in new.items() if k.startswith("bss")]))
+    phase = np.array([p.phase == "loader" for p in plist], dtype=bool)
+    orig = np.array([p.page for p in plist], dtype=np.int64)
+    for o, n in pairs:
+        pg[phase & (orig == o) & (kd != b"x")] = n
+
+
+def _occurrences(m) -> dict[tuple[str, str], list[int]]:
+    """Placed, non-empty input sections of link map ``m`` by (name, object), in file order."""
+    where: dict[tuple[str, str], list[int]] = {}
+    for k in np.argsort(m.offset, kind="stable").tolist():
+        if m.offset[k] >= 0 and m.size[k] > 0:
+            where.setdefault((m.name[k], m.object[k]), []).append(k)
+    return where
+
+
+def _occurrence_rank(m) -> dict[int, int]:
+    """For each placed input section of ``m``: how many of the same (name, object) precede it."""
+    return {k: r for ks in _occurrences(m).values() for r, k in enumerate(ks)}
 
 
 def _dynstr_lookups(pg, fs, target, img, notes):
