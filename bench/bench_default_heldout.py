@@ -11,6 +11,8 @@ one session:
   LC_ALL=C --stdout null --repeat 3``); and the same with the best recipe's profile (the
   split objects' build, recorded with its link map), as the libpython and libcrypto benches
   give it; and with the profile of the build's own link given ``-Wl,-Map`` (``profile --map``);
+* ``elflayout launch``: the build's link run through the launcher with an empty cache (it
+  adds the link map, profiles the same way with ``--map`` and relinks through ``link``);
 * the best recipe: the objects split (``elflayout split``), linked in their own order with
   a map and profiled the same way, ordered (``order --format lld --algorithm hot-last
   --data-script --dynstr-out``), relinked with lld and packed (``pack-relocs --check``;
@@ -49,6 +51,7 @@ UNORDERED, DEFAULT, BEST = ("unordered (the build's own link, lld)", "default pa
                             "best recipe: split+hot-last+data+dynstr (+packed) lld")
 MAPPED = "default path, profile of the split build with its map"
 LINK_MAP = "default path, profile of the build's link with -Wl,-Map (profile --map)"
+LAUNCH = "elflayout launch (the build's link: it adds -Wl,-Map and profiles with it)"
 
 
 def cmake_build() -> tuple[Path, Path, list[str]]:
@@ -136,6 +139,27 @@ def mapped_profile(w: Path, build: Path, cmd: list[str], driver: Path) -> Path:
     return profile(w / "zstd-mapped.profile.json", lib, driver, Path(f"{lib}.map"))
 
 
+def launched(w: Path, build: Path, cmd: list[str], driver: Path) -> Path:
+    """The build's link through ``elflayout launch`` with an empty cache: it links, records
+    the map and the profile (the same conditions as the other profiles), relinks ordered."""
+    import shutil
+
+    lib = w / "libs" / "launch-lld" / SONAME
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    cache = w / "launch-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    opts = shlex.join(["--data", *MEASURED_CONDITIONS, "--repeat", str(PROFILE_RUNS)])
+    launcher = [sys.executable, "-m", "elflayout", "launch", "--cache-dir", str(cache), "--target", "libzstd.so",
+                "--profile-cmd", str(driver), "--profile-options", opts, "--strict", "--"]
+    print(f"  $ elflayout launch --cache-dir {cache} --target libzstd.so --profile-cmd {driver} "
+          f"--profile-options {shlex.quote(opts)} --strict -- <the build's link>", flush=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tools")}
+    r = subprocess.run([*launcher, *absolute(cmd, build, lib)], capture_output=True, text=True, env=env)
+    if r.returncode:
+        raise SystemExit(f"bench_default_heldout: elflayout launch failed (exit {r.returncode}): {r.stderr[-500:]}")
+    return lib
+
+
 def default_path(w: Path, build: Path, cmd: list[str], prof: Path, name: str = "default-path-lld") -> Path:
     out = w / "libs" / name / SONAME
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -163,18 +187,19 @@ def main(argv=None) -> int:
     dflt = default_path(w, build, cmd, prof)
     dmap = default_path(w, build, cmd, sprof, "default-path-mapped-lld")
     dlm = default_path(w, build, cmd, mapped_profile(w, build, cmd, driver), "default-path-unsplit-map-lld")
-    for lib in (plain, best, dflt, dmap, dlm):
+    lch = launched(w, build, cmd, driver)
+    for lib in (plain, best, dflt, dmap, dlm, lch):
         r = subprocess.run([driver], env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)}, capture_output=True,
                            text=True)
         if r.returncode or not r.stdout.startswith("1."):
             raise SystemExit(f"bench_default_heldout: {lib}: the workload fails (exit {r.returncode})")
     variants = {n: (lib, bp.variant_cmd(lib.parent, [str(driver)], {}))
-                for n, lib in ((UNORDERED, plain), (BEST, best), (DEFAULT, dflt), (MAPPED, dmap), (LINK_MAP, dlm))}
+                for n, lib in ((UNORDERED, plain), (BEST, best), (DEFAULT, dflt), (MAPPED, dmap), (LINK_MAP, dlm), (LAUNCH, lch))}
     summ, _lim, _rows = bench_split.measured_table(
         w / "zstd-default.results.json", variants, a.runs, sprof, sbase, UNORDERED,
         f"libzstd (CMake build): the default path against the best recipe — selective, read_ahead_kb {bp.RA_KB}")
     b = summ.get(BEST, {}).get("pages")
-    for n in (DEFAULT, LINK_MAP, MAPPED):
+    for n in (DEFAULT, LINK_MAP, MAPPED, LAUNCH):
         d = summ.get(n, {}).get("pages")
         if b and d:
             print(f"Goal: the default path within 5% of the best recipe on a library not tuned for: {n}: {d:,.0f} "
