@@ -70,12 +70,7 @@ def full_recipe(w: Path, b: dict, prof: Path) -> dict:
     data script placing the touched data sections, hot ``.dynstr`` names first."""
     from elflayout.targets import python_exe
 
-    full = {k: w / f"python-exe-full.{k}" for k in ("lld", "ld", "rsp")}
-    bp.write_order(full["lld"], prof, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=b["exe"],
-                   objects_from=b["map"], algorithm="hot-last")
-    h = {k: bp.hashed_copy(v) for k, v in full.items()}
-    extra = [f"-Wl,--symbol-ordering-file={h['lld']}", "-Wl,--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
-             f"-Wl,@{h['rsp']}"]
+    extra = bp.full_recipe_args(w / "python-exe-full", prof, b["exe"], b["map"], wl="-Wl,")
     print(f"  relink: python_exe.prepare('lld', extra_link_args={extra})", flush=True)
     return python_exe.prepare("lld", extra_link_args=extra)
 

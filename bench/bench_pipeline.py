@@ -156,6 +156,20 @@ def pack(lib: Path, dest_dir: Path) -> Path:
     return out
 
 
+def full_recipe_args(stem: Path, prof: Path, lib, objects_from, wl: str = "") -> list:
+    """The product's fullest lld recipe as link arguments: hot-last code order, a data
+    script placing the touched data sections, hot ``.dynstr`` names first. Its files are
+    ``STEM.lld/.ld/.rsp``, passed by content-hashed copies so a cache keyed on the
+    arguments sees the same order under the same name. ``wl``: ``"-Wl,"`` when the
+    ordering options go through a compiler driver that does not pass them itself."""
+    full = {k: stem.with_name(f"{stem.name}.{k}") for k in ("lld", "ld", "rsp")}
+    write_order(full["lld"], prof, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=lib,
+                objects_from=objects_from, algorithm="hot-last")
+    h = {k: hashed_copy(v) for k, v in full.items()}
+    return [f"{wl}--symbol-ordering-file={h['lld']}", f"{wl}--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
+            f"-Wl,@{h['rsp']}"]
+
+
 def default_link(cmd: list, prof: Path, what: str = "") -> None:
     """``elflayout link --profile PROF --linker lld -- CMD``: the default path, in-process
     (``order.relink.relink``); prints the command and each step's summary line."""

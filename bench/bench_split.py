@@ -108,12 +108,7 @@ def full_recipe(w: Path, base: dict, tag: str, p: Path) -> list:
     order, a data script placing the touched data sections, hot .dynstr names first.
     Returns the link arguments."""
     stem = "python-split-full-" + "".join(c if c.isalnum() else "-" for c in tag)
-    full = {k: w / f"{stem}.{k}" for k in ("lld", "ld", "rsp")}
-    bp.write_order(full["lld"], p, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=base["lib"],
-                   objects_from=base["map"], algorithm="hot-last")
-    h = {k: bp.hashed_copy(v) for k, v in full.items()}
-    return [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
-            f"-Wl,@{h['rsp']}"]
+    return bp.full_recipe_args(w / stem, p, base["lib"], base["map"])
 
 
 def link(lk: str, extra: list) -> dict:

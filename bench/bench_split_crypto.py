@@ -82,12 +82,7 @@ def best_recipe(w: Path, sbase: dict, sprof: Path) -> Path:
     then packed."""
     from elflayout.targets import libcrypto
 
-    full = {k: w / f"crypto-split-full.{k}" for k in ("lld", "ld", "rsp")}
-    bp.write_order(full["lld"], sprof, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=sbase["lib"],
-                   objects_from=sbase["map"], algorithm="hot-last")
-    h = {k: bp.hashed_copy(v) for k, v in full.items()}
-    extra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
-             f"-Wl,@{h['rsp']}"]
+    extra = bp.full_recipe_args(w / "crypto-split-full", sprof, sbase["lib"], sbase["map"])
     print(f"  relink: libcrypto.prepare('lld', split=True, extra_link_args={extra})", flush=True)
     d = libcrypto.prepare("lld", split=True, extra_link_args=extra)
     p = bp.pack(stripped(d["lib"], w / "libs" / "split-ordered-stripped-lld-hot-last-data-dynstr"),
