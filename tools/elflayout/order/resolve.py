@@ -383,16 +383,6 @@ def _link_of(img, sec) -> int:
     raise ValueError(f"{img.path}: no section {sec.name}")
 
 
-def universe_from_elf(img) -> Universe:
-    """Function symbols of a linked library as a universe (output sections, no objects)."""
-    arr, names = elf_symbols(img)
-    u = Universe(source=str(img.path))
-    secnames = {s.index: s.name for s in img.sections}
-    for i in np.flatnonzero(arr["type"] == 2).tolist():  # STT_FUNC
-        u.symbols.setdefault(names[i], []).append((secnames.get(int(arr["shndx"][i])), None))
-    return u
-
-
 def same_objects(profiled: list, objects: list) -> list:
     """The profiled link's object names as the link to order names them: the same objects
     at another path (``link --split`` puts its split copies in a temporary directory) are

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
 import shlex
 import shutil
 import subprocess
@@ -243,7 +242,3 @@ def same_output(lib_dir, want: str | None = None) -> str:
     if want is not None and got != want:
         raise ElflayoutError(f"{lib_dir}: the workload prints {got!r}, not {want!r}")
     return got
-
-
-def max_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
