@@ -102,3 +102,21 @@ def test_tuck_extended_section_count(tmp_path):
     names = [subprocess.run(["readelf", "-SW", str(f)], capture_output=True, text=True, check=True).stdout.count("] .")
              for f in (b["lib"], tmp_path / "out.so")]
     assert names[0] == names[1] > 20
+
+
+def test_tuck_proves_its_output_and_writes_nothing_wrong(tmp_path, monkeypatch):
+    """tuck compares what the output maps with the input's before keeping it: a layout
+    slip (here: the moved tail written one byte off) is our bug, not an output."""
+    import elflayout.order.tuck as t
+
+    b = build(tmp_path, linker="bfd")
+    real = t.plan
+
+    def slipped(img, after=0):
+        p = real(img, after)
+        return p | {"delta": p["delta"] + 1}
+
+    monkeypatch.setattr(t, "plan", slipped)
+    with pytest.raises(RuntimeError, match="tuck changed"):
+        t.tuck(b["lib"], tmp_path / "out.so")
+    assert not (tmp_path / "out.so").exists()

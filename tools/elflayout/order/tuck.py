@@ -96,7 +96,47 @@ def tuck(src: str | Path, dst: str | Path, after: int = 0) -> dict:
         names = [s.name for s in img.sections if s.index in p["moved"]]
     Path(dst).write_bytes(bytes(out))
     Path(dst).chmod(Path(src).stat().st_mode & 0o7777)
+    try:
+        verify(src, dst)
+    except BaseException:
+        Path(dst).unlink(missing_ok=True)
+        raise
     return p | {"moved_names": names}
+
+
+def _mapped(img: ElfImage, g) -> bytes:
+    """Segment ``g``'s file bytes with e_shoff and the program header table blanked: the
+    offsets there are the one thing tuck changes (the headers are compared field by field)."""
+    data = bytearray(img.mm[g.offset:g.offset + g.filesz])
+    h = img.elf.header
+    (e_shoff, fo), _, _ = _FIELDS[img.elfclass]
+    at, n = e_shoff - g.offset, struct.calcsize("<" + fo)
+    if 0 <= at and at + n <= len(data):
+        data[at:at + n] = bytes(n)
+    lo, hi = h["e_phoff"] - g.offset, h["e_phoff"] + h["e_phnum"] * h["e_phentsize"] - g.offset
+    lo, hi = max(lo, 0), min(hi, len(data))
+    if lo < hi:
+        data[lo:hi] = bytes(hi - lo)
+    return bytes(data)
+
+
+def verify(src: str | Path, dst: str | Path) -> None:
+    """Prove DST maps exactly what SRC maps: the same program headers but for file offsets,
+    each segment's file bytes equal, and every section's bytes and header equal but for its
+    offset. Anything else is a bug of ours (exit 3), never a written output."""
+    with ElfImage(src) as a, ElfImage(dst) as b:
+        if len(a.segments) != len(b.segments) or len(a.sections) != len(b.sections):
+            raise RuntimeError(f"{dst}: tuck changed the number of segments or sections")
+        for x, y in zip(a.segments, b.segments):
+            if (x.type, x.flags, x.vaddr, x.filesz, x.memsz, x.align) != (y.type, y.flags, y.vaddr, y.filesz,
+                                                                          y.memsz, y.align) \
+                    or (x.offset - y.offset) % max(x.align, 1) \
+                    or _mapped(a, x) != _mapped(b, y):
+                raise RuntimeError(f"{dst}: tuck changed segment {x.index} ({x.type})")
+        for x, y in zip(a.sections, b.sections):
+            same_data = not x.occupies_file or a.mm[x.offset:x.offset + x.size] == b.mm[y.offset:y.offset + y.size]
+            if (x.name, x.type, x.size, x.addr, x.flags) != (y.name, y.type, y.size, y.addr, y.flags) or not same_data:
+                raise RuntimeError(f"{dst}: tuck changed section {x.name}")
 
 
 def tuck_in_place(path: str | Path, after: int = 0) -> dict:
