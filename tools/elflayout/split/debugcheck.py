@@ -1,7 +1,8 @@
 """Debug information of a split link against the original link: every address of
 every function maps to the same file:line (relative to the function's start, so any
-order compares), and ``llvm-dwarfdump --verify`` finds no error the original link
-does not have.
+order compares), every location list entry describes the same bytes of the same
+function, and ``llvm-dwarfdump --verify`` finds no error the original link does not
+have.
 
 Line mapping is read with ``addr2line`` (binutils, what gdb's users see), every byte
 of every uniquely named function; the verifier runs with a time limit because some
@@ -11,6 +12,7 @@ and nothing is claimed).
 
 from __future__ import annotations
 
+import bisect
 import shutil
 import subprocess
 from collections import Counter
@@ -67,6 +69,50 @@ def compare_lines(original: Path, other: Path) -> tuple[int, list[str]]:
     return count, diffs
 
 
+def _locations(path: Path) -> Counter:
+    """Location list entries as (variable, function, start and end offset in it,
+    expression with addresses blanked), counted."""
+    from elftools.dwarf.dwarf_expr import DWARFExprParser
+    from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
+
+    funcs = sorted((a, z, n) for n, (a, z) in _functions(path).items())
+    starts = [a for a, _, _ in funcs]
+    out: Counter = Counter()
+    with open(path, "rb") as fh:
+        dw = ELFFile(fh).get_dwarf_info(relocate_dwarf_sections=False)
+        lists, parse = dw.location_lists(), DWARFExprParser(dw.structs)
+        for cu in dw.iter_CUs():
+            low = cu.get_top_DIE().attributes.get("DW_AT_low_pc")
+            for die in cu.iter_DIEs():
+                at = die.attributes.get("DW_AT_location")
+                if at is None or at.form != "DW_FORM_sec_offset" or lists is None:
+                    continue
+                name = die.attributes["DW_AT_name"].value if "DW_AT_name" in die.attributes else b"?"
+                base = low.value if low is not None else 0
+                for e in lists.get_location_list_at_offset(at.value, die=die):
+                    if isinstance(e, BaseAddressEntry):
+                        base = e.base_address
+                    elif isinstance(e, LocationEntry):
+                        lo = e.begin_offset + (0 if e.is_absolute else base)
+                        hi = e.end_offset + (0 if e.is_absolute else base)
+                        k = bisect.bisect_right(starts, lo) - 1
+                        if k < 0 or lo >= funcs[k][0] + max(funcs[k][1], 1):
+                            continue    # (not in a uniquely named function: not compared)
+                        expr = tuple((op.op_name, () if op.op_name == "DW_OP_addr" else tuple(map(str, op.args)))
+                                     for op in parse.parse_expr(e.loc_expr))
+                        out[(name, funcs[k][2], lo - funcs[k][0], hi - funcs[k][0], expr)] += 1
+    return out
+
+
+def compare_locations(original: Path, other: Path) -> tuple[int, list[str]]:
+    """(location list entries compared, differences) of two links."""
+    a, b = _locations(original), _locations(other)
+    diffs = [f"location list: {k[0].decode(errors='replace')} in {k[1]}+{k[2]:#x}..{k[3]:#x} "
+             f"{'only in the original' if a[k] > b[k] else 'only in the split link'}"
+             for k in sorted(set(a) | set(b), key=str) if a[k] != b[k]]
+    return sum(a.values()), diffs
+
+
 def verify(path: Path) -> str | None:
     """None when the verifier finds no error; else its first error line, or why it could not run."""
     tool = next((t for t in VERIFIERS if shutil.which(t)), None)
@@ -88,6 +134,7 @@ def compare(original: Path, other: Path) -> tuple[int, list[str], str | None]:
     if not has_lines(original):
         return 0, [], None
     count, diffs = compare_lines(original, other)
+    diffs += compare_locations(original, other)[1]
     if (why := verify(original)) is not None:
         return count, diffs[:SHOWN], f"not verified: the original link does not verify ({why})"
     if (why := verify(other)) is not None:

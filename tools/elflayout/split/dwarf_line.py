@@ -204,7 +204,7 @@ def encode(u: Unit, seq: Sequence, lo: int, hi: int) -> tuple[bytes, int, int] |
     field_at, start = len(out), rows[0].addr
     out += bytes(8)
     st = _fresh(u)
-    st.addr = start
+    st.addr, st.file = start, -1    # (file always set: binutils 2.40 starts DWARF 5 sequences at file 0)
     for r in rows:
         out += _state(st, r)
         st = Row(**{**vars(r), "basic_block": False, "prologue_end": False, "epilogue_begin": False,
