@@ -13,6 +13,7 @@ and nothing is claimed).
 from __future__ import annotations
 
 import bisect
+import functools
 import shutil
 import subprocess
 from collections import Counter
@@ -71,7 +72,14 @@ def compare_lines(original: Path, other: Path) -> tuple[int, list[str]]:
 
 def _locations(path: Path) -> Counter:
     """Location list entries as (variable, function, start and end offset in it,
-    expression with addresses blanked), counted."""
+    expression with addresses blanked), counted (the original link's read once)."""
+    st = path.stat()
+    return _locations_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _locations_of(name: str, _size: int, _mtime: int) -> Counter:
+    path = Path(name)
     from elftools.dwarf.dwarf_expr import DWARFExprParser
     from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
 

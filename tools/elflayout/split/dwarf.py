@@ -149,6 +149,7 @@ class Facts:
     rnglists_last_table: int = -1                                 # offset of the last table's header
     loclists_last_table: int = -1
     loc_lists: dict[int, list[Interval]] = field(default_factory=dict)   # location lists by offset
+    loc_views: dict[int, int] = field(default_factory=dict)     # location list -> its views (gcc's)
     unit: Unit | None = None        # the unit DIE whose one range may become a range list
     unit_refused: str = ""          # why it cannot (the split section then stays whole)
     base: Reloc | None = None       # the relocated DW_AT_low_pc of the (only) unit DIE
@@ -260,6 +261,10 @@ def _die(f: Facts, rel: dict[int, Reloc], die, top: bool, split: set[int]) -> No
             elif target == ".debug_loclists" and a.name != "DW_AT_GNU_locviews":
                 # (location views are pairs of numbers before the list, no addresses)
                 f.loc_starts.add(r.addend)
+                views = at.get("DW_AT_GNU_locviews")
+                rv = rel.get(views.offset) if views is not None else None
+                if rv is not None and rv.sec == r.sec:
+                    f.loc_views[r.addend] = rv.addend
         if a.form == "DW_FORM_addr" and r is not None and r.sec in split and a.name == "DW_AT_high_pc":
             raise Refused("DW_AT_high_pc as an address (not rewritten by split)")
     low, high = at.get("DW_AT_low_pc"), at.get("DW_AT_high_pc")

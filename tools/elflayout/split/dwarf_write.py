@@ -9,6 +9,7 @@ bytes; its relocations were retargeted with the code's.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,7 +198,12 @@ def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
     rows = _rows(c, ".debug_loclists")
     rel = _shifted(rows, 0, len(data), 0)
     new, moves = bytearray(data), {}
+    marks = sorted({*f.loc_starts, *f.loc_views.values()})
     for start in todo:
+        v = f.loc_views.get(start, start)
+        if v < start and bisect.bisect_right(marks, v) == bisect.bisect_left(marks, start):
+            moves[v] = len(new)     # (its views just before it, as gcc lays them out)
+            new += data[v:start]
         moves[start] = len(new)
         p = start
         for iv in f.loc_lists[start]:
