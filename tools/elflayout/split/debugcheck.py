@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -77,45 +78,45 @@ def _locations(path: Path) -> Counter:
     return _locations_of(str(path), st.st_size, st.st_mtime_ns)
 
 
+ENTRY = re.compile(r"\[(0x[0-9a-f]+), (0x[0-9a-f]+)\): (.*)")
+
+
 @functools.lru_cache(maxsize=4)
 def _locations_of(name: str, _size: int, _mtime: int) -> Counter:
-    path = Path(name)
-    from elftools.dwarf.dwarf_expr import DWARFExprParser
-    from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
-
-    funcs = sorted((a, z, n) for n, (a, z) in _functions(path).items())
-    starts = [a for a, _, _ in funcs]
+    """(Read from ``llvm-dwarfdump --debug-info``: it resolves every list form.)"""
+    tool = next((t for t in VERIFIERS if shutil.which(t)), None)
     out: Counter = Counter()
-    with open(path, "rb") as fh:
-        dw = ELFFile(fh).get_dwarf_info(relocate_dwarf_sections=False)
-        lists, parse = dw.location_lists(), DWARFExprParser(dw.structs)
-        for cu in dw.iter_CUs():
-            low = cu.get_top_DIE().attributes.get("DW_AT_low_pc")
-            for die in cu.iter_DIEs():
-                at = die.attributes.get("DW_AT_location")
-                if at is None or at.form != "DW_FORM_sec_offset" or lists is None:
-                    continue
-                name = die.attributes["DW_AT_name"].value if "DW_AT_name" in die.attributes else b"?"
-                base = low.value if low is not None else 0
-                for e in lists.get_location_list_at_offset(at.value, die=die):
-                    if isinstance(e, BaseAddressEntry):
-                        base = e.base_address
-                    elif isinstance(e, LocationEntry):
-                        lo = e.begin_offset + (0 if e.is_absolute else base)
-                        hi = e.end_offset + (0 if e.is_absolute else base)
-                        k = bisect.bisect_right(starts, lo) - 1
-                        if k < 0 or lo >= funcs[k][0] + max(funcs[k][1], 1):
-                            continue    # (not in a uniquely named function: not compared)
-                        expr = tuple((op.op_name, () if op.op_name == "DW_OP_addr" else tuple(map(str, op.args)))
-                                     for op in parse.parse_expr(e.loc_expr))
-                        out[(name, funcs[k][2], lo - funcs[k][0], hi - funcs[k][0], expr)] += 1
+    if tool is None:
+        return out
+    funcs = sorted((a, z, n) for n, (a, z) in _functions(Path(name)).items())
+    starts = [a for a, _, _ in funcs]
+    text = subprocess.run([tool, "--debug-info", name], capture_output=True, text=True, check=True).stdout
+    var, in_list = "?", False
+    for line in text.splitlines():
+        t = line.strip()
+        if in_list and (m := ENTRY.match(t)):
+            lo, hi, expr = int(m[1], 16), int(m[2], 16), m[3]
+            if expr.count(")") > expr.count("("):
+                expr = expr[:-1]
+            k = bisect.bisect_right(starts, lo) - 1
+            if k >= 0 and lo < funcs[k][0] + max(funcs[k][1], 1):
+                out[(var, funcs[k][2], lo - funcs[k][0], hi - funcs[k][0], re.sub(r"DW_OP_addr 0x\w+", "DW_OP_addr",
+                                                                                  expr))] += 1
+            continue
+        in_list = False
+        if "DW_TAG_" in t:
+            var = "?"
+        elif t.startswith(("DW_AT_name", "DW_AT_abstract_origin")):
+            var = t.split('"')[1] if t.count('"') >= 2 else var
+        elif t.startswith("DW_AT_location") and re.match(r"DW_AT_location\s+\(0x[0-9a-f]+:", t):
+            in_list = True
     return out
 
 
 def compare_locations(original: Path, other: Path) -> tuple[int, list[str]]:
     """(location list entries compared, differences) of two links."""
     a, b = _locations(original), _locations(other)
-    diffs = [f"location list: {k[0].decode(errors='replace')} in {k[1]}+{k[2]:#x}..{k[3]:#x} "
+    diffs = [f"location list: {k[0]} in {k[1]}+{k[2]:#x}..{k[3]:#x} "
              f"{'only in the original' if a[k] > b[k] else 'only in the split link'}"
              for k in sorted(set(a) | set(b), key=str) if a[k] != b[k]]
     return sum(a.values()), diffs
