@@ -35,7 +35,7 @@ See docs/splitting.md.
 
 
 def add_arguments(p):
-    p.add_argument("inputs", metavar="OBJ|ARCHIVE", nargs="+", help="x86-64 relocatable objects or .a archives")
+    p.add_argument("inputs", metavar="OBJ|ARCHIVE", nargs="+", help="x86-64 or AArch64 (little-endian LP64) relocatable objects or .a archives")
     p.add_argument("-o", "--output", metavar="DIR", required=True,
                    help="directory for the split files (same names as the inputs)")
     p.add_argument("--check", action="store_true",

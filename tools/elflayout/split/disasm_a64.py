@@ -68,7 +68,7 @@ def is_mapping(name: str, kind: str) -> bool:
 def code_ranges(marks: list[tuple[int, str]], size: int) -> list[tuple[int, int]]:
     """[start, end) of the code stretches given the section's mapping symbols (offset, "x"/"d")."""
     out, begin = [], None
-    for off, kind in sorted(marks) + [(size, "end")]:
+    for off, kind in sorted((min(off, size), kind) for off, kind in marks) + [(size, "end")]:
         if kind == "x" and begin is None:
             begin = off
         elif kind != "x" and begin is not None:

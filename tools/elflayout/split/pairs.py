@@ -21,9 +21,24 @@ from collections import defaultdict
 from elflayout import arch
 from elflayout.split.extents import STT
 
+# GCC's section anchors (gcc/config/aarch64/aarch64.cc TARGET_MIN/MAX_ANCHOR_OFFSET): an
+# address computed in a register from a local symbol (``add :lo12:``, ``adr``) may be an
+# anchor, from which the code reaches other static objects of the section with the
+# instruction's own immediate (``ldr w2, [x1, #16]``), no relocation saying so.
+ANCHOR_BEFORE, ANCHOR_AFTER = 256, 4095
+ADDRESS_INSNS = frozenset({277, 274})       # ADD_ABS_LO12_NC, ADR_PREL_LO21
 # ADD_ABS_LO12_NC and LDST{8,16,32,64,128}_ABS_LO12_NC: the instruction's Rn holds the page.
 LO12 = frozenset({277, 278, 284, 285, 286, 299})
 REG = 0x1F      # Rd at bits 0-4, Rn at bits 5-9
+
+
+def anchor_reach(sp, target: int, where: str) -> None:
+    """Keep together the units of ``sp`` an anchor at ``target`` reaches."""
+    a = sp.unit_at(max(0, target - ANCHOR_BEFORE))
+    b = sp.unit_at(min(sp.sec.size, target + ANCHOR_AFTER))
+    if a != b:
+        sp.glue_range(a, b, f"{where} computes the address {sp.sec.name}{target:+#x}, which may be a section anchor: "
+                            f"code reaches {ANCHOR_BEFORE} bytes before it to {ANCHOR_AFTER} after it with immediates")
 
 
 def page_pairs(obj, cands: dict, code: dict) -> None:

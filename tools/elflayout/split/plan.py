@@ -441,6 +441,8 @@ def _a64_target(obj, sp, d, off, t, sv, a, named, in_eh) -> tuple[int, bool, boo
         if u != v:
             sp.glue_range(u, v, f"{d.name}+{off:#x} in {sp.units[u].name} reaches {sp.units[v].name} with "
                                 f"{o.name}: {_no_veneer(t)}")
+    if o.form == arch.OBJ_DATA and t in pairs.ADDRESS_INSNS and not named and not is_code(sp.sec):
+        pairs.anchor_reach(sp, sa, f"{d.name}+{off:#x}")
     return sa, o.form == arch.OBJ_DATA, o.form == arch.OBJ_BRANCH
 
 
