@@ -569,8 +569,9 @@ def llvm_default_path(w: Path, prof: Path) -> Path:
     return out
 
 
-def llvm_default_vs_best(runs: int) -> None:
-    """libLLVM: the default path against the best recipe and the default relink, one session."""
+def llvm_best() -> tuple:
+    """(work dir, argv, default relink, its --data profile, the best recipe's packed
+    output with llc/opt outputs checked), all cached."""
     from elflayout.targets import libllvm
 
     w = work_dir() / "llvm"
@@ -584,6 +585,12 @@ def llvm_default_vs_best(runs: int) -> None:
     _ordd, full, _gold = llvm_relinks(w, prof, base, None, True, False)
     fp = pack(full["lib"], w / "libs" / "full-packed")
     libllvm.verify(fp.parent)
+    return w, argv, base, prof, fp
+
+
+def llvm_default_vs_best(runs: int) -> None:
+    """libLLVM: the default path against the best recipe and the default relink, one session."""
+    w, argv, base, prof, fp = llvm_best()
     dp = llvm_default_path(w, prof)
     variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in (
         ("relink default", base["lib"]), (LLVM_BEST, fp), (LLVM_DEFAULT, dp))}
@@ -631,18 +638,8 @@ def llvm_floor_libs(w: Path, best: Path) -> dict:
 
 def llvm_floor(runs: int) -> None:
     """libLLVM: the best recipe against itself with each post-link lever, one session."""
-    from elflayout.targets import libllvm
-
-    w = work_dir() / "llvm"
-    w.mkdir(parents=True, exist_ok=True)
-    argv = [str(libllvm.system()["llc"]), "--version"]
-    base = libllvm.relink("lld")
-    prof = cached_profile(w / "llvm.profile.json", base["lib"],
-                          ["profile", "--target", base["lib"], "--map", base["map"], "--data",
-                           "--env", f"LD_LIBRARY_PATH={base['lib'].parent}", "-o", w / "llvm.profile.json",
-                           "--force", "--", *argv])
-    _ordd, full, _gold = llvm_relinks(w, prof, base, None, True, False)
-    libs = llvm_floor_libs(w, pack(full["lib"], w / "libs" / "full-packed"))
+    w, argv, base, prof, best = llvm_best()
+    libs = llvm_floor_libs(w, best)
     variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in libs.items()}
     summ = summarise(measure(w / "llvm-floor.results.json", variants, runs), dict(libs))
     lim = physical_limit(profile_target(prof), base["lib"])

@@ -41,6 +41,7 @@ import numpy as np
 
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.fileio import rewrite_in_place, write_proved
 from elflayout.layouts import DT_HASH, DT_JMPREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELASZ, DT_RELSZ, SHF_ALLOC
 
 GNU_HASH_HEADER = 16  # nbuckets, symoffset, bloom words, bloom shift (4 bytes each)
@@ -215,13 +216,7 @@ def reorder(src: str | Path, dst: str | Path, hot_names) -> dict:
         want = {n.encode() if isinstance(n, str) else n for n in hot_names}
         hot = sum(1 for i in range(t.symoffset, t.n) if t.names[perm[i]] in want)
         moved = int((perm != np.arange(t.n)).sum())
-    Path(dst).write_bytes(bytes(out))
-    Path(dst).chmod(Path(src).stat().st_mode & 0o7777)
-    try:
-        verify(src, dst)
-    except BaseException:
-        Path(dst).unlink(missing_ok=True)
-        raise
+    write_proved(src, dst, bytes(out), verify)
     return {"symbols": t.n, "hashed": t.n - t.symoffset, "hot": hot, "moved": moved, "relocations_changed": changed}
 
 
@@ -280,11 +275,4 @@ def _verify_rest(a: Tables, b: Tables, new_of_old: np.ndarray, dst) -> None:
 
 def reorder_in_place(path: str | Path, hot_names) -> dict:
     """``reorder`` PATH onto itself (a temporary file beside it, then renamed)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.dynsym")
-    try:
-        st = reorder(path, tmp, hot_names)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return st
+    return rewrite_in_place(path, lambda src, dst: reorder(src, dst, hot_names), "dynsym")

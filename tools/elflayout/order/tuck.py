@@ -21,6 +21,7 @@ from pathlib import Path
 
 from elflayout.elfcore import PAGE, ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.fileio import rewrite_in_place, write_proved
 from elflayout.layouts import PF_X, SHF_ALLOC
 
 # Offsets of the fields rewritten, per ELF class: (e_shoff, its format), (p_offset in a
@@ -107,13 +108,7 @@ def tuck(src: str | Path, dst: str | Path, after: int | None = None) -> dict:
                 at = hdr["e_phoff"] + g.index * hdr["e_phentsize"] + p_off
                 struct.pack_into(fmt + pf, out, at, g.offset + delta)
         names = [s.name for s in img.sections if s.index in p["moved"]]
-    Path(dst).write_bytes(bytes(out))
-    Path(dst).chmod(Path(src).stat().st_mode & 0o7777)
-    try:
-        verify(src, dst)
-    except BaseException:
-        Path(dst).unlink(missing_ok=True)
-        raise
+    write_proved(src, dst, bytes(out), verify)
     return p | {"moved_names": names}
 
 
@@ -154,11 +149,4 @@ def verify(src: str | Path, dst: str | Path) -> None:
 
 def tuck_in_place(path: str | Path, after: int | None = None) -> dict:
     """``tuck`` PATH onto itself (a temporary file beside it, then renamed)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tuck")
-    try:
-        p = tuck(path, tmp, after)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return p
+    return rewrite_in_place(path, lambda src, dst: tuck(src, dst, after), "tuck")
