@@ -124,9 +124,13 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             # gold and GNU ld order input sections by name; without a map of the profiled
             # build, .text.NAME is a guess that misses constructors (C1 is an alias in C2's
             # section) and whole functions in .text.startup./.unlikely.: the link's own map knows
-            objects_from = _prelink_map(parsed, Path(td) / "prelink", say, "the profile has no link map")
-            req = dataclasses.replace(req, objects_from=objects_from)
-            o = pipeline.order(req)
+            try:
+                objects_from = _prelink_map(parsed, Path(td) / "prelink", say, "the profile has no link map")
+            except ElflayoutError as e:  # the guessed names are still worth a try; check-order judges
+                print(f"elflayout: warning: {e}; section names guessed as .text.NAME", file=sys.stderr)
+            else:
+                req = dataclasses.replace(req, objects_from=objects_from)
+                o = pipeline.order(req)
         algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe)
         if algo.value != req.algorithm:
             o = pipeline.order(dataclasses.replace(req, algorithm=algo.value))
