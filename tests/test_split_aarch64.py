@@ -303,3 +303,66 @@ def test_damaged_arm64_objects_never_exit_3(tmp_path):
         except ElflayoutError:
             pass
     assert split > 50, split        # many flips leave an object split reads
+
+
+# -- Debian's arm64 libpython3.11-pic.a -------------------------------------------
+
+ARM64_PIC = "usr/lib/python3.11/config-3.11-aarch64-linux-gnu/libpython3.11-pic.a"
+LAUNCHER_C = "extern int Py_BytesMain(int, char **);\nint main(int c, char **v) { return Py_BytesMain(c, v); }\n"
+WORK = ("import json, decimal, re, struct, asyncio, _decimal, _json; print(json.dumps({'a': [1, 2.5]}), "
+        "decimal.Decimal(1) / 7, re.sub(r'(\\w)(\\d)', r'\\2\\1', 'a1 b2'), struct.pack('<iq', 1, -2).hex(), "
+        "decimal.Decimal is _decimal.Decimal, sum(i * i for i in range(10000)))")
+
+
+def _reversed_names(archive: Path, kind: str) -> list[str]:
+    if kind == "symbols":
+        out = [ln.split()[2] for ln in subprocess.run(["aarch64-linux-gnu-nm", "--defined-only", archive],
+                                                      capture_output=True, text=True).stdout.splitlines()
+               if len(ln.split()) == 3 and ln.split()[1] in "tTdDbBrR"]
+    else:
+        out = [ln.split()[1] for ln in subprocess.run(["readelf", "-SW", archive], capture_output=True,
+                                                      text=True).stdout.splitlines()
+               if "] ." in ln and ".rela" not in ln and ln.split()[1].startswith((".text.", ".data.", ".rodata."))]
+    return list(dict.fromkeys(reversed(out)))
+
+
+def _python_under_qemu(d: Path, archive: Path, runtime: Path, flags) -> str:
+    libs = [f"-L{runtime}/lib/aarch64-linux-gnu", "-l:libexpat.so.1", "-l:libz.so.1", "-lm"]
+    d.mkdir()
+    lib = d / "libpython3.11.so.1.0"
+    subprocess.run([CC, "-shared", "-o", lib, "-Wl,-soname,libpython3.11.so.1.0", *flags, "-Wl,--whole-archive",
+                    archive, "-Wl,--no-whole-archive", *libs], check=True)
+    (d / "launcher.c").write_text(LAUNCHER_C)
+    subprocess.run([CC, "-o", d / "python", d / "launcher.c", lib, f"-Wl,-rpath-link,{runtime}/lib/aarch64-linux-gnu"],
+                   check=True)
+    r = subprocess.run(["qemu-aarch64", "-L", str(CROSS_ROOT), "-E",
+                        f"LD_LIBRARY_PATH={d}:{runtime}/lib/aarch64-linux-gnu", "-E", f"PYTHONHOME={runtime}/usr",
+                        str(d / "python"), "-c", WORK], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.download
+def test_arm64_libpython_split_checked_and_reversed_runs_under_qemu(tmp_path):
+    """Debian's arm64 libpython3.11-pic.a: --check identical with lld, GNU ld and gold;
+    linked in reversed function and data order (lld, gold), Python runs the same."""
+    need_tool(CC)
+    need_tool("qemu-aarch64")
+    from elflayout.targets import fetch_debs
+    pic = fetch_debs(["libpython3.11-dev"], "libpython3.11-arm64", arch="arm64") / ARM64_PIC
+    runtime = fetch_debs(["libpython3.11-stdlib", "libpython3.11-minimal", "libexpat1", "zlib1g"],
+                         "libpython3.11-arm64-runtime", arch="arm64")
+    r = run_cli("split", pic, "-o", tmp_path / "out", "--check", "--linker", "lld", "--linker", "bfd",
+                "--linker", "gold", check=0)
+    assert r.stdout.count("original-order links identical") == 3, r.stdout
+    split = tmp_path / "out" / pic.name
+    want = _python_under_qemu(tmp_path / "orig", pic, runtime, [])
+    assert "True" in want
+    sym, sec = tmp_path / "rev.order", tmp_path / "rev.sections"
+    sym.write_text("\n".join(_reversed_names(split, "symbols")) + "\n")
+    sec.write_text("\n".join(_reversed_names(split, "sections")) + "\n")
+    assert _python_under_qemu(tmp_path / "lld", split, runtime, ["-fuse-ld=lld", _lld_dir(),
+                              f"-Wl,--symbol-ordering-file={sym}", "-Wl,--no-warn-symbol-ordering"]) == want
+    assert _python_under_qemu(tmp_path / "gold", split, runtime, ["-fuse-ld=gold",
+                              f"-Wl,--section-ordering-file={sec}"]) == want

@@ -82,14 +82,16 @@ def inputs_machine(paths: list[Path]) -> str:
     return emulator.host_machine()
 
 
-# lld rewrites adrp+add into nop+adr when the target is near, an exchange decided by
-# where the relocations point (a section symbol, addend 0), which the split changes:
-# the links compared must not relax, both sides alike.
-NO_RELAX = {"EM_AARCH64": ["-Wl,--no-relax"]}
+# Rewrites an AArch64 linker makes of its own accord, decided by things the split
+# changes, so the links compared make none, both sides alike: lld turns adrp+add into
+# nop+adr when the relocations name a section symbol with addend 0 and the target is
+# near; GNU ld and gold work around Cortex-A53 erratum 843419 (the gcc driver's
+# default) with stubs placed between input sections, whose number the split changes.
+SAME_LAYOUT = {"EM_AARCH64": ["-Wl,--no-relax", "-mno-fix-cortex-a53-843419"]}
 
 
 def _link(paths: list[Path], linker: str, style: str, out: Path, machine: str | None = None) -> toolchain.LinkResult:
-    return toolchain.link(linker, [*STYLES[style], *NO_RELAX.get(machine, []), "-o", out, *_inputs(paths)],
+    return toolchain.link(linker, [*STYLES[style], *SAME_LAYOUT.get(machine, []), "-o", out, *_inputs(paths)],
                           machine=machine)
 
 
