@@ -156,6 +156,10 @@ BENCHES = [
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",
           RA_SET, markdown=True),
+    Bench("cxx_nostdlib", "bench_cxx.py", ("--setup", "nostdlib-pic", "--runs", "3"),
+          "libstdc++.so.6 linked as a new user links it (g++ -shared -nostdlib, crt files, version script, as "
+          "libstdc++'s own build) and profiled without --map (regex/locale/sstream/map workload): pages read "
+          "unordered vs `elflayout link` with lld, gold and GNU ld side by side", RA_SET, markdown=True),
     Bench("split_crypto", "bench_split_crypto.py", ("--runs", "3"),
           "A second archive through split, profile, order, link: OpenSSL's libcrypto.so.3 from libcrypto.a, "
           "`openssl dgst -sha256`: Debian's library, default relink, object order, split + function order "
