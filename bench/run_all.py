@@ -152,6 +152,10 @@ BENCHES = [
           "The default path on a library it was not tuned on: libzstd from Debian's source, built by its own "
           "CMake with lld; unordered vs `elflayout link` (no flag) vs the best recipe, one session (pages read)",
           RA_SET, markdown=True),
+    Bench("split_debug", "bench_split_debug.py", ("--runs", "3"),
+          "A library built with -g through split: libzstd from Debian's source, its own Makefile with "
+          "CFLAGS=\"-g -O2\" (gcc 12, DWARF 5), unordered vs split + profile + `elflayout link` with lld, one "
+          "session (pages read), and a gdb breakpoint by line on the ordered library", RA_SET, markdown=True),
     Bench("cxx", "bench_cxx.py", ("--runs", "3"),
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",
