@@ -279,8 +279,10 @@ def order_dynsym(output: str, metadata: dict) -> Step:
         st = reorder_in_place(output, names)
     except ElflayoutError as e:  # the output stays as linked
         return Step("dynsym order", False, f"not ordered: {e}")
+    (b0, b1), (w0, w1) = st["buckets"], st["bloom_words"]
+    shape = f"; {b0:,} -> {b1:,} buckets, {w0:,} -> {w1:,} bloom words" if (b0, w0) != (b1, w1) else ""
     return Step("dynsym order", True, "asked", f"{st['hot']:,} of {st['hashed']:,} hashed symbols looked up "
-                f"first in .dynsym, .gnu.version and the .gnu.hash chains; lookups proved unchanged")
+                f"first in .dynsym, .gnu.version and the .gnu.hash chains{shape}; lookups proved unchanged")
 
 
 def move_symtab(output: str) -> Step:
