@@ -84,10 +84,12 @@ def absolute(cmd: list[str], build: Path, out: Path) -> list[str]:
     return [str(build / w) if not w.startswith("-") and (build / w).is_file() else w for w in cmd]
 
 
-def profile(out: Path, lib: Path, driver: Path, lmap: Path | None = None) -> Path:
+def profile(out: Path, lib: Path, driver: Path | list[str], lmap: Path | None = None) -> Path:
+    """The cached profile of ``driver`` (a program, or a command as a list) on ``lib``."""
+    argv = driver if isinstance(driver, list) else [driver]
     return bp.cached_profile(out, lib, ["profile", "--target", lib, *(["--map", lmap] if lmap else []), "--data",
                                         "--env", f"LD_LIBRARY_PATH={lib.parent}", *MEASURED_CONDITIONS,
-                                        "--repeat", PROFILE_RUNS, "-o", out, "--force", "--", driver])
+                                        "--repeat", PROFILE_RUNS, "-o", out, "--force", "--", *argv])
 
 
 def link(cmd: list[str], what: str) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A library built with debug information through the tutorial's commands: Debian's
-libzstd source, its own Makefile (``make -C lib libzstd``) with ``CFLAGS="-g -O2"`` (gcc
+"""A library built with debug information through the tutorial's commands. ``--library
+zstd`` (the default): Debian's libzstd source, its own Makefile (``make -C lib libzstd``) with ``CFLAGS="-g -O2"`` (gcc
 12, DWARF 5, no function sections), linked as its Makefile links (``-shared -pthread``)
 with lld and a map. Measured selective at read_ahead_kb 128 in one session:
 
@@ -17,7 +17,14 @@ Workload: a program compressing and decompressing 1 MiB (``tests/zstd_testlib.DR
 The source comes from Debian's source archive (``tests/debsrc_testlib``); the objects are
 cached in ``~/.cache/elflayout/zstd``.
 
-Usage: python3 bench/bench_split_debug.py [--runs N]
+``--library sqlite3``: Debian's sqlite3 source, its own autoconf build (``./configure &&
+make libsqlite3.la``, configure's default CFLAGS ``-g -O2``): one object, the amalgamation
+``sqlite3.c`` (a single compile unit), linked as libtool links it; the workload is SQLite's
+shell linked against the library, running a small script on an in-memory database; gdb
+stops by line in ``sqlite3_prepare_v2`` (``elflayout.targets.sqlite``, cached in
+``~/.cache/elflayout/sqlite``).
+
+Usage: python3 bench/bench_split_debug.py [--runs N] [--library zstd|sqlite3]
 """
 
 from __future__ import annotations
@@ -39,10 +46,8 @@ import bench_pipeline as bp  # noqa: E402
 import bench_split  # noqa: E402
 from bench_default_heldout import profile  # noqa: E402
 
-SONAME = "libzstd.so.1"
 CFLAGS = ["-g", "-O2"]
 DRIVER = ["gcc", "-fuse-ld=lld"]
-UNORDERED, ORDERED = "unordered (-g -O2, its Makefile's link, lld)", "split + elflayout link (-g -O2, lld)"
 GOAL = 0.40
 
 
@@ -67,72 +72,131 @@ def split(objs: list[str], out: Path) -> list[str]:
     return [str(out / Path(o).name) for o in objs]
 
 
-def link(objs: list[str], out: Path) -> list[str]:
-    import zstd_testlib
+class Zstd:
+    """libzstd: its Makefile's objects and link; the driver program compressing 1 MiB."""
+    name, soname, build_text = "libzstd", "libzstd.so.1", "its own Makefile"
+    link_text = "its Makefile's link"
+    gdb_file, gdb_function = "zstd_compress.c", "ZSTD_compress"
 
+    def __init__(self):
+        import zstd_testlib
+
+        self.lib = zstd_testlib
+
+    def build(self) -> list[str]:
+        return self.lib.build("gcc", CFLAGS)
+
+    def link_command(self, objs: list[str], out: Path) -> list[str]:
+        return self.lib.link_command(DRIVER, objs, out)
+
+    def program(self, libdir: Path) -> list[str]:
+        return [str(self.lib.program(libdir))]
+
+    def works(self, stdout: str) -> bool:
+        return stdout.startswith("1.")
+
+    def gdb_line(self) -> int:
+        text = (self.lib.source() / "lib" / "compress" / "zstd_compress.c").read_text().splitlines()
+        start = next(k for k, t in enumerate(text) if t.startswith("size_t ZSTD_compress(void* dst"))
+        return next(k for k in range(start, len(text)) if "ZSTD_initCCtx(&ctxBody" in text[k]) + 1
+
+
+class Sqlite:
+    """libsqlite3: configure + make libsqlite3.la (the amalgamation, one object), libtool's
+    link; the sqlite3 shell running a small script on an in-memory database."""
+    name, soname, build_text = "libsqlite3", "libsqlite3.so.0", "./configure && make libsqlite3.la"
+    link_text = "libtool's link"
+    gdb_file, gdb_function = "sqlite3.c", "sqlite3_prepare_v2"
+
+    def __init__(self):
+        from elflayout.targets import sqlite
+
+        self.lib = sqlite
+        self.built = sqlite.build("gcc")
+
+    def build(self) -> list[str]:
+        return self.built["objects"]
+
+    def link_command(self, objs: list[str], out: Path) -> list[str]:
+        return self.lib.link_command(DRIVER, self.built, objs, out)
+
+    def program(self, libdir: Path) -> list[str]:
+        return self.lib.workload(self.lib.program(self.built, libdir))
+
+    def works(self, stdout: str) -> bool:
+        return stdout == self.lib.EXPECTED
+
+    def gdb_line(self) -> int:
+        text = (Path(self.built["include"]) / "sqlite3.c").read_text().splitlines()
+        start = next(k for k, t in enumerate(text) if t.startswith("SQLITE_API int sqlite3_prepare_v2("))
+        return next(k for k in range(start, len(text)) if "sqlite3LockAndPrepare(" in text[k]) + 1
+
+
+LIBRARIES = {"zstd": Zstd, "sqlite3": Sqlite}
+
+
+def link(target, objs: list[str], out: Path) -> list[str]:
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = zstd_testlib.link_command(DRIVER, objs, out)
+    cmd = target.link_command(objs, out)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"bench_split_debug: link of {out} failed: {r.stderr[-500:]}")
     return cmd
 
 
-def gdb_stops(lib: Path, driver: Path) -> str:
-    """gdb's stop line at a breakpoint by line in ZSTD_compress, with ``lib`` loaded."""
-    import zstd_testlib
-
-    src = zstd_testlib.source() / "lib" / "compress" / "zstd_compress.c"
-    text = src.read_text().splitlines()
-    start = next(k for k, t in enumerate(text) if t.startswith("size_t ZSTD_compress(void* dst"))
-    line = next(k for k in range(start, len(text)) if "ZSTD_initCCtx(&ctxBody" in text[k]) + 1
+def gdb_stops(target, lib: Path, argv: list[str]) -> str:
+    """gdb's stop line at a breakpoint by line in the target's function, with ``lib`` loaded."""
+    line, f, fn = target.gdb_line(), target.gdb_file, target.gdb_function
     r = subprocess.run(["gdb", "-nx", "-batch", "-ex", "set breakpoint pending on", "-ex",
-                        f"break zstd_compress.c:{line}", "-ex", "run", "--args", driver],
+                        f"break {f}:{line}", "-ex", "run", "--args", *argv],
                        capture_output=True, text=True, timeout=300,
                        env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)})
     m = re.search(r"^Breakpoint 1, (\w+) \(.*\) at (\S+):(\d+)$", r.stdout, re.M)
-    if not m or m[1] != "ZSTD_compress" or not m[2].endswith("zstd_compress.c") or int(m[3]) != line:
-        raise SystemExit(f"bench_split_debug: gdb did not stop at zstd_compress.c:{line} in ZSTD_compress "
+    if not m or m[1] != fn or not m[2].endswith(f) or int(m[3]) != line:
+        raise SystemExit(f"bench_split_debug: gdb did not stop at {f}:{line} in {fn} "
                          f"on {lib}:\n{r.stdout[-1500:]}{r.stderr[-500:]}")
-    print(f"  $ gdb -batch -ex 'break zstd_compress.c:{line}' -ex run --args {driver}  (LD_LIBRARY_PATH="
+    print(f"  $ gdb -batch -ex 'break {f}:{line}' -ex run --args {shlex.join(argv)}  (LD_LIBRARY_PATH="
           f"{lib.parent})\n    stopped: {m[0]}", flush=True)
     return m[0]
 
 
 def main(argv=None) -> int:
-    import zstd_testlib
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--library", choices=sorted(LIBRARIES), default="zstd")
     a = ap.parse_args(argv)
-    w = bp.work_dir() / "split-debug"
+    t = LIBRARIES[a.library]()
+    w = bp.work_dir() / ("split-debug" if a.library == "zstd" else f"split-debug-{a.library}")
     w.mkdir(parents=True, exist_ok=True)
-    print(f"## libzstd (Debian source, its own Makefile, CFLAGS=\"{' '.join(CFLAGS)}\", gcc), unordered against "
+    unordered = f"unordered (-g -O2, {t.link_text}, lld)"
+    ordered_name = "split + elflayout link (-g -O2, lld)"
+    print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS)}\", gcc), unordered against "
           f"split + elflayout link, selective, read_ahead_kb {bp.RA_KB}\n", flush=True)
-    objs = zstd_testlib.build("gcc", CFLAGS)
-    plain = w / "libs" / "unordered-lld" / SONAME
-    cmd = link(objs, plain)
+    objs = t.build()
+    plain = w / "libs" / "unordered-lld" / t.soname
+    cmd = link(t, objs, plain)
     print(f"  its link: {shlex.join(cmd[:8])} <{len(objs)} objects>", flush=True)
-    driver = zstd_testlib.program(plain.parent)
+    run = t.program(plain.parent)
     sobjs = split(objs, w / "split-objects")
-    base = w / "libs" / "split-lld" / SONAME
-    link(sobjs, base)
-    sprof = profile(w / "zstd-g-split.profile.json", base, driver, Path(f"{base}.map"))
-    ordered = w / "libs" / "ordered-lld" / SONAME
+    base = w / "libs" / "split-lld" / t.soname
+    link(t, sobjs, base)
+    sprof = profile(w / f"{a.library}-g-split.profile.json", base, run, Path(f"{base}.map"))
+    ordered = w / "libs" / "ordered-lld" / t.soname
     ordered.parent.mkdir(parents=True, exist_ok=True)
-    bp.default_link(zstd_testlib.link_command(DRIVER, objs, ordered), sprof)
+    bp.default_link(t.link_command(objs, ordered), sprof)
     for lib in (plain, ordered):
-        r = subprocess.run([driver], env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)}, capture_output=True,
+        r = subprocess.run(run, env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)}, capture_output=True,
                            text=True)
-        if r.returncode or not r.stdout.startswith("1."):
+        if r.returncode or not t.works(r.stdout):
             raise SystemExit(f"bench_split_debug: {lib}: the workload fails (exit {r.returncode})")
-    gdb_stops(ordered, driver)
-    variants = {n: (lib, bp.variant_cmd(lib.parent, [str(driver)], {})) for n, lib in ((UNORDERED, plain),
-                                                                                      (ORDERED, ordered))}
+    gdb_stops(t, ordered, run)
+    variants = {n: (lib, bp.variant_cmd(lib.parent, run, {})) for n, lib in ((unordered, plain),
+                                                                              (ordered_name, ordered))}
     summ, _lim, _rows = bench_split.measured_table(
-        w / "zstd-g.results.json", variants, a.runs, sprof, base, UNORDERED,
-        f"libzstd -g -O2 (its Makefile): unordered vs split + elflayout link — selective, read_ahead_kb {bp.RA_KB}")
-    u, o = summ.get(UNORDERED, {}).get("pages"), summ.get(ORDERED, {}).get("pages")
+        w / f"{a.library}-g.results.json", variants, a.runs, sprof, base, unordered,
+        f"{t.name} -g -O2 ({t.build_text}): unordered vs split + elflayout link — selective, read_ahead_kb "
+        f"{bp.RA_KB}")
+    u, o = summ.get(unordered, {}).get("pages"), summ.get(ordered_name, {}).get("pages")
     if u and o:
         print(f"Goal: at least {GOAL:.0%} fewer pages read than the unordered build of the same flags, debug "
               f"information kept: {u:,.0f} -> {o:,.0f} pages ({(o / u - 1) * 100:+.1f}%)", flush=True)

@@ -156,6 +156,11 @@ BENCHES = [
           "A library built with -g through split: libzstd from Debian's source, its own Makefile with "
           "CFLAGS=\"-g -O2\" (gcc 12, DWARF 5), unordered vs split + profile + `elflayout link` with lld, one "
           "session (pages read), and a gdb breakpoint by line on the ordered library", RA_SET, markdown=True),
+    Bench("split_debug_sqlite", "bench_split_debug.py", ("--library", "sqlite3", "--runs", "3"),
+          "A larger library built with -g through split: libsqlite3 from Debian's source, its own autoconf build "
+          "(configure's CFLAGS \"-g -O2\", gcc 12; the amalgamation, one object and one compile unit), unordered "
+          "vs split + profile + `elflayout link` with lld, one session (pages read), the sqlite3 shell as "
+          "workload, and a gdb breakpoint by line on the ordered library", RA_SET, markdown=True),
     Bench("cxx", "bench_cxx.py", ("--runs", "3"),
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",
