@@ -128,8 +128,9 @@ class Sqlite:
 
     def gdb_line(self) -> int:
         text = (Path(self.built["include"]) / "sqlite3.c").read_text().splitlines()
-        start = next(k for k, t in enumerate(text) if t.startswith("SQLITE_API int sqlite3_prepare_v2("))
-        return next(k for k in range(start, len(text)) if "sqlite3LockAndPrepare(" in text[k]) + 1
+        # the definition, not sqlite3.h's prototype earlier in the amalgamation
+        start = max(k for k, t in enumerate(text) if t.startswith("SQLITE_API int sqlite3_prepare_v2("))
+        return next(k for k in range(start, len(text)) if "rc = sqlite3LockAndPrepare(" in text[k]) + 1
 
 
 LIBRARIES = {"zstd": Zstd, "sqlite3": Sqlite}
