@@ -120,3 +120,29 @@ def test_tuck_proves_its_output_and_writes_nothing_wrong(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="tuck changed"):
         t.tuck(b["lib"], tmp_path / "out.so")
     assert not (tmp_path / "out.so").exists()
+
+
+@pytest.mark.parametrize("algorithm", ["first-access", "hot-last", None])
+def test_move_symtab_hole_where_the_order_leaves_code_cold(tmp_path, algorithm):
+    """first-access puts hot code at the start of .text, within the read-ahead of the headers
+    the loader reads: the unloaded sections go after the executable segment (its cold end),
+    not between the headers and the hot code. hot-last (and no order) keeps the hole after
+    the first PT_LOAD, before the cold start of .text."""
+    from elflayout.layouts import PF_X
+    from elflayout.order.relink import move_symtab
+
+    if not shutil.which("ld.lld"):
+        pytest.skip("lld not installed")
+    b = build(tmp_path, linker="lld")
+    step = move_symtab(str(b["lib"]), algorithm)
+    assert step.value is True, step.why
+    with ElfImage(b["lib"]) as img:
+        loads = img.loads
+        x = max(i for i, g in enumerate(loads) if g.flags & PF_X)
+        sym = img.section(".symtab").offset
+        assert img.size == max(g.offset + g.filesz for g in loads)
+        if algorithm == "first-access":
+            assert loads[x].offset + loads[x].filesz <= sym < loads[x + 1].offset
+        else:
+            assert loads[0].offset + loads[0].filesz <= sym < loads[1].offset
+    assert subprocess.run([str(b["driver"])], capture_output=True, text=True).stdout == b["output"]

@@ -86,9 +86,11 @@ def add_arguments(p) -> None:
                         "glibc) or none; default with --profile: auto (relr when this machine's glibc is 2.36 or "
                         "newer, else self; none with gold and mold)")
     p.add_argument("--move-symtab", action="store_true",
-                   help="after the link, move the sections no segment loads (.symtab, .strtab, .comment) from "
-                        "after the last segment into the file-offset hole after the first PT_LOAD: read-ahead "
-                        "of the last segment's pages then stops at end of file (mapped bytes unchanged)")
+                   help="after the link, move the sections no segment loads (.symtab, .strtab, .comment, .debug_*) "
+                        "from after the last segment into a file-offset hole where the order leaves code cold "
+                        "(after the executable segment for first-access, else after the first PT_LOAD): "
+                        "read-ahead of the last segment's pages then stops at end of file (mapped bytes "
+                        "unchanged)")
     p.add_argument("--check", action="store_true",
                    help="with --pack self: prove the output equivalent to the linker's DT_RELR output (simulated "
                         "loader at two bases, real loads) before writing it")

@@ -143,7 +143,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
     if pack.value == "pack-relocs":
         post_pack(pack, parsed["output"])
     if opts.move_symtab:
-        steps.append(move_symtab(parsed["output"]))
+        steps.append(move_symtab(parsed["output"], algo.value))
     res = LinkResult(0, full, steps)
     if not opts.check_order:
         steps.append(Step("check", False, "--no-check-order"))
@@ -249,16 +249,18 @@ def post_pack(pack: Step, output: str) -> None:
                       f"{st['relr_bytes']:,} bytes of .relr.dyn; equivalence proved")
 
 
-def move_symtab(output: str) -> Step:
-    """``order.tuck`` of the linked output in place: the file ends with its last segment."""
+def move_symtab(output: str, algorithm: str | None = None) -> Step:
+    """``order.tuck`` of the linked output in place: the file ends with its last segment; the
+    unloaded sections go into the hole the code order leaves cold (``tuck.cold_hole``)."""
     from elflayout.order.tuck import tuck_in_place
 
     try:
-        p = tuck_in_place(output)
+        p = tuck_in_place(output, None, algorithm)
     except ElflayoutError as e:  # the output stays as linked
         return Step("move symtab", False, f"not moved: {e}")
-    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}; "
-                "nothing past the last segment for read-ahead")
+    where = "the end of the code, which first-access leaves cold" if p["after"] else "the first segment"
+    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}, after "
+                f"{where}; nothing past the last segment for read-ahead")
 
 
 def _say_matched(o, fmt: str, linker: str, say) -> None:

@@ -5,8 +5,10 @@ Why: a page fault near the end of the last PT_LOAD makes the kernel's mmap read-
 its asynchronous read-ahead) read up to half a window past it, and right after the last
 PT_LOAD lie ``.symtab`` and ``.strtab`` — pages no one uses at start-up. Once the file ends
 where its last segment ends, the read-around stops at end of file. In the hole they are read
-only if the pages around the hole are (put it where the profile says pages are cold: with
-``order --algorithm hot-last`` the start of ``.text`` is cold).
+only if the pages around the hole are, so it goes where the order leaves code cold
+(``cold_hole``): with ``hot-last`` the start of ``.text`` is cold (the hole after the first
+PT_LOAD); with ``first-access`` its end is (the hole after the last executable PT_LOAD), and
+the hot start of ``.text`` stays within the read-ahead of the headers the loader reads first.
 
 What moves: every section that occupies the file, is not SHF_ALLOC and lies after the end of
 the last PT_LOAD's file bytes, and the section header table. The segments from the hole on
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from elflayout.elfcore import PAGE, ElfImage
 from elflayout.errors import ElflayoutError
-from elflayout.layouts import SHF_ALLOC
+from elflayout.layouts import PF_X, SHF_ALLOC
 
 # Offsets of the fields rewritten, per ELF class: (e_shoff, its format), (p_offset in a
 # program header, format), (sh_offset in a section header, format).
@@ -67,6 +69,18 @@ def plan(img: ElfImage, after: int = 0) -> dict:
     return {"hole": hole, "delta": delta, "moved": moved, "shoff": shoff, "tail": tail, "end": tail + delta}
 
 
+def cold_hole(img: ElfImage, algorithm: str | None) -> int:
+    """The PT_LOAD after which the hole is coldest for code ordered by ``algorithm``:
+    ``first-access`` (hot code first) after the last executable PT_LOAD that another follows;
+    anything else (``hot-last``, no order) after the first."""
+    loads = img.loads
+    if algorithm == "first-access":
+        execs = [i for i, g in enumerate(loads[:-1]) if g.flags & PF_X]
+        if execs:
+            return execs[-1]
+    return 0
+
+
 def tuck(src: str | Path, dst: str | Path, after: int = 0) -> dict:
     """Write SRC to DST with its unloaded tail moved into the hole after PT_LOAD ``after``;
     returns the plan (``plan``) plus "moved_names"."""
@@ -101,7 +115,7 @@ def tuck(src: str | Path, dst: str | Path, after: int = 0) -> dict:
     except BaseException:
         Path(dst).unlink(missing_ok=True)
         raise
-    return p | {"moved_names": names}
+    return p | {"moved_names": names, "after": after}
 
 
 def _mapped(img: ElfImage, g) -> bytes:
@@ -139,10 +153,14 @@ def verify(src: str | Path, dst: str | Path) -> None:
                 raise RuntimeError(f"{dst}: tuck changed section {x.name}")
 
 
-def tuck_in_place(path: str | Path, after: int = 0) -> dict:
-    """``tuck`` PATH onto itself (a temporary file beside it, then renamed)."""
+def tuck_in_place(path: str | Path, after: int | None = 0, algorithm: str | None = None) -> dict:
+    """``tuck`` PATH onto itself (a temporary file beside it, then renamed); ``after`` None:
+    the ``cold_hole`` for code ordered by ``algorithm``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tuck")
+    if after is None:
+        with ElfImage(path) as img:
+            after = cold_hole(img, algorithm)
     try:
         p = tuck(path, tmp, after)
         tmp.replace(path)
