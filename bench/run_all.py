@@ -152,6 +152,12 @@ BENCHES = [
           "The default path on a library it was not tuned on: libzstd from Debian's source, built by its own "
           "CMake with lld; unordered vs `elflayout link` (no flag) vs the best recipe, one session (pages read)",
           RA_SET, markdown=True),
+    Bench("realbuild_lto", "bench_realbuild_lto.py", ("--runs", "3"),
+          "A real build with debug info and ThinLTO: libzstd from Debian's source, its own CMake at RelWithDebInfo, "
+          "clang-22 -g -flto=thin + lld-22: unordered vs the tutorial's LTO route (profile --map of the LTO link, "
+          "elflayout link with and without --move-symtab) vs a profile of the build without LTO (link's exit "
+          "status, share of the gain kept), gdb breakpoint by line on the ordered library (pages read; two "
+          "CMake builds and five LTO links the first time, about 20 min)", RA_SET, markdown=True),
     Bench("cxx", "bench_cxx.py", ("--runs", "3"),
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",
