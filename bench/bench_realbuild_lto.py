@@ -66,7 +66,8 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
 
 
-def linked(w: Path, name: str, build: Path, cmd: list[str], extra: list[str], elflayout: list[str] | None = None) -> dict:
+def linked(w: Path, name: str, build: Path, cmd: list[str], extra: list[str],
+           elflayout: list[str] | None = None) -> dict:
     """The build's link into ``w/libs/NAME/libzstd.so.1`` (``extra`` appended), run as is or
     through ``elflayout link ELFLAYOUT -- CMD``; cached by command. Returns the library,
     the exit status and the verb's last lines."""
@@ -89,7 +90,8 @@ def linked(w: Path, name: str, build: Path, cmd: list[str], extra: list[str], el
     print(f"  $ {shown}   ({time.monotonic() - t:.0f} s, exit {r.returncode})", flush=True)
     if r.returncode not in (0, 1) or not out.exists():
         raise SystemExit(f"bench_realbuild_lto: {name}: the link failed (exit {r.returncode}): {r.stderr[-800:]}")
-    res = {"key": key, "rc": r.returncode, "tail": [ln for ln in r.stderr.splitlines() if "reference to" not in ln][-14:]}
+    tail = [ln for ln in r.stderr.splitlines() if "reference to" not in ln][-14:]
+    res = {"key": key, "rc": r.returncode, "tail": tail}
     stamp.write_text(json.dumps(res))
     return res | {"lib": out}
 

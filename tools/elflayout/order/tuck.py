@@ -6,9 +6,10 @@ its asynchronous read-ahead) read up to half a window past it, and right after t
 PT_LOAD lie ``.symtab`` and ``.strtab`` — pages no one uses at start-up. Once the file ends
 where its last segment ends, the read-around stops at end of file. In the hole they are read
 only if the pages around the hole are, so it goes where the order leaves code cold
-(``cold_hole``): with ``hot-last`` the start of ``.text`` is cold (the hole before the first
-executable PT_LOAD, ``default_hole``); with ``first-access`` its end is (the hole after the last executable PT_LOAD), and
-the hot start of ``.text`` stays within the read-ahead of the headers the loader reads first.
+(``cold_hole``): with ``hot-last`` the start of ``.text`` is cold (the hole before the
+first executable PT_LOAD, ``default_hole``); with ``first-access`` its end is (the hole
+after the last executable PT_LOAD), and the hot start of ``.text`` stays within the
+read-ahead of the headers the loader reads first.
 
 What moves: every section that occupies the file, is not SHF_ALLOC and lies after the end of
 the last PT_LOAD's file bytes, and the section header table. The segments from the hole on
