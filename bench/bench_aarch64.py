@@ -20,7 +20,7 @@
    cross driver and lld unordered (the archive as it is, and split in original order),
    the split build profiled by the qemu backend (``python -c "import json, decimal,
    asyncio, re"``), then ``elflayout link --profile P`` on the unsplit archive's link
-   command (the default path: split, order, data script, ``.dynstr``, packed); pages read
+   command (the default path: split, order, data script, ``.dynstr``; ``--pack relr``); pages read
    under qemu as in 3. Compare: on x86-64, split original order 1,573 -> 955
    (docs/splitting.md).
 
@@ -208,11 +208,15 @@ def libpython_step(work: Path, runs: int) -> None:
         return [f"LD_LIBRARY_PATH={lib.parent}:{rt}/lib/aarch64-linux-gnu", f"PYTHONHOME={rt}/usr"]
 
     prof = d / "split-profile.json"
-    cli("profile", "--data", "--target", libs["split"], "--map", f"{libs['split']}.map",
-        *[a for e in env(libs["split"]) for a in ("--env", e)], "-o", prof, "--force", "--", launcher, "-c", PY_WORK)
+    if not prof.exists():
+        cli("profile", "--data", "--target", libs["split"], "--map", f"{libs['split']}.map",
+            *[a for e in env(libs["split"]) for a in ("--env", e)], "-o", prof, "--force", "--", launcher, "-c", PY_WORK)
     libs["elflayout-link"] = d / "elflayout-link" / PY_SONAME
     libs["elflayout-link"].parent.mkdir(exist_ok=True)
-    cli("link", "--profile", prof, "--force", "--", *_py_link_command(libs["elflayout-link"], pic, rt))
+    # --pack relr: lld packs at link time (the default packs after the link and proves it by
+    # real loads in the emulator's root, which lacks libexpat and zlib)
+    cli("link", "--profile", prof, "--force", "--pack", "relr", "--",
+        *_py_link_command(libs["elflayout-link"], pic, rt))
     why = tracefs_status()
     if why:
         print(f"  pages read: skipped ({why})")
