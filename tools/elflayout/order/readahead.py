@@ -58,6 +58,7 @@ from elflayout.layouts import PF_W, PF_X
 
 HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios (4 KiB pages: a page table holds page / 8 entries)
 MMAP_LOTSAMISS = 100  # mm/filemap.c: stop read-around when misses outnumber hits by this
+XA_CHUNK_SIZE = 64  # include/linux/xarray.h: slots per xarray node
 FAULT_AROUND_BYTES = 65536  # /sys/kernel/mm/... fault_around_bytes default 64 KiB
 FAULT_AROUND_PAGES = FAULT_AROUND_BYTES // PAGE
 PAGE_SIZES = (4096, 16384, 65536)  # arm64 kernels' page sizes; x86-64 has 4 KiB only
@@ -132,6 +133,7 @@ class Simulator:
     def __post_init__(self):
         self.cached = np.zeros(self.npages, dtype=bool)
         self.mark = np.zeros(self.npages, dtype=np.int32)
+        self.folio = np.arange(self.npages, dtype=np.int64)  # first page of each cached page's folio
         self.mapped = [np.zeros(self.npages, dtype=bool) for _ in self.vmas]
         self.ra_start = self.ra_size = self.ra_async = self.ra_order = 0
         self.mmap_miss = 0
@@ -150,11 +152,46 @@ class Simulator:
         brk = np.flatnonzero(np.diff(idx) != 1)
         for a, b in zip(np.r_[0, brk + 1], np.r_[brk, len(idx) - 1]):
             self.reads.append((int(idx[a]), int(idx[b] - idx[a] + 1), cause))
+            self._lay_folios(int(idx[a]), int(idx[b]) + 1, order)
         if mark_at is not None and start <= mark_at < end and new[mark_at - start]:
             fsz = 1 << order
             f0 = mark_at - (mark_at % fsz)
             f0, f1 = max(f0, start), min(f0 + fsz, end)
             self.mark[f0:f1] = f1 - f0
+
+    def _lay_folios(self, start: int, end: int, order: int) -> None:
+        """Folios of a read run as ``page_cache_ra_order`` allocates them: 2**order pages,
+        smaller where ``start`` is unaligned or the run ends."""
+        i = start
+        while i < end:
+            o = order
+            if i & ((1 << o) - 1):
+                o = (i & -i).bit_length() - 1
+            while o > 0 and i + (1 << o) > end:
+                o -= 1
+            self.folio[i:i + (1 << o)] = i
+            i += 1 << o
+
+    def _next_miss(self, index: int, max_scan: int) -> int:
+        """``page_cache_next_miss(mapping, index, max_scan)`` (mm/filemap.c) as the kernel
+        computes it: ``xas_load`` leaves the xarray cursor on the first slot of the large
+        folio holding ``index`` while ``xa_index`` stays at ``index``, and ``xas_next``
+        steps both, so the gap found past a large folio is reported ``index - folio
+        start`` pages later (until the cursor leaves the 64-slot node). Measured on 6.18:
+        a fault inside a marked 16-page folio but on its last page starts no read."""
+        node = index - index % XA_CHUNK_SIZE
+        if index >= self.npages or not self.cached[index]:
+            return index
+        slot = int(self.folio[index])
+        for n in range(max_scan):
+            if slot >= self.npages or not self.cached[slot]:
+                return index + n
+            slot += 1
+            if slot - node == XA_CHUNK_SIZE:  # __xas_next: up and down the tree again, by xa_index
+                i = index + n + 1
+                node = i - i % XA_CHUNK_SIZE
+                slot = int(self.folio[i]) if i < self.npages and self.cached[i] else i
+        return index + max_scan
 
     def read_syscall(self, page: int, n: int = 1) -> None:
         """read() of n pages at ``page`` (ld.so reading the ELF header): ondemand readahead."""
@@ -259,10 +296,10 @@ class Simulator:
             self.ra_size = max(self.ra_size, _next_ra_size(self.ra_size, maxp))
             self.ra_async = self.ra_size
         else:
-            miss = np.flatnonzero(~self.cached[page + 1:min(self.npages, page + 1 + maxp)])
-            if miss.size == 0:
+            # "Hit a marked folio without valid readahead state": page_cache_next_miss
+            start = self._next_miss(page + 1, maxp)
+            if start - page > maxp or start >= self.npages:
                 return
-            start = page + 1 + int(miss[0])
             self.ra_start = start
             self.ra_size = _next_ra_size(start - page + maxp, maxp)
             self.ra_async = self.ra_size
