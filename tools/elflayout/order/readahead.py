@@ -58,6 +58,8 @@ from elflayout.layouts import PF_W, PF_X
 
 HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios (4 KiB pages: a page table holds page / 8 entries)
 MMAP_LOTSAMISS = 100  # mm/filemap.c: stop read-around when misses outnumber hits by this
+MARK_MODE = 1
+ALIGN_END = 1
 XA_CHUNK_SIZE = 64  # include/linux/xarray.h: slots per xarray node
 FAULT_AROUND_BYTES = 65536  # /sys/kernel/mm/... fault_around_bytes default 64 KiB
 FAULT_AROUND_PAGES = FAULT_AROUND_BYTES // PAGE
@@ -146,22 +148,28 @@ class Simulator:
         new = ~self.cached[start:end]
         if not new.any():
             return
+        self._lay_folios(start, end, order)
         self.cached[start:end] = True
         idx = np.flatnonzero(new) + start
         # contiguous runs for the read log
         brk = np.flatnonzero(np.diff(idx) != 1)
         for a, b in zip(np.r_[0, brk + 1], np.r_[brk, len(idx) - 1]):
             self.reads.append((int(idx[a]), int(idx[b] - idx[a] + 1), cause))
-            self._lay_folios(int(idx[a]), int(idx[b]) + 1, order)
         if mark_at is not None and start <= mark_at < end and new[mark_at - start]:
-            fsz = 1 << order
-            f0 = mark_at - (mark_at % fsz)
-            f0, f1 = max(f0, start), min(f0 + fsz, end)
+            if MARK_MODE:
+                f0 = int(self.folio[mark_at])
+                f1 = f0 + int(np.count_nonzero(self.folio[f0:end] == f0))
+            else:
+                fsz = 1 << order
+                f0 = mark_at - (mark_at % fsz)
+                f0, f1 = max(f0, start), min(f0 + fsz, end)
             self.mark[f0:f1] = f1 - f0
 
     def _lay_folios(self, start: int, end: int, order: int) -> None:
-        """Folios of a read run as ``page_cache_ra_order`` allocates them: 2**order pages,
-        smaller where ``start`` is unaligned or the run ends."""
+        """Folios of the uncached pages of a window as ``page_cache_ra_order`` allocates
+        them: 2**order pages, smaller where the index is unaligned or the window ends;
+        from the first folio that would overlap a cached page on, one page each (the
+        ``-EEXIST`` fallback to ``do_page_cache_ra``)."""
         i = start
         while i < end:
             o = order
@@ -169,8 +177,12 @@ class Simulator:
                 o = (i & -i).bit_length() - 1
             while o > 0 and i + (1 << o) > end:
                 o -= 1
+            if self.cached[i:i + (1 << o)].any():
+                break
             self.folio[i:i + (1 << o)] = i
             i += 1 << o
+        rest = np.flatnonzero(~self.cached[i:end]) + i
+        self.folio[rest] = rest
 
     def _next_miss(self, index: int, max_scan: int) -> int:
         """``page_cache_next_miss(mapping, index, max_scan)`` (mm/filemap.c) as the kernel
@@ -304,6 +316,13 @@ class Simulator:
             self.ra_size = _next_ra_size(start - page + maxp, maxp)
             self.ra_async = self.ra_size
         self.ra_order += 2
+        if ALIGN_END:
+            align = 1 << min(self.ra_order, (maxp & -maxp).bit_length() - 1)
+            end = self.ra_start + self.ra_size
+            aligned = end - end % align
+            if aligned > self.ra_start:
+                self.ra_size -= end - aligned
+            self.ra_async = self.ra_size
         order = min(self.ra_order, max(0, self.ra_size.bit_length() - 1))
         self._read(self.ra_start, self.ra_start + self.ra_size, self.ra_start + self.ra_size - self.ra_async, order,
                    "async")
