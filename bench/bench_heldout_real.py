@@ -256,7 +256,8 @@ def main() -> int:
     alt = [] if args.no_model else alternatives(
         Path(base["lib"]), profs, subsets(args.train, [n for n, _ in corpus_workloads()] if args.with_corpus else []),
         held_names, args.read_ahead_kb)
-    print("\n".join(alternatives_lines(alt, held_names)), flush=True)
+    if alt:
+        print("\n".join(alternatives_lines(alt, held_names)), flush=True)
     if args.model_only:
         return 0
     rows = measure_rows(args, base, profs, [n for n, _ in training], held_names, wls)
