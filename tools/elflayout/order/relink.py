@@ -155,7 +155,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
     _note_pack(pack, parsed["output"])
     if pack.value == "pack-relocs":
         post_pack(pack, parsed["output"])
-    steps += _after_link(parsed["output"], opts, o.profile.metadata)
+    steps += _after_link(parsed["output"], opts, o.profile.metadata, algo.value)
     res = LinkResult(0, full, steps)
     if not opts.check_order:
         steps.append(Step("check", False, "--no-check-order"))
@@ -269,11 +269,11 @@ def _cut_note(cut: dict | None) -> str:
     return f"freed pages kept in the file ({cut['why'] if cut else 'none whole'})"
 
 
-def _after_link(output: str, opts: LinkOptions, metadata: dict) -> list[Step]:
+def _after_link(output: str, opts: LinkOptions, metadata: dict, algorithm: str | None = None) -> list[Step]:
     """The rewrites of the linked (and packed) output that were asked for, in this order:
     the dynamic-symbol order needs the final relocation tables; the move, the final file."""
     steps = [order_dynsym(output, metadata)] if opts.order_dynsym else []
-    return steps + ([move_symtab(output)] if opts.move_symtab else [])
+    return steps + ([move_symtab(output, algorithm)] if opts.move_symtab else [])
 
 
 def order_dynsym(output: str, metadata: dict) -> Step:
@@ -287,19 +287,23 @@ def order_dynsym(output: str, metadata: dict) -> Step:
         st = reorder_in_place(output, names)
     except ElflayoutError as e:  # the output stays as linked
         return Step("dynsym order", False, f"not ordered: {e}")
+    (b0, b1), (w0, w1) = st["buckets"], st["bloom_words"]
+    shape = f"; {b0:,} -> {b1:,} buckets, {w0:,} -> {w1:,} bloom words" if (b0, w0) != (b1, w1) else ""
     return Step("dynsym order", True, "asked", f"{st['hot']:,} of {st['hashed']:,} hashed symbols looked up "
-                f"first in .dynsym, .gnu.version and the .gnu.hash chains; lookups proved unchanged")
+                f"first in .dynsym, .gnu.version and the .gnu.hash chains{shape}; lookups proved unchanged")
 
 
-def move_symtab(output: str) -> Step:
-    """``order.tuck`` of the linked output in place: the file ends with its last segment."""
+def move_symtab(output: str, algorithm: str | None = None) -> Step:
+    """``order.tuck`` of the linked output in place: the file ends with its last segment; the
+    unloaded sections go into the hole the code order leaves cold (``tuck.cold_hole``)."""
     from elflayout.order.tuck import tuck_in_place
 
     try:
-        p = tuck_in_place(output)
+        p = tuck_in_place(output, None, algorithm)
     except ElflayoutError as e:  # the output stays as linked
         return Step("move symtab", False, f"not moved: {e}")
-    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}; "
+    where = "after the end of the code, which first-access leaves cold" if p["after_code"] else "before the code"
+    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}, {where}; "
                 "nothing past the last segment for read-ahead")
 
 
