@@ -19,7 +19,8 @@
 5. libpython: Debian's arm64 ``libpython3.11-pic.a`` (libpython3.11-dev:arm64) linked by the
    cross driver and lld unordered (the archive as it is, and split in original order),
    the split build profiled by the qemu backend (``python -c "import json, decimal,
-   asyncio, re"``, ``--clean-env --env LC_ALL=C --stdout null --repeat 3``), then ``elflayout link --profile P`` on the unsplit archive's link
+   asyncio, re"``, ``--clean-env --env LC_ALL=C --stdout null --repeat 3``), then
+   ``elflayout link --profile P`` on the unsplit archive's link
    command (the default path: split, order, data script, ``.dynstr``; ``--pack relr``); pages read
    under qemu as in 3. Compare: on x86-64, split original order 1,573 -> 955
    (docs/splitting.md).
