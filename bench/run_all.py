@@ -157,6 +157,12 @@ BENCHES = [
           "A library built with -g through split: libzstd from Debian's source, its own Makefile with "
           "CFLAGS=\"-g -O2\" (gcc 12, DWARF 5), unordered vs split + profile + `elflayout link` with lld, one "
           "session (pages read), and a gdb breakpoint by line on the ordered library", RA_SET, markdown=True),
+    Bench("realbuild_lto", "bench_realbuild_lto.py", ("--runs", "3"),
+          "A real build with debug info and ThinLTO: libzstd from Debian's source, its own CMake at RelWithDebInfo, "
+          "clang-22 -g -flto=thin + lld-22: unordered vs the tutorial's LTO route (profile --map of the LTO link, "
+          "elflayout link with and without --move-symtab) vs a profile of the build without LTO (link's exit "
+          "status, share of the gain kept), gdb breakpoint by line on the ordered library (pages read; two "
+          "CMake builds and five LTO links the first time, about 20 min)", RA_SET, markdown=True),
     Bench("cxx", "bench_cxx.py", ("--runs", "3"),
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",
