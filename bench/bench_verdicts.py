@@ -121,50 +121,70 @@ def wrapper_cost(spin: Path, realtime: bool, pairs: int = 300) -> float:
     return max(0.0, statistics.median(diffs))
 
 
-CHUNK = 20  # rounds per measure session: the read-ahead lock is held per session, so others get turns
+CHUNK = 20  # rounds per measure session: the measurement lock is held per session, so others get turns
 
 
-def assemble(parts: list[dict], rounds: int, spin: dict) -> dict:
-    """One pool document from the sessions (rounds renumbered, each run tagged with its session)."""
-    runs = []
+def assemble(parts: list[dict], spin: dict) -> dict:
+    """One pool document from the sessions (rounds renumbered after the rounds of the
+    sessions before, whatever their size; each run tagged with its session)."""
+    runs, offset = [], 0
     for k, part in enumerate(parts):
         for r in part["runs"]:
-            runs.append({**r, "round": r["round"] + k * CHUNK, "seq": r["seq"] + k * 100000, "session": k})
+            runs.append({**r, "round": r["round"] + offset, "seq": r["seq"] + k * 100000, "session": k})
+        offset += part["metadata"]["runs"]
     return {**parts[0], "runs": runs, "summary": [], "comparisons": [],
-            "metadata": {**parts[0]["metadata"], "runs": rounds, "sessions": len(parts), "spin_us": spin}}
+            "metadata": {**parts[0]["metadata"], "runs": offset, "sessions": len(parts), "spin_us": spin}}
 
 
-def collect(rounds: int, out: Path, seed: int, controls: tuple = ()) -> dict:
+def spin_of(part: dict) -> dict:
+    """{slow variant: spin in us} of a session, read back from the wrapper's commands
+    (``spin_exec US CMD``)."""
+    return {v["name"]: int(v["command"].split()[1]) for v in part["variants"] if v["name"].startswith("slow_")}
+
+
+def sized_spin(pre, spin: Path, controls: tuple) -> dict:
+    """{slow variant: spin in us}, sized from the first session ``pre`` and the wrapper's
+    measured cost (printed)."""
+    cost = wrapper_cost(spin, "--realtime" in controls)
+    us = spin_us(pre, cost)
+    for st in ("hot", "selective"):
+        print(f"  {st}: a's median {median_wall(pre, 'a', st) * 1e3:.2f} ms, the wrapper with no spin "
+              f"{cost * 1e3:+.3f} ms (median of paired differences); spin {us[st]} us", flush=True)
+    return {"slow_hot": us["hot"], "slow_sel": us["selective"]}
+
+
+def collect(rounds: int, out: Path, seed: int, controls: tuple = (), chunk: int = CHUNK) -> dict:
     """The pool: 4 variants x (selective, hot) x ``rounds``, with a CPU hog beside, in
-    sessions of CHUNK rounds (each cached: an interrupted collection resumes).
-    ``controls``: extra ``measure`` options of every session (e.g. --realtime)."""
+    sessions of ``chunk`` rounds (each cached: an interrupted collection resumes, with
+    the spins of the sessions already collected, so every session injects the same
+    slowdown). ``controls``: extra ``measure`` options of every session (e.g. --realtime)."""
     d = out.parent / f"{out.stem}.parts"
     d.mkdir(exist_ok=True)
     spin = spinner(out.parent)
+    parts = [json.loads(f.read_text()) for f in sorted(d.glob("part*.json"))]
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         print(f"CPU hog beside the measurements: pid {hog.pid}", flush=True)
-        pre_f = d / "pre.json"
-        pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
-            pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective",
-            "--state", "hot", "--runs", 15, "--seed", seed, *controls)
-        cost = wrapper_cost(spin, "--realtime" in controls)
-        us = spin_us(pre, cost)
-        for st in ("hot", "selective"):
-            print(f"  {st}: a's median {median_wall(pre, 'a', st) * 1e3:.2f} ms, the wrapper with no spin "
-                  f"{cost * 1e3:+.3f} ms (median of paired differences); spin {us[st]} us", flush=True)
-        us_hot, us_sel = us["hot"], us["selective"]
-        parts = []
-        for k in range((rounds + CHUNK - 1) // CHUNK):
-            f = d / f"part{k:03d}.json"
-            parts.append(json.loads(f.read_text()) if f.exists() else measure(
-                f, "--name", "a", CMD, "--name", "a2", CMD, "--name", "slow_hot", f"{spin} {us_hot} {CMD}",
-                "--name", "slow_sel", f"{spin} {us_sel} {CMD}", "--files", LLVM, "--state", "selective",
-                "--state", "hot", "--runs", min(CHUNK, rounds - k * CHUNK), "--seed", seed + k, *controls))
+        if parts:  # resumed: a spin sized anew (another wrapper cost, under other load) would mix slowdowns
+            us = spin_of(parts[0])
+            print(f"  resuming after {len(parts)} sessions: spin {us} us, as collected", flush=True)
+        else:
+            pre_f = d / "pre.json"
+            pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
+                pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective",
+                "--state", "hot", "--runs", 15, "--seed", seed, *controls)
+            us = sized_spin(pre, spin, controls)
+        while (done := sum(p["metadata"]["runs"] for p in parts)) < rounds:
+            k = len(parts)
+            parts.append(measure(
+                d / f"part{k:03d}.json", "--name", "a", CMD, "--name", "a2", CMD,
+                "--name", "slow_hot", f"{spin} {us['slow_hot']} {CMD}",
+                "--name", "slow_sel", f"{spin} {us['slow_sel']} {CMD}", "--files", LLVM, "--state", "selective",
+                "--state", "hot", "--runs", min(chunk, rounds - done), "--seed", seed + k, *controls))
     finally:
         hog.kill()
         hog.wait()
-    doc = assemble(parts, rounds, {"slow_hot": us_hot, "slow_sel": us_sel})
+    doc = assemble(parts, us)
     from elflayout import fileio
 
     fileio.dump_json(doc, out)
@@ -392,6 +412,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=400)
     ap.add_argument("--pool", type=Path, help="an existing pool (results file of the four variants)")
     ap.add_argument("--collect-only", action="store_true")
+    ap.add_argument("--chunk", type=int, default=CHUNK,
+                    help="rounds per measure session (the measurement lock is held per session; default %(default)s)")
     ap.add_argument("--partial", action="store_true", help="study the sessions of the pool collected so far")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--trials", type=int, default=2000, help="resampled files per n in the coverage study")
@@ -418,12 +440,10 @@ def main():
         pool = cache_dir() / f"{stem}-partial.json"
         from elflayout import fileio
 
-        # the spins, from the wrapper's commands (the first word after it)
-        spin = {v["name"]: int(v["command"].split()[1]) for v in docs[0]["variants"] if v["name"].startswith("slow_")}
-        fileio.dump_json(assemble(docs, len(docs) * CHUNK, spin), pool)
+        fileio.dump_json(assemble(docs, spin_of(docs[0])), pool)
     elif not pool.exists():
         print(f"collecting the pool: {a.rounds} rounds -> {pool}", flush=True)
-        collect(a.rounds, pool, a.seed, controls)
+        collect(a.rounds, pool, a.seed, controls, a.chunk)
     if a.collect_only:
         return 0
     demo_n = a.demo_n
