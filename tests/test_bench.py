@@ -267,6 +267,41 @@ def test_verdicts_assemble_renumbers_rounds_of_sessions_of_any_size():
     assert doc["metadata"]["runs"] == 32 and doc["metadata"]["sessions"] == 3
 
 
+def test_verdicts_power_summary_conditions_on_the_printed_mde():
+    import bench_verdicts
+
+    # (detected, printed MDE): the conditional rate counts only trials whose MDE is at
+    # most the limit (5%) or the realised slowdown (7%); a trial with no MDE is in neither
+    res = [(True, 0.04), (False, 0.05), (True, 0.03), (True, 0.06), (False, 0.09), (True, None)]
+    s = bench_verdicts.power_summary(res, 1.07)
+    assert (s["trials"], s["detected"]) == (6, 4)
+    assert (s["mde_within_limit"], s["detected_within_limit"]) == (3, 2)
+    assert (s["mde_within_real"], s["detected_within_real"]) == (4, 3)
+    assert s["mde_above_limit"] == 2 and s["median_mde_above_limit"] == pytest.approx(0.075)
+    line = bench_verdicts.power_line(50, s, 1.07)
+    assert "n= 50: detected 4/6 (67%); printed MDE <= 5% in 3 trials, detected in 2 of them (67%)" in line
+    assert "MDE <= the realised 7.0% in 4, detected in 3 (75%)" in line
+    none = bench_verdicts.power_summary([(False, 0.2)], 1.05)
+    assert "printed MDE <= 5% in 0 trials, detected in 0 of them;" in bench_verdicts.power_line(5, none, 1.05)
+
+
+def test_verdicts_study_runs_only_the_studies_asked(monkeypatch, tmp_path):
+    """``--studies aa power`` skips the coverage study (minutes on a loaded machine)."""
+    import bench_verdicts
+    from elflayout import results as model
+
+    ran = []
+    monkeypatch.setattr(model, "read", lambda p: object())
+    monkeypatch.setattr(bench_verdicts, "describe_pool", lambda pool, path: ran.append("describe"))
+    for name in bench_verdicts.STUDIES:
+        monkeypatch.setattr(bench_verdicts, f"study_{name}", lambda *a, name=name: ran.append(name) or 4)
+    assert bench_verdicts.study(tmp_path / "p.json", 10, 1, 5, studies=["aa", "power"]) is None
+    assert ran == ["describe", "aa", "power"]
+    ran.clear()
+    assert bench_verdicts.study(tmp_path / "p.json", 10, 1, 5) == 4
+    assert ran == ["describe", "coverage", "aa", "power"]
+
+
 def test_verdicts_aa_rates_leave_out_files_without_the_row():
     import bench_verdicts
 
