@@ -57,6 +57,7 @@ import os
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -568,8 +569,9 @@ def llvm_default_path(w: Path, prof: Path) -> Path:
     return out
 
 
-def llvm_default_vs_best(runs: int) -> None:
-    """libLLVM: the default path against the best recipe and the default relink, one session."""
+def llvm_best() -> tuple:
+    """(work dir, argv, default relink, its --data profile, the best recipe's packed
+    output with llc/opt outputs checked), all cached."""
     from elflayout.targets import libllvm
 
     w = work_dir() / "llvm"
@@ -583,6 +585,12 @@ def llvm_default_vs_best(runs: int) -> None:
     _ordd, full, _gold = llvm_relinks(w, prof, base, None, True, False)
     fp = pack(full["lib"], w / "libs" / "full-packed")
     libllvm.verify(fp.parent)
+    return w, argv, base, prof, fp
+
+
+def llvm_default_vs_best(runs: int) -> None:
+    """libLLVM: the default path against the best recipe and the default relink, one session."""
+    w, argv, base, prof, fp = llvm_best()
     dp = llvm_default_path(w, prof)
     variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in (
         ("relink default", base["lib"]), (LLVM_BEST, fp), (LLVM_DEFAULT, dp))}
@@ -598,6 +606,55 @@ def llvm_default_vs_best(runs: int) -> None:
               f"({(d / b - 1) * 100:+.1f}%)", flush=True)
 
 
+LLVM_FLOOR_LEVERS = ("--order-dynsym", "--move-symtab", "--order-dynsym --move-symtab", "strip --strip-all")
+
+
+def llvm_floor_libs(w: Path, best: Path) -> dict:
+    """The best recipe's output and each post-link lever applied to a copy of it, as
+    ``elflayout link`` applies them (``relink.order_dynsym``/``relink.move_symtab``, in that
+    order; ``order_dynsym`` reads the workload's executable from the profile's argv)."""
+    from elflayout.order.relink import move_symtab, order_dynsym
+    from elflayout.targets import libllvm
+
+    meta = {"argv": [str(libllvm.system()["llc"]), "--version"]}
+    libs = {LLVM_BEST: best}
+    for lever in LLVM_FLOOR_LEVERS:
+        out = w / "libs" / ("floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")) / best.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if lever.startswith("strip"):
+            subprocess.run(["strip", "--strip-all", "-o", str(out), str(best)], check=True)
+        else:
+            shutil.copyfile(best, out)
+            for step in (order_dynsym(str(out), meta) if "dynsym" in lever else None,
+                         move_symtab(str(out)) if "symtab" in lever else None):
+                if step is not None:
+                    print(f"  {lever}: {step.line()}", flush=True)
+                    if not step.value:
+                        raise SystemExit(f"bench_pipeline: {out}: {step.line()}")
+        libllvm.verify(out.parent)
+        libs[f"best, {lever}"] = out
+    return libs
+
+
+def llvm_floor(runs: int) -> None:
+    """libLLVM: the best recipe against itself with each post-link lever, one session."""
+    w, argv, base, prof, best = llvm_best()
+    libs = llvm_floor_libs(w, best)
+    variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in libs.items()}
+    summ = summarise(measure(w / "llvm-floor.results.json", variants, runs), dict(libs))
+    lim = physical_limit(profile_target(prof), base["lib"])
+    print()
+    print(table([(n, summ.get(n)) for n in variants], lim, LLVM_BEST, True,
+                f"libLLVM-16: the best recipe and its post-link levers — selective, read_ahead_kb {RA_KB}"))
+    print("\n| variant | pages read | .dynsym | .gnu.version | .gnu.hash | .symtab+.strtab |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for n in variants:
+        by = (summ.get(n) or {}).get("by_section", {})
+        print(f"| {n} | {(summ.get(n) or {}).get('pages', float('nan')):,.0f} | {by.get('.dynsym', 0)} | "
+              f"{by.get('.gnu.version', 0)} | {by.get('.gnu.hash', 0)} | {by.get('.symtab', 0) + by.get('.strtab', 0)} |")
+    print("Every variant's llc-16/opt-16 output is byte-identical to the shipped library's (libllvm.verify).")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("parts", nargs="*", help="python, llvm (default: both)")
@@ -608,6 +665,9 @@ def main(argv=None) -> int:
                     help="llvm: skip the lld hot-last + --data-script + --dynstr-out variants")
     ap.add_argument("--no-gold", action="store_true",
                     help="llvm: skip the gold --section-ordering-file variants (a gold relink takes minutes)")
+    ap.add_argument("--floor", action="store_true",
+                    help="llvm: only the best recipe and each post-link lever on it (--order-dynsym, --move-symtab, "
+                         "both, strip), one session")
     ap.add_argument("--default-path", action="store_true",
                     help="llvm: only the default path (elflayout link, no flag) against the best recipe, one session")
     a = ap.parse_args(argv)
@@ -623,6 +683,9 @@ def main(argv=None) -> int:
         return 0
     if a.default_path:
         llvm_default_vs_best(a.runs)
+        return 0
+    if a.floor:
+        llvm_floor(a.runs)
         return 0
     t0 = time.monotonic()
     shown = argv if argv is not None else sys.argv[1:]

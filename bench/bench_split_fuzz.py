@@ -10,7 +10,7 @@ headers, long-name table, symbol index, thin archives, damaged members) run thro
 written for a refused input, one line naming the input for every refusal.
 Variant i of seed s is reproducible alone: ``--seed s --start i --count 1 --keep DIR``.
 
-Run:  python3 bench/bench_split_fuzz.py [--count 10000] [--seed 1] [--jobs 2]
+Run:  python3 bench/bench_split_fuzz.py [--count 10000] [--seed 1] [--jobs 2] [--machine aarch64]
 """
 
 from __future__ import annotations
@@ -40,8 +40,10 @@ def main() -> int:
     ap = fuzz_parser(__doc__)
     ap.add_argument("--keep", metavar="DIR", help="work directory to keep (failed variants stay in it)")
     ap.add_argument("--tally", metavar="FILE", help="rewrite FILE (JSON) with the counts so far after every chunk")
+    ap.add_argument("--machine", choices=sorted(fuzz.TOOLS), default="x86-64",
+                    help="build the valid inputs for this machine (aarch64: the cross gcc)")
     a = ap.parse_args()
-    print(f"# bench_split_fuzz: seed {a.seed}, variants {a.start}..{a.start + a.count - 1}, "
+    print(f"# bench_split_fuzz: {a.machine}, seed {a.seed}, variants {a.start}..{a.start + a.count - 1}, "
           f"limits {fuzz.TIMEOUT:g} s of CPU ({fuzz.WALL_FACTOR * fuzz.TIMEOUT:g} s of wall time) and "
           f"{fuzz.MEMORY >> 20} MB per run")
     t0 = time.time()
@@ -49,7 +51,7 @@ def main() -> int:
     total = fuzz.Tally()
     with tempfile.TemporaryDirectory(prefix="elflayout-split-fuzz-") as tmp:
         work = a.keep or tmp
-        bases = fuzz.build_bases(Path(work))
+        bases = fuzz.build_bases(Path(work), a.machine)
         jobs = [(a.seed, s, n, os.path.join(work, str(s)), bases) for s, n in fuzz_chunks(a.start, a.count, step)]
         with multiprocessing.Pool(a.jobs) as pool:
             for t in pool.imap_unordered(_chunk, jobs):

@@ -120,3 +120,27 @@ def test_tuck_proves_its_output_and_writes_nothing_wrong(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="tuck changed"):
         t.tuck(b["lib"], tmp_path / "out.so")
     assert not (tmp_path / "out.so").exists()
+
+
+def test_tuck_hole_before_the_code_of_a_packed_library(tmp_path):
+    """pack-relocs cuts the first PT_LOAD in two (R, R, R E): the hole goes before the
+    executable PT_LOAD (after ``.eh_frame``, before the cold start of ``.text``), not after
+    the first PT_LOAD, where ``.dynamic`` and the relocations ld.so reads lie."""
+    from elflayout.layouts import PF_X
+    from elflayout.relocs.pack import pack
+
+    if not shutil.which("ld.lld"):
+        pytest.skip("lld not installed")
+    b = build(tmp_path, linker="lld", n_tables=200)
+    d = tmp_path / "packed"
+    d.mkdir()
+    pack(b["lib"], d / "libt.so", form="relr")
+    with ElfImage(d / "libt.so") as img:
+        loads = img.loads
+    first_x = next(i for i, g in enumerate(loads) if g.flags & PF_X)
+    assert first_x == 2
+    shutil.copy(b["driver"], d / "main")
+    p = tuck(d / "libt.so", d / "t.so")
+    assert p["hole"] == loads[first_x].offset
+    (d / "t.so").replace(d / "libt.so")
+    assert subprocess.run([str(d / "main")], capture_output=True, text=True, check=True).stdout == b["output"]

@@ -218,7 +218,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, lib, kind):
         subprocess.run(["gcc", "-shared", "-o", bad, libo], check=True)
     elif kind == "foreign":
         b = bytearray(raw)
-        b[18:20] = (183).to_bytes(2, "little")      # EM_AARCH64
+        b[18:20] = (243).to_bytes(2, "little")      # EM_RISCV
         bad.write_bytes(bytes(b))
     elif kind == "truncated":
         bad.write_bytes(raw[: len(raw) // 2])

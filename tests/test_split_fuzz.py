@@ -99,3 +99,16 @@ def test_other_order_link_of_damaged_input_is_a_refusal(tmp_path, bases, variant
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     t = fuzz.run(seed=2, count=1, start=variant, workdir=tmp_path, bases=bases)
     assert t.failed == 0, t.failures
+
+
+@pytest.mark.slow     # ~40 runs with cross links
+def test_short_fuzz_run_aarch64(tmp_path):
+    """Damaged AArch64 objects and archives (cross-compiled bases): no exit 3, no traceback."""
+    for tool in ("ld.lld", "ld.gold", "aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++"):
+        need_tool(tool)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    bases = fuzz.build_bases(tmp_path / "b", "aarch64")
+    assert all(b.archive or b.data[18] == 183 for b in bases)      # EM_AARCH64
+    t = fuzz.run(seed=30, count=20, workdir=tmp_path, bases=bases)
+    assert t.variants == 20 and t.failed == 0, t.failures[:5]
+    assert t.split

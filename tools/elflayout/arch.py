@@ -74,6 +74,62 @@ AARCH64 = Arch("EM_AARCH64", 64, True, 1027, _t("R_AARCH64_", {
 
 ARCHES = {(a.machine, a.elfclass): a for a in (X86_64, I386, AARCH64)}
 
+# Relocation types of AArch64 relocatable objects (AAELF64 §5.7.3-5.7.8), as ``split``
+# reads and writes them. ``form`` says what a type designates: every one of them
+# designates S + A (the place P only enters the value the linker writes), and how the
+# reference uses it decides the split's rules:
+#   DATA    an address taken (ABS64 in data, ``add :lo12:``, ``adr``)
+#   LOAD    a load or store at the address (``ldr :lo12:``, literal ``ldr``)
+#   PAGE    the 4 KiB page of the address (``adrp``): paired with a LO12 type
+#   BRANCH  a branch target
+#   PCREL   a PC-relative word in data (``.word sym - .``: .eh_frame)
+# Types not listed here (GOT, TLS, MOVW, PLT32) are only followed against a named symbol.
+# ``mask``: the instruction bits the linker fills (the rest is opcode and registers);
+# ``veneer``: a linker inserts a veneer when the target is out of the field's reach
+# (only b and bl, AAELF64 §5.7.8 "Call and Jump relocations"); the others fail to link.
+OBJ_DATA, OBJ_LOAD, OBJ_PAGE, OBJ_BRANCH, OBJ_PCREL = "data", "load", "page", "branch", "pcrel"
+
+
+@dataclass(frozen=True)
+class ObjReloc:
+    name: str
+    form: str
+    width: int
+    mask: int = 0           # 0: the whole field (data words)
+    veneer: bool = False
+    reach: int = 0          # bytes either way the field reaches (0: everywhere)
+
+
+def _o(table):
+    return {n: ObjReloc("R_AARCH64_" + name, *rest) for n, (name, *rest) in table.items()}
+
+
+R_AARCH64_CALL26, R_AARCH64_JUMP26 = 283, 282
+AARCH64_OBJECT = _o({
+    257: ("ABS64", OBJ_DATA, 8), 258: ("ABS32", OBJ_DATA, 4), 259: ("ABS16", OBJ_DATA, 2),
+    260: ("PREL64", OBJ_PCREL, 8), 261: ("PREL32", OBJ_PCREL, 4), 262: ("PREL16", OBJ_PCREL, 2),
+    273: ("LD_PREL_LO19", OBJ_LOAD, 4, 0x00FFFFE0, False, 1 << 20),
+    274: ("ADR_PREL_LO21", OBJ_DATA, 4, 0x60FFFFE0, False, 1 << 20),
+    275: ("ADR_PREL_PG_HI21", OBJ_PAGE, 4, 0x60FFFFE0),
+    276: ("ADR_PREL_PG_HI21_NC", OBJ_PAGE, 4, 0x60FFFFE0),
+    277: ("ADD_ABS_LO12_NC", OBJ_DATA, 4, 0x003FFC00),
+    278: ("LDST8_ABS_LO12_NC", OBJ_LOAD, 4, 0x003FFC00),
+    279: ("TSTBR14", OBJ_BRANCH, 4, 0x0007FFE0, False, 1 << 15),
+    280: ("CONDBR19", OBJ_BRANCH, 4, 0x00FFFFE0, False, 1 << 20),
+    R_AARCH64_JUMP26: ("JUMP26", OBJ_BRANCH, 4, 0x03FFFFFF, True, 1 << 27),
+    R_AARCH64_CALL26: ("CALL26", OBJ_BRANCH, 4, 0x03FFFFFF, True, 1 << 27),
+    284: ("LDST16_ABS_LO12_NC", OBJ_LOAD, 4, 0x003FFC00),
+    285: ("LDST32_ABS_LO12_NC", OBJ_LOAD, 4, 0x003FFC00),
+    286: ("LDST64_ABS_LO12_NC", OBJ_LOAD, 4, 0x003FFC00),
+    299: ("LDST128_ABS_LO12_NC", OBJ_LOAD, 4, 0x003FFC00),
+})
+
+
+def object_width(t: int) -> int:
+    """Bytes an AArch64 object relocation of type ``t`` writes (4 for instructions)."""
+    o = AARCH64_OBJECT.get(int(t))
+    return o.width if o else 4
+
 # R_*_RELATIVE of machines without a full table (inspect's RELR estimate): AAELF32,
 # ELFv2 (PPC64), RISC-V psABI.
 RELATIVE_TYPE = {**{a.machine: a.relative for a in ARCHES.values()},
@@ -101,6 +157,8 @@ def reloc_name(machine: str, elfclass: int, t: int) -> str:
     a = ARCHES.get((machine, elfclass))
     if a is not None and int(t) in a.types:
         return a.types[int(t)].name
+    if a is AARCH64 and int(t) in AARCH64_OBJECT:
+        return AARCH64_OBJECT[int(t)].name
     if int(t) in _WRONG.get(machine, ()):
         return f"type {t}"
     for k, v in _OTHER_NAMES.get(machine, {}).items():

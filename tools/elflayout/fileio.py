@@ -91,6 +91,31 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def write_proved(src: str | os.PathLike, dst: str | os.PathLike, data: bytes, verify) -> None:
+    """DST := DATA with SRC's mode, kept only if ``verify(src, dst)`` returns: a rewrite
+    that cannot be proved leaves nothing behind."""
+    Path(dst).write_bytes(data)
+    Path(dst).chmod(Path(src).stat().st_mode & 0o7777)
+    try:
+        verify(src, dst)
+    except BaseException:
+        Path(dst).unlink(missing_ok=True)
+        raise
+
+
+def rewrite_in_place(path: str | os.PathLike, write, tag: str):
+    """``write(path, tmp)`` into a temporary file beside PATH (``.NAME.TAG``), renamed onto
+    PATH once it returns; PATH stays as it was when it raises. Returns what it returns."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{tag}")
+    try:
+        out = write(path, tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
 def envelope(kind: str, version: int, metadata: dict, **body: Any) -> dict:
     return {"format": f"elflayout-{kind}", "version": version, "metadata": metadata, **body}
 

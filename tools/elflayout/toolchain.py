@@ -222,10 +222,28 @@ class LinkResult:
         return first_error(self.output) or f"exit status {self.returncode}"
 
 
-def link(linker: str, args: list, *, driver: str = "gcc", timeout: float | None = None) -> LinkResult:
-    """Run ``driver -fuse-ld=LINKER ARGS``. Linker output may name symbols whose bytes are
-    not UTF-8: it is decoded with backslash escapes rather than refused."""
-    cmd = [driver, linker_flag(linker), *map(str, args)]
+def cross_driver(machine: str) -> str:
+    """The gcc driver linking for ``machine``: ``gcc`` here, the cross driver
+    (``aarch64-linux-gnu-gcc``: package gcc-aarch64-linux-gnu) for another machine."""
+    from elflayout import emulator
+
+    if machine == emulator.host_machine():
+        return "gcc"
+    triplet = emulator.TRIPLETS.get(machine)
+    if triplet is None:
+        raise ElflayoutError(f"{machine}: no cross compiler known for this machine")
+    return f"{triplet}-gcc"
+
+
+def link(linker: str, args: list, *, driver: str = "gcc", timeout: float | None = None,
+         machine: str | None = None) -> LinkResult:
+    """Run ``driver -fuse-ld=LINKER ARGS`` (for ``machine``, when given and not this
+    one: its cross driver, which finds lld through -B). Linker output may name symbols
+    whose bytes are not UTF-8: it is decoded with backslash escapes rather than refused."""
+    cross = machine is not None and cross_driver(machine) != "gcc"
+    if cross:
+        driver = cross_driver(machine)
+    cmd = [driver, *(cross_linker_flags(linker) if cross else [linker_flag(linker)]), *map(str, args)]
     try:
         r = subprocess.run(cmd, capture_output=True, timeout=timeout)
     except FileNotFoundError as e:

@@ -87,8 +87,13 @@ def add_arguments(p) -> None:
                         "newer, else self; none with gold and mold)")
     p.add_argument("--move-symtab", action="store_true",
                    help="after the link, move the sections no segment loads (.symtab, .strtab, .comment) from "
-                        "after the last segment into the file-offset hole after the first PT_LOAD: read-ahead "
-                        "of the last segment's pages then stops at end of file (mapped bytes unchanged)")
+                        "after the last segment into the file-offset hole before the executable PT_LOAD: "
+                        "read-ahead of the last segment's pages then stops at end of file (mapped bytes unchanged)")
+    p.add_argument("--order-dynsym", action="store_true",
+                   help="after the link, put the dynamic symbols ld.so looks up at start-up (the output's symbol "
+                        "relocations, the profiled program's imports) first in .dynsym, .gnu.version and the "
+                        ".gnu.hash chains; every lookup is proved to find the same symbol (needs .gnu.hash only: "
+                        "--hash-style=gnu)")
     p.add_argument("--check", action="store_true",
                    help="with --pack self: prove the output equivalent to the linker's DT_RELR output (simulated "
                         "loader at two bases, real loads) before writing it")
@@ -123,7 +128,7 @@ def options(args) -> LinkOptions:
                        keep_order_file=args.keep_order_file, force=args.force, min_order=args.min_order,
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
                        check=args.check, root=args.root, check_order=not args.no_check_order,
-                       move_symtab=args.move_symtab)
+                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym)
 
 
 def _say_check(lines: list[str], split: bool = False) -> None:

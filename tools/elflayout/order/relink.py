@@ -55,6 +55,7 @@ class LinkOptions:
     root: str | None = None
     check_order: bool = True
     move_symtab: bool = False
+    order_dynsym: bool = False
 
 
 @dataclass
@@ -93,8 +94,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         rc = link_packed(parsed, parsed["cmd"], pack.value, opts, say, status)
         if not rc:
             _note_pack(pack, parsed["output"])
-        return LinkResult(rc, parsed["cmd"], [pack] + ([move_symtab(parsed["output"])] if opts.move_symtab and not rc
-                                                       else []))
+        return LinkResult(rc, parsed["cmd"], [pack] + (_after_link(parsed["output"], opts, {}) if not rc else []))
     if opts.data_script and not opts.data:
         raise ElflayoutError("--data-script: data order is off (--no-data)")
     inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
@@ -142,8 +142,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
     _note_pack(pack, parsed["output"])
     if pack.value == "pack-relocs":
         post_pack(pack, parsed["output"])
-    if opts.move_symtab:
-        steps.append(move_symtab(parsed["output"]))
+    steps += _after_link(parsed["output"], opts, o.profile.metadata)
     res = LinkResult(0, full, steps)
     if not opts.check_order:
         steps.append(Step("check", False, "--no-check-order"))
@@ -247,6 +246,28 @@ def post_pack(pack: Step, output: str) -> None:
     pack.predicted = (f"{st['packed']:,} of {st['relocations']:,} relocations packed, .rela.dyn "
                       f"{st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes + "
                       f"{st['relr_bytes']:,} bytes of .relr.dyn; equivalence proved")
+
+
+def _after_link(output: str, opts: LinkOptions, metadata: dict) -> list[Step]:
+    """The rewrites of the linked (and packed) output that were asked for, in this order:
+    the dynamic-symbol order needs the final relocation tables; the move, the final file."""
+    steps = [order_dynsym(output, metadata)] if opts.order_dynsym else []
+    return steps + ([move_symtab(output)] if opts.move_symtab else [])
+
+
+def order_dynsym(output: str, metadata: dict) -> Step:
+    """``order.dynsym`` of the linked output in place: the symbols ld.so looks up (the
+    output's symbol relocations, the profiled program's imports) first in .dynsym."""
+    from elflayout.order import dynstr
+    from elflayout.order.dynsym import reorder_in_place
+
+    try:
+        names, _ = dynstr.read_names(output, dynstr.workload_executable(metadata))
+        st = reorder_in_place(output, names)
+    except ElflayoutError as e:  # the output stays as linked
+        return Step("dynsym order", False, f"not ordered: {e}")
+    return Step("dynsym order", True, "asked", f"{st['hot']:,} of {st['hashed']:,} hashed symbols looked up "
+                f"first in .dynsym, .gnu.version and the .gnu.hash chains; lookups proved unchanged")
 
 
 def move_symtab(output: str) -> Step:

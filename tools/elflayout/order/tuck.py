@@ -21,7 +21,8 @@ from pathlib import Path
 
 from elflayout.elfcore import PAGE, ElfImage
 from elflayout.errors import ElflayoutError
-from elflayout.layouts import SHF_ALLOC
+from elflayout.fileio import rewrite_in_place, write_proved
+from elflayout.layouts import PF_X, SHF_ALLOC
 
 # Offsets of the fields rewritten, per ELF class: (e_shoff, its format), (p_offset in a
 # program header, format), (sh_offset in a section header, format).
@@ -32,11 +33,24 @@ def _round_up(n: int, a: int) -> int:
     return -(-n // a) * a
 
 
-def plan(img: ElfImage, after: int = 0) -> dict:
+def default_hole(img: ElfImage) -> int:
+    """The PT_LOAD the hole follows by default: the one before the first executable
+    PT_LOAD (0 when that is the first). Its neighbours are the end of the read-only data
+    (``.eh_frame``, cold at start-up) and the start of ``.text`` (cold with hot-last);
+    after the first PT_LOAD of a packed library instead lie ``.dynamic`` and the
+    relocation tables ld.so reads, and the read-around there reads the moved tables."""
+    loads = img.loads
+    first_x = next((i for i, g in enumerate(loads) if g.flags & PF_X), 0)
+    return max(first_x - 1, 0)
+
+
+def plan(img: ElfImage, after: int | None = None) -> dict:
     """Where everything goes: {"hole": file offset of the hole, "delta": bytes inserted,
     "moved": {section index: new offset}, "shoff": new e_shoff, "end": new file size}.
-    ``after``: the hole follows the file bytes of PT_LOAD number ``after`` (0: the first)."""
+    ``after``: the hole follows the file bytes of PT_LOAD number ``after`` (0: the first;
+    None: ``default_hole``)."""
     loads = img.loads
+    after = default_hole(img) if after is None else after
     if len(loads) < 2 or not 0 <= after < len(loads) - 1:
         raise ElflayoutError(f"{img.path}: no hole after PT_LOAD {after} (the file has {len(loads)} PT_LOAD)")
     hole = loads[after + 1].offset
@@ -67,7 +81,7 @@ def plan(img: ElfImage, after: int = 0) -> dict:
     return {"hole": hole, "delta": delta, "moved": moved, "shoff": shoff, "tail": tail, "end": tail + delta}
 
 
-def tuck(src: str | Path, dst: str | Path, after: int = 0) -> dict:
+def tuck(src: str | Path, dst: str | Path, after: int | None = None) -> dict:
     """Write SRC to DST with its unloaded tail moved into the hole after PT_LOAD ``after``;
     returns the plan (``plan``) plus "moved_names"."""
     with ElfImage(src) as img:
@@ -94,13 +108,7 @@ def tuck(src: str | Path, dst: str | Path, after: int = 0) -> dict:
                 at = hdr["e_phoff"] + g.index * hdr["e_phentsize"] + p_off
                 struct.pack_into(fmt + pf, out, at, g.offset + delta)
         names = [s.name for s in img.sections if s.index in p["moved"]]
-    Path(dst).write_bytes(bytes(out))
-    Path(dst).chmod(Path(src).stat().st_mode & 0o7777)
-    try:
-        verify(src, dst)
-    except BaseException:
-        Path(dst).unlink(missing_ok=True)
-        raise
+    write_proved(src, dst, bytes(out), verify)
     return p | {"moved_names": names}
 
 
@@ -139,13 +147,6 @@ def verify(src: str | Path, dst: str | Path) -> None:
                 raise RuntimeError(f"{dst}: tuck changed section {x.name}")
 
 
-def tuck_in_place(path: str | Path, after: int = 0) -> dict:
+def tuck_in_place(path: str | Path, after: int | None = None) -> dict:
     """``tuck`` PATH onto itself (a temporary file beside it, then renamed)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tuck")
-    try:
-        p = tuck(path, tmp, after)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return p
+    return rewrite_in_place(path, lambda src, dst: tuck(src, dst, after), "tuck")

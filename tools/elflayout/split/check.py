@@ -67,8 +67,32 @@ def _inputs(paths: list[Path]) -> list[str]:
     return out
 
 
-def _link(paths: list[Path], linker: str, style: str, out: Path) -> toolchain.LinkResult:
-    return toolchain.link(linker, [*STYLES[style], "-o", out, *_inputs(paths)])
+def inputs_machine(paths: list[Path]) -> str:
+    """The ELF machine of the first object among ``paths`` (archive members included);
+    this machine's when none is ELF. The links of ``--check`` are for it."""
+    from elflayout import emulator
+    from elflayout.split.archive import read_archive
+
+    for p in paths:
+        raw = Path(p).read_bytes()
+        for body in ([b for _, b in read_archive(raw, str(p))] if is_archive(raw[:8]) else [raw]):
+            if body[:4] == b"\x7fELF" and len(body) >= 20:
+                m = int.from_bytes(body[18:20], "little" if body[5] == 1 else "big")
+                return emulator.MACHINE_NAMES.get(m, f"e_machine {m}")
+    return emulator.host_machine()
+
+
+# Rewrites an AArch64 linker makes of its own accord, decided by things the split
+# changes, so the links compared make none, both sides alike: lld turns adrp+add into
+# nop+adr when the relocations name a section symbol with addend 0 and the target is
+# near; GNU ld and gold work around Cortex-A53 erratum 843419 (the gcc driver's
+# default) with stubs placed between input sections, whose number the split changes.
+SAME_LAYOUT = {"EM_AARCH64": ["-Wl,--no-relax", "-mno-fix-cortex-a53-843419"]}
+
+
+def _link(paths: list[Path], linker: str, style: str, out: Path, machine: str | None = None) -> toolchain.LinkResult:
+    return toolchain.link(linker, [*STYLES[style], *SAME_LAYOUT.get(machine, []), "-o", out, *_inputs(paths)],
+                          machine=machine)
 
 
 # crtbeginS.o's hidden __dso_handle, which -nostdlib leaves out: C++ objects with static
@@ -87,32 +111,36 @@ DSO_HANDLE_STUB = f"""
 """
 
 
-def _stand_in(td: str) -> Path:
+def _stand_in(td: str, machine: str | None = None) -> Path:
+    from elflayout import emulator
+
     src, obj = Path(td) / "dso_handle.s", Path(td) / "dso_handle.o"
     src.write_text(DSO_HANDLE_STUB)
-    subprocess.run(["gcc", "-c", "-o", str(obj), str(src)], check=True, capture_output=True)
+    subprocess.run([*toolchain.assembler(machine or emulator.host_machine()), "-o", str(obj), str(src)], check=True,
+                   capture_output=True)
     return obj
 
 
-def stand_in_objects(result: CheckResult, td: str) -> list[Path]:
+def stand_in_objects(result: CheckResult, td: str, machine: str | None = None) -> list[Path]:
     """The stand-in objects ``result``'s links needed (written into ``td``), to be linked
-    first on both sides by any further link of the same inputs."""
-    return [_stand_in(td)] if result.stand_in == DSO_HANDLE else []
+    first on both sides by any further link of the same inputs (for ``machine``)."""
+    return [_stand_in(td, machine)] if result.stand_in == DSO_HANDLE else []
 
 
-def _original_link(originals: list[Path], linker: str, out: Path, td: str) -> tuple[str | None, list[Path], list]:
+def _original_link(originals: list[Path], linker: str, out: Path, td: str,
+                   machine: str | None = None) -> tuple[str | None, list[Path], list]:
     """The style (and stand-in objects) with which ``linker`` links the originals; None
     and each attempt's first error line when it cannot."""
     errs = []
     for st in STYLES:
-        r = _link(originals, linker, st, out)
+        r = _link(originals, linker, st, out, machine)
         if r.ok:
             return st, [], errs
         errs.append(f"{st} link: {r.error}")
     if any(DSO_HANDLE in e for e in errs):
-        extra = [_stand_in(td)]
+        extra = [_stand_in(td, machine)]
         for st in STYLES:
-            if _link([*extra, *originals], linker, st, out).ok:
+            if _link([*extra, *originals], linker, st, out, machine).ok:
                 return st, extra, errs
     return None, [], errs
 
@@ -202,13 +230,17 @@ def verdict(results: list[CheckResult]) -> str | None:
 
 def check(originals: list[Path], split: list[Path], linker: str = "lld") -> CheckResult:
     """Link both sides in original order with ``linker`` and compare (see module doc)."""
+    from elflayout import emulator
+
+    machine = inputs_machine(originals)
+    machine = None if machine == emulator.host_machine() else machine
     with tempfile.TemporaryDirectory(prefix="elflayout-split-check-") as td:
         a, b = Path(td) / "original.so", Path(td) / "split.so"
-        style, extra, errs = _original_link(originals, linker, a, td)
+        style, extra, errs = _original_link(originals, linker, a, td, machine)
         if style is None:
             return CheckResult(linker, None, False, 0, 0, 0, could_not_check="; ".join(errs))
         stand_in = DSO_HANDLE if extra else None
-        r = _link([*extra, *split], linker, style, b)
+        r = _link([*extra, *split], linker, style, b, machine)
         if not r.ok:
             return CheckResult(linker, style, False, 0, 0, 0, f"the split objects do not link with {linker}: {r.error}",
                                stand_in=stand_in)

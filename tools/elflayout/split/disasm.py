@@ -41,12 +41,14 @@ class InternalRef:
     """A PC-relative reference the assembler resolved inside the section (no relocation)."""
 
     insn: int          # instruction start (section offset)
-    end: int           # instruction end
-    field: int         # offset of the displacement field
+    end: int           # where the displacement counts from (x86-64: the instruction's end; AArch64: its start)
+    field: int         # offset of the displacement field (AArch64: the instruction)
     width: int         # 1 or 4 bytes
     target: int        # section offset it designates
     branch: bool       # call/jmp/jcc (else a RIP-relative memory operand)
-    lea: bool
+    lea: bool          # the address is taken (lea; AArch64 adr)
+    rtype: int = 0     # AArch64: the relocation type expressing it (x86-64: always R_X86_64_PC32)
+    mnemonic: str = ""
 
 
 @dataclass
@@ -58,6 +60,9 @@ class Code:
     mnemonics: list[str]
     internal: list[InternalRef] = field(default_factory=list)
     undecodable: list[int] = field(default_factory=list)   # offsets where decoding stopped
+    terminators: frozenset = frozenset(TERMINATORS)
+    padding: frozenset = frozenset(PADDING)
+    machine: str = "x86-64"
 
     def insn_at(self, off: int) -> int:
         """Index of the instruction containing ``off``, or -1."""
@@ -70,7 +75,7 @@ class Code:
         b = int(np.searchsorted(self.starts, hi, "left"))
         for i in range(b - 1, a - 1, -1):
             m = self.mnemonics[i].split()[-1]
-            if m not in PADDING:
+            if m not in self.padding:
                 return m
         return None
 

@@ -143,6 +143,49 @@ table: .long f1 - table, f3 - table
 """
 
 
+# AArch64: resolved b/bl/b.cond/adr, a literal pool, adrp/:lo12: pairs of an anchor.
+ASM_AARCH64 = r"""
+    .text
+    .globl f1, f2, f3, dispatch
+    .type f1,%function
+f1: mov w0, #1
+    .size f1, .-f1
+    .type f2,%function
+f2: add w0, w0, #1
+    cbz w0, f3
+    ret
+    .size f2, .-f2
+    .type f3,%function
+f3: bl f1
+    b f2
+    .size f3, .-f3
+    .type dispatch,%function
+dispatch:
+    .cfi_startproc
+    adrp x1, .LANCHOR0
+    add x1, x1, :lo12:.LANCHOR0
+    ldr w2, [x1, #8]
+    ldr x3, .Lpool
+    adr x4, f1
+    b.eq f1
+    ret
+.Lpool: .quad 0x1234
+    .cfi_endproc
+    .size dispatch, .-dispatch
+    .data
+.LANCHOR0:
+    .type d1,%object
+d1: .quad 1
+    .size d1, 8
+    .type d2,%object
+d2: .quad 2
+    .size d2, 8
+    .section .note.GNU-stack,"",@progbits
+"""
+# Compilers and assembler of each machine the corpus is built for.
+TOOLS = {"x86-64": ("gcc", "g++", ASM), "aarch64": ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++", ASM_AARCH64)}
+
+
 @dataclass
 class Base:
     name: str
@@ -187,17 +230,20 @@ class Tally:
         self.failures += other.failures
 
 
-def build_bases(workdir: Path) -> list[Base]:
-    """The valid inputs the variants are made from, compiled into ``workdir``."""
+def build_bases(workdir: Path, machine: str = "x86-64") -> list[Base]:
+    """The valid inputs the variants are made from, compiled into ``workdir`` for
+    ``machine`` (a key of ``TOOLS``)."""
     d = Path(workdir) / "bases"
     d.mkdir(parents=True, exist_ok=True)
     objs = {}
+    cc, cxx, asm = TOOLS[machine]
     for name, src, lang, flags in (("c_pic", C_PIC, "c", ["-fPIC"]), ("c_nopic", C_NOPIC, "c", ["-fno-pic"]),
-                                   ("cxx", CXX, "cc", ["-fPIC"]), ("asm", ASM, "s", [])):
+                                   ("cxx", CXX, "cc", ["-fPIC"]), ("asm", asm, "s", [])):
         s = d / f"{name}.{lang}"
         s.write_text(src)
         o = d / f"{name}.o"
-        subprocess.run(["gcc", "-O2", "-c", *flags, "-o", o, s], check=True, capture_output=True)
+        subprocess.run([cxx if lang == "cc" else cc, "-O2", "-c", *flags, "-o", o, s], check=True,
+                       capture_output=True)
         objs[name] = o
     bases = [Base(n + ".o", o.read_bytes(), False) for n, o in objs.items()]
     long_named = d / "a_member_with_a_long_name.o"

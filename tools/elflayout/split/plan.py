@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_SH_TYPE_BASE
 
-from elflayout.split import disasm, dwarf, dwarf_line, dwarf_write, reach
+from elflayout import arch
+from elflayout.split import disasm, disasm_a64, dwarf, dwarf_line, dwarf_write, pairs, reach
 from elflayout.split.extents import SPLIT_PREFIX, STT, Unit, is_code, name_conflict, splittable, units
 from elflayout.split.reader import ObjectFile, Section
 
@@ -76,6 +77,22 @@ _W1 = ("R_X86_64_8", "R_X86_64_PC8")
 WIDTH = {R[n]: 8 for n in _W8} | {R[n]: 2 for n in _W2} | {R[n]: 1 for n in _W1}
 WIDTH |= {R["R_X86_64_NONE"]: 0, R["R_X86_64_TLSDESC_CALL"]: 0}
 WIDTH_DEFAULT = 4
+
+
+def reloc_width(obj: ObjectFile, t: int) -> int:
+    """Bytes a relocation of type ``t`` writes in ``obj``'s machine."""
+    return arch.object_width(t) if obj.aarch64 else WIDTH.get(t, WIDTH_DEFAULT)
+
+
+def covered_bytes(obj: ObjectFile, sec: Section) -> np.ndarray:
+    """True at every byte of ``sec`` (plus 8 past its end) inside a relocation field."""
+    covered = np.zeros(sec.size + 8, bool)
+    ri = obj.rela_of.get(sec.index)
+    if ri is not None:
+        r = obj.relas[ri]
+        for off, t in zip(r["r_offset"].tolist(), (r["r_info"] & 0xFFFFFFFF).tolist()):
+            covered[off:off + reloc_width(obj, t)] = True
+    return covered
 # A data pointer this close before the next object may be that object minus a constant
 # (CPython's obmalloc initialises ``usedpools`` with ``&usedpools[2k] - 16``); the two
 # objects are kept together rather than guessed apart.
@@ -89,6 +106,7 @@ class NewReloc:
     field: int       # offset in the source section
     target_unit: int
     addend_in_unit: int   # addend relative to the target unit's start
+    rtype: int = 0        # AArch64: its type (x86-64: R_X86_64_PC32)
 
 
 @dataclass
@@ -180,6 +198,8 @@ def make_plan(obj: ObjectFile) -> Plan:
         if i in code:
             _code_rules(sp, code[i])
     fixes = _relocation_rules(obj, cands, code)
+    if obj.aarch64:
+        pairs.page_pairs(obj, cands, code)
     _reach_rules(obj, cands, code)
     for sp in cands.values():
         _name_rules(sp)
@@ -258,27 +278,39 @@ def _disassemble(obj: ObjectFile, cands: dict[int, SectionPlan]) -> dict[int, di
     for sec in obj.sections:
         if not is_code(sec) or sec.nobits or sec.size == 0:
             continue
-        covered = np.zeros(sec.size + 8, bool)
-        ri = obj.rela_of.get(sec.index)
-        if ri is not None:
-            r = obj.relas[ri]
-            for off, t in zip(r["r_offset"].tolist(), (r["r_info"] & 0xFFFFFFFF).tolist()):
-                covered[off:off + WIDTH.get(t, WIDTH_DEFAULT)] = True
+        covered = covered_bytes(obj, sec)
+        if obj.aarch64:
+            out[sec.index] = disasm_a64.analyse(sec.data, covered, mapped_code(obj, sec))
+            continue
         syms = obj.symbols
         restarts = syms["st_value"][(syms["st_shndx"] == sec.index) & ((syms["st_info"] & 0xF) == func)]
         out[sec.index] = disasm.analyse(sec.data, covered, restarts.tolist())
     return out
 
 
+def mapped_code(obj: ObjectFile, sec: Section) -> list[tuple[int, int]] | None:
+    """The code stretches of an AArch64 section by its ``$x``/``$d`` mapping symbols,
+    None when it has none."""
+    here = np.flatnonzero(obj.symbols["st_shndx"] == sec.index).tolist()
+    marks = [(int(obj.symbols["st_value"][i]), kind) for i in here for kind in "xd"
+             if disasm_a64.is_mapping(obj.sym_names[i], kind)]
+    return disasm_a64.code_ranges(marks, sec.size) if marks else None
+
+
 def _code_rules(sp: SectionPlan, code: disasm.Code) -> None:
     """Steps 2 and 3."""
     us, name = sp.units, sp.sec.name
     if code.undecodable:
-        sp.keep_whole(f"bytes at {name}+{code.undecodable[0]:#x} cannot be decoded as x86-64 code")
+        k = code.undecodable[0]
+        sp.keep_whole(f"{name} has no $x/$d mapping symbols: code and data cannot be told apart"
+                      if code.machine == "AArch64" and not len(code.starts) else
+                      f"{name}+{k:#x}: adrp resolved by the assembler (a page of the section itself)"
+                      if code.machine == "AArch64" and code.insn_at(k) >= 0 else
+                      f"bytes at {name}+{k:#x} cannot be decoded as {code.machine} code")
         return
     for k in range(len(us) - 1):
         last = code.last_real(us[k].start, us[k].end)
-        if last is not None and last not in disasm.TERMINATORS:
+        if last is not None and last not in code.terminators:
             sp.glue_range(k, k + 1, f"{us[k].name} falls through into {us[k + 1].name} (ends with {last})")
         i = code.insn_at(us[k].end - 1)
         if i >= 0 and code.ends[i] > us[k].end:
@@ -298,8 +330,18 @@ def _code_rules(sp: SectionPlan, code: disasm.Code) -> None:
                                 f"({name}+{ref.insn:#x} -> {us[v].name}+{ref.target - us[v].start:#x})")
         elif ref.width != 4:
             sp.glue_range(u, v, f"{us[u].name} reaches {us[v].name} with an {8 * ref.width}-bit displacement")
+        elif ref.rtype and not arch.AARCH64_OBJECT[ref.rtype].veneer:
+            sp.glue_range(u, v, f"{us[u].name} reaches {us[v].name} with {ref.mnemonic} ({name}+{ref.insn:#x}): "
+                                f"{_no_veneer(ref.rtype)}")
         else:
-            sp.new_relocs.append(NewReloc(ref.field, v, (ref.target - us[v].start) - (ref.end - ref.field)))
+            sp.new_relocs.append(NewReloc(ref.field, v, (ref.target - us[v].start) - (ref.end - ref.field),
+                                          ref.rtype))
+
+
+def _no_veneer(rtype: int) -> str:
+    o = arch.AARCH64_OBJECT[rtype]
+    return (f"{o.name} reaches ±{o.reach >> 10} KiB and linkers add no veneer for it, so another order "
+            "could put them out of reach")
 
 
 def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict[int, disasm.Code]) -> list[RelocFix]:
@@ -316,7 +358,7 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
         for j, (off, s, t, a) in enumerate(zip(offs, syms, types, adds)):
             if here is not None:
                 k = here.unit_at(off)
-                if off + WIDTH.get(t, WIDTH_DEFAULT) > here.units[k].end and k + 1 < len(here.units):
+                if off + reloc_width(obj, t) > here.units[k].end and k + 1 < len(here.units):
                     here.glue_range(k, k + 1, f"a relocation at {d.name}+{off:#x} crosses into "
                                               f"{here.units[k + 1].name}")
             tsec = secsym.get(s)
@@ -325,30 +367,13 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
                 continue
             sp = cands[int(shndx[s])]
             sv = 0 if tsec is not None else int(values[s])
-            addr_taking, branch = True, False
-            if t in ABSOLUTE:
-                target = sv + a
-            elif t in PCREL:
-                if c is not None:
-                    k = c.insn_at(off)
-                    if k < 0:
-                        sp.keep_whole(f"relocation at {d.name}+{off:#x} is outside any instruction")
-                        continue
-                    target = sv + a + int(c.ends[k]) - off
-                    addr_taking = c.mnemonics[k] == "lea"
-                    branch = disasm.is_branch(c.mnemonics[k])
-                elif d.index in eh:
-                    target = sv + a
-                else:
-                    target = _table_target(sp, d, off, sv + a, bases.get(d.index, []), code)
-                    if target is None:
-                        continue
-            elif named:
-                _note_reach(sp, d, sv, False)
-                continue    # GOT/TLS/PLT relocations against a named symbol: the symbol moves with its unit
+            if obj.aarch64:
+                got = _a64_target(obj, sp, d, off, t, sv, a, named, d.index in eh)
             else:
-                sp.keep_whole(f"relocation type {t} at {d.name}+{off:#x} against the section")
+                got = _x86_target(sp, d, off, t, sv, a, named, c, d.index in eh, bases, code)
+            if got is None:
                 continue
+            target, addr_taking, branch = got
             if not 0 <= target <= sp.sec.size:
                 sp.keep_whole(f"relocation at {d.name}+{off:#x} designates {sp.sec.name}{target:+#x}, outside it")
                 continue
@@ -371,6 +396,54 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
     for sp in cands.values():
         sp.finish_groups()
     return fixes
+
+
+def _x86_target(sp, d, off, t, sv, a, named, c, in_eh, bases, code) -> tuple[int, bool, bool] | None:
+    """(target, address-taking, branch) of an x86-64 relocation, or None when there is
+    nothing to follow (a named GOT/TLS/PLT reference) or the section had to stay whole."""
+    if t in ABSOLUTE:
+        return sv + a, True, False
+    if t in PCREL:
+        if c is not None:
+            k = c.insn_at(off)
+            if k < 0:
+                sp.keep_whole(f"relocation at {d.name}+{off:#x} is outside any instruction")
+                return None
+            return sv + a + int(c.ends[k]) - off, c.mnemonics[k] == "lea", disasm.is_branch(c.mnemonics[k])
+        if in_eh:
+            return sv + a, True, False
+        target = _table_target(sp, d, off, sv + a, bases.get(d.index, []), code)
+        return None if target is None else (target, True, False)
+    if named:
+        _note_reach(sp, d, sv, False)
+        return None     # GOT/TLS/PLT relocations against a named symbol: the symbol moves with its unit
+    sp.keep_whole(f"relocation type {t} at {d.name}+{off:#x} against the section")
+    return None
+
+
+def _a64_target(obj, sp, d, off, t, sv, a, named, in_eh) -> tuple[int, bool, bool] | None:
+    """As ``_x86_target`` for AArch64: every listed type designates S + A. A reference
+    whose field reaches less than the whole library without a veneer (b.cond, cbz,
+    tbz, adr, literal ldr) keeps its own unit and its target's together."""
+    o, sa = arch.AARCH64_OBJECT.get(t), sv + a
+    if o is None:
+        if named:
+            _note_reach(sp, d, sv, False)
+            return None     # GOT/TLS relocations against a named symbol: the symbol moves with its unit
+        sp.keep_whole(f"relocation {arch.reloc_name(obj.machine, 64, t)} at {d.name}+{off:#x} against the section")
+        return None
+    if o.form == arch.OBJ_PCREL and not in_eh and not named:
+        sp.keep_whole(f"PC-relative word at {d.name}+{off:#x} against the section: the base it counts from "
+                      "is not known")
+        return None
+    if o.reach and not o.veneer and d.index == sp.sec.index and 0 <= sa <= sp.sec.size:
+        u, v = sp.unit_at(off), sp.unit_at(sa)
+        if u != v:
+            sp.glue_range(u, v, f"{d.name}+{off:#x} in {sp.units[u].name} reaches {sp.units[v].name} with "
+                                f"{o.name}: {_no_veneer(t)}")
+    if o.form == arch.OBJ_DATA and t in pairs.ADDRESS_INSNS and not named and not is_code(sp.sec):
+        pairs.anchor_reach(sp, sa, f"{d.name}+{off:#x}")
+    return sa, o.form == arch.OBJ_DATA, o.form == arch.OBJ_BRANCH
 
 
 def _note_reach(sp: SectionPlan, d: Section, target: int, branch: bool) -> None:

@@ -93,7 +93,7 @@ def constants(obj: ObjectFile, limit: int, understood: dict[int, list[tuple[int,
         for v, off in zip(vals[keep].tolist(), keep.tolist()):
             out.setdefault(v, (sec.name, off))
         if sec.flags & SH_FLAGS.SHF_EXECINSTR and dt == WORDS[0]:
-            for v, off in _operands(sec.data, cum):
+            for v, off in (_a64_operands(obj, sec, cum) if obj.aarch64 else _operands(sec.data, cum)):
                 if 0 < abs(v) <= limit:
                     out.setdefault(v, (sec.name, off))
     return out
@@ -102,17 +102,12 @@ def constants(obj: ObjectFile, limit: int, understood: dict[int, list[tuple[int,
 def words(obj: ObjectFile, understood: dict[int, list[tuple[int, int]]]):
     """(section, dtype, value at every offset, True where no relocated or understood
     byte is in the word, prefix sums of those bytes) for each width of ``WORDS``."""
-    from elflayout.split.plan import WIDTH, WIDTH_DEFAULT
+    from elflayout.split.plan import covered_bytes
     for sec in obj.sections:
         if sec.nobits or not sec.size or not sec.flags & SH_FLAGS.SHF_ALLOC:
             continue
         raw = np.frombuffer(sec.data, np.uint8)
-        covered = np.zeros(len(raw) + 8, bool)
-        ri = obj.rela_of.get(sec.index)
-        if ri is not None:
-            r = obj.relas[ri]
-            for off, t in zip(r["r_offset"].tolist(), (r["r_info"] & 0xFFFFFFFF).tolist()):
-                covered[off:off + WIDTH.get(t, WIDTH_DEFAULT)] = True
+        covered = covered_bytes(obj, sec)
         for off, w in understood.get(sec.index, ()):
             covered[off:off + w] = True
         cum = np.concatenate([[0], np.cumsum(covered[:len(raw)], dtype=np.int64)])
@@ -176,6 +171,25 @@ def _operands(data: bytes, cum: np.ndarray):
             yield v, addr
             if 1 << 31 <= v < 1 << 32:
                 yield v - (1 << 32), addr
+
+
+def _a64_operands(obj: ObjectFile, sec, cum: np.ndarray):
+    """As ``_operands`` for AArch64: the immediates of every instruction of the code
+    stretches (``$x``) that is not PC-relative (those the disassembly follows)."""
+    from elflayout.split import disasm_a64
+    from elflayout.split.plan import mapped_code
+    for lo, hi in mapped_code(obj, sec) or [(0, sec.size - sec.size % 4)]:
+        pos = lo
+        while pos < hi:
+            last = pos
+            for addr, n, m, ops in disasm_a64.MD.disasm_lite(sec.data[pos:hi], pos):
+                last = addr + n
+                if cum[addr + n] != cum[addr] or not ops or disasm_a64.pc_relative(sec.data, addr):
+                    continue
+                for num in _NUMBER.findall(ops):
+                    v = int(num, 0)
+                    yield (v - (1 << 64) if v >= 1 << 63 else v), addr
+            pos = max(last, pos) + (4 if last < hi else 0)   # an undecodable word: skip it
 
 
 def constant_reach(sp, consts: dict[int, tuple[str, int]]) -> None:

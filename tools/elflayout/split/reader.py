@@ -1,4 +1,4 @@
-"""Read one relocatable x86-64 object (ET_REL) into plain data the splitter can rewrite.
+"""Read one relocatable x86-64 or AArch64 (ELF64 little-endian) object (ET_REL) into plain data the splitter can rewrite.
 
 pyelftools checks and parses the ELF header and section headers; the symbol table and
 the RELA tables, which the splitter rewrites wholesale, are read as numpy record arrays
@@ -61,6 +61,18 @@ class ObjectFile:
     relas: dict[int, np.ndarray] = field(default_factory=dict)  # RELA section index -> RELA64 records
     e_flags: int = 0
     osabi: int = 0
+    machine: str = "EM_X86_64"      # pyelftools' e_machine name: EM_X86_64 or EM_AARCH64
+
+    @property
+    def aarch64(self) -> bool:
+        return self.machine == EM_AARCH64
+
+
+# Machines split reads: x86-64 and AArch64 LP64 (ELF64 little-endian; big-endian and
+# ILP32 AArch64 objects are other ABIs).
+EM_AARCH64 = "EM_AARCH64"
+MACHINES = ("EM_X86_64", EM_AARCH64)
+ONLY = "only x86-64 and little-endian LP64 AArch64 objects can be split"
 
 
 def _err(name: str, what: str) -> ElflayoutError:
@@ -92,7 +104,7 @@ LTO_HINT = ("the code is generated at link time, so there is nothing to split: o
 
 
 def read_object(raw: bytes, name: str) -> ObjectFile:
-    """Parse ``raw`` as an x86-64 relocatable object, or raise ``ElflayoutError``."""
+    """Parse ``raw`` as an x86-64 or AArch64 relocatable object, or raise ``ElflayoutError``."""
     if raw[:4] in BITCODE_MAGICS:
         raise _err(name, f"LLVM bitcode (clang -flto), not machine code: {LTO_HINT}")
     if raw[:4] != b"\x7fELF":
@@ -100,10 +112,14 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
     try:
         elf = ELFFile(io.BytesIO(raw))
         hdr = elf.header
+        if hdr.e_machine == EM_AARCH64 and not elf.little_endian:
+            raise _err(name, f"big-endian AArch64 object (aarch64_be): {ONLY}")
+        if hdr.e_machine == EM_AARCH64 and elf.elfclass != 64:
+            raise _err(name, f"ILP32 AArch64 object (ELF32): {ONLY}")
         if elf.elfclass != 64 or not elf.little_endian:
-            raise _err(name, "not a 64-bit little-endian ELF file (only x86-64 objects can be split)")
-        if hdr.e_machine != "EM_X86_64":
-            raise _err(name, f"foreign architecture {hdr.e_machine} (only x86-64 objects can be split)")
+            raise _err(name, f"not a 64-bit little-endian ELF file ({ONLY})")
+        if hdr.e_machine not in MACHINES:
+            raise _err(name, f"foreign architecture {hdr.e_machine} ({ONLY})")
         if hdr.e_type != "ET_REL":
             raise _err(name, f"not a relocatable object (e_type {hdr.e_type}); split reads .o files and .a archives")
         if hdr.e_shoff + hdr.e_shnum * hdr.e_shentsize > len(raw) or hdr.e_shnum == 0:
@@ -130,7 +146,7 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
                 raise _err(name, f"section {i}: alignment {align} is not a power of two")
             sections.append(Section(i, shstr[nm:end].decode("utf-8", "surrogateescape"), t, flags, addr, link, info,
                                     max(1, align), entsize, size, b"" if nobits else raw[off:off + size]))
-        e_flags, osabi = hdr.e_flags, hdr.e_ident.EI_OSABI
+        e_flags, osabi, machine = hdr.e_flags, hdr.e_ident.EI_OSABI, hdr.e_machine
     except (ELFError, ValueError, KeyError, IndexError, EOFError) as e:
         raise _err(name, f"truncated or corrupt ELF ({e})") from None
     except Exception as e:  # construct's StreamError/ConstructError on short reads
@@ -146,7 +162,7 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
     if len(symtab) > 1:
         raise _err(name, "more than one symbol table")
     obj = ObjectFile(name, raw, sections, 0, np.zeros(1, SYM64), [""], e_flags=e_flags,
-                     osabi=0 if isinstance(osabi, str) else osabi)
+                     osabi=0 if isinstance(osabi, str) else osabi, machine=machine)
     if symtab:
         st = symtab[0]
         if st.size % SYM64.itemsize or st.link >= len(sections):
@@ -170,7 +186,7 @@ def read_object(raw: bytes, name: str) -> ObjectFile:
     _check_links(name, sections, len(obj.symbols))
     for s in sections:
         if s.sh_type == SHT["SHT_REL"]:
-            raise _err(name, f"{s.name}: SHT_REL relocations (x86-64 objects use RELA)")
+            raise _err(name, f"{s.name}: SHT_REL relocations (x86-64 and AArch64 objects use RELA)")
         if s.sh_type != SHT["SHT_RELA"]:
             continue
         if s.size % RELA64.itemsize or s.info >= len(sections) or s.info == 0:

@@ -17,6 +17,7 @@ import numpy as np
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.enums import ENUM_E_TYPE, ENUM_ST_INFO_BIND, ENUM_SH_TYPE_BASE
 
+from elflayout import arch
 from elflayout.layouts import EHDR64, SHDR64, SYM64, align_up
 from elflayout.split import dwarf_write
 from elflayout.split.extents import SPLIT_PREFIX, STT
@@ -68,8 +69,27 @@ def write(plan: Plan) -> bytes:
     # 4. Symbols: section indexes and values relative to their group.
     symbols = _renumbered_symbols(obj, splits, starts, rows, new_index, group_index)
     # 5. Section contents and headers.
+    replaced |= _cleared_fields(splits)
     outs = _section_outputs(obj, splits, order, new_index, group_index, symbols, nlocal, relas, mp, replaced)
     return _layout(obj, outs)
+
+
+def _cleared_fields(splits: dict) -> dict[int, bytes]:
+    """Split AArch64 sections whose new relocations' instruction fields are cleared, as
+    an assembler leaves them: linkers may OR the value into the field (RELA addends are
+    explicit, the field's old bits would corrupt it)."""
+    out = {}
+    for t, sp in splits.items():
+        data = None
+        for nr in sp.new_relocs:
+            if not nr.rtype or _group_of(sp, sp.unit_at(nr.field)) == _group_of(sp, nr.target_unit):
+                continue
+            data = bytearray(sp.sec.data) if data is None else data
+            w = int.from_bytes(data[nr.field:nr.field + 4], "little") & ~arch.AARCH64_OBJECT[nr.rtype].mask
+            data[nr.field:nr.field + 4] = (w & 0xFFFFFFFF).to_bytes(4, "little")
+        if data is not None:
+            out[t] = bytes(data)
+    return out
 
 
 def _section_order(obj, splits: dict, relas: dict) -> tuple[list[tuple], dict[int, int], dict[tuple[int, int], int]]:
@@ -157,7 +177,7 @@ def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, gro
         gname = SPLIT_PREFIX[s.name] + sp.units[a].name
         if item[0] == "group":
             outs.append(_Out(gname, s.sh_type, s.flags, 0, 0, _align_of(s.align, start), s.entsize,
-                             b"" if s.nobits else s.data[start:end], end - start))
+                             b"" if s.nobits else replaced.get(s.index, s.data)[start:end], end - start))
         else:
             rflags = secs[obj.rela_of[s.index]].flags if s.index in obj.rela_of else SH_FLAGS.SHF_INFO_LINK
             data = relas[(s.index, item[2])].tobytes()
@@ -258,7 +278,7 @@ def _relocations(plan: Plan, splits: dict[int, SectionPlan], starts: dict, mp: n
             if gs == gt:
                 continue
             add = nr.addend_in_unit + sp.units[nr.target_unit].start - starts[t][gt]
-            info = (grp_sym[(t, gt)] << 32) | R["R_X86_64_PC32"]
+            info = (grp_sym[(t, gt)] << 32) | (nr.rtype or R["R_X86_64_PC32"])
             extra.append((gs, nr.field - starts[t][gs], info, add))
         for g in range(len(sp.groups)):
             mine = [(o, i, a) for gs, o, i, a in extra if gs == g]
