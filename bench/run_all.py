@@ -152,10 +152,24 @@ BENCHES = [
           "The default path on a library it was not tuned on: libzstd from Debian's source, built by its own "
           "CMake with lld; unordered vs `elflayout link` (no flag) vs the best recipe, one session (pages read)",
           RA_SET, markdown=True),
+    Bench("split_debug", "bench_split_debug.py", ("--runs", "3"),
+          "A library built with -g through split: libzstd from Debian's source, its own Makefile with "
+          "CFLAGS=\"-g -O2\" (gcc 12, DWARF 5), unordered vs split + profile + `elflayout link` with lld, one "
+          "session (pages read), and a gdb breakpoint by line on the ordered library", RA_SET, markdown=True),
+    Bench("realbuild_lto", "bench_realbuild_lto.py", ("--runs", "3"),
+          "A real build with debug info and ThinLTO: libzstd from Debian's source, its own CMake at RelWithDebInfo, "
+          "clang-22 -g -flto=thin + lld-22: unordered vs the tutorial's LTO route (profile --map of the LTO link, "
+          "elflayout link with and without --move-symtab) vs a profile of the build without LTO (link's exit "
+          "status, share of the gain kept), gdb breakpoint by line on the ordered library (pages read; two "
+          "CMake builds and five LTO links the first time, about 20 min)", RA_SET, markdown=True),
     Bench("cxx", "bench_cxx.py", ("--runs", "3"),
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",
           RA_SET, markdown=True),
+    Bench("cxx_nostdlib", "bench_cxx.py", ("--setup", "nostdlib-pic", "--runs", "3"),
+          "libstdc++.so.6 linked as a new user links it (g++ -shared -nostdlib, crt files, version script, as "
+          "libstdc++'s own build) and profiled without --map (regex/locale/sstream/map workload): pages read "
+          "unordered vs `elflayout link` with lld, gold and GNU ld side by side", RA_SET, markdown=True),
     Bench("split_crypto", "bench_split_crypto.py", ("--runs", "3"),
           "A second archive through split, profile, order, link: OpenSSL's libcrypto.so.3 from libcrypto.a, "
           "`openssl dgst -sha256`: Debian's library, default relink, object order, split + function order "

@@ -15,11 +15,11 @@ N_FUNCS = 1500  # 36 KB of .dynsym: the hot symbols spread over all its pages wh
 CALLED = (7, 123, 250, 777, 1024, 1499)
 
 
-def _build(tmp_path, hash_style="gnu") -> dict:
+def _build(tmp_path, hash_style="gnu", n_funcs=N_FUNCS) -> dict:
     if not shutil.which("ld.lld"):
         pytest.skip("lld not installed")
     src = tmp_path / "lib.c"
-    src.write_text("".join(f"int f{i}(int x) {{ return x + {i}; }}\n" for i in range(N_FUNCS))
+    src.write_text("".join(f"int f{i}(int x) {{ return x + {i}; }}\n" for i in range(n_funcs))
                    + "int (*table[])(int) = {" + ", ".join(f"f{i}" for i in range(0, N_FUNCS, 300)) + "};\n"
                    + "static int cells[300];\nint *rel[] = {" + ", ".join(f"cells + {i}" for i in range(300)) + "};\n"
                    + "int v1(void) { return 1; }\nint v2(void) { return 2; }\n"
@@ -160,3 +160,40 @@ def test_link_order_dynsym(tmp_path):
         spans[name] = pos[-1] - pos[0]
         assert ("dynsym order: on" in r.stderr) == bool(opts)
     assert spans["ordered"] < spans["plain"] // 4
+
+
+@pytest.mark.slow
+def test_reshaped_table_trades_bloom_words_for_buckets(tmp_path):
+    """With fewer symbols a bucket the runs holding looked-up symbols hold fewer others: the
+    bloom filter halves (the section keeps its size) while it keeps 8 bits a symbol, and
+    every name is still found; the linker's shape stays on request. One symbol in five
+    looked up, as on libLLVM-16."""
+    b = _build(tmp_path, n_funcs=22000)  # lld: 8,192 bloom words, 24 bits a symbol
+    names = [f"f{i}" for i in range(0, 22000, 5)] + dynstr.read_names(b["lib"], [b["exe"]])[0]
+    d = tmp_path / "reshaped"
+    d.mkdir()
+    shutil.copy(b["exe"], d / "main")
+    st = reorder(b["lib"], d / "libd.so", names)
+    (old_b, new_b), (old_w, new_w) = st["buckets"], st["bloom_words"]
+    assert new_w < old_w and new_b == old_b + (old_w - new_w) * 2
+    assert new_w * 64 >= 8 * st["hashed"]
+    assert subprocess.run([str(d / "main")], capture_output=True, text=True, check=True).stdout == b["output"]
+    kept = reorder(b["lib"], tmp_path / "kept.so", names, reshape=False)
+    assert kept["buckets"] == [old_b, old_b] and kept["bloom_words"] == [old_w, old_w]
+    with ElfImage(d / "libd.so") as img, ElfImage(tmp_path / "kept.so") as img2:
+        assert img.section(".gnu.hash").size == img2.section(".gnu.hash").size
+
+
+def test_verify_catches_a_bloom_filter_that_hides_a_symbol(tmp_path):
+    b = _build(tmp_path)
+    out = tmp_path / "o.so"
+    reorder(b["lib"], out, ["f7"])
+    with ElfImage(out) as img:
+        t = Tables(img)
+        lo, hi = t.bloom_at, t.bucket_at
+    data = bytearray(out.read_bytes())
+    data[lo:hi] = bytes(hi - lo)
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="finds another symbol"):
+        verify(b["lib"], bad)

@@ -197,6 +197,40 @@ def test_address_of_a_static_object_may_be_an_anchor(tmp_path):
     assert any("anchor" in g.reason for g in data.glued), data.glued
 
 
+TWO_PAIRS = """
+    .text
+    .globl f
+    .type f,%function
+f:  adrp x0, o1
+    ldr w1, [x0, :lo12:o1]
+    cbz w1, 1f
+    adrp x0, o3
+{entry}
+    ldr w2, [x0, :lo12:o3]
+1:  ret
+    .size f, .-f
+    .data
+    .type o1,%object
+o1: .quad 1
+    .size o1, 8
+    .type o2,%object
+o2: .quad 2
+    .size o2, 8
+    .type o3,%object
+o3: .quad 3
+    .size o3, 8
+"""
+
+
+@pytest.mark.parametrize("entry,sections", [("", 3), ("2:  cbnz w2, 2b", 1)])
+def test_each_low_part_paired_with_the_adrp_before_it(tmp_path, entry, sections):
+    # one register, two pairs: each :lo12: is fed by the adrp just before it, so o1, o2
+    # and o3 part; a branch into the stretch between them (2:) makes that unprovable
+    obj, rep = _split(_asm(tmp_path, TWO_PAIRS.format(entry=entry)))
+    data = next(s for s in rep.sections if s.name == ".data")
+    assert data.units == 3 and data.sections == sections, data
+
+
 @pytest.mark.parametrize("flags,message", [(["-EB"], "big-endian AArch64"), (["-mabi=ilp32"], "ILP32 AArch64")])
 def test_big_endian_and_ilp32_refused(tmp_path, flags, message):
     o = _asm(tmp_path, _two("bl b"), *flags)

@@ -21,6 +21,8 @@ from elflayout.split.reader import read_object
 DATA = Path(__file__).parent / "data" / "split_dwarf"
 CALLS = DATA / "calls.c"          # static functions, inlining, lexical blocks, a jump table
 VERIFIED = DATA / "verified.c"    # one llvm-dwarfdump-16 --verify finishes on (it loops on calls.c's)
+SINGLE = DATA / "single.c"        # no main: all code in .text, the unit one low_pc/high_pc range
+DRIVER = "int f3(int); int main(int c, char **v) { (void)v; return f3(c) > 1000; }\n"
 REORDER = ["main", "f2", "f4", "f1", "f3"]
 
 
@@ -127,13 +129,99 @@ def test_check_compares_line_tables(tmp_path):
     assert r.stdout.count("addresses' file:line, DWARF verified") == 3, r.stdout
 
 
+def _link_single(tmp: Path, o: Path, name: str, order: list[str] | None = None) -> Path:
+    """``o`` (from SINGLE) linked with a driver compiled without -g."""
+    drv = tmp / "drv.c"
+    drv.write_text(DRIVER)
+    d = tmp / "drv.o"
+    subprocess.run(["gcc", "-O2", "-c", drv, "-o", d], check=True)
+    exe = tmp / name
+    flags = []
+    if order:
+        need_tool("ld.lld")
+        f = tmp / f"{name}.order"
+        f.write_text("\n".join(order) + "\n")
+        flags = ["-fuse-ld=lld", f"-Wl,--symbol-ordering-file={f}"]
+    subprocess.run(["gcc", *flags, "-o", exe, o, d], check=True)
+    return exe
+
+
+def test_single_range_unit_gets_a_range_list(tmp_path):
+    """Was: .text kept whole (".debug_info describes it as one range"). The unit DIE now
+    has DW_AT_ranges over the new sections, in the same bytes."""
+    o = _cc(tmp_path, SINGLE)
+    s = _split(tmp_path, o)
+    names = {x.name for x in read_object(s.read_bytes(), "x").sections}
+    assert {".text.h1", ".text.f1", ".text.h2", ".text.f2", ".text.f3"} <= names, names
+    info = subprocess.run(["readelf", "--debug-dump=info", s], capture_output=True, text=True, check=True).stdout
+    unit = info.split("DW_TAG_compile_unit")[1].split("Abbrev Number")[0]
+    assert "DW_AT_ranges" in unit and "DW_AT_high_pc" not in unit, unit
+    ranges = subprocess.run(["readelf", "-r", s], capture_output=True, text=True, check=True).stdout
+    block = ranges.split(".rela.debug_rnglists")[1].split("Relocation section")[0]
+    assert all(f".text.{f} + 0" in block for f in ("h1", "f1", "f2", "f3")), block
+
+
+REORDER_SINGLE = ["f3", "h2", "h1", "f2", "f1"]
+
+
+def test_single_range_unit_lines_locations_and_verify(tmp_path):
+    """Line table, location lists and llvm-dwarfdump --verify of the original-order and a
+    reordered link, against the unsplit link (the header's function comes first, file 1)."""
+    need_tool("addr2line")
+    need_tool("llvm-dwarfdump-16")
+    o = _cc(tmp_path, SINGLE)
+    s = _split(tmp_path, o)
+    orig = _link_single(tmp_path, o, "orig")
+    assert debugcheck.verify(orig) is None
+    for exe in (_link_single(tmp_path, s, "same"), _link_single(tmp_path, s, "moved", REORDER_SINGLE)):
+        n, diffs = debugcheck.compare_lines(orig, exe)
+        assert n > 200 and diffs == [], (exe.name, diffs)
+        n, diffs = debugcheck.compare_locations(orig, exe)
+        assert n >= 10 and diffs == [], (exe.name, diffs)
+        assert debugcheck.verify(exe) is None, exe.name
+    moved = _starts(tmp_path / "moved")
+    assert moved.index("f3") < moved.index("h1") < moved.index("f2") < moved.index("f1"), moved
+
+
+def test_location_comparison_sees_lists_left_from_the_unit_base(tmp_path, monkeypatch):
+    """The comparison itself: location lists kept as offsets from the unit's old base
+    (now 0) describe no function's bytes any more, and are reported."""
+    from elflayout.split import dwarf_write
+    monkeypatch.setattr(dwarf_write, "_loclists", lambda c, out: {})
+    o = _cc(tmp_path, SINGLE)
+    s = _split(tmp_path, o)
+    n, diffs = debugcheck.compare_locations(_link_single(tmp_path, o, "orig"), _link_single(tmp_path, s, "moved"))
+    assert n >= 10 and diffs and "only in the original" in diffs[0], diffs
+
+
+def test_gdb_breakpoint_by_line_in_reordered_single_range_link(tmp_path):
+    need_tool("gdb")
+    s = _split(tmp_path, _cc(tmp_path, SINGLE))
+    exe = _link_single(tmp_path, s, "moved", REORDER_SINGLE)
+    moved = _starts(exe)
+    assert moved.index("f3") < moved.index("f2") < moved.index("f1"), moved
+    line = next(k for k, t in enumerate(SINGLE.read_text().splitlines(), 1) if t.lstrip().startswith("switch"))
+    r = subprocess.run(["gdb", "-nx", "-batch", "-ex", f"break {SINGLE.name}:{line}", "-ex", "run", "-ex", "bt",
+                        "-ex", "up", "-ex", "print argc", "--args", exe, "x", "y"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert re.search(rf"Breakpoint 1, f2 \(k=k@entry=3\) at \S*{SINGLE.name}:{line}\n", r.stdout), r.stdout + r.stderr
+    assert " in f3 (argc=3)" in r.stdout and "$1 = 3" in r.stdout, r.stdout
+
+
+def test_check_single_range_unit(tmp_path):
+    need_tool("ld.lld")
+    o = _cc(tmp_path, SINGLE)
+    r = run_cli("split", o, "-o", tmp_path / "out", "--check", check=0)
+    assert ": split: " in r.stdout and r.stdout.count("addresses' file:line, DWARF verified") == 3, r.stdout
+
+
 @pytest.mark.parametrize("flags,why", [
     (("-gdwarf-4",), "DWARF version 4"),
-    ((), "describes it as one range"),
+    ((), "cannot become a range list: no .debug_rnglists"),
 ])
 def test_shapes_not_rewritten_stay_whole(tmp_path, flags, why):
-    """DWARF 4, and a unit whose only code section is .text (its lists and line table
-    are offsets from the unit's base): refused per section, with the reason."""
+    """DWARF 4, and a unit whose only code section is .text but which has no range list
+    section to hold its ranges: refused per section, with the reason."""
     src = tmp_path / "one.c"
     src.write_text("int a(int x) { return x + 1; }\nint b(int x) { return a(x) * 2; }\n")
     o = _cc(tmp_path, src, *flags)
@@ -149,9 +237,10 @@ def test_tools_present_for_check():
 @pytest.mark.slow
 @pytest.mark.download
 def test_libzstd_built_with_g_splits_and_checks(tmp_path):
-    """Debian's libzstd compiled -g -O2 by its own Makefile: the objects whose units span
-    .text and .text.unlikely split (their line programs set the address again after
-    alignment padding), and --check's line tables agree in all three orders."""
+    """Debian's libzstd compiled -g -O2 by its own Makefile: 31 of its 33 objects split
+    (was 6: only units spanning .text and .text.unlikely; error_private.o has one function,
+    huf_decompress_amd64.o is assembly), and --check's line tables and location lists
+    agree in all three orders."""
     need_tool("ld.lld")
     need_tool("addr2line")
     import zstd_testlib
@@ -159,15 +248,18 @@ def test_libzstd_built_with_g_splits_and_checks(tmp_path):
     r = run_cli("split", *objs, "-o", tmp_path / "out", "--check", "--linker", "lld", check=0)
     split = [ln for ln in r.stdout.splitlines() if "zstd_compress.o -> " in ln or "zstd_v07.o -> " in ln]
     assert len(split) == 2 and all(": split: " in ln for ln in split), r.stdout
+    assert sum(": split: " in ln for ln in r.stdout.splitlines() if " -> " in ln) == 31, r.stdout
     counts = re.findall(r"([\d,]+) addresses' file:line", r.stdout)
     assert len(counts) == 3 and int(counts[0].replace(",", "")) > 100_000, r.stdout
     assert r.stdout.count(", DWARF ") == 3 and "DWARF fails" not in r.stdout, r.stdout
 
 
-@pytest.mark.parametrize("name", [".debug_line", ".debug_rnglists", ".debug_loclists", ".debug_aranges"])
-def test_damaged_debug_section_keeps_code_whole(tmp_path, name):
+@pytest.mark.parametrize("src", [CALLS, SINGLE])
+@pytest.mark.parametrize("name", [".debug_line", ".debug_rnglists", ".debug_loclists", ".debug_aranges",
+                                  ".debug_abbrev"])
+def test_damaged_debug_section_keeps_code_whole(tmp_path, name, src):
     """A debug section overwritten with 0xff bytes: the code stays whole with the reason, no crash."""
-    o = _cc(tmp_path, CALLS)
+    o = _cc(tmp_path, src)
     obj = read_object(o.read_bytes(), o.name)
     sec = next(s for s in obj.sections if s.name == name)
     off = obj.raw.index(sec.data)

@@ -13,8 +13,10 @@ bucket holds the index of its first symbol, the entry whose low bit is set ends 
 undefined symbols, not hashed, come before ``symoffset``. Runs may come in any order and
 the symbols inside a run in any order (the walk compares each entry's hash, then name and
 version), but for an unversioned lookup ld.so keeps the first of several same-name
-definitions, so same-name entries keep their relative order. The bloom filter depends on
-the set of hashes only and stays as it is.
+definitions, so same-name entries keep their relative order. The bucket count is ours to
+choose too: linkers size it at four symbols a bucket, so most runs holding a looked-up
+symbol hold three others; in the same bytes, a bloom filter of half as many words (lld
+gives 12 to 24 bits a symbol) pays for more buckets and shorter runs.
 
 Citation: glibc ``elf/dl-lookup.c`` (``do_lookup_x``: bloom word, bucket, chain walk,
 ``check_match``), ``elf/dl-setup_hash.c``; the GNU hash section as lld's
@@ -26,11 +28,15 @@ Steps:
 2. Hot names: the names ld.so reads (``order.dynstr.read_names``). A run is hot if one of
    its symbols has a hot name. Hot runs first, in the order of their first hot name; inside
    one, the hot-named symbols first; then the other runs in their own order.
-3. Permute the ``.dynsym`` and ``.gnu.version`` records, rewrite buckets and chain, map
-   the symbol index of every relocation table linked to ``.dynsym``. Sizes and every other
-   byte stay.
-4. ``verify``: every record and relocation the same but for the symbol index, which names
-   the same record; a GNU hash lookup of every hashed name finds the same record.
+3. ``shape``: halve the bloom filter (up to three times, never below MIN_BLOOM_BITS bits a
+   symbol) for buckets when the modelled pages read go down; the runs of step 2 are then
+   those of the new bucket count.
+4. Permute the ``.dynsym`` and ``.gnu.version`` records, write the header, bloom filter,
+   buckets and chain, map the symbol index of every relocation table linked to
+   ``.dynsym``. Section sizes and every other byte stay.
+5. ``verify``: every record and relocation the same but for the symbol index, which names
+   the same record; a GNU hash lookup (bloom filter included) of every hashed name finds
+   the same record.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elflayout.elfcore import ElfImage
+from elflayout.elfcore import PAGE, ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import rewrite_in_place, write_proved
 from elflayout.layouts import DT_HASH, DT_JMPREL, DT_PLTRELSZ, DT_REL, DT_RELA, DT_RELASZ, DT_RELSZ, SHF_ALLOC
@@ -47,6 +53,7 @@ from elflayout.layouts import DT_HASH, DT_JMPREL, DT_PLTRELSZ, DT_REL, DT_RELA, 
 GNU_HASH_HEADER = 16  # nbuckets, symoffset, bloom words, bloom shift (4 bytes each)
 CHAIN_END = 1  # low bit of a chain word: last symbol of its bucket's run
 RELOC_TYPES = ("SHT_RELA", "SHT_REL")
+MIN_BLOOM_BITS = 8  # a hashed symbol sets 2 bits: at 8 bits each, 1 lookup in 20 of a name not defined passes
 _R_SYM_SHIFT = {64: 32, 32: 8}
 
 
@@ -146,12 +153,29 @@ class Tables:
         return None
 
 
-def plan(t: Tables, hot_names) -> np.ndarray:
-    """Step 2: the new order, ``perm[new index] = old index``."""
+def _rank(hot_names) -> dict:
     rank = {}
     for n in hot_names:
         rank.setdefault(n.encode() if isinstance(n, str) else n, len(rank))
-    runs = t.runs()
+    return rank
+
+
+def _runs(t: Tables, nbuckets: int) -> list[list[int]]:
+    """The hashed symbols grouped by bucket of an ``nbuckets`` table, each group in index
+    order (same-name entries share a hash, so they keep their order)."""
+    runs: dict[int, list[int]] = {}
+    for k, h in enumerate((t.hashes.astype(np.int64) % nbuckets).tolist()):
+        runs.setdefault(h, []).append(k + t.symoffset)
+    return list(runs.values())
+
+
+def plan(t: Tables, hot_names, nbuckets: int | None = None) -> np.ndarray:
+    """Step 2: the new order, ``perm[new index] = old index``, for a table of ``nbuckets``
+    buckets (default: the linker's)."""
+    rank = _rank(hot_names)
+    runs = t.runs()  # the linker's table, checked
+    if nbuckets not in (None, t.nbuckets):
+        runs = _runs(t, nbuckets)
     hot, cold = [], []
     for run in runs:
         r = [rank[t.names[i]] for i in run if t.names[i] in rank]
@@ -165,18 +189,58 @@ def plan(t: Tables, hot_names) -> np.ndarray:
     return np.array(order, dtype=np.int64)
 
 
-def _write_hash(t: Tables, out: bytearray, perm: np.ndarray) -> None:
+def shape(t: Tables, hot_names) -> tuple[int, int]:
+    """(bloom words, buckets) of the rewritten table, in the linker's bytes: the bloom
+    filter halved (at most three times) trades for buckets (fewer symbols a bucket, so
+    fewer cold symbols in the runs read) when the modelled pages of the runs read, their
+    chain words, the buckets and the bloom filter (each read whole at start-up) go down;
+    never below MIN_BLOOM_BITS bits a hashed symbol."""
+    word = t.img.wordsize
+    rank = _rank(hot_names)
+    hashed = t.n - t.symoffset
+    es = t.records.shape[1]
+
+    def pages(n: int) -> int:
+        return -(-n // PAGE)
+
+    best = None
+    for k in range(4):
+        mw = t.maskwords >> k
+        if mw < 1 or (mw << k) != t.maskwords or mw * word * 8 < MIN_BLOOM_BITS * hashed:
+            break
+        nb = t.nbuckets + (t.maskwords - mw) * word // 4
+        region = sum(len(r) for r in _runs(t, nb) if any(t.names[i] in rank for i in r))
+        cost = pages((t.symoffset + region) * es) + pages(4 * region) + pages(4 * nb) + pages(mw * word)
+        if best is None or cost < best[0]:
+            best = (cost, mw, nb)
+    return (best[1], best[2]) if best else (t.maskwords, t.nbuckets)
+
+
+def _write_hash(t: Tables, out: bytearray, perm: np.ndarray, maskwords: int, nbuckets: int) -> None:
+    """Header, bloom filter, buckets and chain of the reordered table, in the section's bytes."""
+    word = t.img.wordsize
     h = t.hashes[perm[t.symoffset:] - t.symoffset]
-    bucket = (h.astype(np.int64) % t.nbuckets)
+    bits = word * 8
+    bloom = np.zeros(maskwords, dtype=np.uint64)
+    h64 = h.astype(np.uint64)
+    idx = ((h64 // np.uint64(bits)) % np.uint64(maskwords)).astype(np.int64)
+    mask = (np.uint64(1) << (h64 % np.uint64(bits))) | (np.uint64(1) << ((h64 >> np.uint64(t.shift)) % np.uint64(bits)))
+    np.bitwise_or.at(bloom, idx, mask)
+    bucket = (h.astype(np.int64) % nbuckets)
     last = np.ones(len(h), dtype=bool)
     last[:-1] = bucket[:-1] != bucket[1:]
     chain = (h & ~np.uint32(CHAIN_END)) | last.astype(np.uint32)
-    buckets = np.zeros(t.nbuckets, dtype=np.uint32)
+    buckets = np.zeros(nbuckets, dtype=np.uint32)
     first = np.ones(len(h), dtype=bool)
     first[1:] = last[:-1]
     buckets[bucket[first]] = np.flatnonzero(first) + t.symoffset
-    out[t.bucket_at:t.bucket_at + 4 * t.nbuckets] = buckets.astype(t.bo + "u4").tobytes()
-    out[t.chain_at:t.chain_at + 4 * len(chain)] = chain.astype(t.bo + "u4").tobytes()
+    parts = [np.array([nbuckets, t.symoffset, maskwords, t.shift], dtype=t.bo + "u4").tobytes(),
+             bloom.astype(t.bo + ("u8" if word == 8 else "u4")).tobytes(),
+             buckets.astype(t.bo + "u4").tobytes(), chain.astype(t.bo + "u4").tobytes()]
+    table = b"".join(parts)
+    if len(table) != t.chain_at + 4 * len(t.chain) - t.gh.offset:
+        raise RuntimeError(f"{t.img.path}: the rewritten .gnu.hash would change size")
+    out[t.gh.offset:t.gh.offset + len(table)] = table
 
 
 def _write_relocs(t: Tables, out: bytearray, new_of_old: np.ndarray) -> int:
@@ -200,32 +264,35 @@ def _write_relocs(t: Tables, out: bytearray, new_of_old: np.ndarray) -> int:
     return changed
 
 
-def reorder(src: str | Path, dst: str | Path, hot_names) -> dict:
-    """Write SRC to DST with its hot dynamic symbols first (steps 1–3), proved by ``verify``."""
+def reorder(src: str | Path, dst: str | Path, hot_names, reshape: bool = True) -> dict:
+    """Write SRC to DST with its hot dynamic symbols first (steps 1–4), proved by ``verify``;
+    ``reshape``: bloom words and buckets as ``shape`` chooses (else the linker's)."""
     with ElfImage(src) as img:
         t = Tables(img)
-        perm = plan(t, hot_names)
+        maskwords, nbuckets = shape(t, hot_names) if reshape else (t.maskwords, t.nbuckets)
+        perm = plan(t, hot_names, nbuckets)
         new_of_old = np.empty(t.n, dtype=np.int64)
         new_of_old[perm] = np.arange(t.n)
         out = bytearray(img.mm)
         out[t.sym.offset:t.sym.offset + t.records.size] = t.records[perm].tobytes()
         if t.versym is not None:
             out[t.ver.offset:t.ver.offset + 2 * t.n] = t.versym[perm].tobytes()
-        _write_hash(t, out, perm)
+        _write_hash(t, out, perm, maskwords, nbuckets)
         changed = _write_relocs(t, out, new_of_old)
         want = {n.encode() if isinstance(n, str) else n for n in hot_names}
         hot = sum(1 for i in range(t.symoffset, t.n) if t.names[perm[i]] in want)
         moved = int((perm != np.arange(t.n)).sum())
     write_proved(src, dst, bytes(out), verify)
-    return {"symbols": t.n, "hashed": t.n - t.symoffset, "hot": hot, "moved": moved, "relocations_changed": changed}
+    return {"symbols": t.n, "hashed": t.n - t.symoffset, "hot": hot, "moved": moved, "relocations_changed": changed,
+            "buckets": [t.nbuckets, nbuckets], "bloom_words": [t.maskwords, maskwords]}
 
 
 def verify(src: str | Path, dst: str | Path) -> None:
-    """Step 4. A difference is our bug (RuntimeError: exit 3), never a kept output."""
+    """Step 5. A difference is our bug (RuntimeError: exit 3), never a kept output."""
     with ElfImage(src) as a_img, ElfImage(dst) as b_img:
         a, b = Tables(a_img), Tables(b_img)
-        if a_img.size != b_img.size or (a.n, a.symoffset, a.nbuckets, a.maskwords, a.shift) != \
-                (b.n, b.symoffset, b.nbuckets, b.maskwords, b.shift):
+        if a_img.size != b_img.size or (a.n, a.symoffset, a.shift, a.chain_at + 4 * len(a.chain)) != \
+                (b.n, b.symoffset, b.shift, b.chain_at + 4 * len(b.chain)) or b.maskwords & (b.maskwords - 1):
             raise RuntimeError(f"{dst}: dynamic-symbol order changed the file's size or the hash table's shape")
         key_a = {a.records[i].tobytes() + (b"" if a.versym is None else a.versym[i].tobytes()): i for i in range(a.n)}
         new_of_old = np.full(a.n, -1, dtype=np.int64)
@@ -248,7 +315,7 @@ def verify(src: str | Path, dst: str | Path) -> None:
 def _verify_rest(a: Tables, b: Tables, new_of_old: np.ndarray, dst) -> None:
     """Every byte outside the tables equal; relocations equal but for the mapped symbol."""
     ma, mb = a.img.mm, b.img.mm
-    spans = sorted([(a.sym.offset, a.sym.offset + a.sym.size), (a.bucket_at, a.chain_at + 4 * len(a.chain))]
+    spans = sorted([(a.sym.offset, a.sym.offset + a.sym.size), (a.gh.offset, a.chain_at + 4 * len(a.chain))]
                    + ([(a.ver.offset, a.ver.offset + a.ver.size)] if a.ver is not None else []))
     relocs = a.reloc_sections()
     spans += [(s.offset, s.offset + s.size) for s in relocs]

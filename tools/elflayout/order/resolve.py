@@ -238,7 +238,8 @@ def universe_from_linkmap(path, image=None) -> Universe:
         if not sec.startswith(".text") and not symbol_of_section(sec):
             u.section_symbols.setdefault(sec, []).append(sname)
     # a -ffunction-sections section names its function even when the map lists no
-    # symbol in it (gold and GNU ld list globals only)
+    # symbol in it (gold and GNU ld list globals only, gold demangled)
+    own = {(sec[6:], objs[k]) for k, sec in enumerate(names) if sec.startswith(".text.")}
     for k in np.flatnonzero(~has_sym).tolist():
         sec = names[k]
         if sec.startswith(".text.") and len(sec) > 6:
@@ -247,6 +248,8 @@ def universe_from_linkmap(path, image=None) -> Universe:
                 if fn.startswith(pre):
                     fn = fn[len(pre):]
                     break
+            if fn != sec[6:] and (fn, objs[k]) in own:
+                continue  # .text.unlikely.NAME beside .text.NAME: NAME's cold part (NAME.cold), not NAME
             u.symbols.setdefault(fn, []).append((sec, objs[k]))
     ok = np.flatnonzero(lm.offset >= 0)
     u.extents = np.zeros(len(ok), dtype=[("offset", "<i8"), ("size", "<i8")])

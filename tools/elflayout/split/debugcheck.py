@@ -1,7 +1,8 @@
 """Debug information of a split link against the original link: every address of
 every function maps to the same file:line (relative to the function's start, so any
-order compares), and ``llvm-dwarfdump --verify`` finds no error the original link
-does not have.
+order compares), every location list entry describes the same bytes of the same
+function, and ``llvm-dwarfdump --verify`` finds no error the original link does not
+have.
 
 Line mapping is read with ``addr2line`` (binutils, what gdb's users see), every byte
 of every uniquely named function; the verifier runs with a time limit because some
@@ -11,6 +12,9 @@ and nothing is claimed).
 
 from __future__ import annotations
 
+import bisect
+import functools
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -67,6 +71,57 @@ def compare_lines(original: Path, other: Path) -> tuple[int, list[str]]:
     return count, diffs
 
 
+def _locations(path: Path) -> Counter:
+    """Location list entries as (variable, function, start and end offset in it,
+    expression with addresses blanked), counted (the original link's read once)."""
+    st = path.stat()
+    return _locations_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+ENTRY = re.compile(r"\[(0x[0-9a-f]+), (0x[0-9a-f]+)\): (.*)")
+
+
+@functools.lru_cache(maxsize=4)
+def _locations_of(name: str, _size: int, _mtime: int) -> Counter:
+    """(Read from ``llvm-dwarfdump --debug-info``: it resolves every list form.)"""
+    tool = next((t for t in VERIFIERS if shutil.which(t)), None)
+    out: Counter = Counter()
+    if tool is None:
+        return out
+    funcs = sorted((a, z, n) for n, (a, z) in _functions(Path(name)).items())
+    starts = [a for a, _, _ in funcs]
+    text = subprocess.run([tool, "--debug-info", name], capture_output=True, text=True, check=True).stdout
+    var, in_list = "?", False
+    for line in text.splitlines():
+        t = line.strip()
+        if in_list and (m := ENTRY.match(t)):
+            lo, hi, expr = int(m[1], 16), int(m[2], 16), m[3]
+            if expr.count(")") > expr.count("("):
+                expr = expr[:-1]
+            k = bisect.bisect_right(starts, lo) - 1
+            if k >= 0 and lo < funcs[k][0] + max(funcs[k][1], 1):
+                out[(var, funcs[k][2], lo - funcs[k][0], hi - funcs[k][0], re.sub(r"DW_OP_addr 0x\w+", "DW_OP_addr",
+                                                                                  expr))] += 1
+            continue
+        in_list = False
+        if "DW_TAG_" in t:
+            var = "?"
+        elif t.startswith(("DW_AT_name", "DW_AT_abstract_origin")):
+            var = t.split('"')[1] if t.count('"') >= 2 else var
+        elif t.startswith("DW_AT_location") and re.match(r"DW_AT_location\s+\(0x[0-9a-f]+:", t):
+            in_list = True
+    return out
+
+
+def compare_locations(original: Path, other: Path) -> tuple[int, list[str]]:
+    """(location list entries compared, differences) of two links."""
+    a, b = _locations(original), _locations(other)
+    diffs = [f"location list: {k[0]} in {k[1]}+{k[2]:#x}..{k[3]:#x} "
+             f"{'only in the original' if a[k] > b[k] else 'only in the split link'}"
+             for k in sorted(set(a) | set(b), key=str) if a[k] != b[k]]
+    return sum(a.values()), diffs
+
+
 def verify(path: Path) -> str | None:
     """None when the verifier finds no error; else its first error line, or why it could not run."""
     tool = next((t for t in VERIFIERS if shutil.which(t)), None)
@@ -88,9 +143,19 @@ def compare(original: Path, other: Path) -> tuple[int, list[str], str | None]:
     if not has_lines(original):
         return 0, [], None
     count, diffs = compare_lines(original, other)
+    diffs += compare_locations(original, other)[1]
     if (why := verify(original)) is not None:
         return count, diffs[:SHOWN], f"not verified: the original link does not verify ({why})"
     if (why := verify(other)) is not None:
         diffs.append(f"debug information of the split link fails verification: {why}")
         return count, diffs[:SHOWN], "fails"
     return count, diffs[:SHOWN], "verified"
+
+
+def gdb_stop(argv: list[str], location: str, env: dict | None = None, timeout: float = 120) -> str | None:
+    """Run ``argv`` under gdb with a breakpoint at ``location`` (``file.c:LINE``; pending
+    until the library holding it loads): the ``Breakpoint 1, FUNCTION (...) at FILE:LINE``
+    line gdb prints when the program stops there, or None when it does not stop."""
+    r = subprocess.run(["gdb", "-nx", "-batch", "-ex", "set breakpoint pending on", "-ex", f"break {location}",
+                        "-ex", "run", "--args", *argv], capture_output=True, text=True, timeout=timeout, env=env)
+    return next((ln for ln in r.stdout.splitlines() if ln.startswith("Breakpoint 1, ")), None)

@@ -15,10 +15,13 @@ like any other. What no relocation follows, and how it is handled:
 - ``DW_AT_high_pc`` as a constant and location list entries: their range must stay in
   the new section of their start, else the units they cover are glued.
 
-Everything else is refused per section with the reason: a unit whose only range is
-``DW_AT_low_pc``/``DW_AT_high_pc`` over the split section (gcc's output for a unit
-with all code in ``.text``; its lists and line table are offsets from that base),
-DWARF versions other than 5, 64-bit DWARF, indexed forms (``DW_FORM_addrx``,
+- a unit whose only range is ``DW_AT_low_pc``/``DW_AT_high_pc`` over the split
+  section (gcc's output for a unit with all code in ``.text``): its unit DIE gets
+  ``DW_AT_ranges`` in the same bytes (``Unit``), its range and location list entries
+  that are offsets from the unit's base address become ``DW_RLE_start_length`` /
+  ``DW_LLE_start_length`` with a relocation (``dwarf_write``).
+
+Everything else is refused per section with the reason: DWARF versions other than 5, 64-bit DWARF, indexed forms (``DW_FORM_addrx``,
 ``DW_FORM_rnglistx``), and relocations from any other debug section.
 """
 
@@ -107,6 +110,22 @@ class Interval:
     end: int
     anchor: int     # offset of the relocated field the interval is relative to
     anchor_at: int  # offset in ``sec`` of that relocated address
+    unit: bool = False              # an offset pair from the unit's base address
+    entry: tuple[int, int] = (0, 0)  # list entry bytes up to its expression (kind, offsets)
+
+
+@dataclass
+class Unit:
+    """The unit DIE's ``DW_AT_low_pc``/``DW_AT_high_pc`` (offsets in ``.debug_info``) and
+    its abbreviation (code, table offset in ``.debug_abbrev``), to turn into
+    ``DW_AT_low_pc`` 0 and ``DW_AT_ranges`` of the same size."""
+
+    low: int
+    high: int
+    high_size: int
+    code: int
+    table: int
+    base: Reloc
 
 
 @dataclass
@@ -128,6 +147,12 @@ class Facts:
     high_pcs: list[tuple[Interval, str]] = field(default_factory=list)
     cu_ranges: list[Interval] = field(default_factory=list)       # low_pc/high_pc of a unit
     rnglists_last_table: int = -1                                 # offset of the last table's header
+    loclists_last_table: int = -1
+    loc_lists: dict[int, list[Interval]] = field(default_factory=dict)   # location lists by offset
+    loc_views: dict[int, int] = field(default_factory=dict)     # location list -> its views (gcc's)
+    unit: Unit | None = None        # the unit DIE whose one range may become a range list
+    unit_refused: str = ""          # why it cannot (the split section then stays whole)
+    base: Reloc | None = None       # the relocated DW_AT_low_pc of the (only) unit DIE
     cu_bases: list[int] = field(default_factory=list)              # section of each unit's base address
 
 
@@ -206,8 +231,14 @@ def _info(obj: ObjectFile, f: Facts, split: set[int]) -> None:
             low = top.attributes.get("DW_AT_low_pc")
             r = rel.get(low.offset) if low is not None else None
             f.cu_bases.append(r.sec if r is not None else -1)
+            f.base = r
+            same_code = 0
             for die in cu.iter_DIEs():
                 _die(f, rel, die, die.offset == top.offset, split)
+                same_code += die.abbrev_code == top.abbrev_code
+            _unit(obj, f, cu, top, r, same_code)
+        if len(f.cu_bases) > 1 and f.unit is not None:
+            f.unit, f.unit_refused = None, "the object holds several compile units"
     except Refused:
         raise
     except Exception as e:  # pyelftools' parse errors: damaged or unknown DWARF
@@ -230,6 +261,10 @@ def _die(f: Facts, rel: dict[int, Reloc], die, top: bool, split: set[int]) -> No
             elif target == ".debug_loclists" and a.name != "DW_AT_GNU_locviews":
                 # (location views are pairs of numbers before the list, no addresses)
                 f.loc_starts.add(r.addend)
+                views = at.get("DW_AT_GNU_locviews")
+                rv = rel.get(views.offset) if views is not None else None
+                if rv is not None and rv.sec == r.sec:
+                    f.loc_views[r.addend] = rv.addend
         if a.form == "DW_FORM_addr" and r is not None and r.sec in split and a.name == "DW_AT_high_pc":
             raise Refused("DW_AT_high_pc as an address (not rewritten by split)")
     low, high = at.get("DW_AT_low_pc"), at.get("DW_AT_high_pc")
@@ -247,6 +282,39 @@ def _die(f: Facts, rel: dict[int, Reloc], die, top: bool, split: set[int]) -> No
         f.high_pcs.append((iv, die.tag))
 
 
+HIGH_PC_SIZES = {"DW_FORM_data4": 4, "DW_FORM_data8": 8}
+
+
+def _unit(obj: ObjectFile, f: Facts, cu, top, base: Reloc | None, same_code: int) -> None:
+    """Whether the unit DIE's one range can become ``DW_AT_ranges`` (``f.unit``), else why not."""
+    at = top.attributes
+    low, high = at.get("DW_AT_low_pc"), at.get("DW_AT_high_pc")
+    if low is None or high is None or base is None or "DW_AT_ranges" in at:
+        return
+    why = ""
+    if low.form != "DW_FORM_addr" or high.form not in HIGH_PC_SIZES:
+        why = f"the unit's DW_AT_high_pc in {high.form}"
+    elif same_code != 1:
+        why = "the unit DIE's abbreviation is shared with other DIEs"
+    elif ".debug_rnglists" not in f.secs or section_symbol(obj, f.secs[".debug_rnglists"]) is None:
+        why = "no .debug_rnglists (with a section symbol) to hold the unit's range list"
+    elif ".debug_abbrev" not in f.secs or f.relocs[".debug_abbrev"]:
+        why = "no .debug_abbrev, or relocations in it"
+    elif any(r.sec == f.secs[".debug_abbrev"] and r.addend for rel in f.relocs.values() for r in rel.values()):
+        why = "a reference into .debug_abbrev past its first table"
+    if why:
+        f.unit_refused = why
+        return
+    f.unit = Unit(low.offset, high.offset, HIGH_PC_SIZES[high.form], top.abbrev_code, cu["debug_abbrev_offset"], base)
+
+
+def section_symbol(obj: ObjectFile, index: int) -> int | None:
+    """The STT_SECTION symbol of section ``index``."""
+    syms = obj.symbols
+    hit = ((syms["st_info"] & 0xF) == 3) & (syms["st_shndx"] == index)
+    return int(hit.argmax()) if hit.any() else None
+
+
 def _section_name(f: Facts, index: int) -> str:
     for n, i in f.secs.items():
         if i == index:
@@ -256,8 +324,11 @@ def _section_name(f: Facts, index: int) -> str:
 
 def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
     """Parse the range lists and location lists the DIEs refer to. Offset pairs from the
-    unit's base address are refused when that base is in a split section."""
-    unit_base = len(f.cu_bases) == 1 and f.cu_bases[0] not in split
+    unit's base address are refused when that base is in a split section and the unit
+    keeps it (no ``f.unit``)."""
+    unit_base = _unit_base(f, split)
+    if f.unit is not None:      # (its range list goes at the end of the last table)
+        f.rnglists_last_table = _tables(obj.sections[f.secs[".debug_rnglists"]].data, ".debug_rnglists")
     for name, kinds, starts in ((".debug_rnglists", RLE, sorted(f.rnglists)),
                                 (".debug_loclists", LLE, sorted(f.loc_starts))):
         if not starts:
@@ -274,6 +345,20 @@ def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
                 f.rnglists_last_table = last
             else:
                 f.locs += ivs
+                f.loc_lists[s] = ivs
+                f.loclists_last_table = last
+
+
+def _unit_base(f: Facts, split: set[int]):
+    """How offset pairs from the unit's base are read: the base's relocation (pairs become
+    intervals), True (no relocated base: ignored as before), False (refused)."""
+    if len(f.cu_bases) != 1:
+        return False
+    if f.cu_bases[0] == -1:
+        return True
+    if f.cu_bases[0] in split and f.unit is None:
+        return False
+    return f.base
 
 
 def _tables(data: bytes, name: str) -> int:
@@ -301,7 +386,7 @@ def _addr(data: bytes, p: int, rel: dict[int, Reloc], name: str) -> tuple[Reloc 
     return r, p + 8
 
 
-def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, unit_base: bool) -> list[Interval]:
+def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, unit_base) -> list[Interval]:
     """Intervals of the list at ``p``: bounded entries relative to their relocated anchor."""
     out: list[Interval] = []
     base: tuple[Reloc, int] | None = None
@@ -319,6 +404,9 @@ def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, un
             if base is not None:
                 r, field_at = base
                 out.append(Interval(r.sec, r.addend + a, r.addend + b, field_at, r.addend))
+            elif isinstance(unit_base, Reloc):
+                u = unit_base.addend
+                out.append(Interval(unit_base.sec, u + a, u + b, -1, u + a, True, (at, p)))
             elif not unit_base:
                 raise Refused(f"{name}+{at:#x}: offset pair relative to the unit's base address")
         elif k == kinds["base_address"]:

@@ -32,6 +32,9 @@ class Row:
     epilogue_begin: bool
     isa: int
     discriminator: int
+    # DW_LNS_set_file seen in the sequence: binutils (2.40) reads rows before it as file
+    # 0, not DWARF 5's initial 1, so a new sequence sets the file just where the original did
+    file_set: bool = False
 
 
 @dataclass
@@ -149,6 +152,7 @@ def _standard(data: bytes, op: int, p: int, st: Row, u: Unit, seq: Sequence, at:
         st.line += v
     elif op == SET_FILE:
         st.file, p = uleb(data, p)
+        st.file_set = True
     elif op == SET_COLUMN:
         st.column, p = uleb(data, p)
     elif op == NEGATE_STMT:
@@ -218,7 +222,7 @@ def encode(u: Unit, seq: Sequence, lo: int, hi: int) -> tuple[bytes, int, int] |
 def _state(st: Row, r: Row) -> bytes:
     """Opcodes taking the registers from ``st`` to row ``r``, then DW_LNS_copy."""
     out = bytearray()
-    if r.file != st.file:
+    if r.file != st.file or (r.file_set and not st.file_set):
         out += bytes([SET_FILE]) + enc_uleb(r.file)
     if r.column != st.column:
         out += bytes([SET_COLUMN]) + enc_uleb(r.column)

@@ -1,18 +1,22 @@
 """Rewrite the debug sections of a split object (see ``dwarf``): ``.debug_line``
 sequences per new section, ``.debug_aranges`` entries per new section, and range
 lists that now span several new sections appended as ``DW_RLE_start_length`` per
-piece. Everything else in ``.debug_*`` keeps its bytes; its relocations were retargeted
-with the code's.
+piece. A unit whose one ``DW_AT_low_pc``/``DW_AT_high_pc`` range covers a split
+section gets ``DW_AT_ranges`` instead, and its lists' offset pairs from the unit's
+base become entries with a relocated start. Everything else in ``.debug_*`` keeps its
+bytes; its relocations were retargeted with the code's.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
 
 from elflayout.split import dwarf_line
-from elflayout.split.dwarf import R_64, RLE, Facts, Interval, crosses, enc_uleb
+from elflayout.split.dwarf import section_symbol as dwarf_section_symbol
+from elflayout.split.dwarf import LLE, R_32, R_64, RLE, Facts, Interval, crosses, enc_uleb, uleb
 from elflayout.split.extents import STT
 from elflayout.split.reader import RELA64
 
@@ -67,14 +71,19 @@ def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int,
     """New contents of rewritten debug sections by index; ``relas`` is updated in place."""
     c = _Ctx(plan, splits, starts, relas, grp_sym, mp)
     c.facts = f = debug.facts
+    c.convert = f.unit is not None and f.unit.base.sec in splits
     out = {}
     line_moves = _line(c, debug.lines, out)
-    list_moves = _rnglists(c, out)
+    list_moves, unit_list = _rnglists(c, out)
+    loc_moves = _loclists(c, out) if c.convert else {}
     if ".debug_aranges" in f.secs:
         _aranges(c, out)
-    for name, moves in ((".debug_line", line_moves), (".debug_rnglists", list_moves)):
+    for name, moves in ((".debug_line", line_moves), (".debug_rnglists", list_moves),
+                        (".debug_loclists", loc_moves)):
         if moves:
             _patch_addends(c, f.secs[name], moves, out)
+    if c.convert:
+        _unit_die(c, unit_list, out)
     return out
 
 
@@ -93,8 +102,8 @@ def _store(c: _Ctx, name: str, data: bytes, rel: list[tuple], out: dict) -> None
     ri = c.rela_index(name)
     arr = np.array(sorted(rel), RELA64) if rel else np.zeros(0, RELA64)
     if ri is None:
-        if rel:
-            raise AssertionError(f"{name} gained relocations but has no RELA section")
+        if rel:     # (offset pairs only before): a RELA section the writer adds
+            c.relas[("new", c.facts.secs[name])] = arr
         return
     c.relas[("copy", ri)] = arr
 
@@ -133,12 +142,14 @@ def _line(c: _Ctx, units: list[dwarf_line.Unit], out: dict) -> dict[int, int]:
     return moves
 
 
-def _rnglists(c: _Ctx, out: dict) -> dict[int, int]:
+def _rnglists(c: _Ctx, out: dict) -> tuple[dict[int, int], int]:
+    """Lists that span new sections (or hang on a converted unit's base) appended again;
+    with a converted unit, its own list last. The moves and that list's offset."""
     f = c.facts
     todo = [lst for lst in f.rnglists.values()
-            if any(crosses(iv, c.bounds) for iv in lst.intervals)]
-    if not todo:
-        return {}
+            if any(crosses(iv, c.bounds) or (c.convert and iv.unit) for iv in lst.intervals)]
+    if not todo and not c.convert:
+        return {}, -1
     data = c.obj.sections[f.secs[".debug_rnglists"]].data
     rel = _shifted(_rows(c, ".debug_rnglists"), 0, len(data), 0)
     new, moves = bytearray(data), {}
@@ -147,10 +158,16 @@ def _rnglists(c: _Ctx, out: dict) -> dict[int, int]:
         for iv in lst.intervals:
             new += _entry(c, iv, len(new), rel)
         new.append(RLE["end_of_list"])
+    unit_list = -1
+    if c.convert:
+        unit_list = len(new)
+        for iv in f.cu_ranges:
+            new += _entry(c, iv, len(new), rel)
+        new.append(RLE["end_of_list"])
     t = f.rnglists_last_table
     new[t:t + 4] = (len(new) - t - 4).to_bytes(4, "little")
     _store(c, ".debug_rnglists", new, rel, out)
-    return moves
+    return moves, unit_list
 
 
 def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
@@ -163,10 +180,116 @@ def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
             rel.append(_reloc(c, at + len(out) + 1, iv.sec, g, s))
             out += bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(e - s)
         return bytes(out)
-    r = c.facts.relocs[".debug_rnglists"][iv.anchor]
+    r = c.facts.base if iv.unit else c.facts.relocs[".debug_rnglists"][iv.anchor]
     value = int(c.obj.symbols["st_value"][r.sym])
     rel.append((at + 1, (int(c.mp[r.sym]) << 32) | R_64, iv.start - value))
     return bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(iv.end - iv.start)
+
+
+def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
+    """Location lists with offset pairs from the converted unit's base appended again,
+    those pairs as ``DW_LLE_start_length`` with a relocated start (one entry for one:
+    a separate list of location views still counts the same entries)."""
+    f = c.facts
+    todo = sorted(s for s, ivs in f.loc_lists.items() if any(iv.unit for iv in ivs))
+    if not todo:
+        return {}
+    data = c.obj.sections[f.secs[".debug_loclists"]].data
+    rows = _rows(c, ".debug_loclists")
+    rel = _shifted(rows, 0, len(data), 0)
+    new, moves = bytearray(data), {}
+    marks = sorted({*f.loc_starts, *f.loc_views.values()})
+    for start in todo:
+        v = f.loc_views.get(start, start)
+        if v < start and bisect.bisect_right(marks, v) == bisect.bisect_left(marks, start):
+            moves[v] = len(new)     # (its views just before it, as gcc lays them out)
+            new += data[v:start]
+        moves[start] = len(new)
+        p = start
+        for iv in f.loc_lists[start]:
+            if not iv.unit:
+                continue
+            at, after = iv.entry
+            rel += _shifted(rows, p, at, len(new) - p)
+            new += data[p:at]
+            g, lo, _ = c.span(iv.sec, iv.start)
+            rel.append(_reloc(c, len(new) + 1, iv.sec, g, iv.start))
+            new += bytes([LLE["start_length"]]) + bytes(8) + enc_uleb(iv.end - iv.start)
+            p = after
+        n, q = uleb(data, p)    # (p: the last rewritten entry's expression)
+        end = _list_end(data, q + n)
+        rel += _shifted(rows, p, end, len(new) - p)
+        new += data[p:end]
+    t = f.loclists_last_table
+    new[t:t + 4] = (len(new) - t - 4).to_bytes(4, "little")
+    _store(c, ".debug_loclists", new, rel, out)
+    return moves
+
+
+def _list_end(data: bytes, p: int) -> int:
+    """Offset just past the ``DW_LLE_end_of_list`` of the location list going on at ``p``
+    (an entry boundary; ``dwarf.lists`` read the same list without error)."""
+    while True:
+        k = data[p]
+        p += 1
+        if k == LLE["end_of_list"]:
+            return p
+        fields = {LLE["base_addressx"]: "u", LLE["startx_endx"]: "uu", LLE["startx_length"]: "uu",
+                  LLE["offset_pair"]: "uu", LLE["default_location"]: "", LLE["base_address"]: "a",
+                  LLE["start_end"]: "aa", LLE["start_length"]: "au", LLE["GNU_view_pair"]: "uu"}[k]
+        for x in fields:
+            p = p + 8 if x == "a" else uleb(data, p)[1]
+        if k not in (LLE["base_address"], LLE["base_addressx"], LLE["GNU_view_pair"]):
+            n, p = uleb(data, p)
+            p += n
+
+
+DW_AT_LOW_PC, DW_AT_HIGH_PC, DW_AT_RANGES, DW_AT_IDENTIFIER_CASE = 0x11, 0x12, 0x55, 0x42
+DW_FORM_DATA4, DW_FORM_SEC_OFFSET, DW_FORM_IMPLICIT_CONST = 0x06, 0x17, 0x21
+
+
+def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
+    """The unit DIE: ``DW_AT_low_pc`` 0 (no relocation: the base of nothing now) and, in
+    ``DW_AT_high_pc``'s bytes, ``DW_AT_ranges`` pointing at ``unit_list`` (plus, for an
+    8-byte ``DW_AT_high_pc``, ``DW_AT_identifier_case`` 0: case sensitive, the default),
+    through its abbreviation rewritten in place (no other DIE uses it)."""
+    f, u = c.facts, c.facts.unit
+    info = bytearray(c.obj.sections[f.secs[".debug_info"]].data)
+    info[u.low:u.low + 8] = bytes(8)
+    info[u.high:u.high + u.high_size] = bytes(u.high_size)
+    rows = _rows(c, ".debug_info")
+    rel = [(int(o), int(i), int(a)) for o, i, a in zip(rows["r_offset"], rows["r_info"], rows["r_addend"])
+           if int(o) != u.low]
+    sym = c.mp[dwarf_section_symbol(c.obj, f.secs[".debug_rnglists"])]
+    rel.append((u.high, (int(sym) << 32) | R_32, unit_list))
+    _store(c, ".debug_info", info, rel, out)
+    abbrev = c.obj.sections[f.secs[".debug_abbrev"]].data
+    out[f.secs[".debug_abbrev"]] = _abbrev(abbrev, u.table, u.code, u.high_size)
+
+
+def _abbrev(data: bytes, table: int, code: int, high_size: int) -> bytes:
+    """``.debug_abbrev`` with declaration ``code`` of the table at ``table`` changed:
+    ``DW_AT_high_pc`` becomes ``DW_AT_ranges`` (and ``DW_AT_identifier_case``)."""
+    p = table
+    while True:
+        k, p = uleb(data, p)
+        if k == 0:
+            raise AssertionError(f"abbreviation {code} not found")
+        _, p = uleb(data, p)
+        p += 1      # DW_CHILDREN_*
+        while True:
+            at = p
+            name, p = uleb(data, p)
+            form, p = uleb(data, p)
+            if form == DW_FORM_IMPLICIT_CONST:
+                _, p = uleb(data, p)
+            if name == 0 and form == 0:
+                break
+            if k == code and name == DW_AT_HIGH_PC:
+                spec = enc_uleb(DW_AT_RANGES) + enc_uleb(DW_FORM_SEC_OFFSET)
+                if high_size == 8:
+                    spec += enc_uleb(DW_AT_IDENTIFIER_CASE) + enc_uleb(DW_FORM_DATA4)
+                return data[:at] + spec + data[p:]
 
 
 ARANGES_HEADER = 16     # unit_length, version, debug_info offset, sizes, padding to 2 * 8

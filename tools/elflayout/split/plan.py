@@ -218,8 +218,8 @@ def _link_order_users(obj: ObjectFile, cands: dict[int, SectionPlan]) -> None:
 
 
 DEBUG_HINT = "compile with -ffunction-sections -fdata-sections to keep -g, or strip it, objcopy --strip-debug, to split"
-ONE_RANGE = (".debug_info describes it as one range (the compile unit's DW_AT_low_pc/DW_AT_high_pc; its DWARF "
-             f"line table and lists are offsets from that base, which split does not rewrite: {DEBUG_HINT})")
+ONE_RANGE = (".debug_info describes it as one range (the compile unit's DW_AT_low_pc/DW_AT_high_pc), which "
+             "cannot become a range list: {why}; " + DEBUG_HINT)
 
 
 def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
@@ -237,8 +237,8 @@ def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
         f = dwarf.facts(obj, set(cands))
         for iv in f.cu_ranges:
             sp = cands[iv.sec]
-            if sp.unit_at(iv.start) != sp.unit_at(max(iv.start, iv.end - 1)):
-                sp.keep_whole(ONE_RANGE)
+            if f.unit is None and sp.unit_at(iv.start) != sp.unit_at(max(iv.start, iv.end - 1)):
+                sp.keep_whole(ONE_RANGE.format(why=f.unit_refused or "not a unit DIE"))
         split = {i for i in cands if cands[i].whole is None}
         f = dwarf.facts(obj, split)
         dwarf.lists(obj, f, split)

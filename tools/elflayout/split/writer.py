@@ -106,6 +106,8 @@ def _section_order(obj, splits: dict, relas: dict) -> tuple[list[tuple], dict[in
                     order.append(("grouprela", s.index, g))
         elif s.index not in split_rela:
             order.append(("copy", s.index))
+            if len(relas.get(("new", s.index), ())):
+                order.append(("newrela", s.index))
     if len(order) + 1 >= SHN_LORESERVE:
         raise ValueError("too many sections for standard ELF numbering")
     new_index: dict[int, int] = {0: 0}
@@ -170,6 +172,11 @@ def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, gro
                 link = new_index[s.link]
             outs.append(_Out(s.name, s.sh_type, s.flags, link, info, s.align, s.entsize, data,
                              s.size if s.nobits else len(data)))
+            continue
+        if item[0] == "newrela":
+            data = relas[("new", s.index)].tobytes()
+            outs.append(_Out(".rela" + s.name, SHT["SHT_RELA"], SH_FLAGS.SHF_INFO_LINK, symtab_new,
+                             new_index[s.index], 8, RELA64.itemsize, data, len(data)))
             continue
         sp = splits[s.index]
         a, b = sp.groups[item[2]]

@@ -12,6 +12,13 @@ The archive lacks the objects of libstdc++'s ``compatibility*.cc``; of what they
 define, the library's own code calls only the two ``istream::ignore(streamsize)``
 overloads (GLIBCXX_3.4.5), so a small object defines those (``COMPAT_C``), and the
 relink loads with LD_BIND_NOW as well.
+
+Two set-ups (``setup``): ``nodefaultlibs``, the above (gcc adds the crt files);
+``nostdlib-pic``, as a new user links it, the way libstdc++'s own build does: ``g++
+-shared -nostdlib`` with the crt files named (``crti.o crtbeginS.o`` … ``crtendS.o
+crtn.o``), the archive, the version script and the C libraries, no compat object (so
+only lazy binding loads it), and its own workload ``cxxwords`` (``<regex>``,
+``<locale>``, ``<sstream>``, ``<map>``).
 """
 
 from __future__ import annotations
@@ -101,6 +108,34 @@ int main(int argc, char **argv) {
 """
 
 
+NEWUSER = "cxxwords"
+NEWUSER_EXPECTED = "brown=1 dog=1 end=1 fox=1 jumps=1 lazy=1 over=1 quick=1 the=3 45.5\n"
+NEWUSER_CC = r"""// elflayout workload: a new user's C++ program (regex, locale, sstream, map)
+#include <iostream>
+#include <locale>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+int main() {
+  std::locale::global(std::locale("C.UTF-8"));
+  std::map<std::string, int> counts;
+  std::regex word("[A-Za-z]+");
+  std::string text = "the quick brown fox jumps over the lazy dog the end";
+  for (std::sregex_iterator it(text.begin(), text.end(), word), e; it != e; ++it) ++counts[it->str()];
+  std::ostringstream os;
+  os.imbue(std::locale());
+  for (auto &kv : counts) os << kv.first << '=' << kv.second << ' ';
+  std::istringstream is("42 3.5");
+  int i; double d; is >> i >> d;
+  std::cout << os.str() << i + d << std::endl;
+}
+"""
+SETUPS = ("nodefaultlibs", "nostdlib-pic")
+# the crt files a -nostdlib shared link names itself, around the other inputs
+CRT_BEFORE, CRT_AFTER = ("crti.o", "crtbeginS.o"), ("crtendS.o", "crtn.o")
+
+
 def archive() -> Path:
     return fetch_debs(PACKAGES, "libstdc++-12-pic") / ARCHIVE
 
@@ -136,8 +171,43 @@ def _built_sources() -> tuple[Path, Path]:
     return compat, prog
 
 
-def link_command(linker: str, out: Path, extra=(), split: bool = False) -> list[str]:
-    """The gcc command linking ``out``/libstdc++.so.6 from the whole archive (and its map)."""
+def _newuser_object() -> Path:
+    """The new user's workload object, compiled once."""
+    d = cache_dir("libstdcxx", "src-" + param_key(NEWUSER_CC))
+    with locked(cache_dir("libstdcxx") / ".src.lock"):
+        prog = d / f"{NEWUSER}.o"
+        if not prog.exists():
+            (d / f"{NEWUSER}.cc").write_text(NEWUSER_CC)
+            run(["g++", "-O2", "-c", d / f"{NEWUSER}.cc", "-o", d / f"{NEWUSER}.tmp.o"], what=f"compile {NEWUSER}.cc")
+            (d / f"{NEWUSER}.tmp.o").rename(prog)
+    return prog
+
+
+def crt_file(name: str) -> str:
+    """Where gcc keeps a crt file (``gcc -print-file-name``)."""
+    path = run(["gcc", f"-print-file-name={name}"], what=f"gcc -print-file-name={name}").stdout.strip()
+    if "/" not in path:
+        raise ElflayoutError(f"{name}: gcc does not know where it is (install libgcc-12-dev and libc6-dev)")
+    return path
+
+
+def nostdlib_command(linker: str, out: Path, extra=(), split: bool = False) -> list[str]:
+    """``g++ -shared -nostdlib`` as libstdc++'s own build links it: crt files named,
+    no compat object."""
+    a = split_archive() if split else archive()
+    return ["g++", "-shared", "-nostdlib", linker_flag(linker), *map(crt_file, CRT_BEFORE),
+            "-Wl,--whole-archive", str(a), "-Wl,--no-whole-archive", f"-Wl,--version-script={version_script()}",
+            f"-Wl,-soname,{SONAME}", f"-Wl,-Map={out / (SONAME + '.map')}", "-o", str(out / SONAME),
+            *driver_args(extra), *LIBS, *map(crt_file, CRT_AFTER)]
+
+
+def link_command(linker: str, out: Path, extra=(), split: bool = False, setup: str = "nodefaultlibs") -> list[str]:
+    """The command linking ``out``/libstdc++.so.6 from the whole archive (and its map)
+    in ``setup`` (``SETUPS``)."""
+    if setup not in SETUPS:
+        raise ElflayoutError(f"libstdcxx: unknown set-up {setup!r} (choose from {', '.join(SETUPS)})")
+    if setup == "nostdlib-pic":
+        return nostdlib_command(linker, out, extra, split)
     compat, _prog = _built_sources()
     a = split_archive() if split else archive()
     return ["gcc", "-shared", "-nodefaultlibs", linker_flag(linker), f"-Wl,-soname,{SONAME}", "-Wl,-z,relro",
@@ -146,28 +216,34 @@ def link_command(linker: str, out: Path, extra=(), split: bool = False) -> list[
             *driver_args(extra), *LIBS]
 
 
-def prepare(linker: str = "lld", extra_link_args=(), outdir=None, split: bool = False) -> dict:
-    """Link libstdc++.so.6 and ``cxxstart`` with ``linker``; cached by (linker, extra args,
-    split). Returns ``dict(lib, map, launcher, link_cmd, env, workloads={"start": argv},
-    outdir, linker, key)``."""
+def prepare(linker: str = "lld", extra_link_args=(), outdir=None, split: bool = False,
+            setup: str = "nodefaultlibs") -> dict:
+    """Link libstdc++.so.6 and its workload program (``cxxstart``; ``cxxwords`` in the
+    nostdlib-pic set-up) with ``linker``; cached by (linker, extra args, split, set-up).
+    Returns ``dict(lib, map, launcher, link_cmd, env, workloads={"start": argv}, outdir,
+    linker, key, setup)``."""
     linker_flag(linker)
     extra = list(extra_link_args)
+    newuser = setup == "nostdlib-pic"
     key = param_key("libstdcxx-1", param_key(COMPAT_C, PROGRAM_CC), linker, args_fingerprint(driver_args(extra)), split,
-                    split_archive().parent.name if split else "")
-    with build_slot("libstdcxx", linker, key, outdir, outputs=(SONAME, f"{SONAME}.map", PROGRAM)) as (out, done):
+                    split_archive().parent.name if split else "", *([setup, param_key(NEWUSER_CC)] if newuser else []))
+    program = NEWUSER if newuser else PROGRAM
+    with build_slot("libstdcxx", linker, key, outdir, outputs=(SONAME, f"{SONAME}.map", program)) as (out, done):
         if done:
             return _as_paths(done)
-        cmd = link_command(linker, out, extra, split)
+        cmd = link_command(linker, out, extra, split, setup)
         run(cmd, what=f"link {SONAME} with {linker}")
-        _compat, prog = _built_sources()
-        exe = out / PROGRAM
-        run(["g++", "-o", exe, prog, "-Wl,-rpath,$ORIGIN"], what=f"link {PROGRAM}")
-        for env in ({}, {"LD_BIND_NOW": "1"}):
+        prog = _newuser_object() if newuser else _built_sources()[1]
+        exe = out / program
+        run(["g++", "-o", exe, prog, "-Wl,-rpath,$ORIGIN"], what=f"link {program}")
+        # without the compat object, binding every symbol at load fails (as the new user's)
+        for env in ({},) if newuser else ({}, {"LD_BIND_NOW": "1"}):
             r = run([exe], env={"PATH": "/usr/bin:/bin", **env}, what=f"{exe} self-check")
-            if r.stdout != EXPECTED:
-                raise ElflayoutError(f"{exe}: unexpected output {r.stdout!r} (wanted {EXPECTED!r})")
+            want = NEWUSER_EXPECTED if newuser else EXPECTED
+            if r.stdout != want:
+                raise ElflayoutError(f"{exe}: unexpected output {r.stdout!r} (wanted {want!r})")
         d = dict(lib=str(out / SONAME), map=str(out / f"{SONAME}.map"), launcher=str(exe), link_cmd=cmd, env={},
-                 workloads={"start": [str(exe)]}, outdir=str(out), linker=linker, key=key)
+                 workloads={"start": [str(exe)]}, outdir=str(out), linker=linker, key=key, setup=setup)
         save_record(out, d)
     return _as_paths(d)
 
