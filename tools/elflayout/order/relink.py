@@ -246,10 +246,11 @@ def post_pack(pack: Step, output: str) -> None:
     """``pack-relocs --check`` of the linked ``output`` in place (relr form); a file it
     cannot pack (or prove) is left as linked, and the step says why."""
     from elflayout.relocs import simload
-    from elflayout.relocs.pack import AlreadyPacked, pack as pack_relocs
+    from elflayout.relocs.pack import READAHEAD_UNIT, AlreadyPacked, pack as pack_relocs
 
     try:
-        st = pack_relocs(output, output, verify=lambda a, b: simload.check(a, b), replace=True, form="relr")
+        st = pack_relocs(output, output, verify=lambda a, b: simload.check(a, b), replace=True, form="relr",
+                         cut_unit=READAHEAD_UNIT)
     except AlreadyPacked as e:
         pack.value, pack.why = False, f"{e}: nothing to pack"
         return
@@ -258,7 +259,14 @@ def post_pack(pack: Step, output: str) -> None:
         return
     pack.predicted = (f"{st['packed']:,} of {st['relocations']:,} relocations packed, .rela.dyn "
                       f"{st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes + "
-                      f"{st['relr_bytes']:,} bytes of .relr.dyn; equivalence proved")
+                      f"{st['relr_bytes']:,} bytes of .relr.dyn; equivalence proved; " + _cut_note(st.get("cut")))
+
+
+def _cut_note(cut: dict | None) -> str:
+    """What happened to the freed whole pages (``pack``'s ``cut`` statistics)."""
+    if cut and cut.get("pages"):
+        return f"{cut['pages']} freed pages cut from the file"
+    return f"freed pages kept in the file ({cut['why'] if cut else 'none whole'})"
 
 
 def _after_link(output: str, opts: LinkOptions, metadata: dict, algorithm: str | None = None) -> list[Step]:
