@@ -19,8 +19,9 @@
 5. libpython: Debian's arm64 ``libpython3.11-pic.a`` (libpython3.11-dev:arm64) linked by the
    cross driver and lld unordered (the archive as it is, and split in original order),
    the split build profiled by the qemu backend (``python -c "import json, decimal,
-   asyncio, re"``), then ``elflayout link --profile P`` on the unsplit archive's link
-   command (the default path: split, order, data script, ``.dynstr``, packed); pages read
+   asyncio, re"``, ``--clean-env --env LC_ALL=C --stdout null --repeat 3``), then
+   ``elflayout link --profile P`` on the unsplit archive's link
+   command (the default path: split, order, data script, ``.dynstr``; ``--pack relr``); pages read
    under qemu as in 3. Compare: on x86-64, split original order 1,573 -> 955
    (docs/splitting.md).
 
@@ -41,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 from _common import cache_dir, cli, measure, plan_from_args  # noqa: E402
+from elflayout.order.defaults import MEASURED_OPTIONS  # noqa: E402
 from elflayout.tracefs import tracefs_status  # noqa: E402
 
 X86_LIB = Path("/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1")
@@ -119,22 +121,28 @@ def _pages(res: dict) -> dict:
     return pages
 
 
-# elflayout link variants of step 4: (name, profile with --data, link options). "default":
-# link with no option; "ordered": function order only; "full": the fullest lld recipe of the
-# x86-64 relink (docs/benchmarks.md).
-LINK_VARIANTS = (("default", False, ()),
-                 ("ordered", False, ("--algorithm", "first-access", "--no-data", "--no-dynstr", "--pack", "none")),
-                 ("full", True, ("--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr")))
+# elflayout link variants of step 4: (name, profile options, link options). "default":
+# link with no option, from the profile a user records as the link's summary advises
+# (``--data`` and measured runs' conditions: stdout at /dev/null takes other code paths
+# in llc than a pipe; under qemu ``--data`` costs no time), as the x86-64 default-path
+# figures; "ordered": function order only; "full": the fullest lld recipe of the x86-64
+# relink (docs/benchmarks.md).
+MEASURED = ("--data", *shlex.split(MEASURED_OPTIONS))
+LINK_VARIANTS = (("default", MEASURED, ()),
+                 ("ordered", (), ("--algorithm", "first-access", "--no-data", "--no-dynstr", "--pack", "none")),
+                 ("full", ("--data",), ("--algorithm", "hot-last", "--data-script", "--dynstr", "--pack", "relr")))
+PROFILE_NAMES = {(): "relinked-version.json", ("--data",): "relinked-version-data.json",
+                 MEASURED: "relinked-version-measured.json"}
 
 
-def _link_variant(work: Path, base: dict, llc: Path, name: str, data: bool, opts) -> Path:
-    """Profile the unordered relink (qemu backend), relink it by ``elflayout link``;
-    the ordered library, its llc output checked identical under qemu."""
+def _link_variant(work: Path, base: dict, llc: Path, name: str, popts: tuple, opts) -> Path:
+    """Profile the unordered relink (qemu backend) with ``popts``, relink it by
+    ``elflayout link``; the ordered library, its llc output checked identical under qemu."""
     from elflayout.targets import libllvm
 
-    prof = work / f"relinked-version{'-data' if data else ''}.json"  # profile's defaults, or --data
+    prof = work / PROFILE_NAMES[popts]
     if not prof.exists():
-        cli("profile", *(["--data"] if data else []), "--target", base["lib"], "--map", base["map"],
+        cli("profile", *popts, "--target", base["lib"], "--map", base["map"],
             "--env", f"LD_LIBRARY_PATH={base['outdir']}", "-o", prof, "--force", "--", llc, "--version")
     dest = work / name
     dest.mkdir(exist_ok=True)
@@ -155,7 +163,7 @@ def relink_step(work: Path, lib: Path, llc: Path, runs: int) -> None:
     print("4. libLLVM-16 relinked from llvm-16-dev:arm64, ordered by elflayout link")
     print("  relink: targets.libllvm.relink('lld', platform=ARM64) (cached; llc output checked under qemu)", flush=True)
     base = libllvm.relink("lld", platform=libllvm.ARM64)
-    libs = {name: _link_variant(work, base, llc, name, data, opts) for name, data, opts in LINK_VARIANTS}
+    libs = {name: _link_variant(work, base, llc, name, popts, opts) for name, popts, opts in LINK_VARIANTS}
     why = tracefs_status()
     if why:
         print(f"  pages read: skipped ({why})")
@@ -208,11 +216,17 @@ def libpython_step(work: Path, runs: int) -> None:
         return [f"LD_LIBRARY_PATH={lib.parent}:{rt}/lib/aarch64-linux-gnu", f"PYTHONHOME={rt}/usr"]
 
     prof = d / "split-profile.json"
-    cli("profile", "--data", "--target", libs["split"], "--map", f"{libs['split']}.map",
-        *[a for e in env(libs["split"]) for a in ("--env", e)], "-o", prof, "--force", "--", launcher, "-c", PY_WORK)
+    if not prof.exists():
+        # under the conditions of the measured runs (docs/profiling.md), as the x86-64 figure
+        cli("profile", "--data", "--clean-env", "--env", "LC_ALL=C", "--stdout", "null", "--repeat", "3",
+            "--target", libs["split"], "--map", f"{libs['split']}.map",
+            *[a for e in env(libs["split"]) for a in ("--env", e)], "-o", prof, "--force", "--", launcher, "-c", PY_WORK)
     libs["elflayout-link"] = d / "elflayout-link" / PY_SONAME
     libs["elflayout-link"].parent.mkdir(exist_ok=True)
-    cli("link", "--profile", prof, "--force", "--", *_py_link_command(libs["elflayout-link"], pic, rt))
+    # --pack relr: lld packs at link time (the default packs after the link and proves it by
+    # real loads in the emulator's root, which lacks libexpat and zlib)
+    cli("link", "--profile", prof, "--force", "--pack", "relr", "--",
+        *_py_link_command(libs["elflayout-link"], pic, rt))
     why = tracefs_status()
     if why:
         print(f"  pages read: skipped ({why})")

@@ -56,32 +56,18 @@ LAUNCH = "elflayout launch (the build's link: it adds -Wl,-Map and profiles with
 
 def cmake_build() -> tuple[Path, Path, list[str]]:
     """(build directory, its libzstd.so, its link command), built once."""
-    import zstd_testlib
+    from elflayout.targets import zstd_cmake
 
-    from elflayout.targets import cache_dir, locked, param_key, run
-
-    src = zstd_testlib.source()
-    build = cache_dir("zstd-cmake", param_key(src.name, *CMAKE_OPTIONS))
-    with locked(build.parent / f".{build.name}.lock"):
-        if not (build / "build.ninja").exists():
-            run(["cmake", "-G", "Ninja", "-S", src / "build" / "cmake", "-B", build, *CMAKE_OPTIONS],
-                what="cmake libzstd")
-        run(["ninja", "-C", build], what="ninja libzstd")
-    lib = next(p for p in sorted((build / "lib").glob("libzstd.so.*.*")))
-    out = str(lib.relative_to(build))
-    last = subprocess.run(["ninja", "-C", build, "-t", "commands", out], capture_output=True, text=True,
-                          check=True).stdout.splitlines()[-1]
-    cmd = shlex.split(last.removeprefix(": && ").removesuffix(" && :"))
-    print(f"  cmake -G Ninja -S {src / 'build' / 'cmake'} -B {build} {' '.join(CMAKE_OPTIONS)} && ninja (cached)\n"
-          f"  its link: {shlex.join(cmd)}", flush=True)
+    build, lib, cmd = zstd_cmake.build(CMAKE_OPTIONS)
+    print(f"  {zstd_cmake.configure_line(CMAKE_OPTIONS, build)} (cached)\n  its link: {shlex.join(cmd)}", flush=True)
     return build, lib, cmd
 
 
 def absolute(cmd: list[str], build: Path, out: Path) -> list[str]:
     """The link command runnable anywhere: relative objects made absolute, output ``out``."""
-    cmd = list(cmd)
-    cmd[cmd.index("-o") + 1] = str(out)
-    return [str(build / w) if not w.startswith("-") and (build / w).is_file() else w for w in cmd]
+    from elflayout.targets import zstd_cmake
+
+    return zstd_cmake.link_command(cmd, build, out)
 
 
 def profile(out: Path, lib: Path, driver: Path | list[str], lmap: Path | None = None) -> Path:

@@ -10,15 +10,17 @@ modified inputs, 0 accepted outputs that differ from their input after a real lo
 Variant i of seed s is reproducible alone: ``--seed s --start i --count 1``.
 
 With ``--pie`` the targets are PIE executables (GNU ld and lld) instead, started up
-to their entry point; ``--form self`` packs in the self-applying form.
+to their entry point; ``--form self`` packs in the self-applying form. With ``--arm64``
+they are Debian's arm64 libraries of scripts/arm64-root.sh's root, loaded under qemu.
 
-Run:  python3 bench/bench_fuzz.py [--count 10000] [--seed 1] [--jobs 2] [--pie] [--form relr|self]
+Run:  python3 bench/bench_fuzz.py [--count 10000] [--seed 1] [--jobs 2] [--pie | --arm64] [--form relr|self]
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +39,11 @@ LIBS = ["libz.so.1", "libexpat.so.1", "libffi.so.8", "libabsl_city.so.20220623",
         "libstdc++.so.6", "libzstd.so.1", "liblzma.so.5", "libpcre2-8.so.0", "libxml2.so.2"]
 
 
+# Debian 12's arm64 libraries of the fuzz figure in docs/aarch64.md (GNU ld, with and
+# without libc++ symbol versions), under qemu-aarch64 with the arm64 root.
+ARM64_LIBS = ["libffi.so.8", "libzstd.so.1", "libxml2.so.2", "libstdc++.so.6"]
+
+
 # PIEs of Debian 12 without IRELATIVE relocations (the self form refuses those): GNU
 # ld's bash and make, lld's clang-22 driver.
 PIES = ["/usr/bin/bash", "/usr/bin/make", "/usr/lib/llvm-22/bin/clang"]
@@ -47,13 +54,26 @@ def _chunk(job):
     return fuzz.run([Path(x) for x in libs], seed, count, Path(work), start=start, form=form)
 
 
+def _arm64_libs() -> list[str]:
+    r = subprocess.run([str(ROOT / "scripts" / "arm64-root.sh")], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"bench_fuzz: scripts/arm64-root.sh failed: {r.stderr.strip()[-300:]}")
+    libdir = Path(r.stdout.strip().splitlines()[-1]) / "usr/lib/aarch64-linux-gnu"
+    return [str(libdir / n) for n in ARM64_LIBS if (libdir / n).exists()]
+
+
 def main() -> int:
     ap = fuzz_parser(__doc__)
-    ap.add_argument("--pie", action="store_true", help="fuzz PIE executables instead of libraries")
+    kind = ap.add_mutually_exclusive_group()
+    kind.add_argument("--pie", action="store_true", help="fuzz PIE executables instead of libraries")
+    kind.add_argument("--arm64", action="store_true", help="fuzz Debian's arm64 libraries (loaded under qemu)")
     ap.add_argument("--form", choices=("relr", "self"), default="relr", help="packed form (default relr)")
     a = ap.parse_args()
-    libs = [x for x in PIES if Path(x).exists()] if a.pie else [str(LIBDIR / n) for n in LIBS
-                                                                  if (LIBDIR / n).exists()]
+    if a.arm64:
+        libs = _arm64_libs()
+    else:
+        libs = [x for x in PIES if Path(x).exists()] if a.pie else [str(LIBDIR / n) for n in LIBS
+                                                                      if (LIBDIR / n).exists()]
     print(f"# bench_fuzz: seed {a.seed}, form {a.form}, variants {a.start}..{a.start + a.count - 1}, "
           f"{len(libs)} {'executables' if a.pie else 'libraries'}: "
           + ", ".join(Path(x).name for x in libs))

@@ -2,8 +2,9 @@
 """Held-out figures on real compiles: libLLVM-16 ordered by compiles of some projects,
 measured on compiles of others.
 
-    python3 bench/bench_heldout_real.py [--train zlib --train lua] [--held-out bzip2 --held-out pcre2]
-                                        [--combine phased] [--profile-only] [--runs 3] [--json OUT]
+    python3 bench/bench_heldout_real.py [--train zlib --train lua ...] [--held-out bzip2 --held-out pcre2]
+                                        [--combine phased] [--profile-only] [--model-only | --no-model]
+                                        [--runs 3] [--json OUT]
 
 Workloads: ``llc-16 -O2 FILE.ll -o /dev/null`` of IR that clang-16 makes (``-O2 -S
 -emit-llvm``) from C files of real projects (``elflayout.targets.llvm_realir``: upstream
@@ -20,13 +21,14 @@ build-id and command). Then:
 
 Goals: the training order within 10% of the workload's own order on every held-out
 compile, and never above unordered. ``--profile-only`` stops after profiling;
-``--model-only`` after the model's table of training subsets (each training project
-alone, then all) and combination rules.
+``--model-only`` after the model's table of training subsets (the learning curve) and
+combination rules; ``--no-model`` skips that table.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -169,15 +171,20 @@ def corpus_workloads() -> list[tuple[str, list[str]]]:
 
 
 def subsets(train_projects: list[str], extra: list[str] = ()) -> dict[str, list[str]]:
-    """Training subsets for the learning curve: each project alone, then the first
-    2, 4, 6 … compiles taken in turn from each project, then all of them (and with
-    ``extra``, e.g. the feature corpus, all of them and those)."""
+    """Training subsets for the learning curve: the first 2, 4, 8, 16 … compiles taken
+    in turn from each project (one file of each project before a second of any), the
+    first two projects whole, then all of them (and with ``extra``, e.g. the feature
+    corpus, all of them and those)."""
     per = [[n for n, _ in llvm_realir.workloads([p])] for p in train_projects]
-    out = {p: names for p, names in zip(train_projects, per)}
-    turns = [n for group in zip(*per) for n in group] + [n for names in per for n in names[min(map(len, per)):]]
-    for k in range(2, len(turns), 2):
+    turns = [n for group in itertools.zip_longest(*per) for n in group if n]
+    out = {}
+    k = 2
+    while k < len(turns):
         out[f"first {k} in turn"] = turns[:k]
-    out["+".join(train_projects)] = turns
+        k *= 2
+    if len(per) > 2:
+        out["+".join(train_projects[:2])] = per[0] + per[1]
+    out["all" if len(per) > 2 else "+".join(train_projects)] = turns
     if extra:
         out["+".join(train_projects) + "+corpus"] = turns + list(extra)
     return out
@@ -222,8 +229,10 @@ def table(rows: list[dict], args, n_train: int) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--train", action="append", help="training project (default: zlib, lua)")
-    ap.add_argument("--held-out", action="append", help="held-out project (default: bzip2, pcre2)")
+    ap.add_argument("--train", action="append",
+                    help=f"training project (default: {', '.join(llvm_realir.TRAINING)})")
+    ap.add_argument("--held-out", action="append",
+                    help=f"held-out project (default: {', '.join(llvm_realir.HELD_OUT)})")
     ap.add_argument("--combine", default="phased", choices=("earliest", "shared", "phased", "mean", "concat"))
     ap.add_argument("--read-ahead-kb", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
@@ -231,9 +240,11 @@ def main() -> int:
                     help="also train on llc -O2 of the hand-written feature corpus (targets/llvm_corpus)")
     ap.add_argument("--profile-only", action="store_true", help="stop after profiling every workload")
     ap.add_argument("--model-only", action="store_true", help="predicted pages only: no relinks, no measurement")
+    ap.add_argument("--no-model", action="store_true", help="skip the model's table of training subsets and rules")
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
-    args.train, args.held_out = llvm_realir.split(args.train or ["zlib", "lua"], args.held_out or ["bzip2", "pcre2"])
+    args.train, args.held_out = llvm_realir.split(args.train or llvm_realir.TRAINING,
+                                                  args.held_out or llvm_realir.HELD_OUT)
     base = libllvm.relink("lld")
     held = llvm_realir.workloads(args.held_out)
     training = llvm_realir.workloads(args.train) + (corpus_workloads() if args.with_corpus else [])
@@ -242,8 +253,11 @@ def main() -> int:
         return 0
     wls = dict(held + training)
     held_names = [n for n, _ in held]
-    alt = alternatives(Path(base["lib"]), profs, subsets(args.train, [n for n, _ in corpus_workloads()] if args.with_corpus else []), held_names, args.read_ahead_kb)
-    print("\n".join(alternatives_lines(alt, held_names)), flush=True)
+    alt = [] if args.no_model else alternatives(
+        Path(base["lib"]), profs, subsets(args.train, [n for n, _ in corpus_workloads()] if args.with_corpus else []),
+        held_names, args.read_ahead_kb)
+    if alt:
+        print("\n".join(alternatives_lines(alt, held_names)), flush=True)
     if args.model_only:
         return 0
     rows = measure_rows(args, base, profs, [n for n, _ in training], held_names, wls)

@@ -121,50 +121,70 @@ def wrapper_cost(spin: Path, realtime: bool, pairs: int = 300) -> float:
     return max(0.0, statistics.median(diffs))
 
 
-CHUNK = 20  # rounds per measure session: the read-ahead lock is held per session, so others get turns
+CHUNK = 20  # rounds per measure session: the measurement lock is held per session, so others get turns
 
 
-def assemble(parts: list[dict], rounds: int, spin: dict) -> dict:
-    """One pool document from the sessions (rounds renumbered, each run tagged with its session)."""
-    runs = []
+def assemble(parts: list[dict], spin: dict) -> dict:
+    """One pool document from the sessions (rounds renumbered after the rounds of the
+    sessions before, whatever their size; each run tagged with its session)."""
+    runs, offset = [], 0
     for k, part in enumerate(parts):
         for r in part["runs"]:
-            runs.append({**r, "round": r["round"] + k * CHUNK, "seq": r["seq"] + k * 100000, "session": k})
+            runs.append({**r, "round": r["round"] + offset, "seq": r["seq"] + k * 100000, "session": k})
+        offset += part["metadata"]["runs"]
     return {**parts[0], "runs": runs, "summary": [], "comparisons": [],
-            "metadata": {**parts[0]["metadata"], "runs": rounds, "sessions": len(parts), "spin_us": spin}}
+            "metadata": {**parts[0]["metadata"], "runs": offset, "sessions": len(parts), "spin_us": spin}}
 
 
-def collect(rounds: int, out: Path, seed: int, controls: tuple = ()) -> dict:
+def spin_of(part: dict) -> dict:
+    """{slow variant: spin in us} of a session, read back from the wrapper's commands
+    (``spin_exec US CMD``)."""
+    return {v["name"]: int(v["command"].split()[1]) for v in part["variants"] if v["name"].startswith("slow_")}
+
+
+def sized_spin(pre, spin: Path, controls: tuple) -> dict:
+    """{slow variant: spin in us}, sized from the first session ``pre`` and the wrapper's
+    measured cost (printed)."""
+    cost = wrapper_cost(spin, "--realtime" in controls)
+    us = spin_us(pre, cost)
+    for st in ("hot", "selective"):
+        print(f"  {st}: a's median {median_wall(pre, 'a', st) * 1e3:.2f} ms, the wrapper with no spin "
+              f"{cost * 1e3:+.3f} ms (median of paired differences); spin {us[st]} us", flush=True)
+    return {"slow_hot": us["hot"], "slow_sel": us["selective"]}
+
+
+def collect(rounds: int, out: Path, seed: int, controls: tuple = (), chunk: int = CHUNK) -> dict:
     """The pool: 4 variants x (selective, hot) x ``rounds``, with a CPU hog beside, in
-    sessions of CHUNK rounds (each cached: an interrupted collection resumes).
-    ``controls``: extra ``measure`` options of every session (e.g. --realtime)."""
+    sessions of ``chunk`` rounds (each cached: an interrupted collection resumes, with
+    the spins of the sessions already collected, so every session injects the same
+    slowdown). ``controls``: extra ``measure`` options of every session (e.g. --realtime)."""
     d = out.parent / f"{out.stem}.parts"
     d.mkdir(exist_ok=True)
     spin = spinner(out.parent)
+    parts = [json.loads(f.read_text()) for f in sorted(d.glob("part*.json"))]
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         print(f"CPU hog beside the measurements: pid {hog.pid}", flush=True)
-        pre_f = d / "pre.json"
-        pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
-            pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective",
-            "--state", "hot", "--runs", 15, "--seed", seed, *controls)
-        cost = wrapper_cost(spin, "--realtime" in controls)
-        us = spin_us(pre, cost)
-        for st in ("hot", "selective"):
-            print(f"  {st}: a's median {median_wall(pre, 'a', st) * 1e3:.2f} ms, the wrapper with no spin "
-                  f"{cost * 1e3:+.3f} ms (median of paired differences); spin {us[st]} us", flush=True)
-        us_hot, us_sel = us["hot"], us["selective"]
-        parts = []
-        for k in range((rounds + CHUNK - 1) // CHUNK):
-            f = d / f"part{k:03d}.json"
-            parts.append(json.loads(f.read_text()) if f.exists() else measure(
-                f, "--name", "a", CMD, "--name", "a2", CMD, "--name", "slow_hot", f"{spin} {us_hot} {CMD}",
-                "--name", "slow_sel", f"{spin} {us_sel} {CMD}", "--files", LLVM, "--state", "selective",
-                "--state", "hot", "--runs", min(CHUNK, rounds - k * CHUNK), "--seed", seed + k, *controls))
+        if parts:  # resumed: a spin sized anew (another wrapper cost, under other load) would mix slowdowns
+            us = spin_of(parts[0])
+            print(f"  resuming after {len(parts)} sessions: spin {us} us, as collected", flush=True)
+        else:
+            pre_f = d / "pre.json"
+            pre = json.loads(pre_f.read_text()) if pre_f.exists() else measure(
+                pre_f, "--name", "a", CMD, "--files", LLVM, "--state", "selective",
+                "--state", "hot", "--runs", 15, "--seed", seed, *controls)
+            us = sized_spin(pre, spin, controls)
+        while (done := sum(p["metadata"]["runs"] for p in parts)) < rounds:
+            k = len(parts)
+            parts.append(measure(
+                d / f"part{k:03d}.json", "--name", "a", CMD, "--name", "a2", CMD,
+                "--name", "slow_hot", f"{spin} {us['slow_hot']} {CMD}",
+                "--name", "slow_sel", f"{spin} {us['slow_sel']} {CMD}", "--files", LLVM, "--state", "selective",
+                "--state", "hot", "--runs", min(chunk, rounds - done), "--seed", seed + k, *controls))
     finally:
         hog.kill()
         hog.wait()
-    doc = assemble(parts, rounds, {"slow_hot": us_hot, "slow_sel": us_sel})
+    doc = assemble(parts, us)
     from elflayout import fileio
 
     fileio.dump_json(doc, out)
@@ -304,14 +324,9 @@ def power(pool, n, rng, stats, trials, slow, state):
     return out
 
 
-def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: int = 50, power_trials: int = 40,
-          both_n: bool = False, power_n=None, aa_n=None):
-    """The three studies (each A/A or A/B file is a full compare: 1-3 s on a loaded 2-core machine)."""
-    from elflayout.measure import stats
-    from elflayout import results as model
-
-    pool = model.read(pool_path)
-    rng = np.random.default_rng(seed)
+def describe_pool(pool, pool_path: Path) -> None:
+    """The pool's size, scheduler, and the noise of each cell (the paired test sees the
+    per-round log ratios)."""
     ok, rounds = by_round(pool)
     md = pool.metadata
     dist = sum(1 for r in pool.runs if r.disturbed)
@@ -329,7 +344,12 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
         pb = {k: r.wall_s for k in ok for r in rounds[k] if r.variant == "a2" and r.state == st}
         lr = np.log([pb[k] / pa[k] for k in pa if k in pb])
         if len(lr) > 1:
-            print(f"  A/A {st:9s} per-round log ratio a2/a: sd {lr.std(ddof=1):.3f} over {len(lr)} rounds")
+            print(f"  A/A {st:9s} per-round log ratio a2/a: sd {lr.std(ddof=1):.3f} over {len(lr)} rounds", flush=True)
+
+
+def study_coverage(pool, trials, rng, stats):
+    """Study 1; returns the minimum n with coverage >= 93% from there on."""
+    ok, _ = by_round(pool)
     t0 = time.monotonic()
     print("\n1. coverage of the 95% interval of b/a (%), per case: Welch-log (fallback)  paired-log (used)  "
           "BCa of the ratio of means (replaced; at n = 5, 10, 20, a tenth of the trials)")
@@ -344,8 +364,12 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
     min_n = max(ok_n[0], stats.MIN_RUNS) if ok_n else None
     print(f"   minimum n with coverage >= 93% for every case, paired and Welch, from there on: {min_n}; "
           f"stats.MIN_TIME_RUNS = {stats.MIN_TIME_RUNS}" + ("" if min_n == stats.MIN_TIME_RUNS else "  <-- DIFFERS"))
-    print(f"   ({time.monotonic() - t0:.0f} s)")
+    print(f"   ({time.monotonic() - t0:.0f} s)", flush=True)
+    return min_n
 
+
+def study_aa(pool, rng, stats, demo_n, aa_resampled, both_n, aa_n):
+    """Study 2: A/A false alarms at the demo's n and ``aa_n``."""
     t0 = time.monotonic()
     for n in sorted({demo_n, *(aa_n or ()), *((stats.MIN_TIME_RUNS,) if both_n else ())}):
         res = false_alarms(pool, n, rng, stats, aa_resampled)
@@ -353,16 +377,51 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
         for kind, rows in res.items():
             if not rows:
                 continue
-            print(f"   {kind:9s} " + alarm_line(rows, (*stats.DEFAULT_PRIMARY, ("wall_s", "hot"))))
+            print(f"   {kind:9s} " + alarm_line(rows, (*stats.DEFAULT_PRIMARY, ("wall_s", "hot"))), flush=True)
     print(f"   ({time.monotonic() - t0:.0f} s)")
 
+
+def power_summary(res, real: float, limit: float = 0.05) -> dict:
+    """Detection among trials ``res`` [(detected, printed MDE or None)]: overall, among
+    the trials whose printed MDE is <= ``limit`` (where the row promises 80% power for a
+    ``limit`` change), and among those whose MDE is <= the slowdown realised (``real``,
+    a ratio). A trial without an MDE is in no conditional count."""
+    mdes = [m for _, m in res if m is not None]
+    small = [d for d, m in res if m is not None and m <= limit]
+    below = [d for d, m in res if m is not None and m <= real - 1]
+    above = [m for m in mdes if m > limit]
+    return {"trials": len(res), "detected": sum(d for d, _ in res),
+            "mde_within_limit": len(small), "detected_within_limit": sum(small),
+            "mde_within_real": len(below), "detected_within_real": sum(below),
+            "mde_above_limit": len(above), "median_mde_above_limit": float(np.median(above)) if above else None,
+            "median_mde": float(np.median(mdes)) if mdes else None}
+
+
+def power_line(n: int, s: dict, real: float, limit: float = 0.05) -> str:
+    """One line of the power study from ``power_summary``."""
+    def rate(k, of):
+        return f" ({k / of * 100:.0f}%)" if of else ""
+
+    return (f"     n={n:3d}: detected {s['detected']}/{s['trials']}{rate(s['detected'], s['trials'])}; "
+            f"printed MDE <= {limit * 100:g}% in {s['mde_within_limit']} trials, detected in "
+            f"{s['detected_within_limit']} of them{rate(s['detected_within_limit'], s['mde_within_limit'])}"
+            + (f"; MDE > {limit * 100:g}% in {s['mde_above_limit']} (median MDE {s['median_mde_above_limit'] * 100:.1f}%)"
+               if s["mde_above_limit"] else "")
+            + f"; MDE <= the realised {(real - 1) * 100:.1f}% in {s['mde_within_real']}, detected in "
+              f"{s['detected_within_real']}{rate(s['detected_within_real'], s['mde_within_real'])}"
+            + (f"; median printed MDE {s['median_mde'] * 100:.1f}%" if s["median_mde"] is not None else ""))
+
+
+def study_power(pool, rng, stats, power_trials, power_n):
+    """Study 3: detection of the injected slowdown at each n of ``power_n``."""
+    ok, rounds = by_round(pool)
     t0 = time.monotonic()
     print("\n3. power: a vs the wrapper spinning 5% of a's median (then exec), wall_s")
     for slow, st in (("slow_hot", "hot"), ("slow_sel", "selective")):
         xa, xb = series(rounds, ok, "a", st, "wall_s"), series(rounds, ok, slow, st, "wall_s")
         real = float(np.exp(np.log(xb).mean() - np.log(xa).mean()))
         print(f"   {slow} ({st}): realised slowdown (pool) geometric {real:.4f}, means {xb.mean() / xa.mean():.4f}")
-        for n in power_n or (demo_n, 30):
+        for n in power_n:
             if n > len(ok) // 4:
                 print(f"     n={n:3d}: skipped (more than a quarter of the pool's {len(ok)} rounds)")
                 continue
@@ -370,20 +429,29 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
             if not res:
                 print(f"     n={n:3d}: no file had an undisturbed row")
                 continue
-            small = [d for d, m in res if m is not None and m <= 0.05]
-            big = [m for d, m in res if m is None or m > 0.05]
-            # MDE <= the slowdown really injected: where 80% power is promised
-            below = [d for d, m in res if m is not None and m <= real - 1]
-            det = sum(d for d, _ in res)
-            print(f"     n={n:3d}: detected {det}/{len(res)} ({det / len(res) * 100:.0f}%); printed MDE <= 5% in "
-                  f"{len(small)} trials, detected in {sum(small)} of them"
-                  + (f" ({sum(small) / len(small) * 100:.0f}%)" if small else "")
-                  + (f"; MDE > 5% in {len(big)} (median MDE {np.median([m for m in big if m]) * 100:.1f}%)"
-                     if big and any(big) else "")
-                  + f"; MDE <= the realised {(real - 1) * 100:.1f}% in {len(below)}, detected in {sum(below)}"
-                  + (f" ({sum(below) / len(below) * 100:.0f}%)" if below else "")
-                  + f"; median printed MDE {np.median([m for _, m in res if m is not None]) * 100:.1f}%")
+            print(power_line(n, power_summary(res, real), real), flush=True)
     print(f"   ({time.monotonic() - t0:.0f} s)")
+
+
+STUDIES = ("coverage", "aa", "power")
+
+
+def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: int = 50, power_trials: int = 40,
+          both_n: bool = False, power_n=None, aa_n=None, studies=STUDIES):
+    """The ``studies`` of STUDIES, in that order (each A/A or A/B file is a full compare:
+    1-3 s on a loaded 2-core machine). Returns the coverage study's minimum n (None
+    when it did not run)."""
+    from elflayout.measure import stats
+    from elflayout import results as model
+
+    pool = model.read(pool_path)
+    rng = np.random.default_rng(seed)
+    describe_pool(pool, pool_path)
+    min_n = study_coverage(pool, trials, rng, stats) if "coverage" in studies else None
+    if "aa" in studies:
+        study_aa(pool, rng, stats, demo_n, aa_resampled, both_n, aa_n)
+    if "power" in studies:
+        study_power(pool, rng, stats, power_trials, power_n or (demo_n, 30))
     return min_n
 
 
@@ -392,8 +460,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=400)
     ap.add_argument("--pool", type=Path, help="an existing pool (results file of the four variants)")
     ap.add_argument("--collect-only", action="store_true")
+    ap.add_argument("--chunk", type=int, default=CHUNK,
+                    help="rounds per measure session (the measurement lock is held per session; default %(default)s)")
     ap.add_argument("--partial", action="store_true", help="study the sessions of the pool collected so far")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--studies", nargs="+", choices=STUDIES, default=list(STUDIES),
+                    help="which studies to run (default: all; skipping some saves time on a loaded machine)")
     ap.add_argument("--trials", type=int, default=2000, help="resampled files per n in the coverage study")
     ap.add_argument("--aa-resampled", type=int, default=50, help="resampled A/A files beside the disjoint ones")
     ap.add_argument("--power-trials", type=int, default=40, help="resampled A/B files per n in the power study")
@@ -418,12 +490,10 @@ def main():
         pool = cache_dir() / f"{stem}-partial.json"
         from elflayout import fileio
 
-        # the spins, from the wrapper's commands (the first word after it)
-        spin = {v["name"]: int(v["command"].split()[1]) for v in docs[0]["variants"] if v["name"].startswith("slow_")}
-        fileio.dump_json(assemble(docs, len(docs) * CHUNK, spin), pool)
+        fileio.dump_json(assemble(docs, spin_of(docs[0])), pool)
     elif not pool.exists():
         print(f"collecting the pool: {a.rounds} rounds -> {pool}", flush=True)
-        collect(a.rounds, pool, a.seed, controls)
+        collect(a.rounds, pool, a.seed, controls, a.chunk)
     if a.collect_only:
         return 0
     demo_n = a.demo_n
@@ -431,7 +501,8 @@ def main():
         from elflayout import demo
 
         demo_n = demo.DEFAULT_RUNS
-    study(pool, a.trials, a.seed, demo_n, a.aa_resampled, a.power_trials, a.both_n, a.power_n, a.aa_n)
+    study(pool, a.trials, a.seed, demo_n, a.aa_resampled, a.power_trials, a.both_n, a.power_n, a.aa_n,
+          a.studies)
     return 0
 
 

@@ -29,6 +29,7 @@ APT_PACKAGES=(
   bolt-22 libclang-rt-22-dev llvm-22                # bench_peers --llvm22: BOLT-22, clang-22 -fprofile-generate's runtime, llvm-profdata-22
   clang-16                                          # real-compile training set for libLLVM-16 orders (LLVM IR of zlib, Lua, bzip2, PCRE2 sources)
   gdb                                               # split of -g objects: a breakpoint by line in a reordered link (tests/test_split_dwarf.py)
+  zlib1g-dev                                        # real-compile training set: libpng's sources include zlib.h
 )
 
 need=()

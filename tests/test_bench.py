@@ -1,5 +1,6 @@
 """bench/run_all.py (listing, the generated page), bench/_common.py and bench_pipeline's section tables."""
 
+import json
 import os
 import shlex
 import shutil
@@ -211,6 +212,94 @@ def test_verdicts_wrapper_cost_is_small_and_not_negative(tmp_path):
         cost = bench_verdicts.wrapper_cost(bench_verdicts.spinner(tmp_path), realtime, pairs=60)
         assert 0 <= cost < 0.005, cost  # one exec of a small program, never a speed-up
         assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the policy is given back
+
+
+def _verdicts_part(runs: int, spin: dict) -> dict:
+    """A session of bench_verdicts: ``runs`` rounds of the 4 variants (hot only, enough here)."""
+    cmds = {"a": "llc-16 --version", "a2": "llc-16 --version",
+            **{k: f"/c/spin_exec-static {us} llc-16 --version" for k, us in spin.items()}}
+    return {"variants": [{"name": k, "command": c} for k, c in cmds.items()], "metadata": {"runs": runs},
+            "runs": [{"variant": v, "state": "hot", "round": i, "seq": 4 * i + j, "wall_s": 0.025}
+                     for i in range(runs) for j, v in enumerate(cmds)]}
+
+
+@pytest.mark.parametrize("chunk, sizes", [(None, ["8"]), (4, ["4", "4"])])
+def test_verdicts_collection_resumes_with_the_spins_already_collected(tmp_path, monkeypatch, chunk, sizes):
+    """An interrupted collection resumes where it stopped, in sessions of ``--chunk``
+    rounds, and every new session injects the spins of the sessions before: sizing them
+    anew (another wrapper cost, other load) would pool two different slowdowns."""
+    import bench_verdicts
+
+    out = tmp_path / "pool-28.json"
+    parts = tmp_path / "pool-28.parts"
+    parts.mkdir()
+    spin = {"slow_hot": 1486, "slow_sel": 12568}
+    (parts / "part000.json").write_text(json.dumps(_verdicts_part(20, spin)))
+    (parts / "pre.json").write_text(json.dumps(_pre_session(False)))  # would size 750 / 6500 us
+    monkeypatch.setattr(bench_verdicts, "wrapper_cost", lambda *a: 0.0005)
+    monkeypatch.setattr(bench_verdicts, "spinner", lambda d: Path("/c/spin_exec-static"))
+    sessions = []
+
+    def fake_measure(f, *args):
+        args = [str(a) for a in args]
+        sessions.append(args)
+        got = {args[i + 1]: int(args[i + 2].split()[1]) for i, a in enumerate(args) if a == "--name"
+               and args[i + 1].startswith("slow_")}
+        return _verdicts_part(int(args[args.index("--runs") + 1]), got)
+
+    monkeypatch.setattr(bench_verdicts, "measure", fake_measure)
+    doc = bench_verdicts.collect(28, out, 1, (), **({"chunk": chunk} if chunk else {}))
+    assert [s[s.index("--runs") + 1] for s in sessions] == sizes
+    assert all(f"/c/spin_exec-static {spin['slow_hot']} llc-16 --version" in s for s in sessions)
+    assert all(f"/c/spin_exec-static {spin['slow_sel']} llc-16 --version" in s for s in sessions)
+    assert doc["metadata"]["spin_us"] == spin and doc["metadata"]["sessions"] == 1 + len(sizes)
+    assert sorted({r["round"] for r in doc["runs"]}) == list(range(28))  # renumbered after part000's 20
+    assert doc["metadata"]["runs"] == 28
+
+
+def test_verdicts_assemble_renumbers_rounds_of_sessions_of_any_size():
+    import bench_verdicts
+
+    spin = {"slow_hot": 1, "slow_sel": 2}
+    doc = bench_verdicts.assemble([_verdicts_part(20, spin), _verdicts_part(8, spin), _verdicts_part(4, spin)], spin)
+    rounds = [sorted({r["round"] for r in doc["runs"] if r["session"] == k}) for k in range(3)]
+    assert rounds == [list(range(20)), list(range(20, 28)), list(range(28, 32))]
+    assert doc["metadata"]["runs"] == 32 and doc["metadata"]["sessions"] == 3
+
+
+def test_verdicts_power_summary_conditions_on_the_printed_mde():
+    import bench_verdicts
+
+    # (detected, printed MDE): the conditional rate counts only trials whose MDE is at
+    # most the limit (5%) or the realised slowdown (7%); a trial with no MDE is in neither
+    res = [(True, 0.04), (False, 0.05), (True, 0.03), (True, 0.06), (False, 0.09), (True, None)]
+    s = bench_verdicts.power_summary(res, 1.07)
+    assert (s["trials"], s["detected"]) == (6, 4)
+    assert (s["mde_within_limit"], s["detected_within_limit"]) == (3, 2)
+    assert (s["mde_within_real"], s["detected_within_real"]) == (4, 3)
+    assert s["mde_above_limit"] == 2 and s["median_mde_above_limit"] == pytest.approx(0.075)
+    line = bench_verdicts.power_line(50, s, 1.07)
+    assert "n= 50: detected 4/6 (67%); printed MDE <= 5% in 3 trials, detected in 2 of them (67%)" in line
+    assert "MDE <= the realised 7.0% in 4, detected in 3 (75%)" in line
+    none = bench_verdicts.power_summary([(False, 0.2)], 1.05)
+    assert "printed MDE <= 5% in 0 trials, detected in 0 of them;" in bench_verdicts.power_line(5, none, 1.05)
+
+
+def test_verdicts_study_runs_only_the_studies_asked(monkeypatch, tmp_path):
+    """``--studies aa power`` skips the coverage study (minutes on a loaded machine)."""
+    import bench_verdicts
+    from elflayout import results as model
+
+    ran = []
+    monkeypatch.setattr(model, "read", lambda p: object())
+    monkeypatch.setattr(bench_verdicts, "describe_pool", lambda pool, path: ran.append("describe"))
+    for name in bench_verdicts.STUDIES:
+        monkeypatch.setattr(bench_verdicts, f"study_{name}", lambda *a, name=name: ran.append(name) or 4)
+    assert bench_verdicts.study(tmp_path / "p.json", 10, 1, 5, studies=["aa", "power"]) is None
+    assert ran == ["describe", "aa", "power"]
+    ran.clear()
+    assert bench_verdicts.study(tmp_path / "p.json", 10, 1, 5) == 4
+    assert ran == ["describe", "coverage", "aa", "power"]
 
 
 def test_verdicts_aa_rates_leave_out_files_without_the_row():

@@ -290,3 +290,28 @@ def test_lld_data_script_parks_untouched_sections_lld_would_order_by_name(tmp_pa
         table = next(s["st_value"] for s in st.iter_symbols() if s.name == "code_hash" and s["st_info"]["type"] == "STT_OBJECT")
     ro = secs[".rodata"]
     assert table >= ro[0] + ro[1], "the other object's code_hash table was not parked after .rodata"
+
+
+def test_linker_made_pool_is_not_ordered_by_name():
+    """lld >= 15 names its pool of merged strings after the first input section
+    (``<internal>:(.rodata.str1.1)``): a touched page of the pool must not become
+    ``*(.rodata.str1.1)``, which moves every object's strings into the hot pool (read
+    whole: the arm64 libLLVM relink read 137 pages more). The touched objects' strings
+    are placed by the hot-strings patterns instead."""
+    import numpy as np
+
+    from elflayout.order.algorithms import first_access
+    from elflayout.order.resolve import Universe
+    from elflayout.profile.model import Page, Target
+
+    P = 4096
+    u = Universe(sections={".rodata.str1.1", ".rodata.tab"}, objects=["lib.a(a.o)"])
+    u.extents = np.array([(10 * P, 3 * P), (13 * P, P)], dtype=[("offset", "<i8"), ("size", "<i8")])
+    u.extent_names = [".rodata.str1.1", ".rodata.tab"]
+    u.extent_objects = ["<internal>", "lib.a(a.o)"]
+    t = Target(path="lib.so", pages=[Page(p, i + 1, "r", ".rodata", "main") for i, p in enumerate((10, 11, 12, 13))])
+    layout = first_access.compute(t, u)
+    assert layout.data == [(".rodata.tab", "lib.a(a.o)")]
+    assert layout.report["data"]["linker_made_left_in_place"] == 1
+    text, _ = write_lld_data_script(layout, hot_strings=False)
+    assert "*(.rodata.tab)" in text and "(.rodata.str1.1)" not in text

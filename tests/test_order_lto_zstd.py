@@ -76,3 +76,40 @@ def test_lto_build_ordered_by_a_profile_of_another_build(tmp_path, variant):
     if cc == "clang-22":
         res = json.loads(run_cli("check-order", lib4, "--profile", prof0, "--json", check=0).stdout)
         assert res["renamed"] > 0 and res["renamed_lost"] == 0 and res["in_order_fraction"] >= 0.9
+
+
+def test_thinlto_with_debug_info_through_the_tutorial(tmp_path):
+    """clang-22 -g (DWARF 5) ThinLTO + lld-22, the LTO build profiled with its link map and
+    relinked by ``link --move-symtab``: fully in order, the debug info moved into the hole
+    the order leaves cold (behind the end of the code for first-access, the hot start of
+    .text staying beside the headers; before the code for hot-last), and gdb still
+    stops at a breakpoint by file:line in the ordered library."""
+    from elflayout.elfcore import ElfImage
+    from elflayout.layouts import PF_X
+    from elflayout.split.debugcheck import gdb_stop
+    from elflayout.targets import zstd_cmake
+
+    for tool in ("clang-22", "ld.lld-22", "gdb"):
+        need_tool(tool)
+    driver = ["clang-22", "-O2", "-g", "-flto=thin", "-fuse-ld=lld-22"]
+    objs = zstd.build("clang-22", ["-O2", "-g", "-flto=thin"])
+    d0, d1 = tmp_path / "profiled", tmp_path / "ordered"
+    d0.mkdir()
+    d1.mkdir()
+    lib0, lib1 = d0 / "libzstd.so.1", d1 / "libzstd.so.1"
+    subprocess.run(zstd.link_command(driver, objs, lib0), check=True)
+    prof = _profile(lib0, zstd.program(d0), tmp_path / "lto.json")
+    cmd = [a for a in zstd.link_command(driver, objs, lib1) if not a.startswith("-Wl,-Map=")]
+    r = run_cli("link", "--profile", prof, "--move-symtab", "--", *cmd, check=0)
+    first = "algorithm: first-access" in r.stderr
+    assert ("after the end of the code" if first else "before the code") in r.stderr, r.stderr
+    res = json.loads(run_cli("check-order", lib1, "--profile", prof, "--json", check=0).stdout)
+    assert res["in_order_fraction"] == 1.0 and res["stale_hot"] is None
+    with ElfImage(lib1) as img:
+        x = max(i for i, g in enumerate(img.loads) if g.flags & PF_X) if first else 0
+        info = img.section(".debug_info").offset
+        assert img.loads[x].offset + img.loads[x].filesz <= info < img.loads[x + 1].offset
+        assert img.size == max(g.offset + g.filesz for g in img.loads)
+    exe = zstd.program(d1)
+    stop = gdb_stop([str(exe)], zstd_cmake.break_location(zstd.source()), None)
+    assert stop and stop.startswith("Breakpoint 1, ZSTD_compress (") and "zstd_compress.c:" in stop, stop

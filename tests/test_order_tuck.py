@@ -122,6 +122,33 @@ def test_tuck_proves_its_output_and_writes_nothing_wrong(tmp_path, monkeypatch):
     assert not (tmp_path / "out.so").exists()
 
 
+@pytest.mark.parametrize("algorithm", ["first-access", "hot-last", None])
+def test_move_symtab_hole_where_the_order_leaves_code_cold(tmp_path, algorithm):
+    """first-access puts hot code at the start of .text, within the read-ahead of the headers
+    the loader reads: the unloaded sections go after the executable segment (its cold end),
+    not between the headers and the hot code. hot-last (and no order) keeps the hole before
+    the executable PT_LOAD, before the cold start of .text."""
+    from elflayout.layouts import PF_X
+    from elflayout.order.relink import move_symtab
+
+    if not shutil.which("ld.lld"):
+        pytest.skip("lld not installed")
+    b = build(tmp_path, linker="lld")
+    step = move_symtab(str(b["lib"]), algorithm)
+    assert step.value is True, step.why
+    with ElfImage(b["lib"]) as img:
+        loads = img.loads
+        x = max(i for i, g in enumerate(loads) if g.flags & PF_X)
+        sym = img.section(".symtab").offset
+        assert img.size == max(g.offset + g.filesz for g in loads)
+        if algorithm == "first-access":
+            assert loads[x].offset + loads[x].filesz <= sym < loads[x + 1].offset
+        else:
+            f = next(i for i, g in enumerate(loads) if g.flags & PF_X)
+            assert loads[f - 1].offset + loads[f - 1].filesz <= sym < loads[f].offset
+    assert subprocess.run([str(b["driver"])], capture_output=True, text=True).stdout == b["output"]
+
+
 def test_tuck_hole_before_the_code_of_a_packed_library(tmp_path):
     """pack-relocs cuts the first PT_LOAD in two (R, R, R E): the hole goes before the
     executable PT_LOAD (after ``.eh_frame``, before the cold start of ``.text``), not after

@@ -213,3 +213,50 @@ def test_program_headers_after_the_freed_pages(tmp_path):
     with elfcore.ElfImage(out) as img:
         assert img.elf.header["e_phoff"] == off - st["cut"]["bytes"]
     assert simload.compare(src, out)["equal"]
+
+
+@pytest.mark.parametrize("linker", ["bfd", "lld"])
+def test_link_default_pack_cuts_whole_readahead_windows_only(tmp_path, linker):
+    """``elflayout link``'s post-link packing (``relink.post_pack``) cuts the freed pages only
+    in whole 128 KiB readahead windows: a few freed pages stay in the file, every later file
+    offset stays where the linker put it, and the step says why. pack-relocs itself still
+    cuts them."""
+    need_tool("gcc")
+    from elflayout.order import relink
+    from elflayout.order.defaults import Step
+
+    b = testlib.build(tmp_path, linker)
+    lib = tmp_path / "linked" / b["lib"].name
+    lib.parent.mkdir()
+    shutil.copy(b["lib"], lib)
+    step = Step("pack", "pack-relocs", "test")
+    relink.post_pack(step, str(lib))
+    assert step.value == "pack-relocs" and "equivalence proved" in step.predicted
+    assert "freed pages kept in the file (fewer than 128 KiB of whole freed pages" in step.predicted
+    with elfcore.ElfImage(b["lib"]) as a, elfcore.ElfImage(lib) as o:
+        assert len(o.loads) == len(a.loads)
+        assert [(p.offset, p.vaddr) for p in o.loads] == [(p.offset, p.vaddr) for p in a.loads]
+    assert "(RELR)" in _readelf("-d", lib)
+    assert simload.compare(b["lib"], lib)["equal"]
+    shutil.copy(b["driver"], lib.parent / b["driver"].name)
+    got = subprocess.run([str(lib.parent / b["driver"].name)], capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout == b["output"]
+    # The same library packed by pack-relocs loses its whole freed pages, as before.
+    out = tmp_path / "cut" / b["lib"].name
+    out.parent.mkdir()
+    st = json.loads(run_cli("pack-relocs", b["lib"], "-o", out, "--json", check=0).stdout)
+    assert st["cut"]["pages"] >= 2
+
+
+def test_cut_unit_applies_only_when_code_follows():
+    from elflayout.relocs.pack_cut import _code_follows
+
+    ph = np.zeros(3, L.PHDR64)
+    ph["p_type"] = L.PT_LOAD
+    ph["p_flags"] = [L.PF_R, L.PF_R, L.PF_R | L.PF_X]
+    ph["p_offset"] = [0, 0x8f000, 0x10a000]
+    ph["p_filesz"] = [0x8f000, 0x7b000, 0x112000]
+    assert not _code_follows(ph, 0x8f000, 128 * 1024)  # lld: read-only data after the hole
+    assert _code_follows(ph, 0xf0000, 128 * 1024)
+    ph["p_flags"][1] |= L.PF_X  # gold: .rela.plt and the code in one R E segment
+    assert _code_follows(ph, 0x8f000, 128 * 1024)

@@ -96,7 +96,7 @@ def relr_written(path) -> bool:
 def shared_code_section(path: str) -> str | None:
     """The first object of ``path`` (an object file or ``.a`` archive) with two or more
     functions in one code section, as ``member (section: n functions)``; None when every
-    function has a section of its own or the file is not an x86-64 object or archive."""
+    function has a section of its own or the file is not an object or archive split reads."""
     from elflayout.split import archive
     from elflayout.split.reader import SHT, read_object
 

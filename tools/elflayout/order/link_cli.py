@@ -86,9 +86,11 @@ def add_arguments(p) -> None:
                         "glibc) or none; default with --profile: auto (relr when this machine's glibc is 2.36 or "
                         "newer, else self; none with gold and mold)")
     p.add_argument("--move-symtab", action="store_true",
-                   help="after the link, move the sections no segment loads (.symtab, .strtab, .comment) from "
-                        "after the last segment into the file-offset hole before the executable PT_LOAD: "
-                        "read-ahead of the last segment's pages then stops at end of file (mapped bytes unchanged)")
+                   help="after the link, move the sections no segment loads (.symtab, .strtab, .comment, .debug_*) "
+                        "from after the last segment into a file-offset hole where the order leaves code cold "
+                        "(after the executable PT_LOAD for first-access, else before it): "
+                        "read-ahead of the last segment's pages then stops at end of file (mapped bytes "
+                        "unchanged)")
     p.add_argument("--order-dynsym", action="store_true",
                    help="after the link, put the dynamic symbols ld.so looks up at start-up (the output's symbol "
                         "relocations, the profiled program's imports) first in .dynsym, .gnu.version and the "

@@ -24,8 +24,12 @@ linking and measuring. What is modelled (mm/filemap.c, mm/readahead.c, mm/memory
 4. **Async readahead** (``do_async_mmap_readahead`` → ``page_cache_async_ra``) when a
    fault finds a cached, marked page: if it is the expected index the window moves on
    (``start += size``, ``size = get_next_ra_size``, ``async_size = size``), else the
-   window restarts at the next uncached page; ``order += 2`` each time (large folios,
-   4 → 16 → 32 pages; the PG_readahead mark is per folio).
+   window restarts at the gap ``page_cache_next_miss`` reports if it is at most ra_pages
+   away (reported late past a large folio: ``Simulator._next_miss``); ``order += 2``
+   each time, and the window's end is rounded down to a folio of that order. Folios are
+   laid out as ``page_cache_ra_order`` allocates them (aligned, 4 → 16 → 32 pages; one
+   page each from the first that would overlap a cached page on); the PG_readahead mark
+   is on the folio holding the mark index.
 5. A page already read is never read again; only pages not yet cached are counted,
    clipped to EOF. Write faults on private mappings (``do_cow_fault``) skip fault-around.
 
@@ -58,6 +62,7 @@ from elflayout.layouts import PF_W, PF_X
 
 HPAGE_PMD_NR = 512  # x86-64: 2 MiB PMD folios (4 KiB pages: a page table holds page / 8 entries)
 MMAP_LOTSAMISS = 100  # mm/filemap.c: stop read-around when misses outnumber hits by this
+XA_CHUNK_SIZE = 64  # include/linux/xarray.h: slots per xarray node
 FAULT_AROUND_BYTES = 65536  # /sys/kernel/mm/... fault_around_bytes default 64 KiB
 FAULT_AROUND_PAGES = FAULT_AROUND_BYTES // PAGE
 PAGE_SIZES = (4096, 16384, 65536)  # arm64 kernels' page sizes; x86-64 has 4 KiB only
@@ -132,6 +137,7 @@ class Simulator:
     def __post_init__(self):
         self.cached = np.zeros(self.npages, dtype=bool)
         self.mark = np.zeros(self.npages, dtype=np.int32)
+        self.folio = np.arange(self.npages, dtype=np.int64)  # first page of each cached page's folio
         self.mapped = [np.zeros(self.npages, dtype=bool) for _ in self.vmas]
         self.ra_start = self.ra_size = self.ra_async = self.ra_order = 0
         self.mmap_miss = 0
@@ -144,6 +150,7 @@ class Simulator:
         new = ~self.cached[start:end]
         if not new.any():
             return
+        self._lay_folios(start, end, order)
         self.cached[start:end] = True
         idx = np.flatnonzero(new) + start
         # contiguous runs for the read log
@@ -151,10 +158,50 @@ class Simulator:
         for a, b in zip(np.r_[0, brk + 1], np.r_[brk, len(idx) - 1]):
             self.reads.append((int(idx[a]), int(idx[b] - idx[a] + 1), cause))
         if mark_at is not None and start <= mark_at < end and new[mark_at - start]:
-            fsz = 1 << order
-            f0 = mark_at - (mark_at % fsz)
-            f0, f1 = max(f0, start), min(f0 + fsz, end)
+            f0 = int(self.folio[mark_at])  # ra_alloc_folio marks the folio holding the mark index
+            f1 = f0 + int(np.count_nonzero(self.folio[f0:end] == f0))
             self.mark[f0:f1] = f1 - f0
+
+    def _lay_folios(self, start: int, end: int, order: int) -> None:
+        """Folios of the uncached pages of a window as ``page_cache_ra_order`` allocates
+        them: 2**order pages, smaller where the index is unaligned or the window ends;
+        from the first folio that would overlap a cached page on, one page each (the
+        ``-EEXIST`` fallback to ``do_page_cache_ra``)."""
+        i = start
+        while i < end:
+            o = order
+            if i & ((1 << o) - 1):
+                o = (i & -i).bit_length() - 1
+            while o > 0 and i + (1 << o) > end:
+                o -= 1
+            if self.cached[i:i + (1 << o)].any():
+                break
+            self.folio[i:i + (1 << o)] = i
+            i += 1 << o
+        rest = np.flatnonzero(~self.cached[i:end]) + i
+        self.folio[rest] = rest
+
+    def _next_miss(self, index: int, max_scan: int) -> int:
+        """``page_cache_next_miss(mapping, index, max_scan)`` (mm/filemap.c) as the kernel
+        computes it: ``xas_load`` leaves the xarray cursor on the first slot of the large
+        folio holding ``index`` while ``xa_index`` stays at ``index``, and ``xas_next``
+        steps both, so the gap found past a large folio is reported ``index - folio
+        start`` pages later (until the cursor leaves the 64-slot node and is set again by
+        ``xa_index``). Measured on 6.18: a fault inside a marked 16-page folio, except on
+        its last page, finds the gap 33 pages away and starts no read."""
+        node = index - index % XA_CHUNK_SIZE
+        if index >= self.npages or not self.cached[index]:
+            return index
+        slot = int(self.folio[index])
+        for n in range(max_scan):
+            if slot >= self.npages or not self.cached[slot]:
+                return index + n
+            slot += 1
+            if slot - node == XA_CHUNK_SIZE:  # __xas_next: up and down the tree again, by xa_index
+                i = index + n + 1
+                node = i - i % XA_CHUNK_SIZE
+                slot = i  # xas_set_offset: the slot of xa_index itself, aligned again
+        return index + max_scan
 
     def read_syscall(self, page: int, n: int = 1) -> None:
         """read() of n pages at ``page`` (ld.so reading the ELF header): ondemand readahead."""
@@ -246,12 +293,12 @@ class Simulator:
             self._read(start, start + ra, start + ra - ra // 4, 0, "around")
 
     def _async(self, page: int) -> None:
-        fsz = int(self.mark[page])
-        f0 = page
-        while f0 > 0 and self.mark[f0 - 1] == fsz and (f0 % fsz):
-            f0 -= 1
-        self.mark[f0:f0 + fsz] = 0
         maxp = self.ra_pages
+        if not maxp:  # page_cache_async_ra: no readahead, the mark stays
+            return
+        fsz = int(self.mark[page])
+        f0 = int(self.folio[page])
+        self.mark[f0:f0 + fsz] = 0
         expected = self.ra_start + self.ra_size - self.ra_async
         expected -= expected % max(1, fsz)
         if page == expected:
@@ -259,14 +306,20 @@ class Simulator:
             self.ra_size = max(self.ra_size, _next_ra_size(self.ra_size, maxp))
             self.ra_async = self.ra_size
         else:
-            miss = np.flatnonzero(~self.cached[page + 1:min(self.npages, page + 1 + maxp)])
-            if miss.size == 0:
+            # "Hit a marked folio without valid readahead state": page_cache_next_miss
+            start = self._next_miss(page + 1, maxp)
+            if start - page > maxp or start >= self.npages:
                 return
-            start = page + 1 + int(miss[0])
             self.ra_start = start
             self.ra_size = _next_ra_size(start - page + maxp, maxp)
             self.ra_async = self.ra_size
         self.ra_order += 2
+        # the window ends on a folio boundary of the new order (capped by ra_pages' lowest bit)
+        align = 1 << min(self.ra_order, (maxp & -maxp).bit_length() - 1)
+        end = self.ra_start + self.ra_size
+        if end - end % align > self.ra_start:
+            self.ra_size -= end % align
+        self.ra_async = self.ra_size
         order = min(self.ra_order, max(0, self.ra_size.bit_length() - 1))
         self._read(self.ra_start, self.ra_start + self.ra_size, self.ra_start + self.ra_size - self.ra_async, order,
                    "async")

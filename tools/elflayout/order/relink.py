@@ -155,7 +155,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
     _note_pack(pack, parsed["output"])
     if pack.value == "pack-relocs":
         post_pack(pack, parsed["output"])
-    steps += _after_link(parsed["output"], opts, o.profile.metadata)
+    steps += _after_link(parsed["output"], opts, o.profile.metadata, algo.value)
     res = LinkResult(0, full, steps)
     if not opts.check_order:
         steps.append(Step("check", False, "--no-check-order"))
@@ -246,10 +246,11 @@ def post_pack(pack: Step, output: str) -> None:
     """``pack-relocs --check`` of the linked ``output`` in place (relr form); a file it
     cannot pack (or prove) is left as linked, and the step says why."""
     from elflayout.relocs import simload
-    from elflayout.relocs.pack import AlreadyPacked, pack as pack_relocs
+    from elflayout.relocs.pack import READAHEAD_UNIT, AlreadyPacked, pack as pack_relocs
 
     try:
-        st = pack_relocs(output, output, verify=lambda a, b: simload.check(a, b), replace=True, form="relr")
+        st = pack_relocs(output, output, verify=lambda a, b: simload.check(a, b), replace=True, form="relr",
+                         cut_unit=READAHEAD_UNIT)
     except AlreadyPacked as e:
         pack.value, pack.why = False, f"{e}: nothing to pack"
         return
@@ -258,14 +259,21 @@ def post_pack(pack: Step, output: str) -> None:
         return
     pack.predicted = (f"{st['packed']:,} of {st['relocations']:,} relocations packed, .rela.dyn "
                       f"{st['rela_dyn_bytes_before']:,} -> {st['rela_dyn_bytes_after']:,} bytes + "
-                      f"{st['relr_bytes']:,} bytes of .relr.dyn; equivalence proved")
+                      f"{st['relr_bytes']:,} bytes of .relr.dyn; equivalence proved; " + _cut_note(st.get("cut")))
 
 
-def _after_link(output: str, opts: LinkOptions, metadata: dict) -> list[Step]:
+def _cut_note(cut: dict | None) -> str:
+    """What happened to the freed whole pages (``pack``'s ``cut`` statistics)."""
+    if cut and cut.get("pages"):
+        return f"{cut['pages']} freed pages cut from the file"
+    return f"freed pages kept in the file ({cut['why'] if cut else 'none whole'})"
+
+
+def _after_link(output: str, opts: LinkOptions, metadata: dict, algorithm: str | None = None) -> list[Step]:
     """The rewrites of the linked (and packed) output that were asked for, in this order:
     the dynamic-symbol order needs the final relocation tables; the move, the final file."""
     steps = [order_dynsym(output, metadata)] if opts.order_dynsym else []
-    return steps + ([move_symtab(output)] if opts.move_symtab else [])
+    return steps + ([move_symtab(output, algorithm)] if opts.move_symtab else [])
 
 
 def order_dynsym(output: str, metadata: dict) -> Step:
@@ -285,15 +293,17 @@ def order_dynsym(output: str, metadata: dict) -> Step:
                 f"first in .dynsym, .gnu.version and the .gnu.hash chains{shape}; lookups proved unchanged")
 
 
-def move_symtab(output: str) -> Step:
-    """``order.tuck`` of the linked output in place: the file ends with its last segment."""
+def move_symtab(output: str, algorithm: str | None = None) -> Step:
+    """``order.tuck`` of the linked output in place: the file ends with its last segment; the
+    unloaded sections go into the hole the code order leaves cold (``tuck.cold_hole``)."""
     from elflayout.order.tuck import tuck_in_place
 
     try:
-        p = tuck_in_place(output)
+        p = tuck_in_place(output, None, algorithm)
     except ElflayoutError as e:  # the output stays as linked
         return Step("move symtab", False, f"not moved: {e}")
-    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}; "
+    where = "after the end of the code, which first-access leaves cold" if p["after_code"] else "before the code"
+    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}, {where}; "
                 "nothing past the last segment for read-ahead")
 
 

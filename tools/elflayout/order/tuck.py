@@ -5,8 +5,11 @@ Why: a page fault near the end of the last PT_LOAD makes the kernel's mmap read-
 its asynchronous read-ahead) read up to half a window past it, and right after the last
 PT_LOAD lie ``.symtab`` and ``.strtab`` — pages no one uses at start-up. Once the file ends
 where its last segment ends, the read-around stops at end of file. In the hole they are read
-only if the pages around the hole are (put it where the profile says pages are cold: with
-``order --algorithm hot-last`` the start of ``.text`` is cold).
+only if the pages around the hole are, so it goes where the order leaves code cold
+(``cold_hole``): with ``hot-last`` the start of ``.text`` is cold (the hole before the
+first executable PT_LOAD, ``default_hole``); with ``first-access`` its end is (the hole
+after the last executable PT_LOAD), and the hot start of ``.text`` stays within the
+read-ahead of the headers the loader reads first.
 
 What moves: every section that occupies the file, is not SHF_ALLOC and lies after the end of
 the last PT_LOAD's file bytes, and the section header table. The segments from the hole on
@@ -78,7 +81,20 @@ def plan(img: ElfImage, after: int | None = None) -> dict:
     cur = shoff + img.elf.num_sections() * hdr["e_shentsize"]  # e_shnum is 0 past 0xff00 sections
     grain = max([PAGE] + [g.align for g in loads])
     delta = _round_up(cur - hole, grain)
-    return {"hole": hole, "delta": delta, "moved": moved, "shoff": shoff, "tail": tail, "end": tail + delta}
+    return {"hole": hole, "delta": delta, "moved": moved, "shoff": shoff, "tail": tail, "end": tail + delta,
+            "after": after, "after_code": bool(loads[after].flags & PF_X)}
+
+
+def cold_hole(img: ElfImage, algorithm: str | None) -> int:
+    """The PT_LOAD after which the hole is coldest for code ordered by ``algorithm``:
+    ``first-access`` (hot code first) after the last executable PT_LOAD that another
+    follows; anything else (``hot-last``, no order) ``default_hole``."""
+    loads = img.loads
+    if algorithm == "first-access":
+        execs = [i for i, g in enumerate(loads[:-1]) if g.flags & PF_X]
+        if execs:
+            return execs[-1]
+    return default_hole(img)
 
 
 def tuck(src: str | Path, dst: str | Path, after: int | None = None) -> dict:
@@ -147,6 +163,10 @@ def verify(src: str | Path, dst: str | Path) -> None:
                 raise RuntimeError(f"{dst}: tuck changed section {x.name}")
 
 
-def tuck_in_place(path: str | Path, after: int | None = None) -> dict:
-    """``tuck`` PATH onto itself (a temporary file beside it, then renamed)."""
+def tuck_in_place(path: str | Path, after: int | None = None, algorithm: str | None = None) -> dict:
+    """``tuck`` PATH onto itself (a temporary file beside it, then renamed); ``after`` None:
+    the ``cold_hole`` for code ordered by ``algorithm``."""
+    if after is None:
+        with ElfImage(path) as img:
+            after = cold_hole(img, algorithm)
     return rewrite_in_place(path, lambda src, dst: tuck(src, dst, after), "tuck")

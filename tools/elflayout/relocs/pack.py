@@ -55,22 +55,24 @@ import time
 
 from elflayout import elfcore
 from elflayout.fileio import atomic_output
-from elflayout.relocs.pack_cut import MIN_CUT_PAGES, cut_freed_pages
+from elflayout.relocs.pack_cut import MIN_CUT_PAGES, READAHEAD_UNIT, cut_freed_pages
 from elflayout.relocs.pack_input import FORMS, AlreadyPacked, validate
 from elflayout.relocs.pack_plan import Plan, plan_pack
 from elflayout.relocs.pack_write import write_plan
 
-__all__ = ["FORMS", "MIN_CUT_PAGES", "AlreadyPacked", "Plan", "cut_freed_pages", "pack", "plan_pack", "validate",
+__all__ = ["FORMS", "MIN_CUT_PAGES", "READAHEAD_UNIT", "AlreadyPacked", "Plan", "cut_freed_pages", "pack", "plan_pack", "validate",
            "write_plan"]
 
 
-def pack(src, out, verify=None, *, replace: bool = False, form: str = "relr", cut: bool = True) -> dict:
+def pack(src, out, verify=None, *, replace: bool = False, form: str = "relr", cut: bool = True,
+         cut_unit: int = 0) -> dict:
     """Pack ``src`` into ``out`` atomically; returns the plan's statistics plus timings.
 
     ``verify(src, tmp)`` (optional) runs on the finished temporary file before it is
     renamed to ``out``; if it raises, ``out`` is left as it was. Without ``replace`` an
     existing ``out`` is never overwritten, even one created meanwhile by another run.
     Raises AlreadyPacked when there is nothing to do (the caller decides what that means).
+    ``cut_unit``: cut the freed pages only in whole multiples of it (``cut_freed_pages``).
     """
     t0 = time.perf_counter()
     with elfcore.ElfImage(src) as img:
@@ -80,7 +82,7 @@ def pack(src, out, verify=None, *, replace: bool = False, form: str = "relr", cu
     with atomic_output(out, mode=os.stat(src).st_mode & 0o777, replace=replace) as tmp:
         write_plan(plan, src, tmp, sync=plan.free_range is None)
         if plan.free_range is not None:
-            st["cut"] = cut_freed_pages(tmp, *plan.free_range)
+            st["cut"] = cut_freed_pages(tmp, *plan.free_range, unit=cut_unit)
         t2 = time.perf_counter()
         if verify is not None:
             st["check"] = verify(src, tmp)

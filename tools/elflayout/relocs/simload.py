@@ -122,6 +122,12 @@ class Loaded:
         if not u.size:
             return out
         st, sy = self.tag(L.DT_STRTAB), self.tag(L.DT_SYMTAB)
+        # ld.so reads entry i wherever it lies: past the table, the bytes of whatever
+        # follows, which a rewrite that moves the table changes (the fake would not see it)
+        n = next((x.size // L.SYM64.itemsize for x in self.img.sections if x.type == "SHT_DYNSYM" and x.addr == sy), None)
+        if n is not None and int(u.max()) >= n:
+            raise ElflayoutError(f"{self.img.path}: a relocation names dynamic symbol {int(u.max()):,}, past the end "
+                                 f"of .dynsym ({n:,} symbols)")
         strsz = self.tag(L.DT_STRSZ, 0)
         strtab = self.at(st, strsz).tobytes()
         syms = self.at(sy, (int(u.max()) + 1) * L.SYM64.itemsize, L.SYM64)

@@ -150,3 +150,12 @@ def compare(original: Path, other: Path) -> tuple[int, list[str], str | None]:
         diffs.append(f"debug information of the split link fails verification: {why}")
         return count, diffs[:SHOWN], "fails"
     return count, diffs[:SHOWN], "verified"
+
+
+def gdb_stop(argv: list[str], location: str, env: dict | None = None, timeout: float = 120) -> str | None:
+    """Run ``argv`` under gdb with a breakpoint at ``location`` (``file.c:LINE``; pending
+    until the library holding it loads): the ``Breakpoint 1, FUNCTION (...) at FILE:LINE``
+    line gdb prints when the program stops there, or None when it does not stop."""
+    r = subprocess.run(["gdb", "-nx", "-batch", "-ex", "set breakpoint pending on", "-ex", f"break {location}",
+                        "-ex", "run", "--args", *argv], capture_output=True, text=True, timeout=timeout, env=env)
+    return next((ln for ln in r.stdout.splitlines() if ln.startswith("Breakpoint 1, ")), None)

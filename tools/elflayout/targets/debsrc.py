@@ -67,3 +67,18 @@ def tarball(package: str) -> Path:
         if not _upstream(src, package):
             raise ElflayoutError(f"{src}: apt-get source {package} left no upstream tarball (*.orig.tar.*)")
         return _upstream(src, package)[-1]
+
+
+def unpacked(package: str, tree_glob: str, marker: str, cache: str | None = None) -> Path:
+    """The unpacked upstream tree of Debian source ``package`` (the last directory matching
+    ``tree_glob`` that holds ``marker``), downloaded and unpacked once into the cache ``cache``."""
+    root = cache_dir(cache or package)
+
+    def done() -> list[Path]:
+        return sorted(p for p in root.glob(tree_glob) if (p / marker).exists())
+
+    with locked(root / ".source.lock"):
+        if not done():
+            tar = tarball(package)
+            run(["tar", "-xf", tar, "-C", root], what=f"tar -xf {tar.name}")
+        return done()[-1]

@@ -174,7 +174,13 @@ def _order_data(target: Target, universe, placed, first_of, layout: Layout) -> N
             if fk < key.get(k, big):
                 key[k] = fk
                 n_assoc += 1
-    # 5. sort; stable on insertion order for equal keys
+    # 5. sort; stable on insertion order for equal keys. The linker's own input (lld's
+    # "<internal>" pools of merged strings and constants, named after their first input
+    # section since lld 15) is no input section a script can name: "*(.rodata.str1.1)"
+    # would move every object's strings into the hot pool, read whole (arm64 libLLVM: +137 pages)
+    linker_made = [k for k in key if k[1] and k[1].startswith("<")]
+    for k in linker_made:
+        del key[k]
     items = sorted(key.items(), key=lambda kv: kv[1])
     layout.data = [k for k, _ in items]
     syms = []
@@ -185,7 +191,7 @@ def _order_data(target: Target, universe, placed, first_of, layout: Layout) -> N
     layout.data_symbols = list(dict.fromkeys(syms))
     layout.report["data"] = {"sections": len(layout.data), "from_pages": n_from_pages,
                              "associated": n_assoc, "same_name_in_other_object": n_other,
-                             "sparse_left_in_place": n_sparse,
+                             "sparse_left_in_place": n_sparse, "linker_made_left_in_place": len(linker_made),
                              "symbols_for_lld": len(layout.data_symbols)}
 
 
