@@ -199,6 +199,7 @@ DATA_WORDS = {
 }
 # AArch64 :lo12: relocations of an instruction: the right shift of the address's low
 # 12 bits stored in its imm12 (add: bytes; loads and stores: units of the access size).
-AARCH64_LO12_SHIFT = {277: 0, 278: 0, 284: 1, 285: 2, 286: 3, 299: 4}
+AARCH64_ADD_LO12 = 277           # ADD_ABS_LO12_NC: an address, no access
+AARCH64_LO12_SHIFT = {AARCH64_ADD_LO12: 0, 278: 0, 284: 1, 285: 2, 286: 3, 299: 4}
 AARCH64_PAGE = frozenset({275, 276})       # ADR_PREL_PG_HI21(_NC): the adrp of a symbol's page
 AARCH64_GOT_PAGE, AARCH64_GOT_LO12 = 311, 312     # ADR_GOT_PAGE, LD64_GOT_LO12_NC: a symbol's GOT slot

@@ -17,7 +17,8 @@ compared with the original link by meaning, not address:
   code): the same type and target name, by the symbol holding the word plus offset
   (words outside every symbol: the same multiset per output section).
 
-An address that ends one symbol and starts the next has both names; two names match
+AArch64 functions are compared word by word modulo their PC-relative fields
+(``equivalence_a64``). An address that ends one symbol and starts the next has both names; two names match
 when they share one. PC-relative words in data whose target lies outside every
 symbol (a jump-table entry ``.L5 - .L4 + 4k`` past its function) are not compared
 and are counted. What no comparison can see is a constant that is a difference the

@@ -19,6 +19,7 @@ from elflayout.split import disasm_a64 as d64
 
 PAGE_SIZE = 4096
 IMM12 = 0x003FFC00
+LOADS = frozenset(arch.AARCH64_LO12_SHIFT) - {arch.AARCH64_ADD_LO12}
 BRANCH_RELOCS = frozenset({arch.R_AARCH64_CALL26, arch.R_AARCH64_JUMP26, d64.R_CONDBR19, d64.R_TSTBR14})
 NEAR_RELOCS = frozenset({d64.R_LD_PREL_LO19, d64.R_ADR_PREL_LO21})
 # PLT entries (AArch64 ELF ABI; lld, GNU ld, gold): [bti c;] adrp x16, slot; ldr x17, [x16, :lo12:slot]
@@ -68,8 +69,16 @@ def plt_slot(raw: bytes, addr: int) -> int | None:
     return _reached(addr, words[0], "adrp") + ((words[1] >> 10) & 0xFFF) * 8
 
 
+def _literal_width(w: int) -> int:
+    """Bytes a literal ``ldr`` (or ``ldrsw``, SIMD ``ldr``) reads (Arm ARM C4.1.66)."""
+    opc = w >> 30
+    if w >> 26 & 1:
+        return (4, 8, 16, 4)[opc]
+    return (4, 8, 4, 1)[opc]     # prfm: 1
+
+
 def _decoded(img, pc: int, w: int, m: str):
-    names = img.name(_reached(pc, w, m), branch=m in d64.BRANCHES)
+    names = img.name(_reached(pc, w, m), branch=m in d64.BRANCHES, width=_literal_width(w) if m == "ldr" else None)
     if UNNAMED_BRANCH in names:
         return Unrelated(f"{m} at {pc:#x} reaches {_reached(pc, w, m):#x}, outside every symbol"),
     return m, w & ~_field(m), names
@@ -82,7 +91,8 @@ def _relocated(img, pc: int, w: int, m: str | None, typ: int, target: int, sym: 
         if _reached(pc, w, m) != target & ~(PAGE_SIZE - 1):
             return Unrelated(f"adrp at {pc:#x} loads page {_reached(pc, w, m):#x}, "
                              f"its relocation's target {target:#x} is on another"),
-        return m, w & ~_field(m), "page of", img.name(target)
+        # Outside every symbol, named by its first byte: the :lo12: instruction names it fully.
+        return m, w & ~_field(m), "page of", img.name(target, width=1)
     if typ in (arch.AARCH64_GOT_PAGE, arch.AARCH64_GOT_LO12):
         return _got(img, pc, w, m, typ, target, sym)
     shift = arch.AARCH64_LO12_SHIFT.get(typ)
@@ -90,7 +100,8 @@ def _relocated(img, pc: int, w: int, m: str | None, typ: int, target: int, sym: 
         lo = target & (PAGE_SIZE - 1)
         if lo & ((1 << shift) - 1) or (w & IMM12) >> 10 != lo >> shift:
             return Unrelated(f"the :lo12: instruction at {pc:#x} does not encode {target:#x}"),
-        return w & ~IMM12, "low 12 bits of", img.name(target)
+        # A load or store reads 1 << shift bytes there; an add's address is named as lea's.
+        return w & ~IMM12, "low 12 bits of", img.name(target, width=1 << shift if typ in LOADS else None)
     return Unrelated(f"{arch.reloc_name('EM_AARCH64', 64, typ)} at {pc:#x}: not compared"),
 
 
