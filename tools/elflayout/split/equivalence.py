@@ -79,7 +79,7 @@ RELA64 = np.dtype([("r_offset", "<u8"), ("r_info", "<u8"), ("r_addend", "<i8")])
 _SIZE = re.compile(r"\b(byte|word|dword|qword|tbyte|xmmword|ymmword|zmmword) ptr \[rip")
 OPERAND_BYTES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "tbyte": 10, "xmmword": 16, "ymmword": 16,
                  "zmmword": 16}
-_BEFORE = re.compile(r"-0x[0-9a-f]+$")
+_BEFORE = equivalence_a64.BEFORE
 _RIP = re.compile(r"\[rip(?: ([+-]) (0x[0-9a-f]+|\d+))?\]")
 _NUM = re.compile(r"(?<![\w.])(?:0x[0-9a-f]+|\d+)(?![\w.])")
 
@@ -180,9 +180,10 @@ def order_flags(split: list[Path], linker: str, order: str, workdir: Path) -> tu
     return "lld", [f"-Wl,--symbol-ordering-file={f}", "-Wl,--no-warn-symbol-ordering"]
 
 
-def _link(paths, linker: str, flags: list[str], style: str, out: Path, machine: str | None = None) -> toolchain.LinkResult:
-    return toolchain.link(linker, [*flags, *STYLES[style], *SAME_LAYOUT.get(machine, []), "-Wl,--emit-relocs", "-o", out,
-                                   *_inputs(paths)], machine=machine)
+def _link(paths, linker: str, flags: list[str], style: str, out: Path,
+          machine: str | None = None) -> toolchain.LinkResult:
+    return toolchain.link(linker, [*flags, *STYLES[style], *SAME_LAYOUT.get(machine, []), "-Wl,--emit-relocs",
+                                   "-o", out, *_inputs(paths)], machine=machine)
 
 
 # -- an image, by meaning ----------------------------------------------------------

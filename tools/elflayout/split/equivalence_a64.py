@@ -27,7 +27,7 @@ BTI_C = 0xD503245F
 ADRP_X16 = (0x9F00001F, 0x90000010)
 LDR_X17_X16 = (0xFFC003FF, 0xF9400211)
 UNNAMED_BRANCH = "a branch target outside every symbol"
-_BEFORE = re.compile(r"-0x[0-9a-f]+$")      # a symbol-distance name (see equivalence.Image.name)
+BEFORE = re.compile(r"-0x[0-9a-f]+$")       # a symbol-distance name (see equivalence.Image.name)
 
 
 class Unrelated:
@@ -108,7 +108,8 @@ def _relocated(img, pc: int, w: int, m: str | None, typ: int, target: int, sym: 
 def _got(img, pc: int, w: int, m: str | None, typ: int, target: int, sym: str):
     """An adrp of a GOT slot's page or the ldr of its low 12 bits: some slot there must
     hold the relocation's symbol."""
-    want = {f"GOT({n})" for n in img.name(target)} | ({f"GOT({sym}+0x0)"} if sym else set())
+    names = img.name(target)
+    want = {f"GOT({n})" for n in _held(names) or names} | ({f"GOT({sym}+0x0)"} if sym else set())
     if typ == arch.AARCH64_GOT_PAGE and m == "adrp":
         page = _reached(pc, w, m)
         hits = [a for a, names in got_slots(img) if a & ~(PAGE_SIZE - 1) == page and names & want]
@@ -120,7 +121,8 @@ def _got(img, pc: int, w: int, m: str | None, typ: int, target: int, sym: str):
     else:
         hits = []
     if not hits:
-        return Unrelated(f"{arch.reloc_name('EM_AARCH64', 64, typ)} at {pc:#x} reaches no GOT slot of {sym or hex(target)}"),
+        name = arch.reloc_name("EM_AARCH64", 64, typ)
+        return Unrelated(f"{name} at {pc:#x} reaches no GOT slot of {sym or hex(target)}"),
     return w & ~field, "GOT slot of", frozenset(want)
 
 
@@ -158,7 +160,7 @@ def code_tokens(img, addr: int, size: int) -> list:
 def _held(names: frozenset) -> frozenset:
     """The names of symbols holding the address: not those of a neighbour (the end of
     the one before, a distance to the one after), which another order changes."""
-    return frozenset(n for n in names if not n.startswith("end of ") and not _BEFORE.search(n))
+    return frozenset(n for n in names if not n.startswith("end of ") and not BEFORE.search(n))
 
 
 def same(a, b) -> bool:
