@@ -16,7 +16,7 @@ import numpy as np
 
 from elflayout.split import dwarf_line
 from elflayout.split.dwarf import section_symbol as dwarf_section_symbol
-from elflayout.split.dwarf import LLE, R_32, R_64, RLE, Facts, Interval, crosses, enc_uleb, uleb
+from elflayout.split.dwarf import LLE, LOCS, R_32, R_64, RANGES, RLE, Facts, Interval, crosses, enc_uleb, uleb
 from elflayout.split.extents import STT
 from elflayout.split.reader import RELA64
 
@@ -74,12 +74,15 @@ def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int,
     c.convert = f.unit is not None and f.unit.base.sec in splits
     out = {}
     line_moves = _line(c, debug.lines, out)
-    list_moves, unit_list = _rnglists(c, out)
-    loc_moves = _loclists(c, out) if c.convert else {}
+    if f.version == 4:
+        list_moves, unit_list, loc_moves = _ranges4(c, out), -1, _loc4(c, out)
+    else:
+        list_moves, unit_list = _rnglists(c, out)
+        loc_moves = _loclists(c, out) if c.convert else {}
     if ".debug_aranges" in f.secs:
         _aranges(c, out)
-    for name, moves in ((".debug_line", line_moves), (".debug_rnglists", list_moves),
-                        (".debug_loclists", loc_moves)):
+    for name, moves in ((".debug_line", line_moves), (RANGES[f.version], list_moves),
+                        (LOCS[f.version], loc_moves)):
         if moves:
             _patch_addends(c, f.secs[name], moves, out)
     if c.convert:
@@ -184,6 +187,63 @@ def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
     value = int(c.obj.symbols["st_value"][r.sym])
     rel.append((at + 1, (int(c.mp[r.sym]) << 32) | R_64, iv.start - value))
     return bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(iv.end - iv.start)
+
+
+def _ranges4(c: _Ctx, out: dict) -> dict[int, int]:
+    """DWARF 4 ``.debug_ranges``: lists spanning new sections appended again as one pair
+    of relocated addresses per piece; every relocated end address retargeted."""
+    f, name = c.facts, ".debug_ranges"
+    if name not in f.secs:
+        return {}
+    todo = [lst for lst in f.rnglists.values() if any(crosses(iv, c.bounds) for iv in lst.intervals)]
+    data = c.obj.sections[f.secs[name]].data
+    rel = _ends(c, [iv for lst in f.rnglists.values() for iv in lst.intervals],
+                _shifted(_rows(c, name), 0, len(data), 0))
+    new, moves = bytearray(data), {}
+    for lst in sorted(todo, key=lambda x: x.offset):
+        moves[lst.offset] = len(new)
+        for iv in lst.intervals:
+            new += _pairs4(c, iv, len(new), rel)
+        new += bytes(16)    # (end of list)
+    _store(c, name, new, rel, out)
+    return moves
+
+
+def _pairs4(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
+    """DWARF 4 address pairs for ``iv`` at section offset ``at``, both relocated."""
+    out = bytearray()
+    if iv.sec not in c.splits:
+        r = c.facts.relocs[".debug_ranges"][iv.anchor]
+        value, sym = int(c.obj.symbols["st_value"][r.sym]), int(c.mp[r.sym])
+        rel += [(at, (sym << 32) | R_64, iv.start - value), (at + 8, (sym << 32) | R_64, iv.end - value)]
+        return bytes(16)
+    for g, s, e in c.pieces(iv.sec, iv.start, iv.end):
+        if e == s and iv.end > iv.start:
+            continue
+        rel += [_reloc(c, at + len(out), iv.sec, g, s), _reloc(c, at + len(out) + 8, iv.sec, g, e)]
+        out += bytes(16)
+    return bytes(out)
+
+
+def _ends(c: _Ctx, ivs: list[Interval], rel: list) -> list:
+    """``rel`` with the DWARF 4 end address of each interval (left alone by ``plan``)
+    relocated against the new section holding its last byte."""
+    fixed = {}
+    for iv in ivs:
+        if iv.end_at >= 0 and iv.sec in c.splits:
+            g = c.span(iv.sec, max(iv.start, iv.end - 1))[0]
+            fixed[iv.end_at] = _reloc(c, iv.end_at, iv.sec, g, iv.end)
+    return [fixed.get(o, (o, i, a)) for o, i, a in rel]
+
+
+def _loc4(c: _Ctx, out: dict) -> dict[int, int]:
+    """DWARF 4 ``.debug_loc``: bytes kept (entries leaving their new section glue its
+    units), relocated end addresses retargeted."""
+    f, name = c.facts, ".debug_loc"
+    if name in f.secs and any(iv.end_at >= 0 and iv.sec in c.splits for iv in f.locs):
+        data = c.obj.sections[f.secs[name]].data
+        _store(c, name, data, _ends(c, f.locs, _shifted(_rows(c, name), 0, len(data), 0)), out)
+    return {}
 
 
 def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
