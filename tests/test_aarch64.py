@@ -427,13 +427,7 @@ def synth_a64(tmp_path_factory):
         pytest.skip(why)
     d = tmp_path_factory.mktemp("sy64")
     plan = sy.make_plan(8, 6, 3)
-    srcs = []
-    for i in range(len(plan["objects"])):
-        srcs.append(d / (plan["objects"][i][:-2] + ".c"))
-        srcs[-1].write_text(sy._object_source(plan, i))
-    srcs.append(d / "sy_truth.c")
-    srcs[-1].write_text(sy._truth_source(plan))
-    (d / "driver.c").write_text(sy._driver_source(plan))
+    srcs = [d / name for name in sy.write_sources(plan, d)]
     subprocess.run([CROSS_CC, "-c", *sy.CFLAGS, *map(str, srcs)], cwd=d, check=True)
     subprocess.run([CROSS_CC, "-c", "-O1", "-fPIE", "driver.c"], cwd=d, check=True)
     objs = [str(d / (s.stem + ".o")) for s in srcs]

@@ -82,3 +82,28 @@ def test_symbol_index_past_dynsym_is_refused(tmp_path):
     with pytest.raises(ElflayoutError, match="past the end of .dynsym") as e:
         simload.check(bad, bad, real_load=False)
     assert "\n" not in str(e.value)
+
+
+def test_tls_segment_past_the_address_space_is_refused(tmp_path):
+    """A PT_TLS program header whose end passes 2**63 (arm64 fuzz, seed 2 variant 1907,
+    self form): one line, exit 2, not an OverflowError."""
+    import numpy as np
+
+    from elflayout import layouts as L
+    from elflayout.errors import ElflayoutError
+    from elflayout.relocs.pack import pack
+
+    lib = testlib.build(tmp_path, "bfd", run=False, ifunc=False)["lib"]  # ifuncs: refused before
+    data = bytearray(lib.read_bytes())
+    phoff, phnum = int.from_bytes(data[32:40], "little"), int.from_bytes(data[56:58], "little")
+    ph = np.frombuffer(bytes(data), L.PHDR64, phnum, phoff)
+    k = int(np.flatnonzero(ph["p_type"] == L.PT_NOTE)[0])
+    e = phoff + k * L.PHDR64.itemsize
+    data[e:e + 4] = L.PT_TLS.to_bytes(4, "little")
+    data[e + 32:e + 40] = (0).to_bytes(8, "little")  # p_filesz
+    data[e + 40:e + 48] = (0x8900_0000_0000_0020).to_bytes(8, "little")  # p_memsz, as the fuzz's damage
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ElflayoutError) as err:
+        pack(bad, tmp_path / "out.so", form="self")
+    assert "\n" not in str(err.value)

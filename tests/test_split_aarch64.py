@@ -255,12 +255,7 @@ def synth(tmp_path_factory):
     from elflayout.targets import synthetic as sy
     d = tmp_path_factory.mktemp("sysplit")
     plan = sy.make_plan(8, 6, 3)
-    srcs = []
-    for i in range(len(plan["objects"])):
-        srcs.append(d / (plan["objects"][i][:-2] + ".c"))
-        srcs[-1].write_text(sy._object_source(plan, i))
-    srcs.append(d / "sy_truth.c")
-    srcs[-1].write_text(sy._truth_source(plan))
+    srcs = [d / name for name in sy.write_sources(plan, d)]
     flags = [f for f in sy.CFLAGS if f not in ("-ffunction-sections", "-fdata-sections")]
     subprocess.run([CC, "-c", *flags, *map(str, srcs)], cwd=d, check=True)
     lib = d / "libsynth.a"

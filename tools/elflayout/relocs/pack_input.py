@@ -247,8 +247,11 @@ def read_before_init(inp: _Input, r_off: np.ndarray, all_types: np.ndarray) -> n
                    "routine): use the relr form (glibc >= 2.36)")
     lo, hi = [], []
     for p in inp.phdrs[inp.phdrs["p_type"] == L.PT_TLS]:
-        lo.append(int(p["p_vaddr"]))
-        hi.append(int(p["p_vaddr"] + p["p_memsz"]))
+        a, n = int(p["p_vaddr"]), int(p["p_memsz"])
+        if a + n >= 1 << 63:
+            _fail(img, f"PT_TLS segment at {a:#x} of {n:#x} bytes ends outside the address space")
+        lo.append(a)
+        hi.append(a + n)
     ds = inp.sec.get(".dynsym")
     if ds is not None and int(inp.shdrs[ds]["sh_type"]) == L.SHT_DYNSYM:
         n = inp.sh(ds, "sh_size") // L.SYM64.itemsize * L.SYM64.itemsize

@@ -212,6 +212,17 @@ def _driver_source(plan: dict) -> str:
 
 
 # ------------------------------------------------------------------------ building
+def write_sources(plan: dict, srcdir: Path) -> list[str]:
+    """Write the library's C sources (one per object, then ``sy_truth.c``) and
+    ``driver.c`` into srcdir; the library's source names, in link order."""
+    names = [obj[:-2] + ".c" for obj in plan["objects"]]
+    for i, name in enumerate(names):
+        (srcdir / name).write_text(_object_source(plan, i))
+    (srcdir / "sy_truth.c").write_text(_truth_source(plan))
+    (srcdir / "driver.c").write_text(_driver_source(plan))
+    return [*names, "sy_truth.c"]
+
+
 def _params(n_objects, funcs_per_object, seed):
     return dict(generator=GENERATOR_VERSION, n_objects=n_objects, funcs_per_object=funcs_per_object,
                 seed=seed, cflags=CFLAGS)
@@ -246,18 +257,12 @@ def _prepare_sources(workdir: Path, n_objects, funcs_per_object, seed, jobs) -> 
     for d in workdir.glob("link-*"):
         shutil.rmtree(d)
     stamp.unlink(missing_ok=True)
-    sources = []
-    for i in range(n_objects):
-        name = plan["objects"][i][:-2] + ".c"
-        (srcdir / name).write_text(_object_source(plan, i))
-        sources.append(name)
-    (srcdir / "sy_truth.c").write_text(_truth_source(plan))
-    (srcdir / "driver.c").write_text(_driver_source(plan))
+    sources = write_sources(plan, srcdir)
     (srcdir / "plan.json").write_text(json.dumps(
         {k: plan[k] for k in ("n_objects", "funcs_per_object", "seed", "names", "objects", "callees",
                               "driver_ctor", "main_calls")}
         | {"ctors": {plan["ctor_names"][i]: v for i, v in plan["ctors"].items()}}))
-    _compile(srcdir, objdir, sources + ["sy_truth.c"], jobs)
+    _compile(srcdir, objdir, sources, jobs)
     run(["gcc", "-c", "-O1", "-fPIE", "-g0", srcdir / "driver.c", "-o", objdir / "driver.o"], what="gcc driver.c")
     stamp.write_text(json.dumps(params))
     return plan
