@@ -185,10 +185,11 @@ def _link_single(tmp: Path, o: Path, name: str, order: list[str] | None = None) 
     return exe
 
 
-def test_single_range_unit_gets_a_range_list(tmp_path):
+@VERSIONS
+def test_single_range_unit_gets_a_range_list(tmp_path, gv):
     """Was: .text kept whole (".debug_info describes it as one range"). The unit DIE now
     has DW_AT_ranges over the new sections, in the same bytes."""
-    o = _cc(tmp_path, SINGLE)
+    o = _cc(tmp_path, SINGLE, *gv)
     s = _split(tmp_path, o)
     names = {x.name for x in read_object(s.read_bytes(), "x").sections}
     assert {".text.h1", ".text.f1", ".text.h2", ".text.f2", ".text.f3"} <= names, names
@@ -196,19 +197,20 @@ def test_single_range_unit_gets_a_range_list(tmp_path):
     unit = info.split("DW_TAG_compile_unit")[1].split("Abbrev Number")[0]
     assert "DW_AT_ranges" in unit and "DW_AT_high_pc" not in unit, unit
     ranges = subprocess.run(["readelf", "-r", s], capture_output=True, text=True, check=True).stdout
-    block = ranges.split(".rela.debug_rnglists")[1].split("Relocation section")[0]
+    block = ranges.split(".rela.debug_ranges" if gv else ".rela.debug_rnglists")[1].split("Relocation section")[0]
     assert all(f".text.{f} + 0" in block for f in ("h1", "f1", "f2", "f3")), block
 
 
 REORDER_SINGLE = ["f3", "h2", "h1", "f2", "f1"]
 
 
-def test_single_range_unit_lines_locations_and_verify(tmp_path):
+@VERSIONS
+def test_single_range_unit_lines_locations_and_verify(tmp_path, gv):
     """Line table, location lists and llvm-dwarfdump --verify of the original-order and a
     reordered link, against the unsplit link (the header's function comes first, file 1)."""
     need_tool("addr2line")
     need_tool("llvm-dwarfdump-16")
-    o = _cc(tmp_path, SINGLE)
+    o = _cc(tmp_path, SINGLE, *gv)
     s = _split(tmp_path, o)
     orig = _link_single(tmp_path, o, "orig")
     assert debugcheck.verify(orig) is None
@@ -222,20 +224,22 @@ def test_single_range_unit_lines_locations_and_verify(tmp_path):
     assert moved.index("f3") < moved.index("h1") < moved.index("f2") < moved.index("f1"), moved
 
 
-def test_location_comparison_sees_lists_left_from_the_unit_base(tmp_path, monkeypatch):
+@pytest.mark.parametrize("gv,writer", [((), "_loclists"), (("-gdwarf-4",), "_loc4")], ids=["dwarf5", "dwarf4"])
+def test_location_comparison_sees_lists_left_from_the_unit_base(tmp_path, monkeypatch, gv, writer):
     """The comparison itself: location lists kept as offsets from the unit's old base
     (now 0) describe no function's bytes any more, and are reported."""
     from elflayout.split import dwarf_write
-    monkeypatch.setattr(dwarf_write, "_loclists", lambda c, out: {})
-    o = _cc(tmp_path, SINGLE)
+    monkeypatch.setattr(dwarf_write, writer, lambda c, out: {})
+    o = _cc(tmp_path, SINGLE, *gv)
     s = _split(tmp_path, o)
     n, diffs = debugcheck.compare_locations(_link_single(tmp_path, o, "orig"), _link_single(tmp_path, s, "moved"))
     assert n >= 10 and diffs and "only in the original" in diffs[0], diffs
 
 
-def test_gdb_breakpoint_by_line_in_reordered_single_range_link(tmp_path):
+@VERSIONS
+def test_gdb_breakpoint_by_line_in_reordered_single_range_link(tmp_path, gv):
     need_tool("gdb")
-    s = _split(tmp_path, _cc(tmp_path, SINGLE))
+    s = _split(tmp_path, _cc(tmp_path, SINGLE, *gv))
     exe = _link_single(tmp_path, s, "moved", REORDER_SINGLE)
     moved = _starts(exe)
     assert moved.index("f3") < moved.index("f2") < moved.index("f1"), moved
@@ -247,20 +251,20 @@ def test_gdb_breakpoint_by_line_in_reordered_single_range_link(tmp_path):
     assert " in f3 (argc=3)" in r.stdout and "$1 = 3" in r.stdout, r.stdout
 
 
-def test_check_single_range_unit(tmp_path):
+@VERSIONS
+def test_check_single_range_unit(tmp_path, gv):
     need_tool("ld.lld")
-    o = _cc(tmp_path, SINGLE)
+    o = _cc(tmp_path, SINGLE, *gv)
     r = run_cli("split", o, "-o", tmp_path / "out", "--check", check=0)
     assert ": split: " in r.stdout and r.stdout.count("addresses' file:line, DWARF verified") == 3, r.stdout
 
 
 @pytest.mark.parametrize("flags,why", [
-    (("-gdwarf-4",), "cannot become a range list: DWARF 4"),
+    (("-gdwarf-4",), "cannot become a range list: no .debug_ranges"),
     ((), "cannot become a range list: no .debug_rnglists"),
 ])
 def test_shapes_not_rewritten_stay_whole(tmp_path, flags, why):
-    """A DWARF 4 unit whose only code section is .text (its one range is not turned into
-    a range list), and a unit whose only code section is .text but which has no range list
+    """A unit (DWARF 4 or 5) whose only code section is .text but which has no range list
     section to hold its ranges: refused per section, with the reason."""
     src = tmp_path / "one.c"
     src.write_text("int a(int x) { return x + 1; }\nint b(int x) { return a(x) * 2; }\n")
@@ -296,8 +300,8 @@ def test_libzstd_built_with_g_splits_and_checks(tmp_path):
 
 @pytest.mark.parametrize("name,gv,src", [(n, (), src) for n in (".debug_line", ".debug_rnglists", ".debug_loclists",
                                                                 ".debug_aranges", ".debug_abbrev") for src in (CALLS, SINGLE)]
-                         + [(n, ("-gdwarf-4",), CALLS) for n in (".debug_line", ".debug_ranges", ".debug_loc",
-                                                                  ".debug_aranges")])
+                         + [(n, ("-gdwarf-4",), src) for n in (".debug_line", ".debug_ranges", ".debug_loc",
+                                                                ".debug_aranges", ".debug_abbrev") for src in (CALLS, SINGLE)])
 def test_damaged_debug_section_keeps_code_whole(tmp_path, name, src, gv):
     """A debug section overwritten with 0xff bytes: the code stays whole with the reason, no crash."""
     o = _cc(tmp_path, src, *gv)

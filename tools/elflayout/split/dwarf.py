@@ -21,14 +21,14 @@ like any other. What no relocation follows, and how it is handled:
   that are offsets from the unit's base address become ``DW_RLE_start_length`` /
   ``DW_LLE_start_length`` with a relocation (``dwarf_write``).
 
-DWARF 4 (``-gdwarf-4``) the same way where the unit has ``DW_AT_ranges``: line tables of
-version 4, ``.debug_ranges`` lists spanning new sections written again as relocated
-address pairs per piece, and every relocated end address of a ``.debug_ranges`` or
-``.debug_loc`` pair (which ``plan`` leaves alone: it may name the next section's start)
-relocated against the new section of its start (``dwarf_write``).
+DWARF 4 (``-gdwarf-4``) the same way: line tables of version 4, ``.debug_ranges`` lists
+spanning new sections written again as relocated address pairs per piece, every
+relocated end address of a ``.debug_ranges`` or ``.debug_loc`` pair (which ``plan``
+leaves alone: it may name the next section's start) relocated against the new section
+of its start, and a one-range unit's list in ``.debug_ranges``, its lists' pairs of
+offsets from the unit's base turned into relocated address pairs in place (``dwarf_write``).
 
-Everything else is refused per section with the reason: DWARF versions other than 4 and 5, a DWARF 4
-unit whose one range is ``DW_AT_low_pc``/``DW_AT_high_pc`` over a split section, 64-bit
+Everything else is refused per section with the reason: DWARF versions other than 4 and 5, 64-bit
 DWARF, indexed forms (``DW_FORM_addrx``, ``DW_FORM_rnglistx``), and relocations from any
 other debug section.
 """
@@ -309,15 +309,13 @@ def _unit(obj: ObjectFile, f: Facts, cu, top, base: Reloc | None, same_code: int
     low, high = at.get("DW_AT_low_pc"), at.get("DW_AT_high_pc")
     if low is None or high is None or base is None or "DW_AT_ranges" in at:
         return
-    why = ""
-    if f.version == 4:
-        why = "DWARF 4 (only DWARF 5 units get DW_AT_ranges)"
-    elif low.form != "DW_FORM_addr" or high.form not in HIGH_PC_SIZES:
+    why, ranges = "", RANGES[f.version]
+    if low.form != "DW_FORM_addr" or high.form not in HIGH_PC_SIZES:
         why = f"the unit's DW_AT_high_pc in {high.form}"
     elif same_code != 1:
         why = "the unit DIE's abbreviation is shared with other DIEs"
-    elif ".debug_rnglists" not in f.secs or section_symbol(obj, f.secs[".debug_rnglists"]) is None:
-        why = "no .debug_rnglists (with a section symbol) to hold the unit's range list"
+    elif ranges not in f.secs or section_symbol(obj, f.secs[ranges]) is None:
+        why = f"no {ranges} (with a section symbol) to hold the unit's range list"
     elif ".debug_abbrev" not in f.secs or f.relocs[".debug_abbrev"]:
         why = "no .debug_abbrev, or relocations in it"
     elif any(r.sec == f.secs[".debug_abbrev"] and r.addend for rel in f.relocs.values() for r in rel.values()):
@@ -418,6 +416,9 @@ def _walk4(data: bytes, p: int, rel: dict[int, Reloc], name: str, unit_base, loc
         elif base is not None:
             r, field_at = base
             out.append(Interval(r.sec, r.addend + a, r.addend + b, field_at, r.addend))
+        elif isinstance(unit_base, Reloc):
+            u = unit_base.addend
+            out.append(Interval(unit_base.sec, u + a, u + b, -1, u + a, True, (at, at + 16)))
         elif unit_base is False:
             raise Refused(f"{name}+{at:#x}: offset pair relative to the unit's base address")
         if loc:

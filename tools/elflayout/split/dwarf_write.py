@@ -75,7 +75,7 @@ def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int,
     out = {}
     line_moves = _line(c, debug.lines, out)
     if f.version == 4:
-        list_moves, unit_list, loc_moves = _ranges4(c, out), -1, _loc4(c, out)
+        (list_moves, unit_list), loc_moves = _ranges4(c, out), _loc4(c, out)
     else:
         list_moves, unit_list = _rnglists(c, out)
         loc_moves = _loclists(c, out) if c.convert else {}
@@ -189,24 +189,30 @@ def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
     return bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(iv.end - iv.start)
 
 
-def _ranges4(c: _Ctx, out: dict) -> dict[int, int]:
+def _ranges4(c: _Ctx, out: dict) -> tuple[dict[int, int], int]:
     """DWARF 4 ``.debug_ranges``: lists spanning new sections appended again as one pair
     of relocated addresses per piece; every relocated end address retargeted."""
     f, name = c.facts, ".debug_ranges"
     if name not in f.secs:
-        return {}
+        return {}, -1
     todo = [lst for lst in f.rnglists.values() if any(crosses(iv, c.bounds) for iv in lst.intervals)]
     data = c.obj.sections[f.secs[name]].data
-    rel = _ends(c, [iv for lst in f.rnglists.values() for iv in lst.intervals],
-                _shifted(_rows(c, name), 0, len(data), 0))
     new, moves = bytearray(data), {}
+    rel = _retarget4(c, [iv for lst in f.rnglists.values() for iv in lst.intervals], new,
+                     _shifted(_rows(c, name), 0, len(data), 0))
     for lst in sorted(todo, key=lambda x: x.offset):
         moves[lst.offset] = len(new)
         for iv in lst.intervals:
             new += _pairs4(c, iv, len(new), rel)
         new += bytes(16)    # (end of list)
+    unit_list = -1
+    if c.convert:
+        unit_list = len(new)
+        for iv in f.cu_ranges:
+            new += _pairs4(c, iv, len(new), rel)
+        new += bytes(16)
     _store(c, name, new, rel, out)
-    return moves
+    return moves, unit_list
 
 
 def _pairs4(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
@@ -225,24 +231,31 @@ def _pairs4(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
     return bytes(out)
 
 
-def _ends(c: _Ctx, ivs: list[Interval], rel: list) -> list:
+def _retarget4(c: _Ctx, ivs: list[Interval], data: bytearray, rel: list) -> list:
     """``rel`` with the DWARF 4 end address of each interval (left alone by ``plan``)
-    relocated against the new section holding its last byte."""
+    relocated against the new section holding its last byte; with a converted unit,
+    pairs of offsets from its base (now 0) become pairs of relocated addresses in place."""
     fixed = {}
     for iv in ivs:
-        if iv.end_at >= 0 and iv.sec in c.splits:
-            g = c.span(iv.sec, max(iv.start, iv.end - 1))[0]
-            fixed[iv.end_at] = _reloc(c, iv.end_at, iv.sec, g, iv.end)
-    return [fixed.get(o, (o, i, a)) for o, i, a in rel]
+        last = c.span(iv.sec, max(iv.start, iv.end - 1)) if iv.sec in c.splits else None
+        if iv.unit and c.convert:
+            at = iv.entry[0]
+            data[at:at + 16] = bytes(16)
+            fixed[at] = _reloc(c, at, iv.sec, c.span(iv.sec, iv.start)[0], iv.start)
+            fixed[at + 8] = _reloc(c, at + 8, iv.sec, last[0], iv.end)
+        elif iv.end_at >= 0 and last is not None:
+            fixed[iv.end_at] = _reloc(c, iv.end_at, iv.sec, last[0], iv.end)
+    return [fixed.pop(o, (o, i, a)) for o, i, a in rel] + list(fixed.values())
 
 
 def _loc4(c: _Ctx, out: dict) -> dict[int, int]:
     """DWARF 4 ``.debug_loc``: bytes kept (entries leaving their new section glue its
     units), relocated end addresses retargeted."""
     f, name = c.facts, ".debug_loc"
-    if name in f.secs and any(iv.end_at >= 0 and iv.sec in c.splits for iv in f.locs):
-        data = c.obj.sections[f.secs[name]].data
-        _store(c, name, data, _ends(c, f.locs, _shifted(_rows(c, name), 0, len(data), 0)), out)
+    if name in f.secs and any((iv.end_at >= 0 or iv.unit) and iv.sec in c.splits for iv in f.locs):
+        data = bytearray(c.obj.sections[f.secs[name]].data)
+        rel = _retarget4(c, f.locs, data, _shifted(_rows(c, name), 0, len(data), 0))
+        _store(c, name, data, rel, out)
     return {}
 
 
@@ -320,7 +333,7 @@ def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
     rows = _rows(c, ".debug_info")
     rel = [(int(o), int(i), int(a)) for o, i, a in zip(rows["r_offset"], rows["r_info"], rows["r_addend"])
            if int(o) != u.low]
-    sym = c.mp[dwarf_section_symbol(c.obj, f.secs[".debug_rnglists"])]
+    sym = c.mp[dwarf_section_symbol(c.obj, f.secs[RANGES[f.version]])]
     rel.append((u.high, (int(sym) << 32) | R_32, unit_list))
     _store(c, ".debug_info", info, rel, out)
     abbrev = c.obj.sections[f.secs[".debug_abbrev"]].data
