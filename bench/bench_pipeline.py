@@ -171,14 +171,16 @@ def full_recipe_args(stem: Path, prof: Path, lib, objects_from, wl: str = "") ->
             f"-Wl,@{h['rsp']}"]
 
 
-def default_link(cmd: list, prof: Path, what: str = "") -> None:
-    """``elflayout link --profile PROF --linker lld -- CMD``: the default path, in-process
-    (``order.relink.relink``); prints the command and each step's summary line."""
+def default_link(cmd: list, prof: Path, what: str = "", **opts) -> None:
+    """``elflayout link --profile PROF --linker lld [OPTS] -- CMD``: the default path, in-process
+    (``order.relink.relink``); OPTS are further ``LinkOptions`` (``move_symtab=True`` is
+    ``--move-symtab``); prints the command and each step's summary line."""
     from elflayout.order.relink import LinkOptions, relink
 
-    print(f"  $ elflayout link --profile {prof} --linker lld -- {shlex.join(map(str, cmd[:8]))} ... (in-process: "
-          f"order.relink.relink){what}", flush=True)
-    res = relink([str(c) for c in cmd], LinkOptions(profile=str(prof), linker="lld"))
+    flags = "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in opts.items())
+    print(f"  $ elflayout link --profile {prof} --linker lld{flags} -- {shlex.join(map(str, cmd[:8]))} ... "
+          f"(in-process: order.relink.relink){what}", flush=True)
+    res = relink([str(c) for c in cmd], LinkOptions(profile=str(prof), linker="lld", **opts))
     if res.status:
         raise SystemExit(f"the default link failed (exit {res.status})")
     for st in res.steps:

@@ -8,9 +8,12 @@ with lld and a map. Measured selective at read_ahead_kb 128 in one session:
 * ordered: the objects split (``elflayout split``), the split objects linked the same way
   and profiled (``profile --map --data --clean-env --env LC_ALL=C --stdout null --repeat
   3``), then the original link command through ``elflayout link --profile P --linker lld``
-  (which splits the objects again and orders them).
+  (which splits the objects again and orders them);
+* the same link with ``--move-symtab`` (``order.tuck``: the unloaded ``.debug_*`` and
+  ``.symtab`` moved into a hole, out of the read-around after the last segment), and with
+  ``--move-symtab --algorithm first-access``.
 
-The ordered library keeps its debug information: gdb stops at a breakpoint by line
+Every ordered library keeps its debug information: gdb stops at a breakpoint by line
 (``zstd_compress.c``, in ``ZSTD_compress``) with the workload on it.
 
 Workload: a program compressing and decompressing 1 MiB (``tests/zstd_testlib.DRIVER_C``).
@@ -49,6 +52,11 @@ from bench_default_heldout import profile  # noqa: E402
 CFLAGS = ["-g", "-O2"]
 DRIVER = ["gcc", "-fuse-ld=lld"]
 GOAL = 0.40
+# the ordered rows: name, directory; and each one's further ``elflayout link`` options
+ORDERED = (("split + elflayout link (-g -O2, lld)", "ordered-lld"),
+           ("split + elflayout link --move-symtab", "ordered-moved-lld"),
+           ("split + elflayout link --move-symtab --algorithm first-access", "ordered-moved-fa-lld"))
+LINK_OPTS = ({}, {"move_symtab": True}, {"move_symtab": True, "algorithm": "first-access"})
 
 
 def cli(*args) -> subprocess.CompletedProcess:
@@ -170,7 +178,6 @@ def main(argv=None) -> int:
     w = bp.work_dir() / ("split-debug" if a.library == "zstd" else f"split-debug-{a.library}")
     w.mkdir(parents=True, exist_ok=True)
     unordered = f"unordered (-g -O2, {t.link_text}, lld)"
-    ordered_name = "split + elflayout link (-g -O2, lld)"
     print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS)}\", gcc), unordered against "
           f"split + elflayout link, selective, read_ahead_kb {bp.RA_KB}\n", flush=True)
     objs = t.build()
@@ -182,25 +189,29 @@ def main(argv=None) -> int:
     base = w / "libs" / "split-lld" / t.soname
     link(t, sobjs, base)
     sprof = profile(w / f"{a.library}-g-split.profile.json", base, run, Path(f"{base}.map"))
-    ordered = w / "libs" / "ordered-lld" / t.soname
-    ordered.parent.mkdir(parents=True, exist_ok=True)
-    bp.default_link(t.link_command(objs, ordered), sprof)
-    for lib in (plain, ordered):
+    libs = {unordered: plain}
+    for (name, sub), opts in zip(ORDERED, LINK_OPTS):
+        lib = libs[name] = w / "libs" / sub / t.soname
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        bp.default_link(t.link_command(objs, lib), sprof, **opts)
+    for lib in libs.values():
         r = subprocess.run(run, env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)}, capture_output=True,
                            text=True)
         if r.returncode or not t.works(r.stdout):
             raise SystemExit(f"bench_split_debug: {lib}: the workload fails (exit {r.returncode})")
-    gdb_stops(t, ordered, run)
-    variants = {n: (lib, bp.variant_cmd(lib.parent, run, {})) for n, lib in ((unordered, plain),
-                                                                              (ordered_name, ordered))}
+    for name, _sub in ORDERED:
+        gdb_stops(t, libs[name], run)
+    variants = {n: (lib, bp.variant_cmd(lib.parent, run, {})) for n, lib in libs.items()}
     summ, _lim, _rows = bench_split.measured_table(
         w / f"{a.library}-g.results.json", variants, a.runs, sprof, base, unordered,
         f"{t.name} -g -O2 ({t.build_text}): unordered vs split + elflayout link — selective, read_ahead_kb "
         f"{bp.RA_KB}")
-    u, o = summ.get(unordered, {}).get("pages"), summ.get(ordered_name, {}).get("pages")
-    if u and o:
-        print(f"Goal: at least {GOAL:.0%} fewer pages read than the unordered build of the same flags, debug "
-              f"information kept: {u:,.0f} -> {o:,.0f} pages ({(o / u - 1) * 100:+.1f}%)", flush=True)
+    u = summ.get(unordered, {}).get("pages")
+    for name, _sub in ORDERED:
+        o = summ.get(name, {}).get("pages")
+        if u and o:
+            print(f"Goal: at least {GOAL:.0%} fewer pages read than the unordered build of the same flags, debug "
+                  f"information kept: {u:,.0f} -> {o:,.0f} pages ({(o / u - 1) * 100:+.1f}%), {name}", flush=True)
     return 0
 
 
