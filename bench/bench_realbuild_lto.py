@@ -24,7 +24,14 @@ Debug info: gdb stops at a breakpoint by file:line (``zstd_compress.c``, in
 decompressing 1 MiB (``tests/zstd_testlib.DRIVER_C``). Builds are cached in
 ``~/.cache/elflayout/zstd-cmake``, relinks and profiles in the bench's work directory.
 
-Usage: python3 bench/bench_realbuild_lto.py [--runs N]
+With ``--compiler gcc``: the same CMake build by gcc 12 (DWARF 5) with
+``CMAKE_C_FLAGS=-flto`` and ``CMAKE_SHARED_LINKER_FLAGS=-flto`` (GNU ld; ``--linker gold``:
+``-flto -fuse-ld=gold``). GCC's LTO link writes all of a partition's code into one ``.text``
+unless the link itself is given ``-ffunction-sections`` (its code generation takes the
+link's options), so the profiled and the ordered links append it; the unordered library
+is the build's own.
+
+Usage: python3 bench/bench_realbuild_lto.py [--runs N] [--compiler gcc [--linker bfd|gold]]
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ SONAME = zstd_cmake.SONAME
 CLANG = ["-DCMAKE_C_COMPILER=clang-22", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", *zstd_cmake.LIBRARY_ONLY]
 THIN = [*CLANG, "-DCMAKE_C_FLAGS=-flto=thin", "-DCMAKE_SHARED_LINKER_FLAGS=-flto=thin -fuse-ld=lld-22"]
 PLAIN = [*CLANG, "-DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld-22"]
+GCC = ["-DCMAKE_C_COMPILER=gcc", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", *zstd_cmake.LIBRARY_ONLY, "-DCMAKE_C_FLAGS=-flto"]
+GCC_LINKERS = {"bfd": "-flto", "gold": "-flto -fuse-ld=gold"}
+# GCC's LTO code generation takes the link's options: per-function sections to order.
+GCC_SECTIONS = ["-ffunction-sections"]
 
 UNORDERED = "unordered (the build's own link)"
 LINK = "elflayout link --profile lto.json (no flag)"
@@ -96,9 +107,10 @@ def linked(w: Path, name: str, build: Path, cmd: list[str], extra: list[str],
     return res | {"lib": out}
 
 
-def profiled(w: Path, name: str, build: Path, cmd: list[str]) -> tuple[Path, Path]:
+def profiled(w: Path, name: str, build: Path, cmd: list[str], extra: tuple = ()) -> tuple[Path, Path]:
     """The tutorial's profile: the build's link with ``-Wl,-Map``, ``profile --map`` of it."""
-    lib = linked(w, f"profiled-{name}", build, cmd, [f"-Wl,-Map={w / 'libs' / f'profiled-{name}' / SONAME}.map"])["lib"]
+    lib = linked(w, f"profiled-{name}", build, cmd,
+                 [*extra, f"-Wl,-Map={w / 'libs' / f'profiled-{name}' / SONAME}.map"])["lib"]
     driver = program(lib.parent)
     prof = bp.cached_profile(w / f"{name}.profile.json", lib, [
         "profile", "--target", lib, "--map", f"{lib}.map", "--data", "--env", f"LD_LIBRARY_PATH={lib.parent}",
@@ -123,10 +135,65 @@ def report_gdb(libs: dict, driver: Path) -> None:
               f"    {name}: {stop or 'did NOT stop at the breakpoint'}", flush=True)
 
 
+def run_workload(driver: Path, libs: dict) -> None:
+    """The workload through every library: it must compress and decompress as before."""
+    for lib in libs.values():
+        r = subprocess.run([driver], env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)}, capture_output=True,
+                           text=True)
+        if r.returncode or not r.stdout.startswith("1."):
+            raise SystemExit(f"bench_realbuild_lto: {lib}: the workload fails (exit {r.returncode})")
+
+
+def gcc_main(runs: int, linker: str) -> int:
+    """gcc 12 ``-g -flto`` linked by GNU ld or gold: unordered against the LTO build's own
+    profile, default, ``--move-symtab`` and ``--algorithm first-access``."""
+    w = bp.work_dir() / f"realbuild-lto-gcc-{linker}"
+    w.mkdir(parents=True, exist_ok=True)
+    opts = [*GCC, f"-DCMAKE_SHARED_LINKER_FLAGS={GCC_LINKERS[linker]}"]
+    print(f"## libzstd (Debian source, its own CMake, RelWithDebInfo) with gcc 12 -g -flto + {linker}, "
+          f"selective, read_ahead_kb {bp.RA_KB}\n", flush=True)
+    gb, glib, gcmd = zstd_cmake.build(opts)
+    print(f"  {zstd_cmake.configure_line(opts, gb)} (cached)\n  its link: {shlex.join(gcmd[:18])} ...", flush=True)
+    plain = w / "libs" / "unordered" / SONAME
+    plain.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(glib, plain)
+    driver = program(plain.parent)
+    prof, plib = profiled(w, "lto", gb, gcmd, GCC_SECTIONS)
+    base = ["--linker", linker, "--profile", prof]
+    runs_ = {LINK: linked(w, "link", gb, gcmd, GCC_SECTIONS, base),
+             TUCK: linked(w, "link-move-symtab", gb, gcmd, GCC_SECTIONS, [*base, "--move-symtab"]),
+             TUCK_FA: linked(w, "link-move-symtab-first", gb, gcmd, GCC_SECTIONS,
+                             [*base, "--move-symtab", "--algorithm", "first-access"])}
+    for n, r in runs_.items():
+        print(f"\n  {n}: exit {r['rc']}\n" + "\n".join(f"    {ln}" for ln in r["tail"] if "link: " in ln or r["rc"]),
+              flush=True)
+    libs = {UNORDERED: plain, **{n: r["lib"] for n, r in runs_.items()}}
+    run_workload(driver, libs)
+    print()
+    report_gdb({UNORDERED: plain, TUCK: libs[TUCK], TUCK_FA: libs[TUCK_FA]}, driver)
+    variants = {n: (lib, bp.variant_cmd(lib.parent, [str(driver)], {})) for n, lib in libs.items()}
+    summ, _lim, _rows = bench_split.measured_table(
+        w / "zstd-lto.results.json", variants, runs, prof, plib, UNORDERED,
+        f"libzstd, CMake RelWithDebInfo, gcc 12 -g -flto + {linker} — selective, read_ahead_kb {bp.RA_KB}")
+    first = (summ.get(UNORDERED) or {}).get("pages")
+    if not first:
+        return 1
+    for n in (LINK, TUCK, TUCK_FA):
+        if summ.get(n):
+            print(f"Goal: >= 40% fewer pages than unordered: {n}: {summ[n]['pages']:,.0f} against {first:,.0f} "
+                  f"({(summ[n]['pages'] - first) / first * 100:+.1f}%)", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--compiler", choices=("clang", "gcc"), default="clang",
+                    help="clang-22 ThinLTO + lld-22 (default), or gcc 12 -flto")
+    ap.add_argument("--linker", choices=tuple(GCC_LINKERS), default="bfd", help="with --compiler gcc: GNU ld or gold")
     a = ap.parse_args(argv)
+    if a.compiler == "gcc":
+        return gcc_main(a.runs, a.linker)
     w = bp.work_dir() / "realbuild-lto"
     w.mkdir(parents=True, exist_ok=True)
     print(f"## libzstd (Debian source, its own CMake, RelWithDebInfo) with clang-22 -g ThinLTO + lld-22, "
@@ -152,11 +219,7 @@ def main(argv=None) -> int:
         print(f"\n  {n}: exit {r['rc']}\n" + "\n".join(f"    {ln}" for ln in r["tail"] if "link: " in ln or r["rc"]),
               flush=True)
     libs = {UNORDERED: plain, **{n: r["lib"] for n, r in runs.items()}}
-    for lib in libs.values():
-        r = subprocess.run([driver], env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)}, capture_output=True,
-                           text=True)
-        if r.returncode or not r.stdout.startswith("1."):
-            raise SystemExit(f"bench_realbuild_lto: {lib}: the workload fails (exit {r.returncode})")
+    run_workload(driver, libs)
     print()
     report_gdb({UNORDERED: plain, TUCK: libs[TUCK], TUCK_FA: libs[TUCK_FA]}, driver)
     variants = {n: (lib, bp.variant_cmd(lib.parent, [str(driver)], {})) for n, lib in libs.items()}

@@ -168,6 +168,12 @@ BENCHES = [
           "elflayout link with and without --move-symtab) vs a profile of the build without LTO (link's exit "
           "status, share of the gain kept), gdb breakpoint by line on the ordered library (pages read; two "
           "CMake builds and five LTO links the first time, about 20 min)", RA_SET, markdown=True),
+    Bench("realbuild_lto_gcc", "bench_realbuild_lto.py", ("--compiler", "gcc", "--runs", "3"),
+          "The same CMake build by gcc 12 -g -flto linked by GNU ld: unordered vs the LTO build's own profile "
+          "(the link given -ffunction-sections), elflayout link default, --move-symtab, --algorithm first-access, "
+          "gdb breakpoint by line (pages read; four LTO links the first time)", RA_SET, markdown=True),
+    Bench("realbuild_lto_gold", "bench_realbuild_lto.py", ("--compiler", "gcc", "--linker", "gold", "--runs", "3"),
+          "The same with gcc 12 -g -flto -fuse-ld=gold", RA_SET, markdown=True),
     Bench("cxx", "bench_cxx.py", ("--runs", "3"),
           "libstdc++.so.6 relinked from Debian's libstdc++_pic.a with lld, gold and GNU ld: elflayout link's "
           "order check and check-order's reasons, pages read unordered vs ordered vs split+ordered per linker",

@@ -158,9 +158,9 @@ def test_asm_fall_through_and_short_jump_glued(tmp_path):
 
 
 def test_debug_info_keeps_sections_whole(tmp_path):
-    """Debug information split does not rewrite (DWARF 4) keeps the sections whole."""
+    """Debug information split does not rewrite (DWARF 3) keeps the sections whole."""
     need_tool("gcc")
-    o = _cc(tmp_path, "dbg", LIB_C, "-gdwarf-4")
+    o = _cc(tmp_path, "dbg", LIB_C, "-gdwarf-3")
     _, rep = split_object(o.read_bytes(), "dbg.o")
     text = [x for x in rep.sections if x.name == ".text"][0]
     assert text.kept_whole and "DWARF" in text.kept_whole and text.sections == 1
@@ -171,10 +171,10 @@ def test_debug_info_refusal_is_printed_and_fails(tmp_path):
     is printed without -v, the run exits 1 and writes nothing (copies of the inputs are
     no split)."""
     need_tool("gcc")
-    o = _cc(tmp_path, "dbg", LIB_C, "-gdwarf-4")
+    o = _cc(tmp_path, "dbg", LIB_C, "-gdwarf-3")
     out = tmp_path / "out"
     r = run_cli("split", o, "-o", out, check=1)
-    assert ".text kept whole in " in r.stdout and "DWARF version 4" in r.stdout, r.stdout
+    assert ".text kept whole in " in r.stdout and "DWARF version 3" in r.stdout, r.stdout
     assert "nothing split" in r.stderr and "nothing written" in r.stderr, r.stderr
     assert not out.exists()
 
@@ -182,12 +182,12 @@ def test_debug_info_refusal_is_printed_and_fails(tmp_path):
 def test_kept_whole_printed_without_verbose_when_others_split(tmp_path, lib):
     """One object split, one kept whole by its debug info: exit 0, the refusal named."""
     libo, _ = lib
-    dbg = _cc(tmp_path, "dbg", LIB_C, "-gdwarf-4")
+    dbg = _cc(tmp_path, "dbg", LIB_C, "-gdwarf-3")
     a = tmp_path / "mixed.a"
     subprocess.run(["ar", "rcs", a, libo, dbg], check=True)
     r = run_cli("split", a, "-o", tmp_path / "o", check=0)
     assert "2 objects, " in r.stdout
-    assert ".text kept whole in " in r.stdout and "dbg.o): DWARF debug information: DWARF version 4" in r.stdout, \
+    assert ".text kept whole in " in r.stdout and "dbg.o): DWARF debug information: DWARF version 3" in r.stdout, \
         r.stdout
 
 

@@ -272,6 +272,73 @@ def test_synthetic_library_split_checked_with_three_linkers(synth, tmp_path):
     assert secs.count("] .text.") >= 48, secs      # 8 objects of 6 functions
 
 
+def test_synthetic_library_other_orders_compared_by_meaning(synth, tmp_path):
+    r = run_cli("split", synth, "-o", tmp_path / "out", "--check", "--linker", "lld", "--linker", "bfd",
+                "--linker", "gold", check=0)
+    # GNU ld has no ordering file and gold misplaces emitted AArch64 relocations when it
+    # reorders: lld links the other orders once for all three.
+    for order in ("reversed", "shuffled"):
+        line = next(x for x in r.stdout.splitlines() if f"check (lld, {order} order): same meaning:" in x)
+        assert int(line.split("same meaning: ")[1].split()[0]) >= 48, line
+    assert "not compared: their comparison" not in r.stdout, r.stdout
+
+
+# -- the other-order comparison sees a changed PC-relative field ---------------------
+
+def _emitted(path: Path, rtype: int):
+    """(place, file offset, word) of the emitted ``rtype`` relocations in .text."""
+    import io
+    from elftools.elf.elffile import ELFFile
+    raw = path.read_bytes()
+    elf = ELFFile(io.BytesIO(raw))
+    text, rela = elf.get_section_by_name(".text"), elf.get_section_by_name(".rela.text")
+    for r in rela.iter_relocations():
+        if r["r_info_type"] == rtype:
+            off = text["sh_offset"] + r["r_offset"] - text["sh_addr"]
+            yield r["r_offset"], off, int.from_bytes(raw[off:off + 4], "little")
+
+
+def _swap_call(path: Path) -> None:
+    """Make the first call reach another call's target instead."""
+    calls = [(p, off, w, p + (((w & 0x3FFFFFF) ^ 0x2000000) - 0x2000000) * 4) for p, off, w in _emitted(path, R_CALL26)]
+    p, off, w, first = calls[0]
+    t = next(t for *_, t in calls if t != first)
+    raw = bytearray(path.read_bytes())
+    raw[off:off + 4] = ((w & 0xFC000000) | (((t - p) >> 2) & 0x3FFFFFF)).to_bytes(4, "little")
+    path.write_bytes(raw)
+
+
+def _next_page(path: Path) -> None:
+    """Make the first adrp of a symbol's page load the page after it."""
+    _, off, w = next(_emitted(path, 275))     # R_AARCH64_ADR_PREL_PG_HI21
+    imm = ((((w >> 5) & 0x7FFFF) << 2) | ((w >> 29) & 3)) + 1
+    w = (w & ~0x60FFFFE0) | ((imm & 3) << 29) | (((imm >> 2) & 0x7FFFF) << 5)
+    raw = bytearray(path.read_bytes())
+    raw[off:off + 4] = w.to_bytes(4, "little")
+    path.write_bytes(raw)
+
+
+@pytest.mark.parametrize("damage, expect", [(_swap_call, "bl "), (_next_page, "loads page")])
+def test_changed_pc_relative_field_in_other_order_is_not_equivalent(synth, tmp_path, monkeypatch, damage, expect):
+    from elflayout.split import equivalence
+    run_cli("split", synth, "-o", tmp_path / "out", check=0)
+    split = [tmp_path / "out" / "libsynth.a"]
+    assert all(r.identical for r in equivalence.equivalent([synth], split, "lld", "shared"))
+    link = equivalence._link
+
+    def damaged(paths, linker, flags, style, out, *rest):
+        r = link(paths, linker, flags, style, out, *rest)
+        if r.ok and out.name == "reversed.out":
+            damage(out)
+        return r
+
+    monkeypatch.setattr(equivalence, "_link", damaged)
+    rev, shuf = equivalence.equivalent([synth], split, "lld", "shared")
+    assert shuf.identical, shuf.first_difference
+    assert not rev.identical and rev.first_difference.startswith("function "), rev.first_difference
+    assert expect in rev.first_difference, rev.first_difference
+
+
 def test_static_calls_reversed_order_run_under_qemu(tmp_path):
     """test_split's library (static calls the assembler resolved, a switch, pointers in
     data, a constructor) for arm64: split, linked in reversed function and data order

@@ -51,7 +51,7 @@ def test_link_split_refused_for_object_order(plain, tmp_path):
 
 
 def test_link_split_of_debug_objects_says_why_not(plain, tmp_path):
-    """Objects whose debug information split cannot rewrite (DWARF 4) stay whole: link
+    """Objects whose debug information split cannot rewrite (DWARF 3) stay whole: link
     --split names the reason, and the failed
     order check does not tell the user to run the command just run."""
     need_tool("ld.lld")
@@ -60,11 +60,11 @@ def test_link_split_of_debug_objects_says_why_not(plain, tmp_path):
         g = tmp_path / ("g-" + o.rsplit("/", 1)[1])
         flags = [f for f in testlib.CFLAGS if f not in ("-ffunction-sections", "-fdata-sections")]
         src = o.replace("/plain/", "/").rsplit(".", 1)[0] + ".c"
-        subprocess.run(["gcc", *flags, "-gdwarf-4", "-c", src, "-o", str(g)], check=True)
+        subprocess.run(["gcc", *flags, "-gdwarf-3", "-c", src, "-o", str(g)], check=True)
         objs.append(str(g))
     r = run_cli("link", "--split", "--profile", plain["profile"], "--linker", "lld", "--",
                 "gcc", "-shared", "-fuse-ld=lld", "-o", tmp_path / "l.so", *objs)
     assert r.returncode == 1
-    assert "split kept .text whole in 7 objects" in r.stderr and "DWARF version 4" in r.stderr, r.stderr
+    assert "split kept .text whole in 7 objects" in r.stderr and "DWARF version 3" in r.stderr, r.stderr
     assert "Split it: elflayout link --split" not in r.stderr
     assert "kept these sections whole" in r.stderr

@@ -189,3 +189,17 @@ def arch_of(img) -> Arch:
         raise ElflayoutError(f"{img.path}: {img.machine} ELF{img.elfclass} is not supported "
                              f"(supported: {', '.join(f'{m[3:]}/{c}' for m, c in ARCHES)})")
     return a
+
+
+# Relocation types of whole data words: (absolute, PC-relative). The other-order check of
+# ``split --check`` names such a word by its target.
+DATA_WORDS = {
+    "EM_X86_64": (frozenset({1, 10, 11}), frozenset({2, 24, 4})),        # 64, 32, 32S; PC32, PC64, PLT32
+    "EM_AARCH64": (frozenset({257, 258, 259}), frozenset({260, 261, 262})),  # ABS64/32/16; PREL64/32/16
+}
+# AArch64 :lo12: relocations of an instruction: the right shift of the address's low
+# 12 bits stored in its imm12 (add: bytes; loads and stores: units of the access size).
+AARCH64_ADD_LO12 = 277           # ADD_ABS_LO12_NC: an address, no access
+AARCH64_LO12_SHIFT = {AARCH64_ADD_LO12: 0, 278: 0, 284: 1, 285: 2, 286: 3, 299: 4}
+AARCH64_PAGE = frozenset({275, 276})       # ADR_PREL_PG_HI21(_NC): the adrp of a symbol's page
+AARCH64_GOT_PAGE, AARCH64_GOT_LO12 = 311, 312     # ADR_GOT_PAGE, LD64_GOT_LO12_NC: a symbol's GOT slot

@@ -21,8 +21,16 @@ like any other. What no relocation follows, and how it is handled:
   that are offsets from the unit's base address become ``DW_RLE_start_length`` /
   ``DW_LLE_start_length`` with a relocation (``dwarf_write``).
 
-Everything else is refused per section with the reason: DWARF versions other than 5, 64-bit DWARF, indexed forms (``DW_FORM_addrx``,
-``DW_FORM_rnglistx``), and relocations from any other debug section.
+DWARF 4 (``-gdwarf-4``) the same way: line tables of version 4, ``.debug_ranges`` lists
+spanning new sections written again as relocated address pairs per piece, every
+relocated end address of a ``.debug_ranges`` or ``.debug_loc`` pair (which ``plan``
+leaves alone: it may name the next section's start) relocated against the new section
+of its start, and a one-range unit's list in ``.debug_ranges``, its lists' pairs of
+offsets from the unit's base turned into relocated address pairs in place (``dwarf_write``).
+
+Everything else is refused per section with the reason: DWARF versions other than 4 and 5, 64-bit
+DWARF, indexed forms (``DW_FORM_addrx``, ``DW_FORM_rnglistx``), and relocations from any
+other debug section.
 """
 
 from __future__ import annotations
@@ -36,7 +44,13 @@ from elflayout.split.reader import ObjectFile
 
 R_64 = ENUM_RELOC_TYPE_x64["R_X86_64_64"]
 R_32 = ENUM_RELOC_TYPE_x64["R_X86_64_32"]
-HANDLED = (".debug_info", ".debug_line", ".debug_aranges", ".debug_rnglists", ".debug_loclists")
+HANDLED = (".debug_info", ".debug_line", ".debug_aranges", ".debug_rnglists", ".debug_loclists", ".debug_ranges",
+           ".debug_loc")
+VERSIONS = (4, 5)
+# DWARF 4 §2.17.3, §2.6.2: list sections by version, and the base selection entry's marker
+RANGES = {4: ".debug_ranges", 5: ".debug_rnglists"}
+LOCS = {4: ".debug_loc", 5: ".debug_loclists"}
+BASE_SELECTION = 0xFFFFFFFFFFFFFFFF
 # DWARF 5 §7.25 (range list entries), §7.29 (location list entries)
 RLE = {"end_of_list": 0, "base_addressx": 1, "startx_endx": 2, "startx_length": 3, "offset_pair": 4,
        "base_address": 5, "start_end": 6, "start_length": 7}
@@ -112,6 +126,7 @@ class Interval:
     anchor_at: int  # offset in ``sec`` of that relocated address
     unit: bool = False              # an offset pair from the unit's base address
     entry: tuple[int, int] = (0, 0)  # list entry bytes up to its expression (kind, offsets)
+    end_at: int = -1                # DWARF 4: offset of the relocated end address field
 
 
 @dataclass
@@ -154,6 +169,8 @@ class Facts:
     unit_refused: str = ""          # why it cannot (the split section then stays whole)
     base: Reloc | None = None       # the relocated DW_AT_low_pc of the (only) unit DIE
     cu_bases: list[int] = field(default_factory=list)              # section of each unit's base address
+    version: int = 5
+    end_fields: set[tuple[int, int]] = field(default_factory=set)  # DWARF 4 end addresses (section, offset)
 
 
 def relocations(obj: ObjectFile, index: int) -> dict[int, Reloc]:
@@ -178,8 +195,9 @@ def facts(obj: ObjectFile, split: set[int]) -> Facts:
             f.relocs[s.name] = relocations(obj, s.index)
     info = obj.sections[f.secs[".debug_info"]].data if ".debug_info" in f.secs else b""
     version = int.from_bytes(info[4:6], "little") if len(info) >= 6 else 0
-    if version != 5:
-        raise Refused(f"DWARF version {version} (split rewrites DWARF 5)")
+    if version not in VERSIONS:
+        raise Refused(f"DWARF version {version} (split rewrites DWARF 4 and 5)")
+    f.version = version
     for name, rel in f.relocs.items():
         if name not in HANDLED and any(r.sec in split for r in rel.values()):
             raise Refused(f"{name} refers to it (not rewritten by split)")
@@ -221,11 +239,11 @@ def _info(obj: ObjectFile, f: Facts, split: set[int]) -> None:
     try:
         dw = _dwarfinfo(obj, f)
         for cu in dw.iter_CUs():
-            if cu["version"] != 5:
-                raise Refused(f"DWARF version {cu['version']} (split rewrites DWARF 5)")
+            if cu["version"] != f.version:
+                raise Refused(f"DWARF version {cu['version']} beside {f.version} in one object")
             if cu.dwarf_format() != 32 or cu["address_size"] != 8:
                 raise Refused("64-bit DWARF or an address size other than 8")
-            if cu["unit_type"] != "DW_UT_compile":
+            if f.version == 5 and cu["unit_type"] != "DW_UT_compile":
                 raise Refused(f"unit type {cu['unit_type']}")
             top = cu.get_top_DIE()
             low = top.attributes.get("DW_AT_low_pc")
@@ -253,12 +271,12 @@ def _die(f: Facts, rel: dict[int, Reloc], die, top: bool, split: set[int]) -> No
         r = rel.get(a.offset)
         if a.form == "DW_FORM_sec_offset" and r is not None:
             target = _section_name(f, r.sec)
-            if target == ".debug_rnglists":
+            if target == RANGES[f.version]:
                 lst = f.rnglists.get(r.addend)
                 if lst is None:
                     lst = f.rnglists[r.addend] = RangeList(r.addend, [], [])
                 lst.users.append(r.j)
-            elif target == ".debug_loclists" and a.name != "DW_AT_GNU_locviews":
+            elif target == LOCS[f.version] and a.name != "DW_AT_GNU_locviews":
                 # (location views are pairs of numbers before the list, no addresses)
                 f.loc_starts.add(r.addend)
                 views = at.get("DW_AT_GNU_locviews")
@@ -291,13 +309,13 @@ def _unit(obj: ObjectFile, f: Facts, cu, top, base: Reloc | None, same_code: int
     low, high = at.get("DW_AT_low_pc"), at.get("DW_AT_high_pc")
     if low is None or high is None or base is None or "DW_AT_ranges" in at:
         return
-    why = ""
+    why, ranges = "", RANGES[f.version]
     if low.form != "DW_FORM_addr" or high.form not in HIGH_PC_SIZES:
         why = f"the unit's DW_AT_high_pc in {high.form}"
     elif same_code != 1:
         why = "the unit DIE's abbreviation is shared with other DIEs"
-    elif ".debug_rnglists" not in f.secs or section_symbol(obj, f.secs[".debug_rnglists"]) is None:
-        why = "no .debug_rnglists (with a section symbol) to hold the unit's range list"
+    elif ranges not in f.secs or section_symbol(obj, f.secs[ranges]) is None:
+        why = f"no {ranges} (with a section symbol) to hold the unit's range list"
     elif ".debug_abbrev" not in f.secs or f.relocs[".debug_abbrev"]:
         why = "no .debug_abbrev, or relocations in it"
     elif any(r.sec == f.secs[".debug_abbrev"] and r.addend for rel in f.relocs.values() for r in rel.values()):
@@ -327,6 +345,9 @@ def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
     unit's base address are refused when that base is in a split section and the unit
     keeps it (no ``f.unit``)."""
     unit_base = _unit_base(f, split)
+    if f.version == 4:
+        _lists4(obj, f, split, unit_base)
+        return
     if f.unit is not None:      # (its range list goes at the end of the last table)
         f.rnglists_last_table = _tables(obj.sections[f.secs[".debug_rnglists"]].data, ".debug_rnglists")
     for name, kinds, starts in ((".debug_rnglists", RLE, sorted(f.rnglists)),
@@ -347,6 +368,63 @@ def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
                 f.locs += ivs
                 f.loc_lists[s] = ivs
                 f.loclists_last_table = last
+
+
+def _lists4(obj: ObjectFile, f: Facts, split: set[int], unit_base) -> None:
+    """DWARF 4 ``.debug_ranges`` and ``.debug_loc``: no table headers, lists of address pairs."""
+    for name, starts in ((".debug_ranges", sorted(f.rnglists)), (".debug_loc", sorted(f.loc_starts))):
+        if not starts:
+            continue
+        if name not in f.secs:
+            raise Refused(f"{name} is referred to but missing")
+        data, rel = obj.sections[f.secs[name]].data, f.relocs[name]
+        for s in starts:
+            ivs = _walk4(data, s, rel, name, unit_base, name == ".debug_loc")
+            f.end_fields |= {(f.secs[name], iv.end_at) for iv in ivs if iv.end_at >= 0}
+            if name == ".debug_ranges":
+                f.rnglists[s].intervals = ivs
+            else:
+                f.locs += ivs
+                f.loc_lists[s] = ivs
+
+
+def _walk4(data: bytes, p: int, rel: dict[int, Reloc], name: str, unit_base, loc: bool) -> list[Interval]:
+    """Intervals of the DWARF 4 list at ``p``: pairs of relocated addresses (the end then
+    rewritten by ``dwarf_write``), or offsets from a base selection entry or the unit's base."""
+    out: list[Interval] = []
+    base: tuple[Reloc, int] | None = None
+    while True:
+        if p + 16 > len(data):
+            raise Refused(f"{name}: list runs past the end of the section")
+        at = p
+        rs, p = _addr(data, p, rel, name)
+        re_, p = _addr(data, p, rel, name)
+        a, b = int.from_bytes(data[at:at + 8], "little"), int.from_bytes(data[at + 8:at + 16], "little")
+        if rs is None and re_ is None and a == b == 0:
+            return out
+        if rs is None and a == BASE_SELECTION:
+            if re_ is None:
+                raise Refused(f"{name}+{at:#x}: base address without a relocation")
+            base = (re_, at + 8)
+            continue
+        if rs is not None and re_ is not None:
+            if rs.sec != re_.sec:
+                raise Refused(f"{name}+{at:#x}: start and end in different sections")
+            out.append(Interval(rs.sec, rs.addend, re_.addend, at, rs.addend, end_at=at + 8))
+        elif rs is not None or re_ is not None:
+            raise Refused(f"{name}+{at:#x}: only one address of a pair relocated")
+        elif base is not None:
+            r, field_at = base
+            out.append(Interval(r.sec, r.addend + a, r.addend + b, field_at, r.addend))
+        elif isinstance(unit_base, Reloc):
+            u = unit_base.addend
+            out.append(Interval(unit_base.sec, u + a, u + b, -1, u + a, True, (at, at + 16)))
+        elif unit_base is False:
+            raise Refused(f"{name}+{at:#x}: offset pair relative to the unit's base address")
+        if loc:
+            if p + 2 > len(data):
+                raise Refused(f"{name}: list runs past the end of the section")
+            p += 2 + int.from_bytes(data[p:p + 2], "little")
 
 
 def _unit_base(f: Facts, split: set[int]):

@@ -75,11 +75,12 @@ def _header(data: bytes, p: int) -> Unit:
         raise Refused(f".debug_line: truncated header at {p:#x}")
     length = int.from_bytes(data[p:p + 4], "little")
     version = int.from_bytes(data[p + 4:p + 6], "little")
-    if length >= 0xFFFFFFF0 or version != 5 or data[p + 6] != 8:
-        raise Refused(f".debug_line: table at {p:#x} is not 32-bit DWARF 5 with 8-byte addresses")
+    if length >= 0xFFFFFFF0 or version not in (4, 5) or (version == 5 and data[p + 6] != 8):
+        raise Refused(f".debug_line: table at {p:#x} is not 32-bit DWARF 4 or 5 with 8-byte addresses")
     end = p + 4 + length
-    hlen = int.from_bytes(data[p + 8:p + 12], "little")
-    h = p + 12
+    at = p + 6 if version == 4 else p + 8      # (DWARF 5 adds address and selector sizes)
+    hlen = int.from_bytes(data[at:at + 4], "little")
+    h = at + 4
     if end > len(data) or h + 6 > end or h + hlen > end:
         raise Refused(f".debug_line: table at {p:#x} runs past the end of the section")
     min_inst, max_ops, default_is_stmt, line_base, line_range, opcode_base = data[h:h + 6]

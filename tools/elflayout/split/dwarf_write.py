@@ -16,7 +16,7 @@ import numpy as np
 
 from elflayout.split import dwarf_line
 from elflayout.split.dwarf import section_symbol as dwarf_section_symbol
-from elflayout.split.dwarf import LLE, R_32, R_64, RLE, Facts, Interval, crosses, enc_uleb, uleb
+from elflayout.split.dwarf import LLE, LOCS, R_32, R_64, RANGES, RLE, Facts, Interval, crosses, enc_uleb, uleb
 from elflayout.split.extents import STT
 from elflayout.split.reader import RELA64
 
@@ -74,12 +74,15 @@ def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int,
     c.convert = f.unit is not None and f.unit.base.sec in splits
     out = {}
     line_moves = _line(c, debug.lines, out)
-    list_moves, unit_list = _rnglists(c, out)
-    loc_moves = _loclists(c, out) if c.convert else {}
+    if f.version == 4:
+        (list_moves, unit_list), loc_moves = _ranges4(c, out), _loc4(c, out)
+    else:
+        list_moves, unit_list = _rnglists(c, out)
+        loc_moves = _loclists(c, out) if c.convert else {}
     if ".debug_aranges" in f.secs:
         _aranges(c, out)
-    for name, moves in ((".debug_line", line_moves), (".debug_rnglists", list_moves),
-                        (".debug_loclists", loc_moves)):
+    for name, moves in ((".debug_line", line_moves), (RANGES[f.version], list_moves),
+                        (LOCS[f.version], loc_moves)):
         if moves:
             _patch_addends(c, f.secs[name], moves, out)
     if c.convert:
@@ -186,6 +189,76 @@ def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
     return bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(iv.end - iv.start)
 
 
+def _ranges4(c: _Ctx, out: dict) -> tuple[dict[int, int], int]:
+    """DWARF 4 ``.debug_ranges``: lists spanning new sections appended again as one pair
+    of relocated addresses per piece; every relocated end address retargeted."""
+    f, name = c.facts, ".debug_ranges"
+    if name not in f.secs:
+        return {}, -1
+    todo = [lst for lst in f.rnglists.values() if any(crosses(iv, c.bounds) for iv in lst.intervals)]
+    data = c.obj.sections[f.secs[name]].data
+    new, moves = bytearray(data), {}
+    rel = _retarget4(c, [iv for lst in f.rnglists.values() for iv in lst.intervals], new,
+                     _shifted(_rows(c, name), 0, len(data), 0))
+    for lst in sorted(todo, key=lambda x: x.offset):
+        moves[lst.offset] = len(new)
+        for iv in lst.intervals:
+            new += _pairs4(c, iv, len(new), rel)
+        new += bytes(16)    # (end of list)
+    unit_list = -1
+    if c.convert:
+        unit_list = len(new)
+        for iv in f.cu_ranges:
+            new += _pairs4(c, iv, len(new), rel)
+        new += bytes(16)
+    _store(c, name, new, rel, out)
+    return moves, unit_list
+
+
+def _pairs4(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
+    """DWARF 4 address pairs for ``iv`` at section offset ``at``, both relocated."""
+    out = bytearray()
+    if iv.sec not in c.splits:
+        r = c.facts.relocs[".debug_ranges"][iv.anchor]
+        value, sym = int(c.obj.symbols["st_value"][r.sym]), int(c.mp[r.sym])
+        rel += [(at, (sym << 32) | R_64, iv.start - value), (at + 8, (sym << 32) | R_64, iv.end - value)]
+        return bytes(16)
+    for g, s, e in c.pieces(iv.sec, iv.start, iv.end):
+        if e == s and iv.end > iv.start:
+            continue
+        rel += [_reloc(c, at + len(out), iv.sec, g, s), _reloc(c, at + len(out) + 8, iv.sec, g, e)]
+        out += bytes(16)
+    return bytes(out)
+
+
+def _retarget4(c: _Ctx, ivs: list[Interval], data: bytearray, rel: list) -> list:
+    """``rel`` with the DWARF 4 end address of each interval (left alone by ``plan``)
+    relocated against the new section holding its last byte; with a converted unit,
+    pairs of offsets from its base (now 0) become pairs of relocated addresses in place."""
+    fixed = {}
+    for iv in ivs:
+        last = c.span(iv.sec, max(iv.start, iv.end - 1)) if iv.sec in c.splits else None
+        if iv.unit and c.convert:
+            at = iv.entry[0]
+            data[at:at + 16] = bytes(16)
+            fixed[at] = _reloc(c, at, iv.sec, c.span(iv.sec, iv.start)[0], iv.start)
+            fixed[at + 8] = _reloc(c, at + 8, iv.sec, last[0], iv.end)
+        elif iv.end_at >= 0 and last is not None:
+            fixed[iv.end_at] = _reloc(c, iv.end_at, iv.sec, last[0], iv.end)
+    return [fixed.pop(o, (o, i, a)) for o, i, a in rel] + list(fixed.values())
+
+
+def _loc4(c: _Ctx, out: dict) -> dict[int, int]:
+    """DWARF 4 ``.debug_loc``: bytes kept (entries leaving their new section glue its
+    units), relocated end addresses retargeted."""
+    f, name = c.facts, ".debug_loc"
+    if name in f.secs and any((iv.end_at >= 0 or iv.unit) and iv.sec in c.splits for iv in f.locs):
+        data = bytearray(c.obj.sections[f.secs[name]].data)
+        rel = _retarget4(c, f.locs, data, _shifted(_rows(c, name), 0, len(data), 0))
+        _store(c, name, data, rel, out)
+    return {}
+
+
 def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
     """Location lists with offset pairs from the converted unit's base appended again,
     those pairs as ``DW_LLE_start_length`` with a relocated start (one entry for one:
@@ -260,7 +333,7 @@ def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
     rows = _rows(c, ".debug_info")
     rel = [(int(o), int(i), int(a)) for o, i, a in zip(rows["r_offset"], rows["r_info"], rows["r_addend"])
            if int(o) != u.low]
-    sym = c.mp[dwarf_section_symbol(c.obj, f.secs[".debug_rnglists"])]
+    sym = c.mp[dwarf_section_symbol(c.obj, f.secs[RANGES[f.version]])]
     rel.append((u.high, (int(sym) << 32) | R_32, unit_list))
     _store(c, ".debug_info", info, rel, out)
     abbrev = c.obj.sections[f.secs[".debug_abbrev"]].data

@@ -17,7 +17,8 @@ compared with the original link by meaning, not address:
   code): the same type and target name, by the symbol holding the word plus offset
   (words outside every symbol: the same multiset per output section).
 
-An address that ends one symbol and starts the next has both names; two names match
+AArch64 functions are compared word by word modulo their PC-relative fields
+(``equivalence_a64``). An address that ends one symbol and starts the next has both names; two names match
 when they share one. PC-relative words in data whose target lies outside every
 symbol (a jump-table entry ``.L5 - .L4 + 4k`` past its function) are not compared
 and are counted. What no comparison can see is a constant that is a difference the
@@ -47,16 +48,15 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_ST_SHNDX, ENUM_ST_INFO_BIND
 
-from elflayout import toolchain
-from elflayout.split import debugcheck, disasm
-from elflayout.split.check import STYLES, _inputs
+from elflayout import arch, toolchain
+from elflayout.split import debugcheck, disasm, equivalence_a64
+from elflayout.split.check import SAME_LAYOUT, STYLES, _inputs, inputs_machine
 from elflayout.split.extents import SPLIT_PREFIX, STT
 
 R = ENUM_RELOC_TYPE_x64
 SHN_UNDEF, SHN_ABS = ENUM_ST_SHNDX["SHN_UNDEF"], ENUM_ST_SHNDX["SHN_ABS"]
 STB_LOCAL = ENUM_ST_INFO_BIND["STB_LOCAL"]
-ABSOLUTE = {R["R_X86_64_64"], R["R_X86_64_32"], R["R_X86_64_32S"]}
-PCREL = {R["R_X86_64_PC32"], R["R_X86_64_PC64"], R["R_X86_64_PLT32"]}
+ABSOLUTE, PCREL = arch.DATA_WORDS["EM_X86_64"]
 # GOT loads a linker relaxes, in a non-PIC output, to an immediate (``cmp reg, imm32``
 # from ``cmp reg, sym@GOTPCREL(%rip)``): the immediate is the symbol's address.
 GOT_LOADS = {R["R_X86_64_GOTPCREL"], R["R_X86_64_REX_GOTPCRELX"], 41}     # 41: R_X86_64_GOTPCRELX
@@ -66,7 +66,7 @@ ORDERS = ("reversed", "shuffled")
 # Bytes that name an address outside every symbol (a string constant, say).
 CONTENT_NAME = 16
 GOT_SECTIONS = (".got", ".got.plt")
-UNNAMED_BRANCH = "a branch target outside every symbol"
+UNNAMED_BRANCH = equivalence_a64.UNNAMED_BRANCH
 _SYMBOLIC = re.compile(r"[+-]0x[0-9a-f]+$|^end of |^GOT\(|^PLT\(|^pointer to |^word relocated to ")
 _OFFSET = re.compile(r"\+0x[0-9a-f]+$")
 # As the split's own rule (plan.NEAR_NEXT): an address this close before a symbol is
@@ -79,7 +79,7 @@ RELA64 = np.dtype([("r_offset", "<u8"), ("r_info", "<u8"), ("r_addend", "<i8")])
 _SIZE = re.compile(r"\b(byte|word|dword|qword|tbyte|xmmword|ymmword|zmmword) ptr \[rip")
 OPERAND_BYTES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "tbyte": 10, "xmmword": 16, "ymmword": 16,
                  "zmmword": 16}
-_BEFORE = re.compile(r"-0x[0-9a-f]+$")
+_BEFORE = equivalence_a64.BEFORE
 _RIP = re.compile(r"\[rip(?: ([+-]) (0x[0-9a-f]+|\d+))?\]")
 _NUM = re.compile(r"(?<![\w.])(?:0x[0-9a-f]+|\d+)(?![\w.])")
 
@@ -109,9 +109,17 @@ class RunResult:
     kind: str = "run"
 
 
-def reorder_linker(linker: str) -> str:
-    """The linker that links the other orders when the check uses ``linker``."""
-    return linker if linker in ("lld", "gold") else "lld"
+# Linkers that link the other orders, per machine: GNU ld has no ordering file; gold's
+# --emit-relocs misplaces an AArch64 link's relocations when sections are reordered
+# (duplicate offsets, instructions left without one).
+REORDERING = {"EM_X86_64": ("lld", "gold"), "EM_AARCH64": ("lld",)}
+
+
+def reorder_linker(linker: str, machine: str | None = None) -> str:
+    """The linker that links the other orders when the check uses ``linker`` (objects
+    for ``machine``, None: this machine's)."""
+    from elflayout import emulator
+    return linker if linker in REORDERING.get(machine or emulator.host_machine(), ("lld",)) else "lld"
 
 
 def other_orders(originals: list[Path], split: list[Path], linker: str, style: str, cmd: str | None,
@@ -119,7 +127,7 @@ def other_orders(originals: list[Path], split: list[Path], linker: str, style: s
     """The check's second part for one ``--linker``: append to ``results``; raise
     ``Finding`` at the first difference (nothing is then written)."""
     from elflayout.errors import Finding
-    if any(r.linker == reorder_linker(linker) for r in results):
+    if any(r.linker == reorder_linker(linker, inputs_machine(originals)) for r in results):
         return      # lld already linked the other orders for another --linker
     for r in equivalent(originals, split, linker, style) + (run(originals, split, cmd, linker) if cmd else []):
         results.append(r)
@@ -172,8 +180,10 @@ def order_flags(split: list[Path], linker: str, order: str, workdir: Path) -> tu
     return "lld", [f"-Wl,--symbol-ordering-file={f}", "-Wl,--no-warn-symbol-ordering"]
 
 
-def _link(paths, linker: str, flags: list[str], style: str, out: Path) -> toolchain.LinkResult:
-    return toolchain.link(linker, [*flags, *STYLES[style], "-Wl,--emit-relocs", "-o", out, *_inputs(paths)])
+def _link(paths, linker: str, flags: list[str], style: str, out: Path,
+          machine: str | None = None) -> toolchain.LinkResult:
+    return toolchain.link(linker, [*flags, *STYLES[style], *SAME_LAYOUT.get(machine, []), "-Wl,--emit-relocs",
+                                   "-o", out, *_inputs(paths)], machine=machine)
 
 
 # -- an image, by meaning ----------------------------------------------------------
@@ -193,6 +203,10 @@ class Image:
 
     def __init__(self, path: Path):
         self.elf = ELFFile(io.BytesIO(path.read_bytes()))
+        self.aarch64 = self.elf["e_machine"] == "EM_AARCH64"
+        self.absolute_types, self.pcrel_types = arch.DATA_WORDS[self.elf["e_machine"]]
+        self._code_relocs: dict[int, tuple[int, int, str]] | None = None
+        self.got_slots: list | None = None          # AArch64: (address, names) of the GOT slots
         self.secs = [s for s in self.elf.iter_sections() if s["sh_flags"] & SH_FLAGS.SHF_ALLOC
                      and s["sh_type"] != "SHT_NOBITS" and s["sh_size"]]
         self.sec_starts = sorted((s["sh_addr"], k) for k, s in enumerate(self.secs))
@@ -246,6 +260,9 @@ class Image:
             else:
                 inner = self.name(int.from_bytes(self.bytes_at(addr, 8), "little"))
             return frozenset(f"GOT({n})" for n in inner)
+        if s.name in PLT_SECTIONS and self.aarch64:
+            slot = equivalence_a64.plt_slot(self.bytes_at(addr, 12), addr)
+            return None if slot is None else frozenset(f"PLT({x})" for x in self.name(slot))
         if s.name in PLT_SECTIONS:
             for a, size, m, ops in disasm.MD.disasm_lite(self.bytes_at(addr, CONTENT_NAME), addr):
                 mo = _RIP.search(ops)
@@ -349,6 +366,13 @@ class Image:
                 out += [f"{width}-byte table from {x}" for x in n if not x.startswith("end of ")]
         return out
 
+    def code_relocations(self) -> dict[int, tuple[int, int, str]]:
+        """Place -> (type, target address, symbol name) of the emitted relocations in code."""
+        if self._code_relocs is None:
+            self._code_relocs = {place: (typ, target, sym) for place, typ, target, sym, _, sec in self.relocations()
+                                 if sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR}
+        return self._code_relocs
+
     def relocations(self) -> list:
         """(place, type, target address, symbol name, addend, section) of every emitted
         relocation, read once (the code and data comparisons each walk them)."""
@@ -408,7 +432,7 @@ def _pc_operands(img: Image) -> dict[int, tuple[str, int]]:
         bare = Counter(key.rsplit(":", 1)[-1] for _, _, key in img.syms)
         img.pc_operands = {place: (sym, target - add)
                            for place, typ, target, sym, add, sec in img.relocations()
-                           if typ in PCREL and sym and bare[sym] == 1
+                           if typ in img.pcrel_types and sym and bare[sym] == 1
                            and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR}
     return img.pc_operands
 
@@ -455,7 +479,7 @@ def _absolute_in_code(img: Image) -> tuple[list[int], list[int]]:
     and of GOT loads, which a non-PIC link may relax to the symbol's address."""
     out = sorted((place, target - add if typ in GOT_LOADS else target)
                  for place, typ, target, _, add, sec in img.relocations()
-                 if typ in ABSOLUTE | GOT_LOADS and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR)
+                 if typ in img.absolute_types | GOT_LOADS and sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR)
     return [p for p, _ in out], [t for _, t in out]
 
 
@@ -471,6 +495,9 @@ def _clipped(img: Image, key: str) -> int:
 def _function_tokens(img: Image, key: str, absolute, size: int) -> list:
     if (key, size) not in img.tokens:
         (addr, _), = img.funcs[key]
+        if img.aarch64:
+            img.tokens[key, size] = equivalence_a64.code_tokens(img, addr, size)
+            return img.tokens[key, size]
         places, targets = absolute
         lo, hi = bisect_right(places, addr - 1), bisect_right(places, addr + size - 1)
         img.tokens[key, size] = _code_tokens(img, addr, size, dict(zip(places[lo:hi], targets[lo:hi])))
@@ -481,6 +508,7 @@ def compare_code(a: Image, b: Image, res: EquivalenceResult) -> None:
     if a.absolute is None:
         a.absolute = _absolute_in_code(a)
     abs_b = _absolute_in_code(b)
+    same = equivalence_a64.same if a.aarch64 else _same
     for key in sorted(set(a.funcs) & set(b.funcs)):
         if len(a.funcs[key]) != 1 or len(b.funcs[key]) != 1:
             continue        # one name for several functions: which is which cannot be told
@@ -493,14 +521,14 @@ def compare_code(a: Image, b: Image, res: EquivalenceResult) -> None:
         ta, tb = _function_tokens(a, key, a.absolute, n), _function_tokens(b, key, abs_b, n)
         res.instructions_compared += len(ta)
         for k, (x, y) in enumerate(zip(ta, tb)):
-            if not _same(x, y):
+            if not same(x, y):
                 res.differences.append(f"function {key}, instruction {k}: {_show(x)} in the original link, "
                                        f"{_show(y)} in the other order")
                 break
         else:
             if len(ta) != len(tb):
                 res.differences.append(f"function {key}: {len(ta)} instructions, then {len(tb)}")
-    for img in (a, b):
+    for img in (a, b) if not a.aarch64 else ():     # AArch64 tables are not relocated: no lea bases
         for key, spans in img.funcs.items():
             if (len(a.funcs.get(key, ())) != 1 or len(b.funcs.get(key, ())) != 1) and key not in img.leas_noted:
                 img.leas_noted.add(key)     # the original image serves every other order
@@ -526,11 +554,11 @@ def _data_words(img: Image, res: EquivalenceResult, count: bool):
     for place, typ, target, symname, addend, sec in img.relocations():
         if sec["sh_flags"] & SH_FLAGS.SHF_EXECINSTR or sec.name == ".eh_frame":
             continue
-        if typ in ABSOLUTE:
+        if typ in img.absolute_types:
             what = img.name(target)
-        elif typ in PCREL and symname and (held := img.name(target, contained_only=True)):
+        elif typ in img.pcrel_types and symname and (held := img.name(target, contained_only=True)):
             what = held         # sym - . (a type-table entry): it designates sym + addend
-        elif typ in PCREL:
+        elif typ in img.pcrel_types:
             # A table entry .L5 - .L4: the place it designates is base + value, the base
             # being the nearest table start code loads with lea at or before the entry.
             # Another object's table may start between in one order and not in the other,
@@ -573,12 +601,16 @@ def compare_data(a: Image, b: Image, res: EquivalenceResult) -> None:
 
 def equivalent(originals: list[Path], split: list[Path], linker: str, style: str) -> list[EquivalenceResult]:
     """Link ``originals`` in order and ``split`` in every order of ``ORDERS``; compare."""
+    from elflayout import emulator
+
     out = []
     with tempfile.TemporaryDirectory(prefix="elflayout-split-order-") as td:
         td = Path(td)
-        base_linker = reorder_linker(linker)
+        machine = inputs_machine(originals)
+        machine = None if machine == emulator.host_machine() else machine
+        base_linker = reorder_linker(linker, machine)
         a = td / "original.out"
-        r = _link(originals, base_linker, [], style, a)
+        r = _link(originals, base_linker, [], style, a, machine)
         if not r.ok:
             return [EquivalenceResult(o, base_linker, False, first_difference=_failed("original", r))
                     for o in ORDERS]
@@ -590,7 +622,7 @@ def equivalent(originals: list[Path], split: list[Path], linker: str, style: str
         for order in ORDERS:
             used, flags = order_flags(split, base_linker, order, td)
             b = td / f"{order}.out"
-            r = _link(split, used, flags, style, b)
+            r = _link(split, used, flags, style, b, machine)
             res = EquivalenceResult(order, used, False)
             if not r.ok:
                 res.first_difference = _failed(f"split ({order})", r)

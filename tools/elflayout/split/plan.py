@@ -197,7 +197,7 @@ def make_plan(obj: ObjectFile) -> Plan:
     for i, sp in cands.items():
         if i in code:
             _code_rules(sp, code[i])
-    fixes = _relocation_rules(obj, cands, code)
+    fixes = _relocation_rules(obj, cands, code, debug.facts.end_fields if debug else set())
     if obj.aarch64:
         pairs.page_pairs(obj, cands, code)
     _reach_rules(obj, cands, code)
@@ -344,8 +344,10 @@ def _no_veneer(rtype: int) -> str:
             "could put them out of reach")
 
 
-def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict[int, disasm.Code]) -> list[RelocFix]:
-    """Steps 4 and 5."""
+def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict[int, disasm.Code],
+                      ends: set[tuple[int, int]]) -> list[RelocFix]:
+    """Steps 4 and 5. ``ends``: DWARF 4 end addresses (section, offset) ``dwarf_write``
+    retargets to the new section of their start."""
     info, shndx, values = obj.symbols["st_info"], obj.symbols["st_shndx"], obj.symbols["st_value"]
     sect = STT["STT_SECTION"]
     secsym = {i: int(shndx[i]) for i in range(1, len(obj.symbols)) if (info[i] & 0xF) == sect and shndx[i] in cands}
@@ -361,6 +363,8 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
                 if off + reloc_width(obj, t) > here.units[k].end and k + 1 < len(here.units):
                     here.glue_range(k, k + 1, f"a relocation at {d.name}+{off:#x} crosses into "
                                               f"{here.units[k + 1].name}")
+            if (d.index, off) in ends:
+                continue
             tsec = secsym.get(s)
             named = tsec is None and shndx[s] in cands and (info[s] & 0xF) != sect
             if tsec is None and not named:
