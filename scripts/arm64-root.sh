@@ -17,9 +17,10 @@ CACHE=${ELFLAYOUT_CACHE:-$HOME/.cache/elflayout}
 ROOT=$CACHE/arm64-root
 HDR=$CACHE/qemu-plugin
 LOCK=/tmp/elflayout-apt.lock
-# libllvm16's run-time dependencies by name (apt-get download takes no closure).
+# libllvm16's run-time dependencies by name (apt-get download takes no closure), and
+# libexpat1 for libpython3.11 (loaded by pack-relocs --check).
 PKGS="libc6 libgcc-s1 libstdc++6 libllvm16 llvm-16 llvm-16-linker-tools libffi8 libedit2 libz3-4 libxml2
-libzstd1 zlib1g libtinfo6 libbsd0 libmd0 libicu72 liblzma5"
+libzstd1 zlib1g libtinfo6 libbsd0 libmd0 libicu72 liblzma5 libexpat1"
 PKGS=$(echo $PKGS)
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

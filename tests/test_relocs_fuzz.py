@@ -107,3 +107,32 @@ def test_tls_segment_past_the_address_space_is_refused(tmp_path):
     with pytest.raises(ElflayoutError) as err:
         pack(bad, tmp_path / "out.so", form="self")
     assert "\n" not in str(err.value)
+
+
+def test_segment_past_the_end_of_the_file_is_refused(tmp_path):
+    """A program header whose p_offset + p_filesz wraps past 2**64 (arm64 fuzz, seed 3:
+    a numpy overflow warning, the sum read as a small offset): one line, exit 2, before
+    any plan adds offsets."""
+    import warnings
+
+    import numpy as np
+
+    from elflayout import layouts as L
+    from elflayout.errors import ElflayoutError
+    from elflayout.relocs.pack import pack
+
+    lib = testlib.build(tmp_path, "bfd", run=False)["lib"]
+    data = bytearray(lib.read_bytes())
+    phoff, phnum = int.from_bytes(data[32:40], "little"), int.from_bytes(data[56:58], "little")
+    ph = np.frombuffer(bytes(data), L.PHDR64, phnum, phoff)
+    e = phoff + int(np.flatnonzero(ph["p_type"] == L.PT_NOTE)[0]) * L.PHDR64.itemsize
+    data[e + 8:e + 16] = (2**64 - 0x1000).to_bytes(8, "little")  # p_offset
+    data[e + 32:e + 40] = (0x2000).to_bytes(8, "little")  # p_filesz: the sum wraps to 0x1000
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(bytes(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ElflayoutError, match="past the end of the file") as err:
+            pack(bad, tmp_path / "out.so", form="relr")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out.so").exists()

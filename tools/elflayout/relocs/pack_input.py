@@ -135,6 +135,7 @@ def read_input(img, form: str = "relr") -> _Input:
 def validate(img, form: str = "relr") -> _Input:
     """Step 1: reject what cannot be packed; return the input's raw tables."""
     inp = read_input(img, form)
+    _check_segments(inp)
     tag = inp.tag
     if tag(L.DT_TEXTREL) is not None or (tag(L.DT_FLAGS) or 0) & L.DF_TEXTREL:
         _fail(img, "has text relocations (DT_TEXTREL): relocating read-only code cannot be packed safely")
@@ -157,6 +158,19 @@ def validate(img, form: str = "relr") -> _Input:
     if img.vaddr_to_offset(rela.addr) != rela.offset:
         _fail(img, "inconsistent: .rela.dyn is not where its PT_LOAD maps it")
     return inp
+
+
+def _check_segments(inp: _Input) -> None:
+    """Every segment's bytes inside the file and its addresses below 2**63: the plan adds
+    offsets and sizes, which must not wrap (a damaged header would otherwise look small)."""
+    for k, p in enumerate(inp.phdrs):
+        off, n = int(p["p_offset"]), int(p["p_filesz"])
+        if off + n > inp.img.size:
+            _fail(inp.img, f"program header {k} maps file bytes {off:#x}..{off + n:#x}, past the end of the "
+                           f"file ({inp.img.size:#x} bytes)")
+        a, m = int(p["p_vaddr"]), int(p["p_memsz"])
+        if a + m >= 1 << 63:
+            _fail(inp.img, f"program header {k} at {a:#x} of {m:#x} bytes ends outside the address space")
 
 
 def _self_executable(inp: _Input) -> None:
@@ -247,9 +261,7 @@ def read_before_init(inp: _Input, r_off: np.ndarray, all_types: np.ndarray) -> n
                    "routine): use the relr form (glibc >= 2.36)")
     lo, hi = [], []
     for p in inp.phdrs[inp.phdrs["p_type"] == L.PT_TLS]:
-        a, n = int(p["p_vaddr"]), int(p["p_memsz"])
-        if a + n >= 1 << 63:
-            _fail(img, f"PT_TLS segment at {a:#x} of {n:#x} bytes ends outside the address space")
+        a, n = int(p["p_vaddr"]), int(p["p_memsz"])  # below 2**63: _check_segments
         lo.append(a)
         hi.append(a + n)
     ds = inp.sec.get(".dynsym")

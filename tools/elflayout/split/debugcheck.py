@@ -100,8 +100,7 @@ def _locations_of(name: str, _size: int, _mtime: int) -> Counter:
                 expr = expr[:-1]
             k = bisect.bisect_right(starts, lo) - 1
             if k >= 0 and lo < funcs[k][0] + max(funcs[k][1], 1):
-                out[(var, funcs[k][2], lo - funcs[k][0], hi - funcs[k][0], re.sub(r"DW_OP_addr 0x\w+", "DW_OP_addr",
-                                                                                  expr))] += 1
+                out[(var, funcs[k][2], lo - funcs[k][0], hi - funcs[k][0], expression_key(expr))] += 1
             continue
         in_list = False
         if "DW_TAG_" in t:
@@ -111,6 +110,14 @@ def _locations_of(name: str, _size: int, _mtime: int) -> Counter:
         elif t.startswith("DW_AT_location") and re.match(r"DW_AT_location\s+\(0x[0-9a-f]+:", t):
             in_list = True
     return out
+
+
+def expression_key(expr: str) -> str:
+    """A location expression without its addresses (data moves with the order). Past
+    an operation the dumper cannot decode (gcc's DW_OP_GNU_convert in DWARF 4) it
+    prints raw bytes, addresses among them: only their count is kept."""
+    expr = re.sub(r"DW_OP_addr 0x\w+", "DW_OP_addr", expr)
+    return re.sub(r"<decoding error>(( [0-9a-f]{2})+)", lambda m: f"<{len(m[1].split())} undecoded bytes>", expr)
 
 
 def compare_locations(original: Path, other: Path) -> tuple[int, list[str]]:
