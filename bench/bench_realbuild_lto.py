@@ -29,7 +29,7 @@ With ``--compiler gcc``: the same CMake build by gcc 12 (DWARF 5) with
 ``-flto -fuse-ld=gold``). GCC's LTO link writes all of a partition's code into one ``.text``
 unless the link itself is given ``-ffunction-sections`` (its code generation takes the
 link's options), so the profiled and the ordered links append it; the unordered library
-is the build's own.
+is the build's own, and the profiled link (with ``-ffunction-sections``, not ordered).
 
 Usage: python3 bench/bench_realbuild_lto.py [--runs N] [--compiler gcc [--linker bfd|gold]]
 """
@@ -69,6 +69,7 @@ UNORDERED = "unordered (the build's own link)"
 LINK = "elflayout link --profile lto.json (no flag)"
 TUCK = "elflayout link --profile lto.json --move-symtab"
 TUCK_FA = "elflayout link --profile lto.json --move-symtab --algorithm first-access"
+UNORDERED_FS = "unordered, the build's link with -ffunction-sections (the profiled one)"
 STALE = "profile of the build without LTO: link --move-symtab"
 STALE_MAP = "profile of the build without LTO: link --objects-from <LTO map> --move-symtab"
 
@@ -167,7 +168,7 @@ def gcc_main(runs: int, linker: str) -> int:
     for n, r in runs_.items():
         print(f"\n  {n}: exit {r['rc']}\n" + "\n".join(f"    {ln}" for ln in r["tail"] if "link: " in ln or r["rc"]),
               flush=True)
-    libs = {UNORDERED: plain, **{n: r["lib"] for n, r in runs_.items()}}
+    libs = {UNORDERED: plain, UNORDERED_FS: plib, **{n: r["lib"] for n, r in runs_.items()}}
     run_workload(driver, libs)
     print()
     report_gdb({UNORDERED: plain, TUCK: libs[TUCK], TUCK_FA: libs[TUCK_FA]}, driver)
