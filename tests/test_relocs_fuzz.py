@@ -136,3 +136,26 @@ def test_segment_past_the_end_of_the_file_is_refused(tmp_path):
             pack(bad, tmp_path / "out.so", form="relr")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out.so").exists()
+
+
+def test_probe_builds_once_under_concurrent_first_use():
+    """Fuzz workers (bench_fuzz --arm64 --jobs 2 on a fresh tree) build the arm64 load
+    probe at the same moment; unlocked, two makes wrote the same file and one worker died
+    with "cannot build". Four processes forced to rebuild must all get the probe."""
+    import multiprocessing
+    import os
+
+    from elflayout.relocs import realload
+
+    need_tool("aarch64-linux-gnu-gcc")
+    exe = realload.c_probe()
+    os.utime(exe, (0, 0))  # older than its source: every caller rebuilds
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        got = pool.map(_probe_path, range(4))
+    assert got == [str(exe)] * 4
+    assert exe.stat().st_mtime > 0
+
+
+def _probe_path(_i):
+    from elflayout.relocs import realload
+    return str(realload.c_probe())

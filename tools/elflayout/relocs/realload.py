@@ -42,22 +42,28 @@ class CheckerError(ElflayoutError):
     """The loader check could not run (not a verdict on the library)."""
 
 
-def native_probe() -> Path:
-    """The C probe for this machine's roots, built with make when missing or older than
-    its source."""
-    out = ROOT / "build" / "loadprobe" / NATIVE_PROBE
+def _make(out: Path, target: str, compiler: str, install: str) -> Path:
+    """``out`` built by ``make -C tools/loadprobe TARGET`` when missing or older than its
+    sources, under a lock so that concurrent first uses (fuzz workers) build it once."""
     srcs = [C_SRC / "loadprobe.c", C_SRC / "Makefile"]
     if out.exists() and all(out.stat().st_mtime >= s.stat().st_mtime for s in srcs if s.exists()):
         return out
-    if not (C_SRC / "Makefile").exists() or shutil.which("make") is None or shutil.which("gcc") is None:
-        raise CheckerError(f"{out}: not built; needs make and gcc (run: make bootstrap)")
+    if not (C_SRC / "Makefile").exists() or shutil.which("make") is None or shutil.which(compiler) is None:
+        raise CheckerError(f"{out}: not built; needs make and {compiler} ({install})")
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / ".build.lock", "w") as lock:  # concurrent first uses build once
+    with open(out.parent / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        r = subprocess.run(["make", "-s", "-C", str(C_SRC), "native"], capture_output=True, text=True)
-    if r.returncode != 0 or not out.exists():
+        fresh = out.exists() and all(out.stat().st_mtime >= s.stat().st_mtime for s in srcs if s.exists())
+        r = None if fresh else subprocess.run(["make", "-s", "-C", str(C_SRC), target], capture_output=True,
+                                              text=True)
+    if (r is not None and r.returncode != 0) or not out.exists():
         raise CheckerError(f"{out}: build failed ({(r.stderr.strip().splitlines() or ['make failed'])[-1]})")
     return out
+
+
+def native_probe() -> Path:
+    """The C probe for this machine's roots."""
+    return _make(ROOT / "build" / "loadprobe" / NATIVE_PROBE, "native", "gcc", "run: make bootstrap")
 
 
 class Host:
@@ -171,17 +177,8 @@ def _pythons(root: Path) -> list[Path]:
 
 def c_probe() -> Path:
     """The arm64 load probe, built on first use with the cross compiler."""
-    exe = ROOT / "build" / "aarch64" / "loadprobe"
-    src = ROOT / "tools" / "loadprobe" / "loadprobe.c"
-    if exe.is_file() and exe.stat().st_mtime >= src.stat().st_mtime:
-        return exe
-    if shutil.which("aarch64-linux-gnu-gcc") is None:
-        raise ElflayoutError("real loads of arm64 libraries need the cross compiler for their probe "
-                             "(apt-get install gcc-aarch64-linux-gnu)")
-    r = subprocess.run(["make", "-s", "-C", str(src.parent), "aarch64"], capture_output=True, text=True)
-    if r.returncode != 0 or not exe.is_file():
-        raise ElflayoutError(f"cannot build {exe}: {(r.stderr.strip().splitlines() or ['make failed'])[-1]}")
-    return exe
+    return _make(ROOT / "build" / "aarch64" / "loadprobe", "aarch64", "aarch64-linux-gnu-gcc",
+                 "apt-get install gcc-aarch64-linux-gnu")
 
 
 def dlopen_check(path, timeout: float = 120, root=None, emulator=None) -> str | None:
