@@ -159,3 +159,29 @@ def test_probe_builds_once_under_concurrent_first_use():
 def _probe_path(_i):
     from elflayout.relocs import realload
     return str(realload.c_probe())
+
+
+def test_read_only_segment_with_memsz_past_filesz_is_refused(tmp_path):
+    """A read-only PT_LOAD whose p_memsz exceeds p_filesz by one byte (arm64 fuzz, seed 5
+    variant 1038, self form): ld.so zero-fills the rest of its last page, where the packed
+    layout had put bytes; the output differed after a real load. Refused, one line."""
+    import numpy as np
+
+    from elflayout import layouts as L
+    from elflayout.errors import ElflayoutError
+    from elflayout.relocs.pack import pack
+
+    lib = testlib.build(tmp_path, "bfd", run=False, ifunc=False)["lib"]
+    data = bytearray(lib.read_bytes())
+    phoff, phnum = int.from_bytes(data[32:40], "little"), int.from_bytes(data[56:58], "little")
+    ph = np.frombuffer(bytes(data), L.PHDR64, phnum, phoff)
+    k = int(np.flatnonzero((ph["p_type"] == L.PT_LOAD) & ((ph["p_flags"] & L.PF_W) == 0))[-1])
+    e = phoff + k * L.PHDR64.itemsize
+    data[e + 40:e + 48] = (int(ph["p_memsz"][k]) + 1).to_bytes(8, "little")
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(bytes(data))
+    for form in ("relr", "self"):
+        with pytest.raises(ElflayoutError, match="zero the rest of its last page") as err:
+            pack(bad, tmp_path / f"out-{form}.so", form=form)
+        assert "\n" not in str(err.value)
+        assert not (tmp_path / f"out-{form}.so").exists()

@@ -171,6 +171,11 @@ def _check_segments(inp: _Input) -> None:
         a, m = int(p["p_vaddr"]), int(p["p_memsz"])
         if a + m >= 1 << 63:
             _fail(inp.img, f"program header {k} at {a:#x} of {m:#x} bytes ends outside the address space")
+        if int(p["p_type"]) == L.PT_LOAD and not int(p["p_flags"]) & L.PF_W and m != n:
+            # ld.so zero-fills such a segment's last page past p_filesz, bytes the packed
+            # layout may use (arm64 fuzz, self form: 25 bytes different after a real load)
+            _fail(inp.img, f"read-only PT_LOAD {k} has p_memsz {m:#x} != p_filesz {n:#x}: ld.so would zero "
+                           "the rest of its last page")
 
 
 def _self_executable(inp: _Input) -> None:
