@@ -112,3 +112,14 @@ def test_short_fuzz_run_aarch64(tmp_path):
     t = fuzz.run(seed=30, count=20, workdir=tmp_path, bases=bases)
     assert t.variants == 20 and t.failed == 0, t.failures[:5]
     assert t.split
+
+
+def test_unreadable_original_link_is_not_checked(tmp_path):
+    """aarch64 seed 33 variant 433: GNU ld linked a damaged member into an output whose
+    .symtab links to section 0, and reading it raised (exit 3). Nothing proved: exit 1."""
+    for tool in ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-ld"):
+        need_tool(tool)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    bases = fuzz.build_bases(tmp_path / "b", "aarch64")
+    t = fuzz.run(seed=33, count=1, start=433, workdir=tmp_path, bases=bases)
+    assert t.failed == 0, t.failures

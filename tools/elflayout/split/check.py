@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
@@ -244,8 +245,16 @@ def check(originals: list[Path], split: list[Path], linker: str = "lld") -> Chec
         if not r.ok:
             return CheckResult(linker, style, False, 0, 0, 0, f"the split objects do not link with {linker}: {r.error}",
                                stand_in=stand_in)
-        sa, ya, pa = _image(a)
-        sb, yb, pb = _image(b)
+        try:
+            sa, ya, pa = _image(a)
+        except ELFError as e:  # a linker that accepted damaged objects may write a broken file
+            return CheckResult(linker, style, False, 0, 0, 0, could_not_check=f"its link of the original "
+                               f"objects is not a readable ELF file ({e})", stand_in=stand_in)
+        try:
+            sb, yb, pb = _image(b)
+        except ELFError as e:
+            return CheckResult(linker, style, False, 0, 0, 0, f"its link of the split objects is not a readable "
+                               f"ELF file ({e})", stand_in=stand_in)
         lines, line_diffs, verified = debugcheck.compare(a, b)
     res = CheckResult(linker, style, True, 0, 0, 0, stand_in=stand_in, line_addresses_compared=lines,
                       debug_verify=verified)
