@@ -259,13 +259,16 @@ class ElfImage:
         for s in self.sections:
             if s.type not in ("SHT_RELA", "SHT_REL") or not (s.flags & SHF_ALLOC) or s.size == 0:
                 continue
-            if self.elfclass == 64:
-                dt = RELA64 if s.type == "SHT_RELA" else REL64
-            else:
-                dt = RELA32 if s.type == "SHT_RELA" else REL32
+            dt = self.reloc_dtype(s)
             n = s.size // dt.itemsize
             out[s.name] = np.frombuffer(self.mm, dtype=dt, count=n, offset=s.offset)
         return out
+
+    def reloc_dtype(self, s) -> np.dtype:
+        """The record layout of relocation section ``s`` (SHT_RELA or SHT_REL) in this file's class."""
+        if self.elfclass == 64:
+            return RELA64 if s.type == "SHT_RELA" else REL64
+        return RELA32 if s.type == "SHT_RELA" else REL32
 
     def reloc_types(self, rel: np.ndarray) -> np.ndarray:
         return r_type(rel["r_info"], self.elfclass)

@@ -248,19 +248,14 @@ def _write_relocs(t: Tables, out: bytearray, new_of_old: np.ndarray) -> int:
     shift = np.uint64(_R_SYM_SHIFT[t.img.elfclass])
     changed = 0
     for s in t.reloc_sections():
-        full = 24 if t.img.elfclass == 64 else 12
-        es = (full if s.type == "SHT_RELA" else full * 2 // 3)
-        w = "u8" if t.img.elfclass == 64 else "u4"
-        rec = np.frombuffer(t.img.mm, np.uint8, s.size // es * es, s.offset).reshape(-1, es)
-        step = t.img.wordsize
-        info = rec[:, step:2 * step].copy().view(t.bo + w).ravel().astype(np.uint64)
-        sym = info >> shift
-        new = new_of_old[sym.astype(np.int64)].astype(np.uint64)
+        dt = t.img.reloc_dtype(s).newbyteorder(t.bo)
+        rel = np.frombuffer(t.img.mm, dt, s.size // dt.itemsize, s.offset).copy()
+        info = rel["r_info"].astype(np.uint64)
+        new = new_of_old[(info >> shift).astype(np.int64)].astype(np.uint64)
         info2 = (new << shift) | (info & ((np.uint64(1) << shift) - np.uint64(1)))
         changed += int((info2 != info).sum())
-        rec2 = rec.copy()
-        rec2[:, step:2 * step] = info2.astype(t.bo + w).view(np.uint8).reshape(-1, step)
-        out[s.offset:s.offset + len(rec2) * es] = rec2.tobytes()
+        rel["r_info"] = info2
+        out[s.offset:s.offset + rel.nbytes] = rel.tobytes()
     return changed
 
 
