@@ -6,7 +6,7 @@
     python3 bench/bench_verdicts.py --pool P.json   # study an existing pool (no measuring)
 
 Method: one pool of real runs is collected once, with a CPU hog running beside it (a
-loaded machine): `elflayout measure` of four variants of `llc-16 --version` (libLLVM-16
+loaded machine; ``--no-hog`` for a quiet one): `elflayout measure` of four variants of `llc-16 --version` (libLLVM-16
 under test), interleaved, selective and hot, ``--rounds`` rounds:
   a, a2        the same command under two names (A/A),
   slow_hot     a wrapper (bench/spin_exec.c, static) that spins, then execs the command:
@@ -124,16 +124,19 @@ def wrapper_cost(spin: Path, realtime: bool, pairs: int = 300) -> float:
 CHUNK = 20  # rounds per measure session: the measurement lock is held per session, so others get turns
 
 
-def assemble(parts: list[dict], spin: dict) -> dict:
+def assemble(parts: list[dict], spin: dict, cpu_hog: bool | None = None, load: list | None = None) -> dict:
     """One pool document from the sessions (rounds renumbered after the rounds of the
-    sessions before, whatever their size; each run tagged with its session)."""
+    sessions before, whatever their size; each run tagged with its session). ``cpu_hog``:
+    whether the bench's CPU hog ran beside (None: not recorded); ``load``: the 1-minute
+    load average before each session, where recorded."""
     runs, offset = [], 0
     for k, part in enumerate(parts):
         for r in part["runs"]:
             runs.append({**r, "round": r["round"] + offset, "seq": r["seq"] + k * 100000, "session": k})
         offset += part["metadata"]["runs"]
     return {**parts[0], "runs": runs, "summary": [], "comparisons": [],
-            "metadata": {**parts[0]["metadata"], "runs": offset, "sessions": len(parts), "spin_us": spin}}
+            "metadata": {**parts[0]["metadata"], "runs": offset, "sessions": len(parts), "spin_us": spin,
+                         "cpu_hog": cpu_hog, "load_1min": load or []}}
 
 
 def spin_of(part: dict) -> dict:
@@ -153,18 +156,22 @@ def sized_spin(pre, spin: Path, controls: tuple) -> dict:
     return {"slow_hot": us["hot"], "slow_sel": us["selective"]}
 
 
-def collect(rounds: int, out: Path, seed: int, controls: tuple = (), chunk: int = CHUNK) -> dict:
-    """The pool: 4 variants x (selective, hot) x ``rounds``, with a CPU hog beside, in
-    sessions of ``chunk`` rounds (each cached: an interrupted collection resumes, with
-    the spins of the sessions already collected, so every session injects the same
-    slowdown). ``controls``: extra ``measure`` options of every session (e.g. --realtime)."""
+def collect(rounds: int, out: Path, seed: int, controls: tuple = (), chunk: int = CHUNK, hog: bool = True) -> dict:
+    """The pool: 4 variants x (selective, hot) x ``rounds``, with a CPU hog beside (or none:
+    ``hog`` false, for a quiet machine), in sessions of ``chunk`` rounds (each cached: an
+    interrupted collection resumes, with the spins of the sessions already collected, so
+    every session injects the same slowdown). ``controls``: extra ``measure`` options of
+    every session (e.g. --realtime)."""
     d = out.parent / f"{out.stem}.parts"
     d.mkdir(exist_ok=True)
     spin = spinner(out.parent)
     parts = [json.loads(f.read_text()) for f in sorted(d.glob("part*.json"))]
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    load_f = d / "load.json"
+    loads = json.loads(load_f.read_text()) if load_f.exists() else {}
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if hog else None
     try:
-        print(f"CPU hog beside the measurements: pid {hog.pid}", flush=True)
+        print(f"CPU hog beside the measurements: pid {hog.pid}" if hog else "no CPU hog (a quiet machine)",
+              flush=True)
         if parts:  # resumed: a spin sized anew (another wrapper cost, under other load) would mix slowdowns
             us = spin_of(parts[0])
             print(f"  resuming after {len(parts)} sessions: spin {us} us, as collected", flush=True)
@@ -176,15 +183,18 @@ def collect(rounds: int, out: Path, seed: int, controls: tuple = (), chunk: int 
             us = sized_spin(pre, spin, controls)
         while (done := sum(p["metadata"]["runs"] for p in parts)) < rounds:
             k = len(parts)
+            loads[f"part{k:03d}"] = os.getloadavg()[0]  # the machine's load is part of the pool's conditions
+            load_f.write_text(json.dumps(loads))
             parts.append(measure(
                 d / f"part{k:03d}.json", "--name", "a", CMD, "--name", "a2", CMD,
                 "--name", "slow_hot", f"{spin} {us['slow_hot']} {CMD}",
                 "--name", "slow_sel", f"{spin} {us['slow_sel']} {CMD}", "--files", LLVM, "--state", "selective",
                 "--state", "hot", "--runs", min(chunk, rounds - done), "--seed", seed + k, *controls))
     finally:
-        hog.kill()
-        hog.wait()
-    doc = assemble(parts, us)
+        if hog:
+            hog.kill()
+            hog.wait()
+    doc = assemble(parts, us, hog is not None, [loads[k] for k in sorted(loads)])
     from elflayout import fileio
 
     fileio.dump_json(doc, out)
@@ -324,6 +334,13 @@ def power(pool, n, rng, stats, trials, slow, state):
     return out
 
 
+HOG_WORDS = {True: "CPU hog beside", False: "no CPU hog", None: "CPU hog beside (not recorded)"}
+
+
+def load_words(load: list | None) -> str:
+    return f"; load average {min(load):.1f}-{max(load):.1f} before its sessions" if load else ""
+
+
 def describe_pool(pool, pool_path: Path) -> None:
     """The pool's size, scheduler, and the noise of each cell (the paired test sees the
     per-round log ratios)."""
@@ -332,7 +349,8 @@ def describe_pool(pool, pool_path: Path) -> None:
     dist = sum(1 for r in pool.runs if r.disturbed)
     print(f"pool: {pool_path} - {len(ok)} rounds in {md.get('sessions', 1)} sessions, {len(pool.runs)} runs "
           f"({dist} disturbed by other processes, left out as compare does) "
-          f"(`llc-16 --version`, libLLVM-16, CPU hog beside), spin {md.get('spin_us')}; scheduler: "
+          f"(`llc-16 --version`, libLLVM-16, {HOG_WORDS[md.get('cpu_hog')]}{load_words(md.get('load_1min'))}), "
+          f"spin {md.get('spin_us')}; scheduler: "
           f"{(md.get('controls') or {}).get('scheduler', {}).get('applied', 'SCHED_OTHER (not recorded)')}")
     for v in ("a", "a2", "slow_hot", "slow_sel"):
         for st in ("selective", "hot"):
@@ -480,9 +498,12 @@ def main():
     ap.add_argument("--isolate", action="store_true",
                     help="collect with `measure --isolate` (libLLVM served from a private loop device: another "
                          "process mapping or reading the library cannot disturb a run): its own pool, *-iso.json")
+    ap.add_argument("--no-hog", action="store_true",
+                    help="collect with no CPU hog beside (the power figure is for a quiet machine): its own pool, "
+                         "*-quiet.json")
     a = ap.parse_args()
     controls = ("--realtime",) * a.realtime + ("--isolate",) * a.isolate
-    stem = f"pool-{a.rounds}" + ("-rt" if a.realtime else "") + ("-iso" if a.isolate else "")
+    stem = f"pool-{a.rounds}" + ("-rt" if a.realtime else "") + ("-iso" if a.isolate else "") + ("-quiet" if a.no_hog else "")
     pool = a.pool or cache_dir() / f"{stem}.json"
     if a.partial:  # study the sessions collected so far (another process may still be collecting)
         parts = sorted((cache_dir() / f"{stem}.parts").glob("part*.json"))
@@ -490,10 +511,12 @@ def main():
         pool = cache_dir() / f"{stem}-partial.json"
         from elflayout import fileio
 
-        fileio.dump_json(assemble(docs, spin_of(docs[0])), pool)
+        load_f = cache_dir() / f"{stem}.parts" / "load.json"
+        loads = json.loads(load_f.read_text()) if load_f.exists() else {}
+        fileio.dump_json(assemble(docs, spin_of(docs[0]), not a.no_hog, [loads[k] for k in sorted(loads)]), pool)
     elif not pool.exists():
         print(f"collecting the pool: {a.rounds} rounds -> {pool}", flush=True)
-        collect(a.rounds, pool, a.seed, controls, a.chunk)
+        collect(a.rounds, pool, a.seed, controls, a.chunk, hog=not a.no_hog)
     if a.collect_only:
         return 0
     demo_n = a.demo_n

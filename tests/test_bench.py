@@ -257,6 +257,30 @@ def test_verdicts_collection_resumes_with_the_spins_already_collected(tmp_path, 
     assert doc["metadata"]["runs"] == 28
 
 
+@pytest.mark.parametrize("hog", [True, False])
+def test_verdicts_collection_records_the_cpu_hog_and_the_load(tmp_path, monkeypatch, hog):
+    """The power figure is for a quiet machine: ``--no-hog`` collects with no CPU hog
+    beside, and the pool says which it was and the load before each session (the old
+    pool always started a hog and its description always said so)."""
+    import bench_verdicts
+
+    spin = {"slow_hot": 1486, "slow_sel": 12568}
+    parts = tmp_path / "pool-8.parts"
+    parts.mkdir()
+    (parts / "part000.json").write_text(json.dumps(_verdicts_part(4, spin)))
+    started = []
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(bench_verdicts.subprocess, "Popen", lambda *a, **k: started.append(a) or real_popen(["true"]))
+    monkeypatch.setattr(bench_verdicts, "spinner", lambda d: Path("/c/spin_exec-static"))
+    monkeypatch.setattr(bench_verdicts, "measure", lambda f, *a: _verdicts_part(4, spin))
+    monkeypatch.setattr(bench_verdicts.os, "getloadavg", lambda: (3.5, 2.0, 1.0))
+    doc = bench_verdicts.collect(8, tmp_path / "pool-8.json", 1, (), chunk=4, hog=hog)
+    assert len(started) == hog
+    assert doc["metadata"]["cpu_hog"] is hog and doc["metadata"]["load_1min"] == [3.5]
+    words = bench_verdicts.HOG_WORDS[hog] + bench_verdicts.load_words(doc["metadata"]["load_1min"])
+    assert words == ("CPU hog beside" if hog else "no CPU hog") + "; load average 3.5-3.5 before its sessions"
+
+
 def test_verdicts_assemble_renumbers_rounds_of_sessions_of_any_size():
     import bench_verdicts
 
