@@ -148,11 +148,12 @@ def _shared_objects(layout: Layout) -> list[str]:
 
 
 def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_strings: bool = True,
-                    bind_now: bool | None = None) -> tuple[str, dict]:
+                    bind_now: bool | None = None, readonly_first: bool = True) -> tuple[str, dict]:
     """``hot_strings``: ``.rodata.elflayout`` begins with the touched objects' mergeable
     strings, in a pool of their own (GNU ld merges per output section), as the lld data
     script does. ``bind_now``: whether the link uses ``-z now`` (None: not known); it
-    decides where the written data goes (``data_anchor``)."""
+    decides where the written data goes (``data_anchor``). ``readonly_first``: the
+    read-only data goes before the code, as lld places it (``READONLY_FIRST``)."""
     text = text_entries(layout, split)
     data = list(dict.fromkeys(n for n, _ in layout.data))
     skipped = [n for n in [t for t, _ in text] + data if _LD_UNSAFE.search(n)]
@@ -175,9 +176,11 @@ def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_s
     str_pats = list(dict.fromkeys(f"{fp}(.rodata.str*)" for o in layout.objects if o and not o.startswith("<")
                                   for fp in ld_file_patterns(o))) if hot_strings and dpats.get(".rodata") else []
     dstats["string_patterns"] = len(str_pats)
+    if readonly_first:
+        blocks.append(readonly_block(str_pats + dpats.get(".rodata", [])))
     for prefix, out in DATA_GROUPS:
         grp = (str_pats if prefix == ".rodata" else []) + dpats.get(prefix, [])
-        if grp:
+        if grp and not (readonly_first and out == ".rodata"):
             # INSERT BEFORE goes ahead of the assignments that precede the anchor. Writable
             # ordered data after .data: DATA_SEGMENT_RELRO_END precedes .data, and before it
             # the data would be in PT_GNU_RELRO (read-only after relocation under -z now).
@@ -195,7 +198,34 @@ def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_s
     if dpats.get(".data"):
         dstats["data_anchor"] = f"after {DATA_ANCHOR[bind_now]}"
     return "\n".join(blocks), {"text_sections": len(text), "data_sections": len(data), "skipped_unsafe_names": len(skipped),
-                                "named_with_file": by_file if text else 0, **dstats}
+                                "named_with_file": by_file if text else 0, "readonly_first": readonly_first, **dstats}
+
+
+# GNU ld's default script puts the read-only data (-z separate-code: in a segment of its
+# own) after the code; lld puts it before, next to the dynamic tables ld.so reads whole,
+# so read-around from a constant or unwind-table fault reads those tables or more
+# read-only data, not the cold end of .text (libstdc++, GNU ld: 12 pages of cold code
+# from the first .rodata fault). These statements are the default script's own (GNU ld
+# 2.40), inserted before .init, i.e. ahead of the page alignment that starts the code
+# segment: the default statements of the same names then receive no input.
+READONLY_FIRST = (
+    (".rodata", "", "*(.rodata .rodata.* .gnu.linkonce.r.*)"),
+    (".rodata1", "", "*(.rodata1)"),
+    (".eh_frame_hdr", "", "*(.eh_frame_hdr) *(.eh_frame_entry .eh_frame_entry.*)"),
+    (".eh_frame", "ONLY_IF_RO", "KEEP (*(.eh_frame)) *(.eh_frame.*)"),
+    (".gcc_except_table", "ONLY_IF_RO", "*(.gcc_except_table .gcc_except_table.*)"),
+)
+READONLY_ANCHOR = ".init"
+
+
+def readonly_block(hot: list[str]) -> str:
+    """The read-only data before the code (``READONLY_FIRST``), the ordered constants
+    ``hot`` (complete input-section descriptions) first, in ``.rodata.elflayout``."""
+    lines = ["SECTIONS", "{"]
+    if hot:
+        lines += ["  .rodata.elflayout :", "  {", *(f"    {p}" for p in hot), "  }"]
+    lines += [f"  {name} : {(kind + ' ') if kind else ''}{{ {body} }}" for name, kind, body in READONLY_FIRST]
+    return "\n".join(lines + ["}", f"INSERT BEFORE {READONLY_ANCHOR};", ""])
 
 
 # Where ``.data.elflayout`` is inserted (INSERT AFTER), by the link's binding: the first
@@ -387,10 +417,11 @@ def _lines(items) -> str:
 
 
 def write(fmt: str, layout: Layout, all_objects: list[str] | None = None, header: str = "",
-          split: bool = False, bind_now: bool | None = None) -> tuple[str, dict]:
+          split: bool = False, bind_now: bool | None = None, move_rodata: bool = True) -> tuple[str, dict]:
     """``split``: the link's objects are the output of ``elflayout split`` (a function of
     a generic section is named by its own section, ``.text.NAME``). ``bind_now``: the
-    link uses ``-z now`` (None: not known; ld-script only)."""
+    link uses ``-z now`` (None: not known; ld-script only). ``move_rodata``: the
+    ld-script puts the read-only data before the code (``READONLY_FIRST``)."""
     if fmt == "objects":
         return write_objects(layout, all_objects)
     if fmt == "lld":
@@ -398,5 +429,5 @@ def write(fmt: str, layout: Layout, all_objects: list[str] | None = None, header
     if fmt == "gold":
         return write_gold(layout, split)
     if fmt == "ld-script":
-        return write_ld_script(layout, header, split, bind_now=bind_now)
+        return write_ld_script(layout, header, split, bind_now=bind_now, readonly_first=move_rodata)
     raise ValueError(f"unknown format {fmt!r}")

@@ -130,7 +130,8 @@ def options(args) -> LinkOptions:
                        keep_order_file=args.keep_order_file, force=args.force, min_order=args.min_order,
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
                        check=args.check, root=args.root, check_order=not args.no_check_order,
-                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym)
+                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym,
+                       move_rodata=not args.no_move_rodata)
 
 
 def _say_check(lines: list[str], split: bool = False) -> None:

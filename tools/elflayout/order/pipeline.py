@@ -59,6 +59,7 @@ class Request:
     bind_now: bool | None = None
     split: bool = False
     header: str | None = None
+    move_rodata: bool = True
 
     def argv(self, output, data_script=None, dynstr_out=None) -> list[str]:
         """The ``elflayout order`` arguments that write the same files as ``order_files``
@@ -66,7 +67,8 @@ class Request:
         opts = [("--algorithm", self.algorithm if self.algorithm != "first-access" else None),
                 ("--target", self.target), ("--lib", self.lib), ("--objects-from", self.objects_from),
                 ("--combine", self.combine), ("--data-script", data_script), ("--dynstr-out", dynstr_out)]
-        flags = [("--no-data", not self.data), ("--allow-stale-profile", self.allow_stale_profile)]
+        flags = [("--no-data", not self.data), ("--allow-stale-profile", self.allow_stale_profile),
+                 ("--no-move-rodata", not self.move_rodata)]
         return ["order", str(self.profile), "--format", self.format,
                 *[x for o, v in opts if v is not None for x in (o, str(v))],
                 *[o for o, on in flags if on], "-o", str(output), "--force"]
@@ -174,7 +176,8 @@ def order(req: Request) -> Ordering:
         f"profile: {Path(req.profile).name} target {t.name} build-id {t.build_id}")
     objects = list(req.objects) if req.objects is not None else (
         universe.objects if universe and universe.objects else None)
-    text, stats = formats.write(req.format, layout, objects, header, split=req.split, bind_now=bind_now)
+    text, stats = formats.write(req.format, layout, objects, header, split=req.split, bind_now=bind_now,
+                                move_rodata=req.move_rodata)
     report = {"format": req.format, "target": t.path, **layout.report, "output": stats, "warnings": warnings}
     return Ordering(req, doc, t, universe, layout, header, text, stats, bind_now, warnings, report)
 
