@@ -46,11 +46,12 @@ turned off): split when an object holds several functions in one code section (-
 the algorithm the readahead model predicts reads fewer pages of the profiled library,
 first-access or hot-last (--algorithm NAME); data order (--no-data; lld: a -T script,
 --no-data-script); lld: .dynstr order (--no-dynstr); --pack auto (relr on glibc >= 2.36,
-else self; none with gold and mold; --pack none); check-order of the output
-(--no-check-order).
+else self; none with gold and mold; --pack none); gold and GNU ld: the read-only data
+next to the dynamic tables, as lld places it (--no-move-rodata); check-order of the
+output (--no-check-order).
 
-What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
-with INSERT, mold: object order; with lld the data script and .dynstr response file;
+What is added: lld --symbol-ordering-file, gold --section-ordering-file and
+--rosegment, bfd -T script with INSERT, mold: object order; with lld the data script and .dynstr response file;
 -z pack-relative-relocs. Nothing else: the command keeps its own linker (a
 driver command choosing none runs ld, i.e. GNU ld; --linker naming another is refused
 with the fix), and a direct linker call gets no driver flags. The link's own output and exit status pass through
