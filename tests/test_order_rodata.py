@@ -1,11 +1,11 @@
-"""Read-only data next to the dynamic tables, as lld places it, with GNU ld and gold.
+"""Read-only data and unwind tables placed as lld places them, with GNU ld and gold.
 
 GNU ld's default script (``-z separate-code``) puts ``.rodata``, ``.eh_frame_hdr``,
-``.eh_frame`` and ``.gcc_except_table`` in a read-only segment *after* the code, and
-gold puts them in the code's segment: read-around from a constant or unwind-table
-fault then reads cold code. lld keeps them in the read-only segment of the dynamic
-tables (which ld.so reads whole). The ld-script inserts the default script's own
-statements for them before ``.init``; ``link`` gives gold ``--rosegment``.
+``.eh_frame`` and ``.gcc_except_table`` in a read-only segment *after* the code, where
+read-around from a constant or unwind-table fault reads cold code; lld keeps them in
+the read-only segment of the dynamic tables (which ld.so reads whole). The ld-script
+inserts the default script's own statements for them before ``.init``. The touched
+unwind tables (an object's ``.eh_frame``, a function's LSDA) open their sections.
 """
 
 import subprocess
@@ -117,46 +117,48 @@ def test_ld_script_keeps_the_default_place_when_asked(tmp_path):
     assert "INSERT BEFORE .rodata;" in text and "ALIGN(CONSTANT (MAXPAGESIZE))" in text
 
 
-def test_gold_gets_rosegment_unless_the_command_chooses(tmp_path):
-    """gold: ``--rosegment`` added to the ordering option; a command that gives
-    ``--rosegment`` or ``--no-rosegment`` itself keeps its choice; lld and mold: no step."""
+def test_rodata_step_is_gnu_ld_only():
+    """The step exists for GNU ld only (lld places the data so itself; gold's --rosegment
+    reads more), and is off with --no-move-rodata or another format."""
     from elflayout.order import defaults
-    from elflayout.order.link import apply
 
-    cmd = ["g++", "-shared", "-fuse-ld=gold", "-o", "libx.so", "a.o"]
-    step = defaults.rodata_step(True, "gold", "gold", cmd)
-    assert step.value == "--rosegment"
-    parsed = {"cmd": cmd, "driver": True}
-    assert apply(parsed, "gold", "gold", "", tmp_path / "o", rosegment=True)[-1] == \
-        f"-Wl,--section-ordering-file={tmp_path / 'o'},--rosegment"
-    for given in ("-Wl,--no-rosegment", "-Wl,-z,now,--rosegment"):
-        assert defaults.rodata_step(True, "gold", "gold", cmd + [given]).value is False
-    assert defaults.rodata_step(False, "gold", "gold", cmd).value is False
-    assert defaults.rodata_step(True, "bfd", "ld-script", cmd).value == "before the code"
-    assert defaults.rodata_step(True, "lld", "lld", cmd) is None
+    assert defaults.rodata_step(True, "bfd", "ld-script").value == "before the code"
+    assert defaults.rodata_step(False, "bfd", "ld-script").value is False
+    assert defaults.rodata_step(True, "bfd", "objects").value is False
+    assert defaults.rodata_step(True, "gold", "gold") is None and defaults.rodata_step(True, "lld", "lld") is None
 
 
-def test_gold_link_keeps_readonly_data_with_the_tables(tmp_path):
-    """gold, the command ``link`` runs: the read-only data leaves the code's segment for
-    the dynamic tables' (gold's default: one executable segment from the file's start)."""
-    need_tool("ld.gold")
-    from elflayout.order import defaults
-    from elflayout.order.link import apply
+def test_ld_script_puts_touched_unwind_tables_first(tmp_path):
+    """The touched objects' .eh_frame and the touched functions' LSDAs open their output
+    sections (the unwinder reads those of the functions a throw passes through), in the
+    moved block and, with --no-move-rodata, in one inserted where the default script
+    has them; exceptions are still caught."""
+    need_tool("ld.bfd")
+    from elflayout.order.algorithms import Layout
+    from elflayout.order.formats import write_ld_script
 
     obj = _build(tmp_path)
-    plain, ordered = tmp_path / "libplain.so", tmp_path / "libordered.so"
-    order = tmp_path / "order"
-    order.write_text(".text._Z7rd_sizei\n.text*\n")
-    for lib in (plain, ordered):
-        cmd = ["g++", "-shared", "-fuse-ld=gold", "-o", str(lib), str(obj)]
-        if lib == ordered:
-            step = defaults.rodata_step(True, "gold", "gold", cmd)
-            cmd = apply({"cmd": cmd, "driver": True}, "gold", "gold", "", order, rosegment=step.value == "--rosegment")
-        subprocess.run(cmd, check=True)
-    assert _run(tmp_path, plain) == _run(tmp_path, ordered) == EXPECTED
-    assert_readonly_with_tables(ordered)
-    with pytest.raises(AssertionError):
-        assert_readonly_with_tables(plain)
+    layout = Layout(data=[(".gcc_except_table._Z7rd_sizei", str(obj)), (".eh_frame", str(obj))])
+    for move in (True, False):
+        text, stats = write_ld_script(layout, readonly_first=move)
+        assert stats["unwind_patterns"] == 3
+        assert "KEEP (*/lib.o(.eh_frame)) KEEP ([l]ib.o(.eh_frame)) KEEP (*(.eh_frame))" in text
+        assert "{ *(.gcc_except_table._Z7rd_sizei) *(.gcc_except_table .gcc_except_table.*) }" in text
+        assert ("INSERT BEFORE .init;" in text) == move and ("INSERT AFTER .rodata1;" in text) != move
+        script = tmp_path / f"order-{move}.ld"
+        script.write_text(text)
+        lib = tmp_path / f"libunwind{int(move)}.so"
+        subprocess.run(["g++", "-shared", "-fuse-ld=bfd", "-o", str(lib), str(obj), f"-Wl,-T,{script}"], check=True)
+        assert _run(tmp_path, lib) == EXPECTED
+
+
+def test_gold_file_lists_touched_lsdas_first():
+    """gold: the touched LSDAs, then a glob giving the rest one shared index after them."""
+    from elflayout.order.algorithms import Layout
+    from elflayout.order.formats import write_gold
+
+    text, stats = write_gold(Layout(data=[(".gcc_except_table._Z1fv", "a.o"), (".eh_frame", "a.o")]))
+    assert text.splitlines() == [".gcc_except_table._Z1fv", ".gcc_except_table*"] and stats["unwind_sections"] == 1
 
 
 def test_request_argv_names_no_move_rodata():

@@ -72,9 +72,9 @@ def add_ordering_arguments(p, auto: bool = False) -> None:
                         "names to match, objects in link order")
     p.add_argument("--no-data", action="store_true", help="order code only, not data sections")
     p.add_argument("--no-move-rodata", action="store_true",
-                   help="GNU ld and gold: leave the read-only data (.rodata, .eh_frame, .gcc_except_table) where the "
-                        "linker puts it, after the code; default: next to the dynamic tables ld.so reads, as lld "
-                        "places it (the ld-script inserts it before .init; link adds --rosegment for gold)")
+                   help="GNU ld script: leave the read-only data (.rodata, .gcc_except_table, the unwind tables) "
+                        "where the default script puts it, after the code; default: before the code, next to the "
+                        "dynamic tables ld.so reads, as lld places it (inserted before .init)")
     p.add_argument("--allow-stale-profile", action="store_true",
                    help="use a profile of another build of --lib (names still match; offsets may not)")
     p.add_argument("--combine", choices=pipeline.COMBINE_RULES,

@@ -188,28 +188,19 @@ NO_MAP = ("the profile has no link map, so code run outside sized function symbo
           "among the cold code: profile a link with -Wl,-Map=FILE and profile --map FILE")
 
 
-# gold's options for a read-only segment of its own (the dynamic tables, .rodata, .eh_frame)
-GOLD_ROSEGMENT = ("--rosegment", "--no-rosegment")
-
-
-def rodata_step(move: bool, linker: str, fmt: str, cmd: list[str]) -> Step | None:
-    """Where the read-only data goes (gold and GNU ld; lld places it so itself): next to
-    the dynamic tables ld.so reads whole, as lld does, unless ``move`` is off or the
-    command chooses itself. None for the other linkers."""
-    if linker not in ("gold", "bfd"):
+def rodata_step(move: bool, linker: str, fmt: str) -> Step | None:
+    """Where GNU ld's read-only data goes: before the code, next to the dynamic tables
+    ld.so reads whole, as lld places it, unless ``move`` is off. None for the other
+    linkers: lld places it so itself; gold's only lever, ``--rosegment``, puts the
+    tables and the data after the code, where the read-around of the first table
+    fault reads cold code (libstdc++: 353 pages against 325, readahead model)."""
+    if linker != "bfd":
         return None
     if not move:
         return Step("read-only data", False, "--no-move-rodata")
-    if linker == "gold":
-        given = [w for a in cmd[1:] for w in (a[4:].split(",") if a.startswith("-Wl,") else [a])
-                 if w.lstrip("-") in {o.lstrip("-") for o in GOLD_ROSEGMENT}]
-        if given:
-            return Step("read-only data", False, f"the command gives {given[-1]}")
-        return Step("read-only data", "--rosegment", "gold: the dynamic tables, .rodata and .eh_frame in a "
-                                                     "read-only segment after the code, as lld keeps them together")
     if fmt != "ld-script":
         return Step("read-only data", False, f"only the ld-script moves it (--format {fmt})")
-    return Step("read-only data", "before the code", "GNU ld: .rodata, .eh_frame and .gcc_except_table inserted "
+    return Step("read-only data", "before the code", ".rodata, .gcc_except_table and the unwind tables inserted "
                                                       "before .init, next to the dynamic tables, as lld places them")
 
 

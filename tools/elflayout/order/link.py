@@ -61,9 +61,8 @@ def parse_command(cmd: list[str], linker: str | None) -> dict:
     return {"cmd": list(cmd), "driver": driver, "output": out, "object_positions": objs, "linker": used}
 
 
-def apply(parsed: dict, linker: str, fmt: str, text: str, order_file: Path, rosegment: bool = False) -> list[str]:
-    """The link command with the ordering applied; ``rosegment``: gold also gets
-    ``--rosegment`` (``defaults.rodata_step``)."""
+def apply(parsed: dict, linker: str, fmt: str, text: str, order_file: Path) -> list[str]:
+    """The link command with the ordering applied."""
     cmd = list(parsed["cmd"])
     wl = (lambda *a: ["-Wl," + ",".join(a)]) if parsed["driver"] else (lambda *a: list(a))
     if fmt == "objects":
@@ -81,7 +80,7 @@ def apply(parsed: dict, linker: str, fmt: str, text: str, order_file: Path, rose
     if fmt == "gold":
         if linker != "gold":
             raise ElflayoutError(f"--format gold: {linker} has no --section-ordering-file (use --format auto)")
-        return cmd + wl(f"--section-ordering-file={order_file}", *(["--rosegment"] if rosegment else []))
+        return cmd + wl(f"--section-ordering-file={order_file}")
     if fmt == "ld-script":
         if linker not in ("bfd",):
             raise ElflayoutError(f"--format ld-script: an INSERT script is for GNU ld (bfd), not {linker}")

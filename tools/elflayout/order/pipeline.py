@@ -41,8 +41,9 @@ class Request:
     A link command adds what it knows: ``default_target`` (the target to pick in a
     profile of several when neither ``target`` nor ``lib`` names one: the output's
     name), ``objects`` (its object arguments, for the ``objects`` format), ``bind_now``
-    (its ``-z now``/``-z lazy``), ``split`` (its objects went through ``elflayout split``)
-    and ``header`` (the comment the written files begin with; None: ``order``'s).
+    (its ``-z now``/``-z lazy``), ``split`` (its objects went through ``elflayout split``),
+    ``header`` (the comment the written files begin with; None: ``order``'s) and ``tail``
+    (functions listed after the cold code: ``order.tail``, which no ``order`` option gives).
     """
 
     profile: str | os.PathLike
@@ -60,6 +61,7 @@ class Request:
     split: bool = False
     header: str | None = None
     move_rodata: bool = True
+    tail: tuple[str, ...] = ()
 
     def argv(self, output, data_script=None, dynstr_out=None) -> list[str]:
         """The ``elflayout order`` arguments that write the same files as ``order_files``
@@ -177,7 +179,7 @@ def order(req: Request) -> Ordering:
     objects = list(req.objects) if req.objects is not None else (
         universe.objects if universe and universe.objects else None)
     text, stats = formats.write(req.format, layout, objects, header, split=req.split, bind_now=bind_now,
-                                move_rodata=req.move_rodata)
+                                move_rodata=req.move_rodata, tail=req.tail)
     report = {"format": req.format, "target": t.path, **layout.report, "output": stats, "warnings": warnings}
     return Ordering(req, doc, t, universe, layout, header, text, stats, bind_now, warnings, report)
 

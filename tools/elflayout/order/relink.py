@@ -59,6 +59,7 @@ class LinkOptions:
     move_symtab: bool = False
     order_dynsym: bool = False
     move_rodata: bool = True
+    code_tail: bool = True
 
 
 @dataclass
@@ -145,8 +146,8 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
                              "(elflayout split, docs/splitting.md) for them to match")
         order_file = Path(opts.keep_order_file) if opts.keep_order_file else Path(td) / f"order.{fmt}"
         fileio.atomic_write_text(order_file, o.text)
-        rodata = defaults.rodata_step(opts.move_rodata, linker, fmt, parsed["cmd"])
-        full = apply(parsed, linker, fmt, o.text, order_file, rosegment=bool(rodata and rodata.value == "--rosegment"))
+        rodata = defaults.rodata_step(opts.move_rodata, linker, fmt)
+        full = apply(parsed, linker, fmt, o.text, order_file)
         full += companion_args(parsed, o, Path(td), steps[2].value is True, steps[3].value is True, say)
         _note_companions(steps, o)
         shown = full if len(full) <= 24 else [*full[:12], f"... ({len(full) - 16} more arguments) ...", *full[-4:]]
@@ -156,9 +157,11 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         steps += [rodata] if rodata else []
         if rc:
             return LinkResult(rc, full, steps)
-    _note_pack(pack, parsed["output"])
-    if pack.value == "pack-relocs":
-        post_pack(pack, parsed["output"])
+        _note_pack(pack, parsed["output"])
+        if pack.value == "pack-relocs":
+            post_pack(pack, parsed["output"])
+        if fmt in NAMES_SECTIONS and linker in ("gold", "bfd"):
+            steps.append(relink_tail(parsed, o, full, order_file, pack, opts, say, status))
     steps += _after_link(parsed["output"], opts, o.profile.metadata, algo.value)
     res = LinkResult(0, full, steps)
     if not opts.check_order:
@@ -175,6 +178,45 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         e.split = bool(split.value)  # the CLI words the split hint by it
         raise
     return res
+
+
+def relink_tail(parsed: dict, o, full: list[str], order_file: Path, pack: Step, opts: LinkOptions, say,
+                status) -> Step:
+    """``order.tail``: when the model says the read of the touched code's end runs into
+    cold code, link ``full`` again with those functions after the cold code (the
+    ordering file rewritten), and keep whichever output the model predicts to read
+    fewer pages (``o.text`` then says which ordering was applied)."""
+    import shutil
+
+    from elflayout.order import tail
+
+    if not opts.code_tail:
+        return Step("code tail", False, "--no-code-tail")
+    out, lmap = parsed["output"], map_of(full)
+    lmap = lmap if lmap and os.path.exists(lmap) else None
+    found = tail.find(out, o.target, o.layout, lmap)
+    if not found.functions:
+        return Step("code tail", False, found.why)
+    keep = [(p, p + ".elflayout-first") for p in (out, lmap) if p and os.path.exists(p)]
+    for p, q in keep:
+        shutil.copy2(p, q)
+    o2 = pipeline.order(dataclasses.replace(o.request, tail=found.functions))
+    fileio.atomic_write_text(order_file, o2.text)
+    rc = link_packed(parsed, full, pack.value, opts, say, status)
+    if not rc and pack.value == "pack-relocs":
+        post_pack(Step("pack", pack.value, ""), out)  # as the first output was
+    after = tail.predict(out, o.target, lmap)[0] if not rc else None
+    if after is None or after >= found.pages:
+        for p, q in keep:
+            os.replace(q, p)
+        fileio.atomic_write_text(order_file, o.text)
+        why = f"relink {'failed' if rc else f'predicted {after:,} pages, not fewer'}: kept the first link"
+        return Step("code tail", False, f"{found.why}; {why}")
+    for _p, q in keep:
+        os.unlink(q)
+    o.text = o2.text
+    return Step("code tail", f"{len(found.functions)} functions after the cold code", found.why,
+                      f"{found.pages:,} -> {after:,} pages (readahead model, the profile placed by name)")
 
 
 def _check_options(opts: LinkOptions, linker: str) -> None:
