@@ -76,13 +76,15 @@ def test_gold_and_gnu_ld_code_tail_and_readonly_data(tmp_path):
         pytest.skip(why)
     base = libstdcxx.prepare("lld")
     prof = tmp_path / "cxxstart.profile.json"
-    run_cli("profile", "--target", base["lib"], "--map", base["map"], "--data", "-o", prof, "--", base["launcher"], check=0)
+    run_cli("profile", "--target", base["lib"], "--map", base["map"], "--data", "-o", prof, "--", base["launcher"],
+            check=0)
     for linker in ("gold", "bfd"):
         need_tool({"gold": "ld.gold", "bfd": "ld.bfd"}[linker])
         d = tmp_path / linker
         d.mkdir()
         r = run_cli("link", "--profile", prof, "--", *libstdcxx.link_command(linker, d), check=0)
-        m = re.search(r"code tail: (\d+) functions after the cold code .*predicted: ([\d,]+) -> ([\d,]+) pages", r.stderr)
+        m = re.search(r"code tail: (\d+) functions after the cold code .*predicted: ([\d,]+) -> ([\d,]+) pages",
+                      r.stderr)
         assert m, r.stderr
         assert int(m.group(1)) > 0 and int(m.group(3).replace(",", "")) < int(m.group(2).replace(",", ""))
         assert ("read-only data: before the code" in r.stderr) == (linker == "bfd")
