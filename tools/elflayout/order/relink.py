@@ -160,7 +160,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         _note_pack(pack, parsed["output"])
         if pack.value == "pack-relocs":
             post_pack(pack, parsed["output"])
-        if fmt in NAMES_SECTIONS and linker in ("gold", "bfd"):
+        if fmt == "ld-script" and linker == "bfd":
             steps.append(relink_tail(parsed, o, full, order_file, pack, opts, say, status))
     steps += _after_link(parsed["output"], opts, o.profile.metadata, algo.value)
     res = LinkResult(0, full, steps)

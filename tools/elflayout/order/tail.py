@@ -3,9 +3,12 @@
 Goal: in an executable mapping the kernel reads ``[fault, fault + ra)`` (VM_EXEC, see
 ``readahead``), so with the touched code packed at the front of ``.text`` the read that
 covers its last pages reads cold code up to the window's end: up to ra - 1 pages, 16 on
-average. gold and GNU ld put ``.init``/``.plt`` (and gold the dynamic tables) before
-``.text``, so where the windows fall is the link's business; the model replays the
-profile on the linked output and says which read that is.
+average. GNU ld puts ``.init`` and ``.plt`` before ``.text``, at the start of the code
+segment, so the first read of code is ld.so's call of ``.init``; the model replays the
+profile on the linked output and says which read holds the touched code's end. Used
+for GNU ld only: in gold's single executable segment the reads of code start where the
+symbol lookups and the relocation pass leave off, which the model does not place
+reliably (yaml-cpp: the tail it chose read 7 pages more, libstdc++: 10 fewer).
 
 Definitions:
 - *hot region*: the file pages of the ordered functions as linked: the longest run of
@@ -19,10 +22,9 @@ Steps:
    functions by name) through ``readahead.simulate`` at ``READ_AHEAD_KB``.
 2. When the last window starts inside the hot region (after its first page) and reads
    at least ``MIN_WASTE`` pages past its end, the tail's input sections are listed after
-   the cold code (gold: after the closing glob; GNU ld: ``.text.elflayout.tail``
-   inserted after ``.text``): there the read of the tail ends at the end of the code
-   segment (GNU ld) or runs into the read-only data that follows (gold), not into cold
-   code. Otherwise there is no tail.
+   the cold code (``.text.elflayout.tail`` inserted after ``.text``; the gold writer
+   can list them after its closing glob): there the read of the tail ends at the end
+   of the code segment, not in cold code. Otherwise there is no tail.
 3. The caller relinks and keeps whichever output the model predicts to read fewer pages.
 """
 
@@ -53,6 +55,8 @@ class Tail:
     why: str
 
 
+# Where ld.so's symbol lookups read: the profile's loader-phase touches there are kept
+SYMBOL_TABLES = (".dynsym", ".dynstr", ".gnu.hash", ".hash", ".gnu.version", ".gnu.version_d", ".gnu.version_r")
 # Code the linker makes, which no function symbol names: ld.so calls .init before any
 # other code of the library, and lazily bound calls go through .plt
 LINKER_CODE = (".init", ".plt", ".plt.got", ".plt.sec", ".iplt")
@@ -87,9 +91,9 @@ def target_sections(target) -> list:
 def predict(output, target, lib_map=None) -> tuple[int, list[tuple[int, int]]]:
     """Pages the model predicts for ``output`` and its reads [(first page, pages)].
 
-    The touches: ld.so's pass over this very file (``readahead.loader_touches``, exact:
-    the profiled build's loader touches say nothing of these tables once moved), then
-    the profile's other touches placed by name (``placement.profile_touches``; data
+    The touches: ld.so's relocation pass over this very file (``readahead.loader_touches``,
+    exact: the profiled build's say nothing of these tables once moved), then the
+    profile's other touches, its symbol lookups included (``SYMBOL_TABLES``), placed by name (``placement.profile_touches``; data
     pages by input section with ``lib_map``, the output's link map) without data touches
     that land in code (artefacts of pages shared by two sections), and the linker-made
     code it ran (``linker_code_pages``) just before the first function."""
@@ -98,7 +102,7 @@ def predict(output, target, lib_map=None) -> tuple[int, list[tuple[int, int]]]:
     from elflayout.order.placement import profile_touches
     from elflayout.order.readahead import simulate
 
-    t = dataclasses.replace(target, pages=[p for p in target.pages if p.phase != "loader"])
+    t = dataclasses.replace(target, pages=[p for p in target.pages if p.phase != "loader" or p.section in SYMBOL_TABLES])
     with ElfImage(output) as img:
         pages, kinds, _notes = profile_touches(t, img, lib_map=lib_map)
         code = np.zeros(len(pages), dtype=bool)
