@@ -90,7 +90,7 @@ def test_algorithm_auto_takes_the_fewer_predicted_pages(monkeypatch):
     u = type("U", (), {"text_order": [("f", ".text.f", "a.o")]})()
     pred = {"first-access": 120, "hot-last": 110}
     seen = []
-    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra: seen.append(ra) or dict(pred))
+    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra, *_: seen.append(ra) or dict(pred))
     s = defaults.algorithm_step("auto", "lld", None, u)
     assert s.value == "hot-last" and "first-access 120 pages, hot-last 110 pages" in s.predicted
     # the window of a typical machine, not the profile's (the profiling machine's device setting)
@@ -107,7 +107,7 @@ def test_hot_last_without_a_link_map_says_to_profile_with_one(monkeypatch):
     """A profile recorded without --map cannot place code outside sized function symbols
     (libzstd's CMake build read 173 pages against 110 with a map): the step says so."""
     u = type("U", (), {"text_order": [("f", ".text.f", "a.o")]})()
-    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra: {"first-access": 120, "hot-last": 110})
+    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra, *_: {"first-access": 120, "hot-last": 110})
     bare, mapped = (type("T", (), {"objects": objs})() for objs in ([], ["a.o"]))
     assert "profile --map" in defaults.algorithm_step("auto", "lld", bare, u).why
     assert "profile --map" not in defaults.algorithm_step("auto", "lld", mapped, u).why
