@@ -361,8 +361,9 @@ def test_relink_places_the_relocation_pass_where_the_profile_saw_it(synth, tmp_p
         tables = [img.section(n) for n in (".rela.dyn", ".rela.plt")]
         want = sorted({p for s in tables for p in range(s.offset // PAGE, (s.offset + s.size - 1) // PAGE + 1)})
         assert touches_relocations(img, pg)
-    first = pg.tolist().index(want[0])
-    assert pg.tolist()[first:first + len(want)] == want and kinds[first] == b"r"
+    seq = pg.tolist()
+    at = [i for i in range(len(seq)) if seq[i:i + len(want)] == want]  # in table order, one run
+    assert len(want) > 10 and at and all(k == b"r" for k in kinds[at[0]:at[0] + len(want)]), (want, seq[:30])
 
 
 # A library laid out like libzstd (lld): r-- [0, 33), r-x [32, 265), rw- [264, 266), each
