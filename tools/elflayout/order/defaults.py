@@ -18,6 +18,9 @@ Steps:
    model (``readahead.simulate``, loader included, data where it is) at read_ahead_kb
    128 (``READ_AHEAD_KB``); the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
    ``.init``/``.plt`` before ``.text``) and the link map's list of cold sections.
+   The touches include code run outside sized functions (``.init``, ``.plt``, crt
+   files), and with ``--move-symtab`` each layout is predicted with the unloaded
+   sections moved where that step puts them for it.
 3. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
    their ordering file.
 4. *.dynstr* (lld): the names ld.so reads first, when the profiled library is there.
@@ -160,8 +163,8 @@ def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, universe=None
     with ElfImage(target.path) as img:
         if not target.build_id or img.build_id != target.build_id:
             return f"{target.path} is not the profiled build"
-        outside = code_outside_functions(target, img)
         base = heldout.functions_of(img)
+        outside = code_outside_functions(target, img, base)
         code = heldout.code_sections(outside, universe, base)
         base = heldout.with_code(base, code)
         out = {}

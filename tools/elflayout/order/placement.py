@@ -117,12 +117,13 @@ def _both_maps(target, img, lib_map, notes):
 GAP_MIN = 64
 
 
-def code_outside_functions(target: Target, img: ElfImage) -> list[tuple[float, int, int, object, bool]]:
+def code_outside_functions(target: Target, img: ElfImage, base=None) -> list[tuple[float, int, int, object, bool]]:
     """What the profile ran outside its functions, as byte ranges of the profiled build
     ``img``: (first, start, end, section, whole). On each executed page that no profiled
     function spans, the bytes of code sections no sized function symbol covers: a section
     holding no function (``.init``, ``.plt``, ``.fini``) wholly (``whole``), in the others
-    the gaps of at least GAP_MIN bytes. Which of them ran is not recorded: each counts."""
+    the gaps of at least GAP_MIN bytes. Which of them ran is not recorded: each counts.
+    ``base``: ``heldout.functions_of(img)`` when the caller has it."""
     from elflayout.order.heldout import functions_of
 
     spanned = set()
@@ -135,7 +136,7 @@ def code_outside_functions(target: Target, img: ElfImage) -> list[tuple[float, i
             run[p.page] = min(run.get(p.page, p.first), p.first)
     if not run:
         return []
-    base = functions_of(img)
+    base = functions_of(img) if base is None else base
     out = []
     for sec in img.sections:
         if not (sec.occupies_file and sec.flags & SHF_EXECINSTR and sec.size):
