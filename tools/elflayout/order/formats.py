@@ -278,7 +278,8 @@ def lld_file_pattern(obj: str) -> str | None:
     return None if _LD_UNSAFE.search(pat) or not pat else pat
 
 
-def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None) -> tuple[str, dict]:
+def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None,
+                          hot_constants: bool = False, sparse_first: bool = False) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
@@ -290,6 +291,15 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     and spreads each pool over 32 hash shards, so a pool is read whole once a few of its
     strings are: this splits the touched objects' strings into a pool of their own and
     leaves the rest of the pool unread (docs/ordering.md).
+
+    ``hot_constants``: next, the touched objects' merged constants (``.rodata.cst*``),
+    for the same reason: lld pools every object's constants, so those the code run reads
+    would otherwise sit in the cold ``.rodata``, whose read-around they start.
+
+    ``sparse_first``: first of all, the big sections touched on few of their pages
+    (``Layout.data_sparse``, each named with its file): left in place, each starts a
+    read-around in the cold data; at the head of the hot block, between the tables ld.so
+    reads and the hot data, their untouched pages are the only ones read for them.
 
     ``universe`` (the profiled link's map): a group whose ordered sections are all the
     non-empty input sections of its default output section is left out and named in
@@ -308,10 +318,13 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
         pats = [lld_file_pattern(o) for o in objs]
         str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
         n_str = len(str_pats)
+        if hot_constants:
+            str_pats += [f"{p}(.rodata.cst*)" for p in dict.fromkeys(p for p in pats if p)]
+    sparse = _sparse_patterns(layout) if sparse_first else {}
     left_out = []
     for prefix, out in LLD_DATA_GROUPS:
         grp = dpats.get(prefix, [])
-        extra = str_pats if prefix == ".rodata" else []
+        extra = sparse.get(prefix, []) + (str_pats if prefix == ".rodata" else [])
         if not (grp or extra):
             continue
         if universe is not None and universe.extent_names and not _left_in(universe, prefix, layout, lld_file_pattern, extra):
@@ -325,8 +338,26 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
         if grp:
             blocks.append(_ld_block(out + ".elflayout.cold", out, grp, raw=len(grp), where="AFTER"))
     return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str,
+                                "constant_objects": n_str if hot_constants else 0,
+                                "sparse_sections": sum(map(len, sparse.values())),
                                 "skipped_unsafe_names": dstats["data_skipped_unsafe_names"], **dstats,
                                 "left_out": left_out, "parked_same_name": len(parked)}
+
+
+def _sparse_patterns(layout: Layout) -> dict[str, list[str]]:
+    """lld input-section descriptions of ``layout.data_sparse`` by output group, each
+    with its file: a local table's name is often another object's too (``index2`` of
+    unicodectype.o and unicodedata.o), and ``*(NAME)`` would move both."""
+    out: dict[str, list[str]] = {}
+    for n, o in layout.data_sparse:
+        grp = _group(n)
+        fp = lld_file_pattern(o) if o and not o.startswith("<") else None
+        if grp in {g for g, _ in LLD_DATA_GROUPS} and fp and not _LD_UNSAFE.search(n):
+            pat = f"{fp}({n})"
+            out.setdefault(grp, [])
+            if pat not in out[grp]:
+                out[grp].append(pat)
+    return out
 
 
 def _dragged_by_name(layout: Layout, universe) -> list[tuple[str, str]]:
