@@ -22,7 +22,7 @@
 
 7. The floor (``--floor``): the best recipe, stripped and packed, against itself with
    each data-script lever (the touched objects' merged constants in the hot pool, big
-   sparsely touched tables at the head of the hot data), one session; every variant's
+   sparsely touched tables at the tail of the hot data), one session; every variant's
    output compared with Debian's python3.11.
 
 Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure] [--default-path] [--floor]
@@ -311,10 +311,10 @@ OUTPUT_CHECK = ("import json, decimal, re, unicodedata; s = 'Ünïcödé ΣΑΣ 
                 "unicodedata.normalize('NFKD', s), [unicodedata.name(c, '?') for c in s], 2 ** 0.5, "
                 "float('1e308') * 10, int('٣'))")
 FLOOR_LEVERS = {  # row name -> data script options (Ordering.data_script)
-    "best recipe": {"hot_constants": False, "sparse_first": False},
-    "+ hot objects' merged constants": {"hot_constants": True, "sparse_first": False},
-    "+ sparse tables at the head of the hot data": {"hot_constants": False, "sparse_first": True},
-    "+ both": {"hot_constants": True, "sparse_first": True},
+    "best recipe": {"hot_constants": False, "sparse_last": False},
+    "+ hot objects' merged constants": {"hot_constants": True, "sparse_last": False},
+    "+ sparse tables at the tail of the hot data": {"hot_constants": False, "sparse_last": True},
+    "+ both": {"hot_constants": True, "sparse_last": True},
 }
 
 

@@ -333,10 +333,10 @@ def _sparse_universe():
     return u
 
 
-def test_sparse_tables_touched_inside_are_listed_for_the_head_of_the_hot_data():
+def test_sparse_tables_touched_inside_are_listed_for_the_tail_of_the_hot_data():
     """A big table touched on few of its pages stays out of the hot data, but one touched
     on a page of its own is listed in ``Layout.data_sparse`` (the data script can put it
-    at the head of the hot block); one touched only on a page it shares with a touched
+    at the tail of the hot block); one touched only on a page it shares with a touched
     neighbour is not (the read may be the neighbour's). The data script names it with
     its file: ``*(.rodata.index2)`` would move the other object's table too."""
     from elflayout.order.algorithms import first_access
@@ -347,16 +347,16 @@ def test_sparse_tables_touched_inside_are_listed_for_the_head_of_the_hot_data():
     assert layout.data == [(".rodata.n", "d.o")]
     assert layout.data_sparse == [(".rodata.index2", "a.o")]
     assert layout.report["data"]["sparse_left_in_place"] == 2
-    text, stats = write_lld_data_script(layout, hot_strings=False, sparse_first=True)
+    text, stats = write_lld_data_script(layout, hot_strings=False, sparse_last=True)
     assert stats["sparse_sections"] == 1
-    assert text.index("a.o(.rodata.index2)") < text.index("*(.rodata.n)")
+    assert text.index("*(.rodata.n)") < text.index("a.o(.rodata.index2)")
     assert "c.o(" not in text and "*(.rodata.index2)" not in text
     plain, st0 = write_lld_data_script(layout, hot_strings=False)
     assert "index2" not in plain and st0["sparse_sections"] == 0
 
 
-def test_sparse_table_first_in_a_real_lld_link(tmp_path):
-    """lld with ``sparse_first``: the listed object's table heads ``.rodata.elflayout``, the
+def test_sparse_table_last_in_a_real_lld_link(tmp_path):
+    """lld with ``sparse_last``: the listed object's table ends ``.rodata.elflayout``, the
     other object's table of the same name stays in ``.rodata``, and both still read right."""
     need_tool("ld.lld")
     src = ("static const unsigned index2[8192] = {[0 ... 8191] = %s};\n"
@@ -365,13 +365,14 @@ def test_sparse_table_first_in_a_real_lld_link(tmp_path):
     b = _cc(tmp_path, "b", src % ("0x22222222", "look_b"), "-fdata-sections", "-ffunction-sections")
     h = _cc(tmp_path, "h", "const int hot_table[8] = {7};\n", "-fdata-sections")
     layout = Layout(data=[(".rodata.hot_table", str(h))], data_sparse=[(".rodata.index2", str(a))])
-    text, _ = write_lld_data_script(layout, hot_strings=False, sparse_first=True)
+    text, _ = write_lld_data_script(layout, hot_strings=False, sparse_last=True)
     lib = _link_with_script(tmp_path, "lld", text, [b, a, h])
     with open(lib, "rb") as f:
         elf = ELFFile(f)
         hot = elf.get_section_by_name(".rodata.elflayout").data()
         cold = elf.get_section_by_name(".rodata").data()
-    assert hot.startswith(b"\x11\x11\x11\x11" * 8192) and b"\x22\x22\x22\x22" * 16 not in hot
+    assert hot.startswith(b"\x07\0\0\0") and hot.endswith(b"\x11\x11\x11\x11" * 8192)
+    assert b"\x22\x22\x22\x22" * 16 not in hot
     assert b"\x22\x22\x22\x22" * 8192 in cold
     code = "import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); print(hex(l.look_a(5)), hex(l.look_b(9000)))"
     r = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True)

@@ -279,7 +279,7 @@ def lld_file_pattern(obj: str) -> str | None:
 
 
 def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None,
-                          hot_constants: bool = False, sparse_first: bool = False) -> tuple[str, dict]:
+                          hot_constants: bool = False, sparse_last: bool = False) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
@@ -296,10 +296,12 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     for the same reason: lld pools every object's constants, so those the code run reads
     would otherwise sit in the cold ``.rodata``, whose read-around they start.
 
-    ``sparse_first``: first of all, the big sections touched on few of their pages
-    (``Layout.data_sparse``, each named with its file): left in place, each starts a
-    read-around in the cold data; at the head of the hot block, between the tables ld.so
-    reads and the hot data, their untouched pages are the only ones read for them.
+    ``sparse_last``: last, the big sections touched on few of their pages
+    (``Layout.data_sparse``, each named with its file). Left in place, each starts a
+    read-around in the cold data (both ways, a window of read_ahead_kb around each
+    touch); at the tail of the hot block, its untouched pages take the read-around past
+    the hot data's end, which reads cold data otherwise, and past its last touched page
+    only the same window is read (libpython: ``index2`` of unicodectype.o, 32 pages).
 
     ``universe`` (the profiled link's map): a group whose ordered sections are all the
     non-empty input sections of its default output section is left out and named in
@@ -320,18 +322,21 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
         n_str = len(str_pats)
         if hot_constants:
             str_pats += [f"{p}(.rodata.cst*)" for p in dict.fromkeys(p for p in pats if p)]
-    sparse = _sparse_patterns(layout) if sparse_first else {}
+    sparse = _sparse_patterns(layout) if sparse_last else {}
     left_out = []
     for prefix, out in LLD_DATA_GROUPS:
         grp = dpats.get(prefix, [])
-        extra = sparse.get(prefix, []) + (str_pats if prefix == ".rodata" else [])
-        if not (grp or extra):
+        extra = str_pats if prefix == ".rodata" else []
+        tail = sparse.get(prefix, [])
+        if not (grp or extra or tail):
             continue
-        if universe is not None and universe.extent_names and not _left_in(universe, prefix, layout, lld_file_pattern, extra):
+        if universe is not None and universe.extent_names and not _left_in(universe, prefix, layout, lld_file_pattern,
+                                                                           extra + tail):
             left_out.append(out)
             continue
         placed += len(grp)
-        blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra) + len(grp)))
+        pats = extra + grp + tail
+        blocks.append(_ld_block(out + ".elflayout", out, pats, raw=len(pats)))
     parked = _dragged_by_name(layout, universe)
     for prefix, out in LLD_DATA_GROUPS:
         grp = [f"{fp}({n})" for n, o in parked if _group(n) == prefix and (fp := lld_file_pattern(o))]

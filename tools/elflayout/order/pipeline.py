@@ -92,7 +92,7 @@ class Ordering:
 
     def data_script(self, hot_strings: bool = True, **levers) -> tuple[str, dict]:
         """lld's companion: the data sections by a ``-T`` INSERT script (``formats``);
-        ``levers``: its other options (``hot_constants``, ``sparse_first``)."""
+        ``levers``: its other options (``hot_constants``, ``sparse_last``)."""
         return formats.write_lld_data_script(self.layout, self.header, hot_strings=hot_strings, universe=self.universe,
                                              **levers)
 
