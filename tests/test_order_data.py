@@ -403,3 +403,15 @@ def test_hot_constants_get_their_own_pool_in_a_real_lld_link(tmp_path):
                 "l.hot.argtypes = l.cold.argtypes = [ctypes.c_double]; print(l.hot(2.0), l.cold(2.0))")
         r = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True)
         assert r.stdout.split() == [repr(2.0 * 3.25 + 1.0e-3), repr(2.0 * 5.75 + 7.0e-3)]
+
+
+def test_strings_of_objects_only_their_data_touched():
+    """``data_object_strings``: an object none of whose code ran but whose data was read
+    (a type's name string behind its type object) has its strings and constants placed
+    with the touched objects'; without it only the objects with touched code have."""
+    layout = Layout(objects=["lib.a(code.o)"], data=[(".data.rel.Type", "lib.a(typeonly.o)")])
+    text, stats = write_lld_data_script(layout, hot_constants=True, data_object_strings=True)
+    assert stats["string_objects"] == 2 and "lib.a:typeonly.o(.rodata.str*)" in text
+    assert "lib.a:typeonly.o(.rodata.cst*)" in text and "lib.a:code.o(.rodata.str*)" in text
+    plain, st0 = write_lld_data_script(layout, hot_constants=True)
+    assert st0["string_objects"] == 1 and "typeonly.o(.rodata.str" not in plain
