@@ -88,14 +88,14 @@ def work_dir() -> Path:
 def write_order(out, prof, fmt, data_script=None, dynstr_out=None, levers=None, **request) -> None:
     """``elflayout order`` in-process (``order.pipeline.order_files``, what the verb runs);
     print the command it equals. ``request``: the other ``pipeline.Request`` fields;
-    ``levers``: the data script's options (``Ordering.data_script``), shown after the command."""
+    ``levers``: the data script's options (``Ordering.data_script``, ``order --hot-constants
+    --sparse-last``)."""
     from elflayout.order import pipeline
 
     req = pipeline.Request(prof, fmt, **request)
     t = time.monotonic()
     pipeline.order_files(req, out, data_script=data_script, dynstr_out=dynstr_out, **(levers or {}))
-    shown = "".join(f", {k}={v}" for k, v in (levers or {}).items())
-    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out))}   ({time.monotonic() - t:.1f} s, in-process{shown})",
+    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out, levers))}   ({time.monotonic() - t:.1f} s, in-process)",
           flush=True)
 
 

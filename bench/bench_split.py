@@ -311,12 +311,10 @@ OUTPUT_CHECK = ("import json, decimal, re, unicodedata; s = 'Ünïcödé ΣΑΣ 
                 "unicodedata.normalize('NFKD', s), [unicodedata.name(c, '?') for c in s], 2 ** 0.5, "
                 "float('1e308') * 10, int('٣'))")
 FLOOR_LEVERS = {  # row name -> data script options (Ordering.data_script)
-    "best recipe": {"hot_constants": False, "sparse_last": False, "data_object_strings": False},
+    "best recipe": {"hot_constants": False, "sparse_last": False},
     "+ hot objects' merged constants": {"hot_constants": True, "sparse_last": False},
     "+ sparse tables at the tail of the hot data": {"hot_constants": False, "sparse_last": True},
     "+ both": {"hot_constants": True, "sparse_last": True},
-    "+ both, strings of objects only their data touched": {"hot_constants": True, "sparse_last": True,
-                                                            "data_object_strings": True},
 }
 
 

@@ -405,13 +405,23 @@ def test_hot_constants_get_their_own_pool_in_a_real_lld_link(tmp_path):
         assert r.stdout.split() == [repr(2.0 * 3.25 + 1.0e-3), repr(2.0 * 5.75 + 7.0e-3)]
 
 
-def test_strings_of_objects_only_their_data_touched():
-    """``data_object_strings``: an object none of whose code ran but whose data was read
-    (a type's name string behind its type object) has its strings and constants placed
-    with the touched objects'; without it only the objects with touched code have."""
-    layout = Layout(objects=["lib.a(code.o)"], data=[(".data.rel.Type", "lib.a(typeonly.o)")])
-    text, stats = write_lld_data_script(layout, hot_constants=True, data_object_strings=True)
-    assert stats["string_objects"] == 2 and "lib.a:typeonly.o(.rodata.str*)" in text
-    assert "lib.a:typeonly.o(.rodata.cst*)" in text and "lib.a:code.o(.rodata.str*)" in text
-    plain, st0 = write_lld_data_script(layout, hot_constants=True)
-    assert st0["string_objects"] == 1 and "typeonly.o(.rodata.str" not in plain
+
+
+def test_data_script_levers_on_the_command_line(tmp_path):
+    """``order --hot-constants --sparse-last`` writes the data script ``order_files`` writes
+    with those levers, and ``Request.argv`` (the command the benchmarks show) names them."""
+    import order_testlib
+
+    from conftest import run_cli
+    from elflayout.order import pipeline
+
+    d = order_testlib.build_profiled(tmp_path)
+    req = pipeline.Request(d["profile"], "lld", lib=d["lib"], objects_from=d["map"])
+    levers = {"hot_constants": True, "sparse_last": True}
+    argv = req.argv(tmp_path / "cli.lld", tmp_path / "cli.ld", None, levers)
+    assert "--hot-constants" in argv and "--sparse-last" in argv
+    assert "--hot-constants" not in req.argv(tmp_path / "x", tmp_path / "y", None, {"hot_constants": False})
+    pipeline.order_files(req, tmp_path / "mine.lld", data_script=tmp_path / "mine.ld", **levers)
+    run_cli(*argv, check=0)
+    mine, cli = (tmp_path / "mine.ld").read_text(), (tmp_path / "cli.ld").read_text()
+    assert mine == cli and "(.rodata.cst*)" in cli

@@ -279,8 +279,7 @@ def lld_file_pattern(obj: str) -> str | None:
 
 
 def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None,
-                          hot_constants: bool = False, sparse_last: bool = False,
-                          data_object_strings: bool = False) -> tuple[str, dict]:
+                          hot_constants: bool = False, sparse_last: bool = False) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
@@ -296,10 +295,6 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     ``hot_constants``: next, the touched objects' merged constants (``.rodata.cst*``),
     for the same reason: lld pools every object's constants, so those the code run reads
     would otherwise sit in the cold ``.rodata``, whose read-around they start.
-
-    ``data_object_strings``: the strings (and constants) of the objects whose data was
-    touched though none of their code ran join them: a type's name and documentation, an
-    import table's module names are read through pointers in that data.
 
     ``sparse_last``: last, the big sections touched on few of their pages
     (``Layout.data_sparse``, each named with its file). Left in place, each starts a
@@ -318,8 +313,6 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     str_pats = []
     if hot_strings:
         objs = [o for o in layout.objects if o and not o.startswith("<")]
-        if data_object_strings:
-            objs += [o for _n, o in layout.data if o and not o.startswith("<")]
         if universe is not None and universe.objects:  # the profiled objects as this link names them
             from elflayout.order.resolve import same_objects
 

@@ -60,13 +60,15 @@ class Request:
     split: bool = False
     header: str | None = None
 
-    def argv(self, output, data_script=None, dynstr_out=None) -> list[str]:
+    def argv(self, output, data_script=None, dynstr_out=None, levers=None) -> list[str]:
         """The ``elflayout order`` arguments that write the same files as ``order_files``
-        (shown by callers that order in-process; ``--force``: it replaces them too)."""
+        (shown by callers that order in-process; ``--force``: it replaces them too).
+        ``levers``: the data script's options (``--hot-constants``, ``--sparse-last``)."""
         opts = [("--algorithm", self.algorithm if self.algorithm != "first-access" else None),
                 ("--target", self.target), ("--lib", self.lib), ("--objects-from", self.objects_from),
                 ("--combine", self.combine), ("--data-script", data_script), ("--dynstr-out", dynstr_out)]
         flags = [("--no-data", not self.data), ("--allow-stale-profile", self.allow_stale_profile)]
+        flags += [("--" + k.replace("_", "-"), bool(v)) for k, v in (levers or {}).items()]
         return ["order", str(self.profile), "--format", self.format,
                 *[x for o, v in opts if v is not None for x in (o, str(v))],
                 *[o for o, on in flags if on], "-o", str(output), "--force"]
