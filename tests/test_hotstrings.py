@@ -213,3 +213,41 @@ def test_strings_file_round_trip(tmp_path):
     p = tmp_path / "hot.txt"
     p.write_text(hs.format_strings(s))
     assert hs.read_strings_file(p) == s
+
+
+def test_link_hot_strings_places_the_profiled_strings_first(tmp_path):
+    """``elflayout link --hot-strings``: the strings the profiled function reaches end up
+    in .rodata.hotstr, the others not; the program's output is the same."""
+    import json
+
+    import order_testlib as testlib
+    from conftest import run_cli
+
+    need_tool("ld.lld")
+    need_tool("gcc")
+    (tmp_path / "s0.c").write_text('#include <stdio.h>\n'
+                                   'int hot_fn(int x) { puts("hot string a"); return x + 1; }\n'
+                                   'int cold_fn(int x) { puts("cold string b"); return x + 2; }\n')
+    (tmp_path / "entry.c").write_text("int hot_fn(int);\nint synth_entry(int x) { return hot_fn(x); }\n")
+    objs = []
+    for n in ("entry", "s0"):
+        subprocess.run(["gcc", *testlib.CFLAGS, "-c", str(tmp_path / f"{n}.c"), "-o", str(tmp_path / f"{n}.o")],
+                       check=True)
+        objs.append(str(tmp_path / f"{n}.o"))
+    lib, mp = tmp_path / "libs.so", tmp_path / "libs.map"
+    subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(lib), *objs, f"-Wl,-Map,{mp}"], check=True)
+    (tmp_path / "truth.json").write_text(json.dumps({"functions": ["synth_entry", "hot_fn"],
+                                                     "owner": {"synth_entry": "entry.o", "hot_fn": "s0.o"}}))
+    prof = testlib.truth_profile(lib, tmp_path / "truth.json")
+    prof["targets"][0]["map"] = str(mp)
+    (tmp_path / "p.json").write_text(json.dumps(prof))
+    out = tmp_path / "out" / "libs.so"
+    out.parent.mkdir()
+    r = run_cli("link", "--profile", tmp_path / "p.json", "--linker", "lld", "--hot-strings", "--no-check-order",
+                "--", "gcc", "-shared", "-fuse-ld=lld", "-o", out, *objs)
+    assert r.returncode == 0, r.stderr
+    assert "hot strings: on" in r.stderr, r.stderr
+    assert _section_strings(out, ".rodata.hotstr") == {b"hot string a"}
+    assert b"cold string b" in _section_strings(out, ".rodata")
+    for o in objs:  # the inputs themselves are not changed
+        assert hs.HOT_PREFIX.encode() not in open(o, "rb").read()
