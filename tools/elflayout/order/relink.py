@@ -132,7 +132,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             else:
                 req = dataclasses.replace(req, objects_from=objects_from)
                 o = pipeline.order(req)
-        algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe)
+        algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe, move_symtab=bool(opts.move_symtab))
         if algo.value != req.algorithm:
             o = pipeline.order(dataclasses.replace(req, algorithm=algo.value))
         for w in o.warnings:
