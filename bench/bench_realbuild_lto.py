@@ -100,8 +100,9 @@ def linked(w: Path, name: str, build: Path, cmd: list[str], extra: list[str],
     argv = [str(x) for x in ([sys.executable, "-m", "elflayout", "link", *elflayout, "--", *full]
                              if elflayout is not None else full)]
     # the profile's content, and elflayout's own code: a link by older code is no result of this one
-    key = [argv, [bp.file_sha(Path(x)) for x in elflayout or () if Path(x).is_file()],
-           _code_sha() if elflayout is not None else None]
+    key = [argv, [bp.file_sha(Path(x)) for x in elflayout or () if Path(x).is_file()]]
+    if elflayout is not None:
+        key.append(_code_sha())
     stamp = out.with_name(".stamp.json")
     shown = (f"elflayout link {shlex.join(map(str, elflayout))} -- " if elflayout is not None else "") + \
         f"{shlex.join(full[:3])} ... -o {out} <{sum(a.endswith('.o') for a in full)} objects>" + \
