@@ -209,7 +209,7 @@ def test_lld_data_script_leads_with_the_string_pool():
 
 
 def test_strings_file_round_trip(tmp_path):
-    s = {b"plain\0", b"tab\tand\\back\0", b"\xff\x01\0"}
+    s = {b"plain\0", b"tab\tand\\back\0", b"\xff\x01\0", b"# not a comment\0"}
     p = tmp_path / "hot.txt"
     p.write_text(hs.format_strings(s))
     assert hs.read_strings_file(p) == s

@@ -438,7 +438,8 @@ def read_strings_file(path) -> set[bytes]:
 def format_strings(strings) -> str:
     """The hot-strings file of ``strings`` (contents with their terminator), sorted."""
     def esc(s: bytes) -> str:
-        return "".join(chr(c) if 0x20 <= c < 0x7F and c != 0x5C else f"\\x{c:02x}" for c in s[:-1])
+        # a backslash starts an escape, a leading '#' a comment: both escaped
+        return "".join(chr(c) if 0x20 <= c < 0x7F and c not in b"\\#" else f"\\x{c:02x}" for c in s[:-1])
     return "".join(esc(s) + "\n" for s in sorted(strings) if s.endswith(b"\0"))
 
 
