@@ -215,39 +215,55 @@ def test_strings_file_round_trip(tmp_path):
     assert hs.read_strings_file(p) == s
 
 
-def test_link_hot_strings_places_the_profiled_strings_first(tmp_path):
-    """``elflayout link --hot-strings``: the strings the profiled function reaches end up
-    in .rodata.hotstr, the others not; the program's output is the same."""
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """A two-object library whose profile ran hot_fn (not cold_fn), with its link map."""
     import json
 
     import order_testlib as testlib
-    from conftest import run_cli
 
     need_tool("ld.lld")
     need_tool("gcc")
-    (tmp_path / "s0.c").write_text('#include <stdio.h>\n'
-                                   'int hot_fn(int x) { puts("hot string a"); return x + 1; }\n'
-                                   'int cold_fn(int x) { puts("cold string b"); return x + 2; }\n')
-    (tmp_path / "entry.c").write_text("int hot_fn(int);\nint synth_entry(int x) { return hot_fn(x); }\n")
+    d = tmp_path_factory.mktemp("prof")
+    (d / "s0.c").write_text('#include <stdio.h>\n'
+                            'int hot_fn(int x) { puts("hot string a"); return x + 1; }\n'
+                            'int cold_fn(int x) { puts("cold string b"); return x + 2; }\n')
+    (d / "entry.c").write_text("int hot_fn(int);\nint synth_entry(int x) { return hot_fn(x); }\n")
     objs = []
     for n in ("entry", "s0"):
-        subprocess.run(["gcc", *testlib.CFLAGS, "-c", str(tmp_path / f"{n}.c"), "-o", str(tmp_path / f"{n}.o")],
-                       check=True)
-        objs.append(str(tmp_path / f"{n}.o"))
-    lib, mp = tmp_path / "libs.so", tmp_path / "libs.map"
+        subprocess.run(["gcc", *testlib.CFLAGS, "-c", str(d / f"{n}.c"), "-o", str(d / f"{n}.o")], check=True)
+        objs.append(str(d / f"{n}.o"))
+    lib, mp = d / "libs.so", d / "libs.map"
     subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(lib), *objs, f"-Wl,-Map,{mp}"], check=True)
-    (tmp_path / "truth.json").write_text(json.dumps({"functions": ["synth_entry", "hot_fn"],
-                                                     "owner": {"synth_entry": "entry.o", "hot_fn": "s0.o"}}))
-    prof = testlib.truth_profile(lib, tmp_path / "truth.json")
+    (d / "truth.json").write_text(json.dumps({"functions": ["synth_entry", "hot_fn"],
+                                              "owner": {"synth_entry": "entry.o", "hot_fn": "s0.o"}}))
+    prof = testlib.truth_profile(lib, d / "truth.json")
     prof["targets"][0]["map"] = str(mp)
-    (tmp_path / "p.json").write_text(json.dumps(prof))
-    out = tmp_path / "out" / "libs.so"
-    out.parent.mkdir()
-    r = run_cli("link", "--profile", tmp_path / "p.json", "--linker", "lld", "--hot-strings", "--no-check-order",
-                "--", "gcc", "-shared", "-fuse-ld=lld", "-o", out, *objs)
+    (d / "p.json").write_text(json.dumps(prof))
+    return {"profile": d / "p.json", "objects": objs}
+
+
+def test_link_hot_strings_places_the_profiled_strings_first(profiled, tmp_path):
+    """``elflayout link --hot-strings``: the strings the profiled function reaches end up
+    in .rodata.hotstr, the others not; the inputs are left as they are."""
+    from conftest import run_cli
+
+    out = tmp_path / "libs.so"
+    r = run_cli("link", "--profile", profiled["profile"], "--linker", "lld", "--hot-strings", "--no-check-order",
+                "--", "gcc", "-shared", "-fuse-ld=lld", "-o", out, *profiled["objects"])
     assert r.returncode == 0, r.stderr
     assert "hot strings: on" in r.stderr, r.stderr
     assert _section_strings(out, ".rodata.hotstr") == {b"hot string a"}
     assert b"cold string b" in _section_strings(out, ".rodata")
-    for o in objs:  # the inputs themselves are not changed
+    for o in profiled["objects"]:
         assert hs.HOT_PREFIX.encode() not in open(o, "rb").read()
+
+
+@pytest.mark.parametrize("how", [["--linker", "bfd"], ["--linker", "lld", "--no-data-script"]])
+def test_link_hot_strings_needs_the_lld_data_script(profiled, tmp_path, how):
+    from conftest import run_cli
+
+    r = run_cli("link", "--profile", profiled["profile"], *how, "--hot-strings", "--",
+                "gcc", "-shared", f"-fuse-ld={how[1]}", "-o", tmp_path / "l.so", *profiled["objects"], check=2)
+    assert "--hot-strings: its pools are placed by lld's data script" in r.stderr
+    assert not (tmp_path / "l.so").exists()
