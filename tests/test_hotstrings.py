@@ -175,6 +175,24 @@ def test_check_refuses_a_rewrite_that_names_other_strings(objs, damage):
         hs.check_object(objs["m"], bytes(buf), "m.o", hot)
 
 
+def test_a_rewrite_not_proved_leaves_the_object_as_it_is(objs, monkeypatch):
+    """A writer fault (here: one string's bytes changed) is caught by the proof: the
+    object is returned unchanged, with the reason."""
+    real = hs._write
+
+    def broken(*a):
+        return real(*a).replace(b"hot one\0", b"hot 0ne\0")
+
+    monkeypatch.setattr(hs, "_write", broken)
+    new, rep = hs.rewrite_object(objs["m"], "m.o", {b"hot one\0"})
+    assert new is objs["m"] and rep.moved_pieces == 0 and "not proved" in rep.kept[hs.OBJECT]
+
+
+def test_an_object_it_cannot_read_is_left(objs):
+    new, rep = hs.rewrite_object(b"BC\xc0\xde" + b"\0" * 60, "b.o", {b"x\0"})
+    assert new.startswith(b"BC") and "bitcode" in rep.kept[hs.OBJECT]
+
+
 def test_static_hot_strings_are_those_the_sections_that_ran_reach(objs, tmp_path):
     (tmp_path / "m.o").write_bytes(objs["m"])
     got = hs.static_hot_strings({str(tmp_path / "m.o"): {".text.hot"}})

@@ -40,6 +40,7 @@ from elflayout.layouts import EHDR64, SHDR64, SYM64, align_up
 from elflayout.split.reader import SHT, ObjectFile, read_object
 
 HOT_PREFIX = ".rodata.hotstr"
+OBJECT = "(object)"     # ObjectReport.kept's key for the whole object
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 SHF_MERGE, SHF_STRINGS, SHF_LINK_ORDER, SHF_GROUP = 0x10, 0x20, 0x80, 0x200
 STB_LOCAL = 0
@@ -175,9 +176,15 @@ def _pack(data: bytes, pieces, keep, align: int) -> tuple[bytes, dict[int, int]]
 
 def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
     """``raw`` with the pieces whose content is in ``hot`` moved into hot pools (``raw``
-    itself when nothing moves). ``hot``: a set of piece contents, terminator included."""
-    obj = read_object(raw, name)
+    itself when nothing moves). ``hot``: a set of piece contents, terminator included.
+    An object this cannot read (bitcode, another machine) or whose rewrite is not proved
+    is returned as it is, the reason in ``kept[OBJECT]``."""
     rep = ObjectReport(name)
+    try:
+        obj = read_object(raw, name)
+    except ElflayoutError as e:
+        rep.kept[OBJECT] = f"not rewritten: {str(e).removeprefix(name + ': ')}"
+        return raw, rep
     syms = obj.symbols.copy()
     changed, new_secs, relas = {}, [], {}
     for sec in obj.sections:
@@ -215,7 +222,12 @@ def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
     if not new_secs:
         return raw, rep
     out = _write(obj, syms, changed, new_secs, relas)
-    check_object(raw, out, name, hot)
+    try:
+        check_object(raw, out, name, hot)
+    except ElflayoutError as e:
+        rep.kept[OBJECT] = str(e).removeprefix(name + ": ")
+        rep.moved_pieces = rep.moved_bytes = rep.sections = 0
+        return raw, rep
     return out, rep
 
 
