@@ -37,7 +37,7 @@ import numpy as np
 
 from elflayout.errors import ElflayoutError
 from elflayout.layouts import EHDR64, SHDR64, SYM64, align_up
-from elflayout.split.reader import SHT, ObjectFile, read_object
+from elflayout.split.reader import SHN_LORESERVE, SHT, ObjectFile, read_object
 
 HOT_PREFIX = ".rodata.hotstr"
 OBJECT = "(object)"     # ObjectReport.kept's key for the whole object
@@ -221,6 +221,10 @@ def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
         rep.moved_bytes += sum(pieces[k][1] - pieces[k][0] for k in mv)
     if not new_secs:
         return raw, rep
+    if len(obj.sections) + len(new_secs) >= SHN_LORESERVE:
+        rep.kept[OBJECT] = "too many sections for standard ELF numbering"
+        rep.moved_pieces = rep.moved_bytes = rep.sections = 0
+        return raw, rep
     out = _write(obj, syms, changed, new_secs, relas)
     try:
         check_object(raw, out, name, hot)
@@ -233,8 +237,9 @@ def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
 
 def _write(obj: ObjectFile, syms: np.ndarray, changed: dict, new_secs: list, relas: dict) -> bytes:
     """The original bytes with changed sections rewritten in place (they only shrink),
-    the symbol table and changed relocation tables in place, and after the end the hot sections, a longer section
-    name table and a new section header table (old indexes kept, new ones appended)."""
+    the symbol table and changed relocation tables in place, and after the end the hot
+    sections, a longer section name table and a new section header table (old indexes
+    kept, new ones appended)."""
     raw = obj.raw
     eh = np.frombuffer(raw, EHDR64, 1).copy()
     shdrs = np.frombuffer(raw, SHDR64, len(obj.sections), int(eh["e_shoff"][0])).copy()
@@ -304,8 +309,9 @@ def _check(a: ObjectFile, b: ObjectFile, hot) -> None:
             raise ValueError(f"section {x.name} content changed")
         if strings and x.data != y.data:
             string_pieces(y.data, y.entsize)
+    kinds = {(x.flags, x.entsize, x.align) for x in a.sections if x.flags & SHF_MERGE and x.flags & SHF_STRINGS}
     for y in b.sections[n:]:
-        if not (y.flags & SHF_MERGE and y.flags & SHF_STRINGS) or y.sh_type != SHT["SHT_PROGBITS"] \
+        if (y.flags, y.entsize, y.align) not in kinds or y.sh_type != SHT["SHT_PROGBITS"] \
                 or y.name != hot_name(y.entsize, y.align) or y.link or y.info:
             raise ValueError(f"added section {y.name} is not a hot string pool")
         pieces = string_pieces(y.data, y.entsize)
