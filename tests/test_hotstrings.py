@@ -285,3 +285,16 @@ def test_link_hot_strings_needs_the_lld_data_script(profiled, tmp_path, how):
                 "gcc", "-shared", f"-fuse-ld={how[1]}", "-o", tmp_path / "l.so", *profiled["objects"], check=2)
     assert "--hot-strings: its pools are placed by lld's data script" in r.stderr
     assert not (tmp_path / "l.so").exists()
+
+
+def test_aarch64_strings_reached_by_section_plus_addend_stay(tmp_path):
+    """AArch64 assemblers name every string by section + addend (ADRP/ADD pairs): nothing
+    can move without a symbol for the new pool, so the object is linked as it is."""
+    need_tool("aarch64-linux-gnu-gcc")
+    (tmp_path / "a.c").write_text('#include <stdio.h>\nvoid hot(void) { puts("hot one"); }\n'
+                                  'void cold(void) { puts("cold one"); }\n')
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O2", "-fPIC", "-c", str(tmp_path / "a.c"), "-o", str(tmp_path / "a.o")],
+                   check=True)
+    raw = (tmp_path / "a.o").read_bytes()
+    new, rep = hs.rewrite_object(raw, "a.o", {b"hot one\0"})
+    assert new is raw and rep.moved_pieces == 0 and rep.pinned_pieces == 1
