@@ -85,15 +85,17 @@ def work_dir() -> Path:
     return cache_dir("bench-pipeline")
 
 
-def write_order(out, prof, fmt, data_script=None, dynstr_out=None, **request) -> None:
+def write_order(out, prof, fmt, data_script=None, dynstr_out=None, levers=None, **request) -> None:
     """``elflayout order`` in-process (``order.pipeline.order_files``, what the verb runs);
-    print the command it equals. ``request``: the other ``pipeline.Request`` fields."""
+    print the command it equals. ``request``: the other ``pipeline.Request`` fields;
+    ``levers``: the data script's options (``Ordering.data_script``, ``order --hot-constants
+    --sparse-last``)."""
     from elflayout.order import pipeline
 
     req = pipeline.Request(prof, fmt, **request)
     t = time.monotonic()
-    pipeline.order_files(req, out, data_script=data_script, dynstr_out=dynstr_out)
-    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out))}   ({time.monotonic() - t:.1f} s, in-process)",
+    pipeline.order_files(req, out, data_script=data_script, dynstr_out=dynstr_out, **(levers or {}))
+    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out, levers))}   ({time.monotonic() - t:.1f} s, in-process)",
           flush=True)
 
 
@@ -157,15 +159,16 @@ def pack(lib: Path, dest_dir: Path) -> Path:
     return out
 
 
-def full_recipe_args(stem: Path, prof: Path, lib, objects_from, wl: str = "") -> list:
+def full_recipe_args(stem: Path, prof: Path, lib, objects_from, wl: str = "", levers=None) -> list:
     """The product's fullest lld recipe as link arguments: hot-last code order, a data
     script placing the touched data sections, hot ``.dynstr`` names first. Its files are
     ``STEM.lld/.ld/.rsp``, passed by content-hashed copies so a cache keyed on the
     arguments sees the same order under the same name. ``wl``: ``"-Wl,"`` when the
-    ordering options go through a compiler driver that does not pass them itself."""
+    ordering options go through a compiler driver that does not pass them itself.
+    ``levers``: options of the data script (``Ordering.data_script``)."""
     full = {k: stem.with_name(f"{stem.name}.{k}") for k in ("lld", "ld", "rsp")}
     write_order(full["lld"], prof, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=lib,
-                objects_from=objects_from, algorithm="hot-last")
+                objects_from=objects_from, algorithm="hot-last", levers=levers)
     h = {k: hashed_copy(v) for k, v in full.items()}
     return [f"{wl}--symbol-ordering-file={h['lld']}", f"{wl}--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
             f"-Wl,@{h['rsp']}"]
