@@ -615,49 +615,53 @@ LLVM_FLOOR_LEVERS = ("--order-dynsym", "--move-symtab", "--order-dynsym --move-s
 HOT_STRINGS = "hot strings"
 
 
-def llvm_hot_strings(w: Path, prof: Path, base: dict, per_object_pools: bool = True, extra_hot=None) -> Path:
+def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
     """The best recipe relinked from archives whose hot string pieces moved into pools of
     their own (``split.hotstrings``: the strings relocations of the code and data that ran
-    reach, plus ``extra_hot``), placed first by the data script (``string_pool``);
-    ``per_object_pools``: the touched objects' remaining strings still lead
-    ``.rodata.elflayout`` (``order --data-script`` as before). Packed, llc/opt outputs checked."""
+    reach, plus ``extra_hot``), placed first by the data script (``string_pool``): with
+    the touched objects' remaining strings still leading ``.rodata.elflayout`` (the data
+    script as before) and without (``--no-hot-strings``). Packed, llc/opt outputs
+    checked. Returns {row name: library}."""
     from elflayout.order import pipeline
     from elflayout.split import hotstrings
     from elflayout.targets import libllvm
 
     t = time.monotonic()
-    req = pipeline.Request(prof, "lld", lib=base["lib"], algorithm="hot-last")
-    o = pipeline.order(req)
+    o = pipeline.order(pipeline.Request(prof, "lld", lib=base["lib"], algorithm="hot-last"))
     secs = hotstrings.hot_sections(o.layout)
     hot = hotstrings.static_hot_strings(secs) | set(extra_hot or ())
     print(f"  hot strings: {len(hot):,} strings, {sum(map(len, hot)):,} bytes, reached from {len(secs):,} objects' "
-          f"sections that ran ({time.monotonic() - t:.0f} s)", flush=True)
+          f"sections that ran{' + the given file' if extra_hot else ''} ({time.monotonic() - t:.0f} s)", flush=True)
     arch = libllvm.archives()
     moved, tot = hotstrings.rewrite_inputs(arch, w / "hotstrings", hot, only=set(secs))
     print(f"  rewritten: {len(moved)} archives, {tot['objects_changed']:,} of {tot['objects']:,} objects, "
           f"{tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved, {tot['pinned_pieces']:,} "
           f"({tot['pinned_bytes']:,} bytes) kept (section + addend or global), whole: {tot['kept']} "
           f"({time.monotonic() - t:.0f} s)", flush=True)
-    tag = "hs" if per_object_pools else "hs-nopools"
-    files = {k: w / f"llvm-{tag}.{k}" for k in ("lld", "ld", "rsp")}
-    write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], algorithm="hot-last")
-    dtext, _ = o.data_script(hot_strings=per_object_pools, string_pool=True)
-    files["ld"].write_text(hotstrings.retarget_script(dtext, moved))
-    h = {k: hashed_copy(v) for k, v in files.items()}
-    fextra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}", f"-Wl,@{h['rsp']}"]
     order = [moved.get(str(a), a) for a in arch]
-    print(f"  relink: libllvm.relink(\"lld\", extra_link_args={fextra}, archive_order=<{len(moved)} rewritten>)",
-          flush=True)
-    lib = libllvm.relink("lld", extra_link_args=fextra, archive_order=order)
-    out = pack(lib["lib"], w / "libs" / f"{tag}-packed")
-    libllvm.verify(out.parent)
-    with ElfImage(out) as img:
-        sec = img.section(hotstrings.HOT_PREFIX)
-    print(f"  {out}: {hotstrings.HOT_PREFIX} {sec.size if sec else 0:,} bytes", flush=True)
+    out = {}
+    for pools in (True, False):
+        tag = "hs" if pools else "hs-nopools"
+        files = {k: w / f"llvm-{tag}.{k}" for k in ("lld", "ld", "rsp")}
+        write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], algorithm="hot-last")
+        dtext, _ = o.data_script(hot_strings=pools, string_pool=True)
+        files["ld"].write_text(hotstrings.retarget_script(dtext, moved))
+        h = {k: hashed_copy(v) for k, v in files.items()}
+        fextra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
+                  f"-Wl,@{h['rsp']}"]
+        print(f"  relink: libllvm.relink(\"lld\", extra_link_args={fextra}, archive_order=<{len(moved)} "
+              f"rewritten>)", flush=True)
+        lib = libllvm.relink("lld", extra_link_args=fextra, archive_order=order)
+        packed = pack(lib["lib"], w / "libs" / f"{tag}-packed")
+        libllvm.verify(packed.parent)
+        with ElfImage(packed) as img:
+            sec = img.section(hotstrings.HOT_PREFIX)
+        print(f"  {packed}: {hotstrings.HOT_PREFIX} {sec.size if sec else 0:,} bytes", flush=True)
+        out[HOT_STRINGS if pools else f"{HOT_STRINGS}, no per-object pools"] = packed
     return out
 
 
-def llvm_floor_libs(w: Path, best: Path, hot: Path | None = None) -> dict:
+def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
     """The best recipe's output and each post-link lever applied to a copy of it, as
     ``elflayout link`` applies them (``relink.order_dynsym``/``relink.move_symtab``, in that
     order; ``order_dynsym`` reads the workload's executable from the profile's argv)."""
@@ -667,12 +671,12 @@ def llvm_floor_libs(w: Path, best: Path, hot: Path | None = None) -> dict:
     meta = {"argv": [str(libllvm.system()["llc"]), "--version"]}
     libs = {LLVM_BEST: best}
     levers = [(LLVM_BEST, best, lv) for lv in LLVM_FLOOR_LEVERS]
-    if hot is not None:
-        libs[f"best, {HOT_STRINGS}"] = hot
-        levers.append((f"best, {HOT_STRINGS}", hot, "--order-dynsym --move-symtab"))
+    for name, lib in (hot or {}).items():
+        libs[f"best, {name}"] = lib
+        levers.append((f"best, {name}", lib, "--order-dynsym --move-symtab"))
     for base_name, src, lever in levers:
         stem = "floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")
-        out = w / "libs" / (stem if src == best else f"{stem}-{HOT_STRINGS.replace(' ', '-')}") / best.name
+        out = w / "libs" / (stem if src == best else f"{stem}-{src.parent.name}") / best.name
         out.parent.mkdir(parents=True, exist_ok=True)
         if lever.startswith("strip"):
             subprocess.run(["strip", "--strip-all", "-o", str(out), str(best)], check=True)
@@ -685,7 +689,7 @@ def llvm_floor_libs(w: Path, best: Path, hot: Path | None = None) -> dict:
                     if not step.value:
                         raise SystemExit(f"bench_pipeline: {out}: {step.line()}")
         libllvm.verify(out.parent)
-        libs[f"{base_name if src != best else 'best'}, {lever}"] = out
+        libs[f"{base_name}, {lever}" if src != best else f"best, {lever}"] = out
     return libs
 
 
@@ -701,12 +705,14 @@ def llvm_floor(runs: int, hot_strings: bool = False, extra_hot=None) -> None:
     print()
     print(table([(n, summ.get(n)) for n in variants], lim, LLVM_BEST, True,
                 f"libLLVM-16: the best recipe and its post-link levers — selective, read_ahead_kb {RA_KB}"))
-    print("\n| variant | pages read | .dynsym | .gnu.version | .gnu.hash | .symtab+.strtab |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| variant | pages read | .dynsym | .gnu.version | .gnu.hash | .symtab+.strtab | .rodata.hotstr | "
+          ".rodata.elflayout | .rodata |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in variants:
         by = (summ.get(n) or {}).get("by_section", {})
         print(f"| {n} | {(summ.get(n) or {}).get('pages', float('nan')):,.0f} | {by.get('.dynsym', 0)} | "
-              f"{by.get('.gnu.version', 0)} | {by.get('.gnu.hash', 0)} | {by.get('.symtab', 0) + by.get('.strtab', 0)} |")
+              f"{by.get('.gnu.version', 0)} | {by.get('.gnu.hash', 0)} | {by.get('.symtab', 0) + by.get('.strtab', 0)} | "
+              f"{by.get('.rodata.hotstr', 0)} | {by.get('.rodata.elflayout', 0)} | {by.get('.rodata', 0)} |")
     print("Every variant's llc-16/opt-16 output is byte-identical to the shipped library's (libllvm.verify).")
 
 
