@@ -170,7 +170,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         _note_pack(pack, parsed["output"])
         if pack.value == "pack-relocs":
             post_pack(pack, parsed["output"])
-        if fmt == "ld-script" and linker == "bfd":
+        if (fmt, linker) in (("ld-script", "bfd"), ("gold", "gold")):
             steps.append(relink_tail(parsed, o, full, order_file, pack, opts, say, status))
     steps += _after_link(parsed["output"], opts, o.profile.metadata, algo.value)
     return _checked(LinkResult(0, full, steps), parsed, o, opts, cmd_objs, linker, bool(split.value))

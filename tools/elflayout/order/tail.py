@@ -55,8 +55,6 @@ class Tail:
     why: str
 
 
-# Where ld.so's symbol lookups read: the profile's loader-phase touches there are kept
-SYMBOL_TABLES = (".dynsym", ".dynstr", ".gnu.hash", ".hash", ".gnu.version", ".gnu.version_d", ".gnu.version_r")
 # Code the linker makes, which no function symbol names: ld.so calls .init before any
 # other code of the library, and lazily bound calls go through .plt
 LINKER_CODE = (".init", ".plt", ".plt.got", ".plt.sec", ".iplt")
@@ -91,20 +89,22 @@ def target_sections(target) -> list:
 def predict(output, target, lib_map=None) -> tuple[int, list[tuple[int, int]]]:
     """Pages the model predicts for ``output`` and its reads [(first page, pages)].
 
-    The touches: ld.so's relocation pass over this very file (``readahead.loader_touches``,
-    exact: the profiled build's say nothing of these tables once moved), then the
-    profile's other touches, its symbol lookups included (``SYMBOL_TABLES``), placed by name (``placement.profile_touches``; data
-    pages by input section with ``lib_map``, the output's link map) without data touches
-    that land in code (artefacts of pages shared by two sections), and the linker-made
-    code it ran (``linker_code_pages``) just before the first function."""
-    import dataclasses
-
+    The touches: the profile's, placed by name (``placement.profile_touches``: the
+    relocation pass over this very file where the profiled loader began it, data pages by
+    input section with ``lib_map``, the output's link map) without data touches that land
+    in code (artefacts of pages shared by two sections), and the linker-made code it ran
+    (``linker_code_pages``) just before the first function; ld.so's own pass
+    (``readahead.loader_touches``) only when the profile has none. Where the loader
+    began the pass matters in gold's single executable segment: a library found before
+    the one relocated first serves symbol lookups before its own pass, and the lookups'
+    read-around (a fault in executable pages reads ahead only) decides where the reads
+    of code start."""
     from elflayout.order.placement import profile_touches
     from elflayout.order.readahead import simulate
+    from elflayout.order.simulation import touches_relocations
 
-    t = dataclasses.replace(target, pages=[p for p in target.pages if p.phase != "loader" or p.section in SYMBOL_TABLES])
     with ElfImage(output) as img:
-        pages, kinds, _notes = profile_touches(t, img, lib_map=lib_map)
+        pages, kinds, _notes = profile_touches(target, img, lib_map=lib_map)
         code = np.zeros(len(pages), dtype=bool)
         for sec in img.sections:
             if sec.occupies_file and sec.flags & SHF_EXECINSTR and sec.size:
@@ -115,7 +115,7 @@ def predict(output, target, lib_map=None) -> tuple[int, list[tuple[int, int]]]:
         at = int(np.argmax(kinds == b"x")) if (kinds == b"x").any() else len(pages)
         pages = np.concatenate([pages[:at], extra, pages[at:]])
         kinds = np.concatenate([kinds[:at], np.full(len(extra), b"x", dtype="S1"), kinds[at:]])
-        res = simulate(img, pages, kinds, READ_AHEAD_KB, loader=True)
+        res = simulate(img, pages, kinds, READ_AHEAD_KB, loader=not touches_relocations(img, pages))
     return res["pages"], [(int(p), int(n)) for p, n in res["reads"]]
 
 
