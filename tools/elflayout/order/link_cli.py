@@ -47,9 +47,9 @@ the algorithm the readahead model predicts reads fewer pages of the profiled lib
 first-access or hot-last (--algorithm NAME); data order (--no-data; lld: a -T script,
 --no-data-script); lld: .dynstr order (--no-dynstr); --pack auto (relr on glibc >= 2.36,
 else self; none with gold and mold; --pack none); GNU ld: the read-only data before the
-code, next to the dynamic tables, as lld places it (--no-move-rodata), and a second link
-with the touched functions the model's last read of them covers listed after the cold
-code, kept when the model predicts fewer pages (--no-code-tail);
+code, next to the dynamic tables, as lld places it (--no-move-rodata); gold and GNU ld: a
+second link with the touched functions the model's last read of them covers listed after
+the cold code, kept when the model predicts fewer pages (--no-code-tail);
 check-order of the output (--no-check-order).
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
@@ -95,7 +95,7 @@ def add_arguments(p) -> None:
                         "read-ahead of the last segment's pages then stops at end of file (mapped bytes "
                         "unchanged)")
     p.add_argument("--no-code-tail", action="store_true",
-                   help="GNU ld: do not relink with the touched functions that the model's last read of the "
+                   help="gold and GNU ld: do not relink with the touched functions that the model's last read of the "
                         "touched code covers listed after the cold code (default: when that read runs 4 or more "
                         "pages into cold code, and only if the model predicts fewer pages)")
     p.add_argument("--order-dynsym", action="store_true",

@@ -5,10 +5,10 @@ Goal: in an executable mapping the kernel reads ``[fault, fault + ra)`` (VM_EXEC
 covers its last pages reads cold code up to the window's end: up to ra - 1 pages, 16 on
 average. GNU ld puts ``.init`` and ``.plt`` before ``.text``, at the start of the code
 segment, so the first read of code is ld.so's call of ``.init``; the model replays the
-profile on the linked output and says which read holds the touched code's end. Used
-for GNU ld only: in gold's single executable segment the reads of code start where the
-symbol lookups and the relocation pass leave off, which the model does not place
-reliably (yaml-cpp: the tail it chose read 7 pages more, libstdc++: 10 fewer).
+profile on the linked output and says which read holds the touched code's end. gold
+has no ``.init`` first but one executable segment from the dynamic tables on: its
+reads of code start where the symbol lookups and the relocation pass leave off, in the
+order the profiled loader made them (``predict``).
 
 Definitions:
 - *hot region*: the file pages of the ordered functions as linked: the longest run of
@@ -18,7 +18,7 @@ Definitions:
   before, ``MARGIN_PAGES``).
 
 Steps:
-1. Replay the profile on the output (``predict``: ld.so's pass over the output, the
+1. Replay the profile on the output (``predict``: the loader's touches and the
    functions by name) through ``readahead.simulate`` at ``READ_AHEAD_KB``.
 2. When the last window starts inside the hot region (after its first page) and reads
    at least ``MIN_WASTE`` pages past its end, the tail's input sections are listed after
