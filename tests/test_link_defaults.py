@@ -90,7 +90,7 @@ def test_algorithm_auto_takes_the_fewer_predicted_pages(monkeypatch):
     u = type("U", (), {"text_order": [("f", ".text.f", "a.o")]})()
     pred = {"first-access": 120, "hot-last": 110}
     seen = []
-    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra: seen.append(ra) or dict(pred))
+    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra, **kw: seen.append(ra) or dict(pred))
     s = defaults.algorithm_step("auto", "lld", None, u)
     assert s.value == "hot-last" and "first-access 120 pages, hot-last 110 pages" in s.predicted
     # the window of a typical machine, not the profile's (the profiling machine's device setting)
@@ -107,7 +107,7 @@ def test_hot_last_without_a_link_map_says_to_profile_with_one(monkeypatch):
     """A profile recorded without --map cannot place code outside sized function symbols
     (libzstd's CMake build read 173 pages against 110 with a map): the step says so."""
     u = type("U", (), {"text_order": [("f", ".text.f", "a.o")]})()
-    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra: {"first-access": 120, "hot-last": 110})
+    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra, **kw: {"first-access": 120, "hot-last": 110})
     bare, mapped = (type("T", (), {"objects": objs})() for objs in ([], ["a.o"]))
     assert "profile --map" in defaults.algorithm_step("auto", "lld", bare, u).why
     assert "profile --map" not in defaults.algorithm_step("auto", "lld", mapped, u).why
@@ -145,3 +145,41 @@ def test_profiled_objects_are_matched_by_name_in_a_link_elsewhere():
     link = ["/tmp/l/0/a.o", "/tmp/l/1/b.o", "/usr/lib/crti.o", "/tmp/l/2/dup.o", "/tmp/l/3/dup.o"]
     assert same_objects(profiled, link) == ["/tmp/l/0/a.o", "/tmp/l/1/b.o", "/usr/lib/crti.o", None,
                                             "/x/dup.o", "/y/dup.o"]
+
+
+def test_default_link_moves_debug_info_when_the_model_predicts_fewer_pages(tmp_path):
+    """A link whose output carries debug sections after its last segment: the default path
+    moves them into the hole the readahead model picks (the step says so, with the
+    prediction), ``--no-move-symtab`` leaves them; the library runs either way."""
+    import subprocess
+
+    import order_testlib as testlib
+    from elflayout.elfcore import ElfImage
+
+    need_tool("ld.lld")
+    d = testlib.build_profiled(tmp_path / "b", n_objects=6, funcs_per_object=8, seed=3, linker="lld")
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(256)) * 4096)
+    (tmp_path / "junk.c").write_text("int junk_unused;\n")
+    jo = tmp_path / "junk.o"
+    subprocess.run(["gcc", "-c", "-fPIC", str(tmp_path / "junk.c"), "-o", str(jo)], check=True)
+    subprocess.run(["objcopy", "--add-section", f".debug_junk={junk}", str(jo)], check=True)
+    tails = {}
+    for name, opts in (("auto", []), ("off", ["--no-move-symtab"])):
+        lib = tmp_path / name / "libsynth.so"
+        lib.parent.mkdir()
+        r = run_cli("link", "--profile", d["profile"], *opts, "--linker", "lld", "--", "gcc", "-shared",
+                    "-fuse-ld=lld", "-o", lib, *map(str, d["objects"]), jo)
+        assert r.returncode == 0, r.stderr
+        step = next(ln for ln in r.stderr.splitlines() if ln.startswith("elflayout: link: move symtab: "))
+        with ElfImage(lib) as img:
+            tails[name] = img.size - max(g.offset + g.filesz for g in img.loads)
+            assert img.section(".debug_junk").size == 1 << 20
+        env = {"LD_LIBRARY_PATH": str(lib.parent)}
+        assert subprocess.run([str(d["driver"])], env=env, capture_output=True).returncode == 0
+        if name == "auto":
+            assert step.startswith("elflayout: link: move symtab: on (the readahead model predicts fewer pages; ")
+            assert "; readahead model at read_ahead_kb 128: at the tail " in step
+        else:
+            assert step == "elflayout: link: move symtab: off (--no-move-symtab)"
+    assert tails["auto"] == 0 and tails["off"] >= 1 << 20

@@ -16,7 +16,8 @@ Steps:
    (``heldout.ordered_layout``: the profile's functions packed at the start, or at the
    end, of their code section) on the profiled library, replayed through the readahead
    model (``readahead.simulate``, loader included, data where it is) at read_ahead_kb
-   128 (``READ_AHEAD_KB``); the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
+   128 (``READ_AHEAD_KB``), each with the unloaded sections at the place step 6 would
+   choose for it; the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
    ``.init``/``.plt`` before ``.text``) and the link map's list of cold sections.
 3. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
    their ordering file.
@@ -25,7 +26,12 @@ Steps:
    linked output packed by ``pack-relocs`` in the relr form and proved equivalent (the
    benchmarks' recipe; any linker, also one without ``-z pack-relative-relocs``); else
    ``self`` at link time (not gold nor mold).
-6. *check*: the output's function order against the profile (``check-order``).
+6. *move symtab* (auto): when sections no segment loads (``.debug_*``, ``.symtab``) follow
+   the last segment, the read-around of the last pages reads them; the model replays the
+   profile's touches on the output with them left there and moved into each hole between
+   segments (``order.tuck``, mapped bytes unchanged), and moves them to the fewest
+   predicted pages when that beats leaving them.
+7. *check*: the output's function order against the profile (``check-order``).
 """
 
 from __future__ import annotations
@@ -141,11 +147,13 @@ def split_step(asked: bool | None, inputs: list[str], fmt: str) -> Step:
     return Step("split", False, "every function has its own section" if inputs else "no object or archive argument")
 
 
-def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB) -> dict[str, int] | str:
+def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, move: bool | None = False) -> dict[str, int] | str:
     """Pages the readahead model predicts for each of ``CANDIDATES`` on the profiled
-    library (``target.path``), or the reason it cannot (not there, another build)."""
+    library (``target.path``), or the reason it cannot (not there, another build).
+    ``move`` (``link --move-symtab``: True, auto: None): each layout with the unloaded
+    sections where they read fewest (``tuck.predict_places``, ``tuck.choose``)."""
     from elflayout.elfcore import ElfImage
-    from elflayout.order import heldout
+    from elflayout.order import heldout, tuck
 
     if not target.path or not os.path.isfile(target.path):
         return f"the profiled library {target.path} is not there"
@@ -154,14 +162,20 @@ def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB) -> dict[str, 
         if not target.build_id or img.build_id != target.build_id:
             return f"{target.path} is not the profiled build"
         base = heldout.functions_of(img)
-        return {a: heldout.predict(img, target, heldout.ordered_layout(img, base, target, hot_last=a == "hot-last"),
-                                   ra)["pages"] for a in CANDIDATES}
+        layouts = {a: heldout.ordered_layout(img, base, target, hot_last=a == "hot-last") for a in CANDIDATES}
+        if move is False:
+            return {a: heldout.predict(img, target, lay, ra)["pages"] for a, lay in layouts.items()}
+        sets = {a: heldout.touches(target, lay) for a, lay in layouts.items()}
+    places = tuck.predict_places(target.path, sets, ra, loader=True)
+    return {a: p[tuck.choose(p, move)] for a, p in places.items()}
 
 
-def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB) -> Step:
+def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB,
+                   move: bool | None = False) -> Step:
     """The algorithm: ``asked`` as given, or for ``auto`` the one the model predicts
-    reads fewer pages (see Steps); the prediction is shown either way when it can be made."""
-    pred = predict_algorithms(target, read_ahead_kb)
+    reads fewer pages (see Steps; ``move``: as ``predict_algorithms``, jointly with where
+    the unloaded sections go); the prediction is shown either way when it can be made."""
+    pred = predict_algorithms(target, read_ahead_kb, move=move)
     shown = ", ".join(f"{a} {n:,} pages" for a, n in pred.items()) if isinstance(pred, dict) else ""
     if asked != "auto":
         return Step("algorithm", asked, "asked", shown)
@@ -174,7 +188,8 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
     if not isinstance(pred, dict):
         return Step("algorithm", "first-access", f"no prediction: {pred}")
     best = min(CANDIDATES, key=lambda a: (pred[a], CANDIDATES.index(a)))
-    why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout only"
+    why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout" + (
+        " only" if move is False else " and the unloaded sections' place")
     if best == "hot-last" and not getattr(target, "objects", None):
         why += f"; {NO_MAP}"
     return Step("algorithm", best, why, shown)

@@ -46,8 +46,9 @@ turned off): split when an object holds several functions in one code section (-
 the algorithm the readahead model predicts reads fewer pages of the profiled library,
 first-access or hot-last (--algorithm NAME); data order (--no-data; lld: a -T script,
 --no-data-script); lld: .dynstr order (--no-dynstr); --pack auto (relr on glibc >= 2.36,
-else self; none with gold and mold; --pack none); check-order of the output
-(--no-check-order).
+else self; none with gold and mold; --pack none); debug info and symbol tables moved off
+the file's tail into the hole where the model predicts the fewest pages, when that beats
+leaving them (--no-move-symtab); check-order of the output (--no-check-order).
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
 with INSERT, mold: object order; with lld the data script and .dynstr response file;
@@ -85,12 +86,13 @@ def add_arguments(p) -> None:
                         "self (relr + an injected self-applying routine and hidden tags, relrhack's way: any "
                         "glibc) or none; default with --profile: auto (relr when this machine's glibc is 2.36 or "
                         "newer, else self; none with gold and mold)")
-    p.add_argument("--move-symtab", action="store_true",
+    p.add_argument("--move-symtab", action=argparse.BooleanOptionalAction, default=None,
                    help="after the link, move the sections no segment loads (.symtab, .strtab, .comment, .debug_*) "
-                        "from after the last segment into a file-offset hole where the order leaves code cold "
-                        "(after the executable PT_LOAD for first-access, else before it): "
-                        "read-ahead of the last segment's pages then stops at end of file (mapped bytes "
-                        "unchanged)")
+                        "from after the last segment into a file-offset hole between segments, where the "
+                        "readahead model predicts the fewest pages read for the profile (without a profile: "
+                        "after the executable PT_LOAD for first-access, else before it); read-ahead of the last "
+                        "segment's pages then stops at end of file (mapped bytes unchanged); default with "
+                        "--profile: when the model predicts fewer pages than leaving them")
     p.add_argument("--order-dynsym", action="store_true",
                    help="after the link, put the dynamic symbols ld.so looks up at start-up (the output's symbol "
                         "relocations, the profiled program's imports) first in .dynsym, .gnu.version and the "
