@@ -9,9 +9,10 @@ at a selectively-cold start, read_ahead_kb 128, one measurement session:
 * unordered: the build's own library;
 * the LTO build's own profile (docs/tutorial.md "LTO"): the build's link with
   ``-Wl,-Map``, ``profile --map`` of it (``--data``, measure's conditions, 3 runs), then
-  ``elflayout link --profile P -- CMD`` with the build's link command, with and without
-  ``--move-symtab`` (the unloaded ``.debug_*``, ``.symtab`` moved into the hole the order
-  leaves cold: at the end of the code for first-access);
+  ``elflayout link --profile P -- CMD`` with the build's link command, with
+  ``--no-move-symtab`` and with ``--move-symtab`` (the unloaded ``.debug_*``, ``.symtab``
+  moved into the hole where the readahead model predicts the fewest pages; by default
+  ``link`` moves them there when that beats leaving them);
 * the same with ``--algorithm first-access``: the hot code at the start of ``.text``, within
   the read-ahead of the headers, the debug info behind the end of the code;
 * a profile of a different build: the same CMake build without LTO (clang-22 ``-g``,
@@ -66,7 +67,7 @@ GCC_LINKERS = {"bfd": "-flto", "gold": "-flto -fuse-ld=gold"}
 GCC_SECTIONS = ["-ffunction-sections"]
 
 UNORDERED = "unordered (the build's own link)"
-LINK = "elflayout link --profile lto.json (no flag)"
+LINK = "elflayout link --profile lto.json --no-move-symtab"
 TUCK = "elflayout link --profile lto.json --move-symtab"
 TUCK_FA = "elflayout link --profile lto.json --move-symtab --algorithm first-access"
 UNORDERED_FS = "unordered, the build's link with -ffunction-sections (the profiled one)"
@@ -161,7 +162,7 @@ def gcc_main(runs: int, linker: str) -> int:
     driver = program(plain.parent)
     prof, plib = profiled(w, "lto", gb, gcmd, GCC_SECTIONS)
     base = ["--linker", linker, "--profile", prof]
-    runs_ = {LINK: linked(w, "link", gb, gcmd, GCC_SECTIONS, base),
+    runs_ = {LINK: linked(w, "link", gb, gcmd, GCC_SECTIONS, [*base, "--no-move-symtab"]),
              TUCK: linked(w, "link-move-symtab", gb, gcmd, GCC_SECTIONS, [*base, "--move-symtab"]),
              TUCK_FA: linked(w, "link-move-symtab-first", gb, gcmd, GCC_SECTIONS,
                              [*base, "--move-symtab", "--algorithm", "first-access"])}
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
     driver = program(plain.parent)
     prof, plib = profiled(w, "lto", tb, tcmd)
     stale, _ = profiled(w, "no-lto", pb, pcmd)
-    runs = {LINK: linked(w, "link", tb, tcmd, [], ["--profile", prof]),
+    runs = {LINK: linked(w, "link", tb, tcmd, [], ["--profile", prof, "--no-move-symtab"]),
             TUCK: linked(w, "link-move-symtab", tb, tcmd, [], ["--profile", prof, "--move-symtab"]),
             TUCK_FA: linked(w, "link-move-symtab-first", tb, tcmd, [], ["--profile", prof, "--move-symtab",
                                                                        "--algorithm", "first-access"]),
