@@ -36,7 +36,7 @@ NAMES_SECTIONS = ("gold", "ld-script")
 class LinkOptions:
     """``elflayout link``'s options. None for ``data_script``, ``dynstr``, ``split`` and
     ``pack``, ``move_symtab`` (and ``algorithm="auto"``): decided by ``order.defaults``
-    (``move_symtab``: by the readahead model, ``move_symtab_step``); False/"none": off."""
+    (``move_symtab``: by the readahead model, ``move_symtab``); False/"none": off."""
 
     profile: str | None = None
     linker: str | None = None
@@ -274,7 +274,7 @@ def _cut_note(cut: dict | None) -> str:
 def _after_link(output: str, opts: LinkOptions, metadata: dict, algorithm: str | None = None,
                 profiled=None) -> list[Step]:
     """The rewrites of the linked (and packed) output, in this order: the dynamic-symbol
-    order (asked) needs the final relocation tables; the move (``move_symtab_step``), the
+    order (asked) needs the final relocation tables; the move (``move_symtab``), the
     final file. ``profiled``: (the profile's target, the link's map or None)."""
     steps = [order_dynsym(output, metadata)] if opts.order_dynsym else []
     if opts.move_symtab is None and profiled is None:
