@@ -16,22 +16,25 @@ Steps:
    (``heldout.ordered_layout``: the profile's functions packed at the start, or at the
    end, of their code section) on the profiled library, replayed through the readahead
    model (``readahead.simulate``, loader included, data where it is) at read_ahead_kb
-   128 (``READ_AHEAD_KB``), each with the unloaded sections at the place step 6 would
-   choose for it; the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
+   128 (``READ_AHEAD_KB``), each with the unloaded sections at the place step 7 would
+   choose for it, and first-access with lld also with its readahead marks kept cold
+   (step 3); the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
    ``.init``/``.plt`` before ``.text``) and the link map's list of cold sections.
-3. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
+3. *readahead marks* (first-access, lld): cold code on the folios whose touch would start
+   an asynchronous read of cold code (``order.marks``), when the model predicts fewer pages.
+4. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
    their ordering file.
-4. *.dynstr* (lld): the names ld.so reads first, when the profiled library is there.
-5. *pack* (auto): when this machine's glibc is 2.36 or newer (it loads DT_RELR), the
+5. *.dynstr* (lld): the names ld.so reads first, when the profiled library is there.
+6. *pack* (auto): when this machine's glibc is 2.36 or newer (it loads DT_RELR), the
    linked output packed by ``pack-relocs`` in the relr form and proved equivalent (the
    benchmarks' recipe; any linker, also one without ``-z pack-relative-relocs``); else
    ``self`` at link time (not gold nor mold).
-6. *move symtab* (auto): when sections no segment loads (``.debug_*``, ``.symtab``) follow
+7. *move symtab* (auto): when sections no segment loads (``.debug_*``, ``.symtab``) follow
    the last segment, the read-around of the last pages reads them; the model replays the
    profile's touches on the output with them left there and moved into each hole between
    segments (``order.tuck``, mapped bytes unchanged), and moves them to the fewest
    predicted pages when that beats leaving them.
-7. *check*: the output's function order against the profile (``check-order``).
+8. *check*: the output's function order against the profile (``check-order``).
 """
 
 from __future__ import annotations
@@ -147,13 +150,15 @@ def split_step(asked: bool | None, inputs: list[str], fmt: str) -> Step:
     return Step("split", False, "every function has its own section" if inputs else "no object or archive argument")
 
 
-def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, move: bool | None = False) -> dict[str, int] | str:
+def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, move: bool | None = False,
+                       marks: bool = False) -> dict[str, int] | str:
     """Pages the readahead model predicts for each of ``CANDIDATES`` on the profiled
     library (``target.path``), or the reason it cannot (not there, another build).
     ``move`` (``link --move-symtab``: True, auto: None): each layout with the unloaded
-    sections where they read fewest (``tuck.predict_places``, ``tuck.choose``)."""
+    sections where they read fewest (``tuck.predict_places``, ``tuck.choose``).
+    ``marks``: first-access with its readahead marks kept cold (``order.marks``)."""
     from elflayout.elfcore import ElfImage
-    from elflayout.order import heldout, tuck
+    from elflayout.order import heldout, marks as order_marks, tuck
 
     if not target.path or not os.path.isfile(target.path):
         return f"the profiled library {target.path} is not there"
@@ -163,11 +168,14 @@ def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, move: bool | 
             return f"{target.path} is not the profiled build"
         base = heldout.functions_of(img)
         layouts = {a: heldout.ordered_layout(img, base, target, hot_last=a == "hot-last") for a in CANDIDATES}
-        if move is False:
+        if move is False and not marks:
             return {a: heldout.predict(img, target, lay, ra)["pages"] for a, lay in layouts.items()}
         sets = {a: heldout.touches(target, lay) for a, lay in layouts.items()}
     places = tuck.predict_places(target.path, sets, ra, loader=True)
-    return {a: p[tuck.choose(p, move)] for a, p in places.items()}
+    out = {a: p[tuck.choose(p, move)] for a, p in places.items()}
+    if marks:
+        out["first-access"] = min(out["first-access"], order_marks.search(target.path, target, ra, move)["pages"])
+    return out
 
 
 def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB,
@@ -175,7 +183,8 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
     """The algorithm: ``asked`` as given, or for ``auto`` the one the model predicts
     reads fewer pages (see Steps; ``move``: as ``predict_algorithms``, jointly with where
     the unloaded sections go); the prediction is shown either way when it can be made."""
-    pred = predict_algorithms(target, read_ahead_kb, move=move)
+    marks = fmt == "lld" and bool(getattr(universe, "text_order", None))
+    pred = predict_algorithms(target, read_ahead_kb, move=move, marks=marks)
     shown = ", ".join(f"{a} {n:,} pages" for a, n in pred.items()) if isinstance(pred, dict) else ""
     if asked != "auto":
         return Step("algorithm", asked, "asked", shown)
@@ -189,7 +198,8 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
         return Step("algorithm", "first-access", f"no prediction: {pred}")
     best = min(CANDIDATES, key=lambda a: (pred[a], CANDIDATES.index(a)))
     why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout" + (
-        " only" if move is False else " and the unloaded sections' place")
+        " only" if move is False else " and the unloaded sections' place") + (
+        ", first-access with its readahead marks kept cold" if marks else "")
     if best == "hot-last" and not getattr(target, "objects", None):
         why += f"; {NO_MAP}"
     return Step("algorithm", best, why, shown)

@@ -118,10 +118,11 @@ def _exec_ranges(img: ElfImage) -> list[tuple[int, int]]:
             if s.occupies_file and s.flags & SH_FLAGS.SHF_EXECINSTR and s.size]
 
 
-def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = False) -> Layout:
+def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = False, gaps=()) -> Layout:
     """The virtual layout of an order trained on ``train`` (see Definitions); ``hot_last``:
     the hot set ending its section instead (``algorithms.hot_last``), the cold functions
-    packed from its start."""
+    packed from its start. ``gaps``: file-offset ranges [lo, hi) no hot function of a
+    first-access layout overlaps (cold code fills them: ``order.marks``)."""
     offs = np.array([f.offset for f in train.functions if f.offset is not None], dtype=np.int64)
     idx = base.index(offs)
     hot = list(dict.fromkeys(i for i in idx.tolist() if i >= 0))  # training order, once each
@@ -139,16 +140,21 @@ def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = 
             pos = _pack(new, base, cold, lo)
             end = _pack(new, base, here, max(pos, hi - _span(base, here)))
         else:
-            end = _pack(new, base, here + cold, lo)
+            end = _pack(new, base, cold, _pack(new, base, here, lo, gaps))
+            end -= sum(min(b, end) - max(a, lo) for a, b in gaps if a < end and b > lo)  # cold code fills them
         if end > hi + FUNCTION_ALIGN * len(inside):
             raise ElflayoutError(f"{img.path}: packed functions overflow their section ({end - hi} bytes)")
     return Layout(base.start, base.size, base.names, new, is_hot)
 
 
-def _pack(new: np.ndarray, base: Layout, order: list[int], pos: int) -> int:
-    """Place ``order``'s functions from ``pos`` (FUNCTION_ALIGN apart) in ``new``; the end."""
+def _pack(new: np.ndarray, base: Layout, order: list[int], pos: int, gaps=()) -> int:
+    """Place ``order``'s functions from ``pos`` (FUNCTION_ALIGN apart) in ``new``, none
+    overlapping a range of ``gaps``; the end."""
     for i in order:
         pos = -(-pos // FUNCTION_ALIGN) * FUNCTION_ALIGN
+        for a, b in gaps:
+            if pos < b and pos + max(int(base.size[i]), 1) > a:
+                pos = b
         new[i] = pos
         pos += max(int(base.size[i]), 1)
     return pos

@@ -44,11 +44,13 @@ examples:
 Default steps (each printed at the end with why and what it predicts; each can be
 turned off): split when an object holds several functions in one code section (--no-split);
 the algorithm the readahead model predicts reads fewer pages of the profiled library,
-first-access or hot-last (--algorithm NAME); data order (--no-data; lld: a -T script,
---no-data-script); lld: .dynstr order (--no-dynstr); --pack auto (relr on glibc >= 2.36,
-else self; none with gold and mold; --pack none); debug info and symbol tables moved off
-the file's tail into the hole where the model predicts the fewest pages, when that beats
-leaving them (--no-move-symtab); check-order of the output (--no-check-order).
+first-access or hot-last (--algorithm NAME); with first-access and lld, cold code on the
+folios whose touch would start an asynchronous read of cold code (--no-readahead-marks);
+data order (--no-data; lld: a -T script, --no-data-script); lld: .dynstr order
+(--no-dynstr); --pack auto (relr on glibc >= 2.36, else self; none with gold and mold;
+--pack none); debug info and symbol tables moved off the file's tail into the hole where
+the model predicts the fewest pages, when that beats leaving them (--no-move-symtab);
+check-order of the output (--no-check-order).
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
 with INSERT, mold: object order; with lld the data script and .dynstr response file;
@@ -93,6 +95,10 @@ def add_arguments(p) -> None:
                         "after the executable PT_LOAD for first-access, else before it); read-ahead of the last "
                         "segment's pages then stops at end of file (mapped bytes unchanged); default with "
                         "--profile: when the model predicts fewer pages than leaving them")
+    p.add_argument("--no-readahead-marks", action="store_true",
+                   help="first-access with lld: do not keep cold the folios of hot code whose touch the readahead "
+                        "model predicts would start an asynchronous read of cold code (by default cold code "
+                        "sections fill them when the model predicts fewer pages)")
     p.add_argument("--order-dynsym", action="store_true",
                    help="after the link, put the dynamic symbols ld.so looks up at start-up (the output's symbol "
                         "relocations, the profiled program's imports) first in .dynsym, .gnu.version and the "
@@ -132,7 +138,8 @@ def options(args) -> LinkOptions:
                        keep_order_file=args.keep_order_file, force=args.force, min_order=args.min_order,
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
                        check=args.check, root=args.root, check_order=not args.no_check_order,
-                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym)
+                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym,
+                       readahead_marks=not args.no_readahead_marks)
 
 
 def _say_check(lines: list[str], split: bool = False) -> None:

@@ -59,6 +59,7 @@ class LinkOptions:
     root: str | None = None
     check_order: bool = True
     move_symtab: bool | None = None
+    readahead_marks: bool = True
     order_dynsym: bool = False
 
 
@@ -136,6 +137,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe, move=opts.move_symtab)
         if algo.value != req.algorithm:
             o = pipeline.order(dataclasses.replace(req, algorithm=algo.value))
+        o, marks = _marks_step(o, fmt, opts)
         for w in o.warnings:
             print(f"elflayout: warning: {w}", file=sys.stderr)
         _say_matched(o, fmt, linker, say)
@@ -152,6 +154,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         say(shlex.join(shown))
         rc = link_packed(parsed, full, pack.value, opts, say, status)
         steps.insert(4, pack)
+        steps.insert(2, marks)
         if rc:
             return LinkResult(rc, full, steps)
     _note_pack(pack, parsed["output"])
@@ -173,6 +176,15 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         e.split = bool(split.value)  # the CLI words the split hint by it
         raise
     return res
+
+
+def _marks_step(o, fmt: str, opts: LinkOptions):
+    """``order.marks.step`` unless ``--no-readahead-marks``: (the ordering, the step)."""
+    from elflayout.order import marks
+
+    if not opts.readahead_marks:
+        return o, Step("readahead marks", False, "--no-readahead-marks")
+    return marks.step(o, fmt, opts.move_symtab, defaults.READ_AHEAD_KB)
 
 
 def _check_options(opts: LinkOptions, linker: str) -> None:

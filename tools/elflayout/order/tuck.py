@@ -23,6 +23,7 @@ stay as they are), so what the loader maps is byte-for-byte the same.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import tempfile
 from pathlib import Path
@@ -226,28 +227,30 @@ def moved_pages(img: ElfImage, p: dict, pages, kinds) -> np.ndarray:
     return out
 
 
-def predict_places(path, touch_sets: dict, read_ahead_kb: int, loader: bool) -> dict:
-    """Pages the readahead model predicts for each set of touches of PATH as it is
-    (``touch_sets``: name -> (pages, kinds)) with the unloaded sections at each place:
-    ``TAIL`` and after each PT_LOAD of ``holes`` (each tucked copy written once, in a
-    temporary directory): {name: {place: pages}}."""
-    from elflayout.order.readahead import simulate
-
+@contextlib.contextmanager
+def copies(path):
+    """PATH as it is and tucked after each PT_LOAD of ``holes`` (in a temporary
+    directory), open: {place: (ElfImage, plan or None)}, ``TAIL`` for PATH itself."""
     with ElfImage(path) as img:
-        out = {n: {TAIL: simulate(img, pg, kd, read_ahead_kb, loader)["pages"]} for n, (pg, kd) in touch_sets.items()}
         plans = {a: plan(img, a) for a in holes(img)}
-        moved = {a: {n: moved_pages(img, p, pg, kd) for n, (pg, kd) in touch_sets.items()} for a, p in plans.items()}
-    if not plans:
-        return out
-    with tempfile.TemporaryDirectory(prefix="elflayout-tuck-") as td:
-        for a in plans:
+    with tempfile.TemporaryDirectory(prefix="elflayout-tuck-") as td, contextlib.ExitStack() as st:
+        out = {TAIL: (st.enter_context(ElfImage(path)), None)}
+        for a, p in plans.items():
             dst = Path(td) / f"after{a}"
             tuck(path, dst, a)
-            with ElfImage(dst) as t:
-                for n, (_pg, kd) in touch_sets.items():
-                    out[n][a] = simulate(t, moved[a][n], kd, read_ahead_kb, loader)["pages"]
-            dst.unlink()
-    return out
+            out[a] = (st.enter_context(ElfImage(dst)), p)
+        yield out
+
+
+def predict_places(path, touch_sets: dict, read_ahead_kb: int, loader: bool) -> dict:
+    """Pages the readahead model predicts for each set of touches of PATH as it is
+    (``touch_sets``: name -> (pages, kinds)) with the unloaded sections at each place
+    (``copies``): {name: {place: pages}}."""
+    from elflayout.order.readahead import simulate
+
+    with copies(path) as cs:
+        return {n: {a: simulate(im, pg if p is None else moved_pages(im, p, pg, kd), kd, read_ahead_kb, loader)["pages"]
+                    for a, (im, p) in cs.items()} for n, (pg, kd) in touch_sets.items()}
 
 
 def choose(pred: dict, move: bool | None, preferred: int | None = None):
