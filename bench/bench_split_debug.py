@@ -8,11 +8,13 @@ with lld and a map. Measured selective at read_ahead_kb 128 in one session:
 * ordered: the objects split (``elflayout split``), the split objects linked the same way
   and profiled (``profile --map --data --clean-env --env LC_ALL=C --stdout null --repeat
   3``), then the original link command through ``elflayout link --profile P --linker lld``
-  (which splits the objects again, orders them and by default moves the unloaded
-  ``.debug_*`` and ``.symtab`` off the file's tail into the hole where the readahead model
-  predicts the fewest pages, ``order.tuck``);
-* the same link with ``--no-move-symtab`` (left after the last segment, where the
-  read-around of the last pages reads them), and with ``--algorithm first-access``.
+  (which splits the objects again, orders them, with first-access keeps cold the folios
+  whose touch would start an asynchronous read of cold code, ``order.marks``, and moves
+  the unloaded ``.debug_*`` and ``.symtab`` off the file's tail into the hole where the
+  readahead model predicts the fewest pages, ``order.tuck``);
+* the same link with ``--no-readahead-marks``, and with ``--no-readahead-marks
+  --no-move-symtab`` (the debug sections left after the last segment, where the
+  read-around of the last pages reads them).
 
 Every ordered library keeps its debug information: gdb stops at a breakpoint by line
 (``zstd_compress.c``, in ``ZSTD_compress``) with the workload on it.
@@ -55,9 +57,9 @@ DRIVER = ["gcc", "-fuse-ld=lld"]
 GOAL = 0.40
 # the ordered rows: name, directory; and each one's further ``elflayout link`` options
 ORDERED = (("split + elflayout link (-g -O2, lld)", "ordered-lld"),
-           ("split + elflayout link --no-move-symtab", "ordered-kept-lld"),
-           ("split + elflayout link --algorithm first-access", "ordered-fa-lld"))
-LINK_OPTS = ({}, {"move_symtab": False}, {"algorithm": "first-access"})
+           ("split + elflayout link --no-readahead-marks", "ordered-nomarks-lld"),
+           ("split + elflayout link --no-readahead-marks --no-move-symtab", "ordered-kept-lld"))
+LINK_OPTS = ({}, {"readahead_marks": False}, {"readahead_marks": False, "move_symtab": False})
 
 
 def cli(*args) -> subprocess.CompletedProcess:
