@@ -238,8 +238,8 @@ def test_algorithm_is_predicted_with_the_unloaded_sections_at_their_best_place(t
     if not shutil.which("ld.lld"):
         pytest.skip("lld not installed")
     _d, target = _with_debug_tail(tmp_path, 6)
-    linked = defaults.predict_algorithms(target, 128, move=False)
-    moved = defaults.predict_algorithms(target, 128, move=None)
+    linked = defaults.predict_algorithms(target, 128, move_symtab=False)
+    moved = defaults.predict_algorithms(target, 128, move_symtab=None)
     assert set(linked) == set(moved) == set(defaults.CANDIDATES)
     assert all(moved[a] < linked[a] for a in defaults.CANDIDATES), (linked, moved)
-    assert defaults.predict_algorithms(target, 128, move=True) == moved
+    assert defaults.predict_algorithms(target, 128, move_symtab=True) == moved

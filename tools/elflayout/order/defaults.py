@@ -20,6 +20,8 @@ Steps:
    choose for it, and first-access with lld also with its readahead marks kept cold
    (step 3); the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
    ``.init``/``.plt`` before ``.text``) and the link map's list of cold sections.
+   The touches include code run outside sized functions (``.init``, ``.plt``, crt
+   files).
 3. *readahead marks* (first-access, lld): cold code on the folios whose touch would start
    an asynchronous read of cold code (``order.marks``), when the model predicts fewer pages.
 4. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
@@ -150,41 +152,61 @@ def split_step(asked: bool | None, inputs: list[str], fmt: str) -> Step:
     return Step("split", False, "every function has its own section" if inputs else "no object or archive argument")
 
 
-def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, move: bool | None = False,
-                       marks: bool = False) -> dict[str, int] | str:
+def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, universe=None,
+                       move_symtab: bool | None = False, marks: bool = False) -> dict[str, int] | str:
     """Pages the readahead model predicts for each of ``CANDIDATES`` on the profiled
     library (``target.path``), or the reason it cannot (not there, another build).
-    ``move`` (``link --move-symtab``: True, auto: None): each layout with the unloaded
-    sections where they read fewest (``tuck.predict_places``, ``tuck.choose``).
-    ``marks``: first-access with its readahead marks kept cold (``order.marks``)."""
+
+    The touches include the code run outside functions (``.init``, ``.plt``, crt files:
+    ``placement.code_outside_functions``; with the profiled build's map, ``universe``,
+    code sections move with the functions as the ordering moves them). ``move_symtab``
+    (``link --move-symtab``: True, auto: None): each layout with the unloaded sections
+    where they read fewest (``tuck.predict_places``, ``tuck.choose``), which changes what
+    the read-around reaches. ``marks``: first-access with its readahead marks kept cold
+    (``order.marks``)."""
     from elflayout.elfcore import ElfImage
     from elflayout.order import heldout, marks as order_marks, tuck
+    from elflayout.order.placement import code_outside_functions
 
     if not target.path or not os.path.isfile(target.path):
         return f"the profiled library {target.path} is not there"
-    ra = read_ahead_kb
     with ElfImage(target.path) as img:
         if not target.build_id or img.build_id != target.build_id:
             return f"{target.path} is not the profiled build"
         base = heldout.functions_of(img)
-        layouts = {a: heldout.ordered_layout(img, base, target, hot_last=a == "hot-last") for a in CANDIDATES}
-        if move is False and not marks:
-            return {a: heldout.predict(img, target, lay, ra)["pages"] for a, lay in layouts.items()}
-        sets = {a: heldout.touches(target, lay) for a, lay in layouts.items()}
-    places = tuck.predict_places(target.path, sets, ra, loader=True)
-    out = {a: p[tuck.choose(p, move)] for a, p in places.items()}
+        outside = code_outside_functions(target, img, base)
+        code = heldout.code_sections(outside, universe, base)
+        base = heldout.with_code(base, code)
+        sets = {}
+        for a in CANDIDATES:
+            lay = heldout.ordered_layout(img, base, target, hot_last=a == "hot-last", code=code)
+            sets[a] = heldout.touches(target, lay, outside, code)
+        if move_symtab is False and not marks:
+            return {a: _simulate(img, pages, kinds, read_ahead_kb) for a, (pages, kinds) in sets.items()}
+    places = tuck.predict_places(target.path, sets, read_ahead_kb, loader=None)
+    out = {a: p[tuck.choose(p, move_symtab)] for a, p in places.items()}
     if marks:
-        out["first-access"] = min(out["first-access"], order_marks.search(target.path, target, ra, move)["pages"])
+        found = order_marks.search(target.path, target, read_ahead_kb, move_symtab, universe)
+        out["first-access"] = min(out["first-access"], found["pages"])
     return out
 
 
+def _simulate(img, pages, kinds, read_ahead_kb: int) -> int:
+    """Pages read; ld.so's relocation pass modelled unless the profile recorded it (in
+    its own order: after the version checks, which the model's pass would follow)."""
+    from elflayout.order.readahead import simulate
+    from elflayout.order.simulation import touches_relocations
+
+    return simulate(img, pages, kinds, read_ahead_kb, loader=not touches_relocations(img, pages))["pages"]
+
+
 def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB,
-                   move: bool | None = False) -> Step:
+                   move_symtab: bool | None = False) -> Step:
     """The algorithm: ``asked`` as given, or for ``auto`` the one the model predicts
-    reads fewer pages (see Steps; ``move``: as ``predict_algorithms``, jointly with where
-    the unloaded sections go); the prediction is shown either way when it can be made."""
+    reads fewer pages (see Steps; ``move_symtab``: as ``predict_algorithms``, jointly with
+    where the unloaded sections go); the prediction is shown either way when it can be made."""
     marks = fmt == "lld" and bool(getattr(universe, "text_order", None))
-    pred = predict_algorithms(target, read_ahead_kb, move=move, marks=marks)
+    pred = predict_algorithms(target, read_ahead_kb, universe, move_symtab, marks=marks)
     shown = ", ".join(f"{a} {n:,} pages" for a, n in pred.items()) if isinstance(pred, dict) else ""
     if asked != "auto":
         return Step("algorithm", asked, "asked", shown)
@@ -198,7 +220,7 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
         return Step("algorithm", "first-access", f"no prediction: {pred}")
     best = min(CANDIDATES, key=lambda a: (pred[a], CANDIDATES.index(a)))
     why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout" + (
-        " only" if move is False else " and the unloaded sections' place") + (
+        " only" if move_symtab is False else ", the unloaded sections where they read fewest") + (
         ", first-access with its readahead marks kept cold" if marks else "")
     if best == "hot-last" and not getattr(target, "objects", None):
         why += f"; {NO_MAP}"

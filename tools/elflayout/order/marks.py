@@ -54,21 +54,28 @@ def _gap(trig: list, p: dict | None, hot_pages: set, gaps: list) -> tuple[int, i
     return None
 
 
-def search(path, target, read_ahead_kb: int, move: bool | None) -> dict:
+def search(path, target, read_ahead_kb: int, move: bool | None, universe=None) -> dict:
     """The first-access layout of ``target`` (a profile of the library PATH) with gaps
     (see Steps): {"pages", "place", "gaps": [(lo, hi)], "layout", "plain": pages without
-    gaps, "start": where the hot code starts without gaps}. ``move``: as ``tuck.choose``."""
+    gaps, "start": where the hot code starts without gaps}. ``move``: as ``tuck.choose``;
+    ``universe``: the profiled build's map, as ``defaults.predict_algorithms`` takes it."""
     from elflayout.order import heldout, tuck
+    from elflayout.order.placement import code_outside_functions
     from elflayout.order.readahead import simulate
+    from elflayout.order.simulation import touches_relocations
 
     with ElfImage(path) as img, tuck.copies(path) as cs:
         base = heldout.functions_of(img)
+        outside = code_outside_functions(target, img, base)
+        code = heldout.code_sections(outside, universe, base)
+        base = heldout.with_code(base, code)
 
         def run(im, p, gaps, trig=None):
-            lay = heldout.ordered_layout(img, base, target, gaps=gaps)
-            pg, kd = heldout.touches(target, lay)
+            lay = heldout.ordered_layout(img, base, target, code=code, gaps=gaps)
+            pg, kd = heldout.touches(target, lay, outside, code)
+            loader = not touches_relocations(img, pg)
             pg = pg if p is None else tuck.moved_pages(im, p, pg, kd)
-            return simulate(im, pg, kd, read_ahead_kb, True, triggers=trig)["pages"], lay
+            return simulate(im, pg, kd, read_ahead_kb, loader, triggers=trig)["pages"], lay
 
         plain, found, start = {}, {}, None
         for a, (im, p) in cs.items():
@@ -92,10 +99,10 @@ def search(path, target, read_ahead_kb: int, move: bool | None) -> dict:
             "plain": plain[tuck.choose(plain, move)], "start": start}
 
 
-def _fill_points(lay, gaps: list, start: int) -> list[tuple[int, int]]:
-    """For each gap: (the first hot function placed past it, bytes from the end of the hot
-    code before it, or the hot code's ``start``, to the gap's end), in the virtual layout
-    ``lay``."""
+def _fill_points(lay, gaps: list, start: int) -> list[tuple[list[int], int]]:
+    """For each gap: (the hot functions placed past it, in layout order; bytes from the
+    end of the hot code before it, or the hot code's ``start``, to the gap's end), in the
+    virtual layout ``lay``."""
     hot = np.flatnonzero(lay.hot)
     hot = hot[np.argsort(lay.new[hot], kind="stable")]
     out = []
@@ -103,7 +110,7 @@ def _fill_points(lay, gaps: list, start: int) -> list[tuple[int, int]]:
         past, before = hot[lay.new[hot] >= hi], hot[lay.new[hot] < lo]
         if past.size:
             end = max((int(lay.new[i]) + max(int(lay.size[i]), 1) for i in before.tolist()), default=start)
-            out.append((int(past[0]), hi - end))
+            out.append((past.tolist(), hi - end))
     return out
 
 
@@ -124,11 +131,14 @@ def fill(layout, universe, lay, gaps: list, start: int) -> dict:
     pool = [(r, sizes.get(r.link_name, 0)) for r, _sec, _obj in cold_sections(layout, universe)[0]]
     pool = [(r, n) for r, n in pool if n > 0]
     st = {"ranges": 0, "sections": 0, "bytes": 0}
-    for i, need in _fill_points(lay, gaps, start):
-        name = lay.names[i]
-        at = next((k for k, r in enumerate(layout.functions) if name in (r.name, r.link_name)), None)
-        if at is None:
+    for past, need in _fill_points(lay, gaps, start):
+        # before the first of them the ordering names (code sections without a symbol it lists stay put)
+        names = {lay.names[i]: n for n, i in enumerate(past)}
+        hits = [(names[r.name if r.name in names else r.link_name], k) for k, r in enumerate(layout.functions)
+                if r.name in names or r.link_name in names]
+        if not hits:
             continue
+        at = min(hits)[1]
         got, used = 0, []
         while pool and got < need:
             r, n = pool.pop(0)
@@ -158,7 +168,7 @@ def step(o, fmt: str, move: bool | None, read_ahead_kb: int):
         same = False
     if not same:
         return o, Step("readahead marks", False, f"the profiled library {t.path} is not there")
-    found = search(t.path, t, read_ahead_kb, move)
+    found = search(t.path, t, read_ahead_kb, move, u)
     if not found["gaps"] or found["pages"] >= found["plain"]:
         return o, Step("readahead marks", False, "no marked folio of hot code reads cold code")
     layout = dataclasses.replace(o.layout, functions=list(o.layout.functions))

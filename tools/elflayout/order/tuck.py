@@ -242,15 +242,22 @@ def copies(path):
         yield out
 
 
-def predict_places(path, touch_sets: dict, read_ahead_kb: int, loader: bool) -> dict:
+def predict_places(path, touch_sets: dict, read_ahead_kb: int, loader: bool | None) -> dict:
     """Pages the readahead model predicts for each set of touches of PATH as it is
     (``touch_sets``: name -> (pages, kinds)) with the unloaded sections at each place
-    (``copies``): {name: {place: pages}}."""
+    (``copies``): {name: {place: pages}}. ``loader``: model ld.so's relocation pass
+    (None: unless the touches hold it, ``simulation.touches_relocations``)."""
     from elflayout.order.readahead import simulate
+    from elflayout.order.simulation import touches_relocations
 
     with copies(path) as cs:
-        return {n: {a: simulate(im, pg if p is None else moved_pages(im, p, pg, kd), kd, read_ahead_kb, loader)["pages"]
-                    for a, (im, p) in cs.items()} for n, (pg, kd) in touch_sets.items()}
+        img = cs[TAIL][0]
+        out = {}
+        for n, (pg, kd) in touch_sets.items():
+            ld = not touches_relocations(img, np.asarray(pg)) if loader is None else loader
+            out[n] = {a: simulate(im, pg if p is None else moved_pages(im, p, pg, kd), kd, read_ahead_kb, ld)["pages"]
+                      for a, (im, p) in cs.items()}
+        return out
 
 
 def choose(pred: dict, move: bool | None, preferred: int | None = None):
