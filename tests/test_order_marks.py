@@ -3,6 +3,7 @@ is marked on, when touching it would read a window of cold code; cold code secti
 it in the real link."""
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -44,7 +45,7 @@ def test_link_fills_the_marked_folio_with_cold_code(synth40, tmp_path):
     the order stays honoured, and the model predicts fewer pages for the real output
     than for the same link with ``--no-readahead-marks``."""
     objs = [str(o) for o in synth40["objects"]]
-    pages, lines = {}, {}
+    pages, lines, predicted = {}, {}, {}
     for name, opts in (("marks", []), ("plain", ["--no-readahead-marks"])):
         lib = tmp_path / name / "libsynth.so"
         lib.parent.mkdir()
@@ -53,9 +54,13 @@ def test_link_fills_the_marked_folio_with_cold_code(synth40, tmp_path):
         assert r.returncode == 0, r.stderr
         assert "100.0% in profile order" in r.stderr
         lines[name] = next(ln for ln in r.stderr.splitlines() if ln.startswith("elflayout: link: readahead marks: "))
+        algo = next(ln for ln in r.stderr.splitlines() if ln.startswith("elflayout: link: algorithm: "))
+        predicted[name] = int(re.search(r"predicted: first-access (\d+) pages", algo)[1])
         pages[name] = _predicted(synth40["profile"], lib)
         env = {"LD_LIBRARY_PATH": str(lib.parent)}
         assert subprocess.run([str(synth40["driver"])], env=env, capture_output=True).returncode == 0
     assert lines["marks"].startswith("elflayout: link: readahead marks: 1 kept cold (readahead model"), lines
     assert lines["plain"].endswith("off (--no-readahead-marks)")
     assert pages["marks"] < pages["plain"], pages
+    # the algorithm step predicts first-access as the link will make it: without the marks when they are off
+    assert predicted["marks"] == pages["marks"] < predicted["plain"] == pages["plain"], (predicted, pages)

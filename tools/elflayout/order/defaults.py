@@ -201,11 +201,12 @@ def _simulate(img, pages, kinds, read_ahead_kb: int) -> int:
 
 
 def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB,
-                   move_symtab: bool | None = False) -> Step:
+                   move_symtab: bool | None = False, marks: bool = True) -> Step:
     """The algorithm: ``asked`` as given, or for ``auto`` the one the model predicts
     reads fewer pages (see Steps; ``move_symtab``: as ``predict_algorithms``, jointly with
-    where the unloaded sections go); the prediction is shown either way when it can be made."""
-    marks = fmt == "lld" and bool(getattr(universe, "text_order", None))
+    where the unloaded sections go; ``marks``: the readahead-marks step may apply); the
+    prediction is shown either way when it can be made."""
+    marks = marks and fmt == "lld" and bool(getattr(universe, "text_order", None))
     pred = predict_algorithms(target, read_ahead_kb, universe, move_symtab, marks=marks)
     shown = ", ".join(f"{a} {n:,} pages" for a, n in pred.items()) if isinstance(pred, dict) else ""
     if asked != "auto":

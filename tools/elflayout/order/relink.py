@@ -135,7 +135,8 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             else:
                 req = dataclasses.replace(req, objects_from=objects_from)
                 o = pipeline.order(req)
-        algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe, move_symtab=opts.move_symtab)
+        algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe, move_symtab=opts.move_symtab,
+                                       marks=opts.readahead_marks)
         if algo.value != req.algorithm:
             o = pipeline.order(dataclasses.replace(req, algorithm=algo.value))
         o, marks = _marks_step(o, fmt, opts)
