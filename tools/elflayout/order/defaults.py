@@ -180,7 +180,7 @@ def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, universe=None
         sets = {}
         for a in CANDIDATES:
             lay = heldout.ordered_layout(img, base, target, hot_last=a == "hot-last", code=code)
-            sets[a] = heldout.touches(target, lay, outside, code)
+            sets[a] = heldout.touches(target, lay, outside, code, bodies=True)
         if move_symtab is False and not marks:
             return {a: _simulate(img, pages, kinds, read_ahead_kb) for a, (pages, kinds) in sets.items()}
     places = tuck.predict_places(target.path, sets, read_ahead_kb, loader=None)

@@ -72,7 +72,7 @@ def search(path, target, read_ahead_kb: int, move: bool | None, universe=None) -
 
         def run(im, p, gaps, trig=None):
             lay = heldout.ordered_layout(img, base, target, code=code, gaps=gaps)
-            pg, kd = heldout.touches(target, lay, outside, code)
+            pg, kd = heldout.touches(target, lay, outside, code, bodies=True)
             loader = not touches_relocations(img, pg)
             pg = pg if p is None else tuck.moved_pages(im, p, pg, kd)
             return simulate(im, pg, kd, read_ahead_kb, loader, triggers=trig)["pages"], lay
