@@ -49,7 +49,11 @@ folios whose touch would start an asynchronous read of cold code (--no-readahead
 data order (--no-data; lld: a -T script, --no-data-script); lld: .dynstr order
 (--no-dynstr); --pack auto (relr on glibc >= 2.36, else self; none with gold and mold;
 --pack none); debug info and symbol tables moved off the file's tail into the hole where
-the model predicts the fewest pages, when that beats leaving them (--no-move-symtab);
+the model predicts the fewest pages, when that beats leaving them (--no-move-symtab); GNU
+ld: the read-only data before the code, next to the dynamic tables, as lld places it
+(--no-move-rodata), and a second link with the touched functions the model's last read of
+them covers listed after the cold code, kept when the model predicts fewer pages
+(--no-code-tail);
 check-order of the output (--no-check-order).
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
@@ -99,6 +103,10 @@ def add_arguments(p) -> None:
                    help="first-access with lld: do not keep cold the folios of hot code whose touch the readahead "
                         "model predicts would start an asynchronous read of cold code (by default cold code "
                         "sections fill them when the model predicts fewer pages)")
+    p.add_argument("--no-code-tail", action="store_true",
+                   help="GNU ld: do not relink with the touched functions that the model's last read of the "
+                        "touched code covers listed after the cold code (default: when that read runs 4 or more "
+                        "pages into cold code, and only if the model predicts fewer pages)")
     p.add_argument("--order-dynsym", action="store_true",
                    help="after the link, put the dynamic symbols ld.so looks up at start-up (the output's symbol "
                         "relocations, the profiled program's imports) first in .dynsym, .gnu.version and the "
@@ -144,7 +152,8 @@ def options(args) -> LinkOptions:
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
                        check=args.check, root=args.root, check_order=not args.no_check_order,
                        move_symtab=args.move_symtab, order_dynsym=args.order_dynsym, hot_strings=args.hot_strings,
-                       readahead_marks=not args.no_readahead_marks)
+                       readahead_marks=not args.no_readahead_marks, move_rodata=not args.no_move_rodata,
+                       code_tail=not args.no_code_tail)
 
 
 def _say_check(lines: list[str], split: bool = False) -> None:
