@@ -16,7 +16,9 @@ import numpy as np
 
 from elflayout.split import dwarf_line
 from elflayout.split.dwarf import section_symbol as dwarf_section_symbol
-from elflayout.split.dwarf import LLE, LOCS, R_32, R_64, RANGES, RLE, Facts, Interval, crosses, enc_uleb, uleb
+from elflayout.split.dwarf import ADDR_HEADER as dwarf_ADDR_HEADER
+from elflayout.split.dwarf import (ADDRX_FORMS, LLE, LOCS, R_32, R_64, RANGES, RLE, Facts, Interval, crosses, enc_uleb,
+                                   uleb)
 from elflayout.split.extents import STT
 from elflayout.split.reader import RELA64
 
@@ -169,8 +171,17 @@ def _rnglists(c: _Ctx, out: dict) -> tuple[dict[int, int], int]:
         new.append(RLE["end_of_list"])
     t = f.rnglists_last_table
     new[t:t + 4] = (len(new) - t - 4).to_bytes(4, "little")
+    _point_slots(f, ".debug_rnglists", moves, new)
     _store(c, ".debug_rnglists", new, rel, out)
     return moves, unit_list
+
+
+def _point_slots(f: Facts, name: str, moves: dict[int, int], new: bytearray) -> None:
+    """Offset array entries (``DW_FORM_rnglistx``/``loclistx``) of moved lists pointed at
+    the new copies (relative to the unit's base, as the originals)."""
+    for old, to in moves.items():
+        for slot in f.slots.get((name, old), []):
+            new[slot:slot + 4] = (to - f.bases[name]).to_bytes(4, "little")
 
 
 def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
@@ -183,7 +194,7 @@ def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
             rel.append(_reloc(c, at + len(out) + 1, iv.sec, g, s))
             out += bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(e - s)
         return bytes(out)
-    r = c.facts.base if iv.unit else c.facts.relocs[".debug_rnglists"][iv.anchor]
+    r = c.facts.base if iv.unit else iv.reloc
     value = int(c.obj.symbols["st_value"][r.sym])
     rel.append((at + 1, (int(c.mp[r.sym]) << 32) | R_64, iv.start - value))
     return bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(iv.end - iv.start)
@@ -295,6 +306,7 @@ def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
         new += data[p:end]
     t = f.loclists_last_table
     new[t:t + 4] = (len(new) - t - 4).to_bytes(4, "little")
+    _point_slots(f, ".debug_loclists", moves, new)
     _store(c, ".debug_loclists", new, rel, out)
     return moves
 
@@ -328,7 +340,10 @@ def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
     through its abbreviation rewritten in place (no other DIE uses it)."""
     f, u = c.facts, c.facts.unit
     info = bytearray(c.obj.sections[f.secs[".debug_info"]].data)
-    info[u.low:u.low + 8] = bytes(8)
+    if u.low_form == "DW_FORM_addr":
+        info[u.low:u.low + 8] = bytes(8)
+    else:
+        info[u.low:u.low + u.low_size] = _zero_entry(c, out, u)
     info[u.high:u.high + u.high_size] = bytes(u.high_size)
     rows = _rows(c, ".debug_info")
     rel = [(int(o), int(i), int(a)) for o, i, a in zip(rows["r_offset"], rows["r_info"], rows["r_addend"])
@@ -338,6 +353,21 @@ def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
     _store(c, ".debug_info", info, rel, out)
     abbrev = c.obj.sections[f.secs[".debug_abbrev"]].data
     out[f.secs[".debug_abbrev"]] = _abbrev(abbrev, u.table, u.code, u.high_size)
+
+
+def _zero_entry(c: _Ctx, out: dict, u) -> bytes:
+    """A new last ``.debug_addr`` entry holding 0 (no relocation); the bytes of its index
+    in ``u.low_size`` bytes of ``u.low_form`` (ULEB128 padded with continuation bytes)."""
+    f = c.facts
+    i = f.secs[".debug_addr"]
+    data = bytearray(c.obj.sections[i].data) + bytes(8)
+    h = f.bases[".debug_addr"] - dwarf_ADDR_HEADER
+    data[h:h + 4] = (int.from_bytes(data[h:h + 4], "little") + 8).to_bytes(4, "little")
+    out[i] = bytes(data)    # (its relocations, retargeted by plan, stay as they are)
+    k = f.addr_count
+    if ADDRX_FORMS[u.low_form]:
+        return k.to_bytes(u.low_size, "little")
+    return bytes(0x80 | (k >> 7 * j) & 0x7F for j in range(u.low_size - 1)) + bytes([k >> 7 * (u.low_size - 1)])
 
 
 def _abbrev(data: bytes, table: int, code: int, high_size: int) -> bytes:
