@@ -27,7 +27,10 @@ shell linked against the library, running a small script on an in-memory databas
 stops by line in ``sqlite3_prepare_v2`` (``elflayout.targets.sqlite``, cached in
 ``~/.cache/elflayout/sqlite``).
 
-Usage: python3 bench/bench_split_debug.py [--runs N] [--library zstd|sqlite3]
+``--compiler clang-22``: the same builds with clang-22 (``CC=clang-22``: DWARF 5 with
+indexed forms, ``.debug_addr``); linked the same way.
+
+Usage: python3 bench/bench_split_debug.py [--runs N] [--library zstd|sqlite3] [--compiler gcc|clang-22]
 """
 
 from __future__ import annotations
@@ -86,13 +89,13 @@ class Zstd:
     link_text = "its Makefile's link"
     gdb_file, gdb_function = "zstd_compress.c", "ZSTD_compress"
 
-    def __init__(self):
+    def __init__(self, cc: str = "gcc"):
         import zstd_testlib
 
-        self.lib = zstd_testlib
+        self.lib, self.cc = zstd_testlib, cc
 
     def build(self) -> list[str]:
-        return self.lib.build("gcc", CFLAGS)
+        return self.lib.build(self.cc, CFLAGS)
 
     def link_command(self, objs: list[str], out: Path) -> list[str]:
         return self.lib.link_command(DRIVER, objs, out)
@@ -116,11 +119,11 @@ class Sqlite:
     link_text = "libtool's link"
     gdb_file, gdb_function = "sqlite3.c", "sqlite3_prepare_v2"
 
-    def __init__(self):
+    def __init__(self, cc: str = "gcc"):
         from elflayout.targets import sqlite
 
         self.lib = sqlite
-        self.built = sqlite.build("gcc")
+        self.built = sqlite.build(cc)
 
     def build(self) -> list[str]:
         return self.built["objects"]
@@ -142,6 +145,7 @@ class Sqlite:
 
 
 LIBRARIES = {"zstd": Zstd, "sqlite3": Sqlite}
+COMPILERS = ("gcc", "clang-22")
 
 
 def link(target, objs: list[str], out: Path) -> list[str]:
@@ -173,12 +177,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--library", choices=sorted(LIBRARIES), default="zstd")
+    ap.add_argument("--compiler", choices=COMPILERS, default="gcc")
     a = ap.parse_args(argv)
-    t = LIBRARIES[a.library]()
-    w = bp.work_dir() / ("split-debug" if a.library == "zstd" else f"split-debug-{a.library}")
+    t = LIBRARIES[a.library](a.compiler)
+    w = bp.work_dir() / ("split-debug" + ("" if a.library == "zstd" else f"-{a.library}")
+                         + ("" if a.compiler == "gcc" else f"-{a.compiler}"))
     w.mkdir(parents=True, exist_ok=True)
     unordered = f"unordered (-g -O2, {t.link_text}, lld)"
-    print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS)}\", gcc), unordered against "
+    print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS)}\", {a.compiler}), unordered against "
           f"split + elflayout link, selective, read_ahead_kb {bp.RA_KB}\n", flush=True)
     objs = t.build()
     plain = w / "libs" / "unordered-lld" / t.soname
@@ -204,7 +210,7 @@ def main(argv=None) -> int:
     variants = {n: (lib, bp.variant_cmd(lib.parent, run, {})) for n, lib in libs.items()}
     summ, _lim, _rows = bench_split.measured_table(
         w / f"{a.library}-g.results.json", variants, a.runs, sprof, base, unordered,
-        f"{t.name} -g -O2 ({t.build_text}): unordered vs split + elflayout link — selective, read_ahead_kb "
+        f"{t.name} -g -O2 ({t.build_text}, {a.compiler}): unordered vs split + elflayout link — selective, read_ahead_kb "
         f"{bp.RA_KB}")
     u = summ.get(unordered, {}).get("pages")
     for name, _sub in ORDERED:
