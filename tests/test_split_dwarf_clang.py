@@ -212,3 +212,23 @@ def test_damaged_indexes_are_bad_input(tmp_path, name, at, value, why):
     lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("[1/1] ")]     # (progress)
     assert len(lines) == 1 and str(bad) in lines[0] and why in lines[0], r.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@VERSIONS
+def test_unit_without_range_list_section_gets_one(tmp_path, gv):
+    """A small object with no .debug_rnglists (DWARF 4: .debug_ranges) at all: the writer
+    adds one for the unit's list (was: kept whole)."""
+    need_tool("addr2line")
+    src = tmp_path / "one.c"
+    src.write_text("int a(int x) { return x + 1; }\nint b(int x) { return a(x) * 2; }\n"
+                   "int f3(int x) { return b(x) - 1; }\n")
+    o = _cc(tmp_path, src, *gv)
+    name = ".debug_ranges" if gv else ".debug_rnglists"
+    assert name not in {x.name for x in read_object(o.read_bytes(), "o").sections}
+    s = _split(tmp_path, o)
+    orig = _link(tmp_path, _objs(tmp_path, SINGLE, o), "orig")
+    exe = _link(tmp_path, _objs(tmp_path, SINGLE, s), "moved", ["f3", "b", "a"])
+    n, diffs = debugcheck.compare_lines(orig, exe)
+    assert n > 20 and diffs == [] and debugcheck.verify(exe) is None, diffs
+    moved = _starts(exe)
+    assert moved.index("f3") < moved.index("b") < moved.index("a"), moved

@@ -165,6 +165,10 @@ class Unit:
     low_size: int = 8       # bytes of DW_AT_low_pc's field
     low_form: str = "DW_FORM_addr"     # or an index into .debug_addr (DW_FORM_addrx*)
 
+    def new_section(self, f: "Facts") -> str | None:
+        """The range list section the writer adds to hold the unit's list (the object has none)."""
+        return None if RANGES[f.version] in f.secs else RANGES[f.version]
+
 
 @dataclass
 class RangeList:
@@ -428,8 +432,8 @@ def _unit(obj: ObjectFile, f: Facts, cu, top, base: Reloc | None, same_code: int
         why = low_size
     elif same_code != 1:
         why = "the unit DIE's abbreviation is shared with other DIEs"
-    elif ranges not in f.secs or section_symbol(obj, f.secs[ranges]) is None:
-        why = f"no {ranges} (with a section symbol) to hold the unit's range list"
+    elif ranges in f.secs and section_symbol(obj, f.secs[ranges]) is None:
+        why = f"no section symbol of {ranges} to hold the unit's range list"
     elif ".debug_abbrev" not in f.secs or f.relocs[".debug_abbrev"]:
         why = "no .debug_abbrev, or relocations in it"
     elif any(r.sec == f.secs[".debug_abbrev"] and r.addend for rel in f.relocs.values() for r in rel.values()):
@@ -483,7 +487,8 @@ def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
         _lists4(obj, f, split, unit_base)
         return
     if f.unit is not None:      # (its range list goes at the end of the last table)
-        f.rnglists_last_table = _tables(obj.sections[f.secs[".debug_rnglists"]].data, ".debug_rnglists")
+        if ".debug_rnglists" in f.secs:
+            f.rnglists_last_table = _tables(obj.sections[f.secs[".debug_rnglists"]].data, ".debug_rnglists")
     for name, kinds, starts in ((".debug_rnglists", RLE, sorted(f.rnglists)),
                                 (".debug_loclists", LLE, sorted(f.loc_starts))):
         if not starts:

@@ -81,6 +81,9 @@ def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int,
     else:
         list_moves, unit_list = _rnglists(c, out)
         loc_moves = _loclists(c, out) if c.convert else {}
+    added = f.unit.new_section(f) if c.convert else None
+    if added:
+        unit_list = _new_ranges(c, added, out)
     if ".debug_aranges" in f.secs:
         _aranges(c, out)
     for name, moves in ((".debug_line", line_moves), (RANGES[f.version], list_moves),
@@ -153,7 +156,7 @@ def _rnglists(c: _Ctx, out: dict) -> tuple[dict[int, int], int]:
     f = c.facts
     todo = [lst for lst in f.rnglists.values()
             if any(crosses(iv, c.bounds) or (c.convert and iv.unit) for iv in lst.intervals)]
-    if not todo and not c.convert:
+    if (not todo and not c.convert) or ".debug_rnglists" not in f.secs:
         return {}, -1
     data = c.obj.sections[f.secs[".debug_rnglists"]].data
     rel = _shifted(_rows(c, ".debug_rnglists"), 0, len(data), 0)
@@ -182,6 +185,29 @@ def _point_slots(f: Facts, name: str, moves: dict[int, int], new: bytearray) -> 
     for old, to in moves.items():
         for slot in f.slots.get((name, old), []):
             new[slot:slot + 4] = (to - f.bases[name]).to_bytes(4, "little")
+
+
+def _new_ranges(c: _Ctx, name: str, out: dict) -> int:
+    """The range list section added for the converted unit (the object had none): one
+    table of no offsets holding the unit's list (DWARF 4: just the list); its offset."""
+    rel: list = []
+    if name == RANGES[5]:
+        body = bytearray(bytes(12))     # unit_length (below), version 5, 8-byte addresses, no offsets
+        body[4:8] = bytes([5, 0, 8, 0])
+        for iv in c.facts.cu_ranges:
+            body += _entry(c, iv, len(body), rel)
+        body.append(RLE["end_of_list"])
+        body[0:4] = (len(body) - 4).to_bytes(4, "little")
+        at = 12
+    else:
+        body = bytearray()
+        for iv in c.facts.cu_ranges:
+            body += _pairs4(c, iv, len(body), rel)
+        body += bytes(16)
+        at = 0
+    out[name] = bytes(body)
+    c.relas[("newsec", name)] = np.array(sorted(rel), RELA64)
+    return at
 
 
 def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
@@ -348,7 +374,8 @@ def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
     rows = _rows(c, ".debug_info")
     rel = [(int(o), int(i), int(a)) for o, i, a in zip(rows["r_offset"], rows["r_info"], rows["r_addend"])
            if int(o) != u.low]
-    sym = c.mp[dwarf_section_symbol(c.obj, f.secs[RANGES[f.version]])]
+    added = u.new_section(f)
+    sym = c.grp_sym[("new", added)] if added else c.mp[dwarf_section_symbol(c.obj, f.secs[RANGES[f.version]])]
     rel.append((u.high, (int(sym) << 32) | R_32, unit_list))
     _store(c, ".debug_info", info, rel, out)
     abbrev = c.obj.sections[f.secs[".debug_abbrev"]].data
