@@ -19,7 +19,8 @@ like any other. What no relocation follows, and how it is handled:
   section (gcc's output for a unit with all code in ``.text``): its unit DIE gets
   ``DW_AT_ranges`` in the same bytes (``Unit``), its range and location list entries
   that are offsets from the unit's base address become ``DW_RLE_start_length`` /
-  ``DW_LLE_start_length`` with a relocation (``dwarf_write``).
+  ``DW_LLE_start_length`` with a relocation (``dwarf_write``). An object without a range
+  list section gets one from the writer (``Unit.new_section``).
 
 DWARF 4 (``-gdwarf-4``) the same way: line tables of version 4, ``.debug_ranges`` lists
 spanning new sections written again as relocated address pairs per piece, every
