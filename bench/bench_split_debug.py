@@ -184,7 +184,8 @@ def main(argv=None) -> int:
                          + ("" if a.compiler == "gcc" else f"-{a.compiler}"))
     w.mkdir(parents=True, exist_ok=True)
     unordered = f"unordered (-g -O2, {t.link_text}, lld)"
-    print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS)}\", {a.compiler}), unordered against "
+    print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS)}\", {a.compiler}), unordered "
+          f"against "
           f"split + elflayout link, selective, read_ahead_kb {bp.RA_KB}\n", flush=True)
     objs = t.build()
     plain = w / "libs" / "unordered-lld" / t.soname
@@ -210,7 +211,8 @@ def main(argv=None) -> int:
     variants = {n: (lib, bp.variant_cmd(lib.parent, run, {})) for n, lib in libs.items()}
     summ, _lim, _rows = bench_split.measured_table(
         w / f"{a.library}-g.results.json", variants, a.runs, sprof, base, unordered,
-        f"{t.name} -g -O2 ({t.build_text}, {a.compiler}): unordered vs split + elflayout link — selective, read_ahead_kb "
+        f"{t.name} -g -O2 ({t.build_text}, {a.compiler}): unordered vs split + elflayout link — selective, "
+        f"read_ahead_kb "
         f"{bp.RA_KB}")
     u = summ.get(unordered, {}).get("pages")
     for name, _sub in ORDERED:

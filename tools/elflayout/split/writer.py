@@ -92,7 +92,7 @@ def _cleared_fields(splits: dict) -> dict[int, bytes]:
     return out
 
 
-def _section_order(plan: Plan, splits: dict, relas: dict) -> tuple[list[tuple], dict[int, int], dict[tuple[int, int], int]]:
+def _section_order(plan: Plan, splits: dict, relas: dict) -> tuple[list[tuple], dict[int, int], dict[tuple, int]]:
     """The output sections in order (copies, groups and their RELA sections) and the new
     index of every copied section and every group."""
     obj = plan.obj
