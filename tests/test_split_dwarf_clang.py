@@ -232,3 +232,34 @@ def test_unit_without_range_list_section_gets_one(tmp_path, gv):
     assert n > 20 and diffs == [] and debugcheck.verify(exe) is None, diffs
     moved = _starts(exe)
     assert moved.index("f3") < moved.index("b") < moved.index("a"), moved
+
+
+def test_unit_low_pc_index_too_short_for_a_new_entry_is_kept(tmp_path):
+    """More than 127 .debug_addr entries: the unit's 1-byte DW_AT_low_pc index cannot name
+    a new entry holding 0, so it keeps naming the first function's start (the base of no
+    list entry any more); the links still agree and verify."""
+    need_tool("addr2line")
+    need_tool("llvm-dwarfdump-16")
+    src = tmp_path / "many.c"
+    src.write_text("int g(int);\n" + "".join(
+        f"__attribute__((noinline)) int h{k}(int x) {{ int y = g(x + {k}); return g(y) + {k}; }}\n" for k in range(80))
+        + "int top(int x) { return " + " + ".join(f"h{k}(x)" for k in range(80)) + "; }\n")
+    o = _cc(tmp_path, src)
+    s = _split(tmp_path, o)
+    out = subprocess.run([DUMP, "-v", "--debug-info", s], capture_output=True, text=True, check=True).stdout
+    unit = out.split("DW_TAG_compile_unit")[1].split("DW_TAG_")[0]
+    assert re.search(r"DW_AT_low_pc \[DW_FORM_addrx\]\s+\(indexed \(0+\d\)", unit), unit
+    assert "DW_AT_ranges [DW_FORM_sec_offset]" in unit, unit
+    g = tmp_path / "g.c"
+    g.write_text("int top(int);\nint g(int x) { return x / 3 + 1; }\n"
+                 "int main(int c, char **v) { (void)v; return top(c) > 0; }\n")
+    subprocess.run([CC, "-O2", "-c", g, "-o", tmp_path / "g.o"], check=True)
+    orig = _link(tmp_path, [o, tmp_path / "g.o"], "orig")
+    exe = _link(tmp_path, [s, tmp_path / "g.o"], "moved", [f"h{k}" for k in range(79, -1, -1)])
+    n, diffs = debugcheck.compare_lines(orig, exe)
+    assert n > 1000 and diffs == [], diffs
+    n, diffs = debugcheck.compare_locations(orig, exe)
+    assert n >= 80 and diffs == [], diffs
+    assert debugcheck.verify(exe) is None
+    moved = _starts(exe)
+    assert moved.index("h79") < moved.index("h0"), moved

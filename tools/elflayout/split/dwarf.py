@@ -163,7 +163,7 @@ class Unit:
     code: int
     table: int
     base: Reloc
-    low_size: int = 8       # bytes of DW_AT_low_pc's field
+    low_size: int = 8       # bytes of DW_AT_low_pc's field (0: its index kept, see dwarf._index_room)
     low_form: str = "DW_FORM_addr"     # or an index into .debug_addr (DW_FORM_addrx*)
 
     def new_section(self, f: "Facts") -> str | None:
@@ -448,21 +448,21 @@ def _unit(obj: ObjectFile, f: Facts, cu, top, base: Reloc | None, same_code: int
 
 def _index_room(obj: ObjectFile, f: Facts, low) -> int | str:
     """Bytes of the unit's DW_AT_low_pc index, if a new last ``.debug_addr`` entry
-    (holding 0) can be named in them; else why not."""
+    (holding 0) can be named in them; 0 when not: the index is kept, the unit's base
+    then the start of its first function's new section (no list entry is relative to
+    it any more: still correct, if not what a compiler writes); a string: why not."""
     if low.form not in ADDRX_FORMS:
         return f"the unit's DW_AT_low_pc in {low.form}"
     addr = obj.sections[f.secs[".debug_addr"]]
     if f.bases[".debug_addr"] + 8 * f.addr_count != addr.size:
-        return "the unit's .debug_addr table is not the last in its section"
+        return 0
     size = ADDRX_FORMS[low.form]
     if size == 0:
         size = uleb(obj.sections[f.secs[".debug_info"]].data, low.offset)[1] - low.offset
         room = 1 << 7 * size
     else:
         room = 1 << 8 * size
-    if f.addr_count >= room:
-        return f"the unit's DW_AT_low_pc index has {size} bytes, too few for a new .debug_addr entry"
-    return size
+    return size if f.addr_count < room else 0
 
 
 def section_symbol(obj: ObjectFile, index: int) -> int | None:
@@ -602,6 +602,14 @@ def _addr(data: bytes, p: int, rel: dict[int, Reloc], name: str) -> tuple[Reloc 
     return r, p + 8
 
 
+def _start(data: bytes, p: int, rel: dict[int, Reloc], name: str, index, indexed: bool) -> tuple[Reloc | None, int]:
+    """The address operand at ``p``: a relocated field, or a ULEB128 index into ``.debug_addr``."""
+    if not indexed:
+        return _addr(data, p, rel, name)
+    i, p = uleb(data, p)
+    return index(i), p
+
+
 def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, unit_base, index) -> list[Interval]:
     """Intervals of the list at ``p``: bounded entries relative to their relocated anchor
     (a relocated field, or an entry of ``.debug_addr``: ``index(i)``, anchor -1)."""
@@ -627,20 +635,12 @@ def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, un
             elif not unit_base:
                 raise Refused(f"{name}+{at:#x}: offset pair relative to the unit's base address")
         elif k in (kinds["base_address"], kinds["base_addressx"]):
-            if k == kinds["base_address"]:
-                r, p = _addr(data, p, rel, name)
-            else:
-                i, p = uleb(data, p)
-                r = index(i)
+            r, p = _start(data, p, rel, name, index, k == kinds["base_addressx"])
             if r is None:
                 raise Refused(f"{name}+{at:#x}: base address without a relocation")
             base = (r, at + 1 if k == kinds["base_address"] else -1)
         elif k in (kinds["start_length"], kinds["startx_length"]):
-            if k == kinds["start_length"]:
-                r, p = _addr(data, p, rel, name)
-            else:
-                i, p = uleb(data, p)
-                r = index(i)
+            r, p = _start(data, p, rel, name, index, k == kinds["startx_length"])
             n, p = uleb(data, p)
             if r is None:
                 raise Refused(f"{name}+{at:#x}: start address without a relocation")

@@ -368,7 +368,7 @@ def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
     info = bytearray(c.obj.sections[f.secs[".debug_info"]].data)
     if u.low_form == "DW_FORM_addr":
         info[u.low:u.low + 8] = bytes(8)
-    else:
+    elif u.low_size:
         info[u.low:u.low + u.low_size] = _zero_entry(c, out, u)
     info[u.high:u.high + u.high_size] = bytes(u.high_size)
     rows = _rows(c, ".debug_info")
