@@ -203,6 +203,7 @@ class Facts:
     addr_count: int = 0             # entries of the unit's .debug_addr table
     slots: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (section, list) -> array slots
     returns: list[Reloc] = field(default_factory=list)      # DW_AT_call_return_pc in split sections
+    base_fields: set[tuple[int, int]] = field(default_factory=set)  # (section, offset) of DW_AT_*_base
 
 
 def relocations(obj: ObjectFile, index: int) -> dict[int, Reloc]:
@@ -335,6 +336,7 @@ def _bases(obj: ObjectFile, f: Facts, top, rel: dict[int, Reloc]) -> None:
             raise Damaged(f"{name}: the table at {h:#x} is not 32-bit DWARF 5 with 8-byte addresses "
                           f"within the section")
         f.bases[name] = r.addend
+        f.base_fields.add((f.secs[".debug_info"], a.offset))
         if name == ".debug_addr":
             f.addr_count = (h + 4 + length - r.addend) // 8
         else:

@@ -458,7 +458,9 @@ def _aranges(c: _Ctx, out: dict) -> None:
 
 def _patch_addends(c: _Ctx, sec: int, moves: dict[int, int], rewritten: dict) -> None:
     """Relocations against section ``sec``'s symbol whose addend names a moved table or
-    list (``DW_AT_stmt_list``, ``DW_AT_ranges``), in debug sections kept as they are."""
+    list (``DW_AT_stmt_list``, ``DW_AT_ranges``), in debug sections kept as they are; not
+    a unit's ``DW_AT_rnglists_base``/``_loclists_base``, which names the offset array
+    (where a list also starts when the array is empty)."""
     syms = c.obj.symbols
     for ri, r in c.obj.relas.items():
         target = c.obj.sections[ri].info
@@ -470,5 +472,5 @@ def _patch_addends(c: _Ctx, sec: int, moves: dict[int, int], rewritten: dict) ->
             hit = (syms["st_shndx"][s] == sec) & ((syms["st_info"][s] & 0xF) == STT_SECTION)
             for j in np.flatnonzero(hit).tolist():
                 a = int(r["r_addend"][j])
-                if a in moves:
+                if a in moves and (target, int(r["r_offset"][j])) not in c.facts.base_fields:
                     c.relas[key]["r_addend"][j] = moves[a]
