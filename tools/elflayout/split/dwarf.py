@@ -34,7 +34,9 @@ clang's DWARF 5 the same way through its indexes: every address is an entry of
 ``DW_RLE_startx_length``, ``DW_LLE_base_addressx`` etc.; lists named by
 ``DW_FORM_rnglistx``/``DW_FORM_loclistx`` are found through their table's offset array,
 and a list written again gets its array slot pointed at the new copy. A converted unit's
-``DW_AT_low_pc`` names a new ``.debug_addr`` entry holding 0, in the bytes of its index.
+``DW_AT_low_pc`` names a new ``.debug_addr`` entry holding 0, in the bytes of its index
+(when they can name it; else it keeps naming the first function's start, a base no list
+entry uses any more).
 
 Everything else is refused per section with the reason: DWARF versions other than 4 and 5, 64-bit
 DWARF, ``-gsplit-dwarf`` skeleton units (their lists, offsets from the unit's base, are
