@@ -609,9 +609,52 @@ def llvm_default_vs_best(runs: int) -> None:
 
 
 LLVM_FLOOR_LEVERS = ("--order-dynsym", "--move-symtab", "--order-dynsym --move-symtab", "strip --strip-all")
+HOT_STRINGS = "hot strings"
 
 
-def llvm_floor_libs(w: Path, best: Path) -> dict:
+def llvm_hot_strings(w: Path, prof: Path, base: dict, per_object_pools: bool = True, extra_hot=None) -> Path:
+    """The best recipe relinked from archives whose hot string pieces moved into pools of
+    their own (``split.hotstrings``: the strings relocations of the code and data that ran
+    reach, plus ``extra_hot``), placed first by the data script (``string_pool``);
+    ``per_object_pools``: the touched objects' remaining strings still lead
+    ``.rodata.elflayout`` (``order --data-script`` as before). Packed, llc/opt outputs checked."""
+    from elflayout.order import pipeline
+    from elflayout.split import hotstrings
+    from elflayout.targets import libllvm
+
+    t = time.monotonic()
+    req = pipeline.Request(prof, "lld", lib=base["lib"], algorithm="hot-last")
+    o = pipeline.order(req)
+    secs = hotstrings.hot_sections(o.layout)
+    hot = hotstrings.static_hot_strings(secs) | set(extra_hot or ())
+    print(f"  hot strings: {len(hot):,} strings, {sum(map(len, hot)):,} bytes, reached from {len(secs):,} objects' "
+          f"sections that ran ({time.monotonic() - t:.0f} s)", flush=True)
+    arch = libllvm.archives()
+    moved, tot = hotstrings.rewrite_inputs(arch, w / "hotstrings", hot, only=set(secs))
+    print(f"  rewritten: {len(moved)} archives, {tot['objects_changed']:,} of {tot['objects']:,} objects, "
+          f"{tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved, {tot['pinned_pieces']:,} "
+          f"({tot['pinned_bytes']:,} bytes) kept (section + addend or global), whole: {tot['kept']} "
+          f"({time.monotonic() - t:.0f} s)", flush=True)
+    tag = "hs" if per_object_pools else "hs-nopools"
+    files = {k: w / f"llvm-{tag}.{k}" for k in ("lld", "ld", "rsp")}
+    write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], algorithm="hot-last")
+    dtext, _ = o.data_script(hot_strings=per_object_pools, string_pool=True)
+    files["ld"].write_text(hotstrings.retarget_script(dtext, moved))
+    h = {k: hashed_copy(v) for k, v in files.items()}
+    fextra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}", f"-Wl,@{h['rsp']}"]
+    order = [moved.get(str(a), a) for a in arch]
+    print(f"  relink: libllvm.relink(\"lld\", extra_link_args={fextra}, archive_order=<{len(moved)} rewritten>)",
+          flush=True)
+    lib = libllvm.relink("lld", extra_link_args=fextra, archive_order=order)
+    out = pack(lib["lib"], w / "libs" / f"{tag}-packed")
+    libllvm.verify(out.parent)
+    with ElfImage(out) as img:
+        sec = img.section(hotstrings.HOT_PREFIX)
+    print(f"  {out}: {hotstrings.HOT_PREFIX} {sec.size if sec else 0:,} bytes", flush=True)
+    return out
+
+
+def llvm_floor_libs(w: Path, best: Path, hot: Path | None = None) -> dict:
     """The best recipe's output and each post-link lever applied to a copy of it, as
     ``elflayout link`` applies them (``relink.order_dynsym``/``relink.move_symtab``, in that
     order; ``order_dynsym`` reads the workload's executable from the profile's argv)."""
@@ -620,13 +663,18 @@ def llvm_floor_libs(w: Path, best: Path) -> dict:
 
     meta = {"argv": [str(libllvm.system()["llc"]), "--version"]}
     libs = {LLVM_BEST: best}
-    for lever in LLVM_FLOOR_LEVERS:
-        out = w / "libs" / ("floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")) / best.name
+    levers = [(LLVM_BEST, best, lv) for lv in LLVM_FLOOR_LEVERS]
+    if hot is not None:
+        libs[f"best, {HOT_STRINGS}"] = hot
+        levers.append((f"best, {HOT_STRINGS}", hot, "--order-dynsym --move-symtab"))
+    for base_name, src, lever in levers:
+        stem = "floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")
+        out = w / "libs" / (stem if src == best else f"{stem}-{HOT_STRINGS.replace(' ', '-')}") / best.name
         out.parent.mkdir(parents=True, exist_ok=True)
         if lever.startswith("strip"):
             subprocess.run(["strip", "--strip-all", "-o", str(out), str(best)], check=True)
         else:
-            shutil.copyfile(best, out)
+            shutil.copyfile(src, out)
             for step in (order_dynsym(str(out), meta) if "dynsym" in lever else None,
                          move_symtab(str(out)) if "symtab" in lever else None):
                 if step is not None:
@@ -634,14 +682,16 @@ def llvm_floor_libs(w: Path, best: Path) -> dict:
                     if not step.value:
                         raise SystemExit(f"bench_pipeline: {out}: {step.line()}")
         libllvm.verify(out.parent)
-        libs[f"best, {lever}"] = out
+        libs[f"{base_name if src != best else 'best'}, {lever}"] = out
     return libs
 
 
-def llvm_floor(runs: int) -> None:
-    """libLLVM: the best recipe against itself with each post-link lever, one session."""
+def llvm_floor(runs: int, hot_strings: bool = False, extra_hot=None) -> None:
+    """libLLVM: the best recipe against itself with each post-link lever, one session;
+    ``hot_strings``: also the hot string pools alone and with the other levers."""
     w, argv, base, prof, best = llvm_best()
-    libs = llvm_floor_libs(w, best)
+    hot = llvm_hot_strings(w, prof, base, extra_hot=extra_hot) if hot_strings else None
+    libs = llvm_floor_libs(w, best, hot)
     variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in libs.items()}
     summ = summarise(measure(w / "llvm-floor.results.json", variants, runs), dict(libs))
     lim = physical_limit(profile_target(prof), base["lib"])
@@ -670,6 +720,11 @@ def main(argv=None) -> int:
     ap.add_argument("--floor", action="store_true",
                     help="llvm: only the best recipe and each post-link lever on it (--order-dynsym, --move-symtab, "
                          "both, strip), one session")
+    ap.add_argument("--hot-strings", action="store_true",
+                    help="llvm --floor: also the best recipe with hot string pools (split.hotstrings), alone and with "
+                         "--order-dynsym --move-symtab")
+    ap.add_argument("--hot-strings-file", metavar="FILE",
+                    help="with --hot-strings: strings to add to the static set (one a line, C-escaped)")
     ap.add_argument("--default-path", action="store_true",
                     help="llvm: only the default path (elflayout link, no flag) against the best recipe, one session")
     a = ap.parse_args(argv)
@@ -687,7 +742,9 @@ def main(argv=None) -> int:
         llvm_default_vs_best(a.runs)
         return 0
     if a.floor:
-        llvm_floor(a.runs)
+        from elflayout.split.hotstrings import read_strings_file
+
+        llvm_floor(a.runs, a.hot_strings, read_strings_file(a.hot_strings_file) if a.hot_strings_file else None)
         return 0
     t0 = time.monotonic()
     shown = argv if argv is not None else sys.argv[1:]

@@ -293,6 +293,79 @@ def test_relink_loader_structure_pages_follow_the_structure(synth, tmp_path):
     assert data == sorted(new.values()) and new != old
 
 
+def _relinked_by_lld(synth, tmp_path, pages, extra=()):
+    """The synthetic profile with ``pages`` and without the functions on those pages, and
+    (target, relink): the same objects (and ``extra`` sources) linked by lld, which puts
+    ``.init``/``.plt`` after ``.text`` where GNU ld put them before it."""
+    from elflayout.profile import model
+
+    need_tool("ld.lld")
+    doc = json.loads(synth["profile"].read_text())
+    t = doc["targets"][0]
+    on = {p["page"] for p in pages}
+    t["functions"] = [f for f in t["functions"] if not set(range(f["offset"] // 4096, (f["offset"] + f["size"]) // 4096
+                                                                   + 1)) & on]
+    t["pages"] = pages
+    lib = tmp_path / "libsynth.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-fuse-ld=lld", "-o", str(lib), *map(str, synth["objects"]),
+                    *map(str, extra)], check=True)
+    return model.parse(doc).targets[0], lib
+
+
+def test_relink_places_code_run_outside_functions(synth, tmp_path):
+    """ld.so's call of .init and the program's calls through the PLT run code no sized
+    function symbol covers: on a relink that code is where the relink put .init and .plt
+    (lld: after .text), not dropped with the function pages. A first-access relink of
+    clang-22 ThinLTO libzstd with its debug info moved read 84 pages where the model,
+    without that touch of .plt, predicted 113: the .plt fault restarts the read-ahead state
+    and no async read follows."""
+    from elflayout.elfcore import PAGE, ElfImage
+    from elflayout.order.placement import profile_touches
+
+    with ElfImage(synth["lib"]) as img:
+        plt = img.section(".plt")
+    page = plt.offset // PAGE
+    t, lib = _relinked_by_lld(synth, tmp_path, [{"page": page, "kind": "x", "first": -1, "t": 0.0, "phase": "init"}])
+    with ElfImage(lib) as img:
+        pg, kinds, notes = profile_touches(t, img)
+        want = {img.section(n).offset // PAGE for n in (".init", ".plt")}
+        assert want.isdisjoint({page})  # lld moved them
+    # first of all (the profiled first is -1), before any function entry
+    got = {p for p, k, i in zip(pg.tolist(), kinds.tolist(), range(len(want))) if k == b"x"}
+    assert got == want, (want, pg[:4])
+    # GNU ld's .plt.got (lld has none) and the crt code before the functions (no link
+    # maps to follow it) are counted, not guessed
+    assert notes["code_outside_functions"]["ranges"] > notes["code_outside_functions"]["unplaced"] > 0
+
+
+def test_relink_places_the_relocation_pass_where_the_profile_saw_it(synth, tmp_path):
+    """The profile records ld.so's reads of the relocation tables, after its version
+    checks: on a relink they are the relink's tables (placed by neither input section nor
+    relative position, as packing and .dynstr order change them), at the profiled first,
+    so the model does not put its own relocation pass before everything the loader read.
+    (libzstd gcc -g through split, first-access, debug info moved: 114 pages measured,
+    113 predicted before, 114 now.)"""
+    from elflayout.elfcore import PAGE, ElfImage
+    from elflayout.order.placement import profile_touches
+    from elflayout.order.simulation import touches_relocations
+
+    with ElfImage(synth["lib"]) as img:
+        rela = img.section(".rela.dyn")
+    pages = [{"page": 1, "kind": "r", "first": -3, "t": 0.0, "phase": "loader"},
+             {"page": rela.offset // PAGE, "kind": "r", "first": -2, "t": 0.0, "phase": "loader"}]
+    pad = tmp_path / "ptrs.c"  # 3,000 relative relocations: .rela.dyn of 18 pages in the relink
+    pad.write_text("static char s[1];\nchar *elflayout_ptrs[3000] = {" + "s, " * 3000 + "};\n")
+    t, lib = _relinked_by_lld(synth, tmp_path, pages, [pad])
+    with ElfImage(lib) as img:
+        pg, kinds, _notes = profile_touches(t, img)
+        tables = [img.section(n) for n in (".rela.dyn", ".rela.plt")]
+        want = sorted({p for s in tables for p in range(s.offset // PAGE, (s.offset + s.size - 1) // PAGE + 1)})
+        assert touches_relocations(img, pg)
+    seq = pg.tolist()
+    at = [i for i in range(len(seq)) if seq[i:i + len(want)] == want]  # in table order, one run
+    assert len(want) > 10 and at and all(k == b"r" for k in kinds[at[0]:at[0] + len(want)]), (want, seq[:30])
+
+
 # A library laid out like libzstd (lld): r-- [0, 33), r-x [32, 265), rw- [264, 266), each
 # at its file page. ld.so's touches, then a code fault at 32 (async: 64-95 read as 16-page
 # folios, 64-79 marked), then one fault in the marked folio. Pages read as measured on

@@ -45,6 +45,9 @@ def add_arguments(p) -> None:
                         "sections, symbol-less ones (jump tables) included, before .rodata/.data")
     p.add_argument("--no-hot-strings", action="store_true",
                    help="--data-script without the touched objects' merged strings (.rodata.str*) in a pool of their own")
+    p.add_argument("--string-pool", action="store_true",
+                   help="--data-script leads with an output section .rodata.hotstr of the hot string pools "
+                        "(.rodata.hotstr*) that elflayout link --hot-strings (split.hotstrings) writes into objects")
     p.add_argument("--dynstr-out", metavar="RSP",
                    help="lld only: also write a linker response file of -u options that puts the dynamic-symbol "
                         "names ld.so reads (LIB's symbol relocations, the program's imports) first in .dynstr")
@@ -97,7 +100,8 @@ def run(args) -> int:
             fileio.check_output(extra, force=args.force, inputs=(args.profile, args.output))
     try:
         o = pipeline.order_files(request(args, args.format), out, data_script=args.data_script, dynstr_out=args.dynstr_out,
-                                 hot_strings=not args.no_hot_strings, dynstr_exes=args.dynstr_exe)
+                                 hot_strings=not args.no_hot_strings, dynstr_exes=args.dynstr_exe,
+                                 string_pool=args.string_pool)
     except pipeline.ThinOrdering as e:
         print(f"elflayout: error: {e}", file=sys.stderr)
         return 1

@@ -18,6 +18,9 @@ Steps:
    model (``readahead.simulate``, loader included, data where it is) at read_ahead_kb
    128 (``READ_AHEAD_KB``); the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
    ``.init``/``.plt`` before ``.text``) and the link map's list of cold sections.
+   The touches include code run outside sized functions (``.init``, ``.plt``, crt
+   files), and with ``--move-symtab`` each layout is predicted with the unloaded
+   sections moved where that step puts them for it.
 3. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
    their ordering file.
 4. *.dynstr* (lld): the names ld.so reads first, when the profiled library is there.
@@ -141,27 +144,76 @@ def split_step(asked: bool | None, inputs: list[str], fmt: str) -> Step:
     return Step("split", False, "every function has its own section" if inputs else "no object or archive argument")
 
 
-def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB) -> dict[str, int] | str:
+def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, universe=None,
+                       move_symtab: bool = False) -> dict[str, int] | str:
     """Pages the readahead model predicts for each of ``CANDIDATES`` on the profiled
-    library (``target.path``), or the reason it cannot (not there, another build)."""
+    library (``target.path``), or the reason it cannot (not there, another build).
+
+    The touches include the code run outside functions (``.init``, ``.plt``, crt files:
+    ``placement.code_outside_functions``; with the profiled build's map, ``universe``,
+    code sections move with the functions as the ordering moves them). ``move_symtab``:
+    each layout with the unloaded sections moved where ``link --move-symtab`` puts them
+    for it (``tuck.cold_hole``), which changes what the read-around reaches."""
     from elflayout.elfcore import ElfImage
     from elflayout.order import heldout
+    from elflayout.order.placement import code_outside_functions
 
     if not target.path or not os.path.isfile(target.path):
         return f"the profiled library {target.path} is not there"
-    ra = read_ahead_kb
     with ElfImage(target.path) as img:
         if not target.build_id or img.build_id != target.build_id:
             return f"{target.path} is not the profiled build"
         base = heldout.functions_of(img)
-        return {a: heldout.predict(img, target, heldout.ordered_layout(img, base, target, hot_last=a == "hot-last"),
-                                   ra)["pages"] for a in CANDIDATES}
+        outside = code_outside_functions(target, img, base)
+        code = heldout.code_sections(outside, universe, base)
+        base = heldout.with_code(base, code)
+        out = {}
+        for a in CANDIDATES:
+            lay = heldout.ordered_layout(img, base, target, hot_last=a == "hot-last", code=code)
+            pages, kinds = heldout.touches(target, lay, outside, code)
+            out[a] = _simulate_moved(img, pages, kinds, read_ahead_kb, a) if move_symtab else \
+                _simulate(img, pages, kinds, read_ahead_kb)
+        return out
 
 
-def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB) -> Step:
+def _simulate(img, pages, kinds, read_ahead_kb: int) -> int:
+    """Pages read; ld.so's relocation pass modelled unless the profile recorded it (in
+    its own order: after the version checks, which the model's pass would follow)."""
+    from elflayout.order.readahead import simulate
+    from elflayout.order.simulation import touches_relocations
+
+    return simulate(img, pages, kinds, read_ahead_kb, loader=not touches_relocations(img, pages))["pages"]
+
+
+def _simulate_moved(img, pages, kinds, read_ahead_kb: int, algorithm: str) -> int:
+    """Pages read with the unloaded sections moved into the hole ``tuck.cold_hole`` picks
+    for ``algorithm``: on a moved copy of the library (the loaded bytes are the same,
+    their file offsets shift), the touches shifted with them. A library tuck cannot
+    move keeps its layout, as ``link`` then does."""
+    import tempfile
+
+    from elflayout.elfcore import PAGE, ElfImage
+    from elflayout.order import tuck
+
+    try:
+        after = tuck.cold_hole(img, algorithm)
+        plan = tuck.plan(img, after)
+    except ElflayoutError:
+        return _simulate(img, pages, kinds, read_ahead_kb)
+    with tempfile.TemporaryDirectory(prefix="elflayout-predict-") as td:
+        dst = os.path.join(td, os.path.basename(img.path))
+        tuck.tuck(img.path, dst, after)
+        shifted = pages + (pages >= plan["hole"] // PAGE) * (plan["delta"] // PAGE)
+        with ElfImage(dst) as moved:
+            return _simulate(moved, shifted, kinds, read_ahead_kb)
+
+
+def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB,
+                   move_symtab: bool = False) -> Step:
     """The algorithm: ``asked`` as given, or for ``auto`` the one the model predicts
-    reads fewer pages (see Steps); the prediction is shown either way when it can be made."""
-    pred = predict_algorithms(target, read_ahead_kb)
+    reads fewer pages (see Steps; ``move_symtab``: with the unloaded sections moved as
+    ``link --move-symtab`` moves them); the prediction is shown either way when it can be made."""
+    pred = predict_algorithms(target, read_ahead_kb, universe, move_symtab)
     shown = ", ".join(f"{a} {n:,} pages" for a, n in pred.items()) if isinstance(pred, dict) else ""
     if asked != "auto":
         return Step("algorithm", asked, "asked", shown)
@@ -174,7 +226,8 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
     if not isinstance(pred, dict):
         return Step("algorithm", "first-access", f"no prediction: {pred}")
     best = min(CANDIDATES, key=lambda a: (pred[a], CANDIDATES.index(a)))
-    why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout only"
+    why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout only" + \
+        (", unloaded sections moved" if move_symtab else "")
     if best == "hot-last" and not getattr(target, "objects", None):
         why += f"; {NO_MAP}"
     return Step("algorithm", best, why, shown)

@@ -278,7 +278,8 @@ def lld_file_pattern(obj: str) -> str | None:
     return None if _LD_UNSAFE.search(pat) or not pat else pat
 
 
-def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None) -> tuple[str, dict]:
+def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None,
+                          string_pool: bool = False) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
@@ -294,8 +295,17 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     ``universe`` (the profiled link's map): a group whose ordered sections are all the
     non-empty input sections of its default output section is left out and named in
     ``left_out``: lld drops the emptied ``.data`` and refuses to insert before it, and
-    every page of a section read whole is read whatever its order."""
+    every page of a section read whole is read whatever its order.
+
+    ``string_pool``: first of all, an output section ``.rodata.hotstr`` of the hot string
+    pools ``elflayout.split.hotstrings`` wrote (``*(.rodata.hotstr*)``): lld merges
+    them into one small pool of the strings start-up reads (empty, and dropped by lld,
+    when no object has one)."""
     blocks = ["".join(f"/* {h} */\n" for h in header.splitlines())] if header else []
+    if string_pool:
+        from elflayout.split.hotstrings import HOT_PREFIX
+
+        blocks.append(_ld_block(HOT_PREFIX, ".rodata", [f"*({HOT_PREFIX}*)"], raw=1))
     dpats, dstats = data_patterns(layout, lambda o: [p] if (p := lld_file_pattern(o)) else [], LLD_DATA_GROUPS)
     placed = n_str = 0
     str_pats = []

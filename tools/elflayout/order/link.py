@@ -143,14 +143,21 @@ def check_request(parsed: dict, linker: str, fmt: str, split: bool, data_script:
         raise ElflayoutError(f"{extras[0]}: an lld companion (--linker lld, --format lld), not {linker}/{fmt}")
 
 
-def companion_args(parsed: dict, ordering, workdir: Path, data_script: bool, dynstr: bool, progress=None) -> list[str]:
+def companion_args(parsed: dict, ordering, workdir: Path, data_script: bool, dynstr: bool, progress=None,
+                   string_pool: dict | None = None) -> list[str]:
     """The lld companion arguments of ``ordering`` (``pipeline.Ordering``): a -T
-    data-section script and a .dynstr -u/-y response file, written into ``workdir``."""
+    data-section script and a .dynstr -u/-y response file, written into ``workdir``.
+    ``string_pool``: the inputs ``split.hotstrings`` rewrote ({old path: new}); the data
+    script then leads with their hot string pools and names the new files."""
     wl = (lambda a: "-Wl," + a) if parsed["driver"] else (lambda a: a)
     extra = []
     if data_script:
-        dtext, dstats = ordering.data_script()
-        if dstats["data_sections"]:
+        dtext, dstats = ordering.data_script(string_pool=string_pool is not None)
+        if string_pool:
+            from elflayout.split.hotstrings import retarget_script
+
+            dtext = retarget_script(dtext, string_pool)
+        if dstats["data_sections"] or string_pool:
             dfile = workdir / "data.ld"
             atomic_write_text(dfile, dtext)
             extra += [wl("-T"), wl(str(dfile))] if not parsed["driver"] else [f"-Wl,-T,{dfile}"]

@@ -96,6 +96,11 @@ def add_arguments(p) -> None:
                         "relocations, the profiled program's imports) first in .dynsym, .gnu.version and the "
                         ".gnu.hash chains; every lookup is proved to find the same symbol (needs .gnu.hash only: "
                         "--hash-style=gnu)")
+    p.add_argument("--hot-strings", action="store_true",
+                   help="lld with the data script: first move the string literals that relocations of the profiled "
+                        "code and data reach out of their objects' mergeable pools into pools of their own "
+                        "(the command's objects and archives rewritten into a temporary directory, each proved), "
+                        "placed first in .rodata: lld reads a merged string pool whole once a few of its strings are")
     p.add_argument("--check", action="store_true",
                    help="with --pack self: prove the output equivalent to the linker's DT_RELR output (simulated "
                         "loader at two bases, real loads) before writing it")
@@ -130,7 +135,7 @@ def options(args) -> LinkOptions:
                        keep_order_file=args.keep_order_file, force=args.force, min_order=args.min_order,
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
                        check=args.check, root=args.root, check_order=not args.no_check_order,
-                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym)
+                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym, hot_strings=args.hot_strings)
 
 
 def _say_check(lines: list[str], split: bool = False) -> None:

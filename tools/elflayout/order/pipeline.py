@@ -90,9 +90,10 @@ class Ordering:
     warnings: list[str] = field(default_factory=list)
     report: dict = field(default_factory=dict)
 
-    def data_script(self, hot_strings: bool = True) -> tuple[str, dict]:
+    def data_script(self, hot_strings: bool = True, string_pool: bool = False) -> tuple[str, dict]:
         """lld's companion: the data sections by a ``-T`` INSERT script (``formats``)."""
-        return formats.write_lld_data_script(self.layout, self.header, hot_strings=hot_strings, universe=self.universe)
+        return formats.write_lld_data_script(self.layout, self.header, hot_strings=hot_strings, universe=self.universe,
+                                             string_pool=string_pool)
 
     def dynstr(self, executables=None, option: str = "--dynstr-out") -> tuple[str, dict]:
         """lld's other companion: a response file of ``-u`` options putting the names
@@ -208,7 +209,7 @@ def check_companions(fmt: str, data_script: bool, dynstr: bool) -> None:
 
 
 def order_files(req: Request, output, data_script=None, dynstr_out=None, hot_strings: bool = True,
-                dynstr_exes=None) -> Ordering:
+                dynstr_exes=None, string_pool: bool = False) -> Ordering:
     """``order`` and write its files: the ordering to ``output``, with lld the companions
     to ``data_script`` and ``dynstr_out``. Everything is computed before anything is
     written; ``ThinOrdering`` when the ordering names almost nothing."""
@@ -219,7 +220,7 @@ def order_files(req: Request, output, data_script=None, dynstr_out=None, hot_str
         raise ThinOrdering(thin)
     outs = []
     if data_script is not None:
-        dtext, dstats = o.data_script(hot_strings)
+        dtext, dstats = o.data_script(hot_strings, string_pool)
         if not dstats["data_sections"] and not dstats["string_objects"]:
             raise ElflayoutError(f"{req.profile}: --data-script: no data section to place (record the profile "
                                  "with --data and give the link map: --objects-from or the profile's map)")

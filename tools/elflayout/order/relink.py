@@ -59,6 +59,7 @@ class LinkOptions:
     check_order: bool = True
     move_symtab: bool = False
     order_dynsym: bool = False
+    hot_strings: bool = False
 
 
 @dataclass
@@ -133,7 +134,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             else:
                 req = dataclasses.replace(req, objects_from=objects_from)
                 o = pipeline.order(req)
-        algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe)
+        algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe, move_symtab=bool(opts.move_symtab))
         if algo.value != req.algorithm:
             o = pipeline.order(dataclasses.replace(req, algorithm=algo.value))
         for w in o.warnings:
@@ -145,10 +146,19 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         if split.value and steps[2].value and not _data_sections_split(o.universe):
             steps[2].why += ("; data sections are named as split: profile a build of split objects "
                              "(elflayout split, docs/splitting.md) for them to match")
+        moved = None
+        if opts.hot_strings:
+            if not (lld and steps[2].value is True):
+                raise ElflayoutError("--hot-strings: its pools are placed by lld's data script (--linker lld, "
+                                     "--format lld, no --no-data-script)")
+            moved, hot = hot_strings(parsed, o, Path(td) / "hotstrings", say)
+            parsed = dict(parsed, cmd=[str(moved.get(a, a)) for a in parsed["cmd"]])
+            steps.append(hot)
         order_file = Path(opts.keep_order_file) if opts.keep_order_file else Path(td) / f"order.{fmt}"
         fileio.atomic_write_text(order_file, o.text)
         full = apply(parsed, linker, fmt, o.text, order_file)
-        full += companion_args(parsed, o, Path(td), steps[2].value is True, steps[3].value is True, say)
+        full += companion_args(parsed, o, Path(td), steps[2].value is True, steps[3].value is True, say,
+                               string_pool=moved)
         _note_companions(steps, o)
         shown = full if len(full) <= 24 else [*full[:12], f"... ({len(full) - 16} more arguments) ...", *full[-4:]]
         say(shlex.join(shown))
@@ -189,11 +199,35 @@ def _check_options(opts: LinkOptions, linker: str) -> None:
         if opts.pack not in ("relr", "self"):
             raise ElflayoutError("link: give --profile (ordering) and/or --pack FORM")
         extra = [o for o, on in (("--split", opts.split), ("--data-script", opts.data_script),
+                                 ("--hot-strings", opts.hot_strings),
                                  ("--dynstr", opts.dynstr), ("--keep-order-file", opts.keep_order_file),
                                  ("--lib", opts.lib), ("--no-data", not opts.data), ("--combine", opts.combine),
                                  ("--allow-stale-profile", opts.allow_stale_profile)) if on]
         if extra:
             raise ElflayoutError(f"{extra[0]}: an ordering option, which needs --profile")
+
+
+def hot_strings(parsed: dict, o, dest: Path, say) -> tuple[dict[str, Path], Step]:
+    """The command's objects and archives with the strings that relocations of the
+    profiled code and data reach moved into hot pools (``split.hotstrings``, each object
+    proved), in ``dest``: {input: rewritten copy} and the step."""
+    from elflayout.split import hotstrings
+
+    secs = hotstrings.hot_sections(o.layout)
+    files = {k for k in secs if os.path.isfile(k.split("(", 1)[0] if k.endswith(")") else k)}
+    hot = hotstrings.static_hot_strings({k: v for k, v in secs.items() if k in files})
+    inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
+              and os.path.isfile(a)]
+    moved, tot = hotstrings.rewrite_inputs(inputs, dest, hot, only=files)
+    say(f"hot strings: {len(hot):,} strings reached from the profiled sections; {tot['moved_pieces']:,} moved in "
+        f"{tot['objects_changed']:,} of {tot['objects']:,} objects, {tot['pinned_pieces']:,} left (named by "
+        f"section + addend or a global symbol)")
+    why = "strings the profiled code and data reach, in pools of their own"
+    if not moved:
+        why = ("no profiled object of the profile's map is an input of this command" if not tot["objects"]
+               else "no such string in the command's objects")
+    return moved, Step("hot strings", bool(moved), why,
+                       f"{tot['moved_bytes']:,} bytes of strings first in .rodata" if moved else "")
 
 
 def _companion_steps(opts: LinkOptions, o, lld: bool) -> list[Step]:
