@@ -199,6 +199,7 @@ def _patched(o: Path, name: str, at: int, value: bytes) -> bytes:
     (".debug_addr", 0, (4).to_bytes(4, "little"), ".debug_addr: index"),         # a table of no entries
     (".debug_addr", 4, (4).to_bytes(2, "little"), "not 32-bit DWARF 5"),         # version 4
     (".debug_loclists", 8, bytes(4), "past the offsets of .debug_loclists"),     # no offset array
+    (".debug_loclists", 8, bytes([0, 0, 1, 0]), "more than it holds"),          # 65536 offsets
     (".debug_abbrev", 4, bytes([0x7E]), "unknown DWARF form 0x7e"),              # the unit's first attribute
 ])
 def test_damaged_indexes_are_bad_input(tmp_path, name, at, value, why):

@@ -342,7 +342,9 @@ def _bases(obj: ObjectFile, f: Facts, top, rel: dict[int, Reloc]) -> None:
         if name == ".debug_addr":
             f.addr_count = (h + 4 + length - r.addend) // 8
         else:
-            f.bases[name + "#"] = int.from_bytes(data[h + 8:h + 12], "little")     # offset_entry_count
+            count = f.bases[name + "#"] = int.from_bytes(data[h + 8:h + 12], "little")    # offset_entry_count
+            if r.addend + 4 * count > h + 4 + length:
+                raise Damaged(f"{name}: the table at {h:#x} has {count} offsets, more than it holds")
 
 
 def addrx(f: Facts, index: int) -> Reloc | None:
