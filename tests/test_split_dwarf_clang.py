@@ -264,3 +264,37 @@ def test_unit_low_pc_index_too_short_for_a_new_entry_is_kept(tmp_path):
     assert debugcheck.verify(exe) is None
     moved = _starts(exe)
     assert moved.index("h79") < moved.index("h0"), moved
+
+
+COLD = """#include <stdio.h>
+__attribute__((cold, noinline)) void report(int x) { printf("bad %d\\n", x); }
+__attribute__((noinline)) int work(int x) { int s = 0; for (int i = 0; i < x; i++) { s += i * x; if (s < 0) report(s); }
+  return s; }
+__attribute__((noinline)) int twice(int x) { return work(x) + work(x + 1); }
+int main(int c, char **v) { (void)v; return twice(c * 10) > 5; }
+"""
+
+
+def test_unit_over_two_sections_lists_from_a_base_in_another_function(tmp_path):
+    """A unit over .text and .text.unlikely. (a cold function): clang's location lists
+    are offset pairs from DW_LLE_base_addressx of .text's start, also for the later
+    functions. Those pairs are written again with their own relocated start (was: all of
+    .text glued, "DWARF describes .text+0x.. from work as one range")."""
+    need_tool("addr2line")
+    need_tool("llvm-dwarfdump-16")
+    src = tmp_path / "cold.c"
+    src.write_text(COLD)
+    o = _cc(tmp_path, src)
+    _, rep = split_object(o.read_bytes(), o.name)
+    text = next(x for x in rep.sections if x.name == ".text")
+    assert text.sections == 3 and not text.glued, text
+    s = _split(tmp_path, o)
+    orig = _link(tmp_path, [o], "orig")
+    exe = _link(tmp_path, [s], "moved", ["main", "twice", "work"])
+    n, diffs = debugcheck.compare_lines(orig, exe)
+    assert n > 50 and diffs == [], diffs
+    n, diffs = debugcheck.compare_locations(orig, exe)
+    assert n >= 6 and diffs == [], (n, diffs)
+    assert debugcheck.verify(exe) is None
+    moved = _starts(exe)
+    assert moved.index("main") < moved.index("twice") < moved.index("work"), moved

@@ -634,7 +634,7 @@ def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, un
             b, p = uleb(data, p)
             if base is not None:
                 r, field_at = base
-                out.append(Interval(r.sec, r.addend + a, r.addend + b, field_at, r.addend, reloc=r))
+                out.append(Interval(r.sec, r.addend + a, r.addend + b, field_at, r.addend, entry=(at, p), reloc=r))
             elif isinstance(unit_base, Reloc):
                 u = unit_base.addend
                 out.append(Interval(unit_base.sec, u + a, u + b, -1, u + a, True, (at, p)))

@@ -80,7 +80,7 @@ def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int,
         (list_moves, unit_list), loc_moves = _ranges4(c, out), _loc4(c, out)
     else:
         list_moves, unit_list = _rnglists(c, out)
-        loc_moves = _loclists(c, out) if c.convert else {}
+        loc_moves = _loclists(c, out)
     added = f.unit.new_section(f) if c.convert else None
     if added:
         unit_list = _new_ranges(c, added, out)
@@ -296,12 +296,21 @@ def _loc4(c: _Ctx, out: dict) -> dict[int, int]:
     return {}
 
 
+def _rewritten(c: _Ctx, iv: Interval) -> bool:
+    """Whether location list entry ``iv`` is written again: an offset pair from the
+    converted unit's base, or from a base address in another new section."""
+    if iv.unit:
+        return c.convert
+    return iv.entry != (0, 0) and crosses(iv, c.bounds)
+
+
 def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
-    """Location lists with offset pairs from the converted unit's base appended again,
-    those pairs as ``DW_LLE_start_length`` with a relocated start (one entry for one:
-    a separate list of location views still counts the same entries)."""
+    """Location lists with offset pairs from the converted unit's base, or from a base
+    address now in another new section, appended again, those pairs as
+    ``DW_LLE_start_length`` with a relocated start (one entry for one: a separate list
+    of location views still counts the same entries)."""
     f = c.facts
-    todo = sorted(s for s, ivs in f.loc_lists.items() if any(iv.unit for iv in ivs))
+    todo = sorted(s for s, ivs in f.loc_lists.items() if any(_rewritten(c, iv) for iv in ivs))
     if not todo:
         return {}
     data = c.obj.sections[f.secs[".debug_loclists"]].data
@@ -317,7 +326,7 @@ def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
         moves[start] = len(new)
         p = start
         for iv in f.loc_lists[start]:
-            if not iv.unit:
+            if not _rewritten(c, iv):
                 continue
             at, after = iv.entry
             rel += _shifted(rows, p, at, len(new) - p)

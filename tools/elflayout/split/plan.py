@@ -256,7 +256,10 @@ def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
     for iv in [*f.locs, *(iv for iv, _ in f.high_pcs)]:
         sp = cands.get(iv.sec)
         if sp is not None and sp.whole is None:
-            a = min(sp.unit_at(iv.anchor_at), sp.unit_at(iv.start))
+            # (a DWARF 5 offset pair away from its base's new section is written again
+            # with its own relocated start: only its own bytes must stay together)
+            anchor = iv.start if f.version == 5 and iv.entry != (0, 0) else iv.anchor_at
+            a = min(sp.unit_at(anchor), sp.unit_at(iv.start))
             b = sp.unit_at(max(iv.start, iv.end - 1))
             if a != b:
                 sp.glue_range(a, b, f"DWARF describes {sp.sec.name}+{iv.start:#x}..{iv.end:#x} from "
