@@ -85,15 +85,17 @@ def work_dir() -> Path:
     return cache_dir("bench-pipeline")
 
 
-def write_order(out, prof, fmt, data_script=None, dynstr_out=None, **request) -> None:
+def write_order(out, prof, fmt, data_script=None, dynstr_out=None, levers=None, **request) -> None:
     """``elflayout order`` in-process (``order.pipeline.order_files``, what the verb runs);
-    print the command it equals. ``request``: the other ``pipeline.Request`` fields."""
+    print the command it equals. ``request``: the other ``pipeline.Request`` fields;
+    ``levers``: the data script's options (``Ordering.data_script``, ``order --hot-constants
+    --sparse-last``)."""
     from elflayout.order import pipeline
 
     req = pipeline.Request(prof, fmt, **request)
     t = time.monotonic()
-    pipeline.order_files(req, out, data_script=data_script, dynstr_out=dynstr_out)
-    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out))}   ({time.monotonic() - t:.1f} s, in-process)",
+    pipeline.order_files(req, out, data_script=data_script, dynstr_out=dynstr_out, **(levers or {}))
+    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out, levers))}   ({time.monotonic() - t:.1f} s, in-process)",
           flush=True)
 
 
@@ -157,15 +159,16 @@ def pack(lib: Path, dest_dir: Path) -> Path:
     return out
 
 
-def full_recipe_args(stem: Path, prof: Path, lib, objects_from, wl: str = "") -> list:
+def full_recipe_args(stem: Path, prof: Path, lib, objects_from, wl: str = "", levers=None) -> list:
     """The product's fullest lld recipe as link arguments: hot-last code order, a data
     script placing the touched data sections, hot ``.dynstr`` names first. Its files are
     ``STEM.lld/.ld/.rsp``, passed by content-hashed copies so a cache keyed on the
     arguments sees the same order under the same name. ``wl``: ``"-Wl,"`` when the
-    ordering options go through a compiler driver that does not pass them itself."""
+    ordering options go through a compiler driver that does not pass them itself.
+    ``levers``: options of the data script (``Ordering.data_script``)."""
     full = {k: stem.with_name(f"{stem.name}.{k}") for k in ("lld", "ld", "rsp")}
     write_order(full["lld"], prof, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=lib,
-                objects_from=objects_from, algorithm="hot-last")
+                objects_from=objects_from, algorithm="hot-last", levers=levers)
     h = {k: hashed_copy(v) for k, v in full.items()}
     return [f"{wl}--symbol-ordering-file={h['lld']}", f"{wl}--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
             f"-Wl,@{h['rsp']}"]
@@ -612,49 +615,53 @@ LLVM_FLOOR_LEVERS = ("--order-dynsym", "--move-symtab", "--order-dynsym --move-s
 HOT_STRINGS = "hot strings"
 
 
-def llvm_hot_strings(w: Path, prof: Path, base: dict, per_object_pools: bool = True, extra_hot=None) -> Path:
+def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
     """The best recipe relinked from archives whose hot string pieces moved into pools of
     their own (``split.hotstrings``: the strings relocations of the code and data that ran
-    reach, plus ``extra_hot``), placed first by the data script (``string_pool``);
-    ``per_object_pools``: the touched objects' remaining strings still lead
-    ``.rodata.elflayout`` (``order --data-script`` as before). Packed, llc/opt outputs checked."""
+    reach, plus ``extra_hot``), placed first by the data script (``string_pool``): with
+    the touched objects' remaining strings still leading ``.rodata.elflayout`` (the data
+    script as before) and without (``--no-hot-strings``). Packed, llc/opt outputs
+    checked. Returns {row name: library}."""
     from elflayout.order import pipeline
     from elflayout.split import hotstrings
     from elflayout.targets import libllvm
 
     t = time.monotonic()
-    req = pipeline.Request(prof, "lld", lib=base["lib"], algorithm="hot-last")
-    o = pipeline.order(req)
+    o = pipeline.order(pipeline.Request(prof, "lld", lib=base["lib"], algorithm="hot-last"))
     secs = hotstrings.hot_sections(o.layout)
     hot = hotstrings.static_hot_strings(secs) | set(extra_hot or ())
     print(f"  hot strings: {len(hot):,} strings, {sum(map(len, hot)):,} bytes, reached from {len(secs):,} objects' "
-          f"sections that ran ({time.monotonic() - t:.0f} s)", flush=True)
+          f"sections that ran{' + the given file' if extra_hot else ''} ({time.monotonic() - t:.0f} s)", flush=True)
     arch = libllvm.archives()
     moved, tot = hotstrings.rewrite_inputs(arch, w / "hotstrings", hot, only=set(secs))
     print(f"  rewritten: {len(moved)} archives, {tot['objects_changed']:,} of {tot['objects']:,} objects, "
           f"{tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved, {tot['pinned_pieces']:,} "
           f"({tot['pinned_bytes']:,} bytes) kept (section + addend or global), whole: {tot['kept']} "
           f"({time.monotonic() - t:.0f} s)", flush=True)
-    tag = "hs" if per_object_pools else "hs-nopools"
-    files = {k: w / f"llvm-{tag}.{k}" for k in ("lld", "ld", "rsp")}
-    write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], algorithm="hot-last")
-    dtext, _ = o.data_script(hot_strings=per_object_pools, string_pool=True)
-    files["ld"].write_text(hotstrings.retarget_script(dtext, moved))
-    h = {k: hashed_copy(v) for k, v in files.items()}
-    fextra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}", f"-Wl,@{h['rsp']}"]
     order = [moved.get(str(a), a) for a in arch]
-    print(f"  relink: libllvm.relink(\"lld\", extra_link_args={fextra}, archive_order=<{len(moved)} rewritten>)",
-          flush=True)
-    lib = libllvm.relink("lld", extra_link_args=fextra, archive_order=order)
-    out = pack(lib["lib"], w / "libs" / f"{tag}-packed")
-    libllvm.verify(out.parent)
-    with ElfImage(out) as img:
-        sec = img.section(hotstrings.HOT_PREFIX)
-    print(f"  {out}: {hotstrings.HOT_PREFIX} {sec.size if sec else 0:,} bytes", flush=True)
+    out = {}
+    for pools in (True, False):
+        tag = "hs" if pools else "hs-nopools"
+        files = {k: w / f"llvm-{tag}.{k}" for k in ("lld", "ld", "rsp")}
+        write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], algorithm="hot-last")
+        dtext, _ = o.data_script(hot_strings=pools, string_pool=True)
+        files["ld"].write_text(hotstrings.retarget_script(dtext, moved))
+        h = {k: hashed_copy(v) for k, v in files.items()}
+        fextra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
+                  f"-Wl,@{h['rsp']}"]
+        print(f"  relink: libllvm.relink(\"lld\", extra_link_args={fextra}, archive_order=<{len(moved)} "
+              f"rewritten>)", flush=True)
+        lib = libllvm.relink("lld", extra_link_args=fextra, archive_order=order)
+        packed = pack(lib["lib"], w / "libs" / f"{tag}-packed")
+        libllvm.verify(packed.parent)
+        with ElfImage(packed) as img:
+            sec = img.section(hotstrings.HOT_PREFIX)
+        print(f"  {packed}: {hotstrings.HOT_PREFIX} {sec.size if sec else 0:,} bytes", flush=True)
+        out[HOT_STRINGS if pools else f"{HOT_STRINGS}, no per-object pools"] = packed
     return out
 
 
-def llvm_floor_libs(w: Path, best: Path, hot: Path | None = None) -> dict:
+def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
     """The best recipe's output and each post-link lever applied to a copy of it, as
     ``elflayout link`` applies them (``relink.order_dynsym``/``relink.move_symtab``, in that
     order; ``order_dynsym`` reads the workload's executable from the profile's argv)."""
@@ -664,12 +671,12 @@ def llvm_floor_libs(w: Path, best: Path, hot: Path | None = None) -> dict:
     meta = {"argv": [str(libllvm.system()["llc"]), "--version"]}
     libs = {LLVM_BEST: best}
     levers = [(LLVM_BEST, best, lv) for lv in LLVM_FLOOR_LEVERS]
-    if hot is not None:
-        libs[f"best, {HOT_STRINGS}"] = hot
-        levers.append((f"best, {HOT_STRINGS}", hot, "--order-dynsym --move-symtab"))
+    for name, lib in (hot or {}).items():
+        libs[f"best, {name}"] = lib
+        levers.append((f"best, {name}", lib, "--order-dynsym --move-symtab"))
     for base_name, src, lever in levers:
         stem = "floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")
-        out = w / "libs" / (stem if src == best else f"{stem}-{HOT_STRINGS.replace(' ', '-')}") / best.name
+        out = w / "libs" / (stem if src == best else f"{stem}-{src.parent.name}") / best.name
         out.parent.mkdir(parents=True, exist_ok=True)
         if lever.startswith("strip"):
             subprocess.run(["strip", "--strip-all", "-o", str(out), str(best)], check=True)
@@ -682,7 +689,7 @@ def llvm_floor_libs(w: Path, best: Path, hot: Path | None = None) -> dict:
                     if not step.value:
                         raise SystemExit(f"bench_pipeline: {out}: {step.line()}")
         libllvm.verify(out.parent)
-        libs[f"{base_name if src != best else 'best'}, {lever}"] = out
+        libs[f"{base_name}, {lever}" if src != best else f"best, {lever}"] = out
     return libs
 
 
@@ -698,12 +705,14 @@ def llvm_floor(runs: int, hot_strings: bool = False, extra_hot=None) -> None:
     print()
     print(table([(n, summ.get(n)) for n in variants], lim, LLVM_BEST, True,
                 f"libLLVM-16: the best recipe and its post-link levers — selective, read_ahead_kb {RA_KB}"))
-    print("\n| variant | pages read | .dynsym | .gnu.version | .gnu.hash | .symtab+.strtab |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| variant | pages read | .dynsym | .gnu.version | .gnu.hash | .symtab+.strtab | .rodata.hotstr | "
+          ".rodata.elflayout | .rodata |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in variants:
         by = (summ.get(n) or {}).get("by_section", {})
         print(f"| {n} | {(summ.get(n) or {}).get('pages', float('nan')):,.0f} | {by.get('.dynsym', 0)} | "
-              f"{by.get('.gnu.version', 0)} | {by.get('.gnu.hash', 0)} | {by.get('.symtab', 0) + by.get('.strtab', 0)} |")
+              f"{by.get('.gnu.version', 0)} | {by.get('.gnu.hash', 0)} | {by.get('.symtab', 0) + by.get('.strtab', 0)} | "
+              f"{by.get('.rodata.hotstr', 0)} | {by.get('.rodata.elflayout', 0)} | {by.get('.rodata', 0)} |")
     print("Every variant's llc-16/opt-16 output is byte-identical to the shipped library's (libllvm.verify).")
 
 

@@ -20,7 +20,12 @@
    ``order.relink.relink``, as ``make demo`` runs it) measured beside the best recipe
    (``--default-path``: those two and the baseline alone, one session).
 
-Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure] [--default-path]
+7. The floor (``--floor``): the best recipe, stripped and packed, against itself with
+   each data-script lever (the touched objects' merged constants in the hot pool, big
+   sparsely touched tables at the tail of the hot data), one session; every variant's
+   output compared with Debian's python3.11.
+
+Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure] [--default-path] [--floor]
 """
 
 from __future__ import annotations
@@ -103,12 +108,12 @@ def split_profiles(w: Path, base: dict, argv: list, envs: list) -> tuple[Path, P
     return prof1, prof
 
 
-def full_recipe(w: Path, base: dict, tag: str, p: Path) -> list:
+def full_recipe(w: Path, base: dict, tag: str, p: Path, levers=None) -> list:
     """The product's fullest lld recipe (as bench_pipeline's libLLVM): hot-last code
     order, a data script placing the touched data sections, hot .dynstr names first.
-    Returns the link arguments."""
+    ``levers``: the data script's options. Returns the link arguments."""
     stem = "python-split-full-" + "".join(c if c.isalnum() else "-" for c in tag)
-    return bp.full_recipe_args(w / stem, p, base["lib"], base["map"])
+    return bp.full_recipe_args(w / stem, p, base["lib"], base["map"], levers=levers)
 
 
 def link(lk: str, extra: list) -> dict:
@@ -297,6 +302,76 @@ def stripped(lib: Path, dest: Path) -> Path:
     return out
 
 
+# What the floor variants must print exactly as Debian's python3.11 does: the moved
+# tables at work (Unicode type records, unicodedata, float and decimal constants)
+OUTPUT_CHECK = ("import json, decimal, re, unicodedata; s = 'Ünïcödé ΣΑΣ ß ǅ ﬁ 𝔘 ٣'; "
+                "print(json.dumps({'a': [1.5, 2e-300, 0.1 + 0.2, 1 / 3]}), decimal.Decimal(1) / 7, "
+                "re.findall(r'\\w+', s), s.upper(), s.lower(), s.title(), s.casefold(), "
+                "[(c.isidentifier(), c.isprintable(), c.isnumeric()) for c in s], "
+                "unicodedata.normalize('NFKD', s), [unicodedata.name(c, '?') for c in s], 2 ** 0.5, "
+                "float('1e308') * 10, int('٣'))")
+FLOOR_LEVERS = {  # row name -> data script options (Ordering.data_script)
+    "best recipe": {"hot_constants": False, "sparse_last": False},
+    "+ hot objects' merged constants": {"hot_constants": True, "sparse_last": False},
+    "+ sparse tables at the tail of the hot data": {"hot_constants": False, "sparse_last": True},
+    "+ both": {"hot_constants": True, "sparse_last": True},
+}
+
+
+def floor_profile(w: Path, base: dict, envs: list) -> Path:
+    """The best recipe's profile (measured conditions, 3 runs, traced faults fed back),
+    made by ``ordered_links`` unless it is there."""
+    fbp = w / "python-split-clean+faults.profile.json"
+    if not fbp.exists():
+        prof1, prof = split_profiles(w, base, [str(base["launcher"]), "-c", bp.IMPORTS], envs)
+        ordered_links(w, base, prof, prof1, envs)
+    print(f"  profile: {fbp} (best recipe's: 3 runs under the measured conditions, traced faults merged)", flush=True)
+    return fbp
+
+
+def check_output(lib: Path, d: dict, want: str) -> None:
+    """The variant prints what Debian's python3.11 prints for OUTPUT_CHECK; else the bench ends."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "LD_LIBRARY_PATH"}
+    r = subprocess.run([str(d["launcher"]), "-c", OUTPUT_CHECK], capture_output=True, text=True,
+                       env=env | d["env"] | {"LD_LIBRARY_PATH": str(lib.parent)})
+    if r.returncode or r.stdout != want:
+        raise SystemExit(f"bench_split: {lib}: output differs from Debian's python3.11: {r.stdout[:200]!r} "
+                         f"{r.stderr[-300:]}")
+
+
+def floor(runs: int) -> None:
+    """libpython (split, stripped as Debian ships it): the best recipe against itself
+    with each data-script lever, one session; every variant's output checked."""
+    from elflayout.targets import libpython
+
+    w = bp.work_dir() / "split"
+    w.mkdir(parents=True, exist_ok=True)
+    base = libpython.prepare("lld", split=True)
+    envs = sum((["--env", f"{k}={v}"] for k, v in base["env"].items()), [])
+    fbp = floor_profile(w, base, envs)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "LD_LIBRARY_PATH"}
+    want = subprocess.run([DEBIAN_PYTHON, "-c", OUTPUT_CHECK], capture_output=True, text=True, env=env,
+                          check=True).stdout
+    variants = {}
+    for name, levers in FLOOR_LEVERS.items():
+        tag = "floor-" + "-".join(k for k, v in levers.items() if v) if any(levers.values()) else "lld+data+faults"
+        d = link("lld+data+faults", full_recipe(w, base, tag, fbp, levers))
+        p = bp.pack(stripped(d["lib"], w / "libs" / f"split-ordered-stripped-{tag}"),
+                    w / "libs" / f"split-ordered-stripped-packed-{tag}")
+        check_output(p, d, want)
+        variants[name] = (p, bp.variant_cmd(p.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
+    print(f"  every variant prints what {DEBIAN_PYTHON} prints for: python3.11 -c {OUTPUT_CHECK!r}", flush=True)
+    summ, lim, rows = measured_table(w / "python-floor.results.json", variants, runs, fbp, base["lib"],
+                                     "best recipe", "libpython3.11 (split, stripped, packed): the best recipe and "
+                                     "its data-script levers — selective, read_ahead_kb 128")
+    print("\n| variant | pages read | .rodata.elflayout | .rodata | .data.rel.ro |\n|---|---:|---:|---:|---:|")
+    for n, sm in rows:
+        by = (sm or {}).get("by_section", {})
+        print(f"| {n} | {(sm or {}).get('pages', float('nan')):,.0f} | {by.get('.rodata.elflayout', 0)} | "
+              f"{by.get('.rodata', 0)} | {by.get('.data.rel.ro', 0)} |")
+    print(bp.determinism_note(rows))
+
+
 def run_regrtests(d: dict) -> None:
     """CPython's own tests through the relinked split library, and through Debian's."""
     if not Path("/usr/lib/python3.11/test/test_json").exists():
@@ -367,9 +442,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-crypto", action="store_true", help="skip the second archive (libcrypto.a)")
     ap.add_argument("--default-path", action="store_true",
                     help="only the default path (elflayout link, no flag) against the best recipe, one session")
+    ap.add_argument("--floor", action="store_true",
+                    help="only the best recipe (stripped, packed) and each data-script lever on it, one session")
     a = ap.parse_args(argv)
     if a.default_path:
         default_vs_best(a.runs)
+        return 0
+    if a.floor:
+        floor(a.runs)
         return 0
     print("## elflayout split on libpython3.11-pic.a\n", flush=True)
     split_time()

@@ -170,8 +170,9 @@ BENCHES = [
     Bench("realbuild_lto", "bench_realbuild_lto.py", ("--runs", "3"),
           "A real build with debug info and ThinLTO: libzstd from Debian's source, its own CMake at RelWithDebInfo, "
           "clang-22 -g -flto=thin + lld-22: unordered vs the tutorial's LTO route (profile --map of the LTO link, "
-          "elflayout link with and without --move-symtab) vs a profile of the build without LTO (link's exit "
-          "status, share of the gain kept), gdb breakpoint by line on the ordered library (pages read; two "
+          "elflayout link with and without --move-symtab, and --move-symtab --algorithm hot-last) vs a profile of "
+          "the build without LTO (link's exit status, share of the gain kept), gdb breakpoint by line on the "
+          "ordered library (pages read; two "
           "CMake builds and five LTO links the first time, about 20 min)", RA_SET, markdown=True),
     Bench("realbuild_lto_gcc", "bench_realbuild_lto.py", ("--compiler", "gcc", "--runs", "3"),
           "The same CMake build by gcc 12 -g -flto linked by GNU ld: unordered vs the LTO build's own profile "

@@ -175,6 +175,24 @@ def test_check_refuses_a_rewrite_that_names_other_strings(objs, damage):
         hs.check_object(objs["m"], bytes(buf), "m.o", hot)
 
 
+def test_a_rewrite_not_proved_leaves_the_object_as_it_is(objs, monkeypatch):
+    """A writer fault (here: one string's bytes changed) is caught by the proof: the
+    object is returned unchanged, with the reason."""
+    real = hs._write
+
+    def broken(*a):
+        return real(*a).replace(b"hot one\0", b"hot 0ne\0")
+
+    monkeypatch.setattr(hs, "_write", broken)
+    new, rep = hs.rewrite_object(objs["m"], "m.o", {b"hot one\0"})
+    assert new is objs["m"] and rep.moved_pieces == 0 and "not proved" in rep.kept[hs.OBJECT]
+
+
+def test_an_object_it_cannot_read_is_left(objs):
+    new, rep = hs.rewrite_object(b"BC\xc0\xde" + b"\0" * 60, "b.o", {b"x\0"})
+    assert new.startswith(b"BC") and "bitcode" in rep.kept[hs.OBJECT]
+
+
 def test_static_hot_strings_are_those_the_sections_that_ran_reach(objs, tmp_path):
     (tmp_path / "m.o").write_bytes(objs["m"])
     got = hs.static_hot_strings({str(tmp_path / "m.o"): {".text.hot"}})
@@ -209,45 +227,74 @@ def test_lld_data_script_leads_with_the_string_pool():
 
 
 def test_strings_file_round_trip(tmp_path):
-    s = {b"plain\0", b"tab\tand\\back\0", b"\xff\x01\0"}
+    s = {b"plain\0", b"tab\tand\\back\0", b"\xff\x01\0", b"# not a comment\0"}
     p = tmp_path / "hot.txt"
     p.write_text(hs.format_strings(s))
     assert hs.read_strings_file(p) == s
 
 
-def test_link_hot_strings_places_the_profiled_strings_first(tmp_path):
-    """``elflayout link --hot-strings``: the strings the profiled function reaches end up
-    in .rodata.hotstr, the others not; the program's output is the same."""
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """A two-object library whose profile ran hot_fn (not cold_fn), with its link map."""
     import json
 
     import order_testlib as testlib
-    from conftest import run_cli
 
     need_tool("ld.lld")
     need_tool("gcc")
-    (tmp_path / "s0.c").write_text('#include <stdio.h>\n'
-                                   'int hot_fn(int x) { puts("hot string a"); return x + 1; }\n'
-                                   'int cold_fn(int x) { puts("cold string b"); return x + 2; }\n')
-    (tmp_path / "entry.c").write_text("int hot_fn(int);\nint synth_entry(int x) { return hot_fn(x); }\n")
+    d = tmp_path_factory.mktemp("prof")
+    (d / "s0.c").write_text('#include <stdio.h>\n'
+                            'int hot_fn(int x) { puts("hot string a"); return x + 1; }\n'
+                            'int cold_fn(int x) { puts("cold string b"); return x + 2; }\n')
+    (d / "entry.c").write_text("int hot_fn(int);\nint synth_entry(int x) { return hot_fn(x); }\n")
     objs = []
     for n in ("entry", "s0"):
-        subprocess.run(["gcc", *testlib.CFLAGS, "-c", str(tmp_path / f"{n}.c"), "-o", str(tmp_path / f"{n}.o")],
-                       check=True)
-        objs.append(str(tmp_path / f"{n}.o"))
-    lib, mp = tmp_path / "libs.so", tmp_path / "libs.map"
+        subprocess.run(["gcc", *testlib.CFLAGS, "-c", str(d / f"{n}.c"), "-o", str(d / f"{n}.o")], check=True)
+        objs.append(str(d / f"{n}.o"))
+    lib, mp = d / "libs.so", d / "libs.map"
     subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-o", str(lib), *objs, f"-Wl,-Map,{mp}"], check=True)
-    (tmp_path / "truth.json").write_text(json.dumps({"functions": ["synth_entry", "hot_fn"],
-                                                     "owner": {"synth_entry": "entry.o", "hot_fn": "s0.o"}}))
-    prof = testlib.truth_profile(lib, tmp_path / "truth.json")
+    (d / "truth.json").write_text(json.dumps({"functions": ["synth_entry", "hot_fn"],
+                                              "owner": {"synth_entry": "entry.o", "hot_fn": "s0.o"}}))
+    prof = testlib.truth_profile(lib, d / "truth.json")
     prof["targets"][0]["map"] = str(mp)
-    (tmp_path / "p.json").write_text(json.dumps(prof))
-    out = tmp_path / "out" / "libs.so"
-    out.parent.mkdir()
-    r = run_cli("link", "--profile", tmp_path / "p.json", "--linker", "lld", "--hot-strings", "--no-check-order",
-                "--", "gcc", "-shared", "-fuse-ld=lld", "-o", out, *objs)
+    (d / "p.json").write_text(json.dumps(prof))
+    return {"profile": d / "p.json", "objects": objs}
+
+
+def test_link_hot_strings_places_the_profiled_strings_first(profiled, tmp_path):
+    """``elflayout link --hot-strings``: the strings the profiled function reaches end up
+    in .rodata.hotstr, the others not; the inputs are left as they are."""
+    from conftest import run_cli
+
+    out = tmp_path / "libs.so"
+    r = run_cli("link", "--profile", profiled["profile"], "--linker", "lld", "--hot-strings", "--no-check-order",
+                "--", "gcc", "-shared", "-fuse-ld=lld", "-o", out, *profiled["objects"])
     assert r.returncode == 0, r.stderr
     assert "hot strings: on" in r.stderr, r.stderr
     assert _section_strings(out, ".rodata.hotstr") == {b"hot string a"}
     assert b"cold string b" in _section_strings(out, ".rodata")
-    for o in objs:  # the inputs themselves are not changed
+    for o in profiled["objects"]:
         assert hs.HOT_PREFIX.encode() not in open(o, "rb").read()
+
+
+@pytest.mark.parametrize("how", [["--linker", "bfd"], ["--linker", "lld", "--no-data-script"]])
+def test_link_hot_strings_needs_the_lld_data_script(profiled, tmp_path, how):
+    from conftest import run_cli
+
+    r = run_cli("link", "--profile", profiled["profile"], *how, "--hot-strings", "--",
+                "gcc", "-shared", f"-fuse-ld={how[1]}", "-o", tmp_path / "l.so", *profiled["objects"], check=2)
+    assert "--hot-strings: its pools are placed by lld's data script" in r.stderr
+    assert not (tmp_path / "l.so").exists()
+
+
+def test_aarch64_strings_reached_by_section_plus_addend_stay(tmp_path):
+    """AArch64 assemblers name every string by section + addend (ADRP/ADD pairs): nothing
+    can move without a symbol for the new pool, so the object is linked as it is."""
+    need_tool("aarch64-linux-gnu-gcc")
+    (tmp_path / "a.c").write_text('#include <stdio.h>\nvoid hot(void) { puts("hot one"); }\n'
+                                  'void cold(void) { puts("cold one"); }\n')
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O2", "-fPIC", "-c", str(tmp_path / "a.c"), "-o", str(tmp_path / "a.o")],
+                   check=True)
+    raw = (tmp_path / "a.o").read_bytes()
+    new, rep = hs.rewrite_object(raw, "a.o", {b"hot one\0"})
+    assert new is raw and rep.moved_pieces == 0 and rep.pinned_pieces == 1

@@ -48,6 +48,11 @@ def add_arguments(p) -> None:
     p.add_argument("--string-pool", action="store_true",
                    help="--data-script leads with an output section .rodata.hotstr of the hot string pools "
                         "(.rodata.hotstr*) that elflayout link --hot-strings (split.hotstrings) writes into objects")
+    p.add_argument("--hot-constants", action="store_true",
+                   help="--data-script: the touched objects' merged constants (.rodata.cst*) in the hot pool too")
+    p.add_argument("--sparse-last", action="store_true",
+                   help="--data-script: big sections touched on few of their pages at the end of the hot data, "
+                        "each named with its file")
     p.add_argument("--dynstr-out", metavar="RSP",
                    help="lld only: also write a linker response file of -u options that puts the dynamic-symbol "
                         "names ld.so reads (LIB's symbol relocations, the program's imports) first in .dynstr")
@@ -101,7 +106,8 @@ def run(args) -> int:
     try:
         o = pipeline.order_files(request(args, args.format), out, data_script=args.data_script, dynstr_out=args.dynstr_out,
                                  hot_strings=not args.no_hot_strings, dynstr_exes=args.dynstr_exe,
-                                 string_pool=args.string_pool)
+                                 string_pool=args.string_pool, hot_constants=args.hot_constants,
+                                 sparse_last=args.sparse_last)
     except pipeline.ThinOrdering as e:
         print(f"elflayout: error: {e}", file=sys.stderr)
         return 1

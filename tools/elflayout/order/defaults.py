@@ -170,7 +170,7 @@ def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, universe=None
         out = {}
         for a in CANDIDATES:
             lay = heldout.ordered_layout(img, base, target, hot_last=a == "hot-last", code=code)
-            pages, kinds = heldout.touches(target, lay, outside, code)
+            pages, kinds = heldout.touches(target, lay, outside, code, bodies=True)
             out[a] = _simulate_moved(img, pages, kinds, read_ahead_kb, a) if move_symtab else \
                 _simulate(img, pages, kinds, read_ahead_kb)
         return out

@@ -279,7 +279,8 @@ def lld_file_pattern(obj: str) -> str | None:
 
 
 def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None,
-                          string_pool: bool = False) -> tuple[str, dict]:
+                          string_pool: bool = False, hot_constants: bool = False,
+                          sparse_last: bool = False) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
@@ -291,6 +292,17 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     and spreads each pool over 32 hash shards, so a pool is read whole once a few of its
     strings are: this splits the touched objects' strings into a pool of their own and
     leaves the rest of the pool unread (docs/ordering.md).
+
+    ``hot_constants``: next, the touched objects' merged constants (``.rodata.cst*``),
+    for the same reason: lld pools every object's constants, so those the code run reads
+    would otherwise sit in the cold ``.rodata``, whose read-around they start.
+
+    ``sparse_last``: last, the big sections touched on few of their pages
+    (``Layout.data_sparse``, each named with its file). Left in place, each starts a
+    read-around in the cold data (both ways, a window of read_ahead_kb around each
+    touch); at the tail of the hot block, its untouched pages take the read-around past
+    the hot data's end, which reads cold data otherwise, and past its last touched page
+    only the same window is read (libpython: ``index2`` of unicodectype.o, 32 pages).
 
     ``universe`` (the profiled link's map): a group whose ordered sections are all the
     non-empty input sections of its default output section is left out and named in
@@ -318,25 +330,49 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
         pats = [lld_file_pattern(o) for o in objs]
         str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
         n_str = len(str_pats)
+        if hot_constants:
+            str_pats += [f"{p}(.rodata.cst*)" for p in dict.fromkeys(p for p in pats if p)]
+    sparse = _sparse_patterns(layout) if sparse_last else {}
     left_out = []
     for prefix, out in LLD_DATA_GROUPS:
         grp = dpats.get(prefix, [])
         extra = str_pats if prefix == ".rodata" else []
-        if not (grp or extra):
+        tail = sparse.get(prefix, [])
+        if not (grp or extra or tail):
             continue
-        if universe is not None and universe.extent_names and not _left_in(universe, prefix, layout, lld_file_pattern, extra):
+        if universe is not None and universe.extent_names and not _left_in(universe, prefix, layout, lld_file_pattern,
+                                                                           extra + tail):
             left_out.append(out)
             continue
         placed += len(grp)
-        blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra) + len(grp)))
+        pats = extra + grp + tail
+        blocks.append(_ld_block(out + ".elflayout", out, pats, raw=len(pats)))
     parked = _dragged_by_name(layout, universe)
     for prefix, out in LLD_DATA_GROUPS:
         grp = [f"{fp}({n})" for n, o in parked if _group(n) == prefix and (fp := lld_file_pattern(o))]
         if grp:
             blocks.append(_ld_block(out + ".elflayout.cold", out, grp, raw=len(grp), where="AFTER"))
     return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str,
+                                "constant_objects": n_str if hot_constants else 0,
+                                "sparse_sections": sum(map(len, sparse.values())),
                                 "skipped_unsafe_names": dstats["data_skipped_unsafe_names"], **dstats,
                                 "left_out": left_out, "parked_same_name": len(parked)}
+
+
+def _sparse_patterns(layout: Layout) -> dict[str, list[str]]:
+    """lld input-section descriptions of ``layout.data_sparse`` by output group, each
+    with its file: a local table's name is often another object's too (``index2`` of
+    unicodectype.o and unicodedata.o), and ``*(NAME)`` would move both."""
+    out: dict[str, list[str]] = {}
+    for n, o in layout.data_sparse:
+        grp = _group(n)
+        fp = lld_file_pattern(o) if o and not o.startswith("<") else None
+        if grp in {g for g, _ in LLD_DATA_GROUPS} and fp and not _LD_UNSAFE.search(n):
+            pat = f"{fp}({n})"
+            out.setdefault(grp, [])
+            if pat not in out[grp]:
+                out[grp].append(pat)
+    return out
 
 
 def _dragged_by_name(layout: Layout, universe) -> list[tuple[str, str]]:

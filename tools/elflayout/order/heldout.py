@@ -201,11 +201,13 @@ def _span(base: Layout, order: list[int]) -> int:
     return _pack(np.zeros(base.start.size, dtype=np.int64), base, order, 0) if order else 0
 
 
-def touches(target: Target, layout: Layout, outside: list = (), code: list = ()) -> tuple[np.ndarray, np.ndarray]:
+def touches(target: Target, layout: Layout, outside: list = (), code: list = (),
+            bodies: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(pages, kinds) of a profile of this very build in ``layout``, in first order.
     ``outside``: code it ran outside its functions (``placement.code_outside_functions``):
     the parts of it in ``code`` sections (``code_sections``) where ``layout`` moves them,
-    the rest (``.init``, ``.plt``, code no map names) in place."""
+    the rest (``.init``, ``.plt``, code no map names) in place. ``bodies``: also the
+    executed pages of long functions past their entry (``_bodies``), moved with them."""
     fo = [f.offset for f in target.functions if f.offset is not None]
     ff = [f.first for f in target.functions if f.offset is not None]
     for first, a, b, _sec, _whole in outside:
@@ -213,6 +215,10 @@ def touches(target: Target, layout: Layout, outside: list = (), code: list = ())
         for lo, hi in parts:
             fo += [lo, hi - 1]
             ff += [first, first]
+    if bodies:
+        for first, off in _bodies(target):
+            fo.append(off)
+            ff.append(first)
     fo, ff = np.array(fo, dtype=np.int64), np.array(ff, dtype=np.float64)
     data = [p for p in target.pages if p.kind != "x"]
     dp = np.array([p.page for p in data], dtype=np.int64)
@@ -222,6 +228,22 @@ def touches(target: Target, layout: Layout, outside: list = (), code: list = ())
     kinds = np.concatenate([np.full(fo.size, b"x", dtype="S1"), dk])
     o = np.argsort(np.concatenate([ff, df]), kind="stable")
     return pages[o], kinds[o]
+
+
+def _bodies(target: Target) -> list[tuple[float, int]]:
+    """(first, offset) of the executed pages a profiled function spans but no profiled
+    function enters (the body of a long function): the offset of the page's first byte
+    in that function, which a layout moves with it."""
+    fn = [(f.offset, max(f.size or 1, 1)) for f in target.functions if f.offset is not None]
+    entries = {o // PAGE for o, _s in fn}
+    out = []
+    for p in target.pages:
+        if p.kind == "x" and p.page not in entries:
+            lo = p.page * PAGE
+            hit = [o for o, s in fn if o < lo + PAGE and o + s > lo]
+            if hit:
+                out.append((p.first, max(lo, hit[0])))
+    return out
 
 
 def predict(img: ElfImage, target: Target, layout: Layout, read_ahead_kb: int) -> dict:

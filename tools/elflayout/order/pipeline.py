@@ -60,13 +60,15 @@ class Request:
     split: bool = False
     header: str | None = None
 
-    def argv(self, output, data_script=None, dynstr_out=None) -> list[str]:
+    def argv(self, output, data_script=None, dynstr_out=None, levers=None) -> list[str]:
         """The ``elflayout order`` arguments that write the same files as ``order_files``
-        (shown by callers that order in-process; ``--force``: it replaces them too)."""
+        (shown by callers that order in-process; ``--force``: it replaces them too).
+        ``levers``: the data script's options (``--hot-constants``, ``--sparse-last``)."""
         opts = [("--algorithm", self.algorithm if self.algorithm != "first-access" else None),
                 ("--target", self.target), ("--lib", self.lib), ("--objects-from", self.objects_from),
                 ("--combine", self.combine), ("--data-script", data_script), ("--dynstr-out", dynstr_out)]
         flags = [("--no-data", not self.data), ("--allow-stale-profile", self.allow_stale_profile)]
+        flags += [("--" + k.replace("_", "-"), bool(v)) for k, v in (levers or {}).items()]
         return ["order", str(self.profile), "--format", self.format,
                 *[x for o, v in opts if v is not None for x in (o, str(v))],
                 *[o for o, on in flags if on], "-o", str(output), "--force"]
@@ -90,10 +92,11 @@ class Ordering:
     warnings: list[str] = field(default_factory=list)
     report: dict = field(default_factory=dict)
 
-    def data_script(self, hot_strings: bool = True, string_pool: bool = False) -> tuple[str, dict]:
-        """lld's companion: the data sections by a ``-T`` INSERT script (``formats``)."""
+    def data_script(self, hot_strings: bool = True, string_pool: bool = False, **levers) -> tuple[str, dict]:
+        """lld's companion: the data sections by a ``-T`` INSERT script (``formats``);
+        ``levers``: its other options (``hot_constants``, ``sparse_last``)."""
         return formats.write_lld_data_script(self.layout, self.header, hot_strings=hot_strings, universe=self.universe,
-                                             string_pool=string_pool)
+                                             string_pool=string_pool, **levers)
 
     def dynstr(self, executables=None, option: str = "--dynstr-out") -> tuple[str, dict]:
         """lld's other companion: a response file of ``-u`` options putting the names
@@ -209,10 +212,11 @@ def check_companions(fmt: str, data_script: bool, dynstr: bool) -> None:
 
 
 def order_files(req: Request, output, data_script=None, dynstr_out=None, hot_strings: bool = True,
-                dynstr_exes=None, string_pool: bool = False) -> Ordering:
+                dynstr_exes=None, string_pool: bool = False, **levers) -> Ordering:
     """``order`` and write its files: the ordering to ``output``, with lld the companions
-    to ``data_script`` and ``dynstr_out``. Everything is computed before anything is
-    written; ``ThinOrdering`` when the ordering names almost nothing."""
+    to ``data_script`` and ``dynstr_out`` (``levers``: the data script's options,
+    ``Ordering.data_script``). Everything is computed before anything is written;
+    ``ThinOrdering`` when the ordering names almost nothing."""
     check_companions(req.format, data_script is not None, dynstr_out is not None)
     o = order(req)
     thin = o.names_almost_nothing()
@@ -220,7 +224,7 @@ def order_files(req: Request, output, data_script=None, dynstr_out=None, hot_str
         raise ThinOrdering(thin)
     outs = []
     if data_script is not None:
-        dtext, dstats = o.data_script(hot_strings, string_pool)
+        dtext, dstats = o.data_script(hot_strings, string_pool, **levers)
         if not dstats["data_sections"] and not dstats["string_objects"]:
             raise ElflayoutError(f"{req.profile}: --data-script: no data section to place (record the profile "
                                  "with --data and give the link map: --objects-from or the profile's map)")

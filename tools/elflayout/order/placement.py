@@ -37,6 +37,7 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
     firsts, pages, kinds = [], [], []
     notes = {"same_build": same, "functions": 0, "functions_unplaced": 0, "pages": 0, "pages_unplaced": 0}
     funcs = None if same else lib_functions(img)
+    moved_funcs = []  # (profiled offset, size, offset here, size here) of another build's functions
     for f in target.functions:
         first = f.first
         if same and f.offset is not None:
@@ -48,6 +49,8 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
                 notes["functions_unplaced"] += 1
                 continue
             off, size = c[0]
+            if f.offset is not None:
+                moved_funcs.append((f.offset, max(f.size or 1, 1), off, max(size, 1)))
         last = off + max(1, min(size, code_bytes)) - 1
         for p in range(off // PAGE, last // PAGE + 1):
             firsts.append(first)
@@ -62,8 +65,9 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
         if not same:
             maps = _both_maps(target, img, lib_map, notes) if lib_map else None
             moved = follow_input_sections(*maps, pg) if maps else None
-            fallback = _remap_pages(pg, target, img, notes)
-            dpg, dfirst = _dynstr_lookups(pg, fs, target, img, notes)
+            named = [p.section for p in plist]
+            fallback = _remap_pages(pg, target, img, notes, named)
+            dpg, dfirst = _dynstr_lookups(pg, fs, target, img, notes, named)
             pg = fallback if moved is None else np.where(moved >= 0, moved, fallback)
             _loader_structures(pg, kd, plist, target, img)
             if moved is not None:
@@ -74,6 +78,7 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
                 pages += dpg[1].tolist()
                 kinds += [b"r"] * len(dpg[1])
             extra = [(f, p, b"x") for f, p in _code_outside(target, img, maps, notes)]
+            extra += [(f, p, b"x") for f, p in _function_bodies(plist, moved_funcs)]
             extra += [(f, p, b"r") for f, p in _relocation_reads(plist, target, img)]
             for first, p, kind in extra:
                 firsts.append(first)
@@ -232,6 +237,26 @@ def loader_pages(img: ElfImage) -> dict[str, int]:
     return out
 
 
+def _function_bodies(plist, moved_funcs) -> list[tuple[float, int]]:
+    """(first, page here) of the executed pages that a profiled function spans but no
+    profiled function enters: the body of a long function, run later than its entry.
+    Placed at the same offset in the function here (clamped to its size here)."""
+    if not moved_funcs:
+        return []
+    fn = np.array(moved_funcs, dtype=np.int64)
+    entries = set((fn[:, 0] // PAGE).tolist())
+    out = []
+    for p in plist:
+        if p.kind != "x" or p.page in entries:
+            continue
+        lo = p.page * PAGE
+        k = np.flatnonzero((fn[:, 0] < lo + PAGE) & (fn[:, 0] + fn[:, 1] > lo))
+        if k.size:
+            o, _s, new, size = fn[k[0]].tolist()
+            out.append((p.first, (new + min(max(lo - o, 0), size - 1)) // PAGE))
+    return out
+
+
 # The relocation tables ld.so reads, in the order it applies them (glibc: DT_RELR first).
 RELOCATION_TABLES = (".relr.dyn", ".rela.dyn", ".rel.dyn", ".rela.plt", ".rel.plt")
 
@@ -297,12 +322,14 @@ def _occurrence_rank(m) -> dict[int, int]:
     return {k: r for ks in _occurrences(m).values() for r, k in enumerate(ks)}
 
 
-def _dynstr_lookups(pg, fs, target, img, notes):
+def _dynstr_lookups(pg, fs, target, img, notes, named=None):
     """A relink's ``.dynstr`` reads are placed by name: the profiled build's touched
     ``.dynstr`` pages are dropped (their relative position says nothing once the names
     are reordered, ``order --dynstr-out``), and the pages of the names ld.so reads in
     this library (``dynstr.read_names``: its symbol relocations) are touched instead, at
-    the first profiled ``.dynstr`` touch. Returns ((indices dropped, new pages), first)
+    the first profiled ``.dynstr`` touch. ``named``: the section the profile recorded for
+    each page; a page ``.dynstr`` shares, first read in another section (``.gnu.hash``,
+    ``.dynsym``), is that section's read. Returns ((indices dropped, new pages), first)
     or (None, None) when the profile has no ``.dynstr`` touch or its library is gone."""
     import os
 
@@ -318,7 +345,10 @@ def _dynstr_lookups(pg, fs, target, img, notes):
     ds = img.section(".dynstr")
     if ss is None or ds is None:
         return None, None
-    hit = np.flatnonzero((pg * PAGE + PAGE > ss.offset) & (pg * PAGE < ss.offset + ss.size))
+    inside = (pg * PAGE + PAGE > ss.offset) & (pg * PAGE < ss.offset + ss.size)
+    if named is not None:
+        inside &= np.array([n in (None, ".dynstr") for n in named], dtype=bool)
+    hit = np.flatnonzero(inside)
     if not len(hit):
         return None, None
     names, _rep = dynstr.read_names(img.path)
@@ -335,7 +365,10 @@ def _dynstr_lookups(pg, fs, target, img, notes):
     return (hit, new), float(np.min(fs[hit]))
 
 
-def _remap_pages(pg: np.ndarray, target: Target, img: ElfImage, notes: dict) -> np.ndarray:
+def _remap_pages(pg: np.ndarray, target: Target, img: ElfImage, notes: dict, named=None) -> np.ndarray:
+    """Pages of ``img`` at the same relative position in the same-named section as the
+    profiled pages ``pg``: the section the profile recorded for the page (``named``) when
+    the page holds it, else the one at the page's start."""
     import os
 
     out = np.full(pg.shape, -1, dtype=np.int64)
@@ -351,6 +384,11 @@ def _remap_pages(pg: np.ndarray, target: Target, img: ElfImage, notes: dict) -> 
             return out
         idx = src.section_of_offsets(pg * PAGE)
         src_secs = {s.index: s for s in src.sections}
+        by_name = {s.name: s for s in src.sections if s.occupies_file and s.size}
+        for i, n in enumerate(named or ()):
+            s = by_name.get(n)
+            if s is not None and s.offset < (pg[i] + 1) * PAGE and pg[i] * PAGE < s.offset + s.size:
+                idx[i] = s.index
         dst = {s.name: s for s in img.sections if s.occupies_file}
         for i in np.unique(idx[idx >= 0]).tolist():
             s = src_secs[i]

@@ -37,9 +37,10 @@ import numpy as np
 
 from elflayout.errors import ElflayoutError
 from elflayout.layouts import EHDR64, SHDR64, SYM64, align_up
-from elflayout.split.reader import SHT, ObjectFile, read_object
+from elflayout.split.reader import SHN_LORESERVE, SHT, ObjectFile, read_object
 
 HOT_PREFIX = ".rodata.hotstr"
+OBJECT = "(object)"     # ObjectReport.kept's key for the whole object
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 SHF_MERGE, SHF_STRINGS, SHF_LINK_ORDER, SHF_GROUP = 0x10, 0x20, 0x80, 0x200
 STB_LOCAL = 0
@@ -175,9 +176,15 @@ def _pack(data: bytes, pieces, keep, align: int) -> tuple[bytes, dict[int, int]]
 
 def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
     """``raw`` with the pieces whose content is in ``hot`` moved into hot pools (``raw``
-    itself when nothing moves). ``hot``: a set of piece contents, terminator included."""
-    obj = read_object(raw, name)
+    itself when nothing moves). ``hot``: a set of piece contents, terminator included.
+    An object this cannot read (bitcode, another machine) or whose rewrite is not proved
+    is returned as it is, the reason in ``kept[OBJECT]``."""
     rep = ObjectReport(name)
+    try:
+        obj = read_object(raw, name)
+    except ElflayoutError as e:
+        rep.kept[OBJECT] = f"not rewritten: {str(e).removeprefix(name + ': ')}"
+        return raw, rep
     syms = obj.symbols.copy()
     changed, new_secs, relas = {}, [], {}
     for sec in obj.sections:
@@ -214,15 +221,25 @@ def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
         rep.moved_bytes += sum(pieces[k][1] - pieces[k][0] for k in mv)
     if not new_secs:
         return raw, rep
+    if len(obj.sections) + len(new_secs) >= SHN_LORESERVE:
+        rep.kept[OBJECT] = "too many sections for standard ELF numbering"
+        rep.moved_pieces = rep.moved_bytes = rep.sections = 0
+        return raw, rep
     out = _write(obj, syms, changed, new_secs, relas)
-    check_object(raw, out, name, hot)
+    try:
+        check_object(raw, out, name, hot)
+    except ElflayoutError as e:
+        rep.kept[OBJECT] = str(e).removeprefix(name + ": ")
+        rep.moved_pieces = rep.moved_bytes = rep.sections = 0
+        return raw, rep
     return out, rep
 
 
 def _write(obj: ObjectFile, syms: np.ndarray, changed: dict, new_secs: list, relas: dict) -> bytes:
     """The original bytes with changed sections rewritten in place (they only shrink),
-    the symbol table and changed relocation tables in place, and after the end the hot sections, a longer section
-    name table and a new section header table (old indexes kept, new ones appended)."""
+    the symbol table and changed relocation tables in place, and after the end the hot
+    sections, a longer section name table and a new section header table (old indexes
+    kept, new ones appended)."""
     raw = obj.raw
     eh = np.frombuffer(raw, EHDR64, 1).copy()
     shdrs = np.frombuffer(raw, SHDR64, len(obj.sections), int(eh["e_shoff"][0])).copy()
@@ -292,8 +309,9 @@ def _check(a: ObjectFile, b: ObjectFile, hot) -> None:
             raise ValueError(f"section {x.name} content changed")
         if strings and x.data != y.data:
             string_pieces(y.data, y.entsize)
+    kinds = {(x.flags, x.entsize, x.align) for x in a.sections if x.flags & SHF_MERGE and x.flags & SHF_STRINGS}
     for y in b.sections[n:]:
-        if not (y.flags & SHF_MERGE and y.flags & SHF_STRINGS) or y.sh_type != SHT["SHT_PROGBITS"] \
+        if (y.flags, y.entsize, y.align) not in kinds or y.sh_type != SHT["SHT_PROGBITS"] \
                 or y.name != hot_name(y.entsize, y.align) or y.link or y.info:
             raise ValueError(f"added section {y.name} is not a hot string pool")
         pieces = string_pieces(y.data, y.entsize)
@@ -438,7 +456,8 @@ def read_strings_file(path) -> set[bytes]:
 def format_strings(strings) -> str:
     """The hot-strings file of ``strings`` (contents with their terminator), sorted."""
     def esc(s: bytes) -> str:
-        return "".join(chr(c) if 0x20 <= c < 0x7F and c != 0x5C else f"\\x{c:02x}" for c in s[:-1])
+        # a backslash starts an escape, a leading '#' a comment: both escaped
+        return "".join(chr(c) if 0x20 <= c < 0x7F and c not in b"\\#" else f"\\x{c:02x}" for c in s[:-1])
     return "".join(esc(s) + "\n" for s in sorted(strings) if s.endswith(b"\0"))
 
 
