@@ -157,15 +157,18 @@ def link(target, objs: list[str], out: Path) -> list[str]:
     return cmd
 
 
-def gdb_stops(target, lib: Path, argv: list[str]) -> str:
-    """gdb's stop line at a breakpoint by line in the target's function, with ``lib`` loaded."""
+def gdb_stops(target, lib: Path, argv: list[str], stop: int | None = None) -> str:
+    """gdb's stop line at a breakpoint by line in the target's function, with ``lib``
+    loaded; at ``stop`` when given (the line the unordered build stops at: clang's line
+    table may have no statement on the line asked, gdb then stops at the next one)."""
     line, f, fn = target.gdb_line(), target.gdb_file, target.gdb_function
     r = subprocess.run(["gdb", "-nx", "-batch", "-ex", "set breakpoint pending on", "-ex",
                         f"break {f}:{line}", "-ex", "run", "--args", *argv],
                        capture_output=True, text=True, timeout=300,
                        env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)})
     m = re.search(r"^Breakpoint 1, (\w+) \(.*\) at (\S+):(\d+)$", r.stdout, re.M)
-    if not m or m[1] != fn or not m[2].endswith(f) or int(m[3]) != line:
+    want = line if stop is None else stop     # (0: any line from ``line`` on)
+    if not m or m[1] != fn or not m[2].endswith(f) or not (int(m[3]) == want if want else int(m[3]) >= line):
         raise SystemExit(f"bench_split_debug: gdb did not stop at {f}:{line} in {fn} "
                          f"on {lib}:\n{r.stdout[-1500:]}{r.stderr[-500:]}")
     print(f"  $ gdb -batch -ex 'break {f}:{line}' -ex run --args {shlex.join(argv)}  (LD_LIBRARY_PATH="
@@ -206,8 +209,9 @@ def main(argv=None) -> int:
                            text=True)
         if r.returncode or not t.works(r.stdout):
             raise SystemExit(f"bench_split_debug: {lib}: the workload fails (exit {r.returncode})")
+    first = gdb_stops(t, plain, run, 0) if a.compiler != "gcc" else None
     for name, _sub in ORDERED:
-        gdb_stops(t, libs[name], run)
+        gdb_stops(t, libs[name], run, None if first is None else int(first.rsplit(":", 1)[1]))
     variants = {n: (lib, bp.variant_cmd(lib.parent, run, {})) for n, lib in libs.items()}
     summ, _lim, _rows = bench_split.measured_table(
         w / f"{a.library}-g.results.json", variants, a.runs, sprof, base, unordered,
