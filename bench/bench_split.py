@@ -22,8 +22,10 @@
 
 7. The floor (``--floor``): the best recipe, stripped and packed, against itself with
    each data-script lever (the touched objects' merged constants in the hot pool, big
-   sparsely touched tables at the tail of the hot data), one session; every variant's
-   output compared with Debian's python3.11.
+   sparsely touched tables at the tail of the hot data), with hot string pools
+   (``split.hotstrings``, as ``link --hot-strings``) alone and with them, and the default
+   path with and without ``--hot-strings``, one session; every variant's output compared
+   with Debian's python3.11.
 
 Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure] [--default-path] [--floor]
 """
@@ -154,20 +156,21 @@ def ordered_links(w: Path, base: dict, prof: Path, prof1: Path, envs: list) -> d
     return linked
 
 
-def default_path(w: Path, prof: Path) -> tuple[Path, str]:
+def default_path(w: Path, prof: Path, **opts) -> tuple[Path, str]:
     """libpython relinked by `elflayout link`'s default path (``order.relink.relink``, what
     `make demo` runs): the link command of Debian's objects as they are, with PROF (the
     split build's profile under the measured conditions: its data sections are the split
-    objects') and the linker, nothing else. Returns (library, variant command)."""
+    objects') and the linker, nothing else (``opts``: other ``LinkOptions``, e.g.
+    ``hot_strings=True``). Returns (library, variant command)."""
     from elflayout.targets import libpython
 
     plain = libpython.prepare("lld")
     argv = [str(plain["launcher"]), "-c", bp.IMPORTS]
-    out = w / "libs" / "default-lld" / plain["lib"].name
+    out = w / "libs" / ("default-lld" + "".join(f"-{k.replace('_', '-')}" for k in opts)) / plain["lib"].name
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(plain["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(out)
-    bp.default_link([c.replace(str(plain["map"]), f"{out}.map") for c in cmd], prof)
+    bp.default_link([c.replace(str(plain["map"]), f"{out}.map") for c in cmd], prof, **opts)
     return out, bp.variant_cmd(out.parent, argv, plain["env"])
 
 
@@ -316,6 +319,13 @@ FLOOR_LEVERS = {  # row name -> data script options (Ordering.data_script)
     "+ sparse tables at the tail of the hot data": {"hot_constants": False, "sparse_last": True},
     "+ both": {"hot_constants": True, "sparse_last": True},
 }
+FLOOR_HOT_STRINGS = {  # rows linked from objects with hot string pools (split.hotstrings): data script
+    # options, and whether the touched objects' other strings still lead .rodata.elflayout
+    "+ hot string pools": ({"hot_constants": False, "sparse_last": False}, True),
+    "+ hot string pools, other strings left in .rodata": ({"hot_constants": False, "sparse_last": False}, False),
+    "+ hot string pools, --hot-constants": ({"hot_constants": True, "sparse_last": False}, True),
+    "+ hot string pools, both": ({"hot_constants": True, "sparse_last": True}, True),
+}
 
 
 def floor_profile(w: Path, base: dict, envs: list) -> Path:
@@ -339,6 +349,42 @@ def check_output(lib: Path, d: dict, want: str) -> None:
                          f"{r.stderr[-300:]}")
 
 
+def hot_strings_link(w: Path, base: dict, prof: Path, levers: dict, per_object_pools: bool = True) -> dict:
+    """The best recipe (with ``levers``) linked from split objects whose strings the
+    profiled code and data reach moved into hot pools (``split.hotstrings``, each object
+    proved), led by the data script (``string_pool``), as ``link --hot-strings`` does;
+    ``per_object_pools``: the touched objects' other strings still lead
+    ``.rodata.elflayout``. Returns {lib, launcher, env} (the launcher of the split
+    baseline: it finds the library by LD_LIBRARY_PATH)."""
+    from elflayout.order import pipeline
+    from elflayout.split import hotstrings
+
+    o = pipeline.order(pipeline.Request(prof, "lld", lib=base["lib"], objects_from=base["map"], algorithm="hot-last"))
+    secs = {k: v for k, v in hotstrings.hot_sections(o.layout).items() if os.path.isfile(k.split("(", 1)[0])}
+    hot = hotstrings.static_hot_strings(secs)
+    names = {Path(k).name for k in secs}  # the profile's objects and this link's, same members
+    mine = [str(x) for x in base["objects"] if Path(x).name in names]
+    moved, tot = hotstrings.rewrite_inputs(base["objects"], w / "hotstrings", hot, only=set(mine))
+    print(f"  hot strings: {len(hot):,} strings; {tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved in "
+          f"{tot['objects_changed']} of {tot['objects']} objects, {tot['pinned_pieces']:,} left", flush=True)
+    tag = "floor-hot-strings-" + "-".join(k for k, v in levers.items() if v) + ("" if per_object_pools else "-nopools")
+    files = {k: w / f"python-split-{tag}.{k}" for k in ("lld", "ld", "rsp")}
+    bp.write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], objects_from=base["map"],
+                   algorithm="hot-last")
+    dtext, _ = o.data_script(per_object_pools, string_pool=True, **levers)
+    files["ld"].write_text(hotstrings.retarget_script(dtext, {k: v for k, v in moved.items()}))
+    out = w / "libs" / tag / base["lib"].name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [str(moved.get(str(a), a)) for a in base["link_cmd"]]
+    cmd[cmd.index("-o") + 1] = str(out)
+    cmd = [f"-Wl,-Map={out}.map" if a.startswith("-Wl,-Map=") else a for a in cmd]
+    cmd += [f"-Wl,--symbol-ordering-file={files['lld']}", "-Wl,--no-warn-symbol-ordering", f"-Wl,-T,{files['ld']}",
+            f"-Wl,@{files['rsp']}"]
+    print(f"  relink: {' '.join(cmd[:6])} ... ({len(moved)} objects rewritten)", flush=True)
+    subprocess.run(cmd, check=True)
+    return {"lib": out, "launcher": base["launcher"], "env": base["env"]}
+
+
 def floor(runs: int) -> None:
     """libpython (split, stripped as Debian ships it): the best recipe against itself
     with each data-script lever, one session; every variant's output checked."""
@@ -360,15 +406,28 @@ def floor(runs: int) -> None:
                     w / "libs" / f"split-ordered-stripped-packed-{tag}")
         check_output(p, d, want)
         variants[name] = (p, bp.variant_cmd(p.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
+    for name, (levers, pools) in FLOOR_HOT_STRINGS.items():
+        d = hot_strings_link(w, base, fbp, levers, pools)
+        tag = d["lib"].parent.name
+        p = bp.pack(stripped(d["lib"], w / "libs" / f"{tag}-stripped"), w / "libs" / f"{tag}-stripped-packed")
+        check_output(p, d, want)
+        variants[name] = (p, bp.variant_cmd(p.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
+    plain = libpython.prepare("lld")
+    for name, opts in (("default path, stripped", {}), ("default path --hot-strings, stripped", {"hot_strings": True})):
+        lib, _cmd = default_path(w, fbp, **opts)
+        p = stripped(lib, w / "libs" / f"{lib.parent.name}-stripped")
+        check_output(p, plain, want)
+        variants[name] = (p, bp.variant_cmd(p.parent, [plain["launcher"], "-c", bp.IMPORTS], plain["env"]))
     print(f"  every variant prints what {DEBIAN_PYTHON} prints for: python3.11 -c {OUTPUT_CHECK!r}", flush=True)
     summ, lim, rows = measured_table(w / "python-floor.results.json", variants, runs, fbp, base["lib"],
                                      "best recipe", "libpython3.11 (split, stripped, packed): the best recipe and "
                                      "its data-script levers — selective, read_ahead_kb 128")
-    print("\n| variant | pages read | .rodata.elflayout | .rodata | .data.rel.ro |\n|---|---:|---:|---:|---:|")
+    print("\n| variant | pages read | .rodata.hotstr | .rodata.elflayout | .rodata | .data.rel.ro |\n"
+          "|---|---:|---:|---:|---:|---:|")
     for n, sm in rows:
         by = (sm or {}).get("by_section", {})
-        print(f"| {n} | {(sm or {}).get('pages', float('nan')):,.0f} | {by.get('.rodata.elflayout', 0)} | "
-              f"{by.get('.rodata', 0)} | {by.get('.data.rel.ro', 0)} |")
+        print(f"| {n} | {(sm or {}).get('pages', float('nan')):,.0f} | {by.get('.rodata.hotstr', 0)} | "
+              f"{by.get('.rodata.elflayout', 0)} | {by.get('.rodata', 0)} | {by.get('.data.rel.ro', 0)} |")
     print(bp.determinism_note(rows))
 
 

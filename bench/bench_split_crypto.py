@@ -65,20 +65,22 @@ def stripped(lib: Path, dest: Path) -> Path:
     return out
 
 
-def default_path(w: Path, base: dict, sprof: Path) -> Path:
+def default_path(w: Path, base: dict, sprof: Path, **opts) -> Path:
     """libcrypto.so.3 relinked by `elflayout link`'s default path (``order.relink.relink``):
     the link command of Debian's objects as they are, with SPROF (the split build's profile:
-    its data sections are the split objects') and the linker, nothing else; then stripped as
-    Debian ships it and verified. Returns the stripped library."""
+    its data sections are the split objects') and the linker, nothing else (``opts``: other
+    ``LinkOptions``, e.g. ``hot_strings=True``); then stripped as Debian ships it and
+    verified. Returns the stripped library."""
     from elflayout.targets import libcrypto
 
-    out = w / "libs" / "default-path-lld-unstripped" / libcrypto.SONAME
+    tag = "".join(f"-{k.replace('_', '-')}" for k in opts)
+    out = w / "libs" / f"default-path-lld{tag}-unstripped" / libcrypto.SONAME
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(base["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(out)
-    bp.default_link([c.replace(str(base["map"]), f"{out}.map") for c in cmd], sprof)
+    bp.default_link([c.replace(str(base["map"]), f"{out}.map") for c in cmd], sprof, **opts)
     libcrypto.verify(out.parent)
-    return stripped(out, w / "libs" / "default-path-lld")
+    return stripped(out, w / "libs" / f"default-path-lld{tag}")
 
 
 def best_recipe(w: Path, sbase: dict, sprof: Path, levers=None, tag: str = "") -> Path:
@@ -97,7 +99,8 @@ def best_recipe(w: Path, sbase: dict, sprof: Path, levers=None, tag: str = "") -
 
 def levers_floor(w: Path, runs: int) -> None:
     """Held out: the libpython floor's data-script levers (``bench_split.FLOOR_LEVERS``)
-    on the best recipe, one session; every variant's digests and ciphers verified."""
+    on the best recipe, and the default path with and without ``--hot-strings``, one
+    session; every variant's digests and ciphers verified."""
     from elflayout.targets import libcrypto
 
     sbase = libcrypto.prepare("lld", split=True)
@@ -107,6 +110,10 @@ def levers_floor(w: Path, runs: int) -> None:
     for name, levers in bench_split.FLOOR_LEVERS.items():
         tag = "".join(f"-{k}" for k, v in levers.items() if v)
         lib = best_recipe(w, sbase, sprof, levers, tag)
+        variants[name] = (lib, bp.variant_cmd(lib.parent, argv_, {}))
+    base = libcrypto.prepare("lld")
+    for name, opts in ((DEFAULT, {}), ("default path, --hot-strings, stripped", {"hot_strings": True})):
+        lib = default_path(w, base, sprof, **opts)
         variants[name] = (lib, bp.variant_cmd(lib.parent, argv_, {}))
     bench_split.measured_table(w / "crypto-floor.results.json", variants, runs, sprof, sbase["lib"], "best recipe",
                                f"libcrypto.so.3 (split, stripped, packed): the best recipe and the data-script "

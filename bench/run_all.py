@@ -120,9 +120,10 @@ BENCHES = [
           "Held-out startups measured: libLLVM-16 relinked with lld, ordered by the other workloads vs by the "
           "workload itself vs unordered (pages read; relinks cached, about 5 min)", RA_SET, markdown=True),
     Bench("heldout_real", "bench_heldout_real.py", ("--runs", "3"),
-          "Held-out real compiles: libLLVM-16 ordered by llc-16 -O2 compiles of files of 11 projects (zlib, Lua, "
-          "xxHash, libdeflate, Opus, stb, libpng, LZ4, cJSON, libyaml, KISS FFT) vs by the held-out compile itself "
-          "(bzip2, PCRE2, Mbed TLS) vs unordered (pages read; 40 valgrind profiles, about an hour the first time)",
+          "Held-out real compiles: libLLVM-16 ordered by llc-16 -O2 compiles of files of 12 projects (zlib, Lua, "
+          "xxHash, libdeflate, Opus, stb, libpng, LZ4, cJSON, libyaml, KISS FFT, "
+          "libsecp256k1) vs by the held-out compile itself "
+          "(bzip2, PCRE2, Mbed TLS) vs unordered (pages read; 41 valgrind profiles, about an hour the first time)",
           RA_SET, markdown=True),
     Bench("peers", "bench_peers.py", ("--runs", "3"),
           "Peers side by side on libLLVM-16 (llc-16 --version): Debian's library, lld default, lld RELR, "
