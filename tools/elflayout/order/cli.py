@@ -79,6 +79,10 @@ def add_ordering_arguments(p, auto: bool = False) -> None:
                    help="link map of the link to order (or of a previous link of the same objects): symbol/section "
                         "names to match, objects in link order")
     p.add_argument("--no-data", action="store_true", help="order code only, not data sections")
+    p.add_argument("--no-move-rodata", action="store_true",
+                   help="GNU ld script: leave the read-only data (.rodata, .gcc_except_table, the unwind tables) "
+                        "where the default script puts it, after the code; default: before the code, next to the "
+                        "dynamic tables ld.so reads, as lld places it (inserted before .init)")
     p.add_argument("--allow-stale-profile", action="store_true",
                    help="use a profile of another build of --lib (names still match; offsets may not)")
     p.add_argument("--combine", choices=pipeline.COMBINE_RULES,
@@ -94,7 +98,7 @@ def request(args, fmt: str, **link) -> pipeline.Request:
     what a link command adds (``Request``'s last fields)."""
     return pipeline.Request(args.profile, fmt, algorithm=args.algorithm, target=args.target, lib=args.lib,
                             objects_from=args.objects_from, data=not args.no_data, combine=args.combine,
-                            allow_stale_profile=args.allow_stale_profile, **link)
+                            allow_stale_profile=args.allow_stale_profile, move_rodata=not args.no_move_rodata, **link)
 
 
 def run(args) -> int:

@@ -241,6 +241,22 @@ NO_MAP = ("the profile has no link map, so code run outside sized function symbo
           "among the cold code: profile a link with -Wl,-Map=FILE and profile --map FILE")
 
 
+def rodata_step(move: bool, linker: str, fmt: str) -> Step | None:
+    """Where GNU ld's read-only data goes: before the code, next to the dynamic tables
+    ld.so reads whole, as lld places it, unless ``move`` is off. None for the other
+    linkers: lld places it so itself; gold's only lever, ``--rosegment``, puts the
+    tables and the data after the code, where the read-around of the first table
+    fault reads cold code (libstdc++: 353 pages against 325, readahead model)."""
+    if linker != "bfd":
+        return None
+    if not move:
+        return Step("read-only data", False, "--no-move-rodata")
+    if fmt != "ld-script":
+        return Step("read-only data", False, f"only the ld-script moves it (--format {fmt})")
+    return Step("read-only data", "before the code", ".rodata, .gcc_except_table and the unwind tables inserted "
+                                                      "before .init, next to the dynamic tables, as lld places them")
+
+
 MEASURED_OPTIONS = "--clean-env --env LC_ALL=C --stdout null --repeat 3"
 
 

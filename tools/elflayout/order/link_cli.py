@@ -46,8 +46,11 @@ turned off): split when an object holds several functions in one code section (-
 the algorithm the readahead model predicts reads fewer pages of the profiled library,
 first-access or hot-last (--algorithm NAME); data order (--no-data; lld: a -T script,
 --no-data-script); lld: .dynstr order (--no-dynstr); --pack auto (relr on glibc >= 2.36,
-else self; none with gold and mold; --pack none); check-order of the output
-(--no-check-order).
+else self; none with gold and mold; --pack none); GNU ld: the read-only data before the
+code, next to the dynamic tables, as lld places it (--no-move-rodata), and a second link
+with the touched functions the model's last read of them covers listed after the cold
+code, kept when the model predicts fewer pages (--no-code-tail);
+check-order of the output (--no-check-order).
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
 with INSERT, mold: object order; with lld the data script and .dynstr response file;
@@ -91,6 +94,10 @@ def add_arguments(p) -> None:
                         "(after the executable PT_LOAD for first-access, else before it): "
                         "read-ahead of the last segment's pages then stops at end of file (mapped bytes "
                         "unchanged)")
+    p.add_argument("--no-code-tail", action="store_true",
+                   help="GNU ld: do not relink with the touched functions that the model's last read of the "
+                        "touched code covers listed after the cold code (default: when that read runs 4 or more "
+                        "pages into cold code, and only if the model predicts fewer pages)")
     p.add_argument("--order-dynsym", action="store_true",
                    help="after the link, put the dynamic symbols ld.so looks up at start-up (the output's symbol "
                         "relocations, the profiled program's imports) first in .dynsym, .gnu.version and the "
@@ -135,7 +142,8 @@ def options(args) -> LinkOptions:
                        keep_order_file=args.keep_order_file, force=args.force, min_order=args.min_order,
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
                        check=args.check, root=args.root, check_order=not args.no_check_order,
-                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym, hot_strings=args.hot_strings)
+                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym, hot_strings=args.hot_strings,
+                       move_rodata=not args.no_move_rodata, code_tail=not args.no_code_tail)
 
 
 def _say_check(lines: list[str], split: bool = False) -> None:

@@ -41,8 +41,9 @@ class Request:
     A link command adds what it knows: ``default_target`` (the target to pick in a
     profile of several when neither ``target`` nor ``lib`` names one: the output's
     name), ``objects`` (its object arguments, for the ``objects`` format), ``bind_now``
-    (its ``-z now``/``-z lazy``), ``split`` (its objects went through ``elflayout split``)
-    and ``header`` (the comment the written files begin with; None: ``order``'s).
+    (its ``-z now``/``-z lazy``), ``split`` (its objects went through ``elflayout split``),
+    ``header`` (the comment the written files begin with; None: ``order``'s) and ``tail``
+    (functions listed after the cold code: ``order.tail``, which no ``order`` option gives).
     """
 
     profile: str | os.PathLike
@@ -59,6 +60,8 @@ class Request:
     bind_now: bool | None = None
     split: bool = False
     header: str | None = None
+    move_rodata: bool = True
+    tail: tuple[str, ...] = ()
 
     def argv(self, output, data_script=None, dynstr_out=None, levers=None) -> list[str]:
         """The ``elflayout order`` arguments that write the same files as ``order_files``
@@ -67,7 +70,8 @@ class Request:
         opts = [("--algorithm", self.algorithm if self.algorithm != "first-access" else None),
                 ("--target", self.target), ("--lib", self.lib), ("--objects-from", self.objects_from),
                 ("--combine", self.combine), ("--data-script", data_script), ("--dynstr-out", dynstr_out)]
-        flags = [("--no-data", not self.data), ("--allow-stale-profile", self.allow_stale_profile)]
+        flags = [("--no-data", not self.data), ("--allow-stale-profile", self.allow_stale_profile),
+                 ("--no-move-rodata", not self.move_rodata)]
         flags += [("--" + k.replace("_", "-"), bool(v)) for k, v in (levers or {}).items()]
         return ["order", str(self.profile), "--format", self.format,
                 *[x for o, v in opts if v is not None for x in (o, str(v))],
@@ -178,7 +182,8 @@ def order(req: Request) -> Ordering:
         f"profile: {Path(req.profile).name} target {t.name} build-id {t.build_id}")
     objects = list(req.objects) if req.objects is not None else (
         universe.objects if universe and universe.objects else None)
-    text, stats = formats.write(req.format, layout, objects, header, split=req.split, bind_now=bind_now)
+    text, stats = formats.write(req.format, layout, objects, header, split=req.split, bind_now=bind_now,
+                                move_rodata=req.move_rodata, tail=req.tail)
     report = {"format": req.format, "target": t.path, **layout.report, "output": stats, "warnings": warnings}
     return Ordering(req, doc, t, universe, layout, header, text, stats, bind_now, warnings, report)
 
