@@ -25,8 +25,9 @@ from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError, Finding
 from elflayout.order import defaults, pipeline
 from elflayout.order.defaults import Step
-from elflayout.order.link import (_OBJ_EXT, DEFAULT_FORMAT, apply, check_output, check_request, command_binds_now,
-                                  companion_args, map_of, parse_command, split_command, OrderNotHonoured)
+from elflayout.order.link import (_OBJ_EXT, DEFAULT_FORMAT, FUNCTION_SECTIONS, apply, check_output, check_request,
+                                  command_binds_now, companion_args, lto_function_sections, map_of, parse_command,
+                                  split_command, OrderNotHonoured)
 from elflayout.toolchain import linker_name
 
 # formats that name input sections, not symbols: they need the link's section names
@@ -108,6 +109,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
     inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
               and os.path.isfile(a)]
     split = defaults.split_step(opts.split, inputs, fmt)
+    parsed, lto_note = lto_function_sections(parsed, inputs)
     check_request(parsed, linker, fmt, bool(split.value), bool(opts.data_script), bool(opts.dynstr))
     if opts.keep_order_file:
         fileio.check_output(opts.keep_order_file, force=opts.force, inputs=(opts.profile,))
@@ -147,6 +149,8 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             print(f"elflayout: warning: {w}", file=sys.stderr)
         _say_matched(o, fmt, linker, say)
         steps = [split, algo, *_companion_steps(opts, o, lld), defaults.profile_step(o.profile.metadata)]
+        if lto_note:
+            steps.append(Step("LTO sections", FUNCTION_SECTIONS, lto_note))
         if split.value and steps[2].value and not _data_sections_split(o.universe):
             steps[2].why += ("; data sections are named as split: profile a build of split objects "
                              "(elflayout split, docs/splitting.md) for them to match")
