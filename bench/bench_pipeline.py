@@ -180,7 +180,8 @@ def default_link(cmd: list, prof: Path, what: str = "", **opts) -> None:
     ``--move-symtab``); prints the command and each step's summary line."""
     from elflayout.order.relink import LinkOptions, relink
 
-    flags = "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in opts.items())
+    flags = "".join(f" --{'no-' if v is False else ''}{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f" {v}")
+                    for k, v in opts.items())
     print(f"  $ elflayout link --profile {prof} --linker lld{flags} -- {shlex.join(map(str, cmd[:8]))} ... "
           f"(in-process: order.relink.relink){what}", flush=True)
     res = relink([str(c) for c in cmd], LinkOptions(profile=str(prof), linker="lld", **opts))

@@ -9,10 +9,12 @@ at a selectively-cold start, read_ahead_kb 128, one measurement session:
 * unordered: the build's own library;
 * the LTO build's own profile (docs/tutorial.md "LTO"): the build's link with
   ``-Wl,-Map``, ``profile --map`` of it (``--data``, measure's conditions, 3 runs), then
-  ``elflayout link --profile P -- CMD`` with the build's link command, with and without
-  ``--move-symtab`` (the unloaded ``.debug_*``, ``.symtab`` moved into the hole the order
-  leaves cold: at the end of the code for first-access, which ``link`` then picks: the hot
-  code at the start of ``.text``, within the read-ahead of the headers);
+  ``elflayout link --profile P -- CMD`` with the build's link command, with
+  ``--no-move-symtab`` and with ``--move-symtab`` (the unloaded ``.debug_*``, ``.symtab``
+  moved into the hole where the readahead model predicts the fewest pages, which ``link``
+  also does by default when that beats leaving them: at the end of the code for
+  first-access, which ``link`` then picks: the hot code at the start of ``.text``, within
+  the read-ahead of the headers);
 * ``--move-symtab --algorithm hot-last``: the order the model rejects there, measured;
 * a profile of a different build: the same CMake build without LTO (clang-22 ``-g``,
   lld-22), profiled the same way, applied to the LTO link: ``link`` must exit 1 naming the
@@ -66,7 +68,7 @@ GCC_LINKERS = {"bfd": "-flto", "gold": "-flto -fuse-ld=gold"}
 GCC_SECTIONS = ["-ffunction-sections"]
 
 UNORDERED = "unordered (the build's own link)"
-LINK = "elflayout link --profile lto.json (no flag)"
+LINK = "elflayout link --profile lto.json --no-move-symtab"
 TUCK = "elflayout link --profile lto.json --move-symtab"
 TUCK_FA = "elflayout link --profile lto.json --move-symtab --algorithm first-access"
 TUCK_HL = "elflayout link --profile lto.json --move-symtab --algorithm hot-last"
@@ -175,7 +177,7 @@ def gcc_main(runs: int, linker: str) -> int:
     driver = program(plain.parent)
     prof, plib = profiled(w, "lto", gb, gcmd, GCC_SECTIONS)
     base = ["--linker", linker, "--profile", prof]
-    runs_ = {LINK: linked(w, "link", gb, gcmd, GCC_SECTIONS, base),
+    runs_ = {LINK: linked(w, "link", gb, gcmd, GCC_SECTIONS, [*base, "--no-move-symtab"]),
              TUCK: linked(w, "link-move-symtab", gb, gcmd, GCC_SECTIONS, [*base, "--move-symtab"]),
              TUCK_FA: linked(w, "link-move-symtab-first", gb, gcmd, GCC_SECTIONS,
                              [*base, "--move-symtab", "--algorithm", "first-access"])}
@@ -223,7 +225,7 @@ def main(argv=None) -> int:
     driver = program(plain.parent)
     prof, plib = profiled(w, "lto", tb, tcmd)
     stale, _ = profiled(w, "no-lto", pb, pcmd)
-    runs = {LINK: linked(w, "link", tb, tcmd, [], ["--profile", prof]),
+    runs = {LINK: linked(w, "link", tb, tcmd, [], ["--profile", prof, "--no-move-symtab"]),
             TUCK: linked(w, "link-move-symtab", tb, tcmd, [], ["--profile", prof, "--move-symtab"]),
             TUCK_HL: linked(w, "link-move-symtab-hot-last", tb, tcmd, [], ["--profile", prof, "--move-symtab",
                                                                           "--algorithm", "hot-last"]),

@@ -163,6 +163,11 @@ BENCHES = [
           "(configure's CFLAGS \"-g -O2\", gcc 12; the amalgamation, one object and one compile unit), unordered "
           "vs split + profile + `elflayout link` with lld, one session (pages read), the sqlite3 shell as "
           "workload, and a gdb breakpoint by line on the ordered library", RA_SET, markdown=True),
+    Bench("split_debug_clang", "bench_split_debug.py", ("--compiler", "clang-22", "--runs", "3"),
+          "A library built with clang-22 -g through split: libzstd from Debian's source, its own Makefile with "
+          "CC=clang-22 CFLAGS=\"-g -O2\" (DWARF 5 with indexed forms: .debug_addr, rnglistx, loclistx), "
+          "unordered vs split + profile + `elflayout link` with lld, one session (pages read), and a gdb "
+          "breakpoint by line on the ordered library", RA_SET, markdown=True),
     Bench("realbuild_lto", "bench_realbuild_lto.py", ("--runs", "3"),
           "A real build with debug info and ThinLTO: libzstd from Debian's source, its own CMake at RelWithDebInfo, "
           "clang-22 -g -flto=thin + lld-22: unordered vs the tutorial's LTO route (profile --map of the LTO link, "

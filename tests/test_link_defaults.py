@@ -90,7 +90,7 @@ def test_algorithm_auto_takes_the_fewer_predicted_pages(monkeypatch):
     u = type("U", (), {"text_order": [("f", ".text.f", "a.o")]})()
     pred = {"first-access": 120, "hot-last": 110}
     seen = []
-    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra, *_: seen.append(ra) or dict(pred))
+    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra, *_, **kw: seen.append(ra) or dict(pred))
     s = defaults.algorithm_step("auto", "lld", None, u)
     assert s.value == "hot-last" and "first-access 120 pages, hot-last 110 pages" in s.predicted
     # the window of a typical machine, not the profile's (the profiling machine's device setting)
@@ -107,7 +107,7 @@ def test_hot_last_without_a_link_map_says_to_profile_with_one(monkeypatch):
     """A profile recorded without --map cannot place code outside sized function symbols
     (libzstd's CMake build read 173 pages against 110 with a map): the step says so."""
     u = type("U", (), {"text_order": [("f", ".text.f", "a.o")]})()
-    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra, *_: {"first-access": 120, "hot-last": 110})
+    monkeypatch.setattr(defaults, "predict_algorithms", lambda t, ra, *_, **kw: {"first-access": 120, "hot-last": 110})
     bare, mapped = (type("T", (), {"objects": objs})() for objs in ([], ["a.o"]))
     assert "profile --map" in defaults.algorithm_step("auto", "lld", bare, u).why
     assert "profile --map" not in defaults.algorithm_step("auto", "lld", mapped, u).why
@@ -147,6 +147,44 @@ def test_profiled_objects_are_matched_by_name_in_a_link_elsewhere():
                                             "/x/dup.o", "/y/dup.o"]
 
 
+def test_default_link_moves_debug_info_when_the_model_predicts_fewer_pages(tmp_path):
+    """A link whose output carries debug sections after its last segment: the default path
+    moves them into the hole the readahead model picks (the step says so, with the
+    prediction), ``--no-move-symtab`` leaves them; the library runs either way."""
+    import subprocess
+
+    import order_testlib as testlib
+    from elflayout.elfcore import ElfImage
+
+    need_tool("ld.lld")
+    d = testlib.build_profiled(tmp_path / "b", n_objects=6, funcs_per_object=8, seed=3, linker="lld")
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(256)) * 4096)
+    (tmp_path / "junk.c").write_text("int junk_unused;\n")
+    jo = tmp_path / "junk.o"
+    subprocess.run(["gcc", "-c", "-fPIC", str(tmp_path / "junk.c"), "-o", str(jo)], check=True)
+    subprocess.run(["objcopy", "--add-section", f".debug_junk={junk}", str(jo)], check=True)
+    tails = {}
+    for name, opts in (("auto", []), ("off", ["--no-move-symtab"])):
+        lib = tmp_path / name / "libsynth.so"
+        lib.parent.mkdir()
+        r = run_cli("link", "--profile", d["profile"], *opts, "--linker", "lld", "--", "gcc", "-shared",
+                    "-fuse-ld=lld", "-o", lib, *map(str, d["objects"]), jo)
+        assert r.returncode == 0, r.stderr
+        step = next(ln for ln in r.stderr.splitlines() if ln.startswith("elflayout: link: move symtab: "))
+        with ElfImage(lib) as img:
+            tails[name] = img.size - max(g.offset + g.filesz for g in img.loads)
+            assert img.section(".debug_junk").size == 1 << 20
+        env = {"LD_LIBRARY_PATH": str(lib.parent)}
+        assert subprocess.run([str(d["driver"])], env=env, capture_output=True).returncode == 0
+        if name == "auto":
+            assert step.startswith("elflayout: link: move symtab: on (the readahead model predicts fewer pages; ")
+            assert "; readahead model at read_ahead_kb 128: at the tail " in step
+        else:
+            assert step == "elflayout: link: move symtab: off (--no-move-symtab)"
+    assert tails["auto"] == 0 and tails["off"] >= 1 << 20
+
+
 def test_code_sections_the_map_names_move_with_the_functions():
     """crtbeginS.o's .text (frame_dummy: no sized symbol) runs at load; with the link map
     the ordering places it at its first access, so the what-if moves it with the
@@ -180,8 +218,9 @@ def test_code_sections_the_map_names_move_with_the_functions():
 
 
 def test_algorithm_is_predicted_on_the_layout_move_symtab_makes(plain, tmp_path):  # noqa: F811
-    """--move-symtab puts the unloaded sections into the hole the order leaves cold, which
-    changes what the read-around reaches: the algorithm is predicted on that layout (clang-22
+    """--move-symtab (and by default the move step) puts the unloaded sections into the hole
+    where they read fewest, which changes what the read-around reaches: the algorithm is
+    predicted on that layout (clang-22
     ThinLTO libzstd -g: without it the step chose hot-last, 97 pages measured, where
     first-access read 84; predicted now 96 and 83)."""
     need_tool("ld.lld")
@@ -190,7 +229,10 @@ def test_algorithm_is_predicted_on_the_layout_move_symtab_makes(plain, tmp_path)
                 "gcc", "-shared", "-fuse-ld=lld", "-o", lib, *plain["objects"])
     assert r.returncode == 0, r.stderr
     s = _steps(r.stderr)["algorithm"]
-    assert "code layout only, unloaded sections moved" in s and "predicted: first-access " in s, s
+    assert "code layout, the unloaded sections where they read fewest" in s and "predicted: first-access " in s, s
+    r = run_cli("link", "--profile", plain["profile"], "--linker", "lld", "--no-move-symtab", "--",
+                "gcc", "-shared", "-fuse-ld=lld", "-o", lib, *plain["objects"])
+    assert "code layout only" in _steps(r.stderr)["algorithm"]
 
 
 def test_the_body_of_a_long_function_moves_with_it():

@@ -16,19 +16,27 @@ Steps:
    (``heldout.ordered_layout``: the profile's functions packed at the start, or at the
    end, of their code section) on the profiled library, replayed through the readahead
    model (``readahead.simulate``, loader included, data where it is) at read_ahead_kb
-   128 (``READ_AHEAD_KB``); the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
+   128 (``READ_AHEAD_KB``), each with the unloaded sections at the place step 7 would
+   choose for it, and first-access with lld also with its readahead marks kept cold
+   (step 3); the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
    ``.init``/``.plt`` before ``.text``) and the link map's list of cold sections.
    The touches include code run outside sized functions (``.init``, ``.plt``, crt
-   files), and with ``--move-symtab`` each layout is predicted with the unloaded
-   sections moved where that step puts them for it.
-3. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
+   files).
+3. *readahead marks* (first-access, lld): cold code on the folios whose touch would start
+   an asynchronous read of cold code (``order.marks``), when the model predicts fewer pages.
+4. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
    their ordering file.
-4. *.dynstr* (lld): the names ld.so reads first, when the profiled library is there.
-5. *pack* (auto): when this machine's glibc is 2.36 or newer (it loads DT_RELR), the
+5. *.dynstr* (lld): the names ld.so reads first, when the profiled library is there.
+6. *pack* (auto): when this machine's glibc is 2.36 or newer (it loads DT_RELR), the
    linked output packed by ``pack-relocs`` in the relr form and proved equivalent (the
    benchmarks' recipe; any linker, also one without ``-z pack-relative-relocs``); else
    ``self`` at link time (not gold nor mold).
-6. *check*: the output's function order against the profile (``check-order``).
+7. *move symtab* (auto): when sections no segment loads (``.debug_*``, ``.symtab``) follow
+   the last segment, the read-around of the last pages reads them; the model replays the
+   profile's touches on the output with them left there and moved into each hole between
+   segments (``order.tuck``, mapped bytes unchanged), and moves them to the fewest
+   predicted pages when that beats leaving them.
+8. *check*: the output's function order against the profile (``check-order``).
 """
 
 from __future__ import annotations
@@ -145,17 +153,19 @@ def split_step(asked: bool | None, inputs: list[str], fmt: str) -> Step:
 
 
 def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, universe=None,
-                       move_symtab: bool = False) -> dict[str, int] | str:
+                       move_symtab: bool | None = False, marks: bool = False) -> dict[str, int] | str:
     """Pages the readahead model predicts for each of ``CANDIDATES`` on the profiled
     library (``target.path``), or the reason it cannot (not there, another build).
 
     The touches include the code run outside functions (``.init``, ``.plt``, crt files:
     ``placement.code_outside_functions``; with the profiled build's map, ``universe``,
-    code sections move with the functions as the ordering moves them). ``move_symtab``:
-    each layout with the unloaded sections moved where ``link --move-symtab`` puts them
-    for it (``tuck.cold_hole``), which changes what the read-around reaches."""
+    code sections move with the functions as the ordering moves them). ``move_symtab``
+    (``link --move-symtab``: True, auto: None): each layout with the unloaded sections
+    where they read fewest (``tuck.predict_places``, ``tuck.choose``), which changes what
+    the read-around reaches. ``marks``: first-access with its readahead marks kept cold
+    (``order.marks``)."""
     from elflayout.elfcore import ElfImage
-    from elflayout.order import heldout
+    from elflayout.order import heldout, marks as order_marks, tuck
     from elflayout.order.placement import code_outside_functions
 
     if not target.path or not os.path.isfile(target.path):
@@ -167,13 +177,18 @@ def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, universe=None
         outside = code_outside_functions(target, img, base)
         code = heldout.code_sections(outside, universe, base)
         base = heldout.with_code(base, code)
-        out = {}
+        sets = {}
         for a in CANDIDATES:
             lay = heldout.ordered_layout(img, base, target, hot_last=a == "hot-last", code=code)
-            pages, kinds = heldout.touches(target, lay, outside, code, bodies=True)
-            out[a] = _simulate_moved(img, pages, kinds, read_ahead_kb, a) if move_symtab else \
-                _simulate(img, pages, kinds, read_ahead_kb)
-        return out
+            sets[a] = heldout.touches(target, lay, outside, code, bodies=True)
+        if move_symtab is False and not marks:
+            return {a: _simulate(img, pages, kinds, read_ahead_kb) for a, (pages, kinds) in sets.items()}
+    places = tuck.predict_places(target.path, sets, read_ahead_kb, loader=None)
+    out = {a: p[tuck.choose(p, move_symtab)] for a, p in places.items()}
+    if marks:
+        found = order_marks.search(target.path, target, read_ahead_kb, move_symtab, universe)
+        out["first-access"] = min(out["first-access"], found["pages"])
+    return out
 
 
 def _simulate(img, pages, kinds, read_ahead_kb: int) -> int:
@@ -185,35 +200,14 @@ def _simulate(img, pages, kinds, read_ahead_kb: int) -> int:
     return simulate(img, pages, kinds, read_ahead_kb, loader=not touches_relocations(img, pages))["pages"]
 
 
-def _simulate_moved(img, pages, kinds, read_ahead_kb: int, algorithm: str) -> int:
-    """Pages read with the unloaded sections moved into the hole ``tuck.cold_hole`` picks
-    for ``algorithm``: on a moved copy of the library (the loaded bytes are the same,
-    their file offsets shift), the touches shifted with them. A library tuck cannot
-    move keeps its layout, as ``link`` then does."""
-    import tempfile
-
-    from elflayout.elfcore import PAGE, ElfImage
-    from elflayout.order import tuck
-
-    try:
-        after = tuck.cold_hole(img, algorithm)
-        plan = tuck.plan(img, after)
-    except ElflayoutError:
-        return _simulate(img, pages, kinds, read_ahead_kb)
-    with tempfile.TemporaryDirectory(prefix="elflayout-predict-") as td:
-        dst = os.path.join(td, os.path.basename(img.path))
-        tuck.tuck(img.path, dst, after)
-        shifted = pages + (pages >= plan["hole"] // PAGE) * (plan["delta"] // PAGE)
-        with ElfImage(dst) as moved:
-            return _simulate(moved, shifted, kinds, read_ahead_kb)
-
-
 def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB,
-                   move_symtab: bool = False) -> Step:
+                   move_symtab: bool | None = False, marks: bool = True) -> Step:
     """The algorithm: ``asked`` as given, or for ``auto`` the one the model predicts
-    reads fewer pages (see Steps; ``move_symtab``: with the unloaded sections moved as
-    ``link --move-symtab`` moves them); the prediction is shown either way when it can be made."""
-    pred = predict_algorithms(target, read_ahead_kb, universe, move_symtab)
+    reads fewer pages (see Steps; ``move_symtab``: as ``predict_algorithms``, jointly with
+    where the unloaded sections go; ``marks``: the readahead-marks step may apply); the
+    prediction is shown either way when it can be made."""
+    marks = marks and fmt == "lld" and bool(getattr(universe, "text_order", None))
+    pred = predict_algorithms(target, read_ahead_kb, universe, move_symtab, marks=marks)
     shown = ", ".join(f"{a} {n:,} pages" for a, n in pred.items()) if isinstance(pred, dict) else ""
     if asked != "auto":
         return Step("algorithm", asked, "asked", shown)
@@ -226,8 +220,9 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
     if not isinstance(pred, dict):
         return Step("algorithm", "first-access", f"no prediction: {pred}")
     best = min(CANDIDATES, key=lambda a: (pred[a], CANDIDATES.index(a)))
-    why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout only" + \
-        (", unloaded sections moved" if move_symtab else "")
+    why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout" + (
+        " only" if move_symtab is False else ", the unloaded sections where they read fewest") + (
+        ", first-access with its readahead marks kept cold" if marks else "")
     if best == "hot-last" and not getattr(target, "objects", None):
         why += f"; {NO_MAP}"
     return Step("algorithm", best, why, shown)

@@ -154,11 +154,14 @@ def with_code(base: Layout, code: list) -> Layout:
     return Layout(start[o], size[o], [names[i] for i in o.tolist()], start[o].copy(), np.zeros(o.size, dtype=bool))
 
 
-def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = False, code: list = ()) -> Layout:
+def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = False, code: list = (),
+                   gaps=()) -> Layout:
     """The virtual layout of an order trained on ``train`` (see Definitions); ``hot_last``:
     the hot set ending its section instead (``algorithms.hot_last``), the cold functions
     packed from its start. ``code``: code sections (``code_sections``, in ``base``: see
-    ``with_code``) placed among the functions at their first access."""
+    ``with_code``) placed among the functions at their first access. ``gaps``: file-offset
+    ranges [lo, hi) no hot function of a first-access layout overlaps (cold code fills
+    them: ``order.marks``)."""
     offs = [f.offset for f in train.functions if f.offset is not None]
     if code:
         firsts = [f.first for f in train.functions if f.offset is not None] + [c[0] for c in code]
@@ -181,16 +184,21 @@ def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = 
             pos = _pack(new, base, cold, lo)
             end = _pack(new, base, here, max(pos, hi - _span(base, here)))
         else:
-            end = _pack(new, base, here + cold, lo)
+            end = _pack(new, base, cold, _pack(new, base, here, lo, gaps))
+            end -= sum(min(b, end) - max(a, lo) for a, b in gaps if a < end and b > lo)  # cold code fills them
         if end > hi + FUNCTION_ALIGN * len(inside):
             raise ElflayoutError(f"{img.path}: packed functions overflow their section ({end - hi} bytes)")
     return Layout(base.start, base.size, base.names, new, is_hot)
 
 
-def _pack(new: np.ndarray, base: Layout, order: list[int], pos: int) -> int:
-    """Place ``order``'s functions from ``pos`` (FUNCTION_ALIGN apart) in ``new``; the end."""
+def _pack(new: np.ndarray, base: Layout, order: list[int], pos: int, gaps=()) -> int:
+    """Place ``order``'s functions from ``pos`` (FUNCTION_ALIGN apart) in ``new``, none
+    overlapping a range of ``gaps``; the end."""
     for i in order:
         pos = -(-pos // FUNCTION_ALIGN) * FUNCTION_ALIGN
+        for a, b in gaps:
+            if pos < b and pos + max(int(base.size[i]), 1) > a:
+                pos = b
         new[i] = pos
         pos += max(int(base.size[i]), 1)
     return pos

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Callable
 
 from elflayout import fileio
+from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError, Finding
 from elflayout.order import defaults, pipeline
 from elflayout.order.defaults import Step
-from elflayout.order.link import (_OBJ_EXT, DEFAULT_FORMAT, apply, check_output, check_request, command_binds_now,
-                                  companion_args, map_of, parse_command, split_command, OrderNotHonoured)
+from elflayout.order.link import (_OBJ_EXT, DEFAULT_FORMAT, FUNCTION_SECTIONS, apply, check_output, check_request,
+                                  command_binds_now, companion_args, lto_function_sections, map_of, parse_command,
+                                  split_command, OrderNotHonoured)
 from elflayout.toolchain import linker_name
 
 # formats that name input sections, not symbols: they need the link's section names
@@ -34,7 +36,8 @@ NAMES_SECTIONS = ("gold", "ld-script")
 @dataclass
 class LinkOptions:
     """``elflayout link``'s options. None for ``data_script``, ``dynstr``, ``split`` and
-    ``pack`` (and ``algorithm="auto"``): decided by ``order.defaults``; False/"none": off."""
+    ``pack``, ``move_symtab`` (and ``algorithm="auto"``): decided by ``order.defaults``
+    (``move_symtab``: by the readahead model, ``move_symtab``); False/"none": off."""
 
     profile: str | None = None
     linker: str | None = None
@@ -56,7 +59,8 @@ class LinkOptions:
     check: bool = False
     root: str | None = None
     check_order: bool = True
-    move_symtab: bool = False
+    move_symtab: bool | None = None
+    readahead_marks: bool = True
     order_dynsym: bool = False
     hot_strings: bool = False
     move_rodata: bool = True
@@ -105,6 +109,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
     inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
               and os.path.isfile(a)]
     split = defaults.split_step(opts.split, inputs, fmt)
+    parsed, lto_note = lto_function_sections(parsed, inputs)
     check_request(parsed, linker, fmt, bool(split.value), bool(opts.data_script), bool(opts.dynstr))
     if opts.keep_order_file:
         fileio.check_output(opts.keep_order_file, force=opts.force, inputs=(opts.profile,))
@@ -135,13 +140,17 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             else:
                 req = dataclasses.replace(req, objects_from=objects_from)
                 o = pipeline.order(req)
-        algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe, move_symtab=bool(opts.move_symtab))
+        algo = defaults.algorithm_step(opts.algorithm, fmt, o.target, o.universe, move_symtab=opts.move_symtab,
+                                       marks=opts.readahead_marks)
         if algo.value != req.algorithm:
             o = pipeline.order(dataclasses.replace(req, algorithm=algo.value))
+        o, marks = _marks_step(o, fmt, opts)
         for w in o.warnings:
             print(f"elflayout: warning: {w}", file=sys.stderr)
         _say_matched(o, fmt, linker, say)
         steps = [split, algo, *_companion_steps(opts, o, lld), defaults.profile_step(o.profile.metadata)]
+        if lto_note:
+            steps.append(Step("LTO sections", FUNCTION_SECTIONS, lto_note))
         if split.value and steps[2].value and not _data_sections_split(o.universe):
             steps[2].why += ("; data sections are named as split: profile a build of split objects "
                              "(elflayout split, docs/splitting.md) for them to match")
@@ -164,6 +173,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         say(shlex.join(shown))
         rc = link_packed(parsed, full, pack.value, opts, say, status)
         steps.insert(4, pack)
+        steps.insert(2, marks)
         steps += [rodata] if rodata else []
         if rc:
             return LinkResult(rc, full, steps)
@@ -172,7 +182,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             post_pack(pack, parsed["output"])
         if (fmt, linker) in (("ld-script", "bfd"), ("gold", "gold")):
             steps.append(relink_tail(parsed, o, full, order_file, pack, opts, say, status))
-    steps += _after_link(parsed["output"], opts, o.profile.metadata, algo.value)
+    steps += _after_link(parsed["output"], opts, o.profile.metadata, algo.value, (o.target, map_of(full)))
     return _checked(LinkResult(0, full, steps), parsed, o, opts, cmd_objs, linker, bool(split.value))
 
 
@@ -195,6 +205,15 @@ def _checked(res: LinkResult, parsed: dict, o, opts: LinkOptions, cmd_objs: list
         e.split = split  # the CLI words the split hint by it
         raise
     return res
+
+
+def _marks_step(o, fmt: str, opts: LinkOptions):
+    """``order.marks.step`` unless ``--no-readahead-marks``: (the ordering, the step)."""
+    from elflayout.order import marks
+
+    if not opts.readahead_marks:
+        return o, Step("readahead marks", False, "--no-readahead-marks")
+    return marks.step(o, fmt, opts.move_symtab, defaults.READ_AHEAD_KB)
 
 
 def relink_tail(parsed: dict, o, full: list[str], order_file: Path, pack: Step, opts: LinkOptions, say,
@@ -356,11 +375,15 @@ def _cut_note(cut: dict | None) -> str:
     return f"freed pages kept in the file ({cut['why'] if cut else 'none whole'})"
 
 
-def _after_link(output: str, opts: LinkOptions, metadata: dict, algorithm: str | None = None) -> list[Step]:
-    """The rewrites of the linked (and packed) output that were asked for, in this order:
-    the dynamic-symbol order needs the final relocation tables; the move, the final file."""
+def _after_link(output: str, opts: LinkOptions, metadata: dict, algorithm: str | None = None,
+                profiled=None) -> list[Step]:
+    """The rewrites of the linked (and packed) output, in this order: the dynamic-symbol
+    order (asked) needs the final relocation tables; the move (``move_symtab``), the
+    final file. ``profiled``: (the profile's target, the link's map or None)."""
     steps = [order_dynsym(output, metadata)] if opts.order_dynsym else []
-    return steps + ([move_symtab(output, algorithm)] if opts.move_symtab else [])
+    if opts.move_symtab is None and profiled is None:
+        return steps  # auto needs a profile to predict with: a link with --pack only
+    return steps + [move_symtab(output, algorithm, opts.move_symtab, *(profiled or ()))]
 
 
 def order_dynsym(output: str, metadata: dict) -> Step:
@@ -380,18 +403,63 @@ def order_dynsym(output: str, metadata: dict) -> Step:
                 f"first in .dynsym, .gnu.version and the .gnu.hash chains{shape}; lookups proved unchanged")
 
 
-def move_symtab(output: str, algorithm: str | None = None) -> Step:
-    """``order.tuck`` of the linked output in place: the file ends with its last segment; the
-    unloaded sections go into the hole the code order leaves cold (``tuck.cold_hole``)."""
-    from elflayout.order.tuck import tuck_in_place
+def move_symtab(output: str, algorithm: str | None = None, asked: bool | None = True, target=None,
+                lib_map: str | None = None) -> Step:
+    """``order.tuck`` of the linked output in place: the file ends with its last segment;
+    the unloaded sections go where the readahead model predicts the fewest pages for the
+    profile ``target``'s touches (``tuck.predict_places``), else (no profile) into the hole
+    the code order leaves cold (``tuck.cold_hole``). ``asked`` None: moved only when the
+    model predicts fewer pages than at the tail; False: not moved."""
+    from elflayout.order import tuck
 
+    if asked is False:
+        return Step("move symtab", False, "--no-move-symtab")
+    pred, shown = None, ""
+    with ElfImage(output) as img:
+        if not tuck.holes(img):
+            try:
+                tuck.plan(img, tuck.cold_hole(img, algorithm))
+            except ElflayoutError as e:
+                return Step("move symtab", False, f"not moved: {e}")
+        preferred = tuck.cold_hole(img, algorithm)
+        if target is not None:
+            try:
+                pred = _place_pages(output, img, target, lib_map)
+            except ElflayoutError as e:
+                if not asked:
+                    return Step("move symtab", False, f"no prediction: {e}")
+            else:
+                shown = "readahead model at read_ahead_kb {}: {}".format(defaults.READ_AHEAD_KB, ", ".join(
+                    f"{tuck.where(img, a)} {n:,} pages" for a, n in pred.items()))
+    if pred is None and not asked:
+        return Step("move symtab", False, "no profile to predict with")
+    after = preferred if pred is None else tuck.choose(pred, asked, preferred)
+    if after == tuck.TAIL:
+        return Step("move symtab", False, "the readahead model predicts no fewer pages moved", shown)
     try:
-        p = tuck_in_place(output, None, algorithm)
+        p = tuck.tuck_in_place(output, after)
     except ElflayoutError as e:  # the output stays as linked
-        return Step("move symtab", False, f"not moved: {e}")
-    where = "after the end of the code, which first-access leaves cold" if p["after_code"] else "before the code"
-    return Step("move symtab", True, "asked", f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}, {where}; "
-                "nothing past the last segment for read-ahead")
+        return Step("move symtab", False, f"not moved: {e}", shown)
+    with ElfImage(output) as img:
+        place = tuck.where(img, after)
+    why = ("asked" if asked else "the readahead model predicts fewer pages") + (
+        "" if pred is None else f"; {place}, the fewest predicted")
+    return Step("move symtab", True, why, f"{', '.join(p['moved_names'])} moved to {p['hole']:#x}, {place}; "
+                "nothing past the last segment for read-ahead" + (f"; {shown}" if shown else ""))
+
+
+def _place_pages(output: str, img, target, lib_map: str | None) -> dict:
+    """Pages predicted for the profile's touches of the linked ``output`` (placed as
+    ``simulate`` places a relink's) with its unloaded sections at each place."""
+    from elflayout.order import tuck
+    from elflayout.order.placement import profile_touches
+    from elflayout.order.simulation import touches_relocations
+
+    pages, kinds, _notes = profile_touches(target, img, 1, lib_map if lib_map and os.path.exists(lib_map) else None)
+    if not pages.size:
+        raise ElflayoutError(f"no profiled touch could be placed in {output}")
+    loader = not touches_relocations(img, pages)
+    return tuck.predict_places(output, {"": (pages, kinds)}, defaults.READ_AHEAD_KB, loader)[""]
 
 
 def _say_matched(o, fmt: str, linker: str, say) -> None:
