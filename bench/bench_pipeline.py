@@ -85,15 +85,17 @@ def work_dir() -> Path:
     return cache_dir("bench-pipeline")
 
 
-def write_order(out, prof, fmt, data_script=None, dynstr_out=None, **request) -> None:
+def write_order(out, prof, fmt, data_script=None, dynstr_out=None, levers=None, **request) -> None:
     """``elflayout order`` in-process (``order.pipeline.order_files``, what the verb runs);
-    print the command it equals. ``request``: the other ``pipeline.Request`` fields."""
+    print the command it equals. ``request``: the other ``pipeline.Request`` fields;
+    ``levers``: the data script's options (``Ordering.data_script``, ``order --hot-constants
+    --sparse-last``)."""
     from elflayout.order import pipeline
 
     req = pipeline.Request(prof, fmt, **request)
     t = time.monotonic()
-    pipeline.order_files(req, out, data_script=data_script, dynstr_out=dynstr_out)
-    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out))}   ({time.monotonic() - t:.1f} s, in-process)",
+    pipeline.order_files(req, out, data_script=data_script, dynstr_out=dynstr_out, **(levers or {}))
+    print(f"  $ {show_cmd(req.argv(out, data_script, dynstr_out, levers))}   ({time.monotonic() - t:.1f} s, in-process)",
           flush=True)
 
 
@@ -157,15 +159,16 @@ def pack(lib: Path, dest_dir: Path) -> Path:
     return out
 
 
-def full_recipe_args(stem: Path, prof: Path, lib, objects_from, wl: str = "") -> list:
+def full_recipe_args(stem: Path, prof: Path, lib, objects_from, wl: str = "", levers=None) -> list:
     """The product's fullest lld recipe as link arguments: hot-last code order, a data
     script placing the touched data sections, hot ``.dynstr`` names first. Its files are
     ``STEM.lld/.ld/.rsp``, passed by content-hashed copies so a cache keyed on the
     arguments sees the same order under the same name. ``wl``: ``"-Wl,"`` when the
-    ordering options go through a compiler driver that does not pass them itself."""
+    ordering options go through a compiler driver that does not pass them itself.
+    ``levers``: options of the data script (``Ordering.data_script``)."""
     full = {k: stem.with_name(f"{stem.name}.{k}") for k in ("lld", "ld", "rsp")}
     write_order(full["lld"], prof, "lld", data_script=full["ld"], dynstr_out=full["rsp"], lib=lib,
-                objects_from=objects_from, algorithm="hot-last")
+                objects_from=objects_from, algorithm="hot-last", levers=levers)
     h = {k: hashed_copy(v) for k, v in full.items()}
     return [f"{wl}--symbol-ordering-file={h['lld']}", f"{wl}--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
             f"-Wl,@{h['rsp']}"]
@@ -177,7 +180,8 @@ def default_link(cmd: list, prof: Path, what: str = "", **opts) -> None:
     ``--move-symtab``); prints the command and each step's summary line."""
     from elflayout.order.relink import LinkOptions, relink
 
-    flags = "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in opts.items())
+    flags = "".join(f" --{'no-' if v is False else ''}{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f" {v}")
+                    for k, v in opts.items())
     print(f"  $ elflayout link --profile {prof} --linker lld{flags} -- {shlex.join(map(str, cmd[:8]))} ... "
           f"(in-process: order.relink.relink){what}", flush=True)
     res = relink([str(c) for c in cmd], LinkOptions(profile=str(prof), linker="lld", **opts))
@@ -609,9 +613,56 @@ def llvm_default_vs_best(runs: int) -> None:
 
 
 LLVM_FLOOR_LEVERS = ("--order-dynsym", "--move-symtab", "--order-dynsym --move-symtab", "strip --strip-all")
+HOT_STRINGS = "hot strings"
 
 
-def llvm_floor_libs(w: Path, best: Path) -> dict:
+def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
+    """The best recipe relinked from archives whose hot string pieces moved into pools of
+    their own (``split.hotstrings``: the strings relocations of the code and data that ran
+    reach, plus ``extra_hot``), placed first by the data script (``string_pool``): with
+    the touched objects' remaining strings still leading ``.rodata.elflayout`` (the data
+    script as before) and without (``--no-hot-strings``). Packed, llc/opt outputs
+    checked. Returns {row name: library}."""
+    from elflayout.order import pipeline
+    from elflayout.split import hotstrings
+    from elflayout.targets import libllvm
+
+    t = time.monotonic()
+    o = pipeline.order(pipeline.Request(prof, "lld", lib=base["lib"], algorithm="hot-last"))
+    secs = hotstrings.hot_sections(o.layout)
+    hot = hotstrings.static_hot_strings(secs) | set(extra_hot or ())
+    print(f"  hot strings: {len(hot):,} strings, {sum(map(len, hot)):,} bytes, reached from {len(secs):,} objects' "
+          f"sections that ran{' + the given file' if extra_hot else ''} ({time.monotonic() - t:.0f} s)", flush=True)
+    arch = libllvm.archives()
+    moved, tot = hotstrings.rewrite_inputs(arch, w / "hotstrings", hot, only=set(secs))
+    print(f"  rewritten: {len(moved)} archives, {tot['objects_changed']:,} of {tot['objects']:,} objects, "
+          f"{tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved, {tot['pinned_pieces']:,} "
+          f"({tot['pinned_bytes']:,} bytes) kept (section + addend or global), whole: {tot['kept']} "
+          f"({time.monotonic() - t:.0f} s)", flush=True)
+    order = [moved.get(str(a), a) for a in arch]
+    out = {}
+    for pools in (True, False):
+        tag = "hs" if pools else "hs-nopools"
+        files = {k: w / f"llvm-{tag}.{k}" for k in ("lld", "ld", "rsp")}
+        write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], algorithm="hot-last")
+        dtext, _ = o.data_script(hot_strings=pools, string_pool=True)
+        files["ld"].write_text(hotstrings.retarget_script(dtext, moved))
+        h = {k: hashed_copy(v) for k, v in files.items()}
+        fextra = [f"--symbol-ordering-file={h['lld']}", "--no-warn-symbol-ordering", f"-Wl,-T,{h['ld']}",
+                  f"-Wl,@{h['rsp']}"]
+        print(f"  relink: libllvm.relink(\"lld\", extra_link_args={fextra}, archive_order=<{len(moved)} "
+              f"rewritten>)", flush=True)
+        lib = libllvm.relink("lld", extra_link_args=fextra, archive_order=order)
+        packed = pack(lib["lib"], w / "libs" / f"{tag}-packed")
+        libllvm.verify(packed.parent)
+        with ElfImage(packed) as img:
+            sec = img.section(hotstrings.HOT_PREFIX)
+        print(f"  {packed}: {hotstrings.HOT_PREFIX} {sec.size if sec else 0:,} bytes", flush=True)
+        out[HOT_STRINGS if pools else f"{HOT_STRINGS}, no per-object pools"] = packed
+    return out
+
+
+def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
     """The best recipe's output and each post-link lever applied to a copy of it, as
     ``elflayout link`` applies them (``relink.order_dynsym``/``relink.move_symtab``, in that
     order; ``order_dynsym`` reads the workload's executable from the profile's argv)."""
@@ -620,13 +671,18 @@ def llvm_floor_libs(w: Path, best: Path) -> dict:
 
     meta = {"argv": [str(libllvm.system()["llc"]), "--version"]}
     libs = {LLVM_BEST: best}
-    for lever in LLVM_FLOOR_LEVERS:
-        out = w / "libs" / ("floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")) / best.name
+    levers = [(LLVM_BEST, best, lv) for lv in LLVM_FLOOR_LEVERS]
+    for name, lib in (hot or {}).items():
+        libs[f"best, {name}"] = lib
+        levers.append((f"best, {name}", lib, "--order-dynsym --move-symtab"))
+    for base_name, src, lever in levers:
+        stem = "floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")
+        out = w / "libs" / (stem if src == best else f"{stem}-{src.parent.name}") / best.name
         out.parent.mkdir(parents=True, exist_ok=True)
         if lever.startswith("strip"):
             subprocess.run(["strip", "--strip-all", "-o", str(out), str(best)], check=True)
         else:
-            shutil.copyfile(best, out)
+            shutil.copyfile(src, out)
             for step in (order_dynsym(str(out), meta) if "dynsym" in lever else None,
                          move_symtab(str(out)) if "symtab" in lever else None):
                 if step is not None:
@@ -634,26 +690,30 @@ def llvm_floor_libs(w: Path, best: Path) -> dict:
                     if not step.value:
                         raise SystemExit(f"bench_pipeline: {out}: {step.line()}")
         libllvm.verify(out.parent)
-        libs[f"best, {lever}"] = out
+        libs[f"{base_name}, {lever}" if src != best else f"best, {lever}"] = out
     return libs
 
 
-def llvm_floor(runs: int) -> None:
-    """libLLVM: the best recipe against itself with each post-link lever, one session."""
+def llvm_floor(runs: int, hot_strings: bool = False, extra_hot=None) -> None:
+    """libLLVM: the best recipe against itself with each post-link lever, one session;
+    ``hot_strings``: also the hot string pools alone and with the other levers."""
     w, argv, base, prof, best = llvm_best()
-    libs = llvm_floor_libs(w, best)
+    hot = llvm_hot_strings(w, prof, base, extra_hot=extra_hot) if hot_strings else None
+    libs = llvm_floor_libs(w, best, hot)
     variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in libs.items()}
     summ = summarise(measure(w / "llvm-floor.results.json", variants, runs), dict(libs))
     lim = physical_limit(profile_target(prof), base["lib"])
     print()
     print(table([(n, summ.get(n)) for n in variants], lim, LLVM_BEST, True,
                 f"libLLVM-16: the best recipe and its post-link levers — selective, read_ahead_kb {RA_KB}"))
-    print("\n| variant | pages read | .dynsym | .gnu.version | .gnu.hash | .symtab+.strtab |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| variant | pages read | .dynsym | .gnu.version | .gnu.hash | .symtab+.strtab | .rodata.hotstr | "
+          ".rodata.elflayout | .rodata |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in variants:
         by = (summ.get(n) or {}).get("by_section", {})
         print(f"| {n} | {(summ.get(n) or {}).get('pages', float('nan')):,.0f} | {by.get('.dynsym', 0)} | "
-              f"{by.get('.gnu.version', 0)} | {by.get('.gnu.hash', 0)} | {by.get('.symtab', 0) + by.get('.strtab', 0)} |")
+              f"{by.get('.gnu.version', 0)} | {by.get('.gnu.hash', 0)} | {by.get('.symtab', 0) + by.get('.strtab', 0)} | "
+              f"{by.get('.rodata.hotstr', 0)} | {by.get('.rodata.elflayout', 0)} | {by.get('.rodata', 0)} |")
     print("Every variant's llc-16/opt-16 output is byte-identical to the shipped library's (libllvm.verify).")
 
 
@@ -670,6 +730,11 @@ def main(argv=None) -> int:
     ap.add_argument("--floor", action="store_true",
                     help="llvm: only the best recipe and each post-link lever on it (--order-dynsym, --move-symtab, "
                          "both, strip), one session")
+    ap.add_argument("--hot-strings", action="store_true",
+                    help="llvm --floor: also the best recipe with hot string pools (split.hotstrings), alone and with "
+                         "--order-dynsym --move-symtab")
+    ap.add_argument("--hot-strings-file", metavar="FILE",
+                    help="with --hot-strings: strings to add to the static set (one a line, C-escaped)")
     ap.add_argument("--default-path", action="store_true",
                     help="llvm: only the default path (elflayout link, no flag) against the best recipe, one session")
     a = ap.parse_args(argv)
@@ -687,7 +752,9 @@ def main(argv=None) -> int:
         llvm_default_vs_best(a.runs)
         return 0
     if a.floor:
-        llvm_floor(a.runs)
+        from elflayout.split.hotstrings import read_strings_file
+
+        llvm_floor(a.runs, a.hot_strings, read_strings_file(a.hot_strings_file) if a.hot_strings_file else None)
         return 0
     t0 = time.monotonic()
     shown = argv if argv is not None else sys.argv[1:]

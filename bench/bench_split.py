@@ -20,7 +20,14 @@
    ``order.relink.relink``, as ``make demo`` runs it) measured beside the best recipe
    (``--default-path``: those two and the baseline alone, one session).
 
-Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure] [--default-path]
+7. The floor (``--floor``): the best recipe, stripped and packed, against itself with
+   each data-script lever (the touched objects' merged constants in the hot pool, big
+   sparsely touched tables at the tail of the hot data), with hot string pools
+   (``split.hotstrings``, as ``link --hot-strings``) alone and with them, and the default
+   path with and without ``--hot-strings``, one session; every variant's output compared
+   with Debian's python3.11.
+
+Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure] [--default-path] [--floor]
 """
 
 from __future__ import annotations
@@ -103,12 +110,12 @@ def split_profiles(w: Path, base: dict, argv: list, envs: list) -> tuple[Path, P
     return prof1, prof
 
 
-def full_recipe(w: Path, base: dict, tag: str, p: Path) -> list:
+def full_recipe(w: Path, base: dict, tag: str, p: Path, levers=None) -> list:
     """The product's fullest lld recipe (as bench_pipeline's libLLVM): hot-last code
     order, a data script placing the touched data sections, hot .dynstr names first.
-    Returns the link arguments."""
+    ``levers``: the data script's options. Returns the link arguments."""
     stem = "python-split-full-" + "".join(c if c.isalnum() else "-" for c in tag)
-    return bp.full_recipe_args(w / stem, p, base["lib"], base["map"])
+    return bp.full_recipe_args(w / stem, p, base["lib"], base["map"], levers=levers)
 
 
 def link(lk: str, extra: list) -> dict:
@@ -149,20 +156,21 @@ def ordered_links(w: Path, base: dict, prof: Path, prof1: Path, envs: list) -> d
     return linked
 
 
-def default_path(w: Path, prof: Path) -> tuple[Path, str]:
+def default_path(w: Path, prof: Path, **opts) -> tuple[Path, str]:
     """libpython relinked by `elflayout link`'s default path (``order.relink.relink``, what
     `make demo` runs): the link command of Debian's objects as they are, with PROF (the
     split build's profile under the measured conditions: its data sections are the split
-    objects') and the linker, nothing else. Returns (library, variant command)."""
+    objects') and the linker, nothing else (``opts``: other ``LinkOptions``, e.g.
+    ``hot_strings=True``). Returns (library, variant command)."""
     from elflayout.targets import libpython
 
     plain = libpython.prepare("lld")
     argv = [str(plain["launcher"]), "-c", bp.IMPORTS]
-    out = w / "libs" / "default-lld" / plain["lib"].name
+    out = w / "libs" / ("default-lld" + "".join(f"-{k.replace('_', '-')}" for k in opts)) / plain["lib"].name
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(plain["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(out)
-    bp.default_link([c.replace(str(plain["map"]), f"{out}.map") for c in cmd], prof)
+    bp.default_link([c.replace(str(plain["map"]), f"{out}.map") for c in cmd], prof, **opts)
     return out, bp.variant_cmd(out.parent, argv, plain["env"])
 
 
@@ -297,6 +305,132 @@ def stripped(lib: Path, dest: Path) -> Path:
     return out
 
 
+# What the floor variants must print exactly as Debian's python3.11 does: the moved
+# tables at work (Unicode type records, unicodedata, float and decimal constants)
+OUTPUT_CHECK = ("import json, decimal, re, unicodedata; s = 'Ünïcödé ΣΑΣ ß ǅ ﬁ 𝔘 ٣'; "
+                "print(json.dumps({'a': [1.5, 2e-300, 0.1 + 0.2, 1 / 3]}), decimal.Decimal(1) / 7, "
+                "re.findall(r'\\w+', s), s.upper(), s.lower(), s.title(), s.casefold(), "
+                "[(c.isidentifier(), c.isprintable(), c.isnumeric()) for c in s], "
+                "unicodedata.normalize('NFKD', s), [unicodedata.name(c, '?') for c in s], 2 ** 0.5, "
+                "float('1e308') * 10, int('٣'))")
+FLOOR_LEVERS = {  # row name -> data script options (Ordering.data_script)
+    "best recipe": {"hot_constants": False, "sparse_last": False},
+    "+ hot objects' merged constants": {"hot_constants": True, "sparse_last": False},
+    "+ sparse tables at the tail of the hot data": {"hot_constants": False, "sparse_last": True},
+    "+ both": {"hot_constants": True, "sparse_last": True},
+}
+FLOOR_HOT_STRINGS = {  # rows linked from objects with hot string pools (split.hotstrings): data script
+    # options, and whether the touched objects' other strings still lead .rodata.elflayout
+    "+ hot string pools": ({"hot_constants": False, "sparse_last": False}, True),
+    "+ hot string pools, other strings left in .rodata": ({"hot_constants": False, "sparse_last": False}, False),
+    "+ hot string pools, --hot-constants": ({"hot_constants": True, "sparse_last": False}, True),
+    "+ hot string pools, both": ({"hot_constants": True, "sparse_last": True}, True),
+}
+
+
+def floor_profile(w: Path, base: dict, envs: list) -> Path:
+    """The best recipe's profile (measured conditions, 3 runs, traced faults fed back),
+    made by ``ordered_links`` unless it is there."""
+    fbp = w / "python-split-clean+faults.profile.json"
+    if not fbp.exists():
+        prof1, prof = split_profiles(w, base, [str(base["launcher"]), "-c", bp.IMPORTS], envs)
+        ordered_links(w, base, prof, prof1, envs)
+    print(f"  profile: {fbp} (best recipe's: 3 runs under the measured conditions, traced faults merged)", flush=True)
+    return fbp
+
+
+def check_output(lib: Path, d: dict, want: str) -> None:
+    """The variant prints what Debian's python3.11 prints for OUTPUT_CHECK; else the bench ends."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "LD_LIBRARY_PATH"}
+    r = subprocess.run([str(d["launcher"]), "-c", OUTPUT_CHECK], capture_output=True, text=True,
+                       env=env | d["env"] | {"LD_LIBRARY_PATH": str(lib.parent)})
+    if r.returncode or r.stdout != want:
+        raise SystemExit(f"bench_split: {lib}: output differs from Debian's python3.11: {r.stdout[:200]!r} "
+                         f"{r.stderr[-300:]}")
+
+
+def hot_strings_link(w: Path, base: dict, prof: Path, levers: dict, per_object_pools: bool = True) -> dict:
+    """The best recipe (with ``levers``) linked from split objects whose strings the
+    profiled code and data reach moved into hot pools (``split.hotstrings``, each object
+    proved), led by the data script (``string_pool``), as ``link --hot-strings`` does;
+    ``per_object_pools``: the touched objects' other strings still lead
+    ``.rodata.elflayout``. Returns {lib, launcher, env} (the launcher of the split
+    baseline: it finds the library by LD_LIBRARY_PATH)."""
+    from elflayout.order import pipeline
+    from elflayout.split import hotstrings
+
+    o = pipeline.order(pipeline.Request(prof, "lld", lib=base["lib"], objects_from=base["map"], algorithm="hot-last"))
+    secs = {k: v for k, v in hotstrings.hot_sections(o.layout).items() if os.path.isfile(k.split("(", 1)[0])}
+    hot = hotstrings.static_hot_strings(secs)
+    names = {Path(k).name for k in secs}  # the profile's objects and this link's, same members
+    mine = [str(x) for x in base["objects"] if Path(x).name in names]
+    moved, tot = hotstrings.rewrite_inputs(base["objects"], w / "hotstrings", hot, only=set(mine))
+    print(f"  hot strings: {len(hot):,} strings; {tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved in "
+          f"{tot['objects_changed']} of {tot['objects']} objects, {tot['pinned_pieces']:,} left", flush=True)
+    tag = "floor-hot-strings-" + "-".join(k for k, v in levers.items() if v) + ("" if per_object_pools else "-nopools")
+    files = {k: w / f"python-split-{tag}.{k}" for k in ("lld", "ld", "rsp")}
+    bp.write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], objects_from=base["map"],
+                   algorithm="hot-last")
+    dtext, _ = o.data_script(per_object_pools, string_pool=True, **levers)
+    files["ld"].write_text(hotstrings.retarget_script(dtext, {k: v for k, v in moved.items()}))
+    out = w / "libs" / tag / base["lib"].name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [str(moved.get(str(a), a)) for a in base["link_cmd"]]
+    cmd[cmd.index("-o") + 1] = str(out)
+    cmd = [f"-Wl,-Map={out}.map" if a.startswith("-Wl,-Map=") else a for a in cmd]
+    cmd += [f"-Wl,--symbol-ordering-file={files['lld']}", "-Wl,--no-warn-symbol-ordering", f"-Wl,-T,{files['ld']}",
+            f"-Wl,@{files['rsp']}"]
+    print(f"  relink: {' '.join(cmd[:6])} ... ({len(moved)} objects rewritten)", flush=True)
+    subprocess.run(cmd, check=True)
+    return {"lib": out, "launcher": base["launcher"], "env": base["env"]}
+
+
+def floor(runs: int) -> None:
+    """libpython (split, stripped as Debian ships it): the best recipe against itself
+    with each data-script lever, one session; every variant's output checked."""
+    from elflayout.targets import libpython
+
+    w = bp.work_dir() / "split"
+    w.mkdir(parents=True, exist_ok=True)
+    base = libpython.prepare("lld", split=True)
+    envs = sum((["--env", f"{k}={v}"] for k, v in base["env"].items()), [])
+    fbp = floor_profile(w, base, envs)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "LD_LIBRARY_PATH"}
+    want = subprocess.run([DEBIAN_PYTHON, "-c", OUTPUT_CHECK], capture_output=True, text=True, env=env,
+                          check=True).stdout
+    variants = {}
+    for name, levers in FLOOR_LEVERS.items():
+        tag = "floor-" + "-".join(k for k, v in levers.items() if v) if any(levers.values()) else "lld+data+faults"
+        d = link("lld+data+faults", full_recipe(w, base, tag, fbp, levers))
+        p = bp.pack(stripped(d["lib"], w / "libs" / f"split-ordered-stripped-{tag}"),
+                    w / "libs" / f"split-ordered-stripped-packed-{tag}")
+        check_output(p, d, want)
+        variants[name] = (p, bp.variant_cmd(p.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
+    for name, (levers, pools) in FLOOR_HOT_STRINGS.items():
+        d = hot_strings_link(w, base, fbp, levers, pools)
+        tag = d["lib"].parent.name
+        p = bp.pack(stripped(d["lib"], w / "libs" / f"{tag}-stripped"), w / "libs" / f"{tag}-stripped-packed")
+        check_output(p, d, want)
+        variants[name] = (p, bp.variant_cmd(p.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
+    plain = libpython.prepare("lld")
+    for name, opts in (("default path, stripped", {}), ("default path --hot-strings, stripped", {"hot_strings": True})):
+        lib, _cmd = default_path(w, fbp, **opts)
+        p = stripped(lib, w / "libs" / f"{lib.parent.name}-stripped")
+        check_output(p, plain, want)
+        variants[name] = (p, bp.variant_cmd(p.parent, [plain["launcher"], "-c", bp.IMPORTS], plain["env"]))
+    print(f"  every variant prints what {DEBIAN_PYTHON} prints for: python3.11 -c {OUTPUT_CHECK!r}", flush=True)
+    summ, lim, rows = measured_table(w / "python-floor.results.json", variants, runs, fbp, base["lib"],
+                                     "best recipe", "libpython3.11 (split, stripped, packed): the best recipe and "
+                                     "its data-script levers — selective, read_ahead_kb 128")
+    print("\n| variant | pages read | .rodata.hotstr | .rodata.elflayout | .rodata | .data.rel.ro |\n"
+          "|---|---:|---:|---:|---:|---:|")
+    for n, sm in rows:
+        by = (sm or {}).get("by_section", {})
+        print(f"| {n} | {(sm or {}).get('pages', float('nan')):,.0f} | {by.get('.rodata.hotstr', 0)} | "
+              f"{by.get('.rodata.elflayout', 0)} | {by.get('.rodata', 0)} | {by.get('.data.rel.ro', 0)} |")
+    print(bp.determinism_note(rows))
+
+
 def run_regrtests(d: dict) -> None:
     """CPython's own tests through the relinked split library, and through Debian's."""
     if not Path("/usr/lib/python3.11/test/test_json").exists():
@@ -367,9 +501,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-crypto", action="store_true", help="skip the second archive (libcrypto.a)")
     ap.add_argument("--default-path", action="store_true",
                     help="only the default path (elflayout link, no flag) against the best recipe, one session")
+    ap.add_argument("--floor", action="store_true",
+                    help="only the best recipe (stripped, packed) and each data-script lever on it, one session")
     a = ap.parse_args(argv)
     if a.default_path:
         default_vs_best(a.runs)
+        return 0
+    if a.floor:
+        floor(a.runs)
         return 0
     print("## elflayout split on libpython3.11-pic.a\n", flush=True)
     split_time()

@@ -25,7 +25,11 @@ CMD`` on Debian's objects as they are, in-process ``order.relink.relink``, strip
 Debian ships it) beside the best recipe (split + lld hot-last + data script + .dynstr,
 packed, stripped) and the default relink, in one session.
 
+``--levers``: held out from the libpython floor, the best recipe with each of its
+data-script levers (``bench_split.FLOOR_LEVERS``), one session.
+
 Usage: python3 bench/bench_split_crypto.py [--runs N] [--linkers lld,gold,bfd] [--skip-measure] [--default-path]
+       [--levers]
 """
 
 from __future__ import annotations
@@ -61,34 +65,59 @@ def stripped(lib: Path, dest: Path) -> Path:
     return out
 
 
-def default_path(w: Path, base: dict, sprof: Path) -> Path:
+def default_path(w: Path, base: dict, sprof: Path, **opts) -> Path:
     """libcrypto.so.3 relinked by `elflayout link`'s default path (``order.relink.relink``):
     the link command of Debian's objects as they are, with SPROF (the split build's profile:
-    its data sections are the split objects') and the linker, nothing else; then stripped as
-    Debian ships it and verified. Returns the stripped library."""
+    its data sections are the split objects') and the linker, nothing else (``opts``: other
+    ``LinkOptions``, e.g. ``hot_strings=True``); then stripped as Debian ships it and
+    verified. Returns the stripped library."""
     from elflayout.targets import libcrypto
 
-    out = w / "libs" / "default-path-lld-unstripped" / libcrypto.SONAME
+    tag = "".join(f"-{k.replace('_', '-')}" for k in opts)
+    out = w / "libs" / f"default-path-lld{tag}-unstripped" / libcrypto.SONAME
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(base["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(out)
-    bp.default_link([c.replace(str(base["map"]), f"{out}.map") for c in cmd], sprof)
+    bp.default_link([c.replace(str(base["map"]), f"{out}.map") for c in cmd], sprof, **opts)
     libcrypto.verify(out.parent)
-    return stripped(out, w / "libs" / "default-path-lld")
+    return stripped(out, w / "libs" / f"default-path-lld{tag}")
 
 
-def best_recipe(w: Path, sbase: dict, sprof: Path) -> Path:
+def best_recipe(w: Path, sbase: dict, sprof: Path, levers=None, tag: str = "") -> Path:
     """The best recipe: split + lld hot-last code, data script and .dynstr order, stripped
-    then packed."""
+    then packed. ``levers``: the data script's options; ``tag`` names their files."""
     from elflayout.targets import libcrypto
 
-    extra = bp.full_recipe_args(w / "crypto-split-full", sprof, sbase["lib"], sbase["map"])
+    extra = bp.full_recipe_args(w / f"crypto-split-full{tag}", sprof, sbase["lib"], sbase["map"], levers=levers)
     print(f"  relink: libcrypto.prepare('lld', split=True, extra_link_args={extra})", flush=True)
     d = libcrypto.prepare("lld", split=True, extra_link_args=extra)
-    p = bp.pack(stripped(d["lib"], w / "libs" / "split-ordered-stripped-lld-hot-last-data-dynstr"),
-                w / "libs" / "split-ordered-packed-lld-hot-last-data-dynstr")
+    p = bp.pack(stripped(d["lib"], w / "libs" / f"split-ordered-stripped-lld-hot-last-data-dynstr{tag}"),
+                w / "libs" / f"split-ordered-packed-lld-hot-last-data-dynstr{tag}")
     libcrypto.verify(p.parent)
     return p
+
+
+def levers_floor(w: Path, runs: int) -> None:
+    """Held out: the libpython floor's data-script levers (``bench_split.FLOOR_LEVERS``)
+    on the best recipe, and the default path with and without ``--hot-strings``, one
+    session; every variant's digests and ciphers verified."""
+    from elflayout.targets import libcrypto
+
+    sbase = libcrypto.prepare("lld", split=True)
+    sprof = profile(w / "crypto-split-clean.profile.json", sbase)
+    argv_ = libcrypto.system_copy()["workloads"]["dgst"]
+    variants = {}
+    for name, levers in bench_split.FLOOR_LEVERS.items():
+        tag = "".join(f"-{k}" for k, v in levers.items() if v)
+        lib = best_recipe(w, sbase, sprof, levers, tag)
+        variants[name] = (lib, bp.variant_cmd(lib.parent, argv_, {}))
+    base = libcrypto.prepare("lld")
+    for name, opts in ((DEFAULT, {}), ("default path, --hot-strings, stripped", {"hot_strings": True})):
+        lib = default_path(w, base, sprof, **opts)
+        variants[name] = (lib, bp.variant_cmd(lib.parent, argv_, {}))
+    bench_split.measured_table(w / "crypto-floor.results.json", variants, runs, sprof, sbase["lib"], "best recipe",
+                               f"libcrypto.so.3 (split, stripped, packed): the best recipe and the data-script "
+                               f"levers — selective, read_ahead_kb {bp.RA_KB}")
 
 
 BEST = "split+function order+packed lld+hot-last+data+dynstr"
@@ -125,12 +154,17 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-measure", action="store_true")
     ap.add_argument("--default-path", action="store_true",
                     help="only the default path (elflayout link, no flag) against the best recipe, one session")
+    ap.add_argument("--levers", action="store_true",
+                    help="only the best recipe and the data-script levers of bench_split --floor, one session")
     a = ap.parse_args(argv)
     linkers = [x for x in a.linkers.split(",") if x]
     w = bp.work_dir() / "split-crypto"
     w.mkdir(parents=True, exist_ok=True)
     if a.default_path:
         default_vs_best(w, a.runs)
+        return 0
+    if a.levers:
+        levers_floor(w, a.runs)
         return 0
     workload = " ".join(libcrypto.WORKLOADS["dgst"])
     print(f"## libcrypto.so.3 from libcrypto.a (OpenSSL 3, libssl-dev), `openssl {workload}`, selective, "

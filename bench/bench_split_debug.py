@@ -8,10 +8,13 @@ with lld and a map. Measured selective at read_ahead_kb 128 in one session:
 * ordered: the objects split (``elflayout split``), the split objects linked the same way
   and profiled (``profile --map --data --clean-env --env LC_ALL=C --stdout null --repeat
   3``), then the original link command through ``elflayout link --profile P --linker lld``
-  (which splits the objects again and orders them);
-* the same link with ``--move-symtab`` (``order.tuck``: the unloaded ``.debug_*`` and
-  ``.symtab`` moved into a hole, out of the read-around after the last segment), and with
-  ``--move-symtab --algorithm first-access``.
+  (which splits the objects again, orders them, with first-access keeps cold the folios
+  whose touch would start an asynchronous read of cold code, ``order.marks``, and moves
+  the unloaded ``.debug_*`` and ``.symtab`` off the file's tail into the hole where the
+  readahead model predicts the fewest pages, ``order.tuck``);
+* the same link with ``--no-readahead-marks``, and with ``--no-readahead-marks
+  --no-move-symtab`` (the debug sections left after the last segment, where the
+  read-around of the last pages reads them).
 
 Every ordered library keeps its debug information: gdb stops at a breakpoint by line
 (``zstd_compress.c``, in ``ZSTD_compress``) with the workload on it.
@@ -27,7 +30,10 @@ shell linked against the library, running a small script on an in-memory databas
 stops by line in ``sqlite3_prepare_v2`` (``elflayout.targets.sqlite``, cached in
 ``~/.cache/elflayout/sqlite``).
 
-Usage: python3 bench/bench_split_debug.py [--runs N] [--library zstd|sqlite3]
+``--compiler clang-22``: the same builds with clang-22 (``CC=clang-22``: DWARF 5 with
+indexed forms, ``.debug_addr``); linked the same way.
+
+Usage: python3 bench/bench_split_debug.py [--runs N] [--library zstd|sqlite3] [--compiler gcc|clang-22]
 """
 
 from __future__ import annotations
@@ -54,9 +60,9 @@ DRIVER = ["gcc", "-fuse-ld=lld"]
 GOAL = 0.40
 # the ordered rows: name, directory; and each one's further ``elflayout link`` options
 ORDERED = (("split + elflayout link (-g -O2, lld)", "ordered-lld"),
-           ("split + elflayout link --move-symtab", "ordered-moved-lld"),
-           ("split + elflayout link --move-symtab --algorithm first-access", "ordered-moved-fa-lld"))
-LINK_OPTS = ({}, {"move_symtab": True}, {"move_symtab": True, "algorithm": "first-access"})
+           ("split + elflayout link --no-readahead-marks", "ordered-nomarks-lld"),
+           ("split + elflayout link --no-readahead-marks --no-move-symtab", "ordered-kept-lld"))
+LINK_OPTS = ({}, {"readahead_marks": False}, {"readahead_marks": False, "move_symtab": False})
 
 
 def cli(*args) -> subprocess.CompletedProcess:
@@ -86,13 +92,13 @@ class Zstd:
     link_text = "its Makefile's link"
     gdb_file, gdb_function = "zstd_compress.c", "ZSTD_compress"
 
-    def __init__(self):
+    def __init__(self, cc: str = "gcc"):
         import zstd_testlib
 
-        self.lib = zstd_testlib
+        self.lib, self.cc = zstd_testlib, cc
 
     def build(self) -> list[str]:
-        return self.lib.build("gcc", CFLAGS)
+        return self.lib.build(self.cc, CFLAGS)
 
     def link_command(self, objs: list[str], out: Path) -> list[str]:
         return self.lib.link_command(DRIVER, objs, out)
@@ -116,11 +122,11 @@ class Sqlite:
     link_text = "libtool's link"
     gdb_file, gdb_function = "sqlite3.c", "sqlite3_prepare_v2"
 
-    def __init__(self):
+    def __init__(self, cc: str = "gcc"):
         from elflayout.targets import sqlite
 
         self.lib = sqlite
-        self.built = sqlite.build("gcc")
+        self.built = sqlite.build(cc)
 
     def build(self) -> list[str]:
         return self.built["objects"]
@@ -142,6 +148,7 @@ class Sqlite:
 
 
 LIBRARIES = {"zstd": Zstd, "sqlite3": Sqlite}
+COMPILERS = ("gcc", "clang-22")
 
 
 def link(target, objs: list[str], out: Path) -> list[str]:
@@ -153,15 +160,18 @@ def link(target, objs: list[str], out: Path) -> list[str]:
     return cmd
 
 
-def gdb_stops(target, lib: Path, argv: list[str]) -> str:
-    """gdb's stop line at a breakpoint by line in the target's function, with ``lib`` loaded."""
+def gdb_stops(target, lib: Path, argv: list[str], stop: int | None = None) -> str:
+    """gdb's stop line at a breakpoint by line in the target's function, with ``lib``
+    loaded; at ``stop`` when given (the line the unordered build stops at: clang's line
+    table may have no statement on the line asked, gdb then stops at the next one)."""
     line, f, fn = target.gdb_line(), target.gdb_file, target.gdb_function
     r = subprocess.run(["gdb", "-nx", "-batch", "-ex", "set breakpoint pending on", "-ex",
                         f"break {f}:{line}", "-ex", "run", "--args", *argv],
                        capture_output=True, text=True, timeout=300,
                        env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)})
     m = re.search(r"^Breakpoint 1, (\w+) \(.*\) at (\S+):(\d+)$", r.stdout, re.M)
-    if not m or m[1] != fn or not m[2].endswith(f) or int(m[3]) != line:
+    want = line if stop is None else stop     # (0: any line from ``line`` on)
+    if not m or m[1] != fn or not m[2].endswith(f) or not (int(m[3]) == want if want else int(m[3]) >= line):
         raise SystemExit(f"bench_split_debug: gdb did not stop at {f}:{line} in {fn} "
                          f"on {lib}:\n{r.stdout[-1500:]}{r.stderr[-500:]}")
     print(f"  $ gdb -batch -ex 'break {f}:{line}' -ex run --args {shlex.join(argv)}  (LD_LIBRARY_PATH="
@@ -173,12 +183,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--library", choices=sorted(LIBRARIES), default="zstd")
+    ap.add_argument("--compiler", choices=COMPILERS, default="gcc")
     a = ap.parse_args(argv)
-    t = LIBRARIES[a.library]()
-    w = bp.work_dir() / ("split-debug" if a.library == "zstd" else f"split-debug-{a.library}")
+    t = LIBRARIES[a.library](a.compiler)
+    w = bp.work_dir() / ("split-debug" + ("" if a.library == "zstd" else f"-{a.library}")
+                         + ("" if a.compiler == "gcc" else f"-{a.compiler}"))
     w.mkdir(parents=True, exist_ok=True)
     unordered = f"unordered (-g -O2, {t.link_text}, lld)"
-    print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS)}\", gcc), unordered against "
+    print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS)}\", {a.compiler}), unordered "
+          f"against "
           f"split + elflayout link, selective, read_ahead_kb {bp.RA_KB}\n", flush=True)
     objs = t.build()
     plain = w / "libs" / "unordered-lld" / t.soname
@@ -199,12 +212,14 @@ def main(argv=None) -> int:
                            text=True)
         if r.returncode or not t.works(r.stdout):
             raise SystemExit(f"bench_split_debug: {lib}: the workload fails (exit {r.returncode})")
+    first = gdb_stops(t, plain, run, 0) if a.compiler != "gcc" else None
     for name, _sub in ORDERED:
-        gdb_stops(t, libs[name], run)
+        gdb_stops(t, libs[name], run, None if first is None else int(first.rsplit(":", 1)[1]))
     variants = {n: (lib, bp.variant_cmd(lib.parent, run, {})) for n, lib in libs.items()}
     summ, _lim, _rows = bench_split.measured_table(
         w / f"{a.library}-g.results.json", variants, a.runs, sprof, base, unordered,
-        f"{t.name} -g -O2 ({t.build_text}): unordered vs split + elflayout link — selective, read_ahead_kb "
+        f"{t.name} -g -O2 ({t.build_text}, {a.compiler}): unordered vs split + elflayout link — selective, "
+        f"read_ahead_kb "
         f"{bp.RA_KB}")
     u = summ.get(unordered, {}).get("pages")
     for name, _sub in ORDERED:

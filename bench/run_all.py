@@ -120,9 +120,10 @@ BENCHES = [
           "Held-out startups measured: libLLVM-16 relinked with lld, ordered by the other workloads vs by the "
           "workload itself vs unordered (pages read; relinks cached, about 5 min)", RA_SET, markdown=True),
     Bench("heldout_real", "bench_heldout_real.py", ("--runs", "3"),
-          "Held-out real compiles: libLLVM-16 ordered by llc-16 -O2 compiles of files of 11 projects (zlib, Lua, "
-          "xxHash, libdeflate, Opus, stb, libpng, LZ4, cJSON, libyaml, KISS FFT) vs by the held-out compile itself "
-          "(bzip2, PCRE2, Mbed TLS) vs unordered (pages read; 40 valgrind profiles, about an hour the first time)",
+          "Held-out real compiles: libLLVM-16 ordered by llc-16 -O2 compiles of files of 12 projects (zlib, Lua, "
+          "xxHash, libdeflate, Opus, stb, libpng, LZ4, cJSON, libyaml, KISS FFT, "
+          "libsecp256k1) vs by the held-out compile itself "
+          "(bzip2, PCRE2, Mbed TLS) vs unordered (pages read; 41 valgrind profiles, about an hour the first time)",
           RA_SET, markdown=True),
     Bench("peers", "bench_peers.py", ("--runs", "3"),
           "Peers side by side on libLLVM-16 (llc-16 --version): Debian's library, lld default, lld RELR, "
@@ -162,11 +163,17 @@ BENCHES = [
           "(configure's CFLAGS \"-g -O2\", gcc 12; the amalgamation, one object and one compile unit), unordered "
           "vs split + profile + `elflayout link` with lld, one session (pages read), the sqlite3 shell as "
           "workload, and a gdb breakpoint by line on the ordered library", RA_SET, markdown=True),
+    Bench("split_debug_clang", "bench_split_debug.py", ("--compiler", "clang-22", "--runs", "3"),
+          "A library built with clang-22 -g through split: libzstd from Debian's source, its own Makefile with "
+          "CC=clang-22 CFLAGS=\"-g -O2\" (DWARF 5 with indexed forms: .debug_addr, rnglistx, loclistx), "
+          "unordered vs split + profile + `elflayout link` with lld, one session (pages read), and a gdb "
+          "breakpoint by line on the ordered library", RA_SET, markdown=True),
     Bench("realbuild_lto", "bench_realbuild_lto.py", ("--runs", "3"),
           "A real build with debug info and ThinLTO: libzstd from Debian's source, its own CMake at RelWithDebInfo, "
           "clang-22 -g -flto=thin + lld-22: unordered vs the tutorial's LTO route (profile --map of the LTO link, "
-          "elflayout link with and without --move-symtab) vs a profile of the build without LTO (link's exit "
-          "status, share of the gain kept), gdb breakpoint by line on the ordered library (pages read; two "
+          "elflayout link with and without --move-symtab, and --move-symtab --algorithm hot-last) vs a profile of "
+          "the build without LTO (link's exit status, share of the gain kept), gdb breakpoint by line on the "
+          "ordered library (pages read; two "
           "CMake builds and five LTO links the first time, about 20 min)", RA_SET, markdown=True),
     Bench("realbuild_lto_gcc", "bench_realbuild_lto.py", ("--compiler", "gcc", "--runs", "3"),
           "The same CMake build by gcc 12 -g -flto linked by GNU ld: unordered vs the LTO build's own profile "

@@ -2,6 +2,7 @@
 and held-out projects must be disjoint; each workload is ``llc-16 -O2`` of IR clang-16
 made from a file of the project's Debian source."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,9 +32,11 @@ def test_shipped_split_is_disjoint_and_covers_other_kinds_of_code():
     # vector and rotate code, floating point, a parser: what compiles of zlib and Lua
     # alone left cold in held-out compiles
     assert {"xxhash", "libdeflate", "opus", "stb", "libyaml"} <= set(train)
+    # x86-64 inline assembly, which Mbed TLS's bignum.c has and no other project trained
+    assert "secp256k1" in train
     # every workload of the split has its own name (profiles are cached and merged by name)
     names = [llvm_realir.workload_name(p, f) for p in train + held for f in llvm_realir.PROJECTS[p].files]
-    assert len(names) == len(set(names)) >= 30
+    assert len(names) == len(set(names)) >= 41
 
 
 def test_learning_curve_takes_one_file_of_each_project_before_a_second(monkeypatch):
@@ -77,3 +80,29 @@ def test_every_training_file_compiles_to_ir():
         for file in llvm_realir.PROJECTS[name].files:
             text = llvm_realir.ir(name, file).read_text()
             assert "\ndefine " in text, (name, file)
+
+
+# an inline-asm call in LLVM IR: its template and its constraint string
+ASM_CALL = re.compile(r'\basm (?:sideeffect )?(?:alignstack )?(?:inteldialect )?(?:unwind )?"([^"]*)", "([^"]*)"')
+
+
+def asm_with_memory_operands(ll: Path) -> list[tuple[str, str]]:
+    """Inline-asm calls of ``ll`` that hold instructions and a memory operand (``*``: an
+    indirect operand, e.g. ``=*m``): what the code generator's inline-asm operand
+    selection and memory constraints run for. An empty ``asm("" : "+r"(x))`` barrier
+    has neither."""
+    return [(t, c) for t, c in ASM_CALL.findall(ll.read_text()) if t.strip() and "*" in c]
+
+
+@pytest.mark.download
+@pytest.mark.slow
+def test_training_set_has_inline_assembly_with_memory_operands():
+    """Mbed TLS's bignum.c (held out) multiplies in x86-64 inline assembly; a training
+    compile must run the same code generation, and its IR must compile."""
+    held = [llvm_realir.ir("mbedtls", "library/bignum.c")]
+    assert asm_with_memory_operands(held[0])
+    with_asm = [(name, argv) for name, argv in llvm_realir.workloads(llvm_realir.TRAINING)
+                if asm_with_memory_operands(Path(argv[2]))]
+    assert "llc -O2 secp256k1/secp256k1.c (clang -O2)" in dict(with_asm)
+    for name, argv in with_asm:
+        assert subprocess.run(argv, capture_output=True).returncode == 0, name

@@ -315,3 +315,113 @@ def test_linker_made_pool_is_not_ordered_by_name():
     assert layout.report["data"]["linker_made_left_in_place"] == 1
     text, _ = write_lld_data_script(layout, hot_strings=False)
     assert "*(.rodata.tab)" in text and "(.rodata.str1.1)" not in text
+
+
+def _sparse_universe():
+    """Two 20-page tables named alike in two objects: a.o's touched on an inner page, c.o's
+    only on the page it shares with a small neighbour (d.o's ``.rodata.n``, read)."""
+    import numpy as np
+
+    from elflayout.order.resolve import Universe
+
+    P = 4096
+    u = Universe(sections={".rodata.index2", ".rodata.n"}, objects=["a.o", "c.o", "d.o"])
+    u.extents = np.array([(10 * P + 64, 20 * P), (40 * P, 64), (40 * P + 64, 20 * P)],
+                         dtype=[("offset", "<i8"), ("size", "<i8")])
+    u.extent_names = [".rodata.index2", ".rodata.n", ".rodata.index2"]
+    u.extent_objects = ["a.o", "d.o", "c.o"]
+    return u
+
+
+def test_sparse_tables_touched_inside_are_listed_for_the_tail_of_the_hot_data():
+    """A big table touched on few of its pages stays out of the hot data, but one touched
+    on a page of its own is listed in ``Layout.data_sparse`` (the data script can put it
+    at the tail of the hot block); one touched only on a page it shares with a touched
+    neighbour is not (the read may be the neighbour's). The data script names it with
+    its file: ``*(.rodata.index2)`` would move the other object's table too."""
+    from elflayout.order.algorithms import first_access
+    from elflayout.profile.model import Page, Target
+
+    t = Target(path="lib.so", pages=[Page(p, i + 1, "r", ".rodata", "main") for i, p in enumerate((15, 40))])
+    layout = first_access.compute(t, _sparse_universe())
+    assert layout.data == [(".rodata.n", "d.o")]
+    assert layout.data_sparse == [(".rodata.index2", "a.o")]
+    assert layout.report["data"]["sparse_left_in_place"] == 2
+    text, stats = write_lld_data_script(layout, hot_strings=False, sparse_last=True)
+    assert stats["sparse_sections"] == 1
+    assert text.index("*(.rodata.n)") < text.index("a.o(.rodata.index2)")
+    assert "c.o(" not in text and "*(.rodata.index2)" not in text
+    plain, st0 = write_lld_data_script(layout, hot_strings=False)
+    assert "index2" not in plain and st0["sparse_sections"] == 0
+
+
+def test_sparse_table_last_in_a_real_lld_link(tmp_path):
+    """lld with ``sparse_last``: the listed object's table ends ``.rodata.elflayout``, the
+    other object's table of the same name stays in ``.rodata``, and both still read right."""
+    need_tool("ld.lld")
+    src = ("static const unsigned index2[8192] = {[0 ... 8191] = %s};\n"
+           "unsigned %s(unsigned i) { return index2[i & 8191]; }\n")
+    a = _cc(tmp_path, "a", src % ("0x11111111", "look_a"), "-fdata-sections", "-ffunction-sections")
+    b = _cc(tmp_path, "b", src % ("0x22222222", "look_b"), "-fdata-sections", "-ffunction-sections")
+    h = _cc(tmp_path, "h", "const int hot_table[8] = {7};\n", "-fdata-sections")
+    layout = Layout(data=[(".rodata.hot_table", str(h))], data_sparse=[(".rodata.index2", str(a))])
+    text, _ = write_lld_data_script(layout, hot_strings=False, sparse_last=True)
+    lib = _link_with_script(tmp_path, "lld", text, [b, a, h])
+    with open(lib, "rb") as f:
+        elf = ELFFile(f)
+        hot = elf.get_section_by_name(".rodata.elflayout").data()
+        cold = elf.get_section_by_name(".rodata").data()
+    assert hot.startswith(b"\x07\0\0\0") and hot.endswith(b"\x11\x11\x11\x11" * 8192)
+    assert b"\x22\x22\x22\x22" * 16 not in hot
+    assert b"\x22\x22\x22\x22" * 8192 in cold
+    code = "import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); print(hex(l.look_a(5)), hex(l.look_b(9000)))"
+    r = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True)
+    assert r.stdout.split() == ["0x11111111", "0x22222222"]
+
+
+def test_hot_constants_get_their_own_pool_in_a_real_lld_link(tmp_path):
+    """lld pools every object's merged constants (``.rodata.cst8``) in ``.rodata``: with
+    ``hot_constants`` the touched object's constants go to ``.rodata.elflayout`` and the
+    untouched object's stay; without it, both stay in ``.rodata`` (the old script)."""
+    import struct
+
+    need_tool("ld.lld")
+    hot = _cc(tmp_path, "hot", "double hot(double x) { return x * 3.25 + 1.0e-3; }\n")
+    cold = _cc(tmp_path, "cold", "double cold(double x) { return x * 5.75 + 7.0e-3; }\n")
+    pi, e = struct.pack("<d", 3.25), struct.pack("<d", 5.75)
+    for on in (True, False):
+        text, stats = write_lld_data_script(Layout(objects=[str(hot)]), hot_constants=on)
+        assert stats["constant_objects"] == int(on) and (f"{hot}(.rodata.cst*)" in text) == on
+        lib = _link_with_script(tmp_path, "lld", text, [cold, hot])
+        with open(lib, "rb") as f:
+            elf = ELFFile(f)
+            sec = elf.get_section_by_name(".rodata.elflayout")
+            hot_data = sec.data() if sec else b""
+            cold_data = elf.get_section_by_name(".rodata").data()
+        assert (pi in hot_data) == on and e not in hot_data and e in cold_data
+        code = ("import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); l.hot.restype = l.cold.restype = ctypes.c_double;"
+                "l.hot.argtypes = l.cold.argtypes = [ctypes.c_double]; print(l.hot(2.0), l.cold(2.0))")
+        r = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True, check=True)
+        assert r.stdout.split() == [repr(2.0 * 3.25 + 1.0e-3), repr(2.0 * 5.75 + 7.0e-3)]
+
+
+
+
+def test_data_script_levers_on_the_command_line(tmp_path):
+    """``order --hot-constants --sparse-last`` writes the data script ``order_files`` writes
+    with those levers, and ``Request.argv`` (the command the benchmarks show) names them."""
+    import order_testlib
+
+    from conftest import run_cli
+    from elflayout.order import pipeline
+
+    d = order_testlib.build_profiled(tmp_path)
+    req = pipeline.Request(d["profile"], "lld", lib=d["lib"], objects_from=d["map"])
+    levers = {"hot_constants": True, "sparse_last": True}
+    argv = req.argv(tmp_path / "cli.lld", tmp_path / "cli.ld", None, levers)
+    assert "--hot-constants" in argv and "--sparse-last" in argv
+    assert "--hot-constants" not in req.argv(tmp_path / "x", tmp_path / "y", None, {"hot_constants": False})
+    pipeline.order_files(req, tmp_path / "mine.lld", data_script=tmp_path / "mine.ld", **levers)
+    run_cli(*argv, check=0)
+    mine, cli = (tmp_path / "mine.ld").read_text(), (tmp_path / "cli.ld").read_text()
+    assert mine == cli and "(.rodata.cst*)" in cli

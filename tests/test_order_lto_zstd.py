@@ -81,8 +81,8 @@ def test_lto_build_ordered_by_a_profile_of_another_build(tmp_path, variant):
 def test_thinlto_with_debug_info_through_the_tutorial(tmp_path):
     """clang-22 -g (DWARF 5) ThinLTO + lld-22, the LTO build profiled with its link map and
     relinked by ``link --move-symtab``: fully in order, the debug info moved into the hole
-    the order leaves cold (behind the end of the code for first-access, the hot start of
-    .text staying beside the headers; before the code for hot-last), and gdb still
+    the readahead model picks (behind the end of the code for first-access, the hot start
+    of .text staying beside the headers; before the code for hot-last), and gdb still
     stops at a breakpoint by file:line in the ordered library."""
     from elflayout.elfcore import ElfImage
     from elflayout.layouts import PF_X
@@ -102,7 +102,7 @@ def test_thinlto_with_debug_info_through_the_tutorial(tmp_path):
     cmd = [a for a in zstd.link_command(driver, objs, lib1) if not a.startswith("-Wl,-Map=")]
     r = run_cli("link", "--profile", prof, "--move-symtab", "--", *cmd, check=0)
     first = "algorithm: first-access" in r.stderr
-    assert ("after the end of the code" if first else "before the code") in r.stderr, r.stderr
+    assert (", after the code" if first else ", before the code") in r.stderr, r.stderr
     res = json.loads(run_cli("check-order", lib1, "--profile", prof, "--json", check=0).stdout)
     assert res["in_order_fraction"] == 1.0 and res["stale_hot"] is None
     with ElfImage(lib1) as img:

@@ -108,3 +108,22 @@ def test_link_without_profile_map_names_constructors_and_startup_code(nm, tmp_pa
     assert ".text.unlikely._ZN3RegC2Ev" not in text  # the cold part is not profiled
     res = json.loads(run_cli("check-order", lib, "--profile", nm["profile"], "--map", lmap, "--json", check=0).stdout)
     assert res["in_order_fraction"] == 1.0 and res["out_of_order"] == 0, res["reasons"]
+
+
+@pytest.mark.valgrind
+def test_link_keeps_readonly_data_with_the_dynamic_tables(nm, tmp_path):
+    """``link``'s default for GNU ld: .rodata and the unwind tables in the read-only
+    segment of the dynamic tables, as lld places them (was: after the code); the
+    library still runs."""
+    from test_order_rodata import assert_readonly_with_tables
+
+    need_tool("ld.bfd")
+    lib = tmp_path / "libnm.so"
+    r = run_cli("link", "--profile", nm["profile"], "--linker", "bfd", "--",
+                "g++", "-shared", "-fuse-ld=bfd", "-o", lib, *nm["objects"], check=0)
+    assert "read-only data: before the code" in r.stderr
+    assert_readonly_with_tables(lib)
+    (tmp_path / "main.cc").write_text(MAIN)
+    exe = tmp_path / "nmmain"
+    subprocess.run(["g++", "-o", str(exe), str(tmp_path / "main.cc"), str(lib), f"-Wl,-rpath,{tmp_path}"], check=True)
+    subprocess.run([str(exe)], check=True)

@@ -268,19 +268,30 @@ def test_check_single_range_unit(tmp_path, gv):
     assert ": split: " in r.stdout and r.stdout.count("addresses' file:line, DWARF verified") == 3, r.stdout
 
 
-@pytest.mark.parametrize("flags,why", [
-    (("-gdwarf-4",), "cannot become a range list: no .debug_ranges"),
-    ((), "cannot become a range list: no .debug_rnglists"),
-])
-def test_shapes_not_rewritten_stay_whole(tmp_path, flags, why):
-    """A unit (DWARF 4 or 5) whose only code section is .text but which has no range list
-    section to hold its ranges: refused per section, with the reason."""
+ONE = "int a(int x) { return x + 1; }\nint b(int x) { return a(x) * 2; }\nint f3(int x) { return b(x) - 1; }\n"
+
+
+@VERSIONS
+def test_unit_without_range_list_section_gets_one(tmp_path, gv):
+    """Was: kept whole ("cannot become a range list: no .debug_rnglists", DWARF 4: no
+    .debug_ranges). The writer adds the section, its symbol and relocations; the links'
+    line tables agree and verify in another order."""
+    need_tool("addr2line")
+    need_tool("llvm-dwarfdump-16")
     src = tmp_path / "one.c"
-    src.write_text("int a(int x) { return x + 1; }\nint b(int x) { return a(x) * 2; }\n")
-    o = _cc(tmp_path, src, *flags)
-    _, rep = split_object(o.read_bytes(), o.name)
-    text = [x for x in rep.sections if x.name == ".text"][0]
-    assert text.kept_whole and why in text.kept_whole and text.sections == 1, text
+    src.write_text(ONE)
+    o = _cc(tmp_path, src, *gv)
+    name = ".debug_ranges" if gv else ".debug_rnglists"
+    assert name not in {x.name for x in read_object(o.read_bytes(), "o").sections}
+    s = _split(tmp_path, o)
+    assert name in {x.name for x in read_object(s.read_bytes(), "s").sections}
+    orig = _link_single(tmp_path, o, "orig")
+    for exe in (_link_single(tmp_path, s, "same"), _link_single(tmp_path, s, "moved", ["f3", "b", "a"])):
+        n, diffs = debugcheck.compare_lines(orig, exe)
+        assert n > 20 and diffs == [], (exe.name, diffs)
+        assert debugcheck.verify(exe) is None, exe.name
+    moved = _starts(tmp_path / "moved")
+    assert moved.index("f3") < moved.index("b") < moved.index("a"), moved
 
 
 def test_tools_present_for_check():

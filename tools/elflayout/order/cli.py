@@ -45,6 +45,14 @@ def add_arguments(p) -> None:
                         "sections, symbol-less ones (jump tables) included, before .rodata/.data")
     p.add_argument("--no-hot-strings", action="store_true",
                    help="--data-script without the touched objects' merged strings (.rodata.str*) in a pool of their own")
+    p.add_argument("--string-pool", action="store_true",
+                   help="--data-script leads with an output section .rodata.hotstr of the hot string pools "
+                        "(.rodata.hotstr*) that elflayout link --hot-strings (split.hotstrings) writes into objects")
+    p.add_argument("--hot-constants", action="store_true",
+                   help="--data-script: the touched objects' merged constants (.rodata.cst*) in the hot pool too")
+    p.add_argument("--sparse-last", action="store_true",
+                   help="--data-script: big sections touched on few of their pages at the end of the hot data, "
+                        "each named with its file")
     p.add_argument("--dynstr-out", metavar="RSP",
                    help="lld only: also write a linker response file of -u options that puts the dynamic-symbol "
                         "names ld.so reads (LIB's symbol relocations, the program's imports) first in .dynstr")
@@ -71,6 +79,10 @@ def add_ordering_arguments(p, auto: bool = False) -> None:
                    help="link map of the link to order (or of a previous link of the same objects): symbol/section "
                         "names to match, objects in link order")
     p.add_argument("--no-data", action="store_true", help="order code only, not data sections")
+    p.add_argument("--no-move-rodata", action="store_true",
+                   help="GNU ld script: leave the read-only data (.rodata, .gcc_except_table, the unwind tables) "
+                        "where the default script puts it, after the code; default: before the code, next to the "
+                        "dynamic tables ld.so reads, as lld places it (inserted before .init)")
     p.add_argument("--allow-stale-profile", action="store_true",
                    help="use a profile of another build of --lib (names still match; offsets may not)")
     p.add_argument("--combine", choices=pipeline.COMBINE_RULES,
@@ -86,7 +98,7 @@ def request(args, fmt: str, **link) -> pipeline.Request:
     what a link command adds (``Request``'s last fields)."""
     return pipeline.Request(args.profile, fmt, algorithm=args.algorithm, target=args.target, lib=args.lib,
                             objects_from=args.objects_from, data=not args.no_data, combine=args.combine,
-                            allow_stale_profile=args.allow_stale_profile, **link)
+                            allow_stale_profile=args.allow_stale_profile, move_rodata=not args.no_move_rodata, **link)
 
 
 def run(args) -> int:
@@ -97,7 +109,9 @@ def run(args) -> int:
             fileio.check_output(extra, force=args.force, inputs=(args.profile, args.output))
     try:
         o = pipeline.order_files(request(args, args.format), out, data_script=args.data_script, dynstr_out=args.dynstr_out,
-                                 hot_strings=not args.no_hot_strings, dynstr_exes=args.dynstr_exe)
+                                 hot_strings=not args.no_hot_strings, dynstr_exes=args.dynstr_exe,
+                                 string_pool=args.string_pool, hot_constants=args.hot_constants,
+                                 sparse_last=args.sparse_last)
     except pipeline.ThinOrdering as e:
         print(f"elflayout: error: {e}", file=sys.stderr)
         return 1

@@ -16,16 +16,27 @@ Steps:
    (``heldout.ordered_layout``: the profile's functions packed at the start, or at the
    end, of their code section) on the profiled library, replayed through the readahead
    model (``readahead.simulate``, loader included, data where it is) at read_ahead_kb
-   128 (``READ_AHEAD_KB``); the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
+   128 (``READ_AHEAD_KB``), each with the unloaded sections at the place step 7 would
+   choose for it, and first-access with lld also with its readahead marks kept cold
+   (step 3); the fewer pages wins, a tie keeps ``first-access``. ``hot-last`` needs lld (the others put
    ``.init``/``.plt`` before ``.text``) and the link map's list of cold sections.
-3. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
+   The touches include code run outside sized functions (``.init``, ``.plt``, crt
+   files).
+3. *readahead marks* (first-access, lld): cold code on the folios whose touch would start
+   an asynchronous read of cold code (``order.marks``), when the model predicts fewer pages.
+4. *data order*: lld: a ``-T`` data-section script; gold and GNU ld: data sections in
    their ordering file.
-4. *.dynstr* (lld): the names ld.so reads first, when the profiled library is there.
-5. *pack* (auto): when this machine's glibc is 2.36 or newer (it loads DT_RELR), the
+5. *.dynstr* (lld): the names ld.so reads first, when the profiled library is there.
+6. *pack* (auto): when this machine's glibc is 2.36 or newer (it loads DT_RELR), the
    linked output packed by ``pack-relocs`` in the relr form and proved equivalent (the
    benchmarks' recipe; any linker, also one without ``-z pack-relative-relocs``); else
    ``self`` at link time (not gold nor mold).
-6. *check*: the output's function order against the profile (``check-order``).
+7. *move symtab* (auto): when sections no segment loads (``.debug_*``, ``.symtab``) follow
+   the last segment, the read-around of the last pages reads them; the model replays the
+   profile's touches on the output with them left there and moved into each hole between
+   segments (``order.tuck``, mapped bytes unchanged), and moves them to the fewest
+   predicted pages when that beats leaving them.
+8. *check*: the output's function order against the profile (``check-order``).
 """
 
 from __future__ import annotations
@@ -141,27 +152,62 @@ def split_step(asked: bool | None, inputs: list[str], fmt: str) -> Step:
     return Step("split", False, "every function has its own section" if inputs else "no object or archive argument")
 
 
-def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB) -> dict[str, int] | str:
+def predict_algorithms(target, read_ahead_kb: int = READ_AHEAD_KB, universe=None,
+                       move_symtab: bool | None = False, marks: bool = False) -> dict[str, int] | str:
     """Pages the readahead model predicts for each of ``CANDIDATES`` on the profiled
-    library (``target.path``), or the reason it cannot (not there, another build)."""
+    library (``target.path``), or the reason it cannot (not there, another build).
+
+    The touches include the code run outside functions (``.init``, ``.plt``, crt files:
+    ``placement.code_outside_functions``; with the profiled build's map, ``universe``,
+    code sections move with the functions as the ordering moves them). ``move_symtab``
+    (``link --move-symtab``: True, auto: None): each layout with the unloaded sections
+    where they read fewest (``tuck.predict_places``, ``tuck.choose``), which changes what
+    the read-around reaches. ``marks``: first-access with its readahead marks kept cold
+    (``order.marks``)."""
     from elflayout.elfcore import ElfImage
-    from elflayout.order import heldout
+    from elflayout.order import heldout, marks as order_marks, tuck
+    from elflayout.order.placement import code_outside_functions
 
     if not target.path or not os.path.isfile(target.path):
         return f"the profiled library {target.path} is not there"
-    ra = read_ahead_kb
     with ElfImage(target.path) as img:
         if not target.build_id or img.build_id != target.build_id:
             return f"{target.path} is not the profiled build"
         base = heldout.functions_of(img)
-        return {a: heldout.predict(img, target, heldout.ordered_layout(img, base, target, hot_last=a == "hot-last"),
-                                   ra)["pages"] for a in CANDIDATES}
+        outside = code_outside_functions(target, img, base)
+        code = heldout.code_sections(outside, universe, base)
+        base = heldout.with_code(base, code)
+        sets = {}
+        for a in CANDIDATES:
+            lay = heldout.ordered_layout(img, base, target, hot_last=a == "hot-last", code=code)
+            sets[a] = heldout.touches(target, lay, outside, code, bodies=True)
+        if move_symtab is False and not marks:
+            return {a: _simulate(img, pages, kinds, read_ahead_kb) for a, (pages, kinds) in sets.items()}
+    places = tuck.predict_places(target.path, sets, read_ahead_kb, loader=None)
+    out = {a: p[tuck.choose(p, move_symtab)] for a, p in places.items()}
+    if marks:
+        found = order_marks.search(target.path, target, read_ahead_kb, move_symtab, universe)
+        out["first-access"] = min(out["first-access"], found["pages"])
+    return out
 
 
-def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB) -> Step:
+def _simulate(img, pages, kinds, read_ahead_kb: int) -> int:
+    """Pages read; ld.so's relocation pass modelled unless the profile recorded it (in
+    its own order: after the version checks, which the model's pass would follow)."""
+    from elflayout.order.readahead import simulate
+    from elflayout.order.simulation import touches_relocations
+
+    return simulate(img, pages, kinds, read_ahead_kb, loader=not touches_relocations(img, pages))["pages"]
+
+
+def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = READ_AHEAD_KB,
+                   move_symtab: bool | None = False, marks: bool = True) -> Step:
     """The algorithm: ``asked`` as given, or for ``auto`` the one the model predicts
-    reads fewer pages (see Steps); the prediction is shown either way when it can be made."""
-    pred = predict_algorithms(target, read_ahead_kb)
+    reads fewer pages (see Steps; ``move_symtab``: as ``predict_algorithms``, jointly with
+    where the unloaded sections go; ``marks``: the readahead-marks step may apply); the
+    prediction is shown either way when it can be made."""
+    marks = marks and fmt == "lld" and bool(getattr(universe, "text_order", None))
+    pred = predict_algorithms(target, read_ahead_kb, universe, move_symtab, marks=marks)
     shown = ", ".join(f"{a} {n:,} pages" for a, n in pred.items()) if isinstance(pred, dict) else ""
     if asked != "auto":
         return Step("algorithm", asked, "asked", shown)
@@ -174,7 +220,9 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
     if not isinstance(pred, dict):
         return Step("algorithm", "first-access", f"no prediction: {pred}")
     best = min(CANDIDATES, key=lambda a: (pred[a], CANDIDATES.index(a)))
-    why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout only"
+    why = f"readahead model at read_ahead_kb {read_ahead_kb}, profiled library, code layout" + (
+        " only" if move_symtab is False else ", the unloaded sections where they read fewest") + (
+        ", first-access with its readahead marks kept cold" if marks else "")
     if best == "hot-last" and not getattr(target, "objects", None):
         why += f"; {NO_MAP}"
     return Step("algorithm", best, why, shown)
@@ -186,6 +234,22 @@ def algorithm_step(asked: str, fmt: str, target, universe, read_ahead_kb: int = 
 # against 110 with a map, docs/ordering.md).
 NO_MAP = ("the profile has no link map, so code run outside sized function symbols (crt files, assembly) stays "
           "among the cold code: profile a link with -Wl,-Map=FILE and profile --map FILE")
+
+
+def rodata_step(move: bool, linker: str, fmt: str) -> Step | None:
+    """Where GNU ld's read-only data goes: before the code, next to the dynamic tables
+    ld.so reads whole, as lld places it, unless ``move`` is off. None for the other
+    linkers: lld places it so itself; gold's only lever, ``--rosegment``, puts the
+    tables and the data after the code, where the read-around of the first table
+    fault reads cold code (libstdc++: 353 pages against 325, readahead model)."""
+    if linker != "bfd":
+        return None
+    if not move:
+        return Step("read-only data", False, "--no-move-rodata")
+    if fmt != "ld-script":
+        return Step("read-only data", False, f"only the ld-script moves it (--format {fmt})")
+    return Step("read-only data", "before the code", ".rodata, .gcc_except_table and the unwind tables inserted "
+                                                      "before .init, next to the dynamic tables, as lld places them")
 
 
 MEASURED_OPTIONS = "--clean-env --env LC_ALL=C --stdout null --repeat 3"

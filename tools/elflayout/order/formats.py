@@ -65,12 +65,13 @@ def text_sections(layout: Layout, split: bool = False) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def text_entries(layout: Layout, split: bool = False) -> list[tuple[str, str | None]]:
+def text_entries(layout: Layout, split: bool = False, whole: Layout | None = None) -> list[tuple[str, str | None]]:
     """(input section name, object or None) in layout order: a section name that several
     objects use (plain ``.text``; a local function's -ffunction-sections name defined in
-    several objects) carries the object it was profiled in, where known."""
+    several objects) carries the object it was profiled in, where known. ``whole``: the
+    layout ``layout`` is part of (``head_tail``), whose names count."""
     names = {}
-    for r in layout.functions:
+    for r in (whole or layout).functions:
         for sec in r.sections:
             names.setdefault(sec, set()).update(o for o in r.objects if o)
     out = []
@@ -125,18 +126,38 @@ def write_lld(layout: Layout) -> tuple[str, dict]:
     return _lines(names), {"symbols": len(names), "data_symbols": len(layout.data_symbols)}
 
 
-def write_gold(layout: Layout, split: bool = False) -> tuple[str, dict]:
-    text = text_sections(layout, split)
+def head_tail(layout: Layout, tail=()) -> tuple[Layout, Layout]:
+    """``layout`` split into the functions before the cold code and those named in
+    ``tail`` (``order.tail``), listed after it."""
+    import dataclasses
+
+    names = set(tail)
+    return (dataclasses.replace(layout, functions=[r for r in layout.functions if r.name not in names]),
+            dataclasses.replace(layout, functions=[r for r in layout.functions if r.name in names]))
+
+
+def write_gold(layout: Layout, split: bool = False, tail=()) -> tuple[str, dict]:
+    """``tail``: functions listed after the closing glob, i.e. after the cold code."""
+    head, last = head_tail(layout, tail)
+    text = text_sections(head, split)
+    after = [n for n in text_sections(last, split) if n not in set(text)]
+    text += after
     data = list(dict.fromkeys(n for n, _ in layout.data))
-    lines = text + ([".text*"] if text else [])
+    lines = text[:len(text) - len(after)] + ([".text*"] if text else []) + after
     for prefix, _out in DATA_GROUPS:
         grp = [n for n in data if _group(n) == prefix]
         if grp:
             lines += grp + [prefix + "*"]
+    # the touched functions' LSDAs first (gold cannot order .eh_frame: it builds it itself)
+    lsda = [n for n in data if n.startswith(".gcc_except_table.")]
+    if lsda:
+        lines += lsda + [".gcc_except_table*"]
     shared = _shared_objects(layout) if not split else []
     # gold's ordering file names sections, not files: a generic .text listed moves every
     # object's .text, in link order, to the first one's place
-    return _lines(lines), {"text_sections": len(text), "data_sections": len(data), "shared_section_objects": len(shared),
+    return _lines(lines), {"text_sections": len(text), "tail_sections": len(after), "data_sections": len(data),
+                           "unwind_sections": len(lsda),
+                           "shared_section_objects": len(shared),
                            "shared_section_examples": shared[:5]}
 
 
@@ -148,36 +169,49 @@ def _shared_objects(layout: Layout) -> list[str]:
 
 
 def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_strings: bool = True,
-                    bind_now: bool | None = None) -> tuple[str, dict]:
+                    bind_now: bool | None = None, readonly_first: bool = True, tail=()) -> tuple[str, dict]:
     """``hot_strings``: ``.rodata.elflayout`` begins with the touched objects' mergeable
     strings, in a pool of their own (GNU ld merges per output section), as the lld data
     script does. ``bind_now``: whether the link uses ``-z now`` (None: not known); it
-    decides where the written data goes (``data_anchor``)."""
-    text = text_entries(layout, split)
+    decides where the written data goes (``data_anchor``). ``readonly_first``: the
+    read-only data goes before the code, as lld places it (``READONLY_FIRST``).
+    ``tail``: functions placed after the cold code, in ``.text.elflayout.tail``."""
+    head, last = head_tail(layout, tail)
+    text = text_entries(head, split, layout)
+    after = [e for e in text_entries(last, split, layout) if e not in set(text)]
     data = list(dict.fromkeys(n for n, _ in layout.data))
-    skipped = [n for n in [t for t, _ in text] + data if _LD_UNSAFE.search(n)]
+    skipped = [n for n in [t for t, _ in text + after] + data if _LD_UNSAFE.search(n)]
     bad = set(skipped)
     blocks = []
     if header:
         blocks.append("".join(f"/* {h} */\n" for h in header.splitlines()))
-    if text:
+    by_file = 0
+    for entries, name, where in ((text, ".text.elflayout", "BEFORE"), (after, ".text.elflayout.tail", "AFTER")):
+        if not entries:
+            continue
         # a section several objects use is named with its file (``archive:member``), so
         # only the profiled object's copy moves; GNU ld matches -T statements first
-        pats, by_file = [], 0
-        for sec, obj in text:
+        pats = []
+        for sec, obj in entries:
             if sec in bad:
                 continue
             fpats = ld_file_patterns(obj) if obj else []
             by_file += bool(fpats)
             pats += [f"{fp}({sec})" for fp in fpats] or [f"*({sec})"]
-        blocks.append(_ld_block(".text.elflayout", ".text", pats, raw=len(pats)))
+        blocks.append(_ld_block(name, ".text", pats, raw=len(pats), where=where))
     dpats, dstats = data_patterns(layout, ld_file_patterns)
     str_pats = list(dict.fromkeys(f"{fp}(.rodata.str*)" for o in layout.objects if o and not o.startswith("<")
                                   for fp in ld_file_patterns(o))) if hot_strings and dpats.get(".rodata") else []
     dstats["string_patterns"] = len(str_pats)
+    unwind = unwind_patterns(layout)
+    dstats["unwind_patterns"] = sum(map(len, unwind.values()))
+    if readonly_first:
+        blocks.append(readonly_block(str_pats + dpats.get(".rodata", []), unwind))
+    elif dstats["unwind_patterns"]:
+        blocks.append(readonly_block([], unwind, UNWIND_AFTER))
     for prefix, out in DATA_GROUPS:
         grp = (str_pats if prefix == ".rodata" else []) + dpats.get(prefix, [])
-        if grp:
+        if grp and not (readonly_first and out == ".rodata"):
             # INSERT BEFORE goes ahead of the assignments that precede the anchor. Writable
             # ordered data after .data: DATA_SEGMENT_RELRO_END precedes .data, and before it
             # the data would be in PT_GNU_RELRO (read-only after relocation under -z now).
@@ -194,8 +228,67 @@ def write_ld_script(layout: Layout, header: str = "", split: bool = False, hot_s
             blocks.append(note + _ld_block(out + ".elflayout", anchor, grp, raw=len(grp), where=where, lead=lead))
     if dpats.get(".data"):
         dstats["data_anchor"] = f"after {DATA_ANCHOR[bind_now]}"
-    return "\n".join(blocks), {"text_sections": len(text), "data_sections": len(data), "skipped_unsafe_names": len(skipped),
-                                "named_with_file": by_file if text else 0, **dstats}
+    return "\n".join(blocks), {"text_sections": len(text) + len(after), "tail_sections": len(after),
+                                "data_sections": len(data), "skipped_unsafe_names": len(skipped),
+                                "named_with_file": by_file, "readonly_first": readonly_first, **dstats}
+
+
+# GNU ld's default script puts the read-only data (-z separate-code: in a segment of its
+# own) after the code; lld puts it before, next to the dynamic tables ld.so reads whole,
+# so read-around from a constant or unwind-table fault reads those tables or more
+# read-only data, not the cold end of .text (libstdc++, GNU ld: 12 pages of cold code
+# from the first .rodata fault). These statements are the default script's own (GNU ld
+# 2.40), inserted before .init, i.e. ahead of the page alignment that starts the code
+# segment: the default statements of the same names then receive no input. In lld's
+# order: the LSDAs before the unwind tables, which end next to the code (libstdc++:
+# 9 pages fewer than GNU ld's order, readahead model on the profiled relinks).
+READONLY_FIRST = (
+    (".rodata", "", "*(.rodata .rodata.* .gnu.linkonce.r.*)"),
+    (".rodata1", "", "*(.rodata1)"),
+    (".gcc_except_table", "ONLY_IF_RO", "*(.gcc_except_table .gcc_except_table.*)"),
+    (".eh_frame_hdr", "", "*(.eh_frame_hdr) *(.eh_frame_entry .eh_frame_entry.*)"),
+    (".eh_frame", "ONLY_IF_RO", "KEEP (*(.eh_frame)) *(.eh_frame.*)"),
+)
+READONLY_ANCHOR = ".init"
+# Without the move, the unwind tables' statements go where the default script has them
+UNWIND_AFTER = ".rodata1"
+UNWIND = (".eh_frame", ".gcc_except_table")
+
+
+def unwind_patterns(layout: Layout) -> dict[str, list[str]]:
+    """Input-section descriptions of the touched unwind tables, in layout order: each
+    function's LSDA (``.gcc_except_table.NAME``, -ffunction-sections) by name, named with
+    its file when several objects use the name; an object's ``.eh_frame`` (one per
+    object, its FDEs in function order) by its file. The unwinder reads the FDEs and
+    LSDAs of the functions a throw passes through, scattered in object order otherwise."""
+    owners: dict[str, set] = {}
+    for n, o in layout.data:
+        owners.setdefault(n, set()).add(o)
+    out: dict[str, list[str]] = {u: [] for u in UNWIND}
+    for n, o in dict.fromkeys(layout.data):
+        fps = ld_file_patterns(o) if o and not o.startswith("<") else []
+        if n == ".eh_frame":
+            out[n] += [f"KEEP ({fp}(.eh_frame))" for fp in fps]
+        elif n.startswith(".gcc_except_table.") and not _LD_UNSAFE.search(n):
+            out[".gcc_except_table"] += [f"{fp}({n})" for fp in fps] if len(owners[n]) > 1 else [f"*({n})"]
+    return {u: list(dict.fromkeys(p)) for u, p in out.items()}
+
+
+def readonly_block(hot: list[str], unwind: dict[str, list[str]], after: str | None = None) -> str:
+    """The read-only data before the code (``READONLY_FIRST``), the ordered constants
+    ``hot`` (complete input-section descriptions) first, in ``.rodata.elflayout``, and
+    the touched unwind tables (``unwind_patterns``) first in theirs. ``after``: only
+    the unwind tables' statements, inserted after that output section (their default place)."""
+    lines = ["SECTIONS", "{"]
+    if hot:
+        lines += ["  .rodata.elflayout :", "  {", *(f"    {p}" for p in hot), "  }"]
+    for name, kind, body in READONLY_FIRST:
+        if after and name not in (".eh_frame_hdr", *UNWIND):
+            continue
+        first = " ".join(unwind.get(name, ()))
+        lines.append(f"  {name} : {(kind + ' ') if kind else ''}{{ {first + ' ' if first else ''}{body} }}")
+    where = f"INSERT AFTER {after};" if after else f"INSERT BEFORE {READONLY_ANCHOR};"
+    return "\n".join(lines + ["}", where, ""])
 
 
 # Where ``.data.elflayout`` is inserted (INSERT AFTER), by the link's binding: the first
@@ -278,7 +371,9 @@ def lld_file_pattern(obj: str) -> str | None:
     return None if _LD_UNSAFE.search(pat) or not pat else pat
 
 
-def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None) -> tuple[str, dict]:
+def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None,
+                          string_pool: bool = False, hot_constants: bool = False,
+                          sparse_last: bool = False) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
@@ -291,11 +386,31 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     strings are: this splits the touched objects' strings into a pool of their own and
     leaves the rest of the pool unread (docs/ordering.md).
 
+    ``hot_constants``: next, the touched objects' merged constants (``.rodata.cst*``),
+    for the same reason: lld pools every object's constants, so those the code run reads
+    would otherwise sit in the cold ``.rodata``, whose read-around they start.
+
+    ``sparse_last``: last, the big sections touched on few of their pages
+    (``Layout.data_sparse``, each named with its file). Left in place, each starts a
+    read-around in the cold data (both ways, a window of read_ahead_kb around each
+    touch); at the tail of the hot block, its untouched pages take the read-around past
+    the hot data's end, which reads cold data otherwise, and past its last touched page
+    only the same window is read (libpython: ``index2`` of unicodectype.o, 32 pages).
+
     ``universe`` (the profiled link's map): a group whose ordered sections are all the
     non-empty input sections of its default output section is left out and named in
     ``left_out``: lld drops the emptied ``.data`` and refuses to insert before it, and
-    every page of a section read whole is read whatever its order."""
+    every page of a section read whole is read whatever its order.
+
+    ``string_pool``: first of all, an output section ``.rodata.hotstr`` of the hot string
+    pools ``elflayout.split.hotstrings`` wrote (``*(.rodata.hotstr*)``): lld merges
+    them into one small pool of the strings start-up reads (empty, and dropped by lld,
+    when no object has one)."""
     blocks = ["".join(f"/* {h} */\n" for h in header.splitlines())] if header else []
+    if string_pool:
+        from elflayout.split.hotstrings import HOT_PREFIX
+
+        blocks.append(_ld_block(HOT_PREFIX, ".rodata", [f"*({HOT_PREFIX}*)"], raw=1))
     dpats, dstats = data_patterns(layout, lambda o: [p] if (p := lld_file_pattern(o)) else [], LLD_DATA_GROUPS)
     placed = n_str = 0
     str_pats = []
@@ -308,25 +423,49 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
         pats = [lld_file_pattern(o) for o in objs]
         str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
         n_str = len(str_pats)
+        if hot_constants:
+            str_pats += [f"{p}(.rodata.cst*)" for p in dict.fromkeys(p for p in pats if p)]
+    sparse = _sparse_patterns(layout) if sparse_last else {}
     left_out = []
     for prefix, out in LLD_DATA_GROUPS:
         grp = dpats.get(prefix, [])
         extra = str_pats if prefix == ".rodata" else []
-        if not (grp or extra):
+        tail = sparse.get(prefix, [])
+        if not (grp or extra or tail):
             continue
-        if universe is not None and universe.extent_names and not _left_in(universe, prefix, layout, lld_file_pattern, extra):
+        if universe is not None and universe.extent_names and not _left_in(universe, prefix, layout, lld_file_pattern,
+                                                                           extra + tail):
             left_out.append(out)
             continue
         placed += len(grp)
-        blocks.append(_ld_block(out + ".elflayout", out, extra + grp, raw=len(extra) + len(grp)))
+        pats = extra + grp + tail
+        blocks.append(_ld_block(out + ".elflayout", out, pats, raw=len(pats)))
     parked = _dragged_by_name(layout, universe)
     for prefix, out in LLD_DATA_GROUPS:
         grp = [f"{fp}({n})" for n, o in parked if _group(n) == prefix and (fp := lld_file_pattern(o))]
         if grp:
             blocks.append(_ld_block(out + ".elflayout.cold", out, grp, raw=len(grp), where="AFTER"))
     return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str,
+                                "constant_objects": n_str if hot_constants else 0,
+                                "sparse_sections": sum(map(len, sparse.values())),
                                 "skipped_unsafe_names": dstats["data_skipped_unsafe_names"], **dstats,
                                 "left_out": left_out, "parked_same_name": len(parked)}
+
+
+def _sparse_patterns(layout: Layout) -> dict[str, list[str]]:
+    """lld input-section descriptions of ``layout.data_sparse`` by output group, each
+    with its file: a local table's name is often another object's too (``index2`` of
+    unicodectype.o and unicodedata.o), and ``*(NAME)`` would move both."""
+    out: dict[str, list[str]] = {}
+    for n, o in layout.data_sparse:
+        grp = _group(n)
+        fp = lld_file_pattern(o) if o and not o.startswith("<") else None
+        if grp in {g for g, _ in LLD_DATA_GROUPS} and fp and not _LD_UNSAFE.search(n):
+            pat = f"{fp}({n})"
+            out.setdefault(grp, [])
+            if pat not in out[grp]:
+                out[grp].append(pat)
+    return out
 
 
 def _dragged_by_name(layout: Layout, universe) -> list[tuple[str, str]]:
@@ -387,16 +526,18 @@ def _lines(items) -> str:
 
 
 def write(fmt: str, layout: Layout, all_objects: list[str] | None = None, header: str = "",
-          split: bool = False, bind_now: bool | None = None) -> tuple[str, dict]:
+          split: bool = False, bind_now: bool | None = None, move_rodata: bool = True, tail=()) -> tuple[str, dict]:
     """``split``: the link's objects are the output of ``elflayout split`` (a function of
     a generic section is named by its own section, ``.text.NAME``). ``bind_now``: the
-    link uses ``-z now`` (None: not known; ld-script only)."""
+    link uses ``-z now`` (None: not known; ld-script only). ``move_rodata``: the
+    ld-script puts the read-only data before the code (``READONLY_FIRST``). ``tail``:
+    functions listed after the cold code (gold, ld-script; ``order.tail``)."""
     if fmt == "objects":
         return write_objects(layout, all_objects)
     if fmt == "lld":
         return write_lld(layout)
     if fmt == "gold":
-        return write_gold(layout, split)
+        return write_gold(layout, split, tail)
     if fmt == "ld-script":
-        return write_ld_script(layout, header, split, bind_now=bind_now)
+        return write_ld_script(layout, header, split, bind_now=bind_now, readonly_first=move_rodata, tail=tail)
     raise ValueError(f"unknown format {fmt!r}")

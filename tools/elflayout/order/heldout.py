@@ -118,11 +118,56 @@ def _exec_ranges(img: ElfImage) -> list[tuple[int, int]]:
             if s.occupies_file and s.flags & SH_FLAGS.SHF_EXECINSTR and s.size]
 
 
-def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = False) -> Layout:
+def code_sections(ranges: list, universe, base: Layout) -> list[tuple[float, int, int, str]]:
+    """The code input sections holding none of ``base``'s functions that the profile ran
+    (``ranges``: ``placement.code_outside_functions``), as (first, offset, size, name)
+    from the profiled build's link map (``universe`` extents): crtbeginS.o's ``.text``,
+    assembler files' code. The ordering places them at their first access
+    (``first_access``), so the what-if moves them as it moves functions."""
+    ext = getattr(universe, "extents", None)
+    if ext is None or not len(ext) or not ranges:
+        return []
+    off, size = ext["offset"], ext["size"]
+    firsts: dict[int, float] = {}
+    for first, a, b, _sec, whole in ranges:
+        if whole:
+            continue
+        for j in np.flatnonzero((off < b) & (off + size > a) & (size > 0)).tolist():
+            if universe.extent_names[j].startswith(".text"):
+                firsts[j] = min(firsts.get(j, first), first)
+    out = []
+    for j, first in sorted(firsts.items(), key=lambda kv: kv[1]):
+        lo, hi = int(off[j]), int(off[j] + size[j])
+        if not ((base.start >= lo) & (base.start < hi)).any():
+            out.append((first, lo, hi - lo, f"<{universe.extent_names[j]} of {universe.extent_objects[j]}>"))
+    return out
+
+
+def with_code(base: Layout, code: list) -> Layout:
+    """``base`` with the extents of ``code`` (``code_sections``) as functions."""
+    if not code:
+        return base
+    start = np.concatenate([base.start, np.array([c[1] for c in code], dtype=np.int64)])
+    size = np.concatenate([base.size, np.array([c[2] for c in code], dtype=np.int64)])
+    names = base.names + [c[3] for c in code]
+    o = np.argsort(start, kind="stable")
+    return Layout(start[o], size[o], [names[i] for i in o.tolist()], start[o].copy(), np.zeros(o.size, dtype=bool))
+
+
+def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = False, code: list = (),
+                   gaps=()) -> Layout:
     """The virtual layout of an order trained on ``train`` (see Definitions); ``hot_last``:
     the hot set ending its section instead (``algorithms.hot_last``), the cold functions
-    packed from its start."""
-    offs = np.array([f.offset for f in train.functions if f.offset is not None], dtype=np.int64)
+    packed from its start. ``code``: code sections (``code_sections``, in ``base``: see
+    ``with_code``) placed among the functions at their first access. ``gaps``: file-offset
+    ranges [lo, hi) no hot function of a first-access layout overlaps (cold code fills
+    them: ``order.marks``)."""
+    offs = [f.offset for f in train.functions if f.offset is not None]
+    if code:
+        firsts = [f.first for f in train.functions if f.offset is not None] + [c[0] for c in code]
+        offs = [offs[i] if i < len(offs) else code[i - len(offs)][1]
+                for i in sorted(range(len(firsts)), key=firsts.__getitem__)]
+    offs = np.array(offs, dtype=np.int64)
     idx = base.index(offs)
     hot = list(dict.fromkeys(i for i in idx.tolist() if i >= 0))  # training order, once each
     is_hot = np.zeros(base.start.size, dtype=bool)
@@ -139,16 +184,21 @@ def ordered_layout(img: ElfImage, base: Layout, train: Target, hot_last: bool = 
             pos = _pack(new, base, cold, lo)
             end = _pack(new, base, here, max(pos, hi - _span(base, here)))
         else:
-            end = _pack(new, base, here + cold, lo)
+            end = _pack(new, base, cold, _pack(new, base, here, lo, gaps))
+            end -= sum(min(b, end) - max(a, lo) for a, b in gaps if a < end and b > lo)  # cold code fills them
         if end > hi + FUNCTION_ALIGN * len(inside):
             raise ElflayoutError(f"{img.path}: packed functions overflow their section ({end - hi} bytes)")
     return Layout(base.start, base.size, base.names, new, is_hot)
 
 
-def _pack(new: np.ndarray, base: Layout, order: list[int], pos: int) -> int:
-    """Place ``order``'s functions from ``pos`` (FUNCTION_ALIGN apart) in ``new``; the end."""
+def _pack(new: np.ndarray, base: Layout, order: list[int], pos: int, gaps=()) -> int:
+    """Place ``order``'s functions from ``pos`` (FUNCTION_ALIGN apart) in ``new``, none
+    overlapping a range of ``gaps``; the end."""
     for i in order:
         pos = -(-pos // FUNCTION_ALIGN) * FUNCTION_ALIGN
+        for a, b in gaps:
+            if pos < b and pos + max(int(base.size[i]), 1) > a:
+                pos = b
         new[i] = pos
         pos += max(int(base.size[i]), 1)
     return pos
@@ -159,10 +209,25 @@ def _span(base: Layout, order: list[int]) -> int:
     return _pack(np.zeros(base.start.size, dtype=np.int64), base, order, 0) if order else 0
 
 
-def touches(target: Target, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """(pages, kinds) of a profile of this very build in ``layout``, in first order."""
-    fo = np.array([f.offset for f in target.functions if f.offset is not None], dtype=np.int64)
-    ff = np.array([f.first for f in target.functions if f.offset is not None], dtype=np.float64)
+def touches(target: Target, layout: Layout, outside: list = (), code: list = (),
+            bodies: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(pages, kinds) of a profile of this very build in ``layout``, in first order.
+    ``outside``: code it ran outside its functions (``placement.code_outside_functions``):
+    the parts of it in ``code`` sections (``code_sections``) where ``layout`` moves them,
+    the rest (``.init``, ``.plt``, code no map names) in place. ``bodies``: also the
+    executed pages of long functions past their entry (``_bodies``), moved with them."""
+    fo = [f.offset for f in target.functions if f.offset is not None]
+    ff = [f.first for f in target.functions if f.offset is not None]
+    for first, a, b, _sec, _whole in outside:
+        parts = [(max(a, c[1]), min(b, c[1] + c[2])) for c in code if c[1] < b and c[1] + c[2] > a] or [(a, b)]
+        for lo, hi in parts:
+            fo += [lo, hi - 1]
+            ff += [first, first]
+    if bodies:
+        for first, off in _bodies(target):
+            fo.append(off)
+            ff.append(first)
+    fo, ff = np.array(fo, dtype=np.int64), np.array(ff, dtype=np.float64)
     data = [p for p in target.pages if p.kind != "x"]
     dp = np.array([p.page for p in data], dtype=np.int64)
     df = np.array([p.first for p in data], dtype=np.float64)
@@ -171,6 +236,22 @@ def touches(target: Target, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
     kinds = np.concatenate([np.full(fo.size, b"x", dtype="S1"), dk])
     o = np.argsort(np.concatenate([ff, df]), kind="stable")
     return pages[o], kinds[o]
+
+
+def _bodies(target: Target) -> list[tuple[float, int]]:
+    """(first, offset) of the executed pages a profiled function spans but no profiled
+    function enters (the body of a long function): the offset of the page's first byte
+    in that function, which a layout moves with it."""
+    fn = [(f.offset, max(f.size or 1, 1)) for f in target.functions if f.offset is not None]
+    entries = {o // PAGE for o, _s in fn}
+    out = []
+    for p in target.pages:
+        if p.kind == "x" and p.page not in entries:
+            lo = p.page * PAGE
+            hit = [o for o, s in fn if o < lo + PAGE and o + s > lo]
+            if hit:
+                out.append((p.first, max(lo, hit[0])))
+    return out
 
 
 def predict(img: ElfImage, target: Target, layout: Layout, read_ahead_kb: int) -> dict:

@@ -3,7 +3,9 @@ and judge whether the linker honoured it (the CLI in ``link_cli`` only parses an
 
 from __future__ import annotations
 
+import io
 import os
+import re
 from pathlib import Path
 
 from elflayout.errors import ElflayoutError, Finding
@@ -141,14 +143,21 @@ def check_request(parsed: dict, linker: str, fmt: str, split: bool, data_script:
         raise ElflayoutError(f"{extras[0]}: an lld companion (--linker lld, --format lld), not {linker}/{fmt}")
 
 
-def companion_args(parsed: dict, ordering, workdir: Path, data_script: bool, dynstr: bool, progress=None) -> list[str]:
+def companion_args(parsed: dict, ordering, workdir: Path, data_script: bool, dynstr: bool, progress=None,
+                   string_pool: dict | None = None) -> list[str]:
     """The lld companion arguments of ``ordering`` (``pipeline.Ordering``): a -T
-    data-section script and a .dynstr -u/-y response file, written into ``workdir``."""
+    data-section script and a .dynstr -u/-y response file, written into ``workdir``.
+    ``string_pool``: the inputs ``split.hotstrings`` rewrote ({old path: new}); the data
+    script then leads with their hot string pools and names the new files."""
     wl = (lambda a: "-Wl," + a) if parsed["driver"] else (lambda a: a)
     extra = []
     if data_script:
-        dtext, dstats = ordering.data_script()
-        if dstats["data_sections"]:
+        dtext, dstats = ordering.data_script(string_pool=string_pool is not None)
+        if string_pool:
+            from elflayout.split.hotstrings import retarget_script
+
+            dtext = retarget_script(dtext, string_pool)
+        if dstats["data_sections"] or string_pool:
             dfile = workdir / "data.ld"
             atomic_write_text(dfile, dtext)
             extra += [wl("-T"), wl(str(dfile))] if not parsed["driver"] else [f"-Wl,-T,{dfile}"]
@@ -211,3 +220,56 @@ def check_output(out: str, target, fmt: str, cmd_objs: list[str], linker: str, m
         raise OrderNotHonoured(lines, f"{out}: {linker} did not honour the ordering: only {100 * frac:.1f}% in profile order "
                       f"(< {100 * min_order:.0f}%; out of order or not placed: {top or 'no reason found'})")
     return lines
+
+
+# GCC generates the code of an LTO link at link time: its sections are per function only
+# when the link command itself says -ffunction-sections (the compile's flag does not reach
+# that code generation), else every function lands in one .text and no order applies.
+FUNCTION_SECTIONS = "-ffunction-sections"
+_GCC_DRIVER = re.compile(r"(?:.*-)?(?:gcc|g\+\+|cc|c\+\+)(?:-[\d.]+)?$")     # gcc, gcc-12, x86_64-linux-gnu-g++-12
+
+
+def gcc_lto_inputs(paths: list[str]) -> list[str]:
+    """The inputs (objects, archive members) holding GCC LTO bytecode (``.gnu.lto_*`` sections)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    from elflayout.split.archive import is_archive, read_archive
+    from elflayout.split.reader import GCC_LTO_PREFIX
+
+    out = []
+    for p in paths:
+        raw = Path(p).read_bytes()
+        members = read_archive(raw, p) if is_archive(raw) else [(p, raw)]
+        for name, data in members:
+            if data[:4] != b"\x7fELF":
+                continue
+            try:
+                names = [s.name for s in ELFFile(io.BytesIO(data)).iter_sections()]
+            except (ELFError, ValueError, KeyError, IndexError, EOFError):
+                continue    # (not ours to judge here: the linker says what is wrong with it)
+            if any(n.startswith(GCC_LTO_PREFIX) for n in names):
+                out.append(name if name == p else f"{p}({name})")
+                break
+    return out
+
+
+def lto_function_sections(parsed: dict, inputs: list[str]) -> tuple[dict, str | None]:
+    """The command with ``-ffunction-sections`` added when it is a GCC driver linking
+    GCC LTO bytecode without it; and the step's note (None: nothing to do). A direct
+    linker call cannot be given it: refused with the fix."""
+    cmd = parsed["cmd"]
+    if any(a in (FUNCTION_SECTIONS, "-fno-function-sections") for a in cmd[1:]):
+        return parsed, None
+    lto = gcc_lto_inputs(inputs)
+    if not lto:
+        return parsed, None
+    shown = ", ".join(Path(x).name for x in lto[:3]) + (" …" if len(lto) > 3 else "")
+    if not parsed["driver"] or not _GCC_DRIVER.match(Path(cmd[0]).name):
+        raise ElflayoutError(f"{cmd[0]}: links GCC LTO bytecode ({shown}) without {FUNCTION_SECTIONS}, so the code "
+                             f"generated at link time is one .text no order can move; link through gcc with "
+                             f"-flto {FUNCTION_SECTIONS}")
+    new = dict(parsed, cmd=[cmd[0], FUNCTION_SECTIONS, *cmd[1:]],
+               object_positions=[p + 1 for p in parsed["object_positions"]])
+    return new, (f"added: {len(lto)} input{'s' if len(lto) != 1 else ''} hold GCC LTO bytecode ({shown}), whose code "
+                 f"is generated at link time, in one .text without it")

@@ -44,10 +44,17 @@ examples:
 Default steps (each printed at the end with why and what it predicts; each can be
 turned off): split when an object holds several functions in one code section (--no-split);
 the algorithm the readahead model predicts reads fewer pages of the profiled library,
-first-access or hot-last (--algorithm NAME); data order (--no-data; lld: a -T script,
---no-data-script); lld: .dynstr order (--no-dynstr); --pack auto (relr on glibc >= 2.36,
-else self; none with gold and mold; --pack none); check-order of the output
-(--no-check-order).
+first-access or hot-last (--algorithm NAME); with first-access and lld, cold code on the
+folios whose touch would start an asynchronous read of cold code (--no-readahead-marks);
+data order (--no-data; lld: a -T script, --no-data-script); lld: .dynstr order
+(--no-dynstr); --pack auto (relr on glibc >= 2.36, else self; none with gold and mold;
+--pack none); debug info and symbol tables moved off the file's tail into the hole where
+the model predicts the fewest pages, when that beats leaving them (--no-move-symtab); GNU
+ld: the read-only data before the code, next to the dynamic tables, as lld places it
+(--no-move-rodata); gold and GNU ld: a second link with the touched functions the model's
+last read of them covers listed after the cold code, kept when the model predicts fewer
+pages (--no-code-tail);
+check-order of the output (--no-check-order).
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
 with INSERT, mold: object order; with lld the data script and .dynstr response file;
@@ -85,17 +92,31 @@ def add_arguments(p) -> None:
                         "self (relr + an injected self-applying routine and hidden tags, relrhack's way: any "
                         "glibc) or none; default with --profile: auto (relr when this machine's glibc is 2.36 or "
                         "newer, else self; none with gold and mold)")
-    p.add_argument("--move-symtab", action="store_true",
+    p.add_argument("--move-symtab", action=argparse.BooleanOptionalAction, default=None,
                    help="after the link, move the sections no segment loads (.symtab, .strtab, .comment, .debug_*) "
-                        "from after the last segment into a file-offset hole where the order leaves code cold "
-                        "(after the executable PT_LOAD for first-access, else before it): "
-                        "read-ahead of the last segment's pages then stops at end of file (mapped bytes "
-                        "unchanged)")
+                        "from after the last segment into a file-offset hole between segments, where the "
+                        "readahead model predicts the fewest pages read for the profile (without a profile: "
+                        "after the executable PT_LOAD for first-access, else before it); read-ahead of the last "
+                        "segment's pages then stops at end of file (mapped bytes unchanged); default with "
+                        "--profile: when the model predicts fewer pages than leaving them")
+    p.add_argument("--no-readahead-marks", action="store_true",
+                   help="first-access with lld: do not keep cold the folios of hot code whose touch the readahead "
+                        "model predicts would start an asynchronous read of cold code (by default cold code "
+                        "sections fill them when the model predicts fewer pages)")
+    p.add_argument("--no-code-tail", action="store_true",
+                   help="gold and GNU ld: do not relink with the touched functions that the model's last read of the "
+                        "touched code covers listed after the cold code (default: when that read runs 4 or more "
+                        "pages into cold code, and only if the model predicts fewer pages)")
     p.add_argument("--order-dynsym", action="store_true",
                    help="after the link, put the dynamic symbols ld.so looks up at start-up (the output's symbol "
                         "relocations, the profiled program's imports) first in .dynsym, .gnu.version and the "
                         ".gnu.hash chains; every lookup is proved to find the same symbol (needs .gnu.hash only: "
                         "--hash-style=gnu)")
+    p.add_argument("--hot-strings", action="store_true",
+                   help="lld with the data script: first move the string literals that relocations of the profiled "
+                        "code and data reach out of their objects' mergeable pools into pools of their own "
+                        "(the command's objects and archives rewritten into a temporary directory, each proved), "
+                        "placed first in .rodata: lld reads a merged string pool whole once a few of its strings are")
     p.add_argument("--check", action="store_true",
                    help="with --pack self: prove the output equivalent to the linker's DT_RELR output (simulated "
                         "loader at two bases, real loads) before writing it")
@@ -130,7 +151,9 @@ def options(args) -> LinkOptions:
                        keep_order_file=args.keep_order_file, force=args.force, min_order=args.min_order,
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
                        check=args.check, root=args.root, check_order=not args.no_check_order,
-                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym)
+                       move_symtab=args.move_symtab, order_dynsym=args.order_dynsym, hot_strings=args.hot_strings,
+                       readahead_marks=not args.no_readahead_marks, move_rodata=not args.no_move_rodata,
+                       code_tail=not args.no_code_tail)
 
 
 def _say_check(lines: list[str], split: bool = False) -> None:

@@ -41,8 +41,9 @@ class Request:
     A link command adds what it knows: ``default_target`` (the target to pick in a
     profile of several when neither ``target`` nor ``lib`` names one: the output's
     name), ``objects`` (its object arguments, for the ``objects`` format), ``bind_now``
-    (its ``-z now``/``-z lazy``), ``split`` (its objects went through ``elflayout split``)
-    and ``header`` (the comment the written files begin with; None: ``order``'s).
+    (its ``-z now``/``-z lazy``), ``split`` (its objects went through ``elflayout split``),
+    ``header`` (the comment the written files begin with; None: ``order``'s) and ``tail``
+    (functions listed after the cold code: ``order.tail``, which no ``order`` option gives).
     """
 
     profile: str | os.PathLike
@@ -59,14 +60,19 @@ class Request:
     bind_now: bool | None = None
     split: bool = False
     header: str | None = None
+    move_rodata: bool = True
+    tail: tuple[str, ...] = ()
 
-    def argv(self, output, data_script=None, dynstr_out=None) -> list[str]:
+    def argv(self, output, data_script=None, dynstr_out=None, levers=None) -> list[str]:
         """The ``elflayout order`` arguments that write the same files as ``order_files``
-        (shown by callers that order in-process; ``--force``: it replaces them too)."""
+        (shown by callers that order in-process; ``--force``: it replaces them too).
+        ``levers``: the data script's options (``--hot-constants``, ``--sparse-last``)."""
         opts = [("--algorithm", self.algorithm if self.algorithm != "first-access" else None),
                 ("--target", self.target), ("--lib", self.lib), ("--objects-from", self.objects_from),
                 ("--combine", self.combine), ("--data-script", data_script), ("--dynstr-out", dynstr_out)]
-        flags = [("--no-data", not self.data), ("--allow-stale-profile", self.allow_stale_profile)]
+        flags = [("--no-data", not self.data), ("--allow-stale-profile", self.allow_stale_profile),
+                 ("--no-move-rodata", not self.move_rodata)]
+        flags += [("--" + k.replace("_", "-"), bool(v)) for k, v in (levers or {}).items()]
         return ["order", str(self.profile), "--format", self.format,
                 *[x for o, v in opts if v is not None for x in (o, str(v))],
                 *[o for o, on in flags if on], "-o", str(output), "--force"]
@@ -90,9 +96,11 @@ class Ordering:
     warnings: list[str] = field(default_factory=list)
     report: dict = field(default_factory=dict)
 
-    def data_script(self, hot_strings: bool = True) -> tuple[str, dict]:
-        """lld's companion: the data sections by a ``-T`` INSERT script (``formats``)."""
-        return formats.write_lld_data_script(self.layout, self.header, hot_strings=hot_strings, universe=self.universe)
+    def data_script(self, hot_strings: bool = True, string_pool: bool = False, **levers) -> tuple[str, dict]:
+        """lld's companion: the data sections by a ``-T`` INSERT script (``formats``);
+        ``levers``: its other options (``hot_constants``, ``sparse_last``)."""
+        return formats.write_lld_data_script(self.layout, self.header, hot_strings=hot_strings, universe=self.universe,
+                                             string_pool=string_pool, **levers)
 
     def dynstr(self, executables=None, option: str = "--dynstr-out") -> tuple[str, dict]:
         """lld's other companion: a response file of ``-u`` options putting the names
@@ -174,7 +182,8 @@ def order(req: Request) -> Ordering:
         f"profile: {Path(req.profile).name} target {t.name} build-id {t.build_id}")
     objects = list(req.objects) if req.objects is not None else (
         universe.objects if universe and universe.objects else None)
-    text, stats = formats.write(req.format, layout, objects, header, split=req.split, bind_now=bind_now)
+    text, stats = formats.write(req.format, layout, objects, header, split=req.split, bind_now=bind_now,
+                                move_rodata=req.move_rodata, tail=req.tail)
     report = {"format": req.format, "target": t.path, **layout.report, "output": stats, "warnings": warnings}
     return Ordering(req, doc, t, universe, layout, header, text, stats, bind_now, warnings, report)
 
@@ -208,10 +217,11 @@ def check_companions(fmt: str, data_script: bool, dynstr: bool) -> None:
 
 
 def order_files(req: Request, output, data_script=None, dynstr_out=None, hot_strings: bool = True,
-                dynstr_exes=None) -> Ordering:
+                dynstr_exes=None, string_pool: bool = False, **levers) -> Ordering:
     """``order`` and write its files: the ordering to ``output``, with lld the companions
-    to ``data_script`` and ``dynstr_out``. Everything is computed before anything is
-    written; ``ThinOrdering`` when the ordering names almost nothing."""
+    to ``data_script`` and ``dynstr_out`` (``levers``: the data script's options,
+    ``Ordering.data_script``). Everything is computed before anything is written;
+    ``ThinOrdering`` when the ordering names almost nothing."""
     check_companions(req.format, data_script is not None, dynstr_out is not None)
     o = order(req)
     thin = o.names_almost_nothing()
@@ -219,7 +229,7 @@ def order_files(req: Request, output, data_script=None, dynstr_out=None, hot_str
         raise ThinOrdering(thin)
     outs = []
     if data_script is not None:
-        dtext, dstats = o.data_script(hot_strings)
+        dtext, dstats = o.data_script(hot_strings, string_pool, **levers)
         if not dstats["data_sections"] and not dstats["string_objects"]:
             raise ElflayoutError(f"{req.profile}: --data-script: no data section to place (record the profile "
                                  "with --data and give the link map: --objects-from or the profile's map)")

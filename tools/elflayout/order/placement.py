@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from elflayout.elfcore import PAGE, ElfImage
+from elflayout.layouts import SHF_EXECINSTR
 from elflayout.profile.model import Target
 
 
@@ -36,6 +37,7 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
     firsts, pages, kinds = [], [], []
     notes = {"same_build": same, "functions": 0, "functions_unplaced": 0, "pages": 0, "pages_unplaced": 0}
     funcs = None if same else lib_functions(img)
+    moved_funcs = []  # (profiled offset, size, offset here, size here) of another build's functions
     for f in target.functions:
         first = f.first
         if same and f.offset is not None:
@@ -47,6 +49,8 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
                 notes["functions_unplaced"] += 1
                 continue
             off, size = c[0]
+            if f.offset is not None:
+                moved_funcs.append((f.offset, max(f.size or 1, 1), off, max(size, 1)))
         last = off + max(1, min(size, code_bytes)) - 1
         for p in range(off // PAGE, last // PAGE + 1):
             firsts.append(first)
@@ -59,9 +63,11 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
         kd = np.array([p.kind.encode() for p in plist], dtype="S1")
         fs = np.array([p.first for p in plist], dtype=np.float64)
         if not same:
-            moved = _remap_by_input_section(pg, target, img, lib_map, notes) if lib_map else None
-            fallback = _remap_pages(pg, target, img, notes)
-            dpg, dfirst = _dynstr_lookups(pg, fs, target, img, notes)
+            maps = _both_maps(target, img, lib_map, notes) if lib_map else None
+            moved = follow_input_sections(*maps, pg) if maps else None
+            named = [p.section for p in plist]
+            fallback = _remap_pages(pg, target, img, notes, named)
+            dpg, dfirst = _dynstr_lookups(pg, fs, target, img, notes, named)
             pg = fallback if moved is None else np.where(moved >= 0, moved, fallback)
             _loader_structures(pg, kd, plist, target, img)
             if moved is not None:
@@ -71,6 +77,13 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
                 firsts += [dfirst] * len(dpg[1])
                 pages += dpg[1].tolist()
                 kinds += [b"r"] * len(dpg[1])
+            extra = [(f, p, b"x") for f, p in _code_outside(target, img, maps, notes)]
+            extra += [(f, p, b"x") for f, p in _function_bodies(plist, moved_funcs)]
+            extra += [(f, p, b"r") for f, p in _relocation_reads(plist, target, img)]
+            for first, p, kind in extra:
+                firsts.append(first)
+                pages.append(p)
+                kinds.append(kind)
         ok = pg >= 0
         if not same:
             ok &= kd != b"x"  # code pages of another build: functions place code
@@ -84,8 +97,9 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
             np.asarray(kinds, dtype="S1")[order] if kinds else np.zeros(0, "S1"), notes)
 
 
-def _remap_by_input_section(pg, target, img, lib_map, notes):
-    """New pages of profiled data pages, following their input section (-1: not found)."""
+def _both_maps(target, img, lib_map, notes):
+    """(the profiled build's link map, this library's ``lib_map``), parsed with file
+    offsets, or None (noted) when the profile's own map or library is gone."""
     import os
 
     from elflayout import linkmap
@@ -99,7 +113,85 @@ def _remap_by_input_section(pg, target, img, lib_map, notes):
             notes["remap_by_section"] = f"{src_path} is no longer the profiled build"
             return None
         a = linkmap.parse(src_map, src)
-    return follow_input_sections(a, linkmap.parse(lib_map, img), pg)
+    return a, linkmap.parse(lib_map, img)
+
+
+# A gap of at least this many bytes between sized functions of a code section is code
+# without a sized symbol (crt files' frame_dummy, assembler loops); shorter ones are the
+# functions' alignment padding.
+GAP_MIN = 64
+
+
+def code_outside_functions(target: Target, img: ElfImage, base=None) -> list[tuple[float, int, int, object, bool]]:
+    """What the profile ran outside its functions, as byte ranges of the profiled build
+    ``img``: (first, start, end, section, whole). On each executed page that no profiled
+    function spans, the bytes of code sections no sized function symbol covers: a section
+    holding no function (``.init``, ``.plt``, ``.fini``) wholly (``whole``), in the others
+    the gaps of at least GAP_MIN bytes. Which of them ran is not recorded: each counts.
+    ``base``: ``heldout.functions_of(img)`` when the caller has it."""
+    from elflayout.order.heldout import functions_of
+
+    spanned = set()
+    for f in target.functions:
+        if f.offset is not None:
+            spanned.update(range(f.offset // PAGE, (f.offset + max(f.size, 1) - 1) // PAGE + 1))
+    run: dict[int, float] = {}
+    for p in target.pages:
+        if p.kind == "x" and p.page not in spanned:
+            run[p.page] = min(run.get(p.page, p.first), p.first)
+    if not run:
+        return []
+    base = functions_of(img) if base is None else base
+    out = []
+    for sec in img.sections:
+        if not (sec.occupies_file and sec.flags & SHF_EXECINSTR and sec.size):
+            continue
+        lo, hi = sec.offset, sec.offset + sec.size
+        inside = np.flatnonzero((base.start >= lo) & (base.start < hi))
+        gaps, cur = [], lo
+        for i in inside.tolist():
+            if base.start[i] - cur >= GAP_MIN:
+                gaps.append((cur, int(base.start[i])))
+            cur = max(cur, int(base.start[i] + max(base.size[i], 1)))
+        if hi - cur >= GAP_MIN or not inside.size:
+            gaps.append((cur, hi))
+        for a, b in gaps:
+            for page in range(a // PAGE, (b - 1) // PAGE + 1):
+                if page in run:
+                    out.append((run[page], max(a, page * PAGE), min(b, page * PAGE + PAGE), sec, not inside.size))
+    return out
+
+
+def _code_outside(target: Target, img: ElfImage, maps, notes) -> list[tuple[float, int]]:
+    """(first, page of ``img``) of the code the profile ran outside its functions
+    (``code_outside_functions``) in this relink: a section holding no function by its
+    relative position in the same-named section, other code by its input section (with
+    both link maps); what cannot be placed is counted in the notes."""
+    import os
+
+    if not os.path.exists(target.path):
+        return []
+    with ElfImage(target.path) as src:
+        if src.build_id != target.build_id:
+            return []
+        ranges = code_outside_functions(target, src)
+    dst = {s.name: s for s in img.sections if s.occupies_file}
+    out, lost = [], 0
+    for first, a, b, sec, whole in ranges:
+        d = dst.get(sec.name)
+        ends = None
+        if whole and d is not None:
+            ends = [d.offset + min(x - sec.offset, d.size - 1) for x in (a, b - 1)]
+        elif maps is not None:
+            got = follow_offsets(*maps, np.array([a, b - 1], dtype=np.int64))
+            ends = got.tolist() if (got >= 0).all() else None
+        if ends is None:
+            lost += 1
+            continue
+        out += [(first, p) for p in range(ends[0] // PAGE, ends[1] // PAGE + 1)]
+    if ranges:
+        notes["code_outside_functions"] = {"ranges": len(ranges), "unplaced": lost}
+    return out
 
 
 def follow_input_sections(a, b, pg: np.ndarray) -> np.ndarray:
@@ -108,20 +200,28 @@ def follow_input_sections(a, b, pg: np.ndarray) -> np.ndarray:
     same offset in it; -1: not found. Data read from code too (assembler files keep
     constant tables in ``.text``: sha256's K256 is read, not run); the caller drops
     code pages, which functions place."""
+    out = follow_offsets(a, b, pg * PAGE)
+    return np.where(out >= 0, out // PAGE, -1)
+
+
+def follow_offsets(a, b, offsets: np.ndarray) -> np.ndarray:
+    """File offsets in link map ``b``'s library of the file ``offsets`` of ``a``'s, each
+    following the input section holding it, at the same offset in it; -1: not found."""
     # A name and object can repeat (lld's merged-constant and string pools are each
     # "<internal>:(.rodata)"): the n-th occurrence in one map is the n-th in the other.
     where = _occurrences(b)
     rank_a = _occurrence_rank(a)
-    j = a.lookup_offsets(pg * PAGE)
-    out = np.full(pg.shape, -1, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    j = a.lookup_offsets(offsets)
+    out = np.full(offsets.shape, -1, dtype=np.int64)
     for i in np.flatnonzero(j >= 0).tolist():
         ja = int(j[i])
         ks = where.get((a.name[ja], a.object[ja]))
         k = None if not ks else ks[min(rank_a.get(ja, 0), len(ks) - 1)]
         if k is None:
             continue
-        rel = min(int(pg[i] * PAGE - a.offset[ja]), int(b.size[k]) - 1)
-        out[i] = (int(b.offset[k]) + max(0, rel)) // PAGE
+        rel = min(int(offsets[i] - a.offset[ja]), int(b.size[k]) - 1)
+        out[i] = int(b.offset[k]) + max(0, rel)
     return out
 
 
@@ -135,6 +235,55 @@ def loader_pages(img: ElfImage) -> dict[str, int]:
     if img.dynamic.present:
         out["dynamic"] = img.dynamic.offset // PAGE
     return out
+
+
+def _function_bodies(plist, moved_funcs) -> list[tuple[float, int]]:
+    """(first, page here) of the executed pages that a profiled function spans but no
+    profiled function enters: the body of a long function, run later than its entry.
+    Placed at the same offset in the function here (clamped to its size here)."""
+    if not moved_funcs:
+        return []
+    fn = np.array(moved_funcs, dtype=np.int64)
+    entries = set((fn[:, 0] // PAGE).tolist())
+    out = []
+    for p in plist:
+        if p.kind != "x" or p.page in entries:
+            continue
+        lo = p.page * PAGE
+        k = np.flatnonzero((fn[:, 0] < lo + PAGE) & (fn[:, 0] + fn[:, 1] > lo))
+        if k.size:
+            o, _s, new, size = fn[k[0]].tolist()
+            out.append((p.first, (new + min(max(lo - o, 0), size - 1)) // PAGE))
+    return out
+
+
+# The relocation tables ld.so reads, in the order it applies them (glibc: DT_RELR first).
+RELOCATION_TABLES = (".relr.dyn", ".rela.dyn", ".rel.dyn", ".rela.plt", ".rel.plt")
+
+
+def _relocation_reads(plist, target, img) -> list[tuple[float, int]]:
+    """(first, page) of ld.so's relocation pass in this relink: every page of its
+    relocation tables, at the profiled loader's first read of one of the profiled
+    build's. Their sizes and places change with the link (packed, ``.dynstr``
+    reordered), so neither input sections nor relative positions place them; and once
+    the touches hold them the model does not add its own loader pass, which would put
+    the whole relocation pass before the version checks the profile saw first."""
+    import os
+
+    if not os.path.exists(target.path):
+        return []
+    with ElfImage(target.path) as src:
+        if src.build_id != target.build_id:
+            return []
+        spans = [(s.offset // PAGE, (s.offset + s.size - 1) // PAGE) for s in src.sections
+                 if s.name in RELOCATION_TABLES and s.size and s.occupies_file]
+    firsts = [p.first for p in plist if p.phase == "loader" and p.kind != "x"
+              and any(a <= p.page <= b for a, b in spans)]
+    if not firsts:
+        return []
+    here = [img.section(n) for n in RELOCATION_TABLES]
+    return [(min(firsts), p) for s in here if s is not None and s.size
+            for p in range(s.offset // PAGE, (s.offset + s.size - 1) // PAGE + 1)]
 
 
 def _loader_structures(pg, kd, plist, target, img) -> None:
@@ -173,12 +322,14 @@ def _occurrence_rank(m) -> dict[int, int]:
     return {k: r for ks in _occurrences(m).values() for r, k in enumerate(ks)}
 
 
-def _dynstr_lookups(pg, fs, target, img, notes):
+def _dynstr_lookups(pg, fs, target, img, notes, named=None):
     """A relink's ``.dynstr`` reads are placed by name: the profiled build's touched
     ``.dynstr`` pages are dropped (their relative position says nothing once the names
     are reordered, ``order --dynstr-out``), and the pages of the names ld.so reads in
     this library (``dynstr.read_names``: its symbol relocations) are touched instead, at
-    the first profiled ``.dynstr`` touch. Returns ((indices dropped, new pages), first)
+    the first profiled ``.dynstr`` touch. ``named``: the section the profile recorded for
+    each page; a page ``.dynstr`` shares, first read in another section (``.gnu.hash``,
+    ``.dynsym``), is that section's read. Returns ((indices dropped, new pages), first)
     or (None, None) when the profile has no ``.dynstr`` touch or its library is gone."""
     import os
 
@@ -194,7 +345,10 @@ def _dynstr_lookups(pg, fs, target, img, notes):
     ds = img.section(".dynstr")
     if ss is None or ds is None:
         return None, None
-    hit = np.flatnonzero((pg * PAGE + PAGE > ss.offset) & (pg * PAGE < ss.offset + ss.size))
+    inside = (pg * PAGE + PAGE > ss.offset) & (pg * PAGE < ss.offset + ss.size)
+    if named is not None:
+        inside &= np.array([n in (None, ".dynstr") for n in named], dtype=bool)
+    hit = np.flatnonzero(inside)
     if not len(hit):
         return None, None
     names, _rep = dynstr.read_names(img.path)
@@ -211,7 +365,10 @@ def _dynstr_lookups(pg, fs, target, img, notes):
     return (hit, new), float(np.min(fs[hit]))
 
 
-def _remap_pages(pg: np.ndarray, target: Target, img: ElfImage, notes: dict) -> np.ndarray:
+def _remap_pages(pg: np.ndarray, target: Target, img: ElfImage, notes: dict, named=None) -> np.ndarray:
+    """Pages of ``img`` at the same relative position in the same-named section as the
+    profiled pages ``pg``: the section the profile recorded for the page (``named``) when
+    the page holds it, else the one at the page's start."""
     import os
 
     out = np.full(pg.shape, -1, dtype=np.int64)
@@ -227,6 +384,11 @@ def _remap_pages(pg: np.ndarray, target: Target, img: ElfImage, notes: dict) -> 
             return out
         idx = src.section_of_offsets(pg * PAGE)
         src_secs = {s.index: s for s in src.sections}
+        by_name = {s.name: s for s in src.sections if s.occupies_file and s.size}
+        for i, n in enumerate(named or ()):
+            s = by_name.get(n)
+            if s is not None and s.offset < (pg[i] + 1) * PAGE and pg[i] * PAGE < s.offset + s.size:
+                idx[i] = s.index
         dst = {s.name: s for s in img.sections if s.occupies_file}
         for i in np.unique(idx[idx >= 0]).tolist():
             s = src_secs[i]

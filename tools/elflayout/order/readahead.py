@@ -131,6 +131,7 @@ class Simulator:
     cached: np.ndarray = field(init=False)
     mark: np.ndarray = field(init=False)  # PG_readahead: folio size (pages) of the marked folio, 0 = none
     reads: list = field(default_factory=list)  # (page, npages, cause)
+    triggers: list = field(default_factory=list)  # (folio start, folio pages, kind): marks that started a read
     major: int = 0
     minor: int = 0
 
@@ -247,7 +248,10 @@ class Simulator:
             if self.mmap_miss:
                 self.mmap_miss -= 1
             if self.mark[page]:
+                n, folio = len(self.reads), (int(self.folio[page]), int(self.mark[page]), kind)
                 self._async(page)
+                if len(self.reads) > n:
+                    self.triggers.append(folio)
         else:
             self.major += 1
             self._sync(page, vma)
@@ -370,9 +374,11 @@ def loader_touches(img: ElfImage, page: int = PAGE) -> tuple[np.ndarray, np.ndar
 
 
 def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb: int, loader: bool,
-             hugepage: bool = False, page_size: int = PAGE) -> dict:
+             hugepage: bool = False, page_size: int = PAGE, triggers: list | None = None) -> dict:
     """Replay touches (4 KiB file pages, kinds b"x"/b"r"/b"w"/b"t") and report pages
-    read, in pages of ``page_size`` bytes (``page_size``: the module docstring)."""
+    read, in pages of ``page_size`` bytes (``page_size``: the module docstring).
+    ``triggers``: a list to extend with (first page, pages, kind) of each marked folio
+    (PG_readahead) whose touch started an asynchronous read."""
     if page_size != PAGE:
         check_page_size(img, page_size)
     page = page_size
@@ -399,6 +405,8 @@ def simulate(img: ElfImage, pages: np.ndarray, kinds: np.ndarray, read_ahead_kb:
         if k == "t":  # a traced fault: in the writable segment mostly relocation writes
             k = "w" if writable[p] and p != dyn_page else "r"
         sim.touch(p, k)
+    if triggers is not None:
+        triggers.extend(sim.triggers)
     read_pages = np.flatnonzero(sim.cached)
     sec_idx = img.section_of_offsets(read_pages * page)
     names = {s.index: s.name for s in img.sections}

@@ -5,11 +5,15 @@ Why: a page fault near the end of the last PT_LOAD makes the kernel's mmap read-
 its asynchronous read-ahead) read up to half a window past it, and right after the last
 PT_LOAD lie ``.symtab`` and ``.strtab`` — pages no one uses at start-up. Once the file ends
 where its last segment ends, the read-around stops at end of file. In the hole they are read
-only if the pages around the hole are, so it goes where the order leaves code cold
-(``cold_hole``): with ``hot-last`` the start of ``.text`` is cold (the hole before the
-first executable PT_LOAD, ``default_hole``); with ``first-access`` its end is (the hole
-after the last executable PT_LOAD), and the hot start of ``.text`` stays within the
-read-ahead of the headers the loader reads first.
+only if the pages around the hole are, so where they go is decided by the readahead model
+when a profile is given (``predict_places``, ``choose``): the touches replayed with the
+sections left at the tail and in every hole, the fewest pages wins. Without a profile, a
+rule: where the order leaves code cold (``cold_hole``): with ``hot-last`` the start of
+``.text`` is cold (the hole before the first executable PT_LOAD, ``default_hole``); with
+``first-access`` its end is (the hole after the last executable PT_LOAD), and the hot
+start of ``.text`` stays within the read-ahead of the headers the loader reads first. The
+rule can be wrong: on libzstd built with ``-g`` and ordered hot-last, the hole before the
+code lies within the read-ahead from the file's start either way.
 
 What moves: every section that occupies the file, is not SHF_ALLOC and lies after the end of
 the last PT_LOAD's file bytes, and the section header table. The segments from the hole on
@@ -19,13 +23,20 @@ stay as they are), so what the loader maps is byte-for-byte the same.
 
 from __future__ import annotations
 
+import contextlib
 import struct
+import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from elflayout.elfcore import PAGE, ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import rewrite_in_place, write_proved
-from elflayout.layouts import PF_X, SHF_ALLOC
+from elflayout.layouts import PF_W, PF_X, SHF_ALLOC
+
+# The place that leaves the unloaded sections where the linker put them, after the last segment.
+TAIL = "tail"
 
 # Offsets of the fields rewritten, per ELF class: (e_shoff, its format), (p_offset in a
 # program header, format), (sh_offset in a section header, format).
@@ -170,3 +181,93 @@ def tuck_in_place(path: str | Path, after: int | None = None, algorithm: str | N
         with ElfImage(path) as img:
             after = cold_hole(img, algorithm)
     return rewrite_in_place(path, lambda src, dst: tuck(src, dst, after), "tuck")
+
+
+def holes(img: ElfImage) -> list[int]:
+    """The PT_LOAD numbers a hole can follow (``plan`` accepts them); none when nothing
+    lies after the last segment."""
+    out = []
+    for after in range(len(img.loads) - 1):
+        try:
+            plan(img, after)
+        except ElflayoutError:
+            continue
+        out.append(after)
+    return out
+
+
+def where(img: ElfImage, after) -> str:
+    """The place in words: "at the tail", "before the code", "after the code" or after
+    which PT_LOAD."""
+    if after == TAIL:
+        return "at the tail"
+    loads = img.loads
+    if loads[after + 1].flags & PF_X and not loads[after].flags & PF_X:
+        return "before the code"
+    if loads[after].flags & PF_X and not loads[after + 1].flags & PF_X:
+        return "after the code"
+    return f"after PT_LOAD {after}"
+
+
+def moved_pages(img: ElfImage, p: dict, pages, kinds) -> np.ndarray:
+    """File pages of touches of ``img`` (4 KiB pages, kinds b"x"/b"r"/b"w"/b"t") once
+    tucked as plan ``p`` says: pages from the hole on move by ``delta``. On the page the
+    hole cuts in two, a touch goes with the segment after the hole when its kind is that
+    segment's (code into an executable one, a write into a writable one that follows a
+    read-only one), else stays with the segment before."""
+    pages = np.asarray(pages, dtype=np.int64)
+    step = p["delta"] // PAGE
+    out = np.where(pages * PAGE >= p["hole"], pages + step, pages)
+    if p["hole"] % PAGE:
+        prev, nxt = img.loads[p["after"]], img.loads[p["after"] + 1]
+        k = np.asarray(kinds, dtype="S1")
+        goes = (k == b"x") & bool(nxt.flags & PF_X)
+        goes |= (k == b"w") & bool(nxt.flags & PF_W and not prev.flags & PF_W)
+        out = np.where((pages == p["hole"] // PAGE) & goes, pages + step, out)
+    return out
+
+
+@contextlib.contextmanager
+def copies(path):
+    """PATH as it is and tucked after each PT_LOAD of ``holes`` (in a temporary
+    directory), open: {place: (ElfImage, plan or None)}, ``TAIL`` for PATH itself."""
+    with ElfImage(path) as img:
+        plans = {a: plan(img, a) for a in holes(img)}
+    with tempfile.TemporaryDirectory(prefix="elflayout-tuck-") as td, contextlib.ExitStack() as st:
+        out = {TAIL: (st.enter_context(ElfImage(path)), None)}
+        for a, p in plans.items():
+            dst = Path(td) / f"after{a}"
+            tuck(path, dst, a)
+            out[a] = (st.enter_context(ElfImage(dst)), p)
+        yield out
+
+
+def predict_places(path, touch_sets: dict, read_ahead_kb: int, loader: bool | None) -> dict:
+    """Pages the readahead model predicts for each set of touches of PATH as it is
+    (``touch_sets``: name -> (pages, kinds)) with the unloaded sections at each place
+    (``copies``): {name: {place: pages}}. ``loader``: model ld.so's relocation pass
+    (None: unless the touches hold it, ``simulation.touches_relocations``)."""
+    from elflayout.order.readahead import simulate
+    from elflayout.order.simulation import touches_relocations
+
+    with copies(path) as cs:
+        img = cs[TAIL][0]
+        out = {}
+        for n, (pg, kd) in touch_sets.items():
+            ld = not touches_relocations(img, np.asarray(pg)) if loader is None else loader
+            out[n] = {a: simulate(im, pg if p is None else moved_pages(im, p, pg, kd), kd, read_ahead_kb, ld)["pages"]
+                      for a, (im, p) in cs.items()}
+        return out
+
+
+def choose(pred: dict, move: bool | None, preferred: int | None = None):
+    """The place of the fewest predicted pages (``pred``: place -> pages): ``move`` True,
+    among the holes (a tie: ``preferred``, else the first); None, ``TAIL`` too, which a
+    hole must beat; False: ``TAIL``."""
+    inside = sorted(a for a in pred if a != TAIL)
+    if move is False or not inside:
+        return TAIL
+    best = min(inside, key=lambda a: (pred[a], a != preferred, a))
+    if move is None and pred.get(TAIL) is not None and pred[best] >= pred[TAIL]:
+        return TAIL
+    return best

@@ -79,6 +79,8 @@ def _locations(path: Path) -> Counter:
 
 
 ENTRY = re.compile(r"\[(0x[0-9a-f]+), (0x[0-9a-f]+)\): (.*)")
+# a location list by offset (DW_FORM_sec_offset) or by index (clang's DW_FORM_loclistx)
+LIST_START = re.compile(r"DW_AT_location\s+\((?:indexed \(0x[0-9a-f]+\) loclist = )?0x[0-9a-f]+:")
 
 
 @functools.lru_cache(maxsize=4)
@@ -107,7 +109,7 @@ def _locations_of(name: str, _size: int, _mtime: int) -> Counter:
             var = "?"
         elif t.startswith(("DW_AT_name", "DW_AT_abstract_origin")):
             var = t.split('"')[1] if t.count('"') >= 2 else var
-        elif t.startswith("DW_AT_location") and re.match(r"DW_AT_location\s+\(0x[0-9a-f]+:", t):
+        elif t.startswith("DW_AT_location") and LIST_START.match(t):
             in_list = True
     return out
 

@@ -19,7 +19,8 @@ like any other. What no relocation follows, and how it is handled:
   section (gcc's output for a unit with all code in ``.text``): its unit DIE gets
   ``DW_AT_ranges`` in the same bytes (``Unit``), its range and location list entries
   that are offsets from the unit's base address become ``DW_RLE_start_length`` /
-  ``DW_LLE_start_length`` with a relocation (``dwarf_write``).
+  ``DW_LLE_start_length`` with a relocation (``dwarf_write``). An object without a range
+  list section gets one from the writer (``Unit.new_section``).
 
 DWARF 4 (``-gdwarf-4``) the same way: line tables of version 4, ``.debug_ranges`` lists
 spanning new sections written again as relocated address pairs per piece, every
@@ -28,9 +29,20 @@ leaves alone: it may name the next section's start) relocated against the new se
 of its start, and a one-range unit's list in ``.debug_ranges``, its lists' pairs of
 offsets from the unit's base turned into relocated address pairs in place (``dwarf_write``).
 
+clang's DWARF 5 the same way through its indexes: every address is an entry of
+``.debug_addr`` (one relocation each, retargeted by ``plan``) named by ``DW_FORM_addrx``,
+``DW_RLE_startx_length``, ``DW_LLE_base_addressx`` etc.; lists named by
+``DW_FORM_rnglistx``/``DW_FORM_loclistx`` are found through their table's offset array,
+and a list written again gets its array slot pointed at the new copy. A converted unit's
+``DW_AT_low_pc`` names a new ``.debug_addr`` entry holding 0, in the bytes of its index
+(when they can name it; else it keeps naming the first function's start, a base no list
+entry uses any more).
+
 Everything else is refused per section with the reason: DWARF versions other than 4 and 5, 64-bit
-DWARF, indexed forms (``DW_FORM_addrx``, ``DW_FORM_rnglistx``), and relocations from any
-other debug section.
+DWARF, ``-gsplit-dwarf`` skeleton units (their lists, offsets from the unit's base, are
+in the ``.dwo`` file split does not rewrite), several units with indexed forms in one
+object, and relocations from any other debug section. A damaged ``.debug_addr`` or an
+index past its table is bad input (``Damaged``).
 """
 
 from __future__ import annotations
@@ -45,7 +57,7 @@ from elflayout.split.reader import ObjectFile
 R_64 = ENUM_RELOC_TYPE_x64["R_X86_64_64"]
 R_32 = ENUM_RELOC_TYPE_x64["R_X86_64_32"]
 HANDLED = (".debug_info", ".debug_line", ".debug_aranges", ".debug_rnglists", ".debug_loclists", ".debug_ranges",
-           ".debug_loc")
+           ".debug_loc", ".debug_addr")
 VERSIONS = (4, 5)
 # DWARF 4 §2.17.3, §2.6.2: list sections by version, and the base selection entry's marker
 RANGES = {4: ".debug_ranges", 5: ".debug_rnglists"}
@@ -56,12 +68,23 @@ RLE = {"end_of_list": 0, "base_addressx": 1, "startx_endx": 2, "startx_length": 
        "base_address": 5, "start_end": 6, "start_length": 7}
 LLE = {"end_of_list": 0, "base_addressx": 1, "startx_endx": 2, "startx_length": 3, "offset_pair": 4,
        "default_location": 5, "base_address": 6, "start_end": 7, "start_length": 8, "GNU_view_pair": 9}
-INDEXED_FORMS = {"DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2", "DW_FORM_addrx3", "DW_FORM_addrx4",
-                 "DW_FORM_rnglistx", "DW_FORM_loclistx"}
+# DWARF 5 §7.5.6: bytes of each fixed-size index form (0: ULEB128)
+ADDRX_FORMS = {"DW_FORM_addrx": 0, "DW_FORM_addrx1": 1, "DW_FORM_addrx2": 2, "DW_FORM_addrx3": 3,
+               "DW_FORM_addrx4": 4}
+LISTX_FORMS = {"DW_FORM_rnglistx": ".debug_rnglists", "DW_FORM_loclistx": ".debug_loclists"}
+# DWARF 5 §3.1.1: where each unit's indexes start, and the section they index
+BASES = {"DW_AT_addr_base": ".debug_addr", "DW_AT_rnglists_base": ".debug_rnglists",
+         "DW_AT_loclists_base": ".debug_loclists"}
+ADDR_HEADER = 8         # DWARF 5 §7.27: unit_length, version, address_size, segment_selector_size
+LIST_HEADER = 12        # §7.28/§7.29: ..., offset_entry_count
 
 
 class Refused(Exception):
     """The debug information cannot be kept correct: the message says why."""
+
+
+class Damaged(Refused):
+    """The debug information contradicts itself (an index past its table): bad input."""
 
 
 def uleb(b: bytes, p: int) -> tuple[int, int]:
@@ -127,6 +150,7 @@ class Interval:
     unit: bool = False              # an offset pair from the unit's base address
     entry: tuple[int, int] = (0, 0)  # list entry bytes up to its expression (kind, offsets)
     end_at: int = -1                # DWARF 4: offset of the relocated end address field
+    reloc: Reloc | None = None      # the relocation its addresses hang on (None: the unit's base)
 
 
 @dataclass
@@ -141,6 +165,12 @@ class Unit:
     code: int
     table: int
     base: Reloc
+    low_size: int = 8       # bytes of DW_AT_low_pc's field (0: its index kept, see dwarf._index_room)
+    low_form: str = "DW_FORM_addr"     # or an index into .debug_addr (DW_FORM_addrx*)
+
+    def new_section(self, f: "Facts") -> str | None:
+        """The range list section the writer adds to hold the unit's list (the object has none)."""
+        return None if RANGES[f.version] in f.secs else RANGES[f.version]
 
 
 @dataclass
@@ -171,6 +201,11 @@ class Facts:
     cu_bases: list[int] = field(default_factory=list)              # section of each unit's base address
     version: int = 5
     end_fields: set[tuple[int, int]] = field(default_factory=set)  # DWARF 4 end addresses (section, offset)
+    bases: dict[str, int] = field(default_factory=dict)     # .debug_addr/_rnglists/_loclists -> unit's base
+    addr_count: int = 0             # entries of the unit's .debug_addr table
+    slots: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (section, list) -> array slots
+    returns: list[Reloc] = field(default_factory=list)      # DW_AT_call_return_pc in split sections
+    base_fields: set[tuple[int, int]] = field(default_factory=set)  # (section, offset) of DW_AT_*_base
 
 
 def relocations(obj: ObjectFile, index: int) -> dict[int, Reloc]:
@@ -221,14 +256,20 @@ def _dwarfinfo(obj: ObjectFile, f: Facts) -> DWARFInfo:
         i = f.secs.get(name)
         if i is None:
             return None
-        data = obj.sections[i].data
-        return DebugSectionDescriptor(io.BytesIO(data), name, None, len(data), 0)
+        data = bytearray(obj.sections[i].data)
+        # (relocations applied as if every section were at 0: the unit's bases and string
+        # offsets then read right; addresses are taken from the relocations themselves)
+        for off, r in f.relocs.get(name, {}).items():
+            width = {R_64: 8, R_32: 4}.get(r.typ)
+            if width and off + width <= len(data):
+                data[off:off + width] = (r.addend % (1 << 8 * width)).to_bytes(width, "little")
+        return DebugSectionDescriptor(io.BytesIO(bytes(data)), name, None, len(data), 0)
 
     cfg = DwarfConfig(little_endian=True, machine_arch="x64", default_address_size=8)
     keys = ["info", "aranges", "abbrev", "frame", "str", "loc", "ranges", "line", "pubtypes", "pubnames", "addr",
             "str_offsets", "line_str", "loclists", "rnglists", "types"]
     # Only the DIE tree is read: the sections the DIEs' own forms need.
-    wanted = {"info", "abbrev", "str", "line_str", "line"}
+    wanted = {"info", "abbrev", "str", "line_str", "line", "str_offsets", "addr", "rnglists", "loclists"}
     kw = {f"debug_{k}_sec": desc(f".debug_{k}") if k in wanted else None for k in keys}
     return DWARFInfo(cfg, eh_frame_sec=None, debug_sup_sec=None, gnu_debugaltlink_sec=None, **kw)
 
@@ -243,16 +284,21 @@ def _info(obj: ObjectFile, f: Facts, split: set[int]) -> None:
                 raise Refused(f"DWARF version {cu['version']} beside {f.version} in one object")
             if cu.dwarf_format() != 32 or cu["address_size"] != 8:
                 raise Refused("64-bit DWARF or an address size other than 8")
+            top = cu.get_top_DIE()
+            if f.version == 5 and cu["unit_type"] in ("DW_UT_skeleton", "DW_UT_split_compile"):
+                raise Refused(_skeleton(top))
             if f.version == 5 and cu["unit_type"] != "DW_UT_compile":
                 raise Refused(f"unit type {cu['unit_type']}")
-            top = cu.get_top_DIE()
+            if f.cu_bases and f.bases:
+                raise Refused("several compile units with indexed DWARF 5 forms in one object")
+            _bases(obj, f, top, rel)
             low = top.attributes.get("DW_AT_low_pc")
-            r = rel.get(low.offset) if low is not None else None
+            r = _address(f, rel, low) if low is not None else None
             f.cu_bases.append(r.sec if r is not None else -1)
             f.base = r
             same_code = 0
             for die in cu.iter_DIEs():
-                _die(f, rel, die, die.offset == top.offset, split)
+                _die(obj, f, rel, die, die.offset == top.offset, split)
                 same_code += die.abbrev_code == top.abbrev_code
             _unit(obj, f, cu, top, r, same_code)
         if len(f.cu_bases) > 1 and f.unit is not None:
@@ -260,15 +306,93 @@ def _info(obj: ObjectFile, f: Facts, split: set[int]) -> None:
     except Refused:
         raise
     except Exception as e:  # pyelftools' parse errors: damaged or unknown DWARF
+        if isinstance(e, KeyError) and e.args and isinstance(e.args[0], int):
+            raise Damaged(f".debug_abbrev: unknown DWARF form {e.args[0]:#x}") from None
         raise Refused(f"debug information not understood ({type(e).__name__}: {e})") from None
 
 
-def _die(f: Facts, rel: dict[int, Reloc], die, top: bool, split: set[int]) -> None:
+def _skeleton(top) -> str:
+    dwo = top.attributes.get("DW_AT_dwo_name") or top.attributes.get("DW_AT_GNU_dwo_name")
+    name = dwo.value.decode(errors="replace") if dwo is not None and isinstance(dwo.value, bytes) else "its .dwo"
+    return (f"a -gsplit-dwarf skeleton unit: its range and location lists, offsets from the unit's base, "
+            f"are in {name}, which split does not rewrite; build without -gsplit-dwarf to split")
+
+
+def _bases(obj: ObjectFile, f: Facts, top, rel: dict[int, Reloc]) -> None:
+    """The unit's DW_AT_addr_base/_rnglists_base/_loclists_base, each checked against the
+    header of the table it points into (``Damaged`` when it does not fit)."""
+    for attr, name in BASES.items():
+        a = top.attributes.get(attr)
+        if a is None:
+            continue
+        r = rel.get(a.offset)
+        if a.form != "DW_FORM_sec_offset" or r is None or _section_name(f, r.sec) != name:
+            raise Damaged(f"{attr} in {a.form} is not a relocated offset into {name}")
+        data = obj.sections[r.sec].data
+        head = ADDR_HEADER if name == ".debug_addr" else LIST_HEADER
+        h = r.addend - head
+        if h < 0 or r.addend > len(data):
+            raise Damaged(f"{attr} {r.addend:#x} is not after a table header of {name}")
+        length, version = int.from_bytes(data[h:h + 4], "little"), int.from_bytes(data[h + 4:h + 6], "little")
+        if length >= 0xFFFFFFF0 or version != 5 or data[h + 6] != 8 or data[h + 7] or h + 4 + length > len(data):
+            raise Damaged(f"{name}: the table at {h:#x} is not 32-bit DWARF 5 with 8-byte addresses "
+                          f"within the section")
+        f.bases[name] = r.addend
+        f.base_fields.add((f.secs[".debug_info"], a.offset))
+        if name == ".debug_addr":
+            f.addr_count = (h + 4 + length - r.addend) // 8
+        else:
+            count = f.bases[name + "#"] = int.from_bytes(data[h + 8:h + 12], "little")    # offset_entry_count
+            if r.addend + 4 * count > h + 4 + length:
+                raise Damaged(f"{name}: the table at {h:#x} has {count} offsets, more than it holds")
+
+
+def addrx(f: Facts, index: int) -> Reloc | None:
+    """The relocation of entry ``index`` of the unit's ``.debug_addr`` table."""
+    if ".debug_addr" not in f.bases or not 0 <= index < f.addr_count:
+        raise Damaged(f".debug_addr: index {index} past the unit's {f.addr_count} entries")
+    return f.relocs[".debug_addr"].get(f.bases[".debug_addr"] + 8 * index)
+
+
+def _address(f: Facts, rel: dict[int, Reloc], a) -> Reloc | None:
+    """The relocation an address attribute designates (DW_FORM_addr or an index)."""
+    if a.form in ADDRX_FORMS:
+        return addrx(f, a.raw_value)
+    return rel.get(a.offset) if a.form == "DW_FORM_addr" else None
+
+
+def _listx(obj: ObjectFile, f: Facts, a) -> tuple[str, int]:
+    """(section, offset) of the list a DW_FORM_rnglistx/loclistx value names; its array slot noted."""
+    name = LISTX_FORMS[a.form]
+    if name not in f.bases or not 0 <= a.raw_value < f.bases[name + "#"]:
+        raise Damaged(f"{a.name}: list index {a.raw_value} past the offsets of {name}")
+    base = f.bases[name]
+    slot = base + 4 * a.raw_value
+    data = obj.sections[f.secs[name]].data
+    off = base + int.from_bytes(data[slot:slot + 4], "little")
+    if off >= len(data):
+        raise Damaged(f"{name}: list offset {off:#x} past the end of the section")
+    f.slots.setdefault((name, off), []).append(slot)
+    return name, off
+
+
+def _die(obj: ObjectFile, f: Facts, rel: dict[int, Reloc], die, top: bool, split: set[int]) -> None:
     at = die.attributes
     for a in at.values():
-        if a.form in INDEXED_FORMS or a.name in ("DW_AT_rnglists_base", "DW_AT_loclists_base", "DW_AT_addr_base"):
-            raise Refused(f"{a.name} in {a.form} (indexed DWARF 5 forms are not rewritten)")
         r = rel.get(a.offset)
+        if a.name in BASES:
+            continue    # (read by _bases)
+        if a.form in LISTX_FORMS:
+            name, off = _listx(obj, f, a)
+            if name == RANGES[5]:
+                f.rnglists.setdefault(off, RangeList(off, [], []))
+            else:
+                f.loc_starts.add(off)
+            continue
+        if a.name == "DW_AT_call_return_pc":
+            ret = _address(f, rel, a)
+            if ret is not None and ret.sec in split:
+                f.returns.append(ret)
         if a.form == "DW_FORM_sec_offset" and r is not None:
             target = _section_name(f, r.sec)
             if target == RANGES[f.version]:
@@ -283,17 +407,15 @@ def _die(f: Facts, rel: dict[int, Reloc], die, top: bool, split: set[int]) -> No
                 rv = rel.get(views.offset) if views is not None else None
                 if rv is not None and rv.sec == r.sec:
                     f.loc_views[r.addend] = rv.addend
-        if a.form == "DW_FORM_addr" and r is not None and r.sec in split and a.name == "DW_AT_high_pc":
-            raise Refused("DW_AT_high_pc as an address (not rewritten by split)")
     low, high = at.get("DW_AT_low_pc"), at.get("DW_AT_high_pc")
-    if low is None or high is None or low.form != "DW_FORM_addr":
+    if low is None or high is None:
         return
-    r = rel.get(low.offset)
+    r = _address(f, rel, low)
     if r is None or r.sec not in split:
         return
-    if high.form == "DW_FORM_addr":
+    if high.form == "DW_FORM_addr" or high.form in ADDRX_FORMS:
         raise Refused("DW_AT_high_pc as an address (not rewritten by split)")
-    iv = Interval(r.sec, r.addend, r.addend + int(high.value), low.offset, r.addend)
+    iv = Interval(r.sec, r.addend, r.addend + int(high.value), low.offset, r.addend, reloc=r)
     if top:
         f.cu_ranges.append(iv)
     else:
@@ -310,12 +432,15 @@ def _unit(obj: ObjectFile, f: Facts, cu, top, base: Reloc | None, same_code: int
     if low is None or high is None or base is None or "DW_AT_ranges" in at:
         return
     why, ranges = "", RANGES[f.version]
-    if low.form != "DW_FORM_addr" or high.form not in HIGH_PC_SIZES:
+    low_size = 8 if low.form == "DW_FORM_addr" else _index_room(obj, f, low)
+    if high.form not in HIGH_PC_SIZES:
         why = f"the unit's DW_AT_high_pc in {high.form}"
+    elif isinstance(low_size, str):
+        why = low_size
     elif same_code != 1:
         why = "the unit DIE's abbreviation is shared with other DIEs"
-    elif ranges not in f.secs or section_symbol(obj, f.secs[ranges]) is None:
-        why = f"no {ranges} (with a section symbol) to hold the unit's range list"
+    elif ranges in f.secs and section_symbol(obj, f.secs[ranges]) is None:
+        why = f"no section symbol of {ranges} to hold the unit's range list"
     elif ".debug_abbrev" not in f.secs or f.relocs[".debug_abbrev"]:
         why = "no .debug_abbrev, or relocations in it"
     elif any(r.sec == f.secs[".debug_abbrev"] and r.addend for rel in f.relocs.values() for r in rel.values()):
@@ -323,7 +448,27 @@ def _unit(obj: ObjectFile, f: Facts, cu, top, base: Reloc | None, same_code: int
     if why:
         f.unit_refused = why
         return
-    f.unit = Unit(low.offset, high.offset, HIGH_PC_SIZES[high.form], top.abbrev_code, cu["debug_abbrev_offset"], base)
+    f.unit = Unit(low.offset, high.offset, HIGH_PC_SIZES[high.form], top.abbrev_code, cu["debug_abbrev_offset"], base,
+                  low_size, low.form)
+
+
+def _index_room(obj: ObjectFile, f: Facts, low) -> int | str:
+    """Bytes of the unit's DW_AT_low_pc index, if a new last ``.debug_addr`` entry
+    (holding 0) can be named in them; 0 when not: the index is kept, the unit's base
+    then the start of its first function's new section (no list entry is relative to
+    it any more: still correct, if not what a compiler writes); a string: why not."""
+    if low.form not in ADDRX_FORMS:
+        return f"the unit's DW_AT_low_pc in {low.form}"
+    addr = obj.sections[f.secs[".debug_addr"]]
+    if f.bases[".debug_addr"] + 8 * f.addr_count != addr.size:
+        return 0
+    size = ADDRX_FORMS[low.form]
+    if size == 0:
+        size = uleb(obj.sections[f.secs[".debug_info"]].data, low.offset)[1] - low.offset
+        room = 1 << 7 * size
+    else:
+        room = 1 << 8 * size
+    return size if f.addr_count < room else 0
 
 
 def section_symbol(obj: ObjectFile, index: int) -> int | None:
@@ -349,7 +494,8 @@ def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
         _lists4(obj, f, split, unit_base)
         return
     if f.unit is not None:      # (its range list goes at the end of the last table)
-        f.rnglists_last_table = _tables(obj.sections[f.secs[".debug_rnglists"]].data, ".debug_rnglists")
+        if ".debug_rnglists" in f.secs:
+            f.rnglists_last_table = _tables(obj.sections[f.secs[".debug_rnglists"]].data, ".debug_rnglists")
     for name, kinds, starts in ((".debug_rnglists", RLE, sorted(f.rnglists)),
                                 (".debug_loclists", LLE, sorted(f.loc_starts))):
         if not starts:
@@ -360,7 +506,7 @@ def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
         last = _tables(data, name)
         rel = f.relocs[name]
         for s in starts:
-            ivs = _walk(data, s, rel, kinds, name, unit_base)
+            ivs = _walk(data, s, rel, kinds, name, unit_base, lambda i: addrx(f, i))
             if kinds is RLE:
                 f.rnglists[s].intervals = ivs
                 f.rnglists_last_table = last
@@ -449,8 +595,6 @@ def _tables(data: bytes, name: str) -> int:
         version = int.from_bytes(data[p + 4:p + 6], "little")
         if length >= 0xFFFFFFF0 or version != 5 or data[p + 6] != 8 or data[p + 7] != 0:
             raise Refused(f"{name}: table at {p:#x} is not 32-bit DWARF 5 with 8-byte addresses")
-        if int.from_bytes(data[p + 8:p + 12], "little"):
-            raise Refused(f"{name}: table at {p:#x} has an offset array (indexed lists are not rewritten)")
         last, p = p, p + 4 + length
     if p != len(data):
         raise Refused(f"{name}: last table runs past the end of the section")
@@ -464,8 +608,17 @@ def _addr(data: bytes, p: int, rel: dict[int, Reloc], name: str) -> tuple[Reloc 
     return r, p + 8
 
 
-def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, unit_base) -> list[Interval]:
-    """Intervals of the list at ``p``: bounded entries relative to their relocated anchor."""
+def _start(data: bytes, p: int, rel: dict[int, Reloc], name: str, index, indexed: bool) -> tuple[Reloc | None, int]:
+    """The address operand at ``p``: a relocated field, or a ULEB128 index into ``.debug_addr``."""
+    if not indexed:
+        return _addr(data, p, rel, name)
+    i, p = uleb(data, p)
+    return index(i), p
+
+
+def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, unit_base, index) -> list[Interval]:
+    """Intervals of the list at ``p``: bounded entries relative to their relocated anchor
+    (a relocated field, or an entry of ``.debug_addr``: ``index(i)``, anchor -1)."""
     out: list[Interval] = []
     base: tuple[Reloc, int] | None = None
     loc = kinds is LLE
@@ -481,23 +634,23 @@ def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, un
             b, p = uleb(data, p)
             if base is not None:
                 r, field_at = base
-                out.append(Interval(r.sec, r.addend + a, r.addend + b, field_at, r.addend))
+                out.append(Interval(r.sec, r.addend + a, r.addend + b, field_at, r.addend, entry=(at, p), reloc=r))
             elif isinstance(unit_base, Reloc):
                 u = unit_base.addend
                 out.append(Interval(unit_base.sec, u + a, u + b, -1, u + a, True, (at, p)))
             elif not unit_base:
                 raise Refused(f"{name}+{at:#x}: offset pair relative to the unit's base address")
-        elif k == kinds["base_address"]:
-            r, p = _addr(data, p, rel, name)
+        elif k in (kinds["base_address"], kinds["base_addressx"]):
+            r, p = _start(data, p, rel, name, index, k == kinds["base_addressx"])
             if r is None:
                 raise Refused(f"{name}+{at:#x}: base address without a relocation")
-            base = (r, at + 1)
-        elif k == kinds["start_length"]:
-            r, p = _addr(data, p, rel, name)
+            base = (r, at + 1 if k == kinds["base_address"] else -1)
+        elif k in (kinds["start_length"], kinds["startx_length"]):
+            r, p = _start(data, p, rel, name, index, k == kinds["startx_length"])
             n, p = uleb(data, p)
             if r is None:
                 raise Refused(f"{name}+{at:#x}: start address without a relocation")
-            out.append(Interval(r.sec, r.addend, r.addend + n, at + 1, r.addend))
+            out.append(Interval(r.sec, r.addend, r.addend + n, at + 1, r.addend, reloc=r))
         elif loc and k == kinds["GNU_view_pair"]:
             _, p = uleb(data, p)
             _, p = uleb(data, p)
@@ -506,7 +659,7 @@ def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, un
             pass
         else:
             raise Refused(f"{name}+{at:#x}: list entry kind {k} (not rewritten by split)")
-        if loc and k != kinds["base_address"]:
+        if loc and k not in (kinds["base_address"], kinds["base_addressx"]):
             n, p = uleb(data, p)
             p += n      # the expression: its relocations (DW_OP_addr) are retargeted in place
 

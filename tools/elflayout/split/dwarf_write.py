@@ -16,7 +16,9 @@ import numpy as np
 
 from elflayout.split import dwarf_line
 from elflayout.split.dwarf import section_symbol as dwarf_section_symbol
-from elflayout.split.dwarf import LLE, LOCS, R_32, R_64, RANGES, RLE, Facts, Interval, crosses, enc_uleb, uleb
+from elflayout.split.dwarf import ADDR_HEADER as dwarf_ADDR_HEADER
+from elflayout.split.dwarf import (ADDRX_FORMS, LLE, LOCS, R_32, R_64, RANGES, RLE, Facts, Interval, crosses, enc_uleb,
+                                   uleb)
 from elflayout.split.extents import STT
 from elflayout.split.reader import RELA64
 
@@ -78,7 +80,10 @@ def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int,
         (list_moves, unit_list), loc_moves = _ranges4(c, out), _loc4(c, out)
     else:
         list_moves, unit_list = _rnglists(c, out)
-        loc_moves = _loclists(c, out) if c.convert else {}
+        loc_moves = _loclists(c, out)
+    added = f.unit.new_section(f) if c.convert else None
+    if added:
+        unit_list = _new_ranges(c, added, out)
     if ".debug_aranges" in f.secs:
         _aranges(c, out)
     for name, moves in ((".debug_line", line_moves), (RANGES[f.version], list_moves),
@@ -151,7 +156,7 @@ def _rnglists(c: _Ctx, out: dict) -> tuple[dict[int, int], int]:
     f = c.facts
     todo = [lst for lst in f.rnglists.values()
             if any(crosses(iv, c.bounds) or (c.convert and iv.unit) for iv in lst.intervals)]
-    if not todo and not c.convert:
+    if (not todo and not c.convert) or ".debug_rnglists" not in f.secs:
         return {}, -1
     data = c.obj.sections[f.secs[".debug_rnglists"]].data
     rel = _shifted(_rows(c, ".debug_rnglists"), 0, len(data), 0)
@@ -169,8 +174,40 @@ def _rnglists(c: _Ctx, out: dict) -> tuple[dict[int, int], int]:
         new.append(RLE["end_of_list"])
     t = f.rnglists_last_table
     new[t:t + 4] = (len(new) - t - 4).to_bytes(4, "little")
+    _point_slots(f, ".debug_rnglists", moves, new)
     _store(c, ".debug_rnglists", new, rel, out)
     return moves, unit_list
+
+
+def _point_slots(f: Facts, name: str, moves: dict[int, int], new: bytearray) -> None:
+    """Offset array entries (``DW_FORM_rnglistx``/``loclistx``) of moved lists pointed at
+    the new copies (relative to the unit's base, as the originals)."""
+    for old, to in moves.items():
+        for slot in f.slots.get((name, old), []):
+            new[slot:slot + 4] = (to - f.bases[name]).to_bytes(4, "little")
+
+
+def _new_ranges(c: _Ctx, name: str, out: dict) -> int:
+    """The range list section added for the converted unit (the object had none): one
+    table of no offsets holding the unit's list (DWARF 4: just the list); its offset."""
+    rel: list = []
+    if name == RANGES[5]:
+        body = bytearray(bytes(12))     # unit_length (below), version 5, 8-byte addresses, no offsets
+        body[4:8] = bytes([5, 0, 8, 0])
+        for iv in c.facts.cu_ranges:
+            body += _entry(c, iv, len(body), rel)
+        body.append(RLE["end_of_list"])
+        body[0:4] = (len(body) - 4).to_bytes(4, "little")
+        at = 12
+    else:
+        body = bytearray()
+        for iv in c.facts.cu_ranges:
+            body += _pairs4(c, iv, len(body), rel)
+        body += bytes(16)
+        at = 0
+    out[name] = bytes(body)
+    c.relas[("newsec", name)] = np.array(sorted(rel), RELA64)
+    return at
 
 
 def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
@@ -183,7 +220,7 @@ def _entry(c: _Ctx, iv: Interval, at: int, rel: list) -> bytes:
             rel.append(_reloc(c, at + len(out) + 1, iv.sec, g, s))
             out += bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(e - s)
         return bytes(out)
-    r = c.facts.base if iv.unit else c.facts.relocs[".debug_rnglists"][iv.anchor]
+    r = c.facts.base if iv.unit else iv.reloc
     value = int(c.obj.symbols["st_value"][r.sym])
     rel.append((at + 1, (int(c.mp[r.sym]) << 32) | R_64, iv.start - value))
     return bytes([RLE["start_length"]]) + bytes(8) + enc_uleb(iv.end - iv.start)
@@ -259,12 +296,21 @@ def _loc4(c: _Ctx, out: dict) -> dict[int, int]:
     return {}
 
 
+def _rewritten(c: _Ctx, iv: Interval) -> bool:
+    """Whether location list entry ``iv`` is written again: an offset pair from the
+    converted unit's base, or from a base address in another new section."""
+    if iv.unit:
+        return c.convert
+    return iv.entry != (0, 0) and crosses(iv, c.bounds)
+
+
 def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
-    """Location lists with offset pairs from the converted unit's base appended again,
-    those pairs as ``DW_LLE_start_length`` with a relocated start (one entry for one:
-    a separate list of location views still counts the same entries)."""
+    """Location lists with offset pairs from the converted unit's base, or from a base
+    address now in another new section, appended again, those pairs as
+    ``DW_LLE_start_length`` with a relocated start (one entry for one: a separate list
+    of location views still counts the same entries)."""
     f = c.facts
-    todo = sorted(s for s, ivs in f.loc_lists.items() if any(iv.unit for iv in ivs))
+    todo = sorted(s for s, ivs in f.loc_lists.items() if any(_rewritten(c, iv) for iv in ivs))
     if not todo:
         return {}
     data = c.obj.sections[f.secs[".debug_loclists"]].data
@@ -280,7 +326,7 @@ def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
         moves[start] = len(new)
         p = start
         for iv in f.loc_lists[start]:
-            if not iv.unit:
+            if not _rewritten(c, iv):
                 continue
             at, after = iv.entry
             rel += _shifted(rows, p, at, len(new) - p)
@@ -295,6 +341,7 @@ def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
         new += data[p:end]
     t = f.loclists_last_table
     new[t:t + 4] = (len(new) - t - 4).to_bytes(4, "little")
+    _point_slots(f, ".debug_loclists", moves, new)
     _store(c, ".debug_loclists", new, rel, out)
     return moves
 
@@ -328,16 +375,35 @@ def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
     through its abbreviation rewritten in place (no other DIE uses it)."""
     f, u = c.facts, c.facts.unit
     info = bytearray(c.obj.sections[f.secs[".debug_info"]].data)
-    info[u.low:u.low + 8] = bytes(8)
+    if u.low_form == "DW_FORM_addr":
+        info[u.low:u.low + 8] = bytes(8)
+    elif u.low_size:
+        info[u.low:u.low + u.low_size] = _zero_entry(c, out, u)
     info[u.high:u.high + u.high_size] = bytes(u.high_size)
     rows = _rows(c, ".debug_info")
     rel = [(int(o), int(i), int(a)) for o, i, a in zip(rows["r_offset"], rows["r_info"], rows["r_addend"])
            if int(o) != u.low]
-    sym = c.mp[dwarf_section_symbol(c.obj, f.secs[RANGES[f.version]])]
+    added = u.new_section(f)
+    sym = c.grp_sym[("new", added)] if added else c.mp[dwarf_section_symbol(c.obj, f.secs[RANGES[f.version]])]
     rel.append((u.high, (int(sym) << 32) | R_32, unit_list))
     _store(c, ".debug_info", info, rel, out)
     abbrev = c.obj.sections[f.secs[".debug_abbrev"]].data
     out[f.secs[".debug_abbrev"]] = _abbrev(abbrev, u.table, u.code, u.high_size)
+
+
+def _zero_entry(c: _Ctx, out: dict, u) -> bytes:
+    """A new last ``.debug_addr`` entry holding 0 (no relocation); the bytes of its index
+    in ``u.low_size`` bytes of ``u.low_form`` (ULEB128 padded with continuation bytes)."""
+    f = c.facts
+    i = f.secs[".debug_addr"]
+    data = bytearray(c.obj.sections[i].data) + bytes(8)
+    h = f.bases[".debug_addr"] - dwarf_ADDR_HEADER
+    data[h:h + 4] = (int.from_bytes(data[h:h + 4], "little") + 8).to_bytes(4, "little")
+    out[i] = bytes(data)    # (its relocations, retargeted by plan, stay as they are)
+    k = f.addr_count
+    if ADDRX_FORMS[u.low_form]:
+        return k.to_bytes(u.low_size, "little")
+    return bytes(0x80 | (k >> 7 * j) & 0x7F for j in range(u.low_size - 1)) + bytes([k >> 7 * (u.low_size - 1)])
 
 
 def _abbrev(data: bytes, table: int, code: int, high_size: int) -> bytes:
@@ -401,7 +467,9 @@ def _aranges(c: _Ctx, out: dict) -> None:
 
 def _patch_addends(c: _Ctx, sec: int, moves: dict[int, int], rewritten: dict) -> None:
     """Relocations against section ``sec``'s symbol whose addend names a moved table or
-    list (``DW_AT_stmt_list``, ``DW_AT_ranges``), in debug sections kept as they are."""
+    list (``DW_AT_stmt_list``, ``DW_AT_ranges``), in debug sections kept as they are; not
+    a unit's ``DW_AT_rnglists_base``/``_loclists_base``, which names the offset array
+    (where a list also starts when the array is empty)."""
     syms = c.obj.symbols
     for ri, r in c.obj.relas.items():
         target = c.obj.sections[ri].info
@@ -413,5 +481,5 @@ def _patch_addends(c: _Ctx, sec: int, moves: dict[int, int], rewritten: dict) ->
             hit = (syms["st_shndx"][s] == sec) & ((syms["st_info"][s] & 0xF) == STT_SECTION)
             for j in np.flatnonzero(hit).tolist():
                 a = int(r["r_addend"][j])
-                if a in moves:
+                if a in moves and (target, int(r["r_offset"][j])) not in c.facts.base_fields:
                     c.relas[key]["r_addend"][j] = moves[a]

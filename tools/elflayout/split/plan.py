@@ -55,6 +55,7 @@ import numpy as np
 from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_SH_TYPE_BASE
 
 from elflayout import arch
+from elflayout.errors import ElflayoutError
 from elflayout.split import disasm, disasm_a64, dwarf, dwarf_line, dwarf_write, pairs, reach
 from elflayout.split.extents import SPLIT_PREFIX, STT, Unit, is_code, name_conflict, splittable, units
 from elflayout.split.reader import ObjectFile, Section
@@ -245,6 +246,8 @@ def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
         lines = dwarf_line.parse(obj.sections[f.secs[".debug_line"]].data, f.relocs[".debug_line"], split)
         _line_references(f, lines)
         dwarf.check_bounds(obj, f, split, dwarf.aranges(obj, f, split))
+    except dwarf.Damaged as e:
+        raise ElflayoutError(f"{obj.name}: damaged debug information: {e}") from None
     except (dwarf.Refused, IndexError, ValueError) as e:
         why = e if isinstance(e, dwarf.Refused) else f"damaged ({type(e).__name__})"
         for i in users:
@@ -253,12 +256,30 @@ def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
     for iv in [*f.locs, *(iv for iv, _ in f.high_pcs)]:
         sp = cands.get(iv.sec)
         if sp is not None and sp.whole is None:
-            a = min(sp.unit_at(iv.anchor_at), sp.unit_at(iv.start))
+            # (a DWARF 5 offset pair away from its base's new section is written again
+            # with its own relocated start: only its own bytes must stay together)
+            anchor = iv.start if f.version == 5 and iv.entry != (0, 0) else iv.anchor_at
+            a = min(sp.unit_at(anchor), sp.unit_at(iv.start))
             b = sp.unit_at(max(iv.start, iv.end - 1))
             if a != b:
                 sp.glue_range(a, b, f"DWARF describes {sp.sec.name}+{iv.start:#x}..{iv.end:#x} from "
                                     f"{sp.units[a].name} as one range")
+    _return_addresses(cands, f.returns)
     return dwarf_write.Debug(f, lines)
+
+
+def _return_addresses(cands: dict[int, SectionPlan], returns: list) -> None:
+    """A call's return address (DW_AT_call_return_pc) is the end of the call: when the call
+    ends its function (a call that does not return), that address is also the next
+    unit's start and would follow the next unit to wherever it goes."""
+    for r in returns:
+        sp = cands.get(r.sec)
+        if sp is None or sp.whole is not None:
+            continue
+        k = sp.unit_at(r.addend)
+        if k > 0 and sp.units[k].start == r.addend:
+            sp.glue_range(k - 1, k, f"DWARF's return address of a call ending {sp.units[k - 1].name} is "
+                                    f"{sp.units[k].name}'s start")
 
 
 def _line_references(f, lines) -> None:

@@ -65,7 +65,7 @@ def write(plan: Plan) -> bytes:
     relas = _relocations(plan, splits, starts, mp, grp_sym)
     replaced = dwarf_write.rewrite(plan, plan.debug, splits, starts, relas, grp_sym, mp) if plan.debug else {}
     # 3. Section numbering (empty group RELA sections are dropped).
-    order, new_index, group_index = _section_order(obj, splits, relas)
+    order, new_index, group_index = _section_order(plan, splits, relas)
     # 4. Symbols: section indexes and values relative to their group.
     symbols = _renumbered_symbols(obj, splits, starts, rows, new_index, group_index)
     # 5. Section contents and headers.
@@ -92,9 +92,10 @@ def _cleared_fields(splits: dict) -> dict[int, bytes]:
     return out
 
 
-def _section_order(obj, splits: dict, relas: dict) -> tuple[list[tuple], dict[int, int], dict[tuple[int, int], int]]:
+def _section_order(plan: Plan, splits: dict, relas: dict) -> tuple[list[tuple], dict[int, int], dict[tuple, int]]:
     """The output sections in order (copies, groups and their RELA sections) and the new
     index of every copied section and every group."""
+    obj = plan.obj
     secs = obj.sections
     split_rela = {obj.rela_of[i] for i in splits if i in obj.rela_of}
     order: list[tuple] = []
@@ -108,6 +109,10 @@ def _section_order(obj, splits: dict, relas: dict) -> tuple[list[tuple], dict[in
             order.append(("copy", s.index))
             if len(relas.get(("new", s.index), ())):
                 order.append(("newrela", s.index))
+    for name in new_sections(plan):
+        order.append(("newsec", name))
+        if len(relas.get(("newsec", name), ())):
+            order.append(("newsecrela", name))
     if len(order) + 1 >= SHN_LORESERVE:
         raise ValueError("too many sections for standard ELF numbering")
     new_index: dict[int, int] = {0: 0}
@@ -117,6 +122,8 @@ def _section_order(obj, splits: dict, relas: dict) -> tuple[list[tuple], dict[in
             new_index[item[1]] = k
         elif item[0] == "group":
             group_index[(item[1], item[2])] = k
+        elif item[0] == "newsec":
+            group_index[("new", item[1])] = k
     return order, new_index, group_index
 
 
@@ -153,6 +160,9 @@ def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, gro
     symtab_new = new_index[obj.symtab_index]
     outs: list[_Out] = [_Out("", SHT["SHT_NULL"], 0, 0, 0, 0, 0, b"", 0)]
     for item in order:
+        if item[0] in ("newsec", "newsecrela"):
+            outs.append(_new_output(item, replaced, relas, symtab_new, group_index))
+            continue
         s = secs[item[1]]
         if item[0] == "copy":
             data, link, info = replaced.get(s.index, s.data), s.link, s.info
@@ -193,6 +203,17 @@ def _section_outputs(obj, splits: dict, order: list[tuple], new_index: dict, gro
     return outs
 
 
+def _new_output(item: tuple, replaced: dict, relas: dict, symtab_new: int, group_index: dict) -> _Out:
+    """An added debug section (its bytes in ``replaced`` under its name) or its RELA section."""
+    kind, name = item
+    if kind == "newsec":
+        data = replaced[name]
+        return _Out(name, SHT["SHT_PROGBITS"], 0, 0, 0, 1, 0, data, len(data))
+    data = relas[("newsec", name)].tobytes()
+    return _Out(".rela" + name, SHT["SHT_RELA"], SH_FLAGS.SHF_INFO_LINK, symtab_new, group_index[("new", name)], 8,
+                RELA64.itemsize, data, len(data))
+
+
 def _symbol_rows(plan: Plan, splits: dict[int, SectionPlan]):
     """Rows of the new symbol table: ``(old index, None)`` for a kept symbol, ``(old
     index or -1, (section, group))`` for a group's section symbol. A split section's own
@@ -208,10 +229,11 @@ def _symbol_rows(plan: Plan, splits: dict[int, SectionPlan]):
             own.setdefault(int(old["st_shndx"][i]), i)
     first_of = {i: s for s, i in own.items()}
     extra = [s for s in splits if s not in own]
+    added = [(-1, ("new", name)) for name in new_sections(plan)]     # (their section symbols)
     rows: list[tuple[int, tuple | None]] = []
     for i in range(len(old)):
         if i == nlocal_old:
-            rows += [(-1, (s, g)) for s in extra for g in range(len(splits[s].groups))]
+            rows += [(-1, (s, g)) for s in extra for g in range(len(splits[s].groups))] + added
         if i in first_of:
             s = first_of[i]
             rows.append((i, (s, 0)))
@@ -219,7 +241,7 @@ def _symbol_rows(plan: Plan, splits: dict[int, SectionPlan]):
         else:
             rows.append((i, None))
     if nlocal_old >= len(old):
-        rows += [(-1, (s, g)) for s in extra for g in range(len(splits[s].groups))]
+        rows += [(-1, (s, g)) for s in extra for g in range(len(splits[s].groups))] + added
     mp = np.zeros(len(old), np.int64)
     grp_sym = {}
     nlocal = 0
@@ -231,6 +253,16 @@ def _symbol_rows(plan: Plan, splits: dict[int, SectionPlan]):
         if sg is not None or (i >= 0 and (old["st_info"][i] >> 4) == STB_LOCAL):
             nlocal = k + 1
     return rows, mp, grp_sym, nlocal
+
+
+def new_sections(plan: Plan) -> list[str]:
+    """Debug sections the writer adds: a range list section for a unit whose one range
+    becomes a list, in an object that had none."""
+    f = plan.debug.facts if plan.debug else None
+    if f is None or f.unit is None or f.unit.base.sec not in plan.splits:
+        return []
+    name = f.unit.new_section(f)
+    return [name] if name else []
 
 
 def _group_of(sp: SectionPlan, unit: int) -> int:

@@ -19,7 +19,9 @@ code instead:
 The projects (``PROJECTS``) are small C code bases Debian ships as source, chosen for
 what their files exercise: zlib (bit twiddling, tables), Lua (an interpreter: large
 switches, many small functions), bzip2 (sorting, Huffman coding), PCRE2 (a regular
-expression compiler: large functions, many structs). Which train and which are held out
+expression compiler: large functions, many structs), libsecp256k1 (x86-64 inline
+assembly: the code generator's inline-asm operand and constraint handling runs only for
+code that has some). Which train and which are held out
 is the caller's choice (``bench/bench_heldout_real.py``; docs/ordering.md, "Training on
 real compiles"). A project of one's own is a ``Project`` too.
 """
@@ -76,12 +78,18 @@ PROJECTS = {
                        ("-Iinclude", "-DYAML_VERSION_MAJOR=0", "-DYAML_VERSION_MINOR=2",
                         "-DYAML_VERSION_PATCH=5", '-DYAML_VERSION_STRING="0.2.5"')),
     "kissfft": Project("kissfft", ("kiss_fft.c", "kiss_fftr.c", "kiss_fftnd.c")),
+    # GNU inline assembly: x86-64 field and scalar arithmetic with register, memory and
+    # immediate operands (the library is one file; modules as Debian builds them)
+    "secp256k1": Project("libsecp256k1", ("src/secp256k1.c",),
+                         ("-DUSE_ASM_X86_64=1", "-DENABLE_MODULE_ECDH=1", "-DENABLE_MODULE_RECOVERY=1",
+                          "-DENABLE_MODULE_EXTRAKEYS=1", "-DENABLE_MODULE_SCHNORRSIG=1")),
     # a third held-out kind: multi-precision arithmetic and ASN.1 parsing
     "mbedtls": Project("mbedtls", ("library/bignum.c", "library/x509_crt.c"), ("-Iinclude",)),
 }
 
 # The shipped split (bench/bench_heldout_real.py's default): bzip2, PCRE2 and Mbed TLS never train.
-TRAINING = ("zlib", "lua", "xxhash", "libdeflate", "opus", "stb", "libpng", "lz4", "cjson", "libyaml", "kissfft")
+TRAINING = ("zlib", "lua", "xxhash", "libdeflate", "opus", "stb", "libpng", "lz4", "cjson", "libyaml", "kissfft",
+            "secp256k1")
 HELD_OUT = ("bzip2", "pcre2", "mbedtls")
 
 

@@ -15,6 +15,8 @@ class Layout:
     ``functions``: resolved entries (``resolve.Resolved``) in the order to place them;
     ``data``: (input section name, object or None) in the order to place them;
     ``data_symbols``: symbols naming ordered data sections (for lld, which orders by symbol);
+    ``data_sparse``: (input section name, object or None) of big data sections touched on
+    few of their pages, left out of ``data`` (``first_access.SPARSE_*``), in first-access order;
     ``objects``: object files in the order to link them (touched ones only; the writer
     appends the rest in their original order when it knows them).
     """
@@ -22,6 +24,7 @@ class Layout:
     functions: list = field(default_factory=list)
     data: list = field(default_factory=list)
     data_symbols: list = field(default_factory=list)
+    data_sparse: list = field(default_factory=list)
     objects: list = field(default_factory=list)
     report: dict = field(default_factory=dict)
 

@@ -134,12 +134,19 @@ def _order_data(target: Target, universe, placed, first_of, layout: Layout) -> N
     # 3b. data pages of the profiled build → input section extents from its link map
     ext = getattr(universe, "extents", None) if universe is not None else None
     n_from_pages = n_sparse = 0
+    sparse: dict[tuple[str, str | None], float] = {}
+    inner = None
     if ext is not None and len(ext):
         for j, f, touched in _extents_touched(target, ext, universe.extent_names):
             npg = int((ext["offset"][j] + max(int(ext["size"][j]), 1) - 1) // PAGE - ext["offset"][j] // PAGE + 1)
             # a big section touched on a few of its pages (often only the page it shares
             # with a touched neighbour) would stretch the hot region by its whole size
             if npg > SPARSE_MIN_PAGES and touched < SPARSE_DENSITY * npg:
+                k = (universe.extent_names[j], universe.extent_objects[j])
+                if inner is None:
+                    inner = _touched_pages(target)
+                if _touches_inside(inner, int(ext["offset"][j]), int(ext["size"][j])):
+                    sparse[k] = min(sparse.get(k, big), f)
                 n_sparse += 1
                 continue
             k = (universe.extent_names[j], universe.extent_objects[j])
@@ -183,6 +190,8 @@ def _order_data(target: Target, universe, placed, first_of, layout: Layout) -> N
         del key[k]
     items = sorted(key.items(), key=lambda kv: kv[1])
     layout.data = [k for k, _ in items]
+    layout.data_sparse = [k for k, _ in sorted(sparse.items(), key=lambda kv: kv[1])
+                          if k not in key and not (k[1] and k[1].startswith("<"))]
     syms = []
     if universe is not None:
         by_sec = getattr(universe, "section_symbols", {})
@@ -214,6 +223,19 @@ def _order_objects(target: Target, funcs, placed) -> list[str]:
         objs = [f.object for f in funcs]
         objs += [o for r in placed for o in r.objects]
     return list(dict.fromkeys(o for o in objs if o))
+
+
+def _touched_pages(target: Target) -> np.ndarray:
+    """Sorted distinct data pages touched after the loader phase."""
+    return np.unique(np.array([p.page for p in target.pages if p.kind in ("r", "w", "t") and p.phase != "loader"],
+                              dtype=np.int64))
+
+
+def _touches_inside(pages: np.ndarray, offset: int, size: int) -> bool:
+    """Whether a touched page lies wholly inside [offset, offset + size): a page the
+    section shares with a neighbour may have been touched for the neighbour alone."""
+    first, last = -(-offset // PAGE), (offset + size) // PAGE - 1
+    return first <= last and bool(np.searchsorted(pages, last, side="right") > np.searchsorted(pages, first))
 
 
 def _extents_touched(target: Target, ext, names) -> list[tuple[int, float, int]]:

@@ -46,10 +46,20 @@ def compute(target: dict, universe: Universe | None = None, *, data: bool = True
     if not order:
         layout.report["hot_last"] = "no link map: first-access order unchanged"
         return layout
+    cold, shared = cold_sections(layout, universe)
+    layout.functions = [r for r, _sec, _obj in cold] + layout.functions
+    layout.report["hot_last"] = {"cold_sections_listed_first": len(cold), "cold_names_shared_with_hot": shared}
+    return layout
+
+
+def cold_sections(layout: Layout, universe: Universe) -> tuple[list[tuple[Resolved, str, str]], int]:
+    """The code sections of ``universe.text_order`` the layout's functions do not hold, in
+    link order: (an entry an ordering file can list, section, object); and how many were
+    left out because their symbol also names a touched section."""
     hot_names = {r.link_name for r in layout.functions}
     hot_secs = {(s, o) for r in layout.functions for s in r.sections for o in r.objects}
     cold, shared = [], 0
-    for sym, sec, obj in order:
+    for sym, sec, obj in universe.text_order:
         if sym in hot_names or (sec, obj) in hot_secs:
             continue
         # lld gives a listed name's priority to *every* section defining it: a local name
@@ -58,7 +68,5 @@ def compute(target: dict, universe: Universe | None = None, *, data: bool = True
         if any(so in hot_secs for so in universe.symbols.get(sym, ())):
             shared += 1
             continue
-        cold.append(Resolved(f"<cold {sec}>", sym, [], [obj], "cold"))
-    layout.functions = cold + layout.functions
-    layout.report["hot_last"] = {"cold_sections_listed_first": len(cold), "cold_names_shared_with_hot": shared}
-    return layout
+        cold.append((Resolved(f"<cold {sec}>", sym, [], [obj], "cold"), sec, obj))
+    return cold, shared

@@ -1,0 +1,531 @@
+"""Hot strings: move the string literals a workload reads into a mergeable pool of their own.
+
+Linkers merge ``SHF_MERGE|SHF_STRINGS`` input sections per output section into one pool
+(lld: one ``MergeSyntheticSection`` per output section, flags, entsize and alignment,
+spread over 32 hash shards), so no input order groups the few strings start-up reads: a
+pool is read whole once a few of its strings are. This pre-link rewrite copies each hot
+string piece (a NUL-terminated string, as the linker splits the section) of an object
+into a new section ``.rodata.hotstr<entsize>.<align>`` with the same flags, entsize and
+alignment, and the object's symbols that name it follow; the old section keeps the
+rest. A link script puts ``*(.rodata.hotstr*)`` in an output section of its own
+(``order --data-script``), where the hot pieces of every object form one small pool;
+without such a script the new sections join ``.rodata`` and the pool is as before.
+
+What is rewritten, and what is left as it is (never a wrong output):
+- a string section is rewritten only when every reference to it goes through a local
+  symbol (the assembler keeps ``.L.str`` symbols for mergeable sections): a relocation
+  against its section symbol (section + addend), a relocation section of its own, a
+  COMDAT group holding it or a section linked to it leaves it whole;
+- a piece named by a global or weak symbol stays where it is;
+- only string contents (the set ``hot``) move, all copies of a content in an object
+  together, so two references that shared a piece still do; merging less than before
+  (a hot and a cold copy of one content) is allowed: C and C++ do not promise equal
+  literals one address.
+
+``check_object`` proves each rewritten object against its original (every other byte,
+header and relocation the same; every symbol names the same content at the same place
+in its piece) independently of the writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from elflayout.errors import ElflayoutError
+from elflayout.layouts import EHDR64, SHDR64, SYM64, align_up
+from elflayout.split.reader import SHN_LORESERVE, SHT, ObjectFile, read_object
+
+HOT_PREFIX = ".rodata.hotstr"
+OBJECT = "(object)"     # ObjectReport.kept's key for the whole object
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
+SHF_MERGE, SHF_STRINGS, SHF_LINK_ORDER, SHF_GROUP = 0x10, 0x20, 0x80, 0x200
+STB_LOCAL = 0
+STT_SECTION = 3
+SHN_UNDEF = 0
+
+
+def hot_name(entsize: int, align: int) -> str:
+    """The hot pool's section name: never matched by ``.rodata.str*`` patterns."""
+    return f"{HOT_PREFIX}{entsize}.{align}"
+
+
+def string_pieces(data: bytes, entsize: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of each string as the linker splits a SHF_STRINGS section: up to
+    and including the first all-zero unit of ``entsize`` bytes. ValueError when the last
+    one is not terminated (the linker refuses such a section)."""
+    if entsize == 1:
+        if data and data[-1]:
+            raise ValueError("string not NUL-terminated")
+        ends = np.cumsum([len(p) + 1 for p in data.split(b"\0")[:-1]]).tolist()
+        return list(zip([0, *ends[:-1]], ends))
+    out, pos, zero = [], 0, b"\0" * entsize
+    while pos < len(data):
+        end = pos
+        while end + entsize <= len(data) and data[end:end + entsize] != zero:
+            end += entsize
+        if end + entsize > len(data):
+            raise ValueError("string not NUL-terminated")
+        out.append((pos, end + entsize))
+        pos = end + entsize
+    return out
+
+
+@dataclass
+class ObjectReport:
+    name: str
+    moved_pieces: int = 0
+    moved_bytes: int = 0
+    pinned_pieces: int = 0                              # hot, but reached by section + addend or a global
+    pinned_bytes: int = 0
+    sections: int = 0                                   # string sections split
+    kept: dict[str, str] = field(default_factory=dict)  # section -> why left whole
+
+
+def _eligible(obj: ObjectFile, sec) -> str | None:
+    """Why the string section ``sec`` must be left whole, else None."""
+    if sec.sh_type != SHT["SHT_PROGBITS"] or sec.entsize not in (1, 2, 4) or sec.size % sec.entsize:
+        return "not a plain string table"
+    if sec.flags & (SHF_WRITE | SHF_EXECINSTR | SHF_GROUP | SHF_LINK_ORDER) or not sec.flags & SHF_ALLOC:
+        return "flags other than alloc+merge+strings"
+    if sec.index in obj.rela_of:
+        return "has relocations of its own"
+    for s in obj.sections:
+        if s.sh_type == SHT["SHT_GROUP"] and sec.index in np.frombuffer(s.data, "<u4")[1:]:
+            return "member of a section group"
+        if s.flags & SHF_LINK_ORDER and s.link == sec.index:
+            return f"{s.name} is linked to it"
+    adds = section_addends(obj, sec.index)
+    if len(adds) and (adds.min() < 0 or adds.max() >= sec.size):
+        return "section + addend outside its strings"
+    return None
+
+
+def section_refs(obj: ObjectFile, index: int) -> dict[int, np.ndarray]:
+    """Per RELA section, which of its relocations name section ``index``'s own symbol
+    (section + addend: the linker finds the string by the addend)."""
+    syms, out = obj.symbols, {}
+    for ri, r in obj.relas.items():
+        idx = (r["r_info"] >> 32).astype(np.int64)
+        hit = (syms["st_shndx"][idx] == index) & ((syms["st_info"][idx] & 0xF) == STT_SECTION)
+        if hit.any():
+            out[ri] = np.flatnonzero(hit)
+    return out
+
+
+def section_addends(obj: ObjectFile, index: int) -> np.ndarray:
+    refs = section_refs(obj, index)
+    return np.concatenate([obj.relas[ri]["r_addend"][w] for ri, w in refs.items()]) if refs else np.zeros(0, np.int64)
+
+
+def _pieces_of(obj: ObjectFile, sec) -> tuple[list[tuple[int, int]], np.ndarray] | str:
+    """The section's pieces and, per symbol defined in it, its piece (or why not)."""
+    try:
+        pieces = string_pieces(sec.data, sec.entsize)
+    except ValueError as e:
+        return str(e)
+    # the section symbol stays (no relocation uses it: ``_eligible``)
+    mine = np.flatnonzero((obj.symbols["st_shndx"] == sec.index) & ((obj.symbols["st_info"] & 0xF) != STT_SECTION))
+    starts = np.array([a for a, _ in pieces], dtype=np.int64)
+    vals = obj.symbols["st_value"][mine].astype(np.int64)
+    if len(mine) and (vals >= sec.size).any():
+        return "a symbol past its last string"
+    which = np.searchsorted(starts, vals, side="right") - 1
+    return pieces, np.stack([mine, which]) if len(mine) else np.zeros((2, 0), np.int64)
+
+
+def plan_section(obj: ObjectFile, sec, hot) -> tuple[list[int], list[int], str | None]:
+    """Pieces of ``sec`` whose content is in ``hot``: those to move and those that must
+    stay (``pinned``), or why the section stays whole."""
+    why = _eligible(obj, sec)
+    if why:
+        return [], [], why
+    got = _pieces_of(obj, sec)
+    if isinstance(got, str):
+        return [], [], got
+    pieces, owner = got
+    # a string reached by section + addend stays (moving it needs a symbol of the pool)
+    starts = np.array([a for a, _ in pieces], dtype=np.int64)
+    pinned = set((np.searchsorted(starts, section_addends(obj, sec.index), side="right") - 1).tolist())
+    for si, pi in owner.T.tolist():
+        if int(obj.symbols["st_info"][si]) >> 4 != STB_LOCAL:
+            pinned.add(pi)
+    pinned |= {k for k, (a, _) in enumerate(pieces) if a % sec.align}
+    want = [k for k, (a, b) in enumerate(pieces) if b - a > sec.entsize and sec.data[a:b] in hot]
+    # copies of one content move together or not at all: references that shared a string still do
+    stay = {sec.data[slice(*pieces[k])] for k in pinned}
+    mv = [k for k in want if sec.data[slice(*pieces[k])] not in stay]
+    return mv, [k for k in want if k not in set(mv)], None
+
+
+def _pack(data: bytes, pieces, keep, align: int) -> tuple[bytes, dict[int, int]]:
+    """The pieces ``keep`` laid out in order, each at the next offset with its old
+    alignment remainder (zero units fill the gaps: empty strings to the linker)."""
+    out, where = bytearray(), {}
+    for k in keep:
+        a, b = pieces[k]
+        pos = align_up(len(out) - a % align, align) + a % align if align > 1 else len(out)
+        out += b"\0" * (pos - len(out))
+        where[k] = pos
+        out += data[a:b]
+    return bytes(out), where
+
+
+def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
+    """``raw`` with the pieces whose content is in ``hot`` moved into hot pools (``raw``
+    itself when nothing moves). ``hot``: a set of piece contents, terminator included.
+    An object this cannot read (bitcode, another machine) or whose rewrite is not proved
+    is returned as it is, the reason in ``kept[OBJECT]``."""
+    rep = ObjectReport(name)
+    try:
+        obj = read_object(raw, name)
+    except ElflayoutError as e:
+        rep.kept[OBJECT] = f"not rewritten: {str(e).removeprefix(name + ': ')}"
+        return raw, rep
+    syms = obj.symbols.copy()
+    changed, new_secs, relas = {}, [], {}
+    for sec in obj.sections:
+        if not (sec.flags & SHF_MERGE and sec.flags & SHF_STRINGS and sec.flags & SHF_ALLOC) or not sec.size:
+            continue    # .comment and the like: never loaded
+        mv, pin, why = plan_section(obj, sec, hot)
+        if why:
+            rep.kept[sec.name] = why
+        if not (mv or pin):
+            continue
+        pieces, owner = _pieces_of(obj, sec)
+        rep.pinned_pieces += len(pin)
+        rep.pinned_bytes += sum(pieces[k][1] - pieces[k][0] for k in pin)
+        if not mv:
+            continue
+        moved = set(mv)
+        cold, cold_at = _pack(sec.data, pieces, [k for k in range(len(pieces)) if k not in moved], sec.align)
+        hotd, hot_at = _pack(sec.data, pieces, mv, sec.align)
+        new_index = len(obj.sections) + len(new_secs)
+        for si, pi in owner.T.tolist():
+            at, ndx = (hot_at, new_index) if pi in moved else (cold_at, sec.index)
+            syms["st_value"][si] = at[pi] + int(obj.symbols["st_value"][si]) - pieces[pi][0]
+            syms["st_shndx"][si] = ndx
+        starts = np.array([a for a, _ in pieces], dtype=np.int64)
+        for ri, w in section_refs(obj, sec.index).items():
+            r = relas.setdefault(ri, obj.relas[ri].copy())
+            add = r["r_addend"][w]
+            pk = np.searchsorted(starts, add, side="right") - 1
+            r["r_addend"][w] = [cold_at[int(k)] + int(a) - pieces[int(k)][0] for k, a in zip(pk, add)]
+        changed[sec.index] = cold
+        new_secs.append((sec, hotd))
+        rep.sections += 1
+        rep.moved_pieces += len(mv)
+        rep.moved_bytes += sum(pieces[k][1] - pieces[k][0] for k in mv)
+    if not new_secs:
+        return raw, rep
+    if len(obj.sections) + len(new_secs) >= SHN_LORESERVE:
+        rep.kept[OBJECT] = "too many sections for standard ELF numbering"
+        rep.moved_pieces = rep.moved_bytes = rep.sections = 0
+        return raw, rep
+    out = _write(obj, syms, changed, new_secs, relas)
+    try:
+        check_object(raw, out, name, hot)
+    except ElflayoutError as e:
+        rep.kept[OBJECT] = str(e).removeprefix(name + ": ")
+        rep.moved_pieces = rep.moved_bytes = rep.sections = 0
+        return raw, rep
+    return out, rep
+
+
+def _write(obj: ObjectFile, syms: np.ndarray, changed: dict, new_secs: list, relas: dict) -> bytes:
+    """The original bytes with changed sections rewritten in place (they only shrink),
+    the symbol table and changed relocation tables in place, and after the end the hot
+    sections, a longer section name table and a new section header table (old indexes
+    kept, new ones appended)."""
+    raw = obj.raw
+    eh = np.frombuffer(raw, EHDR64, 1).copy()
+    shdrs = np.frombuffer(raw, SHDR64, len(obj.sections), int(eh["e_shoff"][0])).copy()
+    buf = bytearray(raw)
+    for i, data in changed.items():
+        off, size = int(shdrs[i]["sh_offset"]), int(shdrs[i]["sh_size"])
+        buf[off:off + size] = data + b"\0" * (size - len(data))
+        shdrs[i]["sh_size"] = len(data)
+    for i, table in [(obj.symtab_index, syms), *relas.items()]:
+        off = int(shdrs[i]["sh_offset"])
+        buf[off:off + table.nbytes] = table.tobytes()
+    strndx = int(eh["e_shstrndx"][0])
+    shstr = bytearray(obj.sections[strndx].data)
+    rows = []
+    for sec, data in new_secs:
+        buf += b"\0" * (align_up(len(buf), sec.align) - len(buf))
+        row = shdrs[sec.index].copy()
+        row["sh_name"] = len(shstr)
+        shstr += hot_name(sec.entsize, sec.align).encode() + b"\0"
+        row["sh_offset"], row["sh_size"] = len(buf), len(data)
+        buf += data
+        rows.append(row)
+    shdrs[strndx]["sh_offset"], shdrs[strndx]["sh_size"] = len(buf), len(shstr)
+    buf += shstr
+    buf += b"\0" * (align_up(len(buf), 8) - len(buf))
+    eh["e_shoff"], eh["e_shnum"] = len(buf), len(shdrs) + len(rows)
+    buf += shdrs.tobytes() + np.array(rows, SHDR64).tobytes()
+    buf[:EHDR64.itemsize] = eh.tobytes()
+    return bytes(buf)
+
+
+def _seen(obj: ObjectFile, si: int, cache: dict) -> tuple:
+    """What symbol ``si`` names as the linker sees it: (its piece's content, offset in
+    it) in a string section, else (section, value)."""
+    s = obj.symbols[si]
+    ndx = int(s["st_shndx"])
+    sec = obj.sections[ndx] if 0 < ndx < len(obj.sections) else None
+    if sec is None or not (sec.flags & SHF_MERGE and sec.flags & SHF_STRINGS) or (s["st_info"] & 0xF) == STT_SECTION:
+        return ("section", ndx, int(s["st_value"]))
+    return ("string", sec.flags, sec.entsize, sec.align, *_piece_view(obj, ndx, int(s["st_value"]), cache))
+
+
+def check_object(orig: bytes, new: bytes, name: str, hot=None) -> None:
+    """Prove ``new`` links as ``orig`` does, up to where hot strings sit: raise
+    ElflayoutError (an internal error: the writer is wrong) otherwise."""
+    try:
+        _check(read_object(orig, name), read_object(new, f"{name} (hot strings)"), hot)
+    except (ValueError, ElflayoutError) as e:
+        raise ElflayoutError(f"{name}: hot-strings rewrite not proved ({e})") from None
+
+
+def _check(a: ObjectFile, b: ObjectFile, hot) -> None:
+    n = len(a.sections)
+    if len(b.sections) < n or a.symtab_index != b.symtab_index:
+        raise ValueError("sections renumbered")
+    strndx = np.frombuffer(a.raw, EHDR64, 1)["e_shstrndx"][0]
+    for x, y in zip(a.sections, b.sections):
+        same = (x.name, x.sh_type, x.flags, x.link, x.info, x.align, x.entsize) == \
+               (y.name, y.sh_type, y.flags, y.link, y.info, y.align, y.entsize)
+        if not same:
+            raise ValueError(f"section {x.index} header changed")
+        strings = x.flags & SHF_MERGE and x.flags & SHF_STRINGS
+        if x.index == strndx:
+            if not y.data.startswith(x.data):
+                raise ValueError("section names changed")
+        elif x.index != a.symtab_index and x.sh_type != SHT["SHT_RELA"] and not strings and x.data != y.data:
+            raise ValueError(f"section {x.name} content changed")
+        if strings and x.data != y.data:
+            string_pieces(y.data, y.entsize)
+    kinds = {(x.flags, x.entsize, x.align) for x in a.sections if x.flags & SHF_MERGE and x.flags & SHF_STRINGS}
+    for y in b.sections[n:]:
+        if (y.flags, y.entsize, y.align) not in kinds or y.sh_type != SHT["SHT_PROGBITS"] \
+                or y.name != hot_name(y.entsize, y.align) or y.link or y.info:
+            raise ValueError(f"added section {y.name} is not a hot string pool")
+        pieces = string_pieces(y.data, y.entsize)
+        if hot is not None and any(y.data[p:q] not in hot and y.data[p:q] != b"\0" * y.entsize for p, q in pieces):
+            raise ValueError(f"{y.name} holds a string not asked for")
+    if a.sym_names != b.sym_names or len(a.symbols) != len(b.symbols):
+        raise ValueError("symbol names changed")
+    for f in ("st_name", "st_info", "st_other", "st_size"):
+        if not np.array_equal(a.symbols[f], b.symbols[f]):
+            raise ValueError(f"symbol field {f} changed")
+    ca, cb = {}, {}
+    for si in range(1, len(a.symbols)):
+        if _seen(a, si, ca) != _seen(b, si, cb):
+            raise ValueError(f"symbol {a.sym_names[si]!r} names another string")
+    _check_relocs(a, b, ca, cb)
+
+
+def _check_relocs(a: ObjectFile, b: ObjectFile, ca: dict, cb: dict) -> None:
+    """The same relocations; an addend differs, or a string table changed under it,
+    only where it names a string by section + addend and still names the same place
+    in the same string."""
+    if a.rela_of != b.rela_of:
+        raise ValueError("relocation sections changed")
+    changed = {x.index for x, y in zip(a.sections, b.sections)
+               if x.flags & SHF_MERGE and x.flags & SHF_STRINGS and x.data != y.data}
+    # symbols through which an addend names a string of a changed table
+    by_addend = ((a.symbols["st_info"] & 0xF) == STT_SECTION) & np.isin(a.symbols["st_shndx"], list(changed))
+    for k, ra in a.relas.items():
+        rb = b.relas[k]
+        if len(ra) != len(rb) or not (np.array_equal(ra["r_offset"], rb["r_offset"])
+                                      and np.array_equal(ra["r_info"], rb["r_info"])):
+            raise ValueError(f"relocations of {a.sections[a.sections[k].info].name} changed")
+        sym = (ra["r_info"] >> 32).astype(np.int64)
+        look = by_addend[sym]
+        if ((ra["r_addend"] != rb["r_addend"]) & ~look).any():
+            raise ValueError(f"an addend of {a.sections[a.sections[k].info].name} changed")
+        for j in np.flatnonzero(look).tolist():
+            ndx = int(a.symbols["st_shndx"][sym[j]])
+            if _piece_view(a, ndx, int(ra["r_addend"][j]), ca) != _piece_view(b, ndx, int(rb["r_addend"][j]), cb):
+                raise ValueError(f"a relocation of {a.sections[a.sections[k].info].name} names another string")
+
+
+def _piece_view(obj: ObjectFile, ndx: int, off: int, cache: dict) -> tuple[bytes, int]:
+    """(content of the string holding offset ``off`` of section ``ndx``, ``off`` in it)."""
+    sec = obj.sections[ndx]
+    if ndx not in cache:
+        pieces = string_pieces(sec.data, sec.entsize)
+        cache[ndx] = (np.array([p for p, _ in pieces], dtype=np.int64), pieces)
+    starts, pieces = cache[ndx]
+    k = int(np.searchsorted(starts, off, side="right")) - 1
+    if k < 0 or not pieces[k][0] <= off < pieces[k][1]:
+        raise ValueError(f"offset {off} of {sec.name} outside every string")
+    p, q = pieces[k]
+    return sec.data[p:q], off - p
+
+
+# -- which strings are hot ---------------------------------------------------------------------
+
+def referenced_strings(raw: bytes, name: str, sections=None) -> set[bytes]:
+    """Contents of the string pieces that relocations in ``sections`` (input section
+    names; None: all) reach through symbols: the static approximation of the strings
+    code that ran may read."""
+    obj = read_object(raw, name)
+    out, cache = set(), {}
+    for target, ri in obj.rela_of.items():
+        if sections is not None and obj.sections[target].name not in sections:
+            continue
+        for si in np.unique(obj.relas[ri]["r_info"] >> 32).tolist():
+            try:
+                seen = _seen(obj, int(si), cache)
+            except ValueError:
+                continue
+            if seen[0] == "string":
+                out.add(seen[4])
+    return out
+
+
+def hot_sections(layout) -> dict[str, set[str]]:
+    """Input sections that ran or were touched, by object (link-map names:
+    ``archive(member)`` or a path), from an ordering's ``Layout``."""
+    out: dict[str, set[str]] = {}
+    for r in layout.functions:
+        for sec, ob in zip(r.sections, r.objects):
+            if ob and not ob.startswith("<"):
+                out.setdefault(ob, set()).add(sec)
+    for sec, ob in layout.data:
+        if ob and not ob.startswith("<"):
+            out.setdefault(ob, set()).add(sec)
+    return out
+
+
+def _by_file(objects) -> dict[str, set[str] | None]:
+    """Link-map object names grouped by file: archive -> its members; object -> None."""
+    out: dict[str, set[str] | None] = {}
+    for ob in objects:
+        if ob.endswith(")") and "(" in ob:
+            a, m = ob[:-1].split("(", 1)
+            out.setdefault(a, set()).add(m)
+        else:
+            out[ob] = None
+    return out
+
+
+def static_hot_strings(sections: dict[str, set[str]]) -> set[bytes]:
+    """The static approximation: strings that relocations of the sections that ran
+    (``hot_sections``) reach, read from the objects and archive members themselves."""
+    from elflayout.split import archive
+
+    out: set[bytes] = set()
+    for path, members in _by_file(sections).items():
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as e:
+            raise ElflayoutError(f"{path}: cannot read ({e.strerror})") from None
+        if members is None:
+            out |= referenced_strings(raw, path, sections[path])
+            continue
+        for mname, body in archive.read_archive(raw, path):
+            if mname in members and body[:4] == b"\x7fELF":
+                out |= referenced_strings(body, f"{path}({mname})", sections[f"{path}({mname})"])
+    return out
+
+
+def read_strings_file(path) -> set[bytes]:
+    """A hot-strings file: one string a line, C-escaped (``\\n``, ``\\xNN``), the
+    terminator implied."""
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ElflayoutError(f"{path}: cannot read the hot strings ({e})") from None
+    out = set()
+    for k, line in enumerate(text.splitlines(), 1):
+        if line.startswith("#") or not line:
+            continue
+        try:
+            out.add(line.encode("ascii").decode("unicode_escape").encode("latin-1") + b"\0")
+        except (UnicodeDecodeError, UnicodeEncodeError):
+            raise ElflayoutError(f"{path}:{k}: not a C-escaped string") from None
+    return out
+
+
+def format_strings(strings) -> str:
+    """The hot-strings file of ``strings`` (contents with their terminator), sorted."""
+    def esc(s: bytes) -> str:
+        # a backslash starts an escape, a leading '#' a comment: both escaped
+        return "".join(chr(c) if 0x20 <= c < 0x7F and c not in b"\\#" else f"\\x{c:02x}" for c in s[:-1])
+    return "".join(esc(s) + "\n" for s in sorted(strings) if s.endswith(b"\0"))
+
+
+def rewrite_members(members: list[tuple[str, bytes]], archive_name: str, hot, only=None) -> tuple[list, list[ObjectReport]]:
+    """``rewrite_object`` over an archive's members (those named in ``only``; None: all), in order."""
+    out, reps = [], []
+    for mname, body in members:
+        if body[:4] != b"\x7fELF" or only is not None and mname not in only:
+            out.append((mname, body))
+            continue
+        b, rep = rewrite_object(body, f"{archive_name}({mname})", hot)
+        out.append((mname, b))
+        reps.append(rep)
+    return out, reps
+
+
+def rewrite_inputs(paths, outdir, hot, only=None) -> tuple[dict[str, Path], dict]:
+    """Each object or archive of ``paths`` with its pieces of ``hot`` moved
+    (``rewrite_object``) into ``outdir/<key>/<same name>`` (key: the hot set), members
+    in order; ``only``: link-map object names (``archive(member)``, paths) to rewrite,
+    None: all. Returns {input: rewritten path} for the inputs that changed, and totals."""
+    from elflayout.fileio import atomic_output
+    from elflayout.split import archive
+
+    only_by = _by_file(only) if only is not None else None
+    key = hashlib.sha256(b"".join(sorted(hot))).hexdigest()[:12]
+    res, tot = {}, {"objects": 0, "objects_changed": 0, "moved_pieces": 0, "moved_bytes": 0, "pinned_pieces": 0,
+                    "pinned_bytes": 0, "kept": {}}
+    for k, p in enumerate(map(Path, paths)):
+        if only_by is not None and str(p) not in only_by:
+            continue
+        raw = p.read_bytes()
+        members = archive.read_archive(raw, str(p)) if archive.is_archive(raw) else None
+        if members is None:
+            new, reps = rewrite_object(raw, str(p), hot)
+            reps = [reps]
+        else:
+            want = only_by.get(str(p)) if only_by is not None else None
+            new, reps = rewrite_members([(m, b) for m, b in members], str(p), hot, want)
+        for r in reps:
+            _add(tot, r)
+        if not any(r.moved_pieces for r in reps):
+            continue
+        dest = Path(outdir) / key / str(k) / p.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(dest) as tmp:
+            if members is None:
+                Path(tmp).write_bytes(new)
+            else:
+                archive.write_archive(Path(tmp), new)
+        res[str(p)] = dest
+    return res, tot
+
+
+def _add(tot: dict, r: ObjectReport) -> None:
+    tot["objects"] += 1
+    tot["objects_changed"] += r.moved_pieces > 0
+    for f in ("moved_pieces", "moved_bytes", "pinned_pieces", "pinned_bytes"):
+        tot[f] += getattr(r, f)
+    for why in r.kept.values():
+        tot["kept"][why] = tot["kept"].get(why, 0) + 1
+
+
+def retarget_script(text: str, moved: dict[str, Path]) -> str:
+    """A linker script's file patterns (``archive:member``, ``object``) of the inputs
+    ``rewrite_inputs`` replaced, naming the new files instead."""
+    import re
+
+    for old, new in moved.items():
+        text = re.sub(rf"(^|\s){re.escape(old)}(?=[:(])", lambda m: m.group(1) + str(new), text, flags=re.M)
+    return text
