@@ -320,10 +320,13 @@ def alarm_line(rows, tested) -> str:
             + "; alarms by row: " + (", ".join(f"{r} {v}" for r, v in sorted(rows_hit.items()) if v) or "none"))
 
 
-def power(pool, n, rng, stats, trials, slow, state):
+def power(pool, n, rng, stats, trials, slow, state, factor: float = 1.0):
     """a vs the spinning wrapper: detection of the slowdown on wall_s in ``state``, with
-    the MDE the row prints."""
+    the MDE the row prints. ``factor``: the wrapper's wall times multiplied by it (each
+    run keeps its own noise; the realised slowdown becomes ``factor`` times the pool's)."""
     ok, rounds = by_round(pool)
+    if factor != 1.0:
+        rounds = scaled(rounds, slow, factor)
     out = []
     for _ in range(trials):
         keys = sorted(rng.choice(ok, n, replace=False))
@@ -332,6 +335,20 @@ def power(pool, n, rng, stats, trials, slow, state):
         if c is not None:  # else every run of the cell was disturbed: no row, no trial
             out.append((c["verdict"] == "slower", c.get("mde")))
     return out
+
+
+def scaled(rounds: dict, variant: str, factor: float) -> dict:
+    """{round: runs} with ``variant``'s wall times multiplied by ``factor``: the wrapper's
+    spin is sized from a first session, and when the pool's own median differs the real
+    slowdown is not the 5% asked; scaling the wrapper's runs sets it exactly, with every
+    run's noise as measured."""
+    import dataclasses
+
+    def one(r):
+        if r.variant != variant:
+            return r
+        return dataclasses.replace(r, wall_s=r.wall_s * factor, raw={**r.raw, "wall_s": r.wall_s * factor})
+    return {k: [one(r) for r in v] for k, v in rounds.items()}
 
 
 HOG_WORDS = {True: "CPU hog beside", False: "no CPU hog", None: "CPU hog beside (not recorded)"}
@@ -430,8 +447,9 @@ def power_line(n: int, s: dict, real: float, limit: float = 0.05) -> str:
             + (f"; median printed MDE {s['median_mde'] * 100:.1f}%" if s["median_mde"] is not None else ""))
 
 
-def study_power(pool, rng, stats, power_trials, power_n):
-    """Study 3: detection of the injected slowdown at each n of ``power_n``."""
+def study_power(pool, rng, stats, power_trials, power_n, exact: float | None = None):
+    """Study 3: detection of the injected slowdown at each n of ``power_n``; with
+    ``exact``, also of that slowdown exactly (``scaled``)."""
     ok, rounds = by_round(pool)
     t0 = time.monotonic()
     print("\n3. power: a vs the wrapper spinning 5% of a's median (then exec), wall_s")
@@ -448,6 +466,11 @@ def study_power(pool, rng, stats, power_trials, power_n):
                 print(f"     n={n:3d}: no file had an undisturbed row")
                 continue
             print(power_line(n, power_summary(res, real), real), flush=True)
+            if exact:
+                want = 1 + exact
+                res = power(pool, n, rng, stats, power_trials, slow, st, factor=want / real)
+                print(f"       the wrapper's runs scaled by {want / real:.4f} to a slowdown of exactly {exact:.0%}:")
+                print(power_line(n, power_summary(res, want), want), flush=True)
     print(f"   ({time.monotonic() - t0:.0f} s)")
 
 
@@ -455,7 +478,7 @@ STUDIES = ("coverage", "aa", "power")
 
 
 def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: int = 50, power_trials: int = 40,
-          both_n: bool = False, power_n=None, aa_n=None, studies=STUDIES):
+          both_n: bool = False, power_n=None, aa_n=None, studies=STUDIES, power_exact: float | None = None):
     """The ``studies`` of STUDIES, in that order (each A/A or A/B file is a full compare:
     1-3 s on a loaded 2-core machine). Returns the coverage study's minimum n (None
     when it did not run)."""
@@ -469,7 +492,7 @@ def study(pool_path: Path, trials: int, seed: int, demo_n: int, aa_resampled: in
     if "aa" in studies:
         study_aa(pool, rng, stats, demo_n, aa_resampled, both_n, aa_n)
     if "power" in studies:
-        study_power(pool, rng, stats, power_trials, power_n or (demo_n, 30))
+        study_power(pool, rng, stats, power_trials, power_n or (demo_n, 30), power_exact)
     return min_n
 
 
@@ -498,6 +521,9 @@ def main():
     ap.add_argument("--isolate", action="store_true",
                     help="collect with `measure --isolate` (libLLVM served from a private loop device: another "
                          "process mapping or reading the library cannot disturb a run): its own pool, *-iso.json")
+    ap.add_argument("--power-exact", type=float, default=None, metavar="FRACTION",
+                    help="the power study also scales the wrapper's runs to a slowdown of exactly FRACTION "
+                         "(e.g. 0.05), each run keeping its measured noise")
     ap.add_argument("--no-hog", action="store_true",
                     help="collect with no CPU hog beside (the power figure is for a quiet machine): its own pool, "
                          "*-quiet.json")
@@ -525,7 +551,7 @@ def main():
 
         demo_n = demo.DEFAULT_RUNS
     study(pool, a.trials, a.seed, demo_n, a.aa_resampled, a.power_trials, a.both_n, a.power_n, a.aa_n,
-          a.studies)
+          a.studies, a.power_exact)
     return 0
 
 

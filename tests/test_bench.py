@@ -365,3 +365,22 @@ def test_chromium_rootless_copy_is_nobodys_and_starts_the_copy(tmp_path, monkeyp
     home, prof = (base / "app" / "prog.log").read_text().split()
     assert home == prof and prof.startswith(str(base / "profiles"))
     assert not list((base / "profiles").iterdir())  # the profile is removed after the run
+
+
+def test_verdicts_power_can_scale_the_wrappers_runs_to_an_exact_slowdown():
+    """The spin is sized from a first session; when the pool's median differs, the real
+    slowdown is not the 5% asked (6.7% seen). ``scaled`` sets it exactly on the wrapper's
+    runs only, for the field and the stored record the comparisons read."""
+    import bench_verdicts
+    from elflayout.results import Run
+
+    def run(v, w):
+        return Run(variant=v, state="hot", round=0, seq=0, wall_s=w, pages_read=0, source="t", files={},
+                   raw={"wall_s": w})
+
+    rounds = {0: [run("a", 0.040), run("slow_hot", 0.042)]}
+    out = bench_verdicts.scaled(rounds, "slow_hot", 1.05 / 1.0669)
+    a, slow = out[0]
+    assert a is rounds[0][0]
+    assert slow.wall_s == pytest.approx(0.042 * 1.05 / 1.0669) and slow.value("wall_s") == pytest.approx(slow.wall_s)
+    assert rounds[0][1].wall_s == 0.042  # the pool itself is left as measured
