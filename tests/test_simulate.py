@@ -267,6 +267,24 @@ def test_relink_data_pages_follow_the_nth_of_repeated_input_sections():
     assert out.tolist() == [11, 10, 20, 67, 119, 301]
 
 
+def test_relink_data_pages_follow_input_sections_of_objects_at_another_path():
+    # link splits the objects into a temporary directory: the profiled split build and the
+    # relink name the same object by different paths; a page follows its input section
+    # by the object's file name (unique in both maps), not by relative position
+    from elflayout.order.placement import follow_input_sections
+
+    P = 4096
+    a = _map([(".rodata.sn_objs", "/cache/split-1/525-obj_dat.o", 10 * P, P),
+              (".text", "/cache/split-1/635-sha256-x86_64.o", 20 * P, 2 * P),
+              (".rodata", "/cache/split-1/dup.o", 30 * P, P), (".rodata", "/cache/other/dup.o", 31 * P, P)])
+    b = _map([(".text", "/tmp/link-x/split/635/635-sha256-x86_64.o", 5 * P, 2 * P),
+              (".rodata.sn_objs", "/tmp/link-x/split/525/525-obj_dat.o", 40 * P, P),
+              (".rodata", "/tmp/link-x/dup.o", 50 * P, P)])
+    out = follow_input_sections(a, b, np.array([10, 21, 30, 31]))
+    # dup.o is two objects in the profiled map: which one the relink's is, is not known
+    assert out.tolist() == [40, 6, -1, -1]
+
+
 def test_relink_loader_structure_pages_follow_the_structure(synth, tmp_path):
     """ld.so's write of the partial .bss page (and its .dynamic read) is an event on the
     relink's own structure: it lands on the relink's partial page, not where the input

@@ -211,18 +211,30 @@ def follow_offsets(a, b, offsets: np.ndarray) -> np.ndarray:
     # "<internal>:(.rodata)"): the n-th occurrence in one map is the n-th in the other.
     where = _occurrences(b)
     rank_a = _occurrence_rank(a)
+    theirs = _objects_in(a, b)
     offsets = np.asarray(offsets, dtype=np.int64)
     j = a.lookup_offsets(offsets)
     out = np.full(offsets.shape, -1, dtype=np.int64)
     for i in np.flatnonzero(j >= 0).tolist():
         ja = int(j[i])
-        ks = where.get((a.name[ja], a.object[ja]))
+        ks = where.get((a.name[ja], theirs.get(a.object[ja], a.object[ja])))
         k = None if not ks else ks[min(rank_a.get(ja, 0), len(ks) - 1)]
         if k is None:
             continue
         rel = min(int(offsets[i] - a.offset[ja]), int(b.size[k]) - 1)
         out[i] = int(b.offset[k]) + max(0, rel)
     return out
+
+
+def _objects_in(a, b) -> dict[str, str]:
+    """Map ``a``'s object names to map ``b``'s where they differ: the same object at
+    another path (``link`` splits the objects into a temporary directory, so the profiled
+    split build and the relink name every object differently), matched by file name when
+    that name is unique in both maps (``resolve.same_objects``)."""
+    from elflayout.order.resolve import same_objects
+
+    mine = a.objects
+    return {o: t for o, t in zip(mine, same_objects(mine, b.objects)) if o != t}
 
 
 def loader_pages(img: ElfImage) -> dict[str, int]:
