@@ -353,6 +353,13 @@ def test_relink_of_split_objects_elsewhere_places_a_data_page_by_its_neighbour(s
         table_end = img.vaddr_to_offset(np.array([_sym_vaddr(lib, "index2") + 22 * PAGE]))[0] // PAGE
     assert table_end > want + 20
     assert pg[kinds == b"r"].tolist() == [want] and notes["pages_by_input_section"] == 1, (notes, want, table_end)
+    # simulate without the relink's map places the page by relative position, and says so
+    from elflayout import fileio
+    from elflayout.order import simulation
+
+    fileio.dump_json(doc, tmp_path / "p.json")
+    assert simulation.NO_MAP_WARNING in simulation.predict(tmp_path / "p.json", lib)["metadata"]["warnings"]
+    assert simulation.predict(tmp_path / "p.json", lib, lib_map=f"{lib}.map")["metadata"]["warnings"] == []
 
 
 def _sym_vaddr(lib, name) -> int:
