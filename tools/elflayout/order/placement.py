@@ -234,9 +234,9 @@ def shared_page_starts(a, pg: np.ndarray, touched: np.ndarray) -> np.ndarray:
         hit = np.searchsorted(touched, [lo // PAGE, (end - 1) // PAGE + 1])
         if hit[1] - hit[0] >= SPARSE_DENSITY * npg:
             continue
-        nxt = starts[np.searchsorted(starts, end)] if np.searchsorted(starts, end) < starts.size else -1
-        if end <= nxt < offs[i] + PAGE:
-            offs[i] = nxt
+        n = int(np.searchsorted(starts, end))
+        if n < starts.size and starts[n] < offs[i] + PAGE:  # the next section starts on this page
+            offs[i] = starts[n]
     return offs
 
 
