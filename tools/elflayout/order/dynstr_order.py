@@ -111,8 +111,7 @@ def references(img: ElfImage) -> tuple[object, bytes, Refs]:
         if s.offset + s.size > img.size:
             _fail(img, f"{s.name} lies past the end of the file")
     for s in users:
-        {"SHT_DYNSYM": _symbols, "SHT_DYNAMIC": _dynamic, "SHT_GNU_verdef": _verdef,
-         "SHT_GNU_verneed": _verneed}[s.type](img, s, refs)
+        {"SHT_DYNSYM": _symbols, "SHT_DYNAMIC": _dynamic}.get(s.type, _versions)(img, s, refs)
     if img.dynamic.present and not any(s.type == "SHT_DYNAMIC" for s in users):
         _fail(img, "the dynamic array's section is not linked to .dynstr")
     for v in refs.value:
@@ -164,26 +163,25 @@ def _chain(img: ElfImage, s, count: int, size: int, next_at: int):
             return
 
 
-def _verdef(img: ElfImage, s, refs: Refs) -> None:
-    if img.dt(DT_VERDEF) != s.addr:
-        _fail(img, f"DT_VERDEF does not name {s.name}")
-    n = img.dt(DT_VERDEFNUM) or img.elf.get_section(s.index)["sh_info"]
-    for at in _chain(img, s, n, VERDEF_SIZE, 16):
-        cnt, aux = _u(img, "H", at + 6)[0], _u(img, "I", at + 12)[0]
-        sub = _Sub(s, at + aux)
-        for a in _chain(img, sub, cnt, VERDAUX_SIZE, 4):
-            _add(refs, a, 4, _u(img, "I", a)[0], True)
+# per version section: its tags, (entry size, cnt, aux, next, name or None), (aux size, next, name)
+VERSION_TABLES = {
+    "SHT_GNU_verdef": ((DT_VERDEF, DT_VERDEFNUM), (VERDEF_SIZE, 6, 12, 16, None), (VERDAUX_SIZE, 4, 0)),
+    "SHT_GNU_verneed": ((DT_VERNEED, DT_VERNEEDNUM), (VERNEED_SIZE, 2, 8, 12, 4), (VERNAUX_SIZE, 12, 8)),
+}
 
 
-def _verneed(img: ElfImage, s, refs: Refs) -> None:
-    if img.dt(DT_VERNEED) != s.addr:
-        _fail(img, f"DT_VERNEED does not name {s.name}")
-    n = img.dt(DT_VERNEEDNUM) or img.elf.get_section(s.index)["sh_info"]
-    for at in _chain(img, s, n, VERNEED_SIZE, 12):
-        cnt, aux = _u(img, "H", at + 2)[0], _u(img, "I", at + 8)[0]
-        _add(refs, at + 4, 4, _u(img, "I", at + 4)[0], True)
-        for a in _chain(img, _Sub(s, at + aux), cnt, VERNAUX_SIZE, 12):
-            _add(refs, a + 8, 4, _u(img, "I", a + 8)[0], True)
+def _versions(img: ElfImage, s, refs: Refs) -> None:
+    """vda_name of ``.gnu.version_d``; vn_file and vna_name of ``.gnu.version_r``."""
+    (at_tag, num_tag), (size, cnt_at, aux_at, next_at, name_at), (aux_size, aux_next, aux_name) = VERSION_TABLES[s.type]
+    if img.dt(at_tag) != s.addr:
+        _fail(img, f"the dynamic array does not name {s.name} where it is")
+    n = img.dt(num_tag) or img.elf.get_section(s.index)["sh_info"]
+    for at in _chain(img, s, n, size, next_at):
+        cnt, aux = _u(img, "H", at + cnt_at)[0], _u(img, "I", at + aux_at)[0]
+        if name_at is not None:
+            _add(refs, at + name_at, 4, _u(img, "I", at + name_at)[0], True)
+        for a in _chain(img, _Sub(s, at + aux), cnt, aux_size, aux_next):
+            _add(refs, a + aux_name, 4, _u(img, "I", a + aux_name)[0], True)
 
 
 class _Sub:
