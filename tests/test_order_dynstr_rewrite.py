@@ -204,3 +204,24 @@ def test_link_rewrites_golds_dynstr_by_default(gold_lib, tmp_path):
     assert r.returncode == 0, r.stderr
     assert _step(r.stderr) == "off (--no-reorder-dynstr)"
     assert max(_offsets(out, {f"{LONG}{i}" for i in CALLED}).values()) > 8192
+
+
+@pytest.mark.parametrize("linker", ["bfd", "mold", "lld", "gold"])
+def test_every_linkers_output_is_rewritten_and_runs(linker, tmp_path):
+    need_tool({"bfd": "ld.bfd", "mold": "mold", "lld": "ld.lld", "gold": "ld.gold"}[linker])
+    (tmp_path / "b.c").write_text("#include <stdio.h>\nint name_tail(int x) { return x + 2; }\n"
+                                  "int tail(int x) { return puts(\"t\") + x; }\n")
+    (tmp_path / "m.c").write_text("#include <stdio.h>\nint tail(int);\nint name_tail(int);\n"
+                                  "int main(void) { printf(\"%d\\n\", tail(1) + name_tail(2)); return 0; }\n")
+    lib, moved = tmp_path / "libb.so", tmp_path / "moved"
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-fuse-ld={linker}", "-Wl,-rpath,/opt/y", "-o", str(lib),
+                    str(tmp_path / "b.c")], check=True)
+    subprocess.run(["gcc", "-o", str(tmp_path / "m"), str(tmp_path / "m.c"), str(lib), "-Wl,-rpath,$ORIGIN"],
+                   check=True)
+    want = subprocess.run([str(tmp_path / "m")], capture_output=True, text=True, check=True).stdout
+    moved.mkdir()
+    shutil.copy(tmp_path / "m", moved / "m")
+    names, _ = dynstr.read_names(lib, [tmp_path / "m"])
+    st = dynstr_order.reorder(lib, moved / "libb.so", names[::-1])
+    assert st["moved"] > 0
+    assert subprocess.run([str(moved / "m")], capture_output=True, text=True, check=True).stdout == want
