@@ -311,25 +311,52 @@ def _fields(entry) -> dict:
 
 
 def read_pages(img: ElfImage, hot_names) -> list[int]:
-    """File pages of the strings ld.so reads before the code runs, in the order it reads
-    them: the dynamic-tag and version strings, then ``hot_names`` (found through
-    ``.dynsym``); for the readahead model (``tail.predict``)."""
+    """File pages ld.so reads for the strings it compares before the code runs, in the
+    order it reads them: the dynamic-tag and version strings, then per name of
+    ``hot_names`` (in order) the lookup in this library: the bloom word, bucket and chain
+    word of its GNU hash, its ``.dynsym`` and ``.gnu.version`` records, its string. For
+    the readahead model (``tail.predict``): these tables are read together, so where the
+    strings lie decides which windows of the tables the reads cover."""
     from elflayout.elfcore import PAGE
 
     sec, blob, refs = references(img)
-    where = {}
-    for v, early in zip(refs.value, refs.early):
-        if not early:
-            where.setdefault(blob[v:blob.index(b"\0", v)], v)
-    spans = [(v, blob.index(b"\0", v)) for v, early in zip(refs.value, refs.early) if early]
+    es = img.section(".dynsym").entsize if img.section(".dynsym") else 0
+    first = {}
+    for k, v in enumerate(refs.value[:refs.symbols]):
+        first.setdefault(blob[v:blob.index(b"\0", v)], k)
+    out = [p for v, early in zip(refs.value, refs.early) if early
+           for p in range((sec.offset + v) // PAGE, (sec.offset + blob.index(b"\0", v)) // PAGE + 1)]
+    lookup = _lookup_offsets(img)
     for n in hot_names:
-        v = where.get(n.encode() if isinstance(n, str) else n)
-        if v is not None:
-            spans.append((v, v + len(n.encode() if isinstance(n, str) else n)))
-    out = []
-    for lo, hi in spans:
-        out += range((sec.offset + lo) // PAGE, (sec.offset + hi) // PAGE + 1)
+        name = n.encode() if isinstance(n, str) else n
+        k = first.get(name)
+        if k is None:
+            continue
+        v = refs.value[k]
+        at = lookup(k, name) + [refs.at[k], refs.at[k] + es - 1]
+        out += [a // PAGE for a in at] + list(range((sec.offset + v) // PAGE, (sec.offset + v + len(name)) // PAGE + 1))
     return list(dict.fromkeys(out))
+
+
+def _lookup_offsets(img: ElfImage):
+    """``f(symbol index, name)``: file offsets of the GNU hash words and the version
+    record a lookup of that symbol reads ([] without a GNU hash table)."""
+    from elflayout.order.dynsym import GNU_HASH_HEADER, gnu_hash
+
+    gh, ver = img.section(".gnu.hash"), img.section(".gnu.version")
+    if gh is None or gh.size < GNU_HASH_HEADER:
+        return lambda k, name: []
+    nb, symoffset, maskwords, _shift = _u(img, "4I", gh.offset)
+    w = img.wordsize
+    buckets = gh.offset + GNU_HASH_HEADER + w * maskwords
+    chain = buckets + 4 * nb
+
+    def at(k: int, name: bytes) -> list[int]:
+        h = gnu_hash(name)
+        out = [gh.offset + GNU_HASH_HEADER + w * ((h // (8 * w)) % max(maskwords, 1)), buckets + 4 * (h % max(nb, 1))]
+        out += [chain + 4 * (k - symoffset)] if k >= symoffset else []
+        return out + ([ver.offset + 2 * k] if ver is not None else [])
+    return at
 
 
 def predict(path: str | Path, target, lib_map, hot_names) -> int:
