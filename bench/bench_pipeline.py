@@ -616,13 +616,17 @@ LLVM_FLOOR_LEVERS = ("--order-dynsym", "--move-symtab", "--order-dynsym --move-s
 HOT_STRINGS = "hot strings"
 
 
-def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
+HOT_ADDEND = "hot strings, section + addend"
+
+
+def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None, by_addend: bool = False) -> dict:
     """The best recipe relinked from archives whose hot string pieces moved into pools of
     their own (``split.hotstrings``: the strings relocations of the code and data that ran
     reach, plus ``extra_hot``), placed first by the data script (``string_pool``): with
     the touched objects' remaining strings still leading ``.rodata.elflayout`` (the data
-    script as before) and without (``--no-hot-strings``). Packed, llc/opt outputs
-    checked. Returns {row name: library}."""
+    script as before) and without (``--no-hot-strings``). ``by_addend``: the other lever,
+    strings reached by section + addend hot and moved too (a section symbol for each
+    pool), one row. Packed, llc/opt outputs checked. Returns {row name: library}."""
     from elflayout.order import pipeline
     from elflayout.split import hotstrings
     from elflayout.targets import libllvm
@@ -630,19 +634,20 @@ def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
     t = time.monotonic()
     o = pipeline.order(pipeline.Request(prof, "lld", lib=base["lib"], algorithm="hot-last"))
     secs = hotstrings.hot_sections(o.layout)
-    hot = hotstrings.static_hot_strings(secs) | set(extra_hot or ())
+    hot = hotstrings.static_hot_strings(secs, by_addend) | set(extra_hot or ())
     print(f"  hot strings: {len(hot):,} strings, {sum(map(len, hot)):,} bytes, reached from {len(secs):,} objects' "
-          f"sections that ran{' + the given file' if extra_hot else ''} ({time.monotonic() - t:.0f} s)", flush=True)
+          f"sections that ran{' (section + addend too)' if by_addend else ''}"
+          f"{' + the given file' if extra_hot else ''} ({time.monotonic() - t:.0f} s)", flush=True)
     arch = libllvm.archives()
-    moved, tot = hotstrings.rewrite_inputs(arch, w / "hotstrings", hot, only=set(secs))
+    moved, tot = hotstrings.rewrite_inputs(arch, w / "hotstrings", hot, only=set(secs), by_addend=by_addend)
     print(f"  rewritten: {len(moved)} archives, {tot['objects_changed']:,} of {tot['objects']:,} objects, "
-          f"{tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved, {tot['pinned_pieces']:,} "
-          f"({tot['pinned_bytes']:,} bytes) kept (section + addend or global), whole: {tot['kept']} "
-          f"({time.monotonic() - t:.0f} s)", flush=True)
+          f"{tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved ({tot['addend_pieces']:,} reached by "
+          f"section + addend), {tot['pinned_pieces']:,} ({tot['pinned_bytes']:,} bytes) kept (section + addend or "
+          f"global), whole: {tot['kept']} ({time.monotonic() - t:.0f} s)", flush=True)
     order = [moved.get(str(a), a) for a in arch]
     out = {}
-    for pools in (True, False):
-        tag = "hs" if pools else "hs-nopools"
+    for pools in ((True,) if by_addend else (True, False)):
+        tag = "hs-addend" if by_addend else "hs" if pools else "hs-nopools"
         files = {k: w / f"llvm-{tag}.{k}" for k in ("lld", "ld", "rsp")}
         write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], algorithm="hot-last")
         dtext, _ = o.data_script(hot_strings=pools, string_pool=True)
@@ -658,7 +663,7 @@ def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
         with ElfImage(packed) as img:
             sec = img.section(hotstrings.HOT_PREFIX)
         print(f"  {packed}: {hotstrings.HOT_PREFIX} {sec.size if sec else 0:,} bytes", flush=True)
-        out[HOT_STRINGS if pools else f"{HOT_STRINGS}, no per-object pools"] = packed
+        out[HOT_ADDEND if by_addend else HOT_STRINGS if pools else f"{HOT_STRINGS}, no per-object pools"] = packed
     return out
 
 
@@ -696,9 +701,13 @@ def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
 
 def llvm_floor(runs: int, hot_strings: bool = False, extra_hot=None) -> None:
     """libLLVM: the best recipe against itself with each post-link lever, one session;
-    ``hot_strings``: also the hot string pools alone and with the other levers."""
+    ``hot_strings``: also the hot string pools (strings reached by symbols; and by
+    section + addend too) alone and with the other levers."""
     w, argv, base, prof, best = llvm_best()
-    hot = llvm_hot_strings(w, prof, base, extra_hot=extra_hot) if hot_strings else None
+    hot = None
+    if hot_strings:
+        hot = llvm_hot_strings(w, prof, base, extra_hot=extra_hot)
+        hot.update(llvm_hot_strings(w, prof, base, extra_hot=extra_hot, by_addend=True))
     libs = llvm_floor_libs(w, best, hot)
     variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in libs.items()}
     summ = summarise(measure(w / "llvm-floor.results.json", variants, runs), dict(libs))
