@@ -617,16 +617,39 @@ HOT_STRINGS = "hot strings"
 
 
 HOT_ADDEND = "hot strings, section + addend"
+HOT_RECORDED = "hot strings recorded (profile --strings), section + addend"
 
 
-def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None, by_addend: bool = False) -> dict:
+def cached_rewrite(outdir: Path, arch, hot: set, only: set, by_addend: bool) -> tuple[dict, dict]:
+    """``hotstrings.rewrite_inputs`` (minutes on libLLVM), its result kept beside the
+    rewritten archives (keyed by the hot set, the objects and the mode) and reused while
+    they are all there."""
+    from elflayout.split import hotstrings
+
+    key = hashlib.sha256(b"".join(sorted(hot)) + "\0".join(sorted(only)).encode() + bytes([by_addend])).hexdigest()[:16]
+    rec = outdir / f"rewrite-{key}.json"
+    if rec.exists():
+        d = json.loads(rec.read_text())
+        if all(Path(v).exists() for v in d["moved"].values()):
+            print(f"  rewrite: cached ({rec})", flush=True)
+            return {k: Path(v) for k, v in d["moved"].items()}, d["totals"]
+    moved, tot = hotstrings.rewrite_inputs(arch, outdir, hot, only=only, by_addend=by_addend)
+    outdir.mkdir(parents=True, exist_ok=True)
+    rec.write_text(json.dumps({"moved": {k: str(v) for k, v in moved.items()}, "totals": tot}))
+    return moved, tot
+
+
+def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None, by_addend: bool = False,
+                     recorded: set | None = None) -> dict:
     """The best recipe relinked from archives whose hot string pieces moved into pools of
     their own (``split.hotstrings``: the strings relocations of the code and data that ran
     reach, plus ``extra_hot``), placed first by the data script (``string_pool``): with
     the touched objects' remaining strings still leading ``.rodata.elflayout`` (the data
     script as before) and without (``--no-hot-strings``). ``by_addend``: the other lever,
     strings reached by section + addend hot and moved too (a section symbol for each
-    pool), one row. Packed, llc/opt outputs checked. Returns {row name: library}."""
+    pool), one row; ``recorded``: the strings the run read (``profile --strings``)
+    instead of the static set, moved as with ``by_addend``, one row. Packed, llc/opt
+    outputs checked. Returns {row name: library}."""
     from elflayout.order import pipeline
     from elflayout.split import hotstrings
     from elflayout.targets import libllvm
@@ -634,12 +657,14 @@ def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None, by_addend:
     t = time.monotonic()
     o = pipeline.order(pipeline.Request(prof, "lld", lib=base["lib"], algorithm="hot-last"))
     secs = hotstrings.hot_sections(o.layout)
-    hot = hotstrings.static_hot_strings(secs, by_addend) | set(extra_hot or ())
-    print(f"  hot strings: {len(hot):,} strings, {sum(map(len, hot)):,} bytes, reached from {len(secs):,} objects' "
+    by_addend = by_addend or recorded is not None
+    hot = (recorded if recorded is not None else hotstrings.static_hot_strings(secs, by_addend)) | set(extra_hot or ())
+    print(f"  hot strings: {len(hot):,} strings, {sum(map(len, hot)):,} bytes, "
+          f"{'recorded from the run' if recorded is not None else 'reached from'} {len(secs):,} objects' "
           f"sections that ran{' (section + addend too)' if by_addend else ''}"
           f"{' + the given file' if extra_hot else ''} ({time.monotonic() - t:.0f} s)", flush=True)
     arch = libllvm.archives()
-    moved, tot = hotstrings.rewrite_inputs(arch, w / "hotstrings", hot, only=set(secs), by_addend=by_addend)
+    moved, tot = cached_rewrite(w / "hotstrings", arch, hot, set(secs), by_addend)
     print(f"  rewritten: {len(moved)} archives, {tot['objects_changed']:,} of {tot['objects']:,} objects, "
           f"{tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved ({tot['addend_pieces']:,} reached by "
           f"section + addend), {tot['pinned_pieces']:,} ({tot['pinned_bytes']:,} bytes) kept (section + addend or "
@@ -647,7 +672,7 @@ def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None, by_addend:
     order = [moved.get(str(a), a) for a in arch]
     out = {}
     for pools in ((True,) if by_addend else (True, False)):
-        tag = "hs-addend" if by_addend else "hs" if pools else "hs-nopools"
+        tag = "hs-recorded" if recorded is not None else "hs-addend" if by_addend else "hs" if pools else "hs-nopools"
         files = {k: w / f"llvm-{tag}.{k}" for k in ("lld", "ld", "rsp")}
         write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], algorithm="hot-last")
         dtext, _ = o.data_script(hot_strings=pools, string_pool=True)
@@ -663,8 +688,21 @@ def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None, by_addend:
         with ElfImage(packed) as img:
             sec = img.section(hotstrings.HOT_PREFIX)
         print(f"  {packed}: {hotstrings.HOT_PREFIX} {sec.size if sec else 0:,} bytes", flush=True)
-        out[HOT_ADDEND if by_addend else HOT_STRINGS if pools else f"{HOT_STRINGS}, no per-object pools"] = packed
+        out[HOT_RECORDED if recorded is not None else HOT_ADDEND if by_addend else
+            HOT_STRINGS if pools else f"{HOT_STRINGS}, no per-object pools"] = packed
     return out
+
+
+def llvm_recorded_strings(w: Path, best: Path) -> set:
+    """The strings ``llc-16 --version`` reads from the best recipe's library, byte by byte
+    (``profile --strings``, cached)."""
+    from elflayout.split import hotstrings
+    from elflayout.targets import libllvm
+
+    out = w / "llvm-best.strings.profile.json"
+    cached_profile(out, best, ["profile", "--target", best, "--strings", "--env", f"LD_LIBRARY_PATH={best.parent}",
+                               "-o", out, "--force", "--", str(libllvm.system()["llc"]), "--version"], data=False)
+    return hotstrings.recorded_strings(json.loads(out.read_text())["targets"][0])
 
 
 def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
@@ -708,6 +746,7 @@ def llvm_floor(runs: int, hot_strings: bool = False, extra_hot=None) -> None:
     if hot_strings:
         hot = llvm_hot_strings(w, prof, base, extra_hot=extra_hot)
         hot.update(llvm_hot_strings(w, prof, base, extra_hot=extra_hot, by_addend=True))
+        hot.update(llvm_hot_strings(w, prof, base, extra_hot=extra_hot, recorded=llvm_recorded_strings(w, best)))
     libs = llvm_floor_libs(w, best, hot)
     variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in libs.items()}
     summ = summarise(measure(w / "llvm-floor.results.json", variants, runs), dict(libs))

@@ -413,3 +413,76 @@ def test_static_hot_strings_by_addend(noaddrsig, tmp_path):
     secs = {str(tmp_path / "m.o"): {".data.rel.ro.table", ".text.hot"}}
     assert b"table cold\0" not in hs.static_hot_strings(secs)
     assert {b"table hot\0", b"table cold\0"} <= hs.static_hot_strings(secs, by_addend=True)
+
+
+def test_strings_in_takes_each_string_a_run_touches():
+    """Byte runs (offset, length) to the NUL-delimited strings holding them; data that
+    does not read as text is no string."""
+    data = b"\0abc\0defg\0\x01\x02\x03\0xyz\0tail"
+    assert hs.strings_in(data, [(2, 1)]) == {b"abc\0"}
+    assert hs.strings_in(data, [(3, 4)]) == {b"abc\0", b"defg\0"}
+    assert hs.strings_in(data, [(11, 2)]) == set()                  # binary
+    assert hs.strings_in(data, [(20, 2)]) == set()                  # not terminated
+    assert hs.strings_in(data, [(0, 1)]) == set()                   # the empty string
+
+
+def test_link_hot_strings_uses_the_strings_the_run_read(profiled, tmp_path):
+    """A profile with the strings its run read (``profile --strings``): those move, not
+    the ones the profiled code reaches."""
+    import json
+
+    from conftest import run_cli
+
+    doc = json.loads(profiled["profile"].read_text())
+    doc["targets"][0]["strings"] = ["cold string b"]
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    out = tmp_path / "libs.so"
+    r = run_cli("link", "--profile", tmp_path / "p.json", "--linker", "lld", "--hot-strings", "--no-check-order",
+                "--", "gcc", "-shared", "-fuse-ld=lld", "-o", out, *profiled["objects"])
+    assert r.returncode == 0, r.stderr
+    assert "read by the profiled run" in r.stderr, r.stderr
+    assert _section_strings(out, ".rodata.hotstr") == {b"cold string b"}
+
+
+@pytest.mark.valgrind
+def test_profile_strings_records_the_strings_a_run_reads(tmp_path):
+    """``profile --strings``: the library strings the program reads (printed, compared),
+    not those it only points at or never reaches."""
+    import json
+
+    from conftest import run_cli
+    from elflayout.profile.valgrind import tool_status
+
+    if tool_status():
+        pytest.skip(tool_status())
+    (tmp_path / "s.c").write_text(
+        '#include <string.h>\n#include <stdio.h>\n'
+        'const char *const names[] = {"alpha read", "beta stored only", "gamma compared"};\n'
+        'const char *never(void) { return "delta never"; }\n'
+        'int run(const char *w) { puts(names[0]); return strcmp(w, names[2]) == 0 ? 3 : (int)(long)names[1] % 2; }\n')
+    (tmp_path / "m.c").write_text('int run(const char *);\nint main(void) { return run("gamma compared") != 3; }\n')
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", "libs.so", "s.c"], cwd=tmp_path, check=True)
+    subprocess.run(["gcc", "-o", "m", "m.c", "-L.", "-ls", "-Wl,-rpath,$ORIGIN"], cwd=tmp_path, check=True)
+    run_cli("profile", "--target", tmp_path / "libs.so", "--strings", "-o", tmp_path / "p.json", "--",
+            tmp_path / "m", check=0)
+    t = json.loads((tmp_path / "p.json").read_text())["targets"][0]
+    got = set(t["strings"])
+    assert {"alpha read", "gamma compared"} <= got and t["stats"]["strings"] == len(got)
+    assert not {"delta never"} & got
+    r = run_cli("profile", "--backend", "trace", "--target", tmp_path / "libs.so", "--strings", "-o",
+                tmp_path / "q.json", "--", tmp_path / "m", check=2)
+    assert "--strings needs --backend valgrind" in r.stderr
+
+
+def test_merge_keeps_the_strings_any_run_read():
+    from elflayout.profile import merge, model
+
+    def prof(strings):
+        t = {"path": "/x/libs.so", "build_id": "ab", "size": 1, "sha256": "00", "map": None, "functions": [],
+             "sections": [], "objects": [], "pages": [{"page": 0, "kind": "r", "first": 0, "section": None,
+                                                       "phase": None, "t": 0.0}], "reads": [], "strings": strings}
+        return model.parse(model.new_profile(model.base_metadata(["x"], "valgrind", "block"), [t]))
+
+    doc = merge.merge([prof(["a", "b"]), prof(["c"])], ["one", "two"])
+    t = model.parse(doc).targets[0]
+    assert t.extra["strings"] == ["a", "b", "c"] and hs.recorded_strings(t) == {b"a\0", b"b\0", b"c\0"}
