@@ -327,7 +327,7 @@ def test_strings_reached_by_section_plus_addend_move_with_a_section_symbol(objs,
     """table[] names "table hot" by section + addend: it moves, its relocation names a
     new local section symbol of the pool, and lld links the same program."""
     hot = {b"hot one\0", b"table hot\0"}
-    new, rep = hs.rewrite_object(noaddrsig["m"], "m.o", hot)
+    new, rep = hs.rewrite_object(noaddrsig["m"], "m.o", hot, by_addend=True)
     assert rep.moved_pieces == 2 and rep.addend_pieces == 1 and rep.pinned_pieces == 0
     a, b = read_object(noaddrsig["m"], "a"), read_object(new, "b")
     pool = next(s for s in b.sections if s.name == hs.hot_name(1, 1))
@@ -341,8 +341,8 @@ def test_strings_reached_by_section_plus_addend_move_with_a_section_symbol(objs,
     after = _link(objs, [tmp_path / "new.o", tmp_path / "g.o"], tmp_path / "b.out")
     assert before == after and b"table hot/exported" in after
     assert _section_strings(tmp_path / "b.out", ".rodata.hotstr") == {b"hot one", b"table hot"}
-    # the old behaviour, asked for: the string reached by section + addend stays
-    _, rep = hs.rewrite_object(noaddrsig["m"], "m.o", hot, by_addend=False)
+    # by default, the string reached by section + addend stays
+    _, rep = hs.rewrite_object(noaddrsig["m"], "m.o", hot)
     assert rep.moved_pieces == 1 and rep.pinned_pieces == 1
 
 
@@ -350,7 +350,7 @@ def test_symbols_inserted_before_a_comdat_signature_shift_it(objs, noaddrsig, tm
     """A C++ object: the inserted local symbol shifts the globals, the COMDAT group's
     signature follows, lld links the same program."""
     hot = {b"grp hot\0", b"addend hot\0"}
-    new, rep = hs.rewrite_object(noaddrsig["grp"], "grp.o", hot)
+    new, rep = hs.rewrite_object(noaddrsig["grp"], "grp.o", hot, by_addend=True)
     assert rep.moved_pieces == 2 and rep.addend_pieces == 2 and not rep.kept
     a, b = read_object(noaddrsig["grp"], "a"), read_object(new, "b")
     ga = [s for s in a.sections if s.sh_type == hs.SHT["SHT_GROUP"]]
@@ -372,7 +372,7 @@ def test_symbols_inserted_before_a_comdat_signature_shift_it(objs, noaddrsig, tm
 def test_an_address_significance_table_keeps_strings_reached_by_addend(objs):
     """clang's .llvm_addrsig lists symbols by index: no symbol is inserted under it."""
     assert hs._indexes_symbols(read_object(objs["m"], "m")) == ".llvm_addrsig"
-    _, rep = hs.rewrite_object(objs["m"], "m.o", {b"table hot\0"})
+    _, rep = hs.rewrite_object(objs["m"], "m.o", {b"table hot\0"}, by_addend=True)
     assert rep.moved_pieces == 0 and rep.pinned_pieces == 1
 
 
@@ -381,7 +381,7 @@ def test_check_refuses_a_wrong_symbol_insertion(noaddrsig, damage):
     """A group signature left unshifted, a redirected relocation one string off, an
     inserted symbol that is not a pool's section symbol: not proved."""
     hot = {b"grp hot\0", b"addend hot\0"}
-    new, _ = hs.rewrite_object(noaddrsig["grp"], "grp.o", hot)
+    new, _ = hs.rewrite_object(noaddrsig["grp"], "grp.o", hot, by_addend=True)
     b = read_object(new, "b")
     buf = bytearray(new)
     shoff = int(np.frombuffer(new, hs.EHDR64, 1)["e_shoff"][0])

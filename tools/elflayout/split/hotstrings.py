@@ -204,7 +204,7 @@ def _pack(data: bytes, pieces, keep, align: int) -> tuple[bytes, dict[int, int]]
     return bytes(out), where
 
 
-def rewrite_object(raw: bytes, name: str, hot, by_addend: bool = True) -> tuple[bytes, ObjectReport]:
+def rewrite_object(raw: bytes, name: str, hot, by_addend: bool = False) -> tuple[bytes, ObjectReport]:
     """``raw`` with the pieces whose content is in ``hot`` moved into hot pools (``raw``
     itself when nothing moves). ``hot``: a set of piece contents, terminator included;
     ``by_addend``: pieces reached by section + addend move too where the object allows.
@@ -625,7 +625,7 @@ def format_strings(strings) -> str:
 
 
 def rewrite_members(members: list[tuple[str, bytes]], archive_name: str, hot, only=None,
-                    by_addend: bool = True) -> tuple[list, list[ObjectReport]]:
+                    by_addend: bool = False) -> tuple[list, list[ObjectReport]]:
     """``rewrite_object`` over an archive's members (those named in ``only``; None: all), in order."""
     out, reps = [], []
     for mname, body in members:
@@ -638,7 +638,7 @@ def rewrite_members(members: list[tuple[str, bytes]], archive_name: str, hot, on
     return out, reps
 
 
-def rewrite_inputs(paths, outdir, hot, only=None, by_addend: bool = True) -> tuple[dict[str, Path], dict]:
+def rewrite_inputs(paths, outdir, hot, only=None, by_addend: bool = False) -> tuple[dict[str, Path], dict]:
     """Each object or archive of ``paths`` with its pieces of ``hot`` moved
     (``rewrite_object``) into ``outdir/<key>/<same name>`` (key: the hot set), members
     in order; ``only``: link-map object names (``archive(member)``, paths) to rewrite,
