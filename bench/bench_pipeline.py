@@ -131,6 +131,20 @@ def cached_profile(out: Path, lib: Path, profile_args: list, data=True) -> Path:
     return out
 
 
+def with_recorded_strings(prof: Path, lib: Path, argv: list, profile_args: list, out: Path) -> Path:
+    """PROF with, on its target, the strings ARGV reads from LIB (``profile --strings``,
+    cached; ``profile_args``: its --env and conditions): what ``link --hot-strings`` then
+    moves instead of the strings the profiled code reaches. Returns OUT."""
+    run = out.with_name(out.stem + ".strings-run.json")
+    cached_profile(run, lib, ["profile", "--target", lib, "--strings", *profile_args, "-o", run, "--force", "--",
+                              *argv], data=False)
+    doc = json.loads(Path(prof).read_text())
+    doc["targets"][0]["strings"] = json.loads(run.read_text())["targets"][0]["strings"]
+    out.write_text(json.dumps(doc))
+    print(f"  {out}: {prof.name} with the {len(doc['targets'][0]['strings']):,} strings the run read", flush=True)
+    return out
+
+
 def file_sha(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
