@@ -25,6 +25,10 @@ What is rewritten, and what is left as it is (never a wrong output):
   (a hot and a cold copy of one content) is allowed: C and C++ do not promise equal
   literals one address.
 
+Which strings are hot: those a run read (``profile --strings`` records them byte by
+byte, ``recorded_strings``), else a static approximation, the strings relocations of the
+sections that ran reach (``static_hot_strings``).
+
 ``check_object`` proves each rewritten object against its original (every other byte,
 header and relocation the same; every symbol names the same content at the same place
 in its piece) independently of the writer.
