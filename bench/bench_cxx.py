@@ -10,7 +10,8 @@ cp-demangle.o keeps its code in one plain ``.text``), ``targets.libstdcxx``:
    library, a demangled type name, filesystem);
 2. for each linker, the unordered relink, and the relink by ``elflayout link`` (the
    default ordering of each linker: lld symbol file, gold section file, GNU ld script)
-   with and without ``--split``; ``link``'s exit status and its order check are printed,
+   with and without ``--split``; ``link``'s exit status and its order check are printed
+   (and its post-link steps: the code tail, the ``.dynstr`` rewrite of gold and GNU ld),
    and ``check-order`` with the link map says why what is out of order is;
 3. pages read from the library, selective (library evicted), read_ahead_kb 128, one
    interleaved measure session (``--runs`` rounds; page counts are deterministic).
@@ -53,6 +54,9 @@ def relink_ordered(prof: Path, linker: str, split: bool, dest: Path, setup: str 
     r = bp.cli("link", *(["--split"] if split else []), "--profile", prof, "--linker", linker,
                "--keep-order-file", dest / "order", "--force", "--", *cmd, check=False)
     check = [ln.removeprefix("elflayout: check: ") for ln in r.stderr.splitlines() if ln.startswith("elflayout: check: ")]
+    for ln in r.stderr.splitlines():  # the post-link rewrites gold and GNU ld depend on
+        if ln.startswith(("elflayout: link: .dynstr rewrite: ", "elflayout: link: code tail: ")):
+            print("    " + ln.removeprefix("elflayout: link: "), flush=True)
     last = (r.stderr.strip().splitlines() or [""])[-1]
     if r.returncode not in (0, 1) or not (dest / libstdcxx.SONAME).exists():
         raise SystemExit(f"bench_cxx: elflayout link --linker {linker} failed (exit {r.returncode}): {last}")
@@ -76,7 +80,7 @@ def profile(w: Path, base: dict, setup: str) -> Path:
     out = w / f"{Path(base['launcher']).name}.profile.json"
     extra = ["--map", base["map"], "--data"] if setup == "nodefaultlibs" else []
     return bp.cached_profile(out, base["lib"], ["profile", "--target", base["lib"], *extra, "-o", out, "--force",
-                                                "--", base["launcher"]])
+                                                "--", base["launcher"]], data=setup == "nodefaultlibs")
 
 
 def relinks(w: Path, prof: Path, setup: str) -> tuple[dict, dict]:

@@ -267,6 +267,106 @@ def test_relink_data_pages_follow_the_nth_of_repeated_input_sections():
     assert out.tolist() == [11, 10, 20, 67, 119, 301]
 
 
+def test_relink_data_pages_follow_input_sections_of_objects_at_another_path():
+    # link splits the objects into a temporary directory: the profiled split build and the
+    # relink name the same object by different paths; a page follows its input section
+    # by the object's file name (unique in both maps), not by relative position
+    from elflayout.order.placement import follow_input_sections
+
+    P = 4096
+    a = _map([(".rodata.sn_objs", "/cache/split-1/525-obj_dat.o", 10 * P, P),
+              (".text", "/cache/split-1/635-sha256-x86_64.o", 20 * P, 2 * P),
+              (".rodata", "/cache/split-1/dup.o", 30 * P, P), (".rodata", "/cache/other/dup.o", 31 * P, P)])
+    b = _map([(".text", "/tmp/link-x/split/635/635-sha256-x86_64.o", 5 * P, 2 * P),
+              (".rodata.sn_objs", "/tmp/link-x/split/525/525-obj_dat.o", 40 * P, P),
+              (".rodata", "/tmp/link-x/dup.o", 50 * P, P)])
+    out = follow_input_sections(a, b, np.array([10, 21, 30, 31]))
+    # dup.o is two objects in the profiled map: which one the relink's is, is not known
+    assert out.tolist() == [40, 6, -1, -1]
+
+
+def test_relink_page_shared_with_a_big_untouched_section_follows_its_neighbour():
+    # libpython: unicodedata.o's index2 (22 pages) ends on a page it shares with
+    # _PyUnicode_Database_Records; the run touched that page only. The ordering takes the
+    # touch for the small neighbour's (hot data) and leaves the big table in place, so the
+    # relink reads the page where the neighbour went, not the end of the table among cold data
+    from elflayout.order.placement import follow_input_sections
+
+    P = 4096
+    a = _map([(".rodata.index2", "u.o", 10 * P, 6 * P + P // 2), (".rodata.records", "u.o", 16 * P + P // 2, 100),
+              (".rodata.big", "v.o", 20 * P, 6 * P + P // 2), (".rodata.next", "v.o", 26 * P + P // 2, 100)])
+    b = _map([(".rodata.records", "u.o", 50 * P, 100), (".rodata.next", "v.o", 51 * P, 100),
+              (".rodata.index2", "u.o", 100 * P, 6 * P + P // 2), (".rodata.big", "v.o", 200 * P, 6 * P + P // 2)])
+    # .rodata.big is touched inside too (page 22): its shared last page may be its own
+    touched = np.array([16, 22, 26])
+    out = follow_input_sections(a, b, touched, touched)
+    assert out.tolist() == [50, 202, 206]
+    assert follow_input_sections(a, b, touched).tolist() == [106, 202, 206]  # without the touched pages: first byte
+
+
+def _lld_with_map(out, objects, *flags):
+    lib = out / "libt.so"
+    subprocess.run(["gcc", "-shared", "-fuse-ld=lld", "-Wl,--build-id", f"-Wl,-Map={lib}.map", *flags, "-o", str(lib),
+                    *map(str, objects)], check=True)
+    return lib
+
+
+def test_relink_of_split_objects_elsewhere_places_a_data_page_by_its_neighbour(synth, tmp_path):
+    """End to end on two real lld links with their maps: the profiled build links a.o (a
+    22-page table), r.o (a small record table sharing the table's last page) and b.o; the
+    relink links copies of the objects from another directory (``link`` splits into a
+    temporary one) with the record table first, as hot data. The run touched only the
+    shared page: the relink reads where the records went. Before, the objects' other path
+    matched no input section (libcrypto's default path: 404 predicted, 324 read) and the
+    page followed the table's last byte."""
+    from elflayout.elfcore import PAGE, ElfImage
+    from elflayout.order.placement import profile_touches
+    from elflayout.profile import model
+
+    need_tool("ld.lld")
+    sources = {"a": "const char index2[22 * 4096 + 2048] = {1};\n", "r": "const int records[64] = {2};\n",
+               "b": "const char other[8 * 4096] = {3};\nint f(void) { return other[5]; }\n"}
+    dirs = {k: tmp_path / k for k in ("prof", "split")}
+    for d in dirs.values():
+        d.mkdir()
+        for c, text in sources.items():
+            (tmp_path / f"{c}.c").write_text(text)
+            subprocess.run(["gcc", "-c", "-O2", "-fPIC", "-fdata-sections", "-o", str(d / f"{c}.o"),
+                            str(tmp_path / f"{c}.c")], check=True)
+    prof_lib = _lld_with_map(dirs["prof"], [dirs["prof"] / f"{c}.o" for c in "arb"])
+    order = tmp_path / "order.txt"
+    order.write_text("records\n")
+    lib = _lld_with_map(tmp_path, [dirs["split"] / f"{c}.o" for c in "bar"], f"-Wl,--symbol-ordering-file={order}")
+    with ElfImage(prof_lib) as img:
+        shared = img.vaddr_to_offset(np.array([_sym_vaddr(prof_lib, "records")]))[0] // PAGE
+        assert shared == img.vaddr_to_offset(np.array([_sym_vaddr(prof_lib, "index2") + 22 * PAGE]))[0] // PAGE
+        build_id = img.build_id
+    doc = json.loads(synth["profile"].read_text())
+    doc["targets"] = [{**doc["targets"][0], "path": str(prof_lib), "build_id": build_id, "map": f"{prof_lib}.map",
+                       "functions": [], "sections": [], "objects": [], "data_objects": [],
+                       "pages": [{"page": int(shared), "kind": "r", "first": 1, "t": 0.0, "phase": "main",
+                                  "section": ".rodata"}]}]
+    t = model.parse(doc).targets[0]
+    with ElfImage(lib) as img:
+        pg, kinds, notes = profile_touches(t, img, 1, f"{lib}.map")
+        want = img.vaddr_to_offset(np.array([_sym_vaddr(lib, "records")]))[0] // PAGE
+        table_end = img.vaddr_to_offset(np.array([_sym_vaddr(lib, "index2") + 22 * PAGE]))[0] // PAGE
+    assert table_end > want + 20
+    assert pg[kinds == b"r"].tolist() == [want] and notes["pages_by_input_section"] == 1, (notes, want, table_end)
+    # simulate without the relink's map places the page by relative position, and says so
+    from elflayout import fileio
+    from elflayout.order import simulation
+
+    fileio.dump_json(doc, tmp_path / "p.json")
+    assert simulation.NO_MAP_WARNING in simulation.predict(tmp_path / "p.json", lib)["metadata"]["warnings"]
+    assert simulation.predict(tmp_path / "p.json", lib, lib_map=f"{lib}.map")["metadata"]["warnings"] == []
+
+
+def _sym_vaddr(lib, name) -> int:
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+    return next(int(ln.split()[0], 16) for ln in out.splitlines() if ln.split()[-1] == name)
+
+
 def test_relink_loader_structure_pages_follow_the_structure(synth, tmp_path):
     """ld.so's write of the partial .bss page (and its .dynamic read) is an event on the
     relink's own structure: it lands on the relink's partial page, not where the input

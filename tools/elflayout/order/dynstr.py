@@ -37,7 +37,7 @@ Steps:
    changes nothing but where its string goes (with archives not linked whole, it could
    extract a member: the names come from a build that linked them, so no new member).
 Only lld honours this: gold assigns string offsets in hash-table order, GNU ld and mold
-keep their own order.
+keep their own order; for them ``dynstr_order`` rewrites the linked output's table.
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ the model predicts the fewest pages, when that beats leaving them (--no-move-sym
 ld: the read-only data before the code, next to the dynamic tables, as lld places it
 (--no-move-rodata); gold and GNU ld: a second link with the touched functions the model's
 last read of them covers listed after the cold code, kept when the model predicts fewer
-pages (--no-code-tail);
+pages (--no-code-tail); gold, GNU ld and mold: .dynstr rewritten after the link with the
+strings ld.so reads first, when the model predicts fewer pages (--no-reorder-dynstr);
 check-order of the output (--no-check-order).
 
 What is added: lld --symbol-ordering-file, gold --section-ordering-file, bfd -T script
@@ -112,6 +113,12 @@ def add_arguments(p) -> None:
                         "relocations, the profiled program's imports) first in .dynsym, .gnu.version and the "
                         ".gnu.hash chains; every lookup is proved to find the same symbol (needs .gnu.hash only: "
                         "--hash-style=gnu)")
+    p.add_argument("--reorder-dynstr", action=argparse.BooleanOptionalAction, default=None,
+                   help="after the link, rewrite .dynstr with the strings ld.so reads at start-up first (the "
+                        "output's symbol relocations, the profiled program's imports, the dynamic and version "
+                        "strings); every reference is mapped and proved to name the same string; default with "
+                        "--profile: with gold, GNU ld and mold when the readahead model predicts fewer pages "
+                        "(lld orders .dynstr at the link: --dynstr)")
     p.add_argument("--hot-strings", action="store_true",
                    help="lld with the data script: first move the string literals that relocations of the profiled "
                         "code and data reach out of their objects' mergeable pools into pools of their own "
@@ -152,6 +159,7 @@ def options(args) -> LinkOptions:
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
                        check=args.check, root=args.root, check_order=not args.no_check_order,
                        move_symtab=args.move_symtab, order_dynsym=args.order_dynsym, hot_strings=args.hot_strings,
+                       reorder_dynstr=args.reorder_dynstr,
                        readahead_marks=not args.no_readahead_marks, move_rodata=not args.no_move_rodata,
                        code_tail=not args.no_code_tail)
 

@@ -64,7 +64,7 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
         fs = np.array([p.first for p in plist], dtype=np.float64)
         if not same:
             maps = _both_maps(target, img, lib_map, notes) if lib_map else None
-            moved = follow_input_sections(*maps, pg) if maps else None
+            moved = follow_input_sections(*maps, pg, _after_loader(plist)) if maps else None
             named = [p.section for p in plist]
             fallback = _remap_pages(pg, target, img, notes, named)
             dpg, dfirst = _dynstr_lookups(pg, fs, target, img, notes, named)
@@ -95,6 +95,12 @@ def profile_touches(target: Target, img: ElfImage, code_bytes: int = 1, lib_map=
     order = np.argsort(np.asarray(firsts, dtype=np.float64), kind="stable")
     return (np.asarray(pages, dtype=np.int64)[order] if pages else np.zeros(0, np.int64),
             np.asarray(kinds, dtype="S1")[order] if kinds else np.zeros(0, "S1"), notes)
+
+
+def _after_loader(plist) -> np.ndarray:
+    """Sorted distinct data pages touched after the loader phase (what the ordering reads
+    its data order from: ld.so's relocation pass writes every relocated page)."""
+    return np.unique(np.array([p.page for p in plist if p.kind != "x" and p.phase != "loader"], dtype=np.int64))
 
 
 def _both_maps(target, img, lib_map, notes):
@@ -194,14 +200,44 @@ def _code_outside(target: Target, img: ElfImage, maps, notes) -> list[tuple[floa
     return out
 
 
-def follow_input_sections(a, b, pg: np.ndarray) -> np.ndarray:
+def follow_input_sections(a, b, pg: np.ndarray, touched: np.ndarray | None = None) -> np.ndarray:
     """Pages in link map ``b``'s library of the file pages ``pg`` of ``a``'s (both maps
     with file offsets), each following the input section holding its first byte, at the
     same offset in it; -1: not found. Data read from code too (assembler files keep
     constant tables in ``.text``: sha256's K256 is read, not run); the caller drops
-    code pages, which functions place."""
-    out = follow_offsets(a, b, pg * PAGE)
+    code pages, which functions place. ``touched``: the profile's data pages after the
+    loader (``shared_page_starts``)."""
+    offs = pg * PAGE if touched is None else shared_page_starts(a, pg, touched)
+    out = follow_offsets(a, b, offs)
     return np.where(out >= 0, out // PAGE, -1)
+
+
+def shared_page_starts(a, pg: np.ndarray, touched: np.ndarray) -> np.ndarray:
+    """The offset of ``a``'s file to follow for each touched page ``pg``: its first byte,
+    except on the last page of a big section touched nowhere else (``touched``: sorted
+    pages), which it shares with the sections after it: then the first of those. The
+    ordering takes that page for the neighbours' touch and leaves the big section in place
+    (``first_access``: sparse sections), so the relink has the neighbours in its hot data
+    while the big section's end lies among cold data."""
+    from elflayout.order.algorithms.first_access import SPARSE_DENSITY, SPARSE_MIN_PAGES, _touches_inside
+
+    offs = np.asarray(pg, dtype=np.int64) * PAGE
+    j = a.lookup_offsets(offs)
+    live = np.flatnonzero((a.size > 0) & (a.offset >= 0))
+    starts = np.sort(a.offset[live])
+    for i in np.flatnonzero(j >= 0).tolist():
+        k = int(j[i])
+        lo, end = int(a.offset[k]), int(a.offset[k] + a.size[k])
+        npg = (end - 1) // PAGE - lo // PAGE + 1
+        if end >= offs[i] + PAGE or npg <= SPARSE_MIN_PAGES or _touches_inside(touched, lo, end - lo):
+            continue
+        hit = np.searchsorted(touched, [lo // PAGE, (end - 1) // PAGE + 1])
+        if hit[1] - hit[0] >= SPARSE_DENSITY * npg:
+            continue
+        n = int(np.searchsorted(starts, end))
+        if n < starts.size and starts[n] < offs[i] + PAGE:  # the next section starts on this page
+            offs[i] = starts[n]
+    return offs
 
 
 def follow_offsets(a, b, offsets: np.ndarray) -> np.ndarray:
@@ -211,18 +247,30 @@ def follow_offsets(a, b, offsets: np.ndarray) -> np.ndarray:
     # "<internal>:(.rodata)"): the n-th occurrence in one map is the n-th in the other.
     where = _occurrences(b)
     rank_a = _occurrence_rank(a)
+    theirs = _objects_in(a, b)
     offsets = np.asarray(offsets, dtype=np.int64)
     j = a.lookup_offsets(offsets)
     out = np.full(offsets.shape, -1, dtype=np.int64)
     for i in np.flatnonzero(j >= 0).tolist():
         ja = int(j[i])
-        ks = where.get((a.name[ja], a.object[ja]))
+        ks = where.get((a.name[ja], theirs.get(a.object[ja], a.object[ja])))
         k = None if not ks else ks[min(rank_a.get(ja, 0), len(ks) - 1)]
         if k is None:
             continue
         rel = min(int(offsets[i] - a.offset[ja]), int(b.size[k]) - 1)
         out[i] = int(b.offset[k]) + max(0, rel)
     return out
+
+
+def _objects_in(a, b) -> dict[str, str]:
+    """Map ``a``'s object names to map ``b``'s where they differ: the same object at
+    another path (``link`` splits the objects into a temporary directory, so the profiled
+    split build and the relink name every object differently), matched by file name when
+    that name is unique in both maps (``resolve.same_objects``)."""
+    from elflayout.order.resolve import same_objects
+
+    mine = a.objects
+    return {o: t for o, t in zip(mine, same_objects(mine, b.objects)) if o != t}
 
 
 def loader_pages(img: ElfImage) -> dict[str, int]:

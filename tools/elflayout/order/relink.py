@@ -62,6 +62,7 @@ class LinkOptions:
     move_symtab: bool | None = None
     readahead_marks: bool = True
     order_dynsym: bool = False
+    reorder_dynstr: bool | None = None
     hot_strings: bool = False
     move_rodata: bool = True
     code_tail: bool = True
@@ -103,7 +104,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         rc = link_packed(parsed, parsed["cmd"], pack.value, opts, say, status)
         if not rc:
             _note_pack(pack, parsed["output"])
-        return LinkResult(rc, parsed["cmd"], [pack] + (_after_link(parsed["output"], opts, {}) if not rc else []))
+        return LinkResult(rc, parsed["cmd"], [pack] + (_after_link(parsed["output"], opts, linker, {}) if not rc else []))
     if opts.data_script and not opts.data:
         raise ElflayoutError("--data-script: data order is off (--no-data)")
     inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
@@ -182,7 +183,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             post_pack(pack, parsed["output"])
         if (fmt, linker) in (("ld-script", "bfd"), ("gold", "gold")):
             steps.append(relink_tail(parsed, o, full, order_file, pack, opts, say, status))
-    steps += _after_link(parsed["output"], opts, o.profile.metadata, algo.value, (o.target, map_of(full)))
+    steps += _after_link(parsed["output"], opts, linker, o.profile.metadata, algo.value, (o.target, map_of(full)))
     return _checked(LinkResult(0, full, steps), parsed, o, opts, cmd_objs, linker, bool(split.value))
 
 
@@ -375,15 +376,55 @@ def _cut_note(cut: dict | None) -> str:
     return f"freed pages kept in the file ({cut['why'] if cut else 'none whole'})"
 
 
-def _after_link(output: str, opts: LinkOptions, metadata: dict, algorithm: str | None = None,
+def _after_link(output: str, opts: LinkOptions, linker: str, metadata: dict, algorithm: str | None = None,
                 profiled=None) -> list[Step]:
     """The rewrites of the linked (and packed) output, in this order: the dynamic-symbol
-    order (asked) needs the final relocation tables; the move (``move_symtab``), the
-    final file. ``profiled``: (the profile's target, the link's map or None)."""
+    order (asked) needs the final relocation tables; the .dynstr rewrite
+    (``reorder_dynstr``) the final .dynsym; the move (``move_symtab``), the final file.
+    ``profiled``: (the profile's target, the link's map or None)."""
     steps = [order_dynsym(output, metadata)] if opts.order_dynsym else []
+    if opts.reorder_dynstr or profiled is not None:
+        steps.append(reorder_dynstr(output, opts.reorder_dynstr, linker, metadata, profiled))
     if opts.move_symtab is None and profiled is None:
         return steps  # auto needs a profile to predict with: a link with --pack only
     return steps + [move_symtab(output, algorithm, opts.move_symtab, *(profiled or ()))]
+
+
+def reorder_dynstr(output: str, asked: bool | None, linker: str, metadata: dict, profiled=None) -> Step:
+    """``order.dynstr_order`` of the linked output in place: the strings ld.so reads (the
+    output's symbol relocations, the profiled program's imports, the dynamic and version
+    strings) first in .dynstr. ``asked`` None: not with lld (``--dynstr`` orders it at the
+    link), else kept only when the readahead model predicts fewer pages for the profile
+    (``profiled``: its target and the link's map); False: off."""
+    from elflayout.order import dynstr, dynstr_order
+
+    name = ".dynstr rewrite"
+    if asked is False:
+        return Step(name, False, "--no-reorder-dynstr")
+    if asked is None and linker == "lld":
+        return Step(name, False, "lld orders .dynstr at the link (--dynstr)")
+    tmp = Path(output).with_name(f".{Path(output).name}.dynstr")
+    try:
+        names, _ = dynstr.read_names(output, dynstr.workload_executable(metadata))
+        st = dynstr_order.reorder(output, tmp, names)
+        shown = ""
+        if profiled is not None:
+            target, lmap = profiled
+            lmap = lmap if lmap and os.path.exists(lmap) else None
+            before, after = (dynstr_order.predict(p, target, lmap, names) for p in (output, tmp))
+            shown = f"; readahead model: {before:,} -> {after:,} pages"
+            if asked is None and after >= before:
+                return Step(name, False, "the readahead model predicts no fewer pages", shown[2:])
+        os.replace(tmp, output)
+    except ElflayoutError as e:  # the output stays as linked
+        if asked:
+            raise
+        return Step(name, False, f"not reordered: {e}")
+    finally:
+        tmp.unlink(missing_ok=True)
+    why = "asked" if asked else "the readahead model predicts fewer pages"
+    return Step(name, True, why, f"{st['first']:,} of {st['strings']:,} strings ({st['first_bytes']:,} bytes) first, "
+                f"{st['references']:,} references mapped and proved" + shown)
 
 
 def order_dynsym(output: str, metadata: dict) -> Step:

@@ -96,6 +96,14 @@ TRACE_WARNING = ("page-granular (trace) profile: it holds only the pages that fa
                  "valgrind for a prediction")
 
 
+# Another build without its link map: data pages keep their relative position in their
+# output section, which a data order or a changed string pool moves (libcrypto's stripped
+# default path: 388 predicted without the map, 308 with it, 324 read).
+NO_MAP_WARNING = ("another build than the profiled one, without its link map: data pages are placed by their "
+                  "relative position in each output section; pass --map LIB.map (the link map of LIB) to place them "
+                  "by input section")
+
+
 def touches_relocations(img, pages) -> bool:
     """Whether the touched ``pages`` already hold ld.so's relocation pass (a profile with
     data pages): then modelling the loader too would count it twice."""
@@ -140,6 +148,8 @@ def predict(profile, lib, target: str | None = None, read_ahead_kb: int | None =
         ident = img.identity()
     md = doc.metadata
     warnings = [TRACE_WARNING] if md.get("granularity") == "page" or md.get("backend") == "trace" else []
+    if not notes["same_build"] and not lib_map and t.map and any(p.kind != "x" for p in t.pages):
+        warnings.append(NO_MAP_WARNING)
     if page_size != PAGE:
         warnings.append(f"{page_size // 1024} KiB pages: a model of a kernel with that page size, not a measurement "
                         f"(profiles and measurements here are in 4 KiB pages)")

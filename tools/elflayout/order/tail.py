@@ -86,8 +86,10 @@ def target_sections(target) -> list:
         return list(src.sections) if src.build_id == target.build_id else []
 
 
-def predict(output, target, lib_map=None) -> tuple[int, list[tuple[int, int]]]:
+def predict(output, target, lib_map=None, loader_reads=None) -> tuple[int, list[tuple[int, int]]]:
     """Pages the model predicts for ``output`` and its reads [(first page, pages)].
+    ``loader_reads(img)``: more pages ld.so reads before the code runs (read faults), in
+    order, added before the first code touch (``.dynstr`` names: ``dynstr_order``).
 
     The touches: the profile's, placed by name (``placement.profile_touches``: the
     relocation pass over this very file where the profiled loader began it, data pages by
@@ -113,6 +115,11 @@ def predict(output, target, lib_map=None) -> tuple[int, list[tuple[int, int]]]:
         pages, kinds = pages[keep], kinds[keep]
         extra = linker_code_pages(target, img)
         at = int(np.argmax(kinds == b"x")) if (kinds == b"x").any() else len(pages)
+        if loader_reads is not None:
+            more = np.asarray(loader_reads(img), dtype=np.int64)
+            pages = np.concatenate([pages[:at], more, pages[at:]])
+            kinds = np.concatenate([kinds[:at], np.full(len(more), b"r", dtype="S1"), kinds[at:]])
+            at += len(more)
         pages = np.concatenate([pages[:at], extra, pages[at:]])
         kinds = np.concatenate([kinds[:at], np.full(len(extra), b"x", dtype="S1"), kinds[at:]])
         res = simulate(img, pages, kinds, READ_AHEAD_KB, loader=not touches_relocations(img, pages))

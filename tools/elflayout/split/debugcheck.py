@@ -42,11 +42,31 @@ def _functions(path: Path) -> dict[str, tuple[int, int]]:
     return {name: (a, z) for name, a, z in found if n[name] == 1}
 
 
+DW_UT_SKELETON = 4     # DWARF 5 §7.5.1.1
+SYMBOLIZERS = ("llvm-symbolizer-22", "llvm-symbolizer")
+
+
+def split_dwarf(path: Path) -> bool:
+    """Whether the first unit of ``path``'s ``.debug_info`` is a ``-gsplit-dwarf`` skeleton."""
+    with open(path, "rb") as fh:
+        sec = ELFFile(fh).get_section_by_name(".debug_info")
+        head = sec.data()[:7] if sec is not None else b""
+    return len(head) == 7 and head[4:6] == (5).to_bytes(2, "little") and head[6] == DW_UT_SKELETON
+
+
 def _lines(path: Path, funcs: dict[str, tuple[int, int]], names: list[str]) -> dict[str, list[str]]:
     addrs = [f"{funcs[n][0] + k:#x}" for n in names for k in range(funcs[n][1])]
-    r = subprocess.run(["addr2line", "-e", str(path)], input="\n".join(addrs) + "\n", capture_output=True, text=True,
-                       check=True)
-    rows = r.stdout.splitlines()
+    text = "\n".join(addrs) + "\n"
+    if split_dwarf(path):
+        # (addr2line does not read indexed range lists of skeletons; llvm-symbolizer reads
+        # the .dwo too: each address's inlined frames, joined into one row)
+        tool = next((t for t in SYMBOLIZERS if shutil.which(t)), "llvm-symbolizer")
+        r = subprocess.run([tool, f"--obj={path}", "--inlines"], input=text, capture_output=True, text=True,
+                           check=True)
+        rows = [" < ".join(block.split("\n")) for block in r.stdout.strip("\n").split("\n\n")]
+    else:
+        r = subprocess.run(["addr2line", "-e", str(path)], input=text, capture_output=True, text=True, check=True)
+        rows = r.stdout.splitlines()
     out, k = {}, 0
     for n in names:
         out[n] = rows[k:k + funcs[n][1]]

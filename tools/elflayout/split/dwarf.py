@@ -38,9 +38,12 @@ and a list written again gets its array slot pointed at the new copy. A converte
 (when they can name it; else it keeps naming the first function's start, a base no list
 entry uses any more).
 
+A ``-gsplit-dwarf`` skeleton unit the same way, its ``.dwo`` left as it is: what the
+``.dwo`` describes from an address must stay in that address's new section (``dwo``).
+
 Everything else is refused per section with the reason: DWARF versions other than 4 and 5, 64-bit
-DWARF, ``-gsplit-dwarf`` skeleton units (their lists, offsets from the unit's base, are
-in the ``.dwo`` file split does not rewrite), several units with indexed forms in one
+DWARF, a skeleton unit whose ``.dwo`` has offsets from the unit's base when that base
+would have to become a range list, several units with indexed forms in one
 object, and relocations from any other debug section. A damaged ``.debug_addr`` or an
 index past its table is bad input (``Damaged``).
 """
@@ -206,6 +209,9 @@ class Facts:
     slots: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (section, list) -> array slots
     returns: list[Reloc] = field(default_factory=list)      # DW_AT_call_return_pc in split sections
     base_fields: set[tuple[int, int]] = field(default_factory=set)  # (section, offset) of DW_AT_*_base
+    dwo_ivs: list[tuple[Interval, str]] = field(default_factory=list)  # ranges the .dwo describes, and where
+    dwo_unit: str = ""              # why the skeleton's base must stay (its .dwo has offsets from it)
+    dwo_name: str = ""              # the skeleton's .dwo (for messages)
 
 
 def relocations(obj: ObjectFile, index: int) -> dict[int, Reloc]:
@@ -285,9 +291,8 @@ def _info(obj: ObjectFile, f: Facts, split: set[int]) -> None:
             if cu.dwarf_format() != 32 or cu["address_size"] != 8:
                 raise Refused("64-bit DWARF or an address size other than 8")
             top = cu.get_top_DIE()
-            if f.version == 5 and cu["unit_type"] in ("DW_UT_skeleton", "DW_UT_split_compile"):
-                raise Refused(_skeleton(top))
-            if f.version == 5 and cu["unit_type"] != "DW_UT_compile":
+            skeleton = f.version == 5 and cu["unit_type"] == "DW_UT_skeleton"
+            if f.version == 5 and cu["unit_type"] not in ("DW_UT_compile", "DW_UT_skeleton"):
                 raise Refused(f"unit type {cu['unit_type']}")
             if f.cu_bases and f.bases:
                 raise Refused("several compile units with indexed DWARF 5 forms in one object")
@@ -300,6 +305,9 @@ def _info(obj: ObjectFile, f: Facts, split: set[int]) -> None:
             for die in cu.iter_DIEs():
                 _die(obj, f, rel, die, die.offset == top.offset, split)
                 same_code += die.abbrev_code == top.abbrev_code
+            if skeleton:
+                from elflayout.split import dwo     # (it reads lists with this module)
+                dwo.read(obj, f, cu, top, r)
             _unit(obj, f, cu, top, r, same_code)
         if len(f.cu_bases) > 1 and f.unit is not None:
             f.unit, f.unit_refused = None, "the object holds several compile units"
@@ -309,13 +317,6 @@ def _info(obj: ObjectFile, f: Facts, split: set[int]) -> None:
         if isinstance(e, KeyError) and e.args and isinstance(e.args[0], int):
             raise Damaged(f".debug_abbrev: unknown DWARF form {e.args[0]:#x}") from None
         raise Refused(f"debug information not understood ({type(e).__name__}: {e})") from None
-
-
-def _skeleton(top) -> str:
-    dwo = top.attributes.get("DW_AT_dwo_name") or top.attributes.get("DW_AT_GNU_dwo_name")
-    name = dwo.value.decode(errors="replace") if dwo is not None and isinstance(dwo.value, bytes) else "its .dwo"
-    return (f"a -gsplit-dwarf skeleton unit: its range and location lists, offsets from the unit's base, "
-            f"are in {name}, which split does not rewrite; build without -gsplit-dwarf to split")
 
 
 def _bases(obj: ObjectFile, f: Facts, top, rel: dict[int, Reloc]) -> None:
@@ -433,7 +434,9 @@ def _unit(obj: ObjectFile, f: Facts, cu, top, base: Reloc | None, same_code: int
         return
     why, ranges = "", RANGES[f.version]
     low_size = 8 if low.form == "DW_FORM_addr" else _index_room(obj, f, low)
-    if high.form not in HIGH_PC_SIZES:
+    if f.dwo_unit:
+        why = f.dwo_unit
+    elif high.form not in HIGH_PC_SIZES:
         why = f"the unit's DW_AT_high_pc in {high.form}"
     elif isinstance(low_size, str):
         why = low_size
@@ -495,7 +498,7 @@ def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
         return
     if f.unit is not None:      # (its range list goes at the end of the last table)
         if ".debug_rnglists" in f.secs:
-            f.rnglists_last_table = _tables(obj.sections[f.secs[".debug_rnglists"]].data, ".debug_rnglists")
+            f.rnglists_last_table = tables(obj.sections[f.secs[".debug_rnglists"]].data, ".debug_rnglists")
     for name, kinds, starts in ((".debug_rnglists", RLE, sorted(f.rnglists)),
                                 (".debug_loclists", LLE, sorted(f.loc_starts))):
         if not starts:
@@ -503,10 +506,10 @@ def lists(obj: ObjectFile, f: Facts, split: set[int]) -> None:
         if name not in f.secs:
             raise Refused(f"{name} is referred to but missing")
         data = obj.sections[f.secs[name]].data
-        last = _tables(data, name)
+        last = tables(data, name)
         rel = f.relocs[name]
         for s in starts:
-            ivs = _walk(data, s, rel, kinds, name, unit_base, lambda i: addrx(f, i))
+            ivs = walk(data, s, rel, kinds, name, unit_base, lambda i: addrx(f, i))
             if kinds is RLE:
                 f.rnglists[s].intervals = ivs
                 f.rnglists_last_table = last
@@ -585,7 +588,7 @@ def _unit_base(f: Facts, split: set[int]):
     return f.base
 
 
-def _tables(data: bytes, name: str) -> int:
+def tables(data: bytes, name: str) -> int:
     """Check every table header of a DWARF 5 list section; offset of the last one."""
     p, last = 0, -1
     while p < len(data):
@@ -616,7 +619,7 @@ def _start(data: bytes, p: int, rel: dict[int, Reloc], name: str, index, indexed
     return index(i), p
 
 
-def _walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, unit_base, index) -> list[Interval]:
+def walk(data: bytes, p: int, rel: dict[int, Reloc], kinds: dict, name: str, unit_base, index) -> list[Interval]:
     """Intervals of the list at ``p``: bounded entries relative to their relocated anchor
     (a relocated field, or an entry of ``.debug_addr``: ``index(i)``, anchor -1)."""
     out: list[Interval] = []
@@ -685,7 +688,7 @@ def aranges(obj: ObjectFile, f: Facts, split: set[int]) -> list[Interval]:
 
 def check_bounds(obj: ObjectFile, f: Facts, split: set[int], more: list[Interval]) -> None:
     """Every interval in a split section lies inside it."""
-    ivs = [*f.locs, *f.cu_ranges, *(iv for iv, _ in f.high_pcs), *more,
+    ivs = [*f.locs, *f.cu_ranges, *(iv for iv, _ in f.high_pcs), *(iv for iv, _ in f.dwo_ivs), *more,
            *(iv for lst in f.rnglists.values() for iv in lst.intervals)]
     for iv in ivs:
         if iv.sec in split and not 0 <= iv.start <= iv.end <= obj.sections[iv.sec].size:

@@ -56,7 +56,7 @@ from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_SH_TYPE_BASE
 
 from elflayout import arch
 from elflayout.errors import ElflayoutError
-from elflayout.split import disasm, disasm_a64, dwarf, dwarf_line, dwarf_write, pairs, reach
+from elflayout.split import disasm, disasm_a64, dwarf, dwarf_line, dwo, dwarf_write, pairs, reach
 from elflayout.split.extents import SPLIT_PREFIX, STT, Unit, is_code, name_conflict, splittable, units
 from elflayout.split.reader import ObjectFile, Section
 
@@ -247,25 +247,33 @@ def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
         _line_references(f, lines)
         dwarf.check_bounds(obj, f, split, dwarf.aranges(obj, f, split))
     except dwarf.Damaged as e:
-        raise ElflayoutError(f"{obj.name}: damaged debug information: {e}") from None
+        what = "" if isinstance(e, dwo.Unreadable) else "damaged debug information: "
+        raise ElflayoutError(f"{obj.name}: {what}{e}") from None
     except (dwarf.Refused, IndexError, ValueError) as e:
         why = e if isinstance(e, dwarf.Refused) else f"damaged ({type(e).__name__})"
         for i in users:
             cands[i].keep_whole(f"DWARF debug information: {why}; {DEBUG_HINT}")
         return None
     for iv in [*f.locs, *(iv for iv, _ in f.high_pcs)]:
-        sp = cands.get(iv.sec)
-        if sp is not None and sp.whole is None:
-            # (a DWARF 5 offset pair away from its base's new section is written again
-            # with its own relocated start: only its own bytes must stay together)
-            anchor = iv.start if f.version == 5 and iv.entry != (0, 0) else iv.anchor_at
-            a = min(sp.unit_at(anchor), sp.unit_at(iv.start))
-            b = sp.unit_at(max(iv.start, iv.end - 1))
-            if a != b:
-                sp.glue_range(a, b, f"DWARF describes {sp.sec.name}+{iv.start:#x}..{iv.end:#x} from "
-                                    f"{sp.units[a].name} as one range")
+        # (a DWARF 5 offset pair away from its base's new section is written again
+        # with its own relocated start: only its own bytes must stay together)
+        _glue_interval(cands, iv, iv.start if f.version == 5 and iv.entry != (0, 0) else iv.anchor_at, "DWARF")
+    for iv, where in f.dwo_ivs:     # (the .dwo is kept as it is: every range stays with its anchor)
+        _glue_interval(cands, iv, iv.anchor_at, f"the {where}")
     _return_addresses(cands, f.returns)
     return dwarf_write.Debug(f, lines)
+
+
+def _glue_interval(cands: dict[int, SectionPlan], iv, anchor: int, who: str) -> None:
+    """Units from ``anchor`` to the end of interval ``iv`` kept together."""
+    sp = cands.get(iv.sec)
+    if sp is None or sp.whole is not None:
+        return
+    a = min(sp.unit_at(anchor), sp.unit_at(iv.start))
+    b = sp.unit_at(max(iv.start, iv.end - 1))
+    if a != b:
+        sp.glue_range(a, b, f"{who} describes {sp.sec.name}+{iv.start:#x}..{iv.end:#x} from "
+                            f"{sp.units[a].name} as one range")
 
 
 def _return_addresses(cands: dict[int, SectionPlan], returns: list) -> None:
