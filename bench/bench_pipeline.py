@@ -617,6 +617,8 @@ HOT_STRINGS = "hot strings"
 # --order-dynsym as it was before the bloom filter could go below 8 bits a symbol (its row
 # beside the hot-strings row measures that change on its own)
 DYNSYM_BLOOM8 = "--order-dynsym --move-symtab, bloom filter >= 8 bits a symbol"
+# the names ld.so reads at the end of .dynstr, next to .rela.dyn (dynstr.names_not_read first)
+DYNSTR_LAST = "--order-dynsym --move-symtab, .dynstr names read last"
 
 
 def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
@@ -675,6 +677,16 @@ def order_dynsym_bloom8(lib: Path, meta: dict) -> None:
           f"{st['bloom_words'][1]:,} bloom words", flush=True)
 
 
+def dynstr_names_last(lib: Path, meta: dict) -> None:
+    """``dynstr_order`` of LIB in place with the names ld.so reads last (``dynstr.names_not_read`` first)."""
+    from elflayout.order import dynstr, dynstr_order
+
+    names, _ = dynstr.read_names(str(lib), dynstr.workload_executable(meta))
+    st = dynstr_order.reorder_in_place(str(lib), dynstr.names_not_read(lib, names))
+    print(f"  {DYNSTR_LAST}: {st['strings'] - st['first']:,} of {st['strings']:,} strings last, "
+          f"{st['references']:,} references mapped and proved", flush=True)
+
+
 def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
     """The best recipe's output and each post-link lever applied to a copy of it, as
     ``elflayout link`` applies them (``relink.order_dynsym``/``relink.move_symtab``, in that
@@ -689,10 +701,10 @@ def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
         libs[f"best, {name}"] = lib
         levers.append((f"best, {name}", lib, "--order-dynsym --move-symtab"))
         if name == HOT_STRINGS:
-            levers.append((f"best, {name}", lib, DYNSYM_BLOOM8))
+            levers += [(f"best, {name}", lib, DYNSYM_BLOOM8), (f"best, {name}", lib, DYNSTR_LAST)]
+    stems = {DYNSYM_BLOOM8: "floor-dynsym-bloom8+move-symtab", DYNSTR_LAST: "floor-order-dynsym+move-symtab+dynstr-last"}
     for base_name, src, lever in levers:
-        stem = "floor-dynsym-bloom8+move-symtab" if lever == DYNSYM_BLOOM8 else \
-            "floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")
+        stem = stems.get(lever) or "floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")
         out = w / "libs" / (stem if src == best else f"{stem}-{src.parent.name}") / best.name
         out.parent.mkdir(parents=True, exist_ok=True)
         if lever.startswith("strip"):
@@ -707,6 +719,8 @@ def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
                     print(f"  {lever}: {step.line()}", flush=True)
                     if not step.value:
                         raise SystemExit(f"bench_pipeline: {out}: {step.line()}")
+            if lever == DYNSTR_LAST:
+                dynstr_names_last(out, meta)
         libllvm.verify(out.parent)
         libs[f"{base_name}, {lever}" if src != best else f"best, {lever}"] = out
     return libs
