@@ -388,12 +388,14 @@ def hot_strings_link(w: Path, base: dict, prof: Path, levers: dict, per_object_p
 
 def dynsym_rows(lib: Path, launcher) -> dict:
     """LIB with ``link --order-dynsym`` applied (``relink.order_dynsym``, the launcher's
-    imports included), and with its bloom filter kept at 8 bits a symbol or more, as
-    ``bench_pipeline``'s libLLVM rows: {row name: library}."""
+    imports included), with its bloom filter kept at 8 bits a symbol or more, and with
+    the names ld.so reads last in .dynstr as well, as ``bench_pipeline``'s libLLVM rows:
+    {row name: library}."""
     from elflayout.order.relink import order_dynsym
 
     out = {}
-    for row, tag in ((bp.DYNSYM_BLOOM8.replace(" --move-symtab", ""), "dynsym-bloom8"), ("--order-dynsym", "dynsym")):
+    for row, tag in ((bp.DYNSYM_BLOOM8.replace(" --move-symtab", ""), "dynsym-bloom8"), ("--order-dynsym", "dynsym"),
+                     (bp.DYNSTR_LAST.replace(" --move-symtab", ""), "dynsym-dynstr-last")):
         q = lib.parent.with_name(f"{lib.parent.name}-{tag}") / lib.name
         q.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(lib, q)
@@ -402,6 +404,8 @@ def dynsym_rows(lib: Path, launcher) -> dict:
             bp.order_dynsym_bloom8(q, meta)
         else:
             print(f"  --order-dynsym: {order_dynsym(str(q), meta).line()}", flush=True)
+        if tag == "dynsym-dynstr-last":
+            bp.dynstr_names_last(q, meta)
         out[row] = q
     return out
 

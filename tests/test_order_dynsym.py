@@ -202,3 +202,28 @@ def test_verify_catches_a_bloom_filter_that_hides_a_symbol(tmp_path):
     bad.write_bytes(bytes(data))
     with pytest.raises(RuntimeError, match="finds another symbol"):
         verify(b["lib"], bad)
+
+
+def test_names_read_can_end_dynstr_next_to_the_relocations(tmp_path):
+    """``dynstr.names_not_read`` first (``dynstr_order``): the names ld.so reads end .dynstr,
+    which lld follows with .rela.dyn, read whole at start-up; the program runs the same."""
+    from elflayout.order import dynstr_order
+
+    b = _build(tmp_path)
+    names, _ = dynstr.read_names(b["lib"], [b["exe"]])
+    cold = dynstr.names_not_read(b["lib"], names)
+    assert cold and not set(cold) & set(names) and len(cold) == len(set(cold))
+    d = tmp_path / "last"
+    d.mkdir()
+    shutil.copy(b["exe"], d / "main")
+    dynstr_order.reorder(b["lib"], d / "libd.so", cold)
+    with ElfImage(d / "libd.so") as img:
+        t = Tables(img)
+        ds = img.section(".dynstr")
+        nxt = min((s for s in img.sections if s.offset >= ds.offset + ds.size and s.size), key=lambda s: s.offset)
+        st_name = t.records[:, :4].copy().view("<u4").ravel().tolist()
+    read = {n.encode() for n in names}
+    hot = [o for o, n in zip(st_name, t.names) if n in read]
+    other = [o for o, n in zip(st_name, t.names) if n and n not in read]
+    assert nxt.name == ".rela.dyn" and min(hot) > max(other)
+    assert subprocess.run([str(d / "main")], capture_output=True, text=True, check=True).stdout == b["output"]
