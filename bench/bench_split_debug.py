@@ -23,6 +23,10 @@ Workload: a program compressing and decompressing 1 MiB (``tests/zstd_testlib.DR
 The source comes from Debian's source archive (``tests/debsrc_testlib``); the objects are
 cached in ``~/.cache/elflayout/zstd``.
 
+``--split-dwarf`` (libzstd only): ``CFLAGS="-g -O2 -gsplit-dwarf"``, the debug information
+in ``.dwo`` files beside the objects (split writes a new one beside each split object
+whose ``.dwo`` lists had to be written again).
+
 ``--library sqlite3``: Debian's sqlite3 source, its own autoconf build (``./configure &&
 make libsqlite3.la``, configure's default CFLAGS ``-g -O2``): one object, the amalgamation
 ``sqlite3.c`` (a single compile unit), linked as libtool links it; the workload is SQLite's
@@ -95,10 +99,10 @@ class Zstd:
     def __init__(self, cc: str = "gcc"):
         import zstd_testlib
 
-        self.lib, self.cc = zstd_testlib, cc
+        self.lib, self.cc, self.extra = zstd_testlib, cc, []
 
     def build(self) -> list[str]:
-        return self.lib.build(self.cc, CFLAGS)
+        return self.lib.build(self.cc, CFLAGS + self.extra)
 
     def link_command(self, objs: list[str], out: Path) -> list[str]:
         return self.lib.link_command(DRIVER, objs, out)
@@ -125,7 +129,7 @@ class Sqlite:
     def __init__(self, cc: str = "gcc"):
         from elflayout.targets import sqlite
 
-        self.lib = sqlite
+        self.lib, self.extra = sqlite, []
         self.built = sqlite.build(cc)
 
     def build(self) -> list[str]:
@@ -184,13 +188,19 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--library", choices=sorted(LIBRARIES), default="zstd")
     ap.add_argument("--compiler", choices=COMPILERS, default="gcc")
+    ap.add_argument("--split-dwarf", action="store_true", help="compile with -gsplit-dwarf too (libzstd only)")
     a = ap.parse_args(argv)
+    if a.split_dwarf and a.library != "zstd":
+        ap.error("--split-dwarf: libzstd only (sqlite3's build takes no flags here)")
     t = LIBRARIES[a.library](a.compiler)
+    if a.split_dwarf:
+        t.extra = ["-gsplit-dwarf"]
     w = bp.work_dir() / ("split-debug" + ("" if a.library == "zstd" else f"-{a.library}")
-                         + ("" if a.compiler == "gcc" else f"-{a.compiler}"))
+                         + ("" if a.compiler == "gcc" else f"-{a.compiler}") + ("-split-dwarf" if a.split_dwarf else ""))
     w.mkdir(parents=True, exist_ok=True)
     unordered = f"unordered (-g -O2, {t.link_text}, lld)"
-    print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS)}\", {a.compiler}), unordered "
+    print(f"## {t.name} (Debian source, {t.build_text}, CFLAGS=\"{' '.join(CFLAGS + t.extra)}\", "
+          f"{a.compiler}), unordered "
           f"against "
           f"split + elflayout link, selective, read_ahead_kb {bp.RA_KB}\n", flush=True)
     objs = t.build()

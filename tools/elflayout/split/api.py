@@ -44,6 +44,7 @@ class ObjectReport:
     changed: bool
     reason: str | None = None       # why unchanged
     sections: list[SectionReport] = field(default_factory=list)
+    dwo: str | None = None          # a .dwo written again for the split object (-gsplit-dwarf)
 
 
 @dataclass
@@ -54,10 +55,13 @@ class InputReport:
     objects: list[ObjectReport]
 
 
-def split_object(raw: bytes, name: str) -> tuple[bytes, ObjectReport]:
+def split_object(raw: bytes, name: str, dwo_out: str | None = None) -> tuple[bytes, ObjectReport]:
     """Split one relocatable object; returns the new bytes (``raw`` itself when nothing
-    is split) and what was done."""
+    is split) and what was done. ``dwo_out``: where the ``.dwo`` of a ``-gsplit-dwarf``
+    object may be written again (its absolute path goes into the object); the report's
+    ``dwo`` then names it and ``dwo_data`` (not reported) holds its bytes."""
     obj = read_object(raw, name)
+    obj.dwo_out = str(Path(dwo_out).absolute()) if dwo_out else None
     plan = make_plan(obj)
     secs = []
     for sp in plan.sections.values():
@@ -74,7 +78,10 @@ def split_object(raw: bytes, name: str) -> tuple[bytes, ObjectReport]:
         return raw, ObjectReport(name, False, f"kept as it is: {e}", secs)
     # The result must parse as what it claims to be before anything is written.
     read_object(out, f"{name} (split)")
-    return out, ObjectReport(name, True, None, secs)
+    rep = ObjectReport(name, True, None, secs)
+    if plan.dwo_file is not None:
+        rep.dwo, rep.dwo_data = plan.dwo_file
+    return out, rep
 
 
 def _grp(sp, unit):
@@ -123,12 +130,14 @@ def plan_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, f
                 raise ElflayoutError(f"{p}: archive has no members")
             new, reps = [], []
             for mname, body in members:
-                b, rep = split_object(body, f"{p}({mname})")
+                b, rep = split_object(body, f"{p}({mname})", outdir / f"{p.name}.{Path(mname).stem}.dwo")
                 new.append((mname, b))
                 reps.append(rep)
             results.append((InputReport(str(p), str(out), True, reps), new))
         else:
-            b, rep = split_object(raw, str(p))
+            b, rep = split_object(raw, str(p), outdir / (p.stem + ".dwo"))
+            if rep.dwo and Path(rep.dwo).exists() and not force:
+                raise ElflayoutError(f"{rep.dwo}: output exists (use --force to replace it)")
             results.append((InputReport(str(p), str(out), False, [rep]), b))
     return results
 
@@ -160,10 +169,21 @@ def _stage_verify_replace(planned, outdir: Path, progress, verify) -> None:
             else:
                 tmp.write_bytes(data)
             staged.append(tmp)
-        if verify is not None:
-            if progress:
-                progress("check: linking originals and split objects in original order")
-            verify([Path(r.path) for r, _ in planned], staged)
+        # (.dwo files first: the split objects name them where they go, also for the check)
+        dwos = [o for r, _ in planned for o in r.objects if o.dwo]
+        try:
+            for o in dwos:
+                with atomic_output(o.dwo) as dst:
+                    Path(dst).write_bytes(o.dwo_data)
+            if verify is not None:
+                if progress:
+                    progress("check: linking originals and split objects in original order")
+                verify([Path(r.path) for r, _ in planned], staged)
+        except BaseException:
+            for o in dwos:
+                with contextlib.suppress(OSError):
+                    os.unlink(o.dwo)
+            raise
         for (rep, _), tmp in zip(planned, staged):
             with atomic_output(rep.output) as dst:
                 os.replace(tmp, dst)

@@ -44,6 +44,7 @@ def _functions(path: Path) -> dict[str, tuple[int, int]]:
 
 DW_UT_SKELETON = 4     # DWARF 5 §7.5.1.1
 SYMBOLIZERS = ("llvm-symbolizer-22", "llvm-symbolizer")
+DWO_DUMPERS = ("llvm-dwarfdump-22", "llvm-dwarfdump")
 
 
 def split_dwarf(path: Path) -> bool:
@@ -106,13 +107,15 @@ LIST_START = re.compile(r"DW_AT_location\s+\((?:indexed \(0x[0-9a-f]+\) loclist 
 @functools.lru_cache(maxsize=4)
 def _locations_of(name: str, _size: int, _mtime: int) -> Counter:
     """(Read from ``llvm-dwarfdump --debug-info``: it resolves every list form.)"""
-    tool = next((t for t in VERIFIERS if shutil.which(t)), None)
+    split = split_dwarf(Path(name))     # (the .dwo's DIEs with addresses resolved: --dwo, LLVM 17 on)
+    tool = next((t for t in (DWO_DUMPERS if split else VERIFIERS) if shutil.which(t)), None)
     out: Counter = Counter()
     if tool is None:
         return out
     funcs = sorted((a, z, n) for n, (a, z) in _functions(Path(name)).items())
     starts = [a for a, _, _ in funcs]
-    text = subprocess.run([tool, "--debug-info", name], capture_output=True, text=True, check=True).stdout
+    text = subprocess.run([tool, "--debug-info", *(["--dwo"] if split else []), name], capture_output=True,
+                          text=True, check=True).stdout
     var, in_list = "?", False
     for line in text.splitlines():
         t = line.strip()

@@ -50,6 +50,7 @@ index past its table is bad input (``Damaged``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from elftools.dwarf.dwarfinfo import DWARFInfo, DebugSectionDescriptor, DwarfConfig
@@ -212,6 +213,16 @@ class Facts:
     dwo_ivs: list[tuple[Interval, str]] = field(default_factory=list)  # ranges the .dwo describes, and where
     dwo_unit: str = ""              # why the skeleton's base must stay (its .dwo has offsets from it)
     dwo_name: str = ""              # the skeleton's .dwo (for messages)
+    dwo_inside: bool = False        # its sections are in the object (-gsplit-dwarf=single)
+    dwo_raw: bytes = b""            # the .dwo file (when not inside)
+    dwo_secs: dict[str, bytes] = field(default_factory=dict)   # its .debug_*.dwo by name without .dwo
+    dwo_lists: dict[tuple[str, int], list[Interval]] = field(default_factory=dict)   # its lists read
+    dwo_slots: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # their offset array slots
+    dwo_by_offset: set[tuple[str, int]] = field(default_factory=set)  # lists named by DW_FORM_sec_offset
+    dwo_fix: bool = False           # its offset pairs can be written again (see dwo)
+    dwo_rewrite: bool = False       # ... and there is a place for the new .dwo
+    dwo_name_field: tuple[str, int, str] = ("", 0, "")  # (section, field, string section) of DW_AT_dwo_name
+    str_offsets_base: int = 0
 
 
 def relocations(obj: ObjectFile, index: int) -> dict[int, Reloc]:
@@ -308,6 +319,8 @@ def _info(obj: ObjectFile, f: Facts, split: set[int]) -> None:
             if skeleton:
                 from elflayout.split import dwo     # (it reads lists with this module)
                 dwo.read(obj, f, cu, top, r)
+                f.dwo_rewrite = f.dwo_fix and obj.dwo_out is not None and \
+                    os.path.realpath(obj.dwo_out) != os.path.realpath(f.dwo_name)
             _unit(obj, f, cu, top, r, same_code)
         if len(f.cu_bases) > 1 and f.unit is not None:
             f.unit, f.unit_refused = None, "the object holds several compile units"
@@ -434,8 +447,9 @@ def _unit(obj: ObjectFile, f: Facts, cu, top, base: Reloc | None, same_code: int
         return
     why, ranges = "", RANGES[f.version]
     low_size = 8 if low.form == "DW_FORM_addr" else _index_room(obj, f, low)
-    if f.dwo_unit:
-        why = f.dwo_unit
+    if f.dwo_unit and not f.dwo_rewrite:
+        why = f.dwo_unit + ("" if not f.dwo_fix else " (no place given for a new .dwo)" if not obj.dwo_out else
+                            f" (the new .dwo would replace {f.dwo_name})")
     elif high.form not in HIGH_PC_SIZES:
         why = f"the unit's DW_AT_high_pc in {high.form}"
     elif isinstance(low_size, str):

@@ -17,6 +17,7 @@ import numpy as np
 from elflayout.split import dwarf_line
 from elflayout.split.dwarf import section_symbol as dwarf_section_symbol
 from elflayout.split.dwarf import ADDR_HEADER as dwarf_ADDR_HEADER
+from elflayout.split.dwarf import LIST_HEADER as dwarf_LIST_HEADER
 from elflayout.split.dwarf import (ADDRX_FORMS, LLE, LOCS, R_32, R_64, RANGES, RLE, Facts, Interval, crosses, enc_uleb,
                                    uleb)
 from elflayout.split.extents import STT
@@ -72,7 +73,8 @@ class _Ctx:
 def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int, bytes]:
     """New contents of rewritten debug sections by index; ``relas`` is updated in place."""
     c = _Ctx(plan, splits, starts, relas, grp_sym, mp)
-    c.facts = f = debug.facts
+    c.plan, c.facts = plan, debug.facts
+    f = c.facts
     c.convert = f.unit is not None and f.unit.base.sec in splits
     out = {}
     line_moves = _line(c, debug.lines, out)
@@ -90,8 +92,14 @@ def rewrite(plan, debug: Debug, splits, starts, relas, grp_sym, mp) -> dict[int,
                         (LOCS[f.version], loc_moves)):
         if moves:
             _patch_addends(c, f.secs[name], moves, out)
+    c.addr_extra = []
+    dwo_new = _dwo_lists(c) if f.dwo_rewrite else {}
     if c.convert:
         _unit_die(c, unit_list, out)
+    elif c.addr_extra:
+        _addr_append(c, out, [])
+    if dwo_new:
+        _dwo_output(c, dwo_new, out)
     return out
 
 
@@ -346,20 +354,23 @@ def _loclists(c: _Ctx, out: dict) -> dict[int, int]:
     return moves
 
 
-def _list_end(data: bytes, p: int) -> int:
-    """Offset just past the ``DW_LLE_end_of_list`` of the location list going on at ``p``
+def _list_end(data: bytes, p: int, kinds: dict = LLE) -> int:
+    """Offset just past the end of the location (or range) list going on at ``p``
     (an entry boundary; ``dwarf.lists`` read the same list without error)."""
+    loc = kinds is LLE
     while True:
         k = data[p]
         p += 1
-        if k == LLE["end_of_list"]:
+        if k == kinds["end_of_list"]:
             return p
-        fields = {LLE["base_addressx"]: "u", LLE["startx_endx"]: "uu", LLE["startx_length"]: "uu",
-                  LLE["offset_pair"]: "uu", LLE["default_location"]: "", LLE["base_address"]: "a",
-                  LLE["start_end"]: "aa", LLE["start_length"]: "au", LLE["GNU_view_pair"]: "uu"}[k]
-        for x in fields:
+        fields = {kinds["base_addressx"]: "u", kinds["startx_endx"]: "uu", kinds["startx_length"]: "uu",
+                  kinds["offset_pair"]: "uu", kinds["base_address"]: "a", kinds["start_end"]: "aa",
+                  kinds["start_length"]: "au"}
+        if loc:
+            fields |= {LLE["default_location"]: "", LLE["GNU_view_pair"]: "uu"}
+        for x in fields[k]:
             p = p + 8 if x == "a" else uleb(data, p)[1]
-        if k not in (LLE["base_address"], LLE["base_addressx"], LLE["GNU_view_pair"]):
+        if loc and k not in (LLE["base_address"], LLE["base_addressx"], LLE["GNU_view_pair"]):
             n, p = uleb(data, p)
             p += n
 
@@ -379,6 +390,8 @@ def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
         info[u.low:u.low + 8] = bytes(8)
     elif u.low_size:
         info[u.low:u.low + u.low_size] = _zero_entry(c, out, u)
+    if c.addr_extra and not _zeroed(u):
+        _addr_append(c, out, [])
     info[u.high:u.high + u.high_size] = bytes(u.high_size)
     rows = _rows(c, ".debug_info")
     rel = [(int(o), int(i), int(a)) for o, i, a in zip(rows["r_offset"], rows["r_info"], rows["r_addend"])
@@ -391,19 +404,117 @@ def _unit_die(c: _Ctx, unit_list: int, out: dict) -> None:
     out[f.secs[".debug_abbrev"]] = _abbrev(abbrev, u.table, u.code, u.high_size)
 
 
+def _zeroed(u) -> bool:
+    """Whether the converted unit's DW_AT_low_pc names a new ``.debug_addr`` entry holding 0."""
+    return u.low_form != "DW_FORM_addr" and bool(u.low_size)
+
+
 def _zero_entry(c: _Ctx, out: dict, u) -> bytes:
     """A new last ``.debug_addr`` entry holding 0 (no relocation); the bytes of its index
     in ``u.low_size`` bytes of ``u.low_form`` (ULEB128 padded with continuation bytes)."""
     f = c.facts
-    i = f.secs[".debug_addr"]
-    data = bytearray(c.obj.sections[i].data) + bytes(8)
-    h = f.bases[".debug_addr"] - dwarf_ADDR_HEADER
-    data[h:h + 4] = (int.from_bytes(data[h:h + 4], "little") + 8).to_bytes(4, "little")
-    out[i] = bytes(data)    # (its relocations, retargeted by plan, stay as they are)
+    _addr_append(c, out, [None])
     k = f.addr_count
     if ADDRX_FORMS[u.low_form]:
         return k.to_bytes(u.low_size, "little")
     return bytes(0x80 | (k >> 7 * j) & 0x7F for j in range(u.low_size - 1)) + bytes([k >> 7 * (u.low_size - 1)])
+
+
+def _addr_append(c: _Ctx, out: dict, first: list) -> None:
+    """``first`` (None: an entry holding 0) then ``c.addr_extra`` ((section, group,
+    offset): relocated) appended to the unit's ``.debug_addr`` table, the last of its section."""
+    f = c.facts
+    i = f.secs[".debug_addr"]
+    data = bytearray(c.obj.sections[i].data)
+    rel = _shifted(_rows(c, ".debug_addr"), 0, len(data), 0)
+    for e in [*first, *c.addr_extra]:
+        if e is not None:
+            rel.append(_reloc(c, len(data), *e))
+        data += bytes(8)
+    h = f.bases[".debug_addr"] - dwarf_ADDR_HEADER
+    data[h:h + 4] = (len(data) - h - 4).to_bytes(4, "little")
+    _store(c, ".debug_addr", data, rel, out)
+
+
+def _dwo_lists(c: _Ctx) -> dict[str, bytes]:
+    """The ``.dwo``'s lists holding offset pairs from the unit's base (now 0), or from a
+    base address now in another new section, appended again to their table, those pairs
+    as ``startx_length`` naming new ``.debug_addr`` entries (``c.addr_extra``), the offset
+    array pointed at the copies. By section name."""
+    f = c.facts
+    first = f.addr_count + (1 if c.convert and _zeroed(f.unit) else 0)
+    new_secs = {}
+
+    def again(iv):
+        return c.convert if iv.unit else iv.entry != (0, 0) and crosses(iv, c.bounds)
+
+    for name, kinds in ((".debug_rnglists", RLE), (".debug_loclists", LLE)):
+        todo = sorted(off for (sec, off), ivs in f.dwo_lists.items() if sec == name and any(map(again, ivs)))
+        if not todo:
+            continue
+        data = f.dwo_secs[name]
+        new = bytearray(data)
+        for off in todo:
+            at_new, p = len(new), off
+            for iv in f.dwo_lists[(name, off)]:
+                if not again(iv):
+                    continue
+                at, after = iv.entry
+                new += data[p:at]
+                c.addr_extra.append((iv.sec, c.span(iv.sec, iv.start)[0], iv.start))
+                new += bytes([kinds["startx_length"]]) + enc_uleb(first + len(c.addr_extra) - 1)
+                new += enc_uleb(iv.end - iv.start)
+                p = after
+            q = p
+            if kinds is LLE:    # (p: the last rewritten entry's expression)
+                n, q = uleb(data, p)
+                q += n
+            end = _list_end(data, q, kinds)
+            new += data[p:end]
+            for slot in f.dwo_slots[(name, off)]:
+                new[slot:slot + 4] = (at_new - dwarf_LIST_HEADER).to_bytes(4, "little")
+        new[0:4] = (len(new) - 4).to_bytes(4, "little")
+        new_secs[name] = bytes(new)
+    return new_secs
+
+
+def _dwo_output(c: _Ctx, new: dict[str, bytes], out: dict) -> None:
+    """The rewritten ``.dwo`` sections: a new ``.dwo`` file at ``obj.dwo_out`` which the
+    skeleton's ``DW_AT_dwo_name`` now names."""
+    f = c.facts
+    c.plan.dwo_file = (c.obj.dwo_out, dwo_file(f.dwo_raw, {k + ".dwo": v for k, v in new.items()}))
+    rel_sec, field, str_sec = f.dwo_name_field
+    i = f.secs[str_sec]
+    strings = out.get(i, c.obj.sections[i].data)
+    out[i] = strings + c.obj.dwo_out.encode() + b"\0"
+    if rel_sec == ".debug_info":
+        info = f.secs[".debug_info"]
+        key = ("copy", c.obj.rela_of[info])
+        hit = c.relas[key]["r_offset"] == field
+        c.relas[key]["r_addend"][hit] = len(strings)
+        return
+    rows = _rows(c, rel_sec)
+    rel = [(o, i_, len(strings) if o == field else a) for o, i_, a in _shifted(rows, 0, 1 << 62, 0)]
+    _store(c, rel_sec, c.obj.sections[f.secs[rel_sec]].data, rel, out)
+
+
+def dwo_file(raw: bytes, new: dict[str, bytes]) -> bytes:
+    """ELF file ``raw`` with the contents of the sections named in ``new`` replaced: the
+    new bytes appended, their section headers pointed at them (no section is allocated
+    in a .dwo: nothing else moves)."""
+    from elftools.elf.elffile import ELFFile
+    import io
+    elf = ELFFile(io.BytesIO(raw))
+    shoff, entsize = elf["e_shoff"], elf["e_shentsize"]
+    data = bytearray(raw)
+    for k, sec in enumerate(elf.iter_sections()):
+        if sec.name in new:
+            data += bytes(-len(data) % 8)
+            h = shoff + k * entsize
+            data[h + 24:h + 32] = len(data).to_bytes(8, "little")      # sh_offset (Elf64_Shdr)
+            data[h + 32:h + 40] = len(new[sec.name]).to_bytes(8, "little")      # sh_size
+            data += new[sec.name]
+    return bytes(data)
 
 
 def _abbrev(data: bytes, table: int, code: int, high_size: int) -> bytes:

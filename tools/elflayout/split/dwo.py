@@ -29,6 +29,7 @@ from elflayout.split import dwarf
 from elflayout.split.dwarf import ADDRX_FORMS, LISTX_FORMS, LLE, RLE, Damaged, Facts, Interval, Refused
 
 SHF_COMPRESSED = 0x800
+STRX_FORMS = ("DW_FORM_strx", "DW_FORM_strx1", "DW_FORM_strx2", "DW_FORM_strx3", "DW_FORM_strx4")
 STR_OFFSETS_HEADER = 8      # DWARF 5 §7.26: unit_length, version, padding
 # DWARF 5 §7.5.5 classes: attributes whose DW_FORM_sec_offset names a list
 RANGE_ATTRS = ("DW_AT_ranges", "DW_AT_start_scope")
@@ -46,7 +47,7 @@ class Unreadable(Damaged):
 def read(obj, f: Facts, cu, top, base: dwarf.Reloc | None) -> None:
     """Intervals of the skeleton unit's ``.dwo`` into ``f.dwo_ivs``, its call return
     addresses into ``f.returns``, and ``f.dwo_unit`` (why the unit's base must stay)."""
-    name, secs = _sections(obj, top)
+    name, secs = _sections(obj, f, top)
     f.dwo_name = name
     dw = _dwarfinfo(obj, f, secs)
     want = cu.header.get("dwo_id")
@@ -57,16 +58,60 @@ def read(obj, f: Facts, cu, top, base: dwarf.Reloc | None) -> None:
     if unit.dwarf_format() != 32 or unit["address_size"] != 8:
         raise Refused(f"{name}: 64-bit DWARF or an address size other than 8")
     _inject_bases(unit, f)
+    a = top.attributes.get("DW_AT_str_offsets_base")
+    r = f.relocs[".debug_info"].get(a.offset) if a is not None else None
+    f.str_offsets_base = r.addend if r is not None else 0
     lists: dict[tuple[str, int], None] = {}
     for die in unit.iter_DIEs():
         _die(f, die, name, secs, lists)
     for (sec, off) in lists:
         _list(f, secs, sec, off, name, base)
+    f.dwo_secs = secs
+    _rewritable(obj, f, top)
 
 
-def _sections(obj, top) -> tuple[str, dict[str, bytes]]:
+def _rewritable(obj, f: Facts, top) -> None:
+    """Whether the ``.dwo``'s offset pairs from the unit's base can be written again as
+    ``startx_length`` entries naming new ``.debug_addr`` entries (``f.dwo_fix``): lists
+    named by index only, one table per list section, the address table last in its
+    section, and the skeleton's ``DW_AT_dwo_name`` a string split can point elsewhere
+    (``f.dwo_name_field``), the ``.dwo`` sections not in the object itself."""
+    used = {k for k, ivs in f.dwo_lists.items() if any(iv.unit or iv.entry != (0, 0) for iv in ivs)}
+    why = ""
+    if not used:
+        return
+    if f.dwo_inside:
+        why = "the .dwo sections are in the object (-gsplit-dwarf=single), which its links name by its old path"
+    elif any(k in f.dwo_by_offset for k in used):
+        why = "a list of offsets from the unit's base is named by a section offset"
+    elif any(dwarf.tables(f.dwo_secs[sec], sec) != 0 for sec, _ in used):
+        why = "a .dwo list section holds several tables"
+    elif f.bases[".debug_addr"] + 8 * f.addr_count != obj.sections[f.secs[".debug_addr"]].size:
+        why = "the unit's .debug_addr table is not the last of its section"
+    else:
+        a = top.attributes.get("DW_AT_dwo_name")
+        forms = {"DW_FORM_strp": ".debug_str", "DW_FORM_line_strp": ".debug_line_str",
+                 **{x: ".debug_str" for x in STRX_FORMS}}
+        sec = forms.get(a.form) if a is not None else None
+        table = f.secs.get(".debug_str_offsets") if a is not None and a.form in STRX_FORMS else None
+        if sec is None or sec not in f.secs or (a.form in STRX_FORMS and (table is None or not f.str_offsets_base)):
+            why = f"DW_AT_dwo_name in {a.form if a is not None else 'no form'} (not rewritten by split)"
+        else:
+            field = f.str_offsets_base + 4 * a.raw_value if a.form in STRX_FORMS else a.offset
+            rel_sec = ".debug_str_offsets" if a.form in STRX_FORMS else ".debug_info"
+            if field not in f.relocs.get(rel_sec, {}):
+                why = "DW_AT_dwo_name's string without a relocation"
+            else:
+                f.dwo_name_field = (rel_sec, field, sec)
+    f.dwo_fix = not why
+    if why and f.dwo_unit:
+        f.dwo_unit += f" ({why})"
+
+
+def _sections(obj, f: Facts, top) -> tuple[str, dict[str, bytes]]:
     """(name for messages, ``.debug_*.dwo`` contents by name without ``.dwo``)."""
     own = {s.name[:-4]: s for s in obj.sections if s.name.startswith(".debug_") and s.name.endswith(".dwo")}
+    f.dwo_inside = bool(own)
     if own:
         if any(s.flags & SHF_COMPRESSED for s in own.values()):
             raise Refused("compressed .dwo sections (not read by split)")
@@ -96,6 +141,7 @@ def _sections(obj, top) -> tuple[str, dict[str, bytes]]:
     for k in (".debug_info", ".debug_abbrev"):
         if k not in out:
             raise Damaged(f"{path}: no {k}.dwo")
+    f.dwo_raw = raw
     return path, out
 
 
@@ -130,9 +176,13 @@ def _die(f: Facts, die, name: str, secs: dict[str, bytes], lists: dict) -> None:
     at = die.attributes
     for a in at.values():
         if a.form in LISTX_FORMS:
-            lists[_listx(secs, LISTX_FORMS[a.form], a.raw_value, name)] = None
+            key, slot = _listx(secs, LISTX_FORMS[a.form], a.raw_value, name)
+            lists[key] = None
+            f.dwo_slots.setdefault(key, []).append(slot)
         elif a.form == "DW_FORM_sec_offset" and a.name in RANGE_ATTRS + LOC_ATTRS:
-            lists[(".debug_rnglists" if a.name in RANGE_ATTRS else ".debug_loclists", a.raw_value)] = None
+            key = (".debug_rnglists" if a.name in RANGE_ATTRS else ".debug_loclists", a.raw_value)
+            lists[key] = None
+            f.dwo_by_offset.add(key)
         elif a.form == "DW_FORM_sec_offset" and a.name not in NO_ADDRESS:
             raise Refused(f"{a.name} as a section offset in {name} (not read by split)")
         elif a.form == "DW_FORM_addr":
@@ -153,9 +203,9 @@ def _die(f: Facts, die, name: str, secs: dict[str, bytes], lists: dict) -> None:
     f.dwo_ivs.append((iv, f"{die.tag} at {die.offset:#x} of {name}"))
 
 
-def _listx(secs: dict[str, bytes], sec: str, index: int, name: str) -> tuple[str, int]:
-    """(section, offset) of list ``index`` of the ``.dwo``'s one table (its offsets
-    relative to the end of the table's header, DWARF 5 §7.28)."""
+def _listx(secs: dict[str, bytes], sec: str, index: int, name: str) -> tuple[tuple[str, int], int]:
+    """((section, offset), array slot) of list ``index`` of the ``.dwo``'s first table
+    (its offsets relative to the end of the table's header, DWARF 5 §7.28)."""
     data = secs.get(sec)
     if data is None or len(data) < dwarf.LIST_HEADER:
         raise Damaged(f"{name}: a list index into {sec}.dwo, which is missing")
@@ -166,7 +216,7 @@ def _listx(secs: dict[str, bytes], sec: str, index: int, name: str) -> tuple[str
     off = dwarf.LIST_HEADER + int.from_bytes(data[slot:slot + 4], "little")
     if off >= len(data):
         raise Damaged(f"{name}: {sec}.dwo offset {off:#x} past the end of the section")
-    return sec, off
+    return (sec, off), slot
 
 
 def _list(f: Facts, secs: dict[str, bytes], sec: str, off: int, name: str, base) -> None:
@@ -178,11 +228,10 @@ def _list(f: Facts, secs: dict[str, bytes], sec: str, off: int, name: str, base)
     where = f"{'range' if kinds is RLE else 'location'} list at {off:#x} of {name}"
     ivs = dwarf.walk(data, off, {}, kinds, where, base if base is not None else True,
                      lambda i: dwarf.addrx(f, i))
+    f.dwo_lists[(sec, off)] = ivs
     for iv in ivs:
         if iv.unit:
             f.dwo_unit = f.dwo_unit or (f"{where} holds offsets from the unit's base address (the skeleton's "
                                         "DW_AT_low_pc), which must stay where it is")
-            iv = Interval(iv.sec, iv.start, iv.end, -1, base.addend, reloc=base)
-        else:
-            iv = Interval(iv.sec, iv.start, iv.end, -1, iv.anchor_at, reloc=iv.reloc)
+            iv = Interval(iv.sec, iv.start, iv.end, -1, base.addend, True, iv.entry, reloc=base)
         f.dwo_ivs.append((iv, where))

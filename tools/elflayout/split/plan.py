@@ -172,6 +172,7 @@ class Plan:
     fixes: list[RelocFix]
     unchanged: str | None = None            # why the object is copied as it is
     debug: object = None                    # dwarf_write.Debug: debug sections to rewrite
+    dwo_file: tuple[str, bytes] | None = None   # (path, bytes) of a .dwo written again (by the writer)
 
     @property
     def splits(self) -> dict[int, SectionPlan]:
@@ -258,8 +259,11 @@ def _debug_rules(obj: ObjectFile, cands: dict[int, SectionPlan]):
         # (a DWARF 5 offset pair away from its base's new section is written again
         # with its own relocated start: only its own bytes must stay together)
         _glue_interval(cands, iv, iv.start if f.version == 5 and iv.entry != (0, 0) else iv.anchor_at, "DWARF")
-    for iv, where in f.dwo_ivs:     # (the .dwo is kept as it is: every range stays with its anchor)
-        _glue_interval(cands, iv, iv.anchor_at, f"the {where}")
+    for iv, where in f.dwo_ivs:
+        # (kept as it is in the .dwo: every range stays with its anchor; offset pairs from
+        # a unit base that becomes a range list are written again with their own start)
+        again = (f.unit is not None) if iv.unit else (f.dwo_rewrite and iv.entry != (0, 0))
+        _glue_interval(cands, iv, iv.start if again else iv.anchor_at, f"the {where}")
     _return_addresses(cands, f.returns)
     return dwarf_write.Debug(f, lines)
 

@@ -58,6 +58,7 @@ class ObjectFile:
     symbols: np.ndarray             # SYM64 records (index 0 is the null symbol)
     sym_names: list[str]
     rela_of: dict[int, int] = field(default_factory=dict)   # target section -> its RELA section
+    dwo_out: str | None = None      # where a rewritten .dwo of a -gsplit-dwarf skeleton goes (None: nowhere)
     relas: dict[int, np.ndarray] = field(default_factory=dict)  # RELA section index -> RELA64 records
     e_flags: int = 0
     osabi: int = 0
