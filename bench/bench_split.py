@@ -157,7 +157,7 @@ def ordered_links(w: Path, base: dict, prof: Path, prof1: Path, envs: list) -> d
     return linked
 
 
-def default_path(w: Path, prof: Path, **opts) -> tuple[Path, str]:
+def default_path(w: Path, prof: Path, tag: str = "", **opts) -> tuple[Path, str]:
     """libpython relinked by `elflayout link`'s default path (``order.relink.relink``, what
     `make demo` runs): the link command of Debian's objects as they are, with PROF (the
     split build's profile under the measured conditions: its data sections are the split
@@ -167,7 +167,7 @@ def default_path(w: Path, prof: Path, **opts) -> tuple[Path, str]:
 
     plain = libpython.prepare("lld")
     argv = [str(plain["launcher"]), "-c", bp.IMPORTS]
-    out = w / "libs" / ("default-lld" + "".join(f"-{k.replace('_', '-')}" for k in opts)) / plain["lib"].name
+    out = w / "libs" / ("default-lld" + "".join(f"-{k.replace('_', '-')}" for k in opts) + tag) / plain["lib"].name
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(plain["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(out)
@@ -442,8 +442,13 @@ def floor(runs: int) -> None:
                 check_output(q, d, want)
                 variants[f"{name}, {row}"] = (q, bp.variant_cmd(q.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
     plain = libpython.prepare("lld")
-    for name, opts in (("default path, stripped", {}), ("default path --hot-strings, stripped", {"hot_strings": True})):
-        lib, _cmd = default_path(w, fbp, **opts)
+    rprof = bp.with_recorded_strings(fbp, base["lib"], [base["launcher"], "-c", bp.IMPORTS],
+                                     [*envs, *MEASURED_CONDITIONS], w / "python-split-clean+faults+strings.profile.json")
+    for name, prof, opts in (("default path, stripped", fbp, {}),
+                             ("default path --hot-strings, stripped", fbp, {"hot_strings": True}),
+                             ("default path --hot-strings, strings recorded (profile --strings), stripped", rprof,
+                              {"hot_strings": True, "tag": "-recorded"})):
+        lib, _cmd = default_path(w, prof, **opts)
         p = stripped(lib, w / "libs" / f"{lib.parent.name}-stripped")
         check_output(p, plain, want)
         variants[name] = (p, bp.variant_cmd(p.parent, [plain["launcher"], "-c", bp.IMPORTS], plain["env"]))
