@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -385,6 +386,30 @@ def hot_strings_link(w: Path, base: dict, prof: Path, levers: dict, per_object_p
     return {"lib": out, "launcher": base["launcher"], "env": base["env"]}
 
 
+def dynsym_rows(lib: Path, launcher) -> dict:
+    """LIB with ``link --order-dynsym`` applied (``relink.order_dynsym``, the launcher's
+    imports included), with its bloom filter kept at 8 bits a symbol or more, and with
+    the names ld.so reads last in .dynstr as well, as ``bench_pipeline``'s libLLVM rows:
+    {row name: library}."""
+    from elflayout.order.relink import order_dynsym
+
+    out = {}
+    for row, tag in ((bp.DYNSYM_BLOOM8.replace(" --move-symtab", ""), "dynsym-bloom8"), ("--order-dynsym", "dynsym"),
+                     (bp.DYNSTR_LAST.replace(" --move-symtab", ""), "dynsym-dynstr-last")):
+        q = lib.parent.with_name(f"{lib.parent.name}-{tag}") / lib.name
+        q.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(lib, q)
+        meta = {"argv": [str(launcher)]}
+        if tag == "dynsym-bloom8":
+            bp.order_dynsym_bloom8(q, meta)
+        else:
+            print(f"  --order-dynsym: {order_dynsym(str(q), meta).line()}", flush=True)
+        if tag == "dynsym-dynstr-last":
+            bp.dynstr_names_last(q, meta)
+        out[row] = q
+    return out
+
+
 def floor(runs: int) -> None:
     """libpython (split, stripped as Debian ships it): the best recipe against itself
     with each data-script lever, one session; every variant's output checked."""
@@ -412,6 +437,10 @@ def floor(runs: int) -> None:
         p = bp.pack(stripped(d["lib"], w / "libs" / f"{tag}-stripped"), w / "libs" / f"{tag}-stripped-packed")
         check_output(p, d, want)
         variants[name] = (p, bp.variant_cmd(p.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
+        if name == "+ hot string pools":
+            for row, q in dynsym_rows(p, d["launcher"]).items():
+                check_output(q, d, want)
+                variants[f"{name}, {row}"] = (q, bp.variant_cmd(q.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
     plain = libpython.prepare("lld")
     rprof = bp.with_recorded_strings(fbp, base["lib"], [base["launcher"], "-c", bp.IMPORTS],
                                      [*envs, *MEASURED_CONDITIONS], w / "python-split-clean+faults+strings.profile.json")

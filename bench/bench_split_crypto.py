@@ -99,8 +99,9 @@ def best_recipe(w: Path, sbase: dict, sprof: Path, levers=None, tag: str = "") -
 
 def levers_floor(w: Path, runs: int) -> None:
     """Held out: the libpython floor's data-script levers (``bench_split.FLOOR_LEVERS``)
-    on the best recipe, and the default path with and without ``--hot-strings``, one
-    session; every variant's digests and ciphers verified."""
+    on the best recipe, the best recipe with ``--order-dynsym`` (and with its bloom filter
+    kept at 8 bits a symbol), and the default path with and without ``--hot-strings``,
+    one session; every variant's digests and ciphers verified."""
     from elflayout.targets import libcrypto
 
     sbase = libcrypto.prepare("lld", split=True)
@@ -111,6 +112,10 @@ def levers_floor(w: Path, runs: int) -> None:
         tag = "".join(f"-{k}" for k, v in levers.items() if v)
         lib = best_recipe(w, sbase, sprof, levers, tag)
         variants[name] = (lib, bp.variant_cmd(lib.parent, argv_, {}))
+        if not tag:  # the dynamic-symbol order held out (bench_pipeline's libLLVM rows)
+            for row, q in bench_split.dynsym_rows(lib, argv_[0]).items():
+                libcrypto.verify(q.parent)
+                variants[f"{name}, {row}"] = (q, bp.variant_cmd(q.parent, argv_, {}))
     base = libcrypto.prepare("lld")
     envs = sum((["--env", f"{k}={v}"] for k, v in sbase["env"].items()), [])
     rprof = bp.with_recorded_strings(sprof, sbase["lib"], sbase["workloads"]["dgst"], [*envs, *MEASURED_CONDITIONS],
