@@ -131,6 +131,20 @@ def cached_profile(out: Path, lib: Path, profile_args: list, data=True) -> Path:
     return out
 
 
+def with_recorded_strings(prof: Path, lib: Path, argv: list, profile_args: list, out: Path) -> Path:
+    """PROF with, on its target, the strings ARGV reads from LIB (``profile --strings``,
+    cached; ``profile_args``: its --env and conditions): what ``link --hot-strings`` then
+    moves instead of the strings the profiled code reaches. Returns OUT."""
+    run = out.with_name(out.stem + ".strings-run.json")
+    cached_profile(run, lib, ["profile", "--target", lib, "--strings", *profile_args, "-o", run, "--force", "--",
+                              *argv], data=False)
+    doc = json.loads(Path(prof).read_text())
+    doc["targets"][0]["strings"] = json.loads(run.read_text())["targets"][0]["strings"]
+    out.write_text(json.dumps(doc))
+    print(f"  {out}: {prof.name} with the {len(doc['targets'][0]['strings']):,} strings the run read", flush=True)
+    return out
+
+
 def file_sha(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -614,15 +628,47 @@ def llvm_default_vs_best(runs: int) -> None:
 
 LLVM_FLOOR_LEVERS = ("--order-dynsym", "--move-symtab", "--order-dynsym --move-symtab", "strip --strip-all")
 HOT_STRINGS = "hot strings"
+# --order-dynsym as it was before the bloom filter could go below 8 bits a symbol (its row
+# beside the hot-strings row measures that change on its own)
+DYNSYM_BLOOM8 = "--order-dynsym --move-symtab, bloom filter >= 8 bits a symbol"
+# the names ld.so reads at the end of .dynstr, next to .rela.dyn (dynstr.names_not_read first)
+DYNSTR_LAST = "--order-dynsym --move-symtab, .dynstr names read last"
 
 
-def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
+HOT_ADDEND = "hot strings, section + addend"
+HOT_RECORDED = "hot strings recorded (profile --strings), section + addend"
+
+
+def cached_rewrite(outdir: Path, arch, hot: set, only: set, by_addend: bool) -> tuple[dict, dict]:
+    """``hotstrings.rewrite_inputs`` (minutes on libLLVM), its result kept beside the
+    rewritten archives (keyed by the hot set, the objects and the mode) and reused while
+    they are all there."""
+    from elflayout.split import hotstrings
+
+    key = hashlib.sha256(b"".join(sorted(hot)) + "\0".join(sorted(only)).encode() + bytes([by_addend])).hexdigest()[:16]
+    rec = outdir / f"rewrite-{key}.json"
+    if rec.exists():
+        d = json.loads(rec.read_text())
+        if all(Path(v).exists() for v in d["moved"].values()):
+            print(f"  rewrite: cached ({rec})", flush=True)
+            return {k: Path(v) for k, v in d["moved"].items()}, d["totals"]
+    moved, tot = hotstrings.rewrite_inputs(arch, outdir, hot, only=only, by_addend=by_addend)
+    outdir.mkdir(parents=True, exist_ok=True)
+    rec.write_text(json.dumps({"moved": {k: str(v) for k, v in moved.items()}, "totals": tot}))
+    return moved, tot
+
+
+def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None, by_addend: bool = False,
+                     recorded: set | None = None) -> dict:
     """The best recipe relinked from archives whose hot string pieces moved into pools of
     their own (``split.hotstrings``: the strings relocations of the code and data that ran
     reach, plus ``extra_hot``), placed first by the data script (``string_pool``): with
     the touched objects' remaining strings still leading ``.rodata.elflayout`` (the data
-    script as before) and without (``--no-hot-strings``). Packed, llc/opt outputs
-    checked. Returns {row name: library}."""
+    script as before) and without (``--no-hot-strings``). ``by_addend``: the other lever,
+    strings reached by section + addend hot and moved too (a section symbol for each
+    pool), one row; ``recorded``: the strings the run read (``profile --strings``)
+    instead of the static set, moved as with ``by_addend``, one row. Packed, llc/opt
+    outputs checked. Returns {row name: library}."""
     from elflayout.order import pipeline
     from elflayout.split import hotstrings
     from elflayout.targets import libllvm
@@ -630,19 +676,22 @@ def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
     t = time.monotonic()
     o = pipeline.order(pipeline.Request(prof, "lld", lib=base["lib"], algorithm="hot-last"))
     secs = hotstrings.hot_sections(o.layout)
-    hot = hotstrings.static_hot_strings(secs) | set(extra_hot or ())
-    print(f"  hot strings: {len(hot):,} strings, {sum(map(len, hot)):,} bytes, reached from {len(secs):,} objects' "
-          f"sections that ran{' + the given file' if extra_hot else ''} ({time.monotonic() - t:.0f} s)", flush=True)
+    by_addend = by_addend or recorded is not None
+    hot = (recorded if recorded is not None else hotstrings.static_hot_strings(secs, by_addend)) | set(extra_hot or ())
+    print(f"  hot strings: {len(hot):,} strings, {sum(map(len, hot)):,} bytes, "
+          f"{'recorded from the run' if recorded is not None else 'reached from'} {len(secs):,} objects' "
+          f"sections that ran{' (section + addend too)' if by_addend else ''}"
+          f"{' + the given file' if extra_hot else ''} ({time.monotonic() - t:.0f} s)", flush=True)
     arch = libllvm.archives()
-    moved, tot = hotstrings.rewrite_inputs(arch, w / "hotstrings", hot, only=set(secs))
+    moved, tot = cached_rewrite(w / "hotstrings", arch, hot, set(secs), by_addend)
     print(f"  rewritten: {len(moved)} archives, {tot['objects_changed']:,} of {tot['objects']:,} objects, "
-          f"{tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved, {tot['pinned_pieces']:,} "
-          f"({tot['pinned_bytes']:,} bytes) kept (section + addend or global), whole: {tot['kept']} "
-          f"({time.monotonic() - t:.0f} s)", flush=True)
+          f"{tot['moved_pieces']:,} pieces ({tot['moved_bytes']:,} bytes) moved ({tot['addend_pieces']:,} reached by "
+          f"section + addend), {tot['pinned_pieces']:,} ({tot['pinned_bytes']:,} bytes) kept (section + addend or "
+          f"global), whole: {tot['kept']} ({time.monotonic() - t:.0f} s)", flush=True)
     order = [moved.get(str(a), a) for a in arch]
     out = {}
-    for pools in (True, False):
-        tag = "hs" if pools else "hs-nopools"
+    for pools in ((True,) if by_addend else (True, False)):
+        tag = "hs-recorded" if recorded is not None else "hs-addend" if by_addend else "hs" if pools else "hs-nopools"
         files = {k: w / f"llvm-{tag}.{k}" for k in ("lld", "ld", "rsp")}
         write_order(files["lld"], prof, "lld", dynstr_out=files["rsp"], lib=base["lib"], algorithm="hot-last")
         dtext, _ = o.data_script(hot_strings=pools, string_pool=True)
@@ -658,8 +707,41 @@ def llvm_hot_strings(w: Path, prof: Path, base: dict, extra_hot=None) -> dict:
         with ElfImage(packed) as img:
             sec = img.section(hotstrings.HOT_PREFIX)
         print(f"  {packed}: {hotstrings.HOT_PREFIX} {sec.size if sec else 0:,} bytes", flush=True)
-        out[HOT_STRINGS if pools else f"{HOT_STRINGS}, no per-object pools"] = packed
+        out[HOT_RECORDED if recorded is not None else HOT_ADDEND if by_addend else
+            HOT_STRINGS if pools else f"{HOT_STRINGS}, no per-object pools"] = packed
     return out
+
+
+def order_dynsym_bloom8(lib: Path, meta: dict) -> None:
+    """``relink.order_dynsym`` with the bloom filter kept at 8 bits a symbol or more."""
+    from elflayout.order import dynstr, dynsym
+
+    names, _ = dynstr.read_names(str(lib), dynstr.workload_executable(meta))
+    st = dynsym.reorder_in_place(str(lib), names, min_bloom_bits=8)
+    print(f"  {DYNSYM_BLOOM8}: {st['buckets'][0]:,} -> {st['buckets'][1]:,} buckets, {st['bloom_words'][0]:,} -> "
+          f"{st['bloom_words'][1]:,} bloom words", flush=True)
+
+
+def dynstr_names_last(lib: Path, meta: dict) -> None:
+    """``dynstr_order`` of LIB in place with the names ld.so reads last (``dynstr.names_not_read`` first)."""
+    from elflayout.order import dynstr, dynstr_order
+
+    names, _ = dynstr.read_names(str(lib), dynstr.workload_executable(meta))
+    st = dynstr_order.reorder_in_place(str(lib), dynstr.names_not_read(lib, names))
+    print(f"  {DYNSTR_LAST}: {st['strings'] - st['first']:,} of {st['strings']:,} strings last, "
+          f"{st['references']:,} references mapped and proved", flush=True)
+
+
+def llvm_recorded_strings(w: Path, best: Path) -> set:
+    """The strings ``llc-16 --version`` reads from the best recipe's library, byte by byte
+    (``profile --strings``, cached)."""
+    from elflayout.split import hotstrings
+    from elflayout.targets import libllvm
+
+    out = w / "llvm-best.strings.profile.json"
+    cached_profile(out, best, ["profile", "--target", best, "--strings", "--env", f"LD_LIBRARY_PATH={best.parent}",
+                               "-o", out, "--force", "--", str(libllvm.system()["llc"]), "--version"], data=False)
+    return hotstrings.recorded_strings(json.loads(out.read_text())["targets"][0])
 
 
 def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
@@ -675,20 +757,27 @@ def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
     for name, lib in (hot or {}).items():
         libs[f"best, {name}"] = lib
         levers.append((f"best, {name}", lib, "--order-dynsym --move-symtab"))
+        if name == HOT_STRINGS:
+            levers += [(f"best, {name}", lib, DYNSYM_BLOOM8), (f"best, {name}", lib, DYNSTR_LAST)]
+    stems = {DYNSYM_BLOOM8: "floor-dynsym-bloom8+move-symtab", DYNSTR_LAST: "floor-order-dynsym+move-symtab+dynstr-last"}
     for base_name, src, lever in levers:
-        stem = "floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")
+        stem = stems.get(lever) or "floor-" + lever.strip("-").replace(" --", "+").replace(" ", "-")
         out = w / "libs" / (stem if src == best else f"{stem}-{src.parent.name}") / best.name
         out.parent.mkdir(parents=True, exist_ok=True)
         if lever.startswith("strip"):
             subprocess.run(["strip", "--strip-all", "-o", str(out), str(best)], check=True)
         else:
             shutil.copyfile(src, out)
-            for step in (order_dynsym(str(out), meta) if "dynsym" in lever else None,
+            if lever == DYNSYM_BLOOM8:
+                order_dynsym_bloom8(out, meta)
+            for step in (order_dynsym(str(out), meta) if "dynsym" in lever and lever != DYNSYM_BLOOM8 else None,
                          move_symtab(str(out)) if "symtab" in lever else None):
                 if step is not None:
                     print(f"  {lever}: {step.line()}", flush=True)
                     if not step.value:
                         raise SystemExit(f"bench_pipeline: {out}: {step.line()}")
+            if lever == DYNSTR_LAST:
+                dynstr_names_last(out, meta)
         libllvm.verify(out.parent)
         libs[f"{base_name}, {lever}" if src != best else f"best, {lever}"] = out
     return libs
@@ -696,9 +785,14 @@ def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
 
 def llvm_floor(runs: int, hot_strings: bool = False, extra_hot=None) -> None:
     """libLLVM: the best recipe against itself with each post-link lever, one session;
-    ``hot_strings``: also the hot string pools alone and with the other levers."""
+    ``hot_strings``: also the hot string pools (strings reached by symbols; and by
+    section + addend too) alone and with the other levers."""
     w, argv, base, prof, best = llvm_best()
-    hot = llvm_hot_strings(w, prof, base, extra_hot=extra_hot) if hot_strings else None
+    hot = None
+    if hot_strings:
+        hot = llvm_hot_strings(w, prof, base, extra_hot=extra_hot)
+        hot.update(llvm_hot_strings(w, prof, base, extra_hot=extra_hot, by_addend=True))
+        hot.update(llvm_hot_strings(w, prof, base, extra_hot=extra_hot, recorded=llvm_recorded_strings(w, best)))
     libs = llvm_floor_libs(w, best, hot)
     variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in libs.items()}
     summ = summarise(measure(w / "llvm-floor.results.json", variants, runs), dict(libs))

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -156,7 +157,7 @@ def ordered_links(w: Path, base: dict, prof: Path, prof1: Path, envs: list) -> d
     return linked
 
 
-def default_path(w: Path, prof: Path, **opts) -> tuple[Path, str]:
+def default_path(w: Path, prof: Path, tag: str = "", **opts) -> tuple[Path, str]:
     """libpython relinked by `elflayout link`'s default path (``order.relink.relink``, what
     `make demo` runs): the link command of Debian's objects as they are, with PROF (the
     split build's profile under the measured conditions: its data sections are the split
@@ -166,7 +167,7 @@ def default_path(w: Path, prof: Path, **opts) -> tuple[Path, str]:
 
     plain = libpython.prepare("lld")
     argv = [str(plain["launcher"]), "-c", bp.IMPORTS]
-    out = w / "libs" / ("default-lld" + "".join(f"-{k.replace('_', '-')}" for k in opts)) / plain["lib"].name
+    out = w / "libs" / ("default-lld" + "".join(f"-{k.replace('_', '-')}" for k in opts) + tag) / plain["lib"].name
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(plain["link_cmd"])
     cmd[cmd.index("-o") + 1] = str(out)
@@ -385,6 +386,30 @@ def hot_strings_link(w: Path, base: dict, prof: Path, levers: dict, per_object_p
     return {"lib": out, "launcher": base["launcher"], "env": base["env"]}
 
 
+def dynsym_rows(lib: Path, launcher) -> dict:
+    """LIB with ``link --order-dynsym`` applied (``relink.order_dynsym``, the launcher's
+    imports included), with its bloom filter kept at 8 bits a symbol or more, and with
+    the names ld.so reads last in .dynstr as well, as ``bench_pipeline``'s libLLVM rows:
+    {row name: library}."""
+    from elflayout.order.relink import order_dynsym
+
+    out = {}
+    for row, tag in ((bp.DYNSYM_BLOOM8.replace(" --move-symtab", ""), "dynsym-bloom8"), ("--order-dynsym", "dynsym"),
+                     (bp.DYNSTR_LAST.replace(" --move-symtab", ""), "dynsym-dynstr-last")):
+        q = lib.parent.with_name(f"{lib.parent.name}-{tag}") / lib.name
+        q.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(lib, q)
+        meta = {"argv": [str(launcher)]}
+        if tag == "dynsym-bloom8":
+            bp.order_dynsym_bloom8(q, meta)
+        else:
+            print(f"  --order-dynsym: {order_dynsym(str(q), meta).line()}", flush=True)
+        if tag == "dynsym-dynstr-last":
+            bp.dynstr_names_last(q, meta)
+        out[row] = q
+    return out
+
+
 def floor(runs: int) -> None:
     """libpython (split, stripped as Debian ships it): the best recipe against itself
     with each data-script lever, one session; every variant's output checked."""
@@ -412,9 +437,18 @@ def floor(runs: int) -> None:
         p = bp.pack(stripped(d["lib"], w / "libs" / f"{tag}-stripped"), w / "libs" / f"{tag}-stripped-packed")
         check_output(p, d, want)
         variants[name] = (p, bp.variant_cmd(p.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
+        if name == "+ hot string pools":
+            for row, q in dynsym_rows(p, d["launcher"]).items():
+                check_output(q, d, want)
+                variants[f"{name}, {row}"] = (q, bp.variant_cmd(q.parent, [d["launcher"], "-c", bp.IMPORTS], d["env"]))
     plain = libpython.prepare("lld")
-    for name, opts in (("default path, stripped", {}), ("default path --hot-strings, stripped", {"hot_strings": True})):
-        lib, _cmd = default_path(w, fbp, **opts)
+    rprof = bp.with_recorded_strings(fbp, base["lib"], [base["launcher"], "-c", bp.IMPORTS],
+                                     [*envs, *MEASURED_CONDITIONS], w / "python-split-clean+faults+strings.profile.json")
+    for name, prof, opts in (("default path, stripped", fbp, {}),
+                             ("default path --hot-strings, stripped", fbp, {"hot_strings": True}),
+                             ("default path --hot-strings, strings recorded (profile --strings), stripped", rprof,
+                              {"hot_strings": True, "tag": "-recorded"})):
+        lib, _cmd = default_path(w, prof, **opts)
         p = stripped(lib, w / "libs" / f"{lib.parent.name}-stripped")
         check_output(p, plain, want)
         variants[name] = (p, bp.variant_cmd(p.parent, [plain["launcher"], "-c", bp.IMPORTS], plain["env"]))

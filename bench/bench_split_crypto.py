@@ -65,7 +65,7 @@ def stripped(lib: Path, dest: Path) -> Path:
     return out
 
 
-def default_path(w: Path, base: dict, sprof: Path, **opts) -> Path:
+def default_path(w: Path, base: dict, sprof: Path, tag: str = "", **opts) -> Path:
     """libcrypto.so.3 relinked by `elflayout link`'s default path (``order.relink.relink``):
     the link command of Debian's objects as they are, with SPROF (the split build's profile:
     its data sections are the split objects') and the linker, nothing else (``opts``: other
@@ -73,7 +73,7 @@ def default_path(w: Path, base: dict, sprof: Path, **opts) -> Path:
     verified. Returns the stripped library."""
     from elflayout.targets import libcrypto
 
-    tag = "".join(f"-{k.replace('_', '-')}" for k in opts)
+    tag = "".join(f"-{k.replace('_', '-')}" for k in opts) + tag
     out = w / "libs" / f"default-path-lld{tag}-unstripped" / libcrypto.SONAME
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = list(base["link_cmd"])
@@ -99,8 +99,9 @@ def best_recipe(w: Path, sbase: dict, sprof: Path, levers=None, tag: str = "") -
 
 def levers_floor(w: Path, runs: int) -> None:
     """Held out: the libpython floor's data-script levers (``bench_split.FLOOR_LEVERS``)
-    on the best recipe, and the default path with and without ``--hot-strings``, one
-    session; every variant's digests and ciphers verified."""
+    on the best recipe, the best recipe with ``--order-dynsym`` (and with its bloom filter
+    kept at 8 bits a symbol), and the default path with and without ``--hot-strings``,
+    one session; every variant's digests and ciphers verified."""
     from elflayout.targets import libcrypto
 
     sbase = libcrypto.prepare("lld", split=True)
@@ -111,9 +112,18 @@ def levers_floor(w: Path, runs: int) -> None:
         tag = "".join(f"-{k}" for k, v in levers.items() if v)
         lib = best_recipe(w, sbase, sprof, levers, tag)
         variants[name] = (lib, bp.variant_cmd(lib.parent, argv_, {}))
+        if not tag:  # the dynamic-symbol order held out (bench_pipeline's libLLVM rows)
+            for row, q in bench_split.dynsym_rows(lib, argv_[0]).items():
+                libcrypto.verify(q.parent)
+                variants[f"{name}, {row}"] = (q, bp.variant_cmd(q.parent, argv_, {}))
     base = libcrypto.prepare("lld")
-    for name, opts in ((DEFAULT, {}), ("default path, --hot-strings, stripped", {"hot_strings": True})):
-        lib = default_path(w, base, sprof, **opts)
+    envs = sum((["--env", f"{k}={v}"] for k, v in sbase["env"].items()), [])
+    rprof = bp.with_recorded_strings(sprof, sbase["lib"], sbase["workloads"]["dgst"], [*envs, *MEASURED_CONDITIONS],
+                                     w / "crypto-split-clean+strings.profile.json")
+    for name, prof, opts in ((DEFAULT, sprof, {}), ("default path, --hot-strings, stripped", sprof, {"hot_strings": True}),
+                             ("default path, --hot-strings, strings recorded (profile --strings), stripped", rprof,
+                              {"hot_strings": True, "tag": "-recorded"})):
+        lib = default_path(w, base, prof, **opts)
         variants[name] = (lib, bp.variant_cmd(lib.parent, argv_, {}))
     bench_split.measured_table(w / "crypto-floor.results.json", variants, runs, sprof, sbase["lib"], "best recipe",
                                f"libcrypto.so.3 (split, stripped, packed): the best recipe and the data-script "

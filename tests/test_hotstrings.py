@@ -298,3 +298,191 @@ def test_aarch64_strings_reached_by_section_plus_addend_stay(tmp_path):
     raw = (tmp_path / "a.o").read_bytes()
     new, rep = hs.rewrite_object(raw, "a.o", {b"hot one\0"})
     assert new is raw and rep.moved_pieces == 0 and rep.pinned_pieces == 1
+
+
+CXX_GROUP = r"""
+#include <cstdio>
+// an inline function: its code is in a COMDAT group whose signature is a global symbol
+inline const char *pick(int i) { static const char *const t[] = {"grp hot", "grp cold"}; return t[i]; }
+const char *const table2[] = {"addend hot", "addend cold"};
+int main(int argc, char **) { std::puts(pick(argc > 5)); std::puts(table2[argc > 5]); return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def noaddrsig(objs):
+    """m.c and a C++ file with a COMDAT group, without clang's address-significance
+    table (as Debian's libLLVM archives ship: their tables are invalidated, sh_link 0)."""
+    d = objs["dir"]
+    (d / "grp.cc").write_text(CXX_GROUP)
+    cxx = objs["cc"].replace("clang", "clang++")
+    need_tool(cxx)
+    for cc, src, out in ((objs["cc"], "m.c", "m2.o"), (cxx, "grp.cc", "grp.o")):
+        subprocess.run([cc, "-O2", "-fPIC", "-fdata-sections", "-ffunction-sections", "-fno-addrsig", "-c",
+                        str(d / src), "-o", str(d / out)], check=True)
+    return {"m": (d / "m2.o").read_bytes(), "grp": (d / "grp.o").read_bytes(), "cxx": cxx}
+
+
+def test_strings_reached_by_section_plus_addend_move_with_a_section_symbol(objs, noaddrsig, tmp_path):
+    """table[] names "table hot" by section + addend: it moves, its relocation names a
+    new local section symbol of the pool, and lld links the same program."""
+    hot = {b"hot one\0", b"table hot\0"}
+    new, rep = hs.rewrite_object(noaddrsig["m"], "m.o", hot, by_addend=True)
+    assert rep.moved_pieces == 2 and rep.addend_pieces == 1 and rep.pinned_pieces == 0
+    a, b = read_object(noaddrsig["m"], "a"), read_object(new, "b")
+    pool = next(s for s in b.sections if s.name == hs.hot_name(1, 1))
+    first = a.sections[a.symtab_index].info
+    assert len(b.symbols) == len(a.symbols) + 1 and int(b.symbols["st_shndx"][first]) == pool.index
+    assert b.sections[b.symtab_index].info == first + 1
+    (tmp_path / "new.o").write_bytes(new)
+    (tmp_path / "old.o").write_bytes(noaddrsig["m"])
+    (tmp_path / "g.o").write_bytes(objs["g"])
+    before = _link(objs, [tmp_path / "old.o", tmp_path / "g.o"], tmp_path / "a.out")
+    after = _link(objs, [tmp_path / "new.o", tmp_path / "g.o"], tmp_path / "b.out")
+    assert before == after and b"table hot/exported" in after
+    assert _section_strings(tmp_path / "b.out", ".rodata.hotstr") == {b"hot one", b"table hot"}
+    # by default, the string reached by section + addend stays
+    _, rep = hs.rewrite_object(noaddrsig["m"], "m.o", hot)
+    assert rep.moved_pieces == 1 and rep.pinned_pieces == 1
+
+
+def test_symbols_inserted_before_a_comdat_signature_shift_it(objs, noaddrsig, tmp_path):
+    """A C++ object: the inserted local symbol shifts the globals, the COMDAT group's
+    signature follows, lld links the same program."""
+    hot = {b"grp hot\0", b"addend hot\0"}
+    new, rep = hs.rewrite_object(noaddrsig["grp"], "grp.o", hot, by_addend=True)
+    assert rep.moved_pieces == 2 and rep.addend_pieces == 2 and not rep.kept
+    a, b = read_object(noaddrsig["grp"], "a"), read_object(new, "b")
+    ga = [s for s in a.sections if s.sh_type == hs.SHT["SHT_GROUP"]]
+    gb = [s for s in b.sections if s.sh_type == hs.SHT["SHT_GROUP"]]
+    assert ga and [a.sym_names[g.info] for g in ga] == [b.sym_names[g.info] for g in gb]
+    assert [g.info + 1 for g in ga] == [g.info for g in gb]
+    outs = []
+    for k, body in enumerate((noaddrsig["grp"], new)):
+        (tmp_path / f"{k}.o").write_bytes(body)
+        exe = tmp_path / f"{k}.out"
+        (tmp_path / "hot.ld").write_text(SCRIPT)
+        subprocess.run([noaddrsig["cxx"], "-fuse-ld=lld", "-o", str(exe), str(tmp_path / f"{k}.o"),
+                        f"-Wl,-T,{tmp_path / 'hot.ld'}"], check=True)
+        outs.append(subprocess.run([str(exe)], capture_output=True, check=True).stdout)
+    assert outs[0] == outs[1] == b"grp hot\naddend hot\n"
+    assert _section_strings(tmp_path / "1.out", ".rodata.hotstr") == {b"grp hot", b"addend hot"}
+
+
+def test_an_address_significance_table_keeps_strings_reached_by_addend(objs):
+    """clang's .llvm_addrsig lists symbols by index: no symbol is inserted under it."""
+    assert hs._indexes_symbols(read_object(objs["m"], "m")) == ".llvm_addrsig"
+    _, rep = hs.rewrite_object(objs["m"], "m.o", {b"table hot\0"}, by_addend=True)
+    assert rep.moved_pieces == 0 and rep.pinned_pieces == 1
+
+
+@pytest.mark.parametrize("damage", ["signature", "redirect", "symbol"])
+def test_check_refuses_a_wrong_symbol_insertion(noaddrsig, damage):
+    """A group signature left unshifted, a redirected relocation one string off, an
+    inserted symbol that is not a pool's section symbol: not proved."""
+    hot = {b"grp hot\0", b"addend hot\0"}
+    new, _ = hs.rewrite_object(noaddrsig["grp"], "grp.o", hot, by_addend=True)
+    b = read_object(new, "b")
+    buf = bytearray(new)
+    shoff = int(np.frombuffer(new, hs.EHDR64, 1)["e_shoff"][0])
+    shdrs = np.frombuffer(new, hs.SHDR64, len(b.sections), shoff).copy()
+    first = int(shdrs[b.symtab_index]["sh_info"]) - 1
+    if damage == "signature":
+        g = next(s.index for s in b.sections if s.sh_type == hs.SHT["SHT_GROUP"])
+        shdrs[g]["sh_info"] -= 1
+        buf[shoff:shoff + shdrs.nbytes] = shdrs.tobytes()
+    elif damage == "redirect":
+        ri, r = next((ri, r.copy()) for ri, r in b.relas.items() if ((r["r_info"] >> 32) == first).any())
+        j = int(np.flatnonzero((r["r_info"] >> 32) == first)[0])
+        r["r_addend"][j] += len(b"grp hot\0") if r["r_addend"][j] == 0 else -len(b"grp hot\0")
+        off = int(shdrs[ri]["sh_offset"])
+        buf[off:off + r.nbytes] = r.tobytes()
+    else:
+        syms = b.symbols.copy()
+        syms["st_shndx"][first] = 1
+        off = int(shdrs[b.symtab_index]["sh_offset"])
+        buf[off:off + syms.nbytes] = syms.tobytes()
+    with pytest.raises(ElflayoutError, match="not proved"):
+        hs.check_object(noaddrsig["grp"], bytes(buf), "grp.o", hot)
+
+
+def test_static_hot_strings_by_addend(noaddrsig, tmp_path):
+    """Strings a table of data that ran reaches by section + addend join the static set
+    when asked for."""
+    (tmp_path / "m.o").write_bytes(noaddrsig["m"])
+    secs = {str(tmp_path / "m.o"): {".data.rel.ro.table", ".text.hot"}}
+    assert b"table cold\0" not in hs.static_hot_strings(secs)
+    assert {b"table hot\0", b"table cold\0"} <= hs.static_hot_strings(secs, by_addend=True)
+
+
+def test_strings_in_takes_each_string_a_run_touches():
+    """Byte runs (offset, length) to the NUL-delimited strings holding them; data that
+    does not read as text is no string."""
+    data = b"\0abc\0defg\0\x01\x02\x03\0xyz\0tail"
+    assert hs.strings_in(data, [(2, 1)]) == {b"abc\0"}
+    assert hs.strings_in(data, [(3, 4)]) == {b"abc\0", b"defg\0"}
+    assert hs.strings_in(data, [(11, 2)]) == set()                  # binary
+    assert hs.strings_in(data, [(20, 2)]) == set()                  # not terminated
+    assert hs.strings_in(data, [(0, 1)]) == set()                   # the empty string
+
+
+def test_link_hot_strings_uses_the_strings_the_run_read(profiled, tmp_path):
+    """A profile with the strings its run read (``profile --strings``): those move, not
+    the ones the profiled code reaches."""
+    import json
+
+    from conftest import run_cli
+
+    doc = json.loads(profiled["profile"].read_text())
+    doc["targets"][0]["strings"] = ["cold string b"]
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    out = tmp_path / "libs.so"
+    r = run_cli("link", "--profile", tmp_path / "p.json", "--linker", "lld", "--hot-strings", "--no-check-order",
+                "--", "gcc", "-shared", "-fuse-ld=lld", "-o", out, *profiled["objects"])
+    assert r.returncode == 0, r.stderr
+    assert "read by the profiled run" in r.stderr, r.stderr
+    assert _section_strings(out, ".rodata.hotstr") == {b"cold string b"}
+
+
+@pytest.mark.valgrind
+def test_profile_strings_records_the_strings_a_run_reads(tmp_path):
+    """``profile --strings``: the library strings the program reads (printed, compared),
+    not those it only points at or never reaches."""
+    import json
+
+    from conftest import run_cli
+    from elflayout.profile.valgrind import tool_status
+
+    if tool_status():
+        pytest.skip(tool_status())
+    (tmp_path / "s.c").write_text(
+        '#include <string.h>\n#include <stdio.h>\n'
+        'const char *const names[] = {"alpha read", "beta stored only", "gamma compared"};\n'
+        'const char *never(void) { return "delta never"; }\n'
+        'int run(const char *w) { puts(names[0]); return strcmp(w, names[2]) == 0 ? 3 : (int)(long)names[1] % 2; }\n')
+    (tmp_path / "m.c").write_text('int run(const char *);\nint main(void) { return run("gamma compared") != 3; }\n')
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", "libs.so", "s.c"], cwd=tmp_path, check=True)
+    subprocess.run(["gcc", "-o", "m", "m.c", "-L.", "-ls", "-Wl,-rpath,$ORIGIN"], cwd=tmp_path, check=True)
+    run_cli("profile", "--target", tmp_path / "libs.so", "--strings", "-o", tmp_path / "p.json", "--",
+            tmp_path / "m", check=0)
+    t = json.loads((tmp_path / "p.json").read_text())["targets"][0]
+    got = set(t["strings"])
+    assert {"alpha read", "gamma compared"} <= got and t["stats"]["strings"] == len(got)
+    assert not {"delta never"} & got
+    r = run_cli("profile", "--backend", "trace", "--target", tmp_path / "libs.so", "--strings", "-o",
+                tmp_path / "q.json", "--", tmp_path / "m", check=2)
+    assert "--strings needs --backend valgrind" in r.stderr
+
+
+def test_merge_keeps_the_strings_any_run_read():
+    from elflayout.profile import merge, model
+
+    def prof(strings):
+        t = {"path": "/x/libs.so", "build_id": "ab", "size": 1, "sha256": "00", "map": None, "functions": [],
+             "sections": [], "objects": [], "pages": [{"page": 0, "kind": "r", "first": 0, "section": None,
+                                                       "phase": None, "t": 0.0}], "reads": [], "strings": strings}
+        return model.parse(model.new_profile(model.base_metadata(["x"], "valgrind", "block"), [t]))
+
+    doc = merge.merge([prof(["a", "b"]), prof(["c"])], ["one", "two"])
+    t = model.parse(doc).targets[0]
+    assert t.extra["strings"] == ["a", "b", "c"] and hs.recorded_strings(t) == {b"a\0", b"b\0", b"c\0"}

@@ -165,9 +165,10 @@ def test_link_order_dynsym(tmp_path):
 @pytest.mark.slow
 def test_reshaped_table_trades_bloom_words_for_buckets(tmp_path):
     """With fewer symbols a bucket the runs holding looked-up symbols hold fewer others: the
-    bloom filter halves (the section keeps its size) while it keeps 8 bits a symbol, and
-    every name is still found; the linker's shape stays on request. One symbol in five
-    looked up, as on libLLVM-16."""
+    bloom filter halves (the section keeps its size) below the 8 bits a symbol it once
+    kept, down to 2, and every name is still found while names the library does not
+    define are not; the linker's shape stays on request. One symbol in five looked up,
+    as on libLLVM-16."""
     b = _build(tmp_path, n_funcs=22000)  # lld: 8,192 bloom words, 24 bits a symbol
     names = [f"f{i}" for i in range(0, 22000, 5)] + dynstr.read_names(b["lib"], [b["exe"]])[0]
     d = tmp_path / "reshaped"
@@ -176,7 +177,11 @@ def test_reshaped_table_trades_bloom_words_for_buckets(tmp_path):
     st = reorder(b["lib"], d / "libd.so", names)
     (old_b, new_b), (old_w, new_w) = st["buckets"], st["bloom_words"]
     assert new_w < old_w and new_b == old_b + (old_w - new_w) * 2
-    assert new_w * 64 >= 8 * st["hashed"]
+    assert 2 * st["hashed"] <= new_w * 64 < 8 * st["hashed"]
+    with ElfImage(d / "libd.so") as img:
+        t = Tables(img)
+        assert t.maskwords == new_w and t.lookup(b"f4321") is not None
+        assert [t.lookup(n) for n in (b"printf", b"f22000", b"no_such_symbol", b"f1x")] == [None] * 4
     assert subprocess.run([str(d / "main")], capture_output=True, text=True, check=True).stdout == b["output"]
     kept = reorder(b["lib"], tmp_path / "kept.so", names, reshape=False)
     assert kept["buckets"] == [old_b, old_b] and kept["bloom_words"] == [old_w, old_w]
@@ -197,3 +202,28 @@ def test_verify_catches_a_bloom_filter_that_hides_a_symbol(tmp_path):
     bad.write_bytes(bytes(data))
     with pytest.raises(RuntimeError, match="finds another symbol"):
         verify(b["lib"], bad)
+
+
+def test_names_read_can_end_dynstr_next_to_the_relocations(tmp_path):
+    """``dynstr.names_not_read`` first (``dynstr_order``): the names ld.so reads end .dynstr,
+    which lld follows with .rela.dyn, read whole at start-up; the program runs the same."""
+    from elflayout.order import dynstr_order
+
+    b = _build(tmp_path)
+    names, _ = dynstr.read_names(b["lib"], [b["exe"]])
+    cold = dynstr.names_not_read(b["lib"], names)
+    assert cold and not set(cold) & set(names) and len(cold) == len(set(cold))
+    d = tmp_path / "last"
+    d.mkdir()
+    shutil.copy(b["exe"], d / "main")
+    dynstr_order.reorder(b["lib"], d / "libd.so", cold)
+    with ElfImage(d / "libd.so") as img:
+        t = Tables(img)
+        ds = img.section(".dynstr")
+        nxt = min((s for s in img.sections if s.offset >= ds.offset + ds.size and s.size), key=lambda s: s.offset)
+        st_name = t.records[:, :4].copy().view("<u4").ravel().tolist()
+    read = {n.encode() for n in names}
+    hot = [o for o, n in zip(st_name, t.names) if n in read]
+    other = [o for o, n in zip(st_name, t.names) if n and n not in read]
+    assert nxt.name == ".rela.dyn" and min(hot) > max(other)
+    assert subprocess.run([str(d / "main")], capture_output=True, text=True, check=True).stdout == b["output"]

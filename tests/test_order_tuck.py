@@ -243,3 +243,14 @@ def test_algorithm_is_predicted_with_the_unloaded_sections_at_their_best_place(t
     assert set(linked) == set(moved) == set(defaults.CANDIDATES)
     assert all(moved[a] < linked[a] for a in defaults.CANDIDATES), (linked, moved)
     assert defaults.predict_algorithms(target, 128, move_symtab=True) == moved
+
+
+def test_where_names_a_place_after_the_last_segment():
+    """A place after the last PT_LOAD (not the file's tail) is named, not an IndexError."""
+    from elflayout.elfcore import ElfImage
+    from elflayout.order import tuck
+
+    with ElfImage("/bin/true") as img:
+        last = len(img.loads) - 1
+        assert tuck.where(img, last) == f"after PT_LOAD {last}, the last"
+        assert tuck.where(img, tuck.TAIL) == "at the tail"

@@ -47,6 +47,7 @@
 #define K_MARK 'M'     /* first execution of a --ft-mark offset of the executable: flags=index */
 #define K_DROP 'D'     /* before the end record: flags=what (DROP_*), addr=how many */
 #define K_END 'Z'      /* trailer: addr = exit code */
+#define K_BYTES 'B'    /* --ft-bytes: target 0's bytes in [LO, HI) loaded: addr=file offset, len; at exit */
 
 /* what a fixed cap or a failed write made us lose (K_DROP flags) */
 #define DROP_MAPS 1        /* target mappings past MAX_MAPS: their accesses are lost */
@@ -98,6 +99,12 @@ static ULong clo_marks[MAX_MARKS];
 static Int n_marks = 0;
 static UChar mark_seen[MAX_MARKS];
 static Int marks_pending = 0;   /* marks not yet executed: exe code needs looking at */
+/* --ft-bytes=LO:HI (hex file offsets of target 0): which of those bytes loads read, one
+   bit a byte; watched from the first mapping of target 0 holding LO */
+static ULong clo_bytes_lo = 0, clo_bytes_hi = 0;
+static Addr bytes_base = 0;     /* address of file offset clo_bytes_lo */
+static ULong bytes_len = 0;     /* bytes watched from bytes_base (0: none yet) */
+static UChar* bbits = NULL;
 
 static Target targets[MAX_TARGETS];
 static Int n_targets = 0;
@@ -285,6 +292,16 @@ static void new_mapping(Addr a, SizeT len, Bool rr, Bool ww, Bool xx)
       changed = True;
       emit(K_MAP, a, (UInt)len, t, m.foff, (rr ? 1 : 0) | (ww ? 2 : 0) | (xx ? 4 : 0));
       flush();  /* mappings are rare and needed to read everything else */
+      /* the latest read-only mapping of LO wins: ld.so maps the whole file first, then
+         each segment over it where its vaddr (not its file offset) says; a writable
+         segment's first page may hold LO's file page too */
+      if (t == 0 && rr && !ww && clo_bytes_hi > clo_bytes_lo && m.foff <= clo_bytes_lo
+          && clo_bytes_lo < m.foff + len) {
+         ULong end = m.foff + len < clo_bytes_hi ? m.foff + len : clo_bytes_hi;
+         if (!bbits) bbits = VG_(calloc)("ft.bbits", (clo_bytes_hi - clo_bytes_lo + 7) / 8, 1);
+         bytes_base = a + (clo_bytes_lo - m.foff);
+         bytes_len = end - clo_bytes_lo;
+      }
    }
    if (changed) recompute_spans();
 }
@@ -353,6 +370,26 @@ static VG_REGPARM(2) void ft_data_hit(Addr a, UWord isw)
    emit(isw ? K_WRITE : K_READ, a, 1, maps[m].target, now_ns(), 0);
 }
 
+static VG_REGPARM(2) void ft_byte_hit(Addr a, UWord size)
+{
+   ULong off = a - bytes_base;
+   for (UWord i = 0; i < size && off + i < bytes_len; i++)
+      bbits[(off + i) >> 3] |= (UChar)(1 << ((off + i) & 7));
+}
+
+/* runs of watched bytes that were loaded, as K_BYTES records */
+static void emit_bytes(void)
+{
+   ULong i = 0;
+   while (i < bytes_len) {
+      if (!(bbits[i >> 3] & (1 << (i & 7)))) { i++; continue; }
+      ULong j = i;
+      while (j < bytes_len && (bbits[j >> 3] & (1 << (j & 7))) && j - i < 0xFFFFFFFFULL) j++;
+      emit(K_BYTES, clo_bytes_lo + i, (UInt)(j - i), 0, 0, 0);
+      i = j;
+   }
+}
+
 /* ---------------------------------------------------------------- instrumentation */
 
 static IRExpr* load_word(IRSB* sb, void* addr)
@@ -396,6 +433,35 @@ static void add_data_check(IRSB* sb, IRExpr* addr, Bool isw, IRExpr* guard)
                                    mkIRExprVec_2(addr, mkIRExpr_HWord(isw ? 1 : 0)));
    di->guard = IRExpr_RdTmp(g);
    addStmtToIRSB(sb, IRStmt_Dirty(di));
+}
+
+/* if (addr - bytes_base < bytes_len [and guard]) ft_byte_hit(addr, size) */
+static void add_byte_check(IRSB* sb, IRExpr* addr, Int size, IRExpr* guard)
+{
+   if (!clo_bytes_hi || size <= 0) return;
+   if (addr->tag == Iex_Const) {
+      IRTemp ta = assign(sb, Ity_I64, addr);
+      addr = IRExpr_RdTmp(ta);
+   }
+   IRTemp off = assign(sb, Ity_I64, IRExpr_Binop(Iop_Sub64, addr, load_word(sb, &bytes_base)));
+   IRTemp in = assign(sb, Ity_I1, IRExpr_Binop(Iop_CmpLT64U, IRExpr_RdTmp(off), load_word(sb, &bytes_len)));
+   if (guard) in = assign(sb, Ity_I1, IRExpr_Binop(Iop_And1, IRExpr_RdTmp(in), guard));
+   IRDirty* di = unsafeIRDirty_0_N(2, "ft_byte_hit", VG_(fnptr_to_fnentry)(&ft_byte_hit),
+                                   mkIRExprVec_2(addr, mkIRExpr_HWord((HWord)size)));
+   di->guard = IRExpr_RdTmp(in);
+   addStmtToIRSB(sb, IRStmt_Dirty(di));
+}
+
+static Int loadg_size(IRLoadGOp op)
+{
+   switch (op) {
+   case ILGop_IdentV128: return 16;
+   case ILGop_Ident64: return 8;
+   case ILGop_Ident32: return 4;
+   case ILGop_16Uto32: case ILGop_16Sto32: return 2;
+   case ILGop_8Uto32: case ILGop_8Sto32: return 1;
+   default: return 8;
+   }
 }
 
 static void add_guarded_call(IRSB* sb, UChar* flag, const HChar* name, void* fn, IRExpr* arg)
@@ -452,7 +518,7 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
    ng = cur + 1;
    Bool want_exe = exe_known && !exe_seen;
    /* most superblocks (other libraries, once the marks were hit) are left untouched */
-   if (!any && !clo_data && !(any_exe && (want_exe || marks_pending > 0))) return sbIn;
+   if (!any && !clo_data && !clo_bytes_hi && !(any_exe && (want_exe || marks_pending > 0))) return sbIn;
 
    IRSB* sbOut = deepCopyIRSBExceptStmts(sbIn);
    Int i = 0;
@@ -507,6 +573,9 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
       case Ist_WrTmp:
          if (clo_data && st->Ist.WrTmp.data->tag == Iex_Load)
             add_data_check(sbOut, st->Ist.WrTmp.data->Iex.Load.addr, False, NULL);
+         if (st->Ist.WrTmp.data->tag == Iex_Load)
+            add_byte_check(sbOut, st->Ist.WrTmp.data->Iex.Load.addr,
+                           sizeofIRType(st->Ist.WrTmp.data->Iex.Load.ty), NULL);
          addStmtToIRSB(sbOut, st);
          break;
       case Ist_Store:
@@ -519,6 +588,8 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
          break;
       case Ist_LoadG:
          if (clo_data) add_data_check(sbOut, st->Ist.LoadG.details->addr, False, st->Ist.LoadG.details->guard);
+         add_byte_check(sbOut, st->Ist.LoadG.details->addr, loadg_size(st->Ist.LoadG.details->cvt),
+                        st->Ist.LoadG.details->guard);
          addStmtToIRSB(sbOut, st);
          break;
       case Ist_CAS:
@@ -536,6 +607,7 @@ static IRSB* ft_instrument(VgCallbackClosure* closure, IRSB* sbIn, const VexGues
          IRDirty* d = st->Ist.Dirty.details;
          if (clo_data && d->mFx != Ifx_None && d->mAddr) {
             if (d->mFx == Ifx_Read || d->mFx == Ifx_Modify) add_data_check(sbOut, d->mAddr, False, NULL);
+            if (d->mFx == Ifx_Read || d->mFx == Ifx_Modify) add_byte_check(sbOut, d->mAddr, d->mSize, NULL);
             if (d->mFx == Ifx_Write || d->mFx == Ifx_Modify) add_data_check(sbOut, d->mAddr, True, NULL);
          }
          addStmtToIRSB(sbOut, st);
@@ -654,6 +726,13 @@ static Bool ft_process_cmd_line_option(const HChar* arg)
    }
    else if VG_STR_CLO(arg, "--ft-out", clo_out) {}
    else if VG_BOOL_CLO(arg, "--ft-data", clo_data) {}
+   else if VG_STR_CLO(arg, "--ft-bytes", s) {
+      HChar* end;
+      clo_bytes_lo = VG_(strtoull16)(s, &end);
+      if (*end != ':') VG_(fmsg_bad_option)(arg, "give LO:HI, hex file offsets\n");
+      clo_bytes_hi = VG_(strtoull16)(end + 1, NULL);
+      if (clo_bytes_hi <= clo_bytes_lo) VG_(fmsg_bad_option)(arg, "HI must be above LO\n");
+   }
    else if VG_BINT_CLO(arg, "--ft-max-maps", clo_max_maps, 1, MAX_MAPS) {}
    else if VG_BOOL_CLO(arg, "--ft-read-dwarf", clo_read_dwarf) {}
    else return False;
@@ -667,6 +746,8 @@ static void ft_print_usage(void)
 "    --ft-out=FILE             write the log here [firsttouch.out.<pid>]\n"
 "    --ft-mark=HEXOFF          log the first execution of this file offset of the executable\n"
 "    --ft-data=no|yes          also record first read/write of each data page [no]\n"
+"    --ft-bytes=LO:HI          also record which bytes of the first target's file offsets\n"
+"                              [LO, HI) (hex) loads read (at exit, as runs) [none]\n"
 "    --ft-max-maps=N           size of the target mapping table (1..1024) [1024]\n"
 "    --ft-read-dwarf=no|yes    let valgrind read DWARF line and variable info (3.19 gives up\n"
 "                              on clang's DWARF 5; the profile never needs it) [no]\n");
@@ -761,6 +842,7 @@ static void ft_fini(Int exitcode)
 {
    if (out_fd < 0) return;
    /* counted before the final flush: a write failing now cannot be reported */
+   if (bytes_len) emit_bytes();
    for (Int k = 1; k < N_DROP; k++)
       if (dropped[k]) emit(K_DROP, dropped[k], 0, -1, now_ns(), (UShort)k);
    emit(K_END, 0, 0, -1, now_ns(), 0);

@@ -15,8 +15,10 @@ the symbols inside a run in any order (the walk compares each entry's hash, then
 version), but for an unversioned lookup ld.so keeps the first of several same-name
 definitions, so same-name entries keep their relative order. The bucket count is ours to
 choose too: linkers size it at four symbols a bucket, so most runs holding a looked-up
-symbol hold three others; in the same bytes, a bloom filter of half as many words (lld
-gives 12 to 24 bits a symbol) pays for more buckets and shorter runs.
+symbol hold three others; in the same bytes, a bloom filter of fewer words (lld gives 12
+to 24 bits a symbol) pays for more buckets and shorter runs. The filter only spares the
+walk of a chain for a name the library does not define: a smaller one lets more of
+those walks through, never changes what a lookup finds.
 
 Citation: glibc ``elf/dl-lookup.c`` (``do_lookup_x``: bloom word, bucket, chain walk,
 ``check_match``), ``elf/dl-setup_hash.c``; the GNU hash section as lld's
@@ -28,9 +30,9 @@ Steps:
 2. Hot names: the names ld.so reads (``order.dynstr.read_names``). A run is hot if one of
    its symbols has a hot name. Hot runs first, in the order of their first hot name; inside
    one, the hot-named symbols first; then the other runs in their own order.
-3. ``shape``: halve the bloom filter (up to three times, never below MIN_BLOOM_BITS bits a
-   symbol) for buckets when the modelled pages read go down; the runs of step 2 are then
-   those of the new bucket count.
+3. ``shape``: halve the bloom filter (never below MIN_BLOOM_BITS bits a symbol) for
+   buckets when the modelled pages read go down; the runs of step 2 are then those of
+   the new bucket count.
 4. Permute the ``.dynsym`` and ``.gnu.version`` records, write the header, bloom filter,
    buckets and chain, map the symbol index of every relocation table linked to
    ``.dynsym``. Section sizes and every other byte stay.
@@ -53,7 +55,10 @@ from elflayout.layouts import DT_HASH, DT_JMPREL, DT_PLTRELSZ, DT_REL, DT_RELA, 
 GNU_HASH_HEADER = 16  # nbuckets, symoffset, bloom words, bloom shift (4 bytes each)
 CHAIN_END = 1  # low bit of a chain word: last symbol of its bucket's run
 RELOC_TYPES = ("SHT_RELA", "SHT_REL")
-MIN_BLOOM_BITS = 8  # a hashed symbol sets 2 bits: at 8 bits each, 1 lookup in 20 of a name not defined passes
+# A hashed symbol sets 2 bits: at 2 bits a symbol 4 lookups in 10 of a name not defined pass
+# (1 in 20 at 8). A lookup that passes walks one chain, in pages start-up reads anyway when
+# it looks up thousands of names (libLLVM-16: .gnu.hash read whole at 8 bits as at 2).
+MIN_BLOOM_BITS = 2
 _R_SYM_SHIFT = {64: 32, 32: 8}
 
 
@@ -189,12 +194,12 @@ def plan(t: Tables, hot_names, nbuckets: int | None = None) -> np.ndarray:
     return np.array(order, dtype=np.int64)
 
 
-def shape(t: Tables, hot_names) -> tuple[int, int]:
+def shape(t: Tables, hot_names, min_bloom_bits: float = MIN_BLOOM_BITS) -> tuple[int, int]:
     """(bloom words, buckets) of the rewritten table, in the linker's bytes: the bloom
-    filter halved (at most three times) trades for buckets (fewer symbols a bucket, so
+    filter halved trades for buckets (fewer symbols a bucket, so
     fewer cold symbols in the runs read) when the modelled pages of the runs read, their
     chain words, the buckets and the bloom filter (each read whole at start-up) go down;
-    never below MIN_BLOOM_BITS bits a hashed symbol."""
+    never below ``min_bloom_bits`` bits a hashed symbol."""
     word = t.img.wordsize
     rank = _rank(hot_names)
     hashed = t.n - t.symoffset
@@ -204,9 +209,9 @@ def shape(t: Tables, hot_names) -> tuple[int, int]:
         return -(-n // PAGE)
 
     best = None
-    for k in range(4):
+    for k in range(t.maskwords.bit_length()):
         mw = t.maskwords >> k
-        if mw < 1 or (mw << k) != t.maskwords or mw * word * 8 < MIN_BLOOM_BITS * hashed:
+        if mw < 1 or (mw << k) != t.maskwords or mw * word * 8 < min_bloom_bits * hashed:
             break
         nb = t.nbuckets + (t.maskwords - mw) * word // 4
         region = sum(len(r) for r in _runs(t, nb) if any(t.names[i] in rank for i in r))
@@ -259,12 +264,13 @@ def _write_relocs(t: Tables, out: bytearray, new_of_old: np.ndarray) -> int:
     return changed
 
 
-def reorder(src: str | Path, dst: str | Path, hot_names, reshape: bool = True) -> dict:
+def reorder(src: str | Path, dst: str | Path, hot_names, reshape: bool = True,
+            min_bloom_bits: float = MIN_BLOOM_BITS) -> dict:
     """Write SRC to DST with its hot dynamic symbols first (steps 1–4), proved by ``verify``;
     ``reshape``: bloom words and buckets as ``shape`` chooses (else the linker's)."""
     with ElfImage(src) as img:
         t = Tables(img)
-        maskwords, nbuckets = shape(t, hot_names) if reshape else (t.maskwords, t.nbuckets)
+        maskwords, nbuckets = shape(t, hot_names, min_bloom_bits) if reshape else (t.maskwords, t.nbuckets)
         perm = plan(t, hot_names, nbuckets)
         new_of_old = np.empty(t.n, dtype=np.int64)
         new_of_old[perm] = np.arange(t.n)
@@ -335,6 +341,6 @@ def _verify_rest(a: Tables, b: Tables, new_of_old: np.ndarray, dst) -> None:
             raise RuntimeError(f"{dst}: relocation {int(np.flatnonzero(~same)[0])} of {s.name} changed")
 
 
-def reorder_in_place(path: str | Path, hot_names) -> dict:
+def reorder_in_place(path: str | Path, hot_names, **kw) -> dict:
     """``reorder`` PATH onto itself (a temporary file beside it, then renamed)."""
-    return rewrite_in_place(path, lambda src, dst: reorder(src, dst, hot_names), "dynsym")
+    return rewrite_in_place(path, lambda src, dst: reorder(src, dst, hot_names, **kw), "dynsym")

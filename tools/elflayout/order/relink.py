@@ -276,19 +276,29 @@ def _check_options(opts: LinkOptions, linker: str) -> None:
             raise ElflayoutError(f"{extra[0]}: an ordering option, which needs --profile")
 
 
+# strings reached by section + addend: hot and moved too (split.hotstrings, a section symbol per pool)
+BY_ADDEND = False
+
+
 def hot_strings(parsed: dict, o, dest: Path, say) -> tuple[dict[str, Path], Step]:
-    """The command's objects and archives with the strings that relocations of the
-    profiled code and data reach moved into hot pools (``split.hotstrings``, each object
-    proved), in ``dest``: {input: rewritten copy} and the step."""
+    """The command's objects and archives with the strings the profiled run read (a
+    ``profile --strings`` target), else those relocations of the profiled code and data
+    reach, moved into hot pools (``split.hotstrings``, each object proved), in ``dest``:
+    {input: rewritten copy} and the step."""
     from elflayout.split import hotstrings
 
     secs = hotstrings.hot_sections(o.layout)
     files = {k for k in secs if os.path.isfile(k.split("(", 1)[0] if k.endswith(")") else k)}
-    hot = hotstrings.static_hot_strings({k: v for k, v in secs.items() if k in files})
+    # strings the run read (profile --strings), else those the profiled code and data reach
+    hot = hotstrings.recorded_strings(o.target)
+    by_addend = BY_ADDEND or hot is not None
+    src = "read by the profiled run" if hot is not None else "reached from the profiled sections"
+    if hot is None:
+        hot = hotstrings.static_hot_strings({k: v for k, v in secs.items() if k in files}, BY_ADDEND)
     inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
               and os.path.isfile(a)]
-    moved, tot = hotstrings.rewrite_inputs(inputs, dest, hot, only=files)
-    say(f"hot strings: {len(hot):,} strings reached from the profiled sections; {tot['moved_pieces']:,} moved in "
+    moved, tot = hotstrings.rewrite_inputs(inputs, dest, hot, only=files, by_addend=by_addend)
+    say(f"hot strings: {len(hot):,} strings {src}; {tot['moved_pieces']:,} moved in "
         f"{tot['objects_changed']:,} of {tot['objects']:,} objects, {tot['pinned_pieces']:,} left (named by "
         f"section + addend or a global symbol)")
     why = "strings the profiled code and data reach, in pools of their own"

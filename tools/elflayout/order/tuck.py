@@ -202,6 +202,8 @@ def where(img: ElfImage, after) -> str:
     if after == TAIL:
         return "at the tail"
     loads = img.loads
+    if after + 1 >= len(loads):     # after the last segment, not at the file's tail
+        return f"after PT_LOAD {after}, the last"
     if loads[after + 1].flags & PF_X and not loads[after].flags & PF_X:
         return "before the code"
     if loads[after].flags & PF_X and not loads[after + 1].flags & PF_X:

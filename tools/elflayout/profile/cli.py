@@ -53,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "give one per --target, in the same order")
     p.add_argument("--data", action="store_true",
                    help="valgrind, qemu: also record first read/write of each data page")
+    p.add_argument("--strings", action="store_true",
+                   help="valgrind: also record the strings the first target's read-only data (.rodata*) loads read, "
+                        "byte by byte (the target's 'strings'; link --hot-strings moves them)")
     p.add_argument("--evict", action="store_true",
                    help="trace: drop the targets from the page cache first, so their reads are recorded")
     p.add_argument("--children", action="store_true",
@@ -197,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
                          evict=args.evict, children=args.children, env=dict(_kv(x, "--env") for x in args.env),
                          clean_env=args.clean_env,
                          keep_log=args.keep_log, read_ahead_kb=args.read_ahead_kb, debug_files=list(args.debug_file),
-                         timeout=args.timeout or None, emulator=args.emulator)
+                         timeout=args.timeout or None, emulator=args.emulator, strings=args.strings)
     record.prepare(setup)  # fails early on missing / non-ELF targets and bad maps
     out = fileio.check_output(args.output, force=args.force, inputs=setup.targets + setup.maps)
     try:

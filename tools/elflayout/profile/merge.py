@@ -139,7 +139,7 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
     # 1. one path, one build
     _check_one_build(profiles, names, force)
     # 2. ranks per key: {ident: {list: {key: [entry of the earliest workload, ranks]}}}
-    order_t, bases, lists = [], {}, {}
+    order_t, bases, lists, read = [], {}, {}, {}
     for w, d in enumerate(profiles):
         scale = _max_first(d) + 1
         for t in d.targets:
@@ -148,6 +148,8 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
                 bases[ident] = t
                 lists[ident] = {k: {} for k in KEYS}
                 order_t.append(ident)
+                read[ident] = set()
+            read[ident].update(t.extra.get("strings") or ())
             for k, keyf in KEYS.items():
                 got = lists[ident][k]
                 for e in getattr(t, k):
@@ -176,6 +178,8 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
         b = bases[ident]
         t = Target(path=b.path, build_id=b.build_id, size=b.size, sha256=b.sha256, map=b.map, phases=b.phases,
                    mappings=b.mappings, extra=dict(b.extra), **out[ident])
+        if read[ident]:     # profile --strings: what any workload read
+            t.extra["strings"] = sorted(read[ident])
         d = t.to_dict()
         for k in LISTS:
             d.setdefault(k, [])

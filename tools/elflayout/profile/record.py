@@ -54,6 +54,7 @@ class Setup:
     emulator: str | None = None  # --emulator text; the detected or given Emulator after prepare
     machine: str = ""  # the targets' ELF machine
     timeout: float | None = None  # kill a workload (and its children) still running after this long
+    strings: bool = False  # valgrind: record the strings the first target's read-only data loads read
 
 
 @dataclass
@@ -120,6 +121,8 @@ def prepare(setup: Setup) -> Setup:
             raise ElflayoutError(f"{m}: no such link map")
     if setup.evict and setup.backend != "trace":
         raise ElflayoutError("--evict is for --backend trace (valgrind does not see the page cache)")
+    if setup.strings and setup.backend != "valgrind":
+        raise ElflayoutError("--strings needs --backend valgrind (it records loads byte by byte)")
     if setup.data and setup.backend == "trace":
         raise ElflayoutError("--data needs --backend valgrind or qemu (the trace backend sees pages, not accesses)")
     if setup.children and setup.backend == "qemu":
@@ -273,8 +276,30 @@ def _targets(setup: Setup, r, warnings: list, notes: list) -> tuple[list[dict], 
             tdoc["mappings"] = r.marks["maps"].get(i, [])
         else:
             tdoc["fault_around_mapped_pages"] = r.mapped_pages.get(i, 0)
+        if i == 0 and setup.strings:
+            tdoc["strings"] = strings_read(img, r.byte_runs)
+            tdoc["stats"]["strings"] = len(tdoc["strings"])
         tdocs.append(tdoc)
     return tdocs, never
+
+
+def string_range(img) -> tuple[int, int] | None:
+    """File offsets [lo, hi) spanning the read-only data sections (``.rodata*``), where
+    string literals are: the bytes ``--strings`` watches."""
+    secs = [s for s in img.sections if s.name.startswith(".rodata") and s.size and s.type != "SHT_NOBITS"]
+    if not secs:
+        return None
+    return min(s.offset for s in secs), max(s.offset + s.size for s in secs)
+
+
+def strings_read(img, runs) -> list[str]:
+    """The strings (C-escaped, sorted) holding bytes that loads read (``runs``: file
+    offset, length), delimited by NULs; binary data that reads as no text is left out."""
+    from elflayout.split.hotstrings import format_strings, strings_in
+
+    with open(img.path, "rb") as f:
+        data = f.read()
+    return format_strings(strings_in(data, runs)).splitlines()
 
 
 def base_env(clean: bool) -> dict:
@@ -290,8 +315,9 @@ def base_env(clean: bool) -> dict:
 def _run_backend(be, setup: Setup, wl: Workload, env: dict, out):
     """One run of the workload under the backend: (run, read-ahead record or None)."""
     if setup.backend == "valgrind":
+        rng = string_range(setup.imgs[0]) if setup.strings else None
         return be.run(setup.targets, wl.argv, data=setup.data, log_path=setup.keep_log, env=env,
-                      children=setup.children, stdout=out), None
+                      children=setup.children, stdout=out, byte_range=rng), None
     if setup.backend == "qemu":
         return be.run(setup.targets, wl.argv, emulator=setup.emulator, data=setup.data, log_path=setup.keep_log,
                       env=env, stdout=out), None

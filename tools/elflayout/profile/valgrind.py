@@ -31,7 +31,7 @@ TOOL_NAME = "firsttouch"
 
 REC_DTYPE = np.dtype([("seq", "<u8"), ("t_ns", "<u8"), ("addr", "<u8"), ("len", "<u4"), ("kind", "u1"),
                       ("target", "u1"), ("flags", "<u2")])
-K = {c: ord(c) for c in "xrwmuEMDZ"}
+K = {c: ord(c) for c in "xrwmuEMDZB"}
 # 'D' records (flags): what the tool's fixed tables or a failed write made it lose
 DROPS = {"outside": "accesses outside any recorded target mapping (dropped)", 1: "target mappings past the tool's table (their accesses are lost)",
          2: "instruction runs past the per-group cap (not logged)",
@@ -65,6 +65,12 @@ class RawLog:
     exit_code: int | None
     notes: list[str] = field(default_factory=list)
     dropped: dict = field(default_factory=dict)  # DROPS key -> count
+
+    def byte_runs(self) -> np.ndarray:
+        """``--ft-bytes``: runs of the watched file bytes that loads read, (offset, length) rows."""
+        b = self.recs[self.recs["kind"] == K["B"]]
+        return np.stack([b["addr"].astype(np.int64), b["len"].astype(np.int64)], axis=1) if b.size \
+            else np.zeros((0, 2), np.int64)
 
     def warnings(self) -> list[str]:
         """One sentence per kind of loss, for the profile's metadata.warnings."""
@@ -220,6 +226,7 @@ class Run:
     returncode: int
     duration_s: float
     command: list[str]
+    byte_runs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
 
 
 MAX_MARKS = 8  # firsttouch's --ft-mark limit (MAX_MARKS in firsttouch.c); one is main()
@@ -294,8 +301,11 @@ def giveup_message(log_dir) -> str | None:
     return None
 
 
-def valgrind_command(targets: list[str], out: str, data: bool, marks=(), children: bool = False) -> list[str]:
+def valgrind_command(targets: list[str], out: str, data: bool, marks=(), children: bool = False,
+                     byte_range: tuple[int, int] | None = None) -> list[str]:
     cmd = ["valgrind", "-q", f"--tool={TOOL_NAME}", f"--ft-out={out}", f"--ft-data={'yes' if data else 'no'}"]
+    if byte_range:
+        cmd.append(f"--ft-bytes={byte_range[0]:x}:{byte_range[1]:x}")
     if children:
         cmd.append("--trace-children=yes")
     cmd += [f"--ft-mark={m:x}" for m in marks]
@@ -304,8 +314,11 @@ def valgrind_command(targets: list[str], out: str, data: bool, marks=(), childre
 
 
 def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | None = None,
-        stdout=None, stderr=None, log_path: str | None = None, children: bool = False) -> Run:
+        stdout=None, stderr=None, log_path: str | None = None, children: bool = False,
+        byte_range: tuple[int, int] | None = None) -> Run:
     """Run ``argv`` under firsttouch; return the parsed log(s) and the workload's status.
+    ``byte_range``: file offsets [lo, hi) of the first target whose loaded bytes are
+    recorded (``Run.byte_runs``).
 
     ``children``: also follow programs the workload execs (one log per process, merged by
     time); main() is then not marked (the mark offset belongs to one executable only).
@@ -322,7 +335,7 @@ def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | 
         # a target that is the executable itself: its initializers without a function
         # extent (no symbol, no FDE) are found by marking their entry offsets too
         init_marks = exe_initializer_marks(exe, targets) if mo is not None else []
-        cmd = valgrind_command(targets, out, data, [mo, *init_marks] if mo is not None else [], children)
+        cmd = valgrind_command(targets, out, data, [mo, *init_marks] if mo is not None else [], children, byte_range)
         cmd += [os.path.realpath(exe), *argv[1:]]
         t0 = time.monotonic()
         try:
@@ -352,4 +365,6 @@ def run(targets: list[str], argv: list[str], *, data: bool = False, env: dict | 
         log.complete = log.complete and lg.complete
         for k, n in lg.dropped.items():
             log.dropped[k] = log.dropped.get(k, 0) + n
-    return Run(log, ev, marks, r.returncode, dt, cmd)
+    run_ = Run(log, ev, marks, r.returncode, dt, cmd)
+    run_.byte_runs = np.concatenate([lg.byte_runs() for lg in logs])
+    return run_

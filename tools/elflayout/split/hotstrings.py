@@ -12,15 +12,22 @@ rest. A link script puts ``*(.rodata.hotstr*)`` in an output section of its own
 without such a script the new sections join ``.rodata`` and the pool is as before.
 
 What is rewritten, and what is left as it is (never a wrong output):
-- a string section is rewritten only when every reference to it goes through a local
-  symbol (the assembler keeps ``.L.str`` symbols for mergeable sections): a relocation
-  against its section symbol (section + addend), a relocation section of its own, a
-  COMDAT group holding it or a section linked to it leaves it whole;
+- a string section is rewritten only when every reference to it goes through a symbol
+  or its section symbol (section + addend, the linker finds the piece by the addend):
+  a relocation section of its own, a COMDAT group holding it or a section linked to it
+  leaves it whole;
+- a piece reached by section + addend moves on x86-64 when the object can take a new
+  local section symbol for its pool (inserted after the other local symbols, later
+  symbol indexes shifted in relocations and group signatures); else it stays;
 - a piece named by a global or weak symbol stays where it is;
 - only string contents (the set ``hot``) move, all copies of a content in an object
   together, so two references that shared a piece still do; merging less than before
   (a hot and a cold copy of one content) is allowed: C and C++ do not promise equal
   literals one address.
+
+Which strings are hot: those a run read (``profile --strings`` records them byte by
+byte, ``recorded_strings``), else a static approximation, the strings relocations of the
+sections that ran reach (``static_hot_strings``).
 
 ``check_object`` proves each rewritten object against its original (every other byte,
 header and relocation the same; every symbol names the same content at the same place
@@ -46,6 +53,9 @@ SHF_MERGE, SHF_STRINGS, SHF_LINK_ORDER, SHF_GROUP = 0x10, 0x20, 0x80, 0x200
 STB_LOCAL = 0
 STT_SECTION = 3
 SHN_UNDEF = 0
+# section types holding symbol indexes other than RELA and GROUP: a rewrite that inserts
+# symbols leaves objects with them as they are
+SHT_SYMTAB_SHNDX, SHT_LLVM_ADDRSIG, SHT_LLVM_CALL_GRAPH_PROFILE = 18, 0x6FFF4C03, 0x6FFF4C09
 
 
 def hot_name(entsize: int, align: int) -> str:
@@ -81,6 +91,7 @@ class ObjectReport:
     moved_bytes: int = 0
     pinned_pieces: int = 0                              # hot, but reached by section + addend or a global
     pinned_bytes: int = 0
+    addend_pieces: int = 0                              # moved pieces reached by section + addend
     sections: int = 0                                   # string sections split
     kept: dict[str, str] = field(default_factory=dict)  # section -> why left whole
 
@@ -137,9 +148,32 @@ def _pieces_of(obj: ObjectFile, sec) -> tuple[list[tuple[int, int]], np.ndarray]
     return pieces, np.stack([mine, which]) if len(mine) else np.zeros((2, 0), np.int64)
 
 
-def plan_section(obj: ObjectFile, sec, hot) -> tuple[list[int], list[int], str | None]:
+def can_add_symbols(obj: ObjectFile) -> bool:
+    """Whether a local section symbol can be inserted (``rewrite_object``'s by-addend
+    moves): x86-64, locals before globals as the gABI asks, and no section other than
+    RELA and GROUP indexing symbols."""
+    if obj.aarch64 or not obj.symtab_index or _indexes_symbols(obj):
+        return False
+    first = obj.sections[obj.symtab_index].info
+    bind = obj.symbols["st_info"] >> 4
+    return 0 < first <= len(obj.symbols) and not (bind[:first] != STB_LOCAL).any() \
+        and not (bind[first:] == STB_LOCAL).any()
+
+
+def _indexes_symbols(obj: ObjectFile) -> str | None:
+    """A section other than RELA and GROUP naming symbols by index, if any. An
+    address-significance table with sh_link 0 (left so by ``strip``/``objcopy``) is one
+    every linker ignores, so its stale indexes are harmless."""
+    for s in obj.sections:
+        if s.sh_type in (SHT_SYMTAB_SHNDX, SHT_LLVM_CALL_GRAPH_PROFILE) or s.sh_type == SHT_LLVM_ADDRSIG and s.link:
+            return s.name
+    return None
+
+
+def plan_section(obj: ObjectFile, sec, hot, by_addend: bool = False) -> tuple[list[int], list[int], str | None]:
     """Pieces of ``sec`` whose content is in ``hot``: those to move and those that must
-    stay (``pinned``), or why the section stays whole."""
+    stay (``pinned``), or why the section stays whole. ``by_addend``: pieces reached by
+    section + addend may move (the caller gives the pool a section symbol)."""
     why = _eligible(obj, sec)
     if why:
         return [], [], why
@@ -147,9 +181,9 @@ def plan_section(obj: ObjectFile, sec, hot) -> tuple[list[int], list[int], str |
     if isinstance(got, str):
         return [], [], got
     pieces, owner = got
-    # a string reached by section + addend stays (moving it needs a symbol of the pool)
     starts = np.array([a for a, _ in pieces], dtype=np.int64)
-    pinned = set((np.searchsorted(starts, section_addends(obj, sec.index), side="right") - 1).tolist())
+    pinned = set() if by_addend else \
+        set((np.searchsorted(starts, section_addends(obj, sec.index), side="right") - 1).tolist())
     for si, pi in owner.T.tolist():
         if int(obj.symbols["st_info"][si]) >> 4 != STB_LOCAL:
             pinned.add(pi)
@@ -174,9 +208,10 @@ def _pack(data: bytes, pieces, keep, align: int) -> tuple[bytes, dict[int, int]]
     return bytes(out), where
 
 
-def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
+def rewrite_object(raw: bytes, name: str, hot, by_addend: bool = False) -> tuple[bytes, ObjectReport]:
     """``raw`` with the pieces whose content is in ``hot`` moved into hot pools (``raw``
-    itself when nothing moves). ``hot``: a set of piece contents, terminator included.
+    itself when nothing moves). ``hot``: a set of piece contents, terminator included;
+    ``by_addend``: pieces reached by section + addend move too where the object allows.
     An object this cannot read (bitcode, another machine) or whose rewrite is not proved
     is returned as it is, the reason in ``kept[OBJECT]``."""
     rep = ObjectReport(name)
@@ -185,12 +220,13 @@ def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
     except ElflayoutError as e:
         rep.kept[OBJECT] = f"not rewritten: {str(e).removeprefix(name + ': ')}"
         return raw, rep
+    by_addend = by_addend and can_add_symbols(obj)
     syms = obj.symbols.copy()
-    changed, new_secs, relas = {}, [], {}
+    changed, new_secs, relas, redirect = {}, [], {}, []
     for sec in obj.sections:
         if not (sec.flags & SHF_MERGE and sec.flags & SHF_STRINGS and sec.flags & SHF_ALLOC) or not sec.size:
             continue    # .comment and the like: never loaded
-        mv, pin, why = plan_section(obj, sec, hot)
+        mv, pin, why = plan_section(obj, sec, hot, by_addend)
         if why:
             rep.kept[sec.name] = why
         if not (mv or pin):
@@ -208,12 +244,10 @@ def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
             at, ndx = (hot_at, new_index) if pi in moved else (cold_at, sec.index)
             syms["st_value"][si] = at[pi] + int(obj.symbols["st_value"][si]) - pieces[pi][0]
             syms["st_shndx"][si] = ndx
-        starts = np.array([a for a, _ in pieces], dtype=np.int64)
-        for ri, w in section_refs(obj, sec.index).items():
-            r = relas.setdefault(ri, obj.relas[ri].copy())
-            add = r["r_addend"][w]
-            pk = np.searchsorted(starts, add, side="right") - 1
-            r["r_addend"][w] = [cold_at[int(k)] + int(a) - pieces[int(k)][0] for k, a in zip(pk, add)]
+        hits = _follow_addends(obj, sec.index, pieces, moved, cold_at, hot_at, relas)
+        if hits:
+            redirect.append((new_index, hits))
+            rep.addend_pieces += len({int(k) for w in hits.values() for k in w[1]})
         changed[sec.index] = cold
         new_secs.append((sec, hotd))
         rep.sections += 1
@@ -222,24 +256,69 @@ def rewrite_object(raw: bytes, name: str, hot) -> tuple[bytes, ObjectReport]:
     if not new_secs:
         return raw, rep
     if len(obj.sections) + len(new_secs) >= SHN_LORESERVE:
-        rep.kept[OBJECT] = "too many sections for standard ELF numbering"
-        rep.moved_pieces = rep.moved_bytes = rep.sections = 0
-        return raw, rep
-    out = _write(obj, syms, changed, new_secs, relas)
+        return raw, _refused(rep, "too many sections for standard ELF numbering")
+    syms = _insert_section_symbols(obj, syms, relas, redirect)
+    out = _write(obj, syms, changed, new_secs, relas, len(redirect))
     try:
         check_object(raw, out, name, hot)
     except ElflayoutError as e:
-        rep.kept[OBJECT] = str(e).removeprefix(name + ": ")
-        rep.moved_pieces = rep.moved_bytes = rep.sections = 0
-        return raw, rep
+        return raw, _refused(rep, str(e).removeprefix(name + ": "))
     return out, rep
 
 
-def _write(obj: ObjectFile, syms: np.ndarray, changed: dict, new_secs: list, relas: dict) -> bytes:
+def _refused(rep: ObjectReport, why: str) -> ObjectReport:
+    rep.kept[OBJECT] = why
+    rep.moved_pieces = rep.moved_bytes = rep.sections = rep.addend_pieces = 0
+    return rep
+
+
+def _follow_addends(obj: ObjectFile, index: int, pieces, moved: set, cold_at: dict, hot_at: dict,
+                    relas: dict) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Section + addend relocations of string section ``index`` follow their piece: a
+    kept piece's addend into the repacked section, a moved piece's into the pool (those
+    are returned, {RELA section: (relocation indexes, pieces)}, for the pool's symbol)."""
+    starts = np.array([a for a, _ in pieces], dtype=np.int64)
+    hits = {}
+    for ri, w in section_refs(obj, index).items():
+        r = relas.setdefault(ri, obj.relas[ri].copy())
+        add = obj.relas[ri]["r_addend"][w]
+        pk = np.searchsorted(starts, add, side="right") - 1
+        into = np.array([int(k) in moved for k in pk], dtype=bool)
+        r["r_addend"][w] = [(hot_at if int(k) in moved else cold_at)[int(k)] + int(a) - pieces[int(k)][0]
+                            for k, a in zip(pk, add)]
+        if into.any():
+            hits[ri] = (w[into], pk[into])
+    return hits
+
+
+def _insert_section_symbols(obj: ObjectFile, syms: np.ndarray, relas: dict, redirect: list) -> np.ndarray:
+    """The symbol table with a local section symbol for each pool in ``redirect``
+    (after the other locals: later indexes shift by as many) and every relocation's
+    symbol index shifted; ``redirect``'s relocations name their pool's symbol."""
+    if not redirect:
+        return syms
+    first, k = obj.sections[obj.symtab_index].info, len(redirect)
+    new = np.zeros(k, syms.dtype)
+    new["st_info"] = (STB_LOCAL << 4) | STT_SECTION
+    new["st_shndx"] = [ndx for ndx, _ in redirect]
+    for ri in obj.relas:
+        r = relas.setdefault(ri, obj.relas[ri].copy())
+        sym = r["r_info"] >> np.uint64(32)
+        shifted = np.where(sym >= first, sym + np.uint64(k), sym)
+        r["r_info"] = (shifted << np.uint64(32)) | (r["r_info"] & np.uint64(0xFFFFFFFF))
+    for j, (_, hits) in enumerate(redirect):
+        for ri, (w, _) in hits.items():
+            r = relas[ri]
+            r["r_info"][w] = (np.uint64(first + j) << np.uint64(32)) | (r["r_info"][w] & np.uint64(0xFFFFFFFF))
+    return np.concatenate([syms[:first], new, syms[first:]])
+
+
+def _write(obj: ObjectFile, syms: np.ndarray, changed: dict, new_secs: list, relas: dict, added: int = 0) -> bytes:
     """The original bytes with changed sections rewritten in place (they only shrink),
-    the symbol table and changed relocation tables in place, and after the end the hot
-    sections, a longer section name table and a new section header table (old indexes
-    kept, new ones appended)."""
+    changed relocation tables in place, the symbol table in place (or, when ``added``
+    symbols were inserted after the locals, after the end, with group signatures
+    following), and after the end the hot sections, a longer section name table and a
+    new section header table (old indexes kept, new ones appended)."""
     raw = obj.raw
     eh = np.frombuffer(raw, EHDR64, 1).copy()
     shdrs = np.frombuffer(raw, SHDR64, len(obj.sections), int(eh["e_shoff"][0])).copy()
@@ -248,9 +327,19 @@ def _write(obj: ObjectFile, syms: np.ndarray, changed: dict, new_secs: list, rel
         off, size = int(shdrs[i]["sh_offset"]), int(shdrs[i]["sh_size"])
         buf[off:off + size] = data + b"\0" * (size - len(data))
         shdrs[i]["sh_size"] = len(data)
-    for i, table in [(obj.symtab_index, syms), *relas.items()]:
+    for i, table in [*([] if added else [(obj.symtab_index, syms)]), *relas.items()]:
         off = int(shdrs[i]["sh_offset"])
         buf[off:off + table.nbytes] = table.tobytes()
+    if added:
+        st = shdrs[obj.symtab_index]
+        first = int(st["sh_info"])
+        for g in obj.sections:
+            if g.sh_type == SHT["SHT_GROUP"] and shdrs[g.index]["sh_info"] >= first:
+                shdrs[g.index]["sh_info"] += added
+        buf += b"\0" * (align_up(len(buf), 8) - len(buf))
+        st["sh_offset"], st["sh_size"], st["sh_info"] = len(buf), syms.nbytes, first + added
+        shdrs[obj.symtab_index] = st
+        buf += syms.tobytes()
     strndx = int(eh["e_shstrndx"][0])
     shstr = bytearray(obj.sections[strndx].data)
     rows = []
@@ -295,9 +384,13 @@ def _check(a: ObjectFile, b: ObjectFile, hot) -> None:
     n = len(a.sections)
     if len(b.sections) < n or a.symtab_index != b.symtab_index:
         raise ValueError("sections renumbered")
+    old = _symbol_map(a, b, n)
+    fwd = np.flatnonzero(old >= 0)        # a's symbol i is b's fwd[i]
     strndx = np.frombuffer(a.raw, EHDR64, 1)["e_shstrndx"][0]
     for x, y in zip(a.sections, b.sections):
-        same = (x.name, x.sh_type, x.flags, x.link, x.info, x.align, x.entsize) == \
+        info = x.info + len(b.symbols) - len(a.symbols) if x.index == a.symtab_index else \
+            int(fwd[x.info]) if x.sh_type == SHT["SHT_GROUP"] and x.info < len(fwd) else x.info
+        same = (x.name, x.sh_type, x.flags, x.link, info, x.align, x.entsize) == \
                (y.name, y.sh_type, y.flags, y.link, y.info, y.align, y.entsize)
         if not same:
             raise ValueError(f"section {x.index} header changed")
@@ -317,22 +410,46 @@ def _check(a: ObjectFile, b: ObjectFile, hot) -> None:
         pieces = string_pieces(y.data, y.entsize)
         if hot is not None and any(y.data[p:q] not in hot and y.data[p:q] != b"\0" * y.entsize for p, q in pieces):
             raise ValueError(f"{y.name} holds a string not asked for")
-    if a.sym_names != b.sym_names or len(a.symbols) != len(b.symbols):
+    kept = old >= 0
+    if a.sym_names != [nm for nm, k in zip(b.sym_names, kept) if k]:
         raise ValueError("symbol names changed")
     for f in ("st_name", "st_info", "st_other", "st_size"):
-        if not np.array_equal(a.symbols[f], b.symbols[f]):
+        if not np.array_equal(a.symbols[f], b.symbols[f][kept]):
             raise ValueError(f"symbol field {f} changed")
     ca, cb = {}, {}
-    for si in range(1, len(a.symbols)):
-        if _seen(a, si, ca) != _seen(b, si, cb):
+    for si, sj in enumerate(np.flatnonzero(kept).tolist()):
+        if si and _seen(a, si, ca) != _seen(b, sj, cb):
             raise ValueError(f"symbol {a.sym_names[si]!r} names another string")
-    _check_relocs(a, b, ca, cb)
+    _check_relocs(a, b, old, ca, cb)
 
 
-def _check_relocs(a: ObjectFile, b: ObjectFile, ca: dict, cb: dict) -> None:
-    """The same relocations; an addend differs, or a string table changed under it,
-    only where it names a string by section + addend and still names the same place
-    in the same string."""
+def _symbol_map(a: ObjectFile, b: ObjectFile, n: int) -> np.ndarray:
+    """Per symbol of ``b``, its index in ``a``, or -1 for an inserted one: only local
+    section symbols of added pools, right after ``a``'s locals, may be inserted."""
+    k = len(b.symbols) - len(a.symbols)
+    old = np.arange(len(b.symbols), dtype=np.int64)
+    if not k:
+        return old
+    first = a.sections[a.symtab_index].info if a.symtab_index else 0
+    if k < 0 or not 0 < first <= len(a.symbols):
+        raise ValueError("symbol table changed")
+    if _indexes_symbols(b):
+        raise ValueError(f"symbols inserted under {_indexes_symbols(b)}, which indexes them")
+    new = b.symbols[first:first + k]
+    if (new["st_info"] != (STB_LOCAL << 4 | STT_SECTION)).any() or new["st_name"].any() or new["st_value"].any() \
+            or new["st_size"].any() or new["st_other"].any() or (new["st_shndx"] < n).any() \
+            or len(set(new["st_shndx"].tolist())) != k or (new["st_shndx"] >= len(b.sections)).any():
+        raise ValueError("inserted symbols are not section symbols of added pools")
+    old[first:first + k] = -1
+    old[first + k:] -= k
+    return old
+
+
+def _check_relocs(a: ObjectFile, b: ObjectFile, old: np.ndarray, ca: dict, cb: dict) -> None:
+    """The same relocations (symbol indexes through ``old``); an addend differs, or a
+    string table changed under it, only where it names a string by section + addend
+    and still names the same place in the same string, maybe through an added pool's
+    section symbol."""
     if a.rela_of != b.rela_of:
         raise ValueError("relocation sections changed")
     changed = {x.index for x, y in zip(a.sections, b.sections)
@@ -341,17 +458,21 @@ def _check_relocs(a: ObjectFile, b: ObjectFile, ca: dict, cb: dict) -> None:
     by_addend = ((a.symbols["st_info"] & 0xF) == STT_SECTION) & np.isin(a.symbols["st_shndx"], list(changed))
     for k, ra in a.relas.items():
         rb = b.relas[k]
+        where = a.sections[a.sections[k].info].name
         if len(ra) != len(rb) or not (np.array_equal(ra["r_offset"], rb["r_offset"])
-                                      and np.array_equal(ra["r_info"], rb["r_info"])):
-            raise ValueError(f"relocations of {a.sections[a.sections[k].info].name} changed")
+                                      and np.array_equal(ra["r_info"] & 0xFFFFFFFF, rb["r_info"] & 0xFFFFFFFF)):
+            raise ValueError(f"relocations of {where} changed")
         sym = (ra["r_info"] >> 32).astype(np.int64)
+        symb = old[(rb["r_info"] >> 32).astype(np.int64)]
         look = by_addend[sym]
-        if ((ra["r_addend"] != rb["r_addend"]) & ~look).any():
-            raise ValueError(f"an addend of {a.sections[a.sections[k].info].name} changed")
+        if ((ra["r_addend"] != rb["r_addend"]) & ~look).any() or ((symb != sym) & ~look).any():
+            raise ValueError(f"an addend of {where} changed")
         for j in np.flatnonzero(look).tolist():
             ndx = int(a.symbols["st_shndx"][sym[j]])
-            if _piece_view(a, ndx, int(ra["r_addend"][j]), ca) != _piece_view(b, ndx, int(rb["r_addend"][j]), cb):
-                raise ValueError(f"a relocation of {a.sections[a.sections[k].info].name} names another string")
+            nb = ndx if symb[j] >= 0 else int(b.symbols["st_shndx"][int(rb["r_info"][j] >> 32)])
+            if symb[j] >= 0 and symb[j] != sym[j] or \
+                    _piece_view(a, ndx, int(ra["r_addend"][j]), ca) != _piece_view(b, nb, int(rb["r_addend"][j]), cb):
+                raise ValueError(f"a relocation of {where} names another string")
 
 
 def _piece_view(obj: ObjectFile, ndx: int, off: int, cache: dict) -> tuple[bytes, int]:
@@ -370,16 +491,27 @@ def _piece_view(obj: ObjectFile, ndx: int, off: int, cache: dict) -> tuple[bytes
 
 # -- which strings are hot ---------------------------------------------------------------------
 
-def referenced_strings(raw: bytes, name: str, sections=None) -> set[bytes]:
+def referenced_strings(raw: bytes, name: str, sections=None, by_addend: bool = False) -> set[bytes]:
     """Contents of the string pieces that relocations in ``sections`` (input section
-    names; None: all) reach through symbols: the static approximation of the strings
-    code that ran may read."""
+    names; None: all) reach through symbols (``by_addend``: and through section +
+    addend, as data tables do): the static approximation of the strings code that ran
+    may read."""
     obj = read_object(raw, name)
     out, cache = set(), {}
+    strings = {s.index for s in obj.sections if s.flags & SHF_MERGE and s.flags & SHF_STRINGS}
     for target, ri in obj.rela_of.items():
         if sections is not None and obj.sections[target].name not in sections:
             continue
-        for si in np.unique(obj.relas[ri]["r_info"] >> 32).tolist():
+        r = obj.relas[ri]
+        for si in np.unique(r["r_info"] >> 32).tolist():
+            s = obj.symbols[si]
+            if by_addend and (s["st_info"] & 0xF) == STT_SECTION and int(s["st_shndx"]) in strings:
+                for add in np.unique(r["r_addend"][(r["r_info"] >> 32) == si]).tolist():
+                    try:
+                        out.add(_piece_view(obj, int(s["st_shndx"]), int(add), cache)[0])
+                    except ValueError:
+                        continue
+                continue
             try:
                 seen = _seen(obj, int(si), cache)
             except ValueError:
@@ -415,9 +547,10 @@ def _by_file(objects) -> dict[str, set[str] | None]:
     return out
 
 
-def static_hot_strings(sections: dict[str, set[str]]) -> set[bytes]:
+def static_hot_strings(sections: dict[str, set[str]], by_addend: bool = False) -> set[bytes]:
     """The static approximation: strings that relocations of the sections that ran
-    (``hot_sections``) reach, read from the objects and archive members themselves."""
+    (``hot_sections``) reach, read from the objects and archive members themselves
+    (``by_addend``: by section + addend too)."""
     from elflayout.split import archive
 
     out: set[bytes] = set()
@@ -427,12 +560,46 @@ def static_hot_strings(sections: dict[str, set[str]]) -> set[bytes]:
         except OSError as e:
             raise ElflayoutError(f"{path}: cannot read ({e.strerror})") from None
         if members is None:
-            out |= referenced_strings(raw, path, sections[path])
+            out |= referenced_strings(raw, path, sections[path], by_addend)
             continue
         for mname, body in archive.read_archive(raw, path):
             if mname in members and body[:4] == b"\x7fELF":
-                out |= referenced_strings(body, f"{path}({mname})", sections[f"{path}({mname})"])
+                out |= referenced_strings(body, f"{path}({mname})", sections[f"{path}({mname})"], by_addend)
     return out
+
+
+MAX_STRING = 1 << 16     # longer "strings" between NULs are data, not literals
+
+
+def _text(s: bytes) -> bool:
+    """Reads as text: printable ASCII, tab/newline/carriage return, or UTF-8 bytes."""
+    return 0 < len(s) <= MAX_STRING and not s.translate(None, bytes(range(0x20, 0x7F)) + b"\t\n\r" +
+                                                       bytes(range(0x80, 0x100)))
+
+
+def strings_in(data: bytes, runs) -> set[bytes]:
+    """Contents (terminator included) of the NUL-delimited strings of ``data`` holding a
+    byte of ``runs`` ((offset, length) rows: what loads read, as ``profile --strings``
+    records), those that read as text: the strings a run read, with their neighbours
+    that a wide load (``strlen``'s 16 bytes) ran over."""
+    out = set()
+    for off, n in np.asarray(runs, dtype=np.int64).reshape(-1, 2).tolist():
+        if n <= 0 or off >= len(data):
+            continue
+        lo = data.rfind(b"\0", max(0, off - MAX_STRING), off) + 1
+        hi = data.find(b"\0", min(off + n, len(data)) - 1)
+        if hi < 0:
+            continue
+        out.update(s + b"\0" for s in data[lo:hi].split(b"\0") if _text(s))
+    return out
+
+
+def recorded_strings(target) -> set[bytes] | None:
+    """The strings a profile target's run read (``profile --strings``), else None."""
+    got = target.extra.get("strings") if hasattr(target, "extra") else target.get("strings")
+    if got is None:
+        return None
+    return {line.encode("ascii").decode("unicode_escape").encode("latin-1") + b"\0" for line in got}
 
 
 def read_strings_file(path) -> set[bytes]:
@@ -461,20 +628,21 @@ def format_strings(strings) -> str:
     return "".join(esc(s) + "\n" for s in sorted(strings) if s.endswith(b"\0"))
 
 
-def rewrite_members(members: list[tuple[str, bytes]], archive_name: str, hot, only=None) -> tuple[list, list[ObjectReport]]:
+def rewrite_members(members: list[tuple[str, bytes]], archive_name: str, hot, only=None,
+                    by_addend: bool = False) -> tuple[list, list[ObjectReport]]:
     """``rewrite_object`` over an archive's members (those named in ``only``; None: all), in order."""
     out, reps = [], []
     for mname, body in members:
         if body[:4] != b"\x7fELF" or only is not None and mname not in only:
             out.append((mname, body))
             continue
-        b, rep = rewrite_object(body, f"{archive_name}({mname})", hot)
+        b, rep = rewrite_object(body, f"{archive_name}({mname})", hot, by_addend)
         out.append((mname, b))
         reps.append(rep)
     return out, reps
 
 
-def rewrite_inputs(paths, outdir, hot, only=None) -> tuple[dict[str, Path], dict]:
+def rewrite_inputs(paths, outdir, hot, only=None, by_addend: bool = False) -> tuple[dict[str, Path], dict]:
     """Each object or archive of ``paths`` with its pieces of ``hot`` moved
     (``rewrite_object``) into ``outdir/<key>/<same name>`` (key: the hot set), members
     in order; ``only``: link-map object names (``archive(member)``, paths) to rewrite,
@@ -483,20 +651,20 @@ def rewrite_inputs(paths, outdir, hot, only=None) -> tuple[dict[str, Path], dict
     from elflayout.split import archive
 
     only_by = _by_file(only) if only is not None else None
-    key = hashlib.sha256(b"".join(sorted(hot))).hexdigest()[:12]
+    key = hashlib.sha256(b"".join(sorted(hot)) + (b"\0by addend" if by_addend else b"")).hexdigest()[:12]
     res, tot = {}, {"objects": 0, "objects_changed": 0, "moved_pieces": 0, "moved_bytes": 0, "pinned_pieces": 0,
-                    "pinned_bytes": 0, "kept": {}}
+                    "pinned_bytes": 0, "addend_pieces": 0, "kept": {}}
     for k, p in enumerate(map(Path, paths)):
         if only_by is not None and str(p) not in only_by:
             continue
         raw = p.read_bytes()
         members = archive.read_archive(raw, str(p)) if archive.is_archive(raw) else None
         if members is None:
-            new, reps = rewrite_object(raw, str(p), hot)
+            new, reps = rewrite_object(raw, str(p), hot, by_addend)
             reps = [reps]
         else:
             want = only_by.get(str(p)) if only_by is not None else None
-            new, reps = rewrite_members([(m, b) for m, b in members], str(p), hot, want)
+            new, reps = rewrite_members([(m, b) for m, b in members], str(p), hot, want, by_addend)
         for r in reps:
             _add(tot, r)
         if not any(r.moved_pieces for r in reps):
@@ -515,7 +683,7 @@ def rewrite_inputs(paths, outdir, hot, only=None) -> tuple[dict[str, Path], dict
 def _add(tot: dict, r: ObjectReport) -> None:
     tot["objects"] += 1
     tot["objects_changed"] += r.moved_pieces > 0
-    for f in ("moved_pieces", "moved_bytes", "pinned_pieces", "pinned_bytes"):
+    for f in ("moved_pieces", "moved_bytes", "pinned_pieces", "pinned_bytes", "addend_pieces"):
         tot[f] += getattr(r, f)
     for why in r.kept.values():
         tot["kept"][why] = tot["kept"].get(why, 0) + 1
