@@ -272,3 +272,47 @@ def test_libzstd_built_with_gsplit_dwarf_splits_and_checks(tmp_path, cc):
     assert len(counts) == 3 and int(counts[0].replace(",", "")) > 100_000, r.stdout
     assert r.stdout.count(", DWARF verified") == 3, r.stdout
     assert len(list((tmp_path / "out").glob("*.dwo"))) >= 20
+
+
+def test_archive_member_gets_its_own_new_dwo(tmp_path):
+    """A member of an archive: its new .dwo is DIR/<archive>.<member>.dwo, named by its skeleton."""
+    need_tool("llvm-dwarfdump-22")
+    o = _cc(tmp_path, CALLS, "clang-22")
+    lib = tmp_path / "libc1.a"
+    subprocess.run(["ar", "rcs", lib, o], check=True)
+    run_cli("split", lib, "-o", tmp_path / "out", check=0)
+    new = tmp_path / "out" / "libc1.a.calls.dwo"
+    assert new.exists(), sorted((tmp_path / "out").iterdir())
+    subprocess.run(["ar", "x", tmp_path / "out" / "libc1.a", "calls.o"], check=True, cwd=tmp_path / "out")
+    assert _dwo_name(tmp_path / "out" / "calls.o") == str(new)
+
+
+BASED = """#include <stdio.h>
+static int helper(int x) { int y = x * 3; for (int i = 0; i < x; i++) y += i ^ y; return y; }
+int foo(int a) { int s = 0; for (int i = 0; i < a; i++) s += helper(i); return s; }
+int bar(int b) { int t = b; if (b > 3) t = foo(b - 1) + helper(b); return t * 2; }
+int main(int argc, char **argv) { int r = bar(argc + 5); printf("%d\\n", r); return 0; }
+"""
+
+
+def test_dwo_location_lists_from_a_base_in_another_function(tmp_path):
+    """clang-22's .dwo location lists of bar and main are offset pairs after a
+    DW_LLE_base_addressx naming foo's start: written again with their own start
+    (was: foo..bar and foo..main kept together, "the location list at 0x.. of a.dwo")."""
+    need_tool("llvm-dwarfdump-22")
+    src = tmp_path / "based.c"
+    src.write_text(BASED)
+    o = tmp_path / "based.o"
+    subprocess.run(["clang-22", "-g", "-O2", "-gsplit-dwarf", "-c", "based.c"], check=True, cwd=tmp_path)
+    out, rep = split_object(o.read_bytes(), str(o), tmp_path / "out.dwo")
+    text = next(x for x in rep.sections if x.name == ".text")
+    assert text.sections == 3 and not text.glued and rep.dwo == str(tmp_path / "out.dwo"), text
+    s = tmp_path / "split.o"
+    s.write_bytes(out)
+    (tmp_path / "out.dwo").write_bytes(rep.dwo_data)
+    orig = _link(tmp_path, [o], "orig")
+    exe = _link(tmp_path, [s], "moved", ["main", "bar", "foo"])
+    n, diffs = debugcheck.compare_locations(orig, exe)
+    assert n >= 10 and diffs == [], (n, diffs)
+    n, diffs = debugcheck.compare_lines(orig, exe)
+    assert n > 200 and diffs == [], diffs

@@ -139,6 +139,9 @@ def plan_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, f
             if rep.dwo and Path(rep.dwo).exists() and not force:
                 raise ElflayoutError(f"{rep.dwo}: output exists (use --force to replace it)")
             results.append((InputReport(str(p), str(out), False, [rep]), b))
+    dwos = [o.dwo for r, _ in results for o in r.objects if o.dwo]
+    if len(set(dwos)) != len(dwos):
+        raise ElflayoutError(f"two split objects would write {sorted(d for d in dwos if dwos.count(d) > 1)[0]}")
     return results
 
 
