@@ -757,7 +757,7 @@ def llvm_floor_libs(w: Path, best: Path, hot: dict | None = None) -> dict:
     for name, lib in (hot or {}).items():
         libs[f"best, {name}"] = lib
         levers.append((f"best, {name}", lib, "--order-dynsym --move-symtab"))
-        if name == HOT_STRINGS:
+        if name in (HOT_STRINGS, HOT_RECORDED):
             levers += [(f"best, {name}", lib, DYNSYM_BLOOM8), (f"best, {name}", lib, DYNSTR_LAST)]
     stems = {DYNSYM_BLOOM8: "floor-dynsym-bloom8+move-symtab", DYNSTR_LAST: "floor-order-dynsym+move-symtab+dynstr-last"}
     for base_name, src, lever in levers:
