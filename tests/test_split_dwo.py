@@ -316,3 +316,16 @@ def test_dwo_location_lists_from_a_base_in_another_function(tmp_path):
     assert n >= 10 and diffs == [], (n, diffs)
     n, diffs = debugcheck.compare_lines(orig, exe)
     assert n > 200 and diffs == [], diffs
+
+
+def test_link_split_keeps_new_dwo_files_beside_the_output(tmp_path):
+    """``link --split`` splits into a temporary directory: the new .dwo files the linked
+    output names go beside the output (OUTPUT.dwo/<input>/), not with the split objects."""
+    need_tool("llvm-dwarfdump-22")
+    from elflayout.order.link import split_command
+    o = _cc(tmp_path, CALLS, "clang-22")
+    out = tmp_path / "libc1.so"
+    parsed = split_command({"cmd": ["clang-22", "-shared", "-o", str(out), str(o)], "output": str(out)},
+                           tmp_path / "tmp-split")
+    new = Path(f"{out}.dwo") / "0" / "calls.dwo"
+    assert new.exists() and _dwo_name(Path(parsed["cmd"][-1])) == str(new.absolute())

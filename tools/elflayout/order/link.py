@@ -114,14 +114,18 @@ def split_command(parsed: dict, dest: Path, progress=None) -> dict:
     pos = [i for i, a in enumerate(cmd[1:], 1)
            if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",)) and os.path.isfile(a)]
     reports = []
+    # (-gsplit-dwarf objects whose .dwo is written again: the new .dwo files are named by
+    # the output's debug information, so they stay beside it, not in ``dest``)
+    dwo_dir = Path(f"{parsed['output'] or 'a.out'}.dwo")
     for k, i in enumerate(pos):
         # One directory per input: two inputs may share a file name.
-        reports += split_inputs([cmd[i]], dest / str(k))
+        reports += split_inputs([cmd[i]], dest / str(k), force=True, dwo_dir=dwo_dir / str(k))
         cmd[i] = str(dest / str(k) / Path(cmd[i]).name)
     if progress:
         objs = [o for r in reports for o in r.objects]
+        dwos = sum(bool(o.dwo) for o in objs)
         progress(f"split {len(pos)} objects and archives into {dest}: {sum(o.changed for o in objs)} of "
-                 f"{len(objs)} objects split")
+                 f"{len(objs)} objects split" + (f"; {dwos} new .dwo files in {dwo_dir}" if dwos else ""))
         # sections kept whole move as one piece whatever the order says: say why, here
         for name, why, names in kept_whole(reports):
             progress(f"split kept {name} whole in {len(names)} object{'s' if len(names) != 1 else ''} "

@@ -91,18 +91,20 @@ def _grp(sp, unit):
 
 def split_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, force: bool = False,
                  progress: Callable[[str], None] | None = None,
-                 verify: Callable[[list[Path], list[Path]], object] | None = None) -> list[InputReport]:
+                 verify: Callable[[list[Path], list[Path]], object] | None = None,
+                 dwo_dir: str | os.PathLike | None = None) -> list[InputReport]:
     """Split every input (objects and ``.a`` archives, members kept in order) into
     ``outdir/<same name>``. Raises ``ElflayoutError`` on bad input, before writing.
     ``verify(originals, staged outputs)`` runs before the outputs are put in place; if it
-    raises, nothing is written."""
-    planned = plan_inputs(inputs, outdir, force=force, progress=progress)
+    raises, nothing is written. New ``.dwo`` files go to ``dwo_dir`` (default ``outdir``)."""
+    planned = plan_inputs(inputs, outdir, force=force, progress=progress, dwo_dir=dwo_dir)
     write_outputs(planned, outdir, progress=progress, verify=verify)
     return [rep for rep, _ in planned]
 
 
 def plan_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, force: bool = False,
-                progress: Callable[[str], None] | None = None) -> list[tuple[InputReport, object]]:
+                progress: Callable[[str], None] | None = None,
+                dwo_dir: str | os.PathLike | None = None) -> list[tuple[InputReport, object]]:
     """Read and split every input in memory: ``(report, new bytes)`` per input (for an
     archive, its members' ``(name, bytes)``). Nothing is written; bad input raises
     ``ElflayoutError``."""
@@ -113,6 +115,7 @@ def plan_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, f
         raise ElflayoutError(f"two inputs named {sorted(dup)[0]}: their outputs would collide in {outdir}")
     if outdir.exists() and not outdir.is_dir():
         raise ElflayoutError(f"{outdir}: exists and is not a directory")
+    dwo_dir = outdir if dwo_dir is None else Path(dwo_dir)
     results = []
     for k, p in enumerate(inputs):
         p = Path(p)
@@ -130,12 +133,12 @@ def plan_inputs(inputs: list[str | os.PathLike], outdir: str | os.PathLike, *, f
                 raise ElflayoutError(f"{p}: archive has no members")
             new, reps = [], []
             for mname, body in members:
-                b, rep = split_object(body, f"{p}({mname})", outdir / f"{p.name}.{Path(mname).stem}.dwo")
+                b, rep = split_object(body, f"{p}({mname})", dwo_dir / f"{p.name}.{Path(mname).stem}.dwo")
                 new.append((mname, b))
                 reps.append(rep)
             results.append((InputReport(str(p), str(out), True, reps), new))
         else:
-            b, rep = split_object(raw, str(p), outdir / (p.stem + ".dwo"))
+            b, rep = split_object(raw, str(p), dwo_dir / (p.stem + ".dwo"))
             if rep.dwo and Path(rep.dwo).exists() and not force:
                 raise ElflayoutError(f"{rep.dwo}: output exists (use --force to replace it)")
             results.append((InputReport(str(p), str(out), False, [rep]), b))
@@ -176,6 +179,7 @@ def _stage_verify_replace(planned, outdir: Path, progress, verify) -> None:
         dwos = [o for r, _ in planned for o in r.objects if o.dwo]
         try:
             for o in dwos:
+                Path(o.dwo).parent.mkdir(parents=True, exist_ok=True)
                 with atomic_output(o.dwo) as dst:
                     Path(dst).write_bytes(o.dwo_data)
             if verify is not None:
