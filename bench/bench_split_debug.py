@@ -211,10 +211,6 @@ def main(argv=None) -> int:
     sobjs = split(objs, w / "split-objects")
     base = w / "libs" / "split-lld" / t.soname
     link(t, sobjs, base)
-    if a.split_dwarf:
-        # (valgrind 3.19 gives up on -gsplit-dwarf skeletons, "Possibly corrupted debuginfo
-        # file", split or not: the profiled link is stripped; the map names its functions)
-        subprocess.run(["objcopy", "--strip-debug", base], check=True)
     sprof = profile(w / f"{a.library}-g-split.profile.json", base, run, Path(f"{base}.map"))
     libs = {unordered: plain}
     for (name, sub), opts in zip(ORDERED, LINK_OPTS):

@@ -1,6 +1,6 @@
 """Profiles of targets built with debug info: gcc -g, clang-22 -g (DWARF 5, whose forms
 valgrind 3.19's reader does not know: it gave up, exit 1, and the profile was empty),
-clang-22 -gdwarf-4 and -gsplit-dwarf, clang 14, 16 and 19 -g. Every one must name the same functions as a
+clang-22 -gdwarf-4 and -gsplit-dwarf, gcc -gsplit-dwarf, clang 14, 16 and 19 -g. Every one must name the same functions as a
 profile of the same library without its debug info. A library of two compile units is
 enough to make valgrind 3.19 give up on clang's DWARF 5."""
 
@@ -49,6 +49,7 @@ int main(int argc, char **argv) { printf("%d\n", lib_entry(argc * 10)); return 0
 CALLED = {"lib_entry", "step_a", "step_b", "step_c", "helper_other_unit", "asm_unit"}
 BUILDS = {"clang-dwarf5": ("clang-22", ["-g"]), "clang-dwarf4": ("clang-22", ["-gdwarf-4"]),
           "clang-split-dwarf": ("clang-22", ["-g", "-gsplit-dwarf"]), "gcc": ("gcc", ["-g"]),
+          "gcc-split-dwarf": ("gcc", ["-g", "-gsplit-dwarf"]),
           # Debian's other clang versions: DWARF 5 by default from clang 14 on, each a little different
           "clang-14": ("clang-14", ["-g"]), "clang-16": ("clang-16", ["-g"]), "clang-19": ("clang-19", ["-g"])}
 
