@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_tool, run_cli
+from split_debug_helpers import compile_g, split_one as _split
 
 from elflayout.split import debugcheck
 from elflayout.split.api import split_object
@@ -29,18 +30,7 @@ VERSIONS = pytest.mark.parametrize("gv", [(), ("-gdwarf-4",)], ids=["dwarf5", "d
 
 
 def _cc(tmp: Path, src: Path, *flags: str) -> Path:
-    need_tool("gcc")
-    o = tmp / (src.stem + ".o")
-    subprocess.run(["gcc", "-g", "-O2", *flags, "-c", src, "-o", o], check=True)
-    return o
-
-
-def _split(tmp: Path, o: Path) -> Path:
-    out, rep = split_object(o.read_bytes(), o.name)
-    assert rep.changed, rep
-    p = tmp / ("split_" + o.name)
-    p.write_bytes(out)
-    return p
+    return compile_g(tmp, src, "gcc", *flags)
 
 
 def _link(tmp: Path, o: Path, name: str, order: list[str] | None = None) -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_tool, run_cli
+from split_debug_helpers import compile_g, link_lld, split_one as _split
 
 from elflayout.errors import ElflayoutError
 from elflayout.split import debugcheck
@@ -33,30 +34,11 @@ SOURCES = pytest.mark.parametrize("src", [CALLS, SINGLE], ids=["calls", "single"
 
 
 def _cc(tmp: Path, src: Path, *flags: str) -> Path:
-    need_tool(CC)
-    o = tmp / (src.stem + ".o")
-    subprocess.run([CC, "-g", "-O2", *flags, "-c", src, "-o", o], check=True, cwd=tmp)
-    return o
-
-
-def _split(tmp: Path, o: Path) -> Path:
-    out, rep = split_object(o.read_bytes(), o.name)
-    assert rep.changed, rep
-    p = tmp / ("split_" + o.name)
-    p.write_bytes(out)
-    return p
+    return compile_g(tmp, src, CC, *flags, cwd=tmp)
 
 
 def _link(tmp: Path, objs: list[Path], name: str, order: list[str] | None = None) -> Path:
-    exe = tmp / name
-    flags = ["-fuse-ld=lld"]
-    if order:
-        f = tmp / f"{name}.order"
-        f.write_text("\n".join(order) + "\n")
-        flags.append(f"-Wl,--symbol-ordering-file={f}")
-    need_tool("ld.lld")
-    subprocess.run([CC, *flags, "-o", exe, *objs], check=True)
-    return exe
+    return link_lld(tmp, objs, name, order, cc=CC)
 
 
 def _objs(tmp: Path, src: Path, o: Path) -> list[Path]:

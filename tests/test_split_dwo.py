@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_tool, run_cli
+from split_debug_helpers import compile_g, link_lld, split_one as _split
 
 from elflayout.errors import ElflayoutError
 from elflayout.split import debugcheck
@@ -35,29 +36,11 @@ def _cc(tmp: Path, src: Path, cc: str = "gcc", *flags: str) -> Path:
     shutil.copy(src, tmp / src.name)
     for h in DATA.glob("*.h"):
         shutil.copy(h, tmp / h.name)
-    o = tmp / (src.stem + ".o")
-    subprocess.run([cc, "-g", "-O2", "-gsplit-dwarf", *flags, "-c", src.name, "-o", o.name], check=True, cwd=tmp)
-    return o
-
-
-def _split(tmp: Path, o: Path) -> Path:
-    out, rep = split_object(o.read_bytes(), o.name)
-    assert rep.changed, rep
-    p = tmp / ("split_" + o.name)
-    p.write_bytes(out)
-    return p
+    return compile_g(tmp, Path(src.name), cc, "-gsplit-dwarf", *flags, cwd=tmp)
 
 
 def _link(tmp: Path, objs: list[Path], name: str, order: list[str] | None = None) -> Path:
-    need_tool("ld.lld")
-    exe = tmp / name
-    flags = ["-fuse-ld=lld"]
-    if order:
-        f = tmp / f"{name}.order"
-        f.write_text("\n".join(order) + "\n")
-        flags.append(f"-Wl,--symbol-ordering-file={f}")
-    subprocess.run(["gcc", *flags, "-o", exe, *objs], check=True)
-    return exe
+    return link_lld(tmp, objs, name, order)
 
 
 def _objs(tmp: Path, src: Path, o: Path) -> list[Path]:
