@@ -295,7 +295,7 @@ def string_range(img) -> tuple[int, int] | None:
 def strings_read(img, runs) -> list[str]:
     """The strings (C-escaped, sorted) holding bytes that loads read (``runs``: file
     offset, length), delimited by NULs; binary data that reads as no text is left out."""
-    from elflayout.split.hotstrings import format_strings, strings_in
+    from elflayout.stringsets import format_strings, strings_in
 
     with open(img.path, "rb") as f:
         data = f.read()
