@@ -257,6 +257,9 @@ def test_sequential_bandwidth_and_read_ahead(srcdir):
         assert 0 < m.stats()["max_request_bytes"] <= 128 * 1024
 
 
+MARK_READS = 2   # async read-ahead windows a hot run may still start (see below)
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_shared_library_from_mount(tmp_path):
@@ -283,7 +286,9 @@ def test_shared_library_from_mount(tmp_path):
         assert r.returncode == 0 and "LLVM version" in r.stdout
         # Another process may evict a few of the library's pages before or during the hot
         # run (memory pressure on a shared machine); each removal is recorded, and only a
-        # removed page may be read again.
+        # removed page may be read again. Besides those, a page the cold run read with its
+        # read-ahead mark and left untouched starts one async read-ahead when the hot run
+        # touches it (MARK_READS): a cold hot run still makes hundreds of requests.
         with TraceSession([lib], kinds=("delete",), buffer_kb=1024) as ts:
             wait_fuse_idle(m.path)  # the cold run's read-ahead may still be served
             st = m.stats()
@@ -294,7 +299,7 @@ def test_shared_library_from_mount(tmp_path):
             wait_fuse_idle(m.path)
         removed = int(ts.result.events["npages"].sum())
         again = m.stats()["requests"] - st["requests"]
-        assert again <= removed, f"hot run made {again} read requests; {removed} pages were evicted"
+        assert again <= removed + MARK_READS, f"hot run made {again} read requests; {removed} pages were evicted"
     assert cold > hot + 0.5 * st["delay_s"]
 
 
