@@ -51,7 +51,7 @@ import numpy as np
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
 from elflayout.fileio import rewrite_in_place, write_proved
-from elflayout.layouts import DT_NEEDED, DT_NULL, DT_RPATH, DT_RUNPATH, DT_SONAME, DT_STRSZ, DT_STRTAB, \
+from elflayout.layouts import VERDEF, VERNAUX, VERNEED, DT_NEEDED, DT_RPATH, DT_RUNPATH, DT_SONAME, DT_STRSZ, DT_STRTAB, \
     DT_VERDEF, DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM
 
 from elftools.elf.enums import ENUM_D_TAG_COMMON
@@ -61,7 +61,7 @@ DT_STRING_TAGS = frozenset((DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH) + tuple(
 # every other tag pyelftools knows holds a number or an address, not a string offset
 DT_KNOWN_TAGS = frozenset(ENUM_D_TAG_COMMON.values()) - DT_STRING_TAGS
 STRING_USERS = ("SHT_DYNSYM", "SHT_DYNAMIC", "SHT_GNU_verdef", "SHT_GNU_verneed")
-VERDEF_SIZE, VERDAUX_SIZE, VERNEED_SIZE, VERNAUX_SIZE = 20, 8, 16, 16
+VERDAUX_SIZE = 8   # vda_name, vda_next (layouts has no struct for it: nothing else reads it)
 
 
 @dataclass
@@ -128,21 +128,23 @@ def _add(refs: Refs, at: int, width: int, value: int, early: bool) -> None:
 
 
 def _symbols(img: ElfImage, s, refs: Refs) -> None:
+    """st_name of every symbol (the first word of each entry), read at once: libLLVM has 48,000."""
     es = s.entsize or (24 if img.elfclass == 64 else 16)
-    for k in range(s.size // es):
-        _add(refs, s.offset + k * es, 4, _u(img, "I", s.offset + k * es)[0], False)
-        refs.symbols += 1
+    n = s.size // es
+    names = np.ndarray((n,), ("<" if img.elf.little_endian else ">") + "u4", img.mm, s.offset, (es,))
+    refs.at += (s.offset + es * np.arange(n)).tolist()
+    refs.width += [4] * n
+    refs.value += names.tolist()
+    refs.early += [False] * n
+    refs.symbols += n
 
 
 def _dynamic(img: ElfImage, s, refs: Refs) -> None:
-    if img.dynamic.offset != s.offset:
+    dyn = img.dynamic
+    if dyn.offset != s.offset:
         _fail(img, f"{s.name} is not where PT_DYNAMIC says the dynamic array is")
-    w = img.wordsize
-    fmt = "qQ" if w == 8 else "iI"
-    for k in range(s.size // (2 * w)):
-        tag, val = _u(img, fmt, s.offset + 2 * w * k)
-        if tag == DT_NULL:
-            return
+    w = dyn.array.dtype.itemsize // 2
+    for k, (tag, val) in enumerate(dyn):   # the entries before DT_NULL
         if tag in DT_STRING_TAGS:
             _add(refs, s.offset + 2 * w * k + w, w, val, True)
         elif tag not in DT_KNOWN_TAGS:
@@ -165,8 +167,8 @@ def _chain(img: ElfImage, s, count: int, size: int, next_at: int):
 
 # per version section: its tags, (entry size, cnt, aux, next, name or None), (aux size, next, name)
 VERSION_TABLES = {
-    "SHT_GNU_verdef": ((DT_VERDEF, DT_VERDEFNUM), (VERDEF_SIZE, 6, 12, 16, None), (VERDAUX_SIZE, 4, 0)),
-    "SHT_GNU_verneed": ((DT_VERNEED, DT_VERNEEDNUM), (VERNEED_SIZE, 2, 8, 12, 4), (VERNAUX_SIZE, 12, 8)),
+    "SHT_GNU_verdef": ((DT_VERDEF, DT_VERDEFNUM), (VERDEF.size, 6, 12, 16, None), (VERDAUX_SIZE, 4, 0)),
+    "SHT_GNU_verneed": ((DT_VERNEED, DT_VERNEEDNUM), (VERNEED.size, 2, 8, 12, 4), (VERNAUX.size, 12, 8)),
 }
 
 
