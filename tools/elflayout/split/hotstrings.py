@@ -281,14 +281,19 @@ def _follow_addends(obj: ObjectFile, index: int, pieces, moved: set, cold_at: di
     kept piece's addend into the repacked section, a moved piece's into the pool (those
     are returned, {RELA section: (relocation indexes, pieces)}, for the pool's symbol)."""
     starts = np.array([a for a, _ in pieces], dtype=np.int64)
+    is_moved = np.zeros(len(pieces), dtype=bool)
+    is_moved[list(moved)] = True
+    # each piece's new offset: in the pool when moved, else in the repacked section
+    new_at = np.array([(hot_at if is_moved[k] else cold_at).get(k, -1) for k in range(len(pieces))], dtype=np.int64)
     hits = {}
     for ri, w in section_refs(obj, index).items():
         r = relas.setdefault(ri, obj.relas[ri].copy())
         add = obj.relas[ri]["r_addend"][w]
         pk = np.searchsorted(starts, add, side="right") - 1
-        into = np.array([int(k) in moved for k in pk], dtype=bool)
-        r["r_addend"][w] = [(hot_at if int(k) in moved else cold_at)[int(k)] + int(a) - pieces[int(k)][0]
-                            for k, a in zip(pk, add)]
+        if (pk < 0).any() or (new_at[pk] < 0).any():
+            raise KeyError("a relocation names a string piece with no new place")
+        into = is_moved[pk]
+        r["r_addend"][w] = new_at[pk] + add - starts[pk]
         if into.any():
             hits[ri] = (w[into], pk[into])
     return hits
