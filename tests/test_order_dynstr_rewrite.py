@@ -14,6 +14,7 @@ from conftest import need_tool, run_cli
 
 from elflayout.elfcore import ElfImage
 from elflayout.errors import ElflayoutError
+from elflayout.layouts import DT_RPATH, DT_RUNPATH
 from elflayout.order import dynstr, dynstr_order
 
 N_FUNCS = 4000  # long names: about 90 pages of .dynstr, hash-ordered by gold
@@ -83,7 +84,7 @@ def test_gold_rewrite_puts_read_names_first_and_runs(gold_lib, tmp_path):
     with ElfImage(moved / "libd.so") as img:
         blob2 = bytes(img.mm[img.section(".dynstr").offset:][:img.section(".dynstr").size])
         assert img.dt_string(next(v for t, v in img.dynamic if t == 1)).startswith("lib")  # DT_NEEDED
-        rpath = [img.dt_string(v) for t, v in img.dynamic if t == 29 or t == 15]
+        rpath = [img.dt_string(v) for t, v in img.dynamic if t in (DT_RUNPATH, DT_RPATH)]
     assert len(blob2) == len(blob) and rpath == ["/opt/x"]
     assert blob2[after["tail"]:after["tail"] + 5] == b"tail\0"
     r = subprocess.run([str(moved / "main")], capture_output=True, text=True, check=True)
