@@ -343,19 +343,17 @@ def read_pages(img: ElfImage, hot_names) -> list[int]:
 def _lookup_offsets(img: ElfImage):
     """``f(symbol index, name)``: file offsets of the GNU hash words and the version
     record a lookup of that symbol reads ([] without a GNU hash table)."""
-    from elflayout.order.dynsym import GNU_HASH_HEADER, gnu_hash
+    from elflayout.order.dynsym import GNU_HASH_HEADER, gnu_hash, gnu_hash_layout
 
     gh, ver = img.section(".gnu.hash"), img.section(".gnu.version")
     if gh is None or gh.size < GNU_HASH_HEADER:
         return lambda k, name: []
-    nb, symoffset, maskwords, _shift = _u(img, "4I", gh.offset)
+    (nb, symoffset, maskwords, _shift), (bloom, buckets, chain) = gnu_hash_layout(img, gh)
     w = img.wordsize
-    buckets = gh.offset + GNU_HASH_HEADER + w * maskwords
-    chain = buckets + 4 * nb
 
     def at(k: int, name: bytes) -> list[int]:
         h = gnu_hash(name)
-        out = [gh.offset + GNU_HASH_HEADER + w * ((h // (8 * w)) % max(maskwords, 1)), buckets + 4 * (h % max(nb, 1))]
+        out = [bloom + w * ((h // (8 * w)) % max(maskwords, 1)), buckets + 4 * (h % max(nb, 1))]
         out += [chain + 4 * (k - symoffset)] if k >= symoffset else []
         return out + ([ver.offset + 2 * k] if ver is not None else [])
     return at

@@ -70,6 +70,16 @@ def gnu_hash(name: bytes) -> int:
     return h
 
 
+def gnu_hash_layout(img: ElfImage, gh) -> tuple[tuple[int, int, int, int], tuple[int, int, int]]:
+    """The header of the GNU hash section ``gh`` (nbuckets, symoffset, bloom words,
+    shift) and the file offsets of its bloom filter, buckets and chain."""
+    h = np.frombuffer(img.mm, ("<" if img.elf.little_endian else ">") + "u4", 4, gh.offset)
+    nb, symoffset, maskwords, shift = (int(x) for x in h)
+    bloom_at = gh.offset + GNU_HASH_HEADER
+    bucket_at = bloom_at + img.wordsize * maskwords
+    return (nb, symoffset, maskwords, shift), (bloom_at, bucket_at, bucket_at + 4 * nb)
+
+
 class Tables:
     """The symbol tables of one image: raw records, names, hashes, the GNU hash layout."""
 
@@ -95,12 +105,8 @@ class Tables:
         self._read_hash()
 
     def _read_hash(self) -> None:
-        word = self.img.wordsize
-        h = np.frombuffer(self.img.mm, self.bo + "u4", 4, self.gh.offset)
-        self.nbuckets, self.symoffset, self.maskwords, self.shift = (int(x) for x in h)
-        self.bloom_at = self.gh.offset + GNU_HASH_HEADER
-        self.bucket_at = self.bloom_at + word * self.maskwords
-        self.chain_at = self.bucket_at + 4 * self.nbuckets
+        (self.nbuckets, self.symoffset, self.maskwords, self.shift), (self.bloom_at, self.bucket_at, self.chain_at) = \
+            gnu_hash_layout(self.img, self.gh)
         if not 0 < self.symoffset <= self.n or self.chain_at + 4 * (self.n - self.symoffset) > \
                 self.gh.offset + self.gh.size or self.nbuckets == 0:
             raise ElflayoutError(f"{self.img.path}: .gnu.hash does not fit its section or .dynsym")
