@@ -104,6 +104,7 @@ static Int marks_pending = 0;   /* marks not yet executed: exe code needs lookin
 static ULong clo_bytes_lo = 0, clo_bytes_hi = 0;
 static Addr bytes_base = 0;     /* address of file offset clo_bytes_lo */
 static ULong bytes_len = 0;     /* bytes watched from bytes_base (0: none yet) */
+static Bool bytes_exec = False; /* the watched mapping is executable */
 static UChar* bbits = NULL;
 
 static Target targets[MAX_TARGETS];
@@ -294,9 +295,12 @@ static void new_mapping(Addr a, SizeT len, Bool rr, Bool ww, Bool xx)
       flush();  /* mappings are rare and needed to read everything else */
       /* the latest read-only mapping of LO wins: ld.so maps the whole file first, then
          each segment over it where its vaddr (not its file offset) says; a writable
-         segment's first page may hold LO's file page too */
-      if (t == 0 && rr && !ww && clo_bytes_hi > clo_bytes_lo && m.foff <= clo_bytes_lo
-          && clo_bytes_lo < m.foff + len) {
+         segment's first page may hold LO's file page too, and so may the code segment's
+         when segments share pages (lld -z noseparate-code): an executable mapping is
+         taken only while no other holds LO (.rodata inside the code segment) */
+      if (t == 0 && rr && !ww && (!xx || bytes_len == 0 || bytes_exec) && clo_bytes_hi > clo_bytes_lo
+          && m.foff <= clo_bytes_lo && clo_bytes_lo < m.foff + len) {
+         bytes_exec = xx;
          ULong end = m.foff + len < clo_bytes_hi ? m.foff + len : clo_bytes_hi;
          if (!bbits) bbits = VG_(calloc)("ft.bbits", (clo_bytes_hi - clo_bytes_lo + 7) / 8, 1);
          bytes_base = a + (clo_bytes_lo - m.foff);

@@ -301,7 +301,8 @@ def hot_strings(parsed: dict, o, dest: Path, say) -> tuple[dict[str, Path], Step
     say(f"hot strings: {len(hot):,} strings {src}; {tot['moved_pieces']:,} moved in "
         f"{tot['objects_changed']:,} of {tot['objects']:,} objects, {tot['pinned_pieces']:,} left (named by "
         f"section + addend or a global symbol)")
-    why = "strings the profiled code and data reach, in pools of their own"
+    why = ("strings the profiled run read" if src.startswith("read") else
+           "strings the profiled code and data reach") + ", in pools of their own"
     if not moved:
         why = ("no profiled object of the profile's map is an input of this command" if not tot["objects"]
                else "no such string in the command's objects")

@@ -54,8 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", action="store_true",
                    help="valgrind, qemu: also record first read/write of each data page")
     p.add_argument("--strings", action="store_true",
-                   help="valgrind: also record the strings the first target's read-only data (.rodata*) loads read, "
-                        "byte by byte (the target's 'strings'; link --hot-strings moves them)")
+                   help="valgrind: also record which bytes of the first target's read-only data (.rodata*) loads "
+                        "read, and the strings they are in ('rodata_read', 'strings': the order then places only the "
+                        "read-only data read as hot, and link --hot-strings moves those strings)")
     p.add_argument("--evict", action="store_true",
                    help="trace: drop the targets from the page cache first, so their reads are recorded")
     p.add_argument("--children", action="store_true",

@@ -50,7 +50,7 @@ import dataclasses
 import numpy as np
 
 from elflayout.errors import ElflayoutError
-from elflayout.profile.model import ENTRY_TYPES, LISTS, Profile, Target, new_profile
+from elflayout.profile.model import ENTRY_TYPES, LISTS, RODATA_READ, Profile, Target, byte_runs, new_profile
 
 KEYS = {
     "functions": lambda e: (e.name, e.offset),
@@ -139,7 +139,7 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
     # 1. one path, one build
     _check_one_build(profiles, names, force)
     # 2. ranks per key: {ident: {list: {key: [entry of the earliest workload, ranks]}}}
-    order_t, bases, lists, read = [], {}, {}, {}
+    order_t, bases, lists, read, runs = [], {}, {}, {}, {}
     for w, d in enumerate(profiles):
         scale = _max_first(d) + 1
         for t in d.targets:
@@ -150,6 +150,8 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
                 order_t.append(ident)
                 read[ident] = set()
             read[ident].update(t.extra.get("strings") or ())
+            if t.rodata_read() is not None:
+                runs.setdefault(ident, []).extend(t.rodata_read().tolist())
             for k, keyf in KEYS.items():
                 got = lists[ident][k]
                 for e in getattr(t, k):
@@ -180,6 +182,8 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
                    mappings=b.mappings, extra=dict(b.extra), **out[ident])
         if read[ident]:     # profile --strings: what any workload read
             t.extra["strings"] = sorted(read[ident])
+        if ident in runs:
+            t.extra[RODATA_READ] = byte_runs(runs[ident])
         d = t.to_dict()
         for k in LISTS:
             d.setdefault(k, [])

@@ -157,6 +157,8 @@ _FIELD_TYPES = {"name": str, "object": str, "offset": int, "size": int, "section
 # Keys a reader must find: the rest may be absent or null
 _REQUIRED = {"functions": ("name",), "sections": ("name",), "objects": ("object",), "pages": ("page",),
              "reads": ("page",), "windows": ("page",), "data_objects": ("object",)}
+# profile --strings: the loaded bytes of the read-only data (Target.rodata_read)
+RODATA_READ = "rodata_read"
 _TARGET_KEYS = ("path", "build_id", "size", "sha256", "map") + LISTS + OPTIONAL_LISTS + ("phases", "mappings", "stats")
 
 
@@ -187,6 +189,12 @@ class Target:
 
     def touched(self) -> bool:
         return bool(self.functions or self.sections or self.objects or self.pages)
+
+    def rodata_read(self) -> np.ndarray | None:
+        """``profile --strings``: the read-only data bytes the run's loads read, as
+        sorted, disjoint (file offset, length) rows; None when not recorded."""
+        got = self.extra.get(RODATA_READ)
+        return None if got is None else np.asarray(got, dtype=np.int64).reshape(-1, 2)
 
     def matches(self, want: str) -> bool:
         """``want`` names this target: its path, file name or build-id."""
@@ -306,8 +314,35 @@ def parse(doc: dict, path="profile") -> Profile:
                     raise ElflayoutError(f"{path}: targets[{i}].{k} is not a{'n object' if typ is dict else ' list'}")
                 kw[k] = t[k]
         kw["extra"] = {k: v for k, v in t.items() if k not in _TARGET_KEYS}
+        if RODATA_READ in kw["extra"]:
+            _check_runs(kw["extra"][RODATA_READ], f"{path}: targets[{i}].{RODATA_READ}")
         targets.append(Target(**kw))
     return Profile(meta, targets, str(path))
+
+
+def _check_runs(raw, where: str) -> None:
+    if not isinstance(raw, list) or not all(isinstance(r, list) and len(r) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in r) for r in raw):
+        raise ElflayoutError(f"{where}: not a list of [file offset, length] pairs")
+    a = np.asarray(raw, dtype=np.int64).reshape(-1, 2)
+    if a.size and (np.any(a[:, 1] <= 0) or np.any(a[1:, 0] < a[:-1, 0] + a[:-1, 1])):
+        raise ElflayoutError(f"{where}: runs are not sorted, disjoint and non-empty")
+
+
+def byte_runs(runs) -> list[list[int]]:
+    """(offset, length) rows as the sorted, disjoint, merged runs a profile stores."""
+    a = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+    a = a[a[:, 1] > 0]
+    if not a.size:
+        return []
+    a = a[np.argsort(a[:, 0], kind="stable")]
+    lo, hi = a[:, 0], a[:, 0] + a[:, 1]
+    reach = np.maximum.accumulate(hi)
+    new = np.ones(lo.size, dtype=bool)
+    new[1:] = lo[1:] > reach[:-1]
+    starts = lo[new]
+    ends = np.maximum.reduceat(hi, np.flatnonzero(new))
+    return np.stack([starts, ends - starts], axis=1).tolist()
 
 
 def validate(doc: dict, path="profile") -> dict:

@@ -279,6 +279,8 @@ def _targets(setup: Setup, r, warnings: list, notes: list) -> tuple[list[dict], 
         if i == 0 and setup.strings:
             tdoc["strings"] = strings_read(img, r.byte_runs)
             tdoc["stats"]["strings"] = len(tdoc["strings"])
+            tdoc[model.RODATA_READ] = model.byte_runs(r.byte_runs)
+            tdoc["stats"]["rodata_bytes_read"] = sum(n for _o, n in tdoc[model.RODATA_READ])
         tdocs.append(tdoc)
     return tdocs, never
 

@@ -238,6 +238,21 @@ def _touches_inside(pages: np.ndarray, offset: int, size: int) -> bool:
     return first <= last and bool(np.searchsorted(pages, last, side="right") > np.searchsorted(pages, first))
 
 
+def _bytes_read(runs: np.ndarray, ext, names, hit: np.ndarray) -> np.ndarray:
+    """Which extents of ``hit`` are data loads read, when the profile recorded the
+    read-only data byte by byte (``profile --strings``): a read-only extent on a touched
+    page counts only if a loaded byte lies in it (a page holds many small tables and
+    strings; one read made all of them hot); other extents keep the page rule."""
+    off = ext["offset"][hit].astype(np.int64)
+    end = off + ext["size"][hit].astype(np.int64)
+    ro = np.array([names[j].startswith(".rodata") for j in hit.tolist()], dtype=bool)
+    if not runs.size:
+        return ~ro
+    k = np.searchsorted(runs[:, 0], end, side="left") - 1   # last run starting before the end
+    read = (k >= 0) & (runs[np.clip(k, 0, None), 0] + runs[np.clip(k, 0, None), 1] > off)
+    return ~ro | read
+
+
 def _extents_touched(target: Target, ext, names) -> list[tuple[int, float, int]]:
     """Step 3b: (extent index, earliest first, distinct pages touched) of every data
     extent that overlaps a data page touched after the loader phase.
@@ -260,6 +275,9 @@ def _extents_touched(target: Target, ext, names) -> list[tuple[int, float, int]]
     hi = np.searchsorted(tp, ends, side="right")
     text = np.array([n.startswith(TEXT_PREFIXES) for n in names], dtype=bool)
     hit = np.flatnonzero((hi > lo) & ~text)
+    runs = target.rodata_read()
+    if runs is not None and hit.size:
+        hit = hit[_bytes_read(runs, ext, names, hit)]
     if not hit.size:
         return []
     # min of tf[lo:hi] per extent: reduceat over (lo, hi) pairs, even results; a sentinel
