@@ -136,6 +136,30 @@ def test_a_string_named_by_a_global_symbol_stays(objs):
     assert o.sections[int(o.symbols["st_shndx"][i])].name == ".rodata.str1.1"
 
 
+def test_the_sections_still_holding_a_hot_string_are_reported(objs):
+    """``hot_left``: the pool where a hot string had to stay (a global names it); none
+    where every hot string moved; every pool of an object left as it is."""
+    _new, rep = hs.rewrite_object(objs["g"], "g.o", {b"exported\0", b"g only\0"})
+    assert rep.hot_left == {".rodata.str1.1"}
+    _new, rep = hs.rewrite_object(objs["g"], "g.o", {b"g only\0"})
+    assert rep.moved_pieces == 1 and rep.hot_left == set()
+    _new, rep = hs.rewrite_object(b"\x7fELF not an object", "x.o", {b"g only\0"})
+    assert rep.hot_left == {hs.ALL_POOLS}
+
+
+def test_lld_data_script_leads_only_with_the_pools_named():
+    """``pools``: the touched objects' string sections that still hold a read string;
+    the other touched objects' strings stay in ``.rodata``."""
+    from elflayout.order import formats
+    from elflayout.order.algorithms import Layout
+
+    lay = Layout(data=[(".rodata.x", "a.o")], objects=["a.o", "lib.a(b.o)"])
+    text, st = formats.write_lld_data_script(lay, string_pool=True, pools={"lib.a(b.o)": [".rodata.str1.8"]})
+    assert "lib.a:b.o(.rodata.str1.8)" in text and "a.o(.rodata.str" not in text and st["string_objects"] == 1
+    every, st = formats.write_lld_data_script(lay, string_pool=True)
+    assert "a.o(.rodata.str*)" in every and "lib.a:b.o(.rodata.str*)" in every and st["string_objects"] == 2
+
+
 def test_nothing_to_move_returns_the_input(objs):
     new, rep = hs.rewrite_object(objs["m"], "m.o", {b"absent\0"})
     assert new is objs["m"] and rep.moved_pieces == 0

@@ -373,7 +373,7 @@ def lld_file_pattern(obj: str) -> str | None:
 
 def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = True, universe=None,
                           string_pool: bool = False, hot_constants: bool = False,
-                          sparse_last: bool = False) -> tuple[str, dict]:
+                          sparse_last: bool = False, pools: dict[str, list[str]] | None = None) -> tuple[str, dict]:
     """lld companion to ``--symbol-ordering-file``: data input sections (jump tables,
     ``.Lswitch.table``, ``.rodata..L*`` constants: sections without a symbol lld could be
     told about) in layout order, in ``.rodata.elflayout``/``.data.elflayout`` output
@@ -384,7 +384,10 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     (``.rodata.str*``) of every touched object. lld merges strings per output section
     and spreads each pool over 32 hash shards, so a pool is read whole once a few of its
     strings are: this splits the touched objects' strings into a pool of their own and
-    leaves the rest of the pool unread (docs/ordering.md).
+    leaves the rest of the pool unread (docs/ordering.md). ``pools`` ({object: string
+    sections}, ``split.hotstrings``' ``hot_left``): only those, when the hot pools hold
+    the strings the run read and these are the sections where some could not move: the
+    touched objects' other strings were not read, and placed hot they are read for nothing.
 
     ``hot_constants``: next, the touched objects' merged constants (``.rodata.cst*``),
     for the same reason: lld pools every object's constants, so those the code run reads
@@ -415,14 +418,18 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
     placed = n_str = 0
     str_pats = []
     if hot_strings:
-        objs = [o for o in layout.objects if o and not o.startswith("<")]
+        prof = [o for o in layout.objects if o and not o.startswith("<")]
+        objs = prof
         if universe is not None and universe.objects:  # the profiled objects as this link names them
             from elflayout.order.resolve import same_objects
 
-            objs = same_objects(objs, universe.objects)
+            objs = same_objects(prof, universe.objects)
         pats = [lld_file_pattern(o) for o in objs]
-        str_pats = [f"{p}(.rodata.str*)" for p in dict.fromkeys(p for p in pats if p)]
-        n_str = len(str_pats)
+        for o0, o, p in zip(prof, objs, pats):
+            secs = [".rodata.str*"] if pools is None else pools.get(o) or pools.get(o0) or []
+            str_pats += [f"{p}({sec})" for sec in secs if p]
+        str_pats = list(dict.fromkeys(str_pats))
+        n_str = len({pt.split("(", 1)[0] for pt in str_pats})
         if hot_constants:
             str_pats += [f"{p}(.rodata.cst*)" for p in dict.fromkeys(p for p in pats if p)]
     sparse = _sparse_patterns(layout) if sparse_last else {}

@@ -155,12 +155,12 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         if split.value and steps[2].value and not _data_sections_split(o.universe):
             steps[2].why += ("; data sections are named as split: profile a build of split objects "
                              "(elflayout split, docs/splitting.md) for them to match")
-        moved = None
+        moved = pools = None
         if opts.hot_strings:
             if not (lld and steps[2].value is True):
                 raise ElflayoutError("--hot-strings: its pools are placed by lld's data script (--linker lld, "
                                      "--format lld, no --no-data-script)")
-            moved, hot = hot_strings(parsed, o, Path(td) / "hotstrings", say)
+            moved, hot, pools = hot_strings(parsed, o, Path(td) / "hotstrings", say)
             parsed = dict(parsed, cmd=[str(moved.get(a, a)) for a in parsed["cmd"]])
             steps.append(hot)
         order_file = Path(opts.keep_order_file) if opts.keep_order_file else Path(td) / f"order.{fmt}"
@@ -168,7 +168,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
         rodata = defaults.rodata_step(opts.move_rodata, linker, fmt)
         full = apply(parsed, linker, fmt, o.text, order_file)
         full += companion_args(parsed, o, Path(td), steps[2].value is True, steps[3].value is True, say,
-                               string_pool=moved)
+                               string_pool=moved, pools=pools)
         _note_companions(steps, o)
         shown = full if len(full) <= 24 else [*full[:12], f"... ({len(full) - 16} more arguments) ...", *full[-4:]]
         say(shlex.join(shown))
@@ -280,34 +280,40 @@ def _check_options(opts: LinkOptions, linker: str) -> None:
 BY_ADDEND = False
 
 
-def hot_strings(parsed: dict, o, dest: Path, say) -> tuple[dict[str, Path], Step]:
+def hot_strings(parsed: dict, o, dest: Path, say) -> tuple[dict[str, Path], Step, dict | None]:
     """The command's objects and archives with the strings the profiled run read (a
     ``profile --strings`` target), else those relocations of the profiled code and data
     reach, moved into hot pools (``split.hotstrings``, each object proved), in ``dest``:
-    {input: rewritten copy} and the step."""
+    {input: rewritten copy}, the step, and (strings read) the string sections of each
+    object still holding one, the only ones the data script then places hot (else None:
+    the touched objects' pools, where the strings the static set missed are)."""
     from elflayout.split import hotstrings
 
     secs = hotstrings.hot_sections(o.layout)
     files = {k for k in secs if os.path.isfile(k.split("(", 1)[0] if k.endswith(")") else k)}
     # strings the run read (profile --strings), else those the profiled code and data reach
     hot = hotstrings.recorded_strings(o.target)
-    by_addend = BY_ADDEND or hot is not None
-    src = "read by the profiled run" if hot is not None else "reached from the profiled sections"
+    recorded = hot is not None
+    by_addend = BY_ADDEND or recorded
+    src = "read by the profiled run" if recorded else "reached from the profiled sections"
     if hot is None:
         hot = hotstrings.static_hot_strings({k: v for k, v in secs.items() if k in files}, BY_ADDEND)
     inputs = [a for a in parsed["cmd"][1:] if not a.startswith("-") and a.endswith(_OBJ_EXT + (".a",))
               and os.path.isfile(a)]
-    moved, tot = hotstrings.rewrite_inputs(inputs, dest, hot, only=files, by_addend=by_addend)
+    # strings read are read wherever they are: an object whose code did not run holds some
+    # (a type's docstring PyType_Ready reads)
+    moved, tot = hotstrings.rewrite_inputs(inputs, dest, hot, only=None if recorded else files, by_addend=by_addend)
     say(f"hot strings: {len(hot):,} strings {src}; {tot['moved_pieces']:,} moved in "
         f"{tot['objects_changed']:,} of {tot['objects']:,} objects, {tot['pinned_pieces']:,} left (named by "
         f"section + addend or a global symbol)")
-    why = ("strings the profiled run read" if src.startswith("read") else
+    why = ("strings the profiled run read" if recorded else
            "strings the profiled code and data reach") + ", in pools of their own"
     if not moved:
         why = ("no profiled object of the profile's map is an input of this command" if not tot["objects"]
                else "no such string in the command's objects")
+    pools = tot["hot_left"] if recorded else None
     return moved, Step("hot strings", bool(moved), why,
-                       f"{tot['moved_bytes']:,} bytes of strings first in .rodata" if moved else "")
+                       f"{tot['moved_bytes']:,} bytes of strings first in .rodata" if moved else ""), pools
 
 
 def _companion_steps(opts: LinkOptions, o, lld: bool) -> list[Step]:

@@ -97,6 +97,7 @@ class ObjectReport:
     addend_pieces: int = 0                              # moved pieces reached by section + addend
     sections: int = 0                                   # string sections split
     kept: dict[str, str] = field(default_factory=dict)  # section -> why left whole
+    hot_left: set[str] = field(default_factory=set)     # string sections still holding a hot piece
 
 
 def _eligible(obj: ObjectFile, sec) -> str | None:
@@ -222,6 +223,7 @@ def rewrite_object(raw: bytes, name: str, hot, by_addend: bool = False) -> tuple
         obj = read_object(raw, name)
     except ElflayoutError as e:
         rep.kept[OBJECT] = f"not rewritten: {str(e).removeprefix(name + ': ')}"
+        rep.hot_left = {ALL_POOLS}
         return raw, rep
     by_addend = by_addend and can_add_symbols(obj)
     syms = obj.symbols.copy()
@@ -232,6 +234,9 @@ def rewrite_object(raw: bytes, name: str, hot, by_addend: bool = False) -> tuple
         mv, pin, why = plan_section(obj, sec, hot, by_addend)
         if why:
             rep.kept[sec.name] = why
+        # wide strings (L"..."): a set of strings read names none of them
+        if pin or why and _holds(sec, hot) or sec.entsize > 1:
+            rep.hot_left.add(sec.name)
         if not (mv or pin):
             continue
         pieces, owner = _pieces_of(obj, sec)
@@ -269,8 +274,21 @@ def rewrite_object(raw: bytes, name: str, hot, by_addend: bool = False) -> tuple
     return out, rep
 
 
+def _holds(sec, hot) -> bool:
+    """Whether a string section holds a piece of ``hot``."""
+    try:
+        return any(sec.data[a:b] in hot for a, b in string_pieces(sec.data, max(sec.entsize, 1)))
+    except ValueError:
+        return True     # not split as the linker would: it may hold one
+
+
+# hot_left of an object left as it is: every string pool of it may hold a hot piece
+ALL_POOLS = ".rodata.str*"
+
+
 def _refused(rep: ObjectReport, why: str) -> ObjectReport:
     rep.kept[OBJECT] = why
+    rep.hot_left = {ALL_POOLS}
     rep.moved_pieces = rep.moved_bytes = rep.sections = rep.addend_pieces = 0
     return rep
 
@@ -601,7 +619,7 @@ def rewrite_inputs(paths, outdir, hot, only=None, by_addend: bool = False) -> tu
     only_by = _by_file(only) if only is not None else None
     key = hashlib.sha256(b"".join(sorted(hot)) + (b"\0by addend" if by_addend else b"")).hexdigest()[:12]
     res, tot = {}, {"objects": 0, "objects_changed": 0, "moved_pieces": 0, "moved_bytes": 0, "pinned_pieces": 0,
-                    "pinned_bytes": 0, "addend_pieces": 0, "kept": {}}
+                    "pinned_bytes": 0, "addend_pieces": 0, "kept": {}, "hot_left": {}}
     for k, p in enumerate(map(Path, paths)):
         if only_by is not None and str(p) not in only_by:
             continue
@@ -635,6 +653,8 @@ def _add(tot: dict, r: ObjectReport) -> None:
         tot[f] += getattr(r, f)
     for why in r.kept.values():
         tot["kept"][why] = tot["kept"].get(why, 0) + 1
+    if r.hot_left:
+        tot["hot_left"][r.name] = sorted(r.hot_left)
 
 
 def retarget_script(text: str, moved: dict[str, Path]) -> str:
