@@ -28,7 +28,12 @@ Steps:
 4. Every relocation against a split section's section symbol: find its target T and
    the unit holding it. An address-taking reference to a data object's start that is
    also the previous object's end (``lea arr+N(%rip)``, a loop bound) could mean
-   either: glue the two. A jump-table entry whose target is not in the function that
+   either: glue the two — unless it is an x86-64 ``lea`` whose register, followed in
+   straight-line code until overwritten, is only the base of memory operands with a
+   displacement >= 0 and a zero-extended index (``upward``). Every byte read through
+   it then lies at or above the next object's start; reading one past the end of the
+   previous object is undefined behaviour in C, so the address designates the next
+   object. AArch64 code is not analysed: the glue stays. A jump-table entry whose target is not in the function that
    loads the table's address, or a PC-relative reference from data without a known
    base, or a relocation type not listed, keeps the section whole.
 5. Relocations against named symbols stay as they are (the symbol moves with its

@@ -95,8 +95,10 @@ def _step(ins, r: int, index_ok) -> bool | None:
     upward or writes part of it, True when it fully overwrites R, None when R lives on."""
     if any(_reg(ins, x) and _reg(ins, x)[0] == r for x in (*ins.regs_read, *ins.regs_write)):
         return False        # implicit use or update of R (string instructions, cdq, mul ...)
-    zeroing = ins.mnemonic in ("xor", "sub") and len(ins.operands) == 2 and \
-        all(o.type == x86.X86_OP_REG for o in ins.operands) and ins.operands[0].reg == ins.operands[1].reg
+    if ins.mnemonic in ("xor", "sub") and len(ins.operands) == 2 and \
+            all(o.type == x86.X86_OP_REG for o in ins.operands) and ins.operands[0].reg == ins.operands[1].reg:
+        f = _reg(ins, ins.operands[0].reg)      # xor %edx,%edx: reads nothing, writes 0
+        return None if f is None or f[0] != r else f[1] >= 32
     kill = based = False
     for op in ins.operands:
         if op.type == x86.X86_OP_MEM:
@@ -112,13 +114,13 @@ def _step(ins, r: int, index_ok) -> bool | None:
                 return False
             based = True
         elif op.type == x86.X86_OP_REG and (f := _reg(ins, op.reg)) is not None and f[0] == r:
-            if (op.access & _READ and not zeroing) or not op.access & _WRITE or f[1] < 32 \
+            if op.access & _READ or not op.access & _WRITE or f[1] < 32 \
                     or ins.mnemonic.startswith("cmov"):
                 return False
             kill = True
     # Every access regs_access reports must be one of those above.
     reads, writes = ({_reg(ins, x) for x in regs} - {None} for regs in ins.regs_access())
-    if {w for n, w in reads if n == r} - ({64} if based else set()) - ({32, 64} if zeroing else set()) \
+    if {w for n, w in reads if n == r} - ({64} if based else set()) \
             or ({w for n, w in writes if n == r} and not kill):
         return False
     return True if kill else None
