@@ -90,6 +90,7 @@ ASM_CASES = {
     "index_64bit_add": ("mov %edi,%eax", "add %rsi,%rax\nmovzwl (%rdx,%rax,2),%eax\nmov %edi,%edx", False),
     "index_16bit_write": ("mov %edi,%eax", "mov %si,%ax\nmovzwl (%rdx,%rax,2),%eax\nmov %edi,%edx", False),
     "index_unknown": ("", "movzwl (%rdx,%rax,2),%eax\nmov %edi,%edx", False),
+    "vector_index": ("", "vpgatherdd %xmm2,(%rdx,%xmm1,4),%xmm0\nmov %edi,%edx", False),
     "as_index": ("", "movzwl (%rsi,%rdx,2),%eax\nmov %edi,%edx", False),
     "copied": ("", "mov %rdx,%rcx\nmovzwl -2(%rcx),%eax\nmov %edi,%edx", False),
     "derived": ("", "lea 2(%rdx),%rcx\nmov %edi,%edx", False),

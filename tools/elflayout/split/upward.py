@@ -110,8 +110,8 @@ def _step(ins, r: int, index_ok) -> bool | None:
             if base[1] != 64 or op.mem.segment or op.mem.disp < 0 or ins.mnemonic == "lea" \
                     or ins.mnemonic.startswith("nop"):
                 return False
-            if index is not None and not (index[1] == 64 and op.mem.scale > 0 and index_ok(index)):
-                return False
+            if op.mem.index and (index is None or index[1] != 64 or op.mem.scale <= 0 or not index_ok(index)):
+                return False        # (a vector index, as in a gather, is sign-extended)
             based = True
         elif op.type == x86.X86_OP_REG and (f := _reg(ins, op.reg)) is not None and f[0] == r:
             if op.access & _READ or not op.access & _WRITE or f[1] < 32 \
