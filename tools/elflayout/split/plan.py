@@ -33,9 +33,10 @@ Steps:
    displacement >= 0 and a zero-extended index (``upward``). Every byte read through
    it then lies at or above the next object's start; reading one past the end of the
    previous object is undefined behaviour in C, so the address designates the next
-   object. AArch64 code is not analysed: the glue stays. A jump-table entry whose target is not in the function that
-   loads the table's address, or a PC-relative reference from data without a known
-   base, or a relocation type not listed, keeps the section whole.
+   object. AArch64 code is not analysed: the glue stays. A jump-table entry whose
+   target is not in the function that loads the table's address, or a PC-relative
+   reference from data without a known base, or a relocation type not listed, keeps
+   the section whole.
 5. Relocations against named symbols stay as they are (the symbol moves with its
    unit); their target must still lie in that unit's group, else glue. A relocation
    field must not cross a unit boundary.
