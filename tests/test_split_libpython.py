@@ -55,3 +55,20 @@ def test_reversed_split_libpython_runs(tmp_path, linker):
     got = subprocess.run([str(d["launcher"]), "-c", WORK], capture_output=True, text=True, env=env)
     assert got.returncode == 0, got.stderr
     assert got.stdout == want.stdout
+
+
+@pytest.mark.slow
+def test_unicodectype_tables_get_sections_of_their_own(tmp_path):
+    """unicodectype.o: ``lea index1(%rip)`` is also the end of ``index2``; it is only read
+    upward (``index1[c >> 7]``), so the two tables no longer share one 87 KiB section."""
+    from elflayout.split.api import split_object
+    from elflayout.targets import libpython
+
+    o = next(p for p in libpython.objects() if p.name.endswith("-unicodectype.o"))
+    out, rep = split_object(o.read_bytes(), o.name)
+    rodata = next(s for s in rep.sections if s.name == ".rodata")
+    assert rodata.glued == [] and rodata.sections == rodata.units, rodata
+    (tmp_path / o.name).write_bytes(out)
+    syms = subprocess.run(["readelf", "-sW", tmp_path / o.name], capture_output=True, text=True, check=True).stdout
+    shndx = {ln.split()[-1]: ln.split()[6] for ln in syms.splitlines() if ln.split()[-1:] in (["index1"], ["index2"])}
+    assert len(shndx) == 2 and shndx["index1"] != shndx["index2"], syms

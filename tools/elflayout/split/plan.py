@@ -28,9 +28,15 @@ Steps:
 4. Every relocation against a split section's section symbol: find its target T and
    the unit holding it. An address-taking reference to a data object's start that is
    also the previous object's end (``lea arr+N(%rip)``, a loop bound) could mean
-   either: glue the two. A jump-table entry whose target is not in the function that
-   loads the table's address, or a PC-relative reference from data without a known
-   base, or a relocation type not listed, keeps the section whole.
+   either: glue the two — unless it is an x86-64 ``lea`` whose register, followed in
+   straight-line code until overwritten, is only the base of memory operands with a
+   displacement >= 0 and a zero-extended index (``upward``). Every byte read through
+   it then lies at or above the next object's start; reading one past the end of the
+   previous object is undefined behaviour in C, so the address designates the next
+   object. AArch64 code is not analysed: the glue stays. A jump-table entry whose
+   target is not in the function that loads the table's address, or a PC-relative
+   reference from data without a known base, or a relocation type not listed, keeps
+   the section whole.
 5. Relocations against named symbols stay as they are (the symbol moves with its
    unit); their target must still lie in that unit's group, else glue. A relocation
    field must not cross a unit boundary.
@@ -56,7 +62,7 @@ from elftools.elf.enums import ENUM_RELOC_TYPE_x64, ENUM_SH_TYPE_BASE
 
 from elflayout import arch
 from elflayout.errors import ElflayoutError
-from elflayout.split import disasm, disasm_a64, dwarf, dwarf_line, dwo, dwarf_write, pairs, reach
+from elflayout.split import disasm, disasm_a64, dwarf, dwarf_line, dwo, dwarf_write, pairs, reach, upward
 from elflayout.split.extents import SPLIT_PREFIX, STT, Unit, is_code, name_conflict, splittable, units
 from elflayout.split.reader import ObjectFile, Section
 
@@ -386,7 +392,7 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
     secsym = {i: int(shndx[i]) for i in range(1, len(obj.symbols)) if (info[i] & 0xF) == sect and shndx[i] in cands}
     eh = {s.index for s in obj.sections if s.name == ".eh_frame"}
     decoded, bases = _decode_relocations(obj, code)
-    fixes = []
+    fixes, labels = [], {}
     for ri, d, offs, syms, types, adds in decoded:
         here = cands.get(d.index)
         c = code.get(d.index)
@@ -423,7 +429,8 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
                     sp.glue_range(u, v, f"{d.name}+{off:#x} reaches {us[v].name} through {obj.sym_names[s]}")
                 continue
             if addr_taking and not is_code(sp.sec):
-                if v > 0 and target == us[v].start and us[v - 1].symend == target:
+                if v > 0 and target == us[v].start and us[v - 1].symend == target \
+                        and not _lea_designates_next(obj, d, c, off, code, bases, labels):
                     sp.glue_range(v - 1, v, f"{d.name}+{off:#x} points at the end of {us[v - 1].name} "
                                             f"or the start of {us[v].name}")
                 elif v + 1 < len(us) and target != us[v].start and us[v + 1].start - target <= NEAR_NEXT:
@@ -433,6 +440,58 @@ def _relocation_rules(obj: ObjectFile, cands: dict[int, SectionPlan], code: dict
     for sp in cands.values():
         sp.finish_groups()
     return fixes
+
+
+def _lea_designates_next(obj: ObjectFile, d: Section, c: disasm.Code | None, off: int,
+                         code: dict[int, disasm.Code], bases: dict, labels: dict[int, set[int] | None]) -> bool:
+    """Whether the reference at ``d+off`` is a lea ``upward`` proves designates the object
+    starting at its target rather than the end of the one before. ``labels``: cache of
+    ``_code_labels`` by code section. AArch64 code is not analysed: the glue stays."""
+    k = c.insn_at(off) if c is not None and not obj.aarch64 else -1
+    if k < 0 or c.mnemonics[k] != "lea":
+        return False
+    if d.index not in labels:
+        labels[d.index] = _code_labels(obj, d.index, code, bases)
+    if labels[d.index] is None:
+        return False
+    # Landing pads are reached through .gcc_except_table's label differences, which no
+    # relocation shows: then nothing before the lea is known to run right before it.
+    landing_pads = any(s.name.startswith(".gcc_except_table") for s in obj.sections)
+    return upward.reads_upward(d.data, c, k, labels[d.index], cross_lea=not landing_pads)
+
+
+def _code_labels(obj: ObjectFile, sec: int, code: dict[int, disasm.Code], bases: dict) -> set[int] | None:
+    """Offsets of code section ``sec`` that control may reach other than by falling
+    through, over-approximated: symbol starts, the targets of references the assembler
+    resolved, and every place a relocation in an allocated section designates there
+    (None when one cannot be told)."""
+    from elftools.elf.constants import SH_FLAGS
+    values, shndx = obj.symbols["st_value"], obj.symbols["st_shndx"]
+    labels = set(values[shndx == sec].tolist()) | {ref.target for ref in code[sec].internal}
+    for ri, r in obj.relas.items():
+        d = obj.sections[obj.sections[ri].info]
+        syms = (r["r_info"] >> 32).astype(np.int64)
+        hits = np.flatnonzero(shndx[syms] == sec).tolist()
+        if not hits or not d.flags & SH_FLAGS.SHF_ALLOC:
+            continue
+        dc = code.get(d.index)
+        for j in hits:
+            off, t = int(r["r_offset"][j]), int(r["r_info"][j] & 0xFFFFFFFF)
+            sa = int(values[syms[j]]) + int(r["r_addend"][j])
+            if t not in PCREL or d.name == ".eh_frame":
+                labels.add(sa)
+                continue
+            if dc is not None:
+                k = dc.insn_at(off)
+                if k < 0:
+                    return None
+                labels.add(sa + int(dc.ends[k]) - off)
+                continue
+            base = _table_base(bases.get(d.index, []), off)
+            if base is None:
+                return None
+            labels.add(sa - (off - base[0]))
+    return labels
 
 
 def _x86_target(sp, d, off, t, sv, a, named, c, in_eh, bases, code) -> tuple[int, bool, bool] | None:
@@ -559,11 +618,11 @@ def _table_target(sp: SectionPlan, d: Section, off: int, sa: int, bases, code) -
     """Target of a PC-relative entry at ``d+off`` (``.long .L5-.L4``): the table base is the
     nearest lea-loaded offset at or before it; its entries must land in the function that
     loads it."""
-    k = bisect_right(bases, (off, 1 << 62, 1 << 62)) - 1
-    if k < 0:
+    found = _table_base(bases, off)
+    if found is None:
         sp.keep_whole(f"PC-relative reference from {d.name}+{off:#x} with no table base found")
         return None
-    base, csec, insn = bases[k]
+    base, csec, insn = found
     target = sa - (off - base)
     if csec != sp.sec.index:
         sp.keep_whole(f"jump table at {d.name}+{base:#x} is loaded from another section")
@@ -573,6 +632,12 @@ def _table_target(sp: SectionPlan, d: Section, off: int, sa: int, bases, code) -
         if u != v:
             sp.glue_range(u, v, f"jump table {d.name}+{base:#x} of {sp.units[u].name} reaches {sp.units[v].name}")
     return target
+
+
+def _table_base(bases: list[tuple[int, int, int]], off: int) -> tuple[int, int, int] | None:
+    """The nearest lea-loaded (offset, code section, instruction) at or before ``off``."""
+    k = bisect_right(bases, (off, 1 << 62, 1 << 62)) - 1
+    return bases[k] if k >= 0 else None
 
 
 def _name_rules(sp: SectionPlan) -> None:
