@@ -115,18 +115,25 @@ def profile_target(path: Path):
     return model.load(path).targets[0]
 
 
+def profiles_build(out: Path, lib: Path, data: bool | None = None) -> bool:
+    """Whether OUT is a profile of this very build of LIB (same build-id; ``data``: and
+    taken with or without --data)."""
+    if not out.exists():
+        return False
+    try:
+        doc = model.load(out)
+        with ElfImage(lib) as img:
+            bid = img.build_id
+    except ElflayoutError:  # damaged or of another version
+        return False
+    return doc.targets[0].build_id == bid and (data is None or bool(doc.metadata.get("data")) == data)
+
+
 def cached_profile(out: Path, lib: Path, profile_args: list, data=True) -> Path:
     """Profile with valgrind unless OUT already profiles this very build (same build-id)."""
-    if out.exists():
-        try:
-            doc = model.load(out)
-            with ElfImage(lib) as img:
-                bid = img.build_id
-            if doc.targets[0].build_id == bid and bool(doc.metadata.get("data")) == data:
-                print(f"  $ {show_cmd(profile_args)}   (cached: same build-id {bid})", flush=True)
-                return out
-        except ElflayoutError:  # damaged or of another version: profile again
-            pass
+    if profiles_build(out, lib, data):
+        print(f"  $ {show_cmd(profile_args)}   (cached: same build-id)", flush=True)
+        return out
     cli(*profile_args)
     return out
 
@@ -139,7 +146,10 @@ def with_recorded_strings(prof: Path, lib: Path, argv: list, profile_args: list,
     cached_profile(run, lib, ["profile", "--target", lib, "--strings", *profile_args, "-o", run, "--force", "--",
                               *argv], data=False)
     doc = json.loads(Path(prof).read_text())
-    doc["targets"][0]["strings"] = json.loads(run.read_text())["targets"][0]["strings"]
+    got = json.loads(run.read_text())["targets"][0]
+    doc["targets"][0]["strings"] = got["strings"]
+    if model.RODATA_READ in got:    # the bytes read, which place the read-only data
+        doc["targets"][0][model.RODATA_READ] = got[model.RODATA_READ]
     out.write_text(json.dumps(doc))
     print(f"  {out}: {prof.name} with the {len(doc['targets'][0]['strings']):,} strings the run read", flush=True)
     return out

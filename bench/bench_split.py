@@ -333,7 +333,7 @@ def floor_profile(w: Path, base: dict, envs: list) -> Path:
     """The best recipe's profile (measured conditions, 3 runs, traced faults fed back),
     made by ``ordered_links`` unless it is there."""
     fbp = w / "python-split-clean+faults.profile.json"
-    if not fbp.exists():
+    if not bp.profiles_build(fbp, base["lib"]):
         prof1, prof = split_profiles(w, base, [str(base["launcher"]), "-c", bp.IMPORTS], envs)
         ordered_links(w, base, prof, prof1, envs)
     print(f"  profile: {fbp} (best recipe's: 3 runs under the measured conditions, traced faults merged)", flush=True)

@@ -137,3 +137,16 @@ def test_profile_strings_records_the_bytes_and_order_uses_them(tmp_path):
     o = pipeline.order(pipeline.Request(Path(tmp_path / "p.json"), "lld", lib=lib, objects_from=mp))
     names = [n for n, _ in o.layout.data]
     assert ".rodata.t_read" in names and ".rodata.t_near" not in names, names
+
+
+@pytest.mark.parametrize("given, runs, want", [(None, [[0, 4]], True), (None, None, False), (False, [[0, 4]], False),
+                                               (True, None, True)])
+def test_hot_constants_default_follows_the_recorded_bytes(given, runs, want):
+    """``link --hot-constants`` is on by default when the profile recorded the read-only
+    bytes read (the hot data is then placed as exactly, and the touched objects'
+    constants are what is left read in the cold .rodata)."""
+    from types import SimpleNamespace
+
+    from elflayout.order.relink import LinkOptions, _hot_constants
+
+    assert _hot_constants(LinkOptions(hot_constants=given), SimpleNamespace(target=_target(runs))) is want

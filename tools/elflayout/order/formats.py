@@ -415,7 +415,7 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
 
         blocks.append(_ld_block(HOT_PREFIX, ".rodata", [f"*({HOT_PREFIX}*)"], raw=1))
     dpats, dstats = data_patterns(layout, lambda o: [p] if (p := lld_file_pattern(o)) else [], LLD_DATA_GROUPS)
-    placed = n_str = 0
+    placed = n_str = n_const = 0
     str_pats = []
     if hot_strings:
         prof = [o for o in layout.objects if o and not o.startswith("<")]
@@ -431,7 +431,9 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
         str_pats = list(dict.fromkeys(str_pats))
         n_str = len({pt.split("(", 1)[0] for pt in str_pats})
         if hot_constants:
-            str_pats += [f"{p}(.rodata.cst*)" for p in dict.fromkeys(p for p in pats if p)]
+            cst = [f"{p}(.rodata.cst*)" for p in dict.fromkeys(p for p in pats if p)]
+            str_pats += cst
+            n_const = len(cst)
     sparse = _sparse_patterns(layout) if sparse_last else {}
     left_out = []
     for prefix, out in LLD_DATA_GROUPS:
@@ -453,7 +455,7 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
         if grp:
             blocks.append(_ld_block(out + ".elflayout.cold", out, grp, raw=len(grp), where="AFTER"))
     return "\n".join(blocks), {"data_sections": placed, "string_objects": n_str,
-                                "constant_objects": n_str if hot_constants else 0,
+                                "constant_objects": n_const,
                                 "sparse_sections": sum(map(len, sparse.values())),
                                 "skipped_unsafe_names": dstats["data_skipped_unsafe_names"], **dstats,
                                 "left_out": left_out, "parked_same_name": len(parked)}

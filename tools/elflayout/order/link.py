@@ -148,17 +148,19 @@ def check_request(parsed: dict, linker: str, fmt: str, split: bool, data_script:
 
 
 def companion_args(parsed: dict, ordering, workdir: Path, data_script: bool, dynstr: bool, progress=None,
-                   string_pool: dict | None = None, pools: dict | None = None) -> list[str]:
+                   string_pool: dict | None = None, pools: dict | None = None,
+                   hot_constants: bool = False) -> list[str]:
     """The lld companion arguments of ``ordering`` (``pipeline.Ordering``): a -T
     data-section script and a .dynstr -u/-y response file, written into ``workdir``.
     ``string_pool``: the inputs ``split.hotstrings`` rewrote ({old path: new}); the data
     script then leads with their hot string pools and names the new files; ``pools``:
     the string sections of the touched objects that follow them (``write_lld_data_script``;
-    None: all)."""
+    None: all); ``hot_constants``: then their merged constants."""
     wl = (lambda a: "-Wl," + a) if parsed["driver"] else (lambda a: a)
     extra = []
     if data_script:
-        dtext, dstats = ordering.data_script(string_pool=string_pool is not None, pools=pools)
+        dtext, dstats = ordering.data_script(string_pool=string_pool is not None, pools=pools,
+                                             hot_constants=hot_constants)
         if string_pool:
             from elflayout.split.hotstrings import retarget_script
 

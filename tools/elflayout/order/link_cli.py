@@ -123,7 +123,14 @@ def add_arguments(p) -> None:
                    help="lld with the data script: first move the string literals that relocations of the profiled "
                         "code and data reach out of their objects' mergeable pools into pools of their own "
                         "(the command's objects and archives rewritten into a temporary directory, each proved), "
-                        "placed first in .rodata: lld reads a merged string pool whole once a few of its strings are")
+                        "placed first in .rodata: lld reads a merged string pool whole once a few of its strings are; "
+                        "with a profile that recorded the strings read (profile --strings), those move, from every "
+                        "object")
+    p.add_argument("--hot-constants", action=argparse.BooleanOptionalAction, default=None,
+                   help="lld with the data script: the merged constants (.rodata.cst*) of the objects whose code "
+                        "ran go with the hot data (lld pools every object's constants, so the few start-up reads "
+                        "sit in the cold .rodata); default: on when the profile recorded the read-only bytes read "
+                        "(profile --strings), which place the rest of the hot data as exactly")
     p.add_argument("--check", action="store_true",
                    help="with --pack self: prove the output equivalent to the linker's DT_RELR output (simulated "
                         "loader at two bases, real loads) before writing it")
@@ -159,6 +166,7 @@ def options(args) -> LinkOptions:
                        data_script=args.data_script, dynstr=args.dynstr, split=args.split, pack=args.pack,
                        check=args.check, root=args.root, check_order=not args.no_check_order,
                        move_symtab=args.move_symtab, order_dynsym=args.order_dynsym, hot_strings=args.hot_strings,
+                       hot_constants=args.hot_constants,
                        reorder_dynstr=args.reorder_dynstr,
                        readahead_marks=not args.no_readahead_marks, move_rodata=not args.no_move_rodata,
                        code_tail=not args.no_code_tail)
