@@ -143,6 +143,8 @@ def with_recorded_strings(prof: Path, lib: Path, argv: list, profile_args: list,
     cached; ``profile_args``: its --env and conditions): what ``link --hot-strings`` then
     moves instead of the strings the profiled code reaches. Returns OUT."""
     run = out.with_name(out.stem + ".strings-run.json")
+    if run.exists() and model.RODATA_READ not in json.loads(run.read_text())["targets"][0]:
+        run.unlink()    # made before profile --strings recorded the bytes read
     cached_profile(run, lib, ["profile", "--target", lib, "--strings", *profile_args, "-o", run, "--force", "--",
                               *argv], data=False)
     doc = json.loads(Path(prof).read_text())
