@@ -24,8 +24,10 @@
    each data-script lever (the touched objects' merged constants in the hot pool, big
    sparsely touched tables at the tail of the hot data), with hot string pools
    (``split.hotstrings``, as ``link --hot-strings``) alone and with them, and the default
-   path with and without ``--hot-strings``, one session; every variant's output compared
-   with Debian's python3.11.
+   path with and without ``--hot-strings`` and with a profile that recorded the strings
+   and read-only bytes read (``profile --strings``: link's defaults then move those
+   strings and place the read-only data by those bytes; goal ≤ 900 pages), one session;
+   every variant's output compared with Debian's python3.11.
 
 Usage: python3 bench/bench_split.py [--runs N] [--regrtest] [--skip-measure] [--default-path] [--floor]
 """
@@ -446,8 +448,9 @@ def floor(runs: int) -> None:
                                      [*envs, *MEASURED_CONDITIONS], w / "python-split-clean+faults+strings.profile.json")
     for name, prof, opts in (("default path, stripped", fbp, {}),
                              ("default path --hot-strings, stripped", fbp, {"hot_strings": True}),
-                             ("default path --hot-strings, strings recorded (profile --strings), stripped", rprof,
-                              {"hot_strings": True, "tag": "-recorded"})):
+                             # link's defaults with such a profile: --hot-strings --hot-constants
+                             ("default path, strings and bytes recorded (profile --strings), stripped", rprof,
+                              {"tag": "-recorded"})):
         lib, _cmd = default_path(w, prof, **opts)
         p = stripped(lib, w / "libs" / f"{lib.parent.name}-stripped")
         check_output(p, plain, want)

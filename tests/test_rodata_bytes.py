@@ -150,3 +150,21 @@ def test_hot_constants_default_follows_the_recorded_bytes(given, runs, want):
     from elflayout.order.relink import LinkOptions, _hot_constants
 
     assert _hot_constants(LinkOptions(hot_constants=given), SimpleNamespace(target=_target(runs))) is want
+
+
+@pytest.mark.parametrize("given, strings, script, want", [
+    (None, ["s"], True, True), (None, None, True, False), (None, ["s"], False, False), (False, ["s"], True, False),
+    (True, None, True, True)])
+def test_hot_strings_default_follows_the_recorded_strings(given, strings, script, want):
+    """``link --hot-strings`` is on by default when the profile recorded the strings its
+    run read and lld's data script places the pools; asked for without it, refused."""
+    from types import SimpleNamespace
+
+    from elflayout.order.relink import LinkOptions, _hot_strings_on
+
+    t = _target()
+    if strings is not None:
+        t.extra["strings"] = strings
+    assert _hot_strings_on(LinkOptions(hot_strings=given), SimpleNamespace(target=t), script) is want
+    with pytest.raises(ElflayoutError, match="data script"):
+        _hot_strings_on(LinkOptions(hot_strings=True), SimpleNamespace(target=t), False)

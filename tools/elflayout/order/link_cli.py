@@ -119,13 +119,13 @@ def add_arguments(p) -> None:
                         "strings); every reference is mapped and proved to name the same string; default with "
                         "--profile: with gold, GNU ld and mold when the readahead model predicts fewer pages "
                         "(lld orders .dynstr at the link: --dynstr)")
-    p.add_argument("--hot-strings", action="store_true",
+    p.add_argument("--hot-strings", action=argparse.BooleanOptionalAction, default=None,
                    help="lld with the data script: first move the string literals that relocations of the profiled "
                         "code and data reach out of their objects' mergeable pools into pools of their own "
                         "(the command's objects and archives rewritten into a temporary directory, each proved), "
                         "placed first in .rodata: lld reads a merged string pool whole once a few of its strings are; "
                         "with a profile that recorded the strings read (profile --strings), those move, from every "
-                        "object")
+                        "object; default: on with such a profile when lld's data script is used")
     p.add_argument("--hot-constants", action=argparse.BooleanOptionalAction, default=None,
                    help="lld with the data script: the merged constants (.rodata.cst*) of the objects whose code "
                         "ran go with the hot data (lld pools every object's constants, so the few start-up reads "

@@ -63,7 +63,7 @@ class LinkOptions:
     readahead_marks: bool = True
     order_dynsym: bool = False
     reorder_dynstr: bool | None = None
-    hot_strings: bool = False
+    hot_strings: bool | None = None
     hot_constants: bool | None = None
     move_rodata: bool = True
     code_tail: bool = True
@@ -157,10 +157,7 @@ def relink(cmd: list[str], opts: LinkOptions, say: Callable[[str], None] = lambd
             steps[2].why += ("; data sections are named as split: profile a build of split objects "
                              "(elflayout split, docs/splitting.md) for them to match")
         moved = pools = None
-        if opts.hot_strings:
-            if not (lld and steps[2].value is True):
-                raise ElflayoutError("--hot-strings: its pools are placed by lld's data script (--linker lld, "
-                                     "--format lld, no --no-data-script)")
+        if _hot_strings_on(opts, o, lld and steps[2].value is True):
             moved, hot, pools = hot_strings(parsed, o, Path(td) / "hotstrings", say)
             parsed = dict(parsed, cmd=[str(moved.get(a, a)) for a in parsed["cmd"]])
             steps.append(hot)
@@ -279,6 +276,18 @@ def _check_options(opts: LinkOptions, linker: str) -> None:
 
 # strings reached by section + addend: hot and moved too (split.hotstrings, a section symbol per pool)
 BY_ADDEND = False
+
+
+def _hot_strings_on(opts: LinkOptions, o, lld_script: bool) -> bool:
+    """``--hot-strings``: by default on when the profile recorded the strings its run read
+    (``profile --strings``) and lld's data script places the pools; asked for without
+    that script, refused."""
+    if opts.hot_strings is None:
+        return lld_script and o.target.extra.get("strings") is not None
+    if opts.hot_strings and not lld_script:
+        raise ElflayoutError("--hot-strings: its pools are placed by lld's data script (--linker lld, "
+                             "--format lld, no --no-data-script)")
+    return opts.hot_strings
 
 
 def _hot_constants(opts: LinkOptions, o) -> bool:
