@@ -29,7 +29,8 @@ device is set to 128 for the session and restored. Variants are interleaved (see
   (``--no-data-script`` skips these). Pages by section. ``--default-path``: the default
   path alone (``elflayout link --profile P --linker lld -- CMD``, in-process
   ``order.relink.relink``) beside the best recipe (lld hot-last + data script + .dynstr,
-  packed) and the default lld relink, one session.
+  packed) and the default lld relink, one session; for libLLVM also the default path
+  with a profile that recorded the strings and read-only bytes read (``profile --strings``).
 
 Physical-limit estimate ("touched bytes packed densely"), from a valgrind ``--data``
 profile of the same library (``elflayout.order.limit.physical_limit``):
@@ -586,15 +587,16 @@ def bench_llvm(runs: int, with_gold: bool = True, algorithm: str | None = None,
 
 LLVM_BEST = "lld full ordered+packed"
 LLVM_DEFAULT = "default path (elflayout link, no flag)"
+LLVM_DEFAULT_RECORDED = "default path, strings and bytes recorded (profile --strings)"
 
 
-def llvm_default_path(w: Path, prof: Path) -> Path:
+def llvm_default_path(w: Path, prof: Path, tag: str = "") -> Path:
     """libLLVM relinked by `elflayout link`'s default path (``order.relink.relink``): the
     archives' link command with PROF and the linker, nothing else; llc/opt outputs checked
     against the shipped library's. Returns the library."""
     from elflayout.targets import libllvm
 
-    out = w / "libs" / "default-path-lld" / libllvm.SONAME
+    out = w / "libs" / f"default-path-lld{tag}" / libllvm.SONAME
     out.parent.mkdir(parents=True, exist_ok=True)
     default_link(libllvm.link_command("lld", out), prof)
     libllvm.verify(out.parent)
@@ -624,8 +626,13 @@ def llvm_default_vs_best(runs: int) -> None:
     """libLLVM: the default path against the best recipe and the default relink, one session."""
     w, argv, base, prof, fp = llvm_best()
     dp = llvm_default_path(w, prof)
+    # the same with the strings and read-only bytes the run read (profile --strings): link
+    # then moves those strings and places the read-only data by those bytes
+    rprof = with_recorded_strings(prof, base["lib"], argv, ["--env", f"LD_LIBRARY_PATH={base['lib'].parent}"],
+                                  w / "llvm+strings.profile.json")
+    dr = llvm_default_path(w, rprof, "-recorded")
     variants = {n: (lib, variant_cmd(lib.parent, argv, {})) for n, lib in (
-        ("relink default", base["lib"]), (LLVM_BEST, fp), (LLVM_DEFAULT, dp))}
+        ("relink default", base["lib"]), (LLVM_BEST, fp), (LLVM_DEFAULT, dp), (LLVM_DEFAULT_RECORDED, dr))}
     summ = summarise(measure(w / "llvm-default.results.json", variants, runs),
                      {n: lib for n, (lib, _) in variants.items()})
     lim = physical_limit(profile_target(prof), base["lib"])
