@@ -425,11 +425,13 @@ def write_lld_data_script(layout: Layout, header: str = "", hot_strings: bool = 
 
             objs = same_objects(prof, universe.objects)
         pats = [lld_file_pattern(o) for o in objs]
+        by_file: dict[str, list[str]] = {}
         for o0, o, p in zip(prof, objs, pats):
             secs = [".rodata.str*"] if pools is None else pools.get(o) or pools.get(o0) or []
-            str_pats += [f"{p}({sec})" for sec in secs if p]
-        str_pats = list(dict.fromkeys(str_pats))
-        n_str = len({pt.split("(", 1)[0] for pt in str_pats})
+            if p and secs:
+                by_file.setdefault(p, []).extend(s for s in secs if s not in by_file.get(p, ()))
+        str_pats = [f"{p}({sec})" for p, secs in by_file.items() for sec in secs]
+        n_str = len(by_file)
         if hot_constants:
             cst = [f"{p}(.rodata.cst*)" for p in dict.fromkeys(p for p in pats if p)]
             str_pats += cst

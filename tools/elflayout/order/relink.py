@@ -283,7 +283,9 @@ def _hot_strings_on(opts: LinkOptions, o, lld_script: bool) -> bool:
     (``profile --strings``) and lld's data script places the pools; asked for without
     that script, refused."""
     if opts.hot_strings is None:
-        return lld_script and o.target.extra.get("strings") is not None
+        from elflayout.stringsets import recorded_strings
+
+        return lld_script and recorded_strings(o.target) is not None
     if opts.hot_strings and not lld_script:
         raise ElflayoutError("--hot-strings: its pools are placed by lld's data script (--linker lld, "
                              "--format lld, no --no-data-script)")

@@ -150,8 +150,8 @@ def merge(profiles: list[Profile], names: list[str] | None = None, *, force: boo
                 order_t.append(ident)
                 read[ident] = set()
             read[ident].update(t.extra.get("strings") or ())
-            if t.rodata_read() is not None:
-                runs.setdefault(ident, []).extend(t.rodata_read().tolist())
+            if (rr := t.rodata_read()) is not None:
+                runs.setdefault(ident, []).extend(rr.tolist())
             for k, keyf in KEYS.items():
                 got = lists[ident][k]
                 for e in getattr(t, k):

@@ -321,10 +321,14 @@ def parse(doc: dict, path="profile") -> Profile:
 
 
 def _check_runs(raw, where: str) -> None:
-    if not isinstance(raw, list) or not all(isinstance(r, list) and len(r) == 2 and all(
-            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in r) for r in raw):
+    """Array checks, not a loop per pair: a big program's run reads tens of thousands."""
+    try:
+        a = np.asarray(raw) if isinstance(raw, list) and raw else np.zeros((0, 2), np.int64)
+    except ValueError:      # ragged
+        a = None
+    if not isinstance(raw, list) or a is None or a.dtype.kind not in "iu" or a.ndim != 2 or a.shape[1] != 2 \
+            or (a.size and a.min() < 0):
         raise ElflayoutError(f"{where}: not a list of [file offset, length] pairs")
-    a = np.asarray(raw, dtype=np.int64).reshape(-1, 2)
     if a.size and (np.any(a[:, 1] <= 0) or np.any(a[1:, 0] < a[:-1, 0] + a[:-1, 1])):
         raise ElflayoutError(f"{where}: runs are not sorted, disjoint and non-empty")
 

@@ -87,6 +87,10 @@ def string_pieces(data: bytes, entsize: int) -> list[tuple[int, int]]:
     return out
 
 
+# hot_left of an object left as it is: every string pool of it may hold a hot piece
+ALL_POOLS = ".rodata.str*"
+
+
 @dataclass
 class ObjectReport:
     name: str
@@ -280,10 +284,6 @@ def _holds(sec, hot) -> bool:
         return any(sec.data[a:b] in hot for a, b in string_pieces(sec.data, max(sec.entsize, 1)))
     except ValueError:
         return True     # not split as the linker would: it may hold one
-
-
-# hot_left of an object left as it is: every string pool of it may hold a hot piece
-ALL_POOLS = ".rodata.str*"
 
 
 def _refused(rep: ObjectReport, why: str) -> ObjectReport:
